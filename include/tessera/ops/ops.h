@@ -1,0 +1,265 @@
+#pragma once
+// Every operator, as a free function. Each is defined once in
+// src/ops/<family>.cpp (validation, shape/dtype rule, kernel call, VJP); the
+// list of names is src/ops/ops.def. docs/ops.md lists dtypes and backward support.
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tessera/core/generator.h"
+#include "tessera/core/tensor.h"
+
+namespace tessera::ops {
+
+// ---- unary (floating results for integer inputs where PyTorch gives them) ---
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor exp2(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor log2(const Tensor& x);
+Tensor log1p(const Tensor& x);
+Tensor expm1(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor tan(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor elu(const Tensor& x, double alpha = 1.0);
+// approximate: "none" (exact, erf) or "tanh".
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+Tensor silu(const Tensor& x);
+Tensor mish(const Tensor& x);
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
+Tensor sign(const Tensor& x);
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor round(const Tensor& x);
+Tensor trunc(const Tensor& x);
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
+Tensor reciprocal(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor pow(const Tensor& x, const Scalar& exponent);
+Tensor pow(const Scalar& base, const Tensor& exponent);
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+Tensor isfinite(const Tensor& x);
+Tensor nan_to_num(const Tensor& x, std::optional<double> nan = {}, std::optional<double> posinf = {},
+                  std::optional<double> neginf = {});
+Tensor logical_not(const Tensor& x);
+
+// ---- binary (broadcasting; Scalar forms follow PyTorch's promotion) ---------
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor add(const Tensor& a, const Scalar& b);
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor sub(const Tensor& a, const Scalar& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Scalar& b);
+Tensor add(const Scalar& a, const Tensor& b);
+Tensor sub(const Scalar& a, const Tensor& b);
+Tensor mul(const Scalar& a, const Tensor& b);
+Tensor div(const Scalar& a, const Tensor& b);
+// rounding_mode: "" (true division), "floor" or "trunc".
+Tensor div(const Tensor& a, const Tensor& b, const std::string& rounding_mode = "");
+Tensor div(const Tensor& a, const Scalar& b, const std::string& rounding_mode = "");
+Tensor floor_divide(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, const Scalar& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor atan2(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Scalar& b);
+Tensor ne(const Tensor& a, const Scalar& b);
+Tensor lt(const Tensor& a, const Scalar& b);
+Tensor le(const Tensor& a, const Scalar& b);
+Tensor gt(const Tensor& a, const Scalar& b);
+Tensor ge(const Tensor& a, const Scalar& b);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
+Tensor where(const Tensor& cond, const Scalar& a, const Tensor& b);
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
+Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight);
+Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value = 1);
+Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value = 1);
+
+// The common dtype of a binary op's operands (torch.result_type).
+DType result_type(const Tensor& a, const Tensor& b);
+
+// ---- reductions: empty `dims` means all dims ---------------------------------
+Tensor sum(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false, std::optional<DType> dtype = {});
+Tensor mean(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
+Tensor prod(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
+Tensor max(const Tensor& x);  // over all elements
+Tensor min(const Tensor& x);
+// Values and indices along one dim.
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim = {}, bool keepdim = false);
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim = {}, bool keepdim = false);
+Tensor var(const Tensor& x, IntArrayRef dims = {}, double correction = 1, bool keepdim = false);
+Tensor std(const Tensor& x, IntArrayRef dims = {}, double correction = 1, bool keepdim = false);
+Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim = false);
+// p: 1, 2 or infinity.
+Tensor norm(const Tensor& x, double p = 2, IntArrayRef dims = {}, bool keepdim = false);
+Tensor all(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
+Tensor any(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
+Tensor cumsum(const Tensor& x, int64_t dim);
+Tensor cumprod(const Tensor& x, int64_t dim);
+// Sums `x` down to `shape` (the reverse of broadcasting).
+Tensor sum_to(const Tensor& x, IntArrayRef shape);
+
+// ---- linear algebra ------------------------------------------------------------
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);
+Tensor mm(const Tensor& a, const Tensor& b);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
+Tensor outer(const Tensor& a, const Tensor& b);
+Tensor einsum(const std::string& equation, const TensorList& operands);
+
+// ---- shape and indexing -----------------------------------------------------
+Tensor cat(const TensorList& ts, int64_t dim = 0);
+Tensor stack(const TensorList& ts, int64_t dim = 0);
+TensorList split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+TensorList split(const Tensor& x, IntArrayRef sizes, int64_t dim = 0);
+TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+TensorList unbind(const Tensor& x, int64_t dim = 0);
+// pad: pairs (before, after) starting from the last dim, as torch.nn.functional.pad.
+// mode: "constant", "reflect" or "replicate".
+Tensor pad(const Tensor& x, IntArrayRef pad, const std::string& mode = "constant", double value = 0);
+Tensor flip(const Tensor& x, IntArrayRef dims);
+Tensor roll(const Tensor& x, IntArrayRef shifts, IntArrayRef dims = {});
+Tensor repeat(const Tensor& x, IntArrayRef repeats);
+Tensor tile(const Tensor& x, IntArrayRef reps);
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Scalar& value);
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha = 1);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value);
+Tensor masked_select(const Tensor& x, const Tensor& mask);
+Tensor nonzero(const Tensor& x);
+Tensor one_hot(const Tensor& x, int64_t num_classes = -1);
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
+std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+// Sorted unique values; with return_inverse/return_counts the extra tensors too.
+std::tuple<Tensor, Tensor, Tensor> unique(const Tensor& x, bool sorted = true, bool return_inverse = false,
+                                          bool return_counts = false);
+
+// ---- views with autograd (also available as Tensor methods) ---------------------
+Tensor view(const Tensor& x, IntArrayRef shape);
+Tensor reshape(const Tensor& x, IntArrayRef shape);
+Tensor permute(const Tensor& x, IntArrayRef dims);
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+Tensor expand(const Tensor& x, IntArrayRef shape);
+Tensor squeeze(const Tensor& x, std::optional<int64_t> dim = {});
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor diagonal(const Tensor& x, int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1);
+Tensor contiguous(const Tensor& x);
+Tensor clone(const Tensor& x);
+Tensor to_dtype(const Tensor& x, DType dtype);
+
+// ---- random ------------------------------------------------------------------------
+Tensor rand(IntArrayRef shape, TensorOptions opts = {}, Generator* gen = nullptr);
+Tensor randn(IntArrayRef shape, TensorOptions opts = {}, Generator* gen = nullptr);
+Tensor randint(int64_t low, int64_t high, IntArrayRef shape, TensorOptions opts = DType::I64, Generator* gen = nullptr);
+Tensor uniform(IntArrayRef shape, double low, double high, TensorOptions opts = {}, Generator* gen = nullptr);
+Tensor normal(IntArrayRef shape, double mean, double std, TensorOptions opts = {}, Generator* gen = nullptr);
+// Each element is 1 with probability p (a tensor of probabilities or a scalar).
+Tensor bernoulli(const Tensor& p, Generator* gen = nullptr);
+Tensor bernoulli(IntArrayRef shape, double p, TensorOptions opts = {}, Generator* gen = nullptr);
+Tensor rand_like(const Tensor& t, Generator* gen = nullptr);
+Tensor randn_like(const Tensor& t, Generator* gen = nullptr);
+
+// ---- neural-network functions ---------------------------------------------------------
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = {});
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// In training mode, running_mean/var (if given) are updated in place with momentum.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
+                  double momentum = 0.1, double eps = 1e-5);
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx = {});
+
+struct Conv2dOptions {
+  std::vector<int64_t> stride{1, 1};
+  std::vector<int64_t> padding{0, 0};  // ignored when padding_mode_same
+  std::vector<int64_t> dilation{1, 1};
+  int64_t groups = 1;
+  bool padding_same = false;  // padding='same' (stride must be 1)
+};
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1, bool padding_same = false);
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& opts = {});
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                        IntArrayRef stride = {1, 1}, IntArrayRef padding = {0, 0},
+                        IntArrayRef output_padding = {0, 0}, int64_t groups = 1, IntArrayRef dilation = {1, 1});
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, IntArrayRef kernel, IntArrayRef stride = {},
+                                                   IntArrayRef padding = {0, 0}, IntArrayRef dilation = {1, 1},
+                                                   bool ceil_mode = false);
+Tensor max_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride = {}, IntArrayRef padding = {0, 0},
+                  IntArrayRef dilation = {1, 1}, bool ceil_mode = false);
+Tensor avg_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride = {}, IntArrayRef padding = {0, 0},
+                  bool ceil_mode = false, bool count_include_pad = true);
+Tensor adaptive_avg_pool2d(const Tensor& x, IntArrayRef output_size);
+// mode: "nearest" or "bilinear"; give either size or scale_factor.
+Tensor interpolate(const Tensor& x, IntArrayRef size, std::vector<double> scale_factor = {},
+                   const std::string& mode = "nearest", bool align_corners = false);
+
+// reduction: "mean", "sum" or "none".
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight = Tensor(),
+                     int64_t ignore_index = -100, const std::string& reduction = "mean",
+                     double label_smoothing = 0.0);
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const Tensor& weight = Tensor(),
+                int64_t ignore_index = -100, const std::string& reduction = "mean");
+Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean");
+Tensor l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean");
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean",
+                      double beta = 1.0);
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
+                            const std::string& reduction = "mean");
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
+                                        const std::string& reduction = "mean", const Tensor& pos_weight = Tensor());
+Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction = "mean",
+              bool log_target = false);
+// q [..., L, E], k [..., S, E], v [..., S, Ev]. attn_mask: additive float mask or
+// boolean (true = attend), broadcastable to [..., L, S].
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask = Tensor(), double dropout_p = 0.0,
+                                    bool is_causal = false, std::optional<double> scale = {},
+                                    Generator* gen = nullptr);
+
+}  // namespace tessera::ops

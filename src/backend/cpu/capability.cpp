@@ -1,0 +1,48 @@
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cpu/kernel_table.h"
+#include "tessera/core/error.h"
+
+namespace tessera::cpu {
+namespace {
+
+enum class Isa { Base, Avx2, Avx512 };
+
+Isa detect() {
+  __builtin_cpu_init();
+  Isa best = Isa::Base;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    best = Isa::Avx2;
+  if (best == Isa::Avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    best = Isa::Avx512;
+  if (const char* want = std::getenv("TESSERA_CPU_CAPABILITY")) {
+    Isa w = best;
+    if (!std::strcmp(want, "base")) w = Isa::Base;
+    else if (!std::strcmp(want, "avx2")) w = Isa::Avx2;
+    else if (!std::strcmp(want, "avx512")) w = Isa::Avx512;
+    else TS_ERROR("TESSERA_CPU_CAPABILITY=", want, " is not one of base, avx2, avx512");
+    if (w < best) best = w;  // only ever lower it: a higher ISA would crash
+  }
+  return best;
+}
+
+KernelTable build() {
+  KernelTable t;
+  switch (detect()) {
+    case Isa::Base: isa_base::fill_kernel_table(t); t.isa = "base"; break;
+    case Isa::Avx2: isa_avx2::fill_kernel_table(t); t.isa = "avx2"; break;
+    case Isa::Avx512: isa_avx512::fill_kernel_table(t); t.isa = "avx512"; break;
+  }
+  return t;
+}
+
+}  // namespace
+
+const KernelTable& kernels() {
+  static const KernelTable table = build();
+  return table;
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,118 @@
+#include "backend/cpu/gemm.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <array>
+#include <map>
+#include <mutex>
+
+#include "tessera/core/parallel.h"
+
+namespace tessera::cpu {
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+struct Key {
+  std::array<int64_t, 15> v;
+  bool operator<(const Key& o) const { return v < o.v; }
+};
+
+struct Engine {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  std::mutex mu;
+  std::map<Key, dnnl::matmul> cache;
+};
+
+Engine& engine() {
+  static Engine* e = new Engine();
+  return *e;
+}
+
+// oneDNN needs one of the two inner strides of every operand to be 1.
+bool dnnl_layout_ok(const int64_t* s) { return s[1] == 1 || s[2] == 1; }
+
+void gemm_dnnl(const GemmArgs& g) {
+  Engine& e = engine();
+  dt type = g.dtype == DType::BF16 ? dt::bf16 : dt::f32;
+  Key key{{g.batch, g.m, g.n, g.k, g.sa[0], g.sa[1], g.sa[2], g.sb[0], g.sb[1], g.sb[2], g.sc[0], g.sc[1],
+           g.sc[2], g.bias ? 1 : 0, static_cast<int64_t>(type)}};
+  dnnl::memory::dims ad = {g.batch, g.m, g.k}, bd = {g.batch, g.k, g.n}, cd = {g.batch, g.m, g.n};
+  dnnl::memory::desc amd(ad, type, {g.sa[0], g.sa[1], g.sa[2]});
+  dnnl::memory::desc bmd(bd, type, {g.sb[0], g.sb[1], g.sb[2]});
+  dnnl::memory::desc cmd(cd, type, {g.sc[0], g.sc[1], g.sc[2]});
+  dnnl::memory::desc biasmd({1, 1, g.n}, type, {g.n, g.n, 1});
+  dnnl::matmul prim;
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    auto it = e.cache.find(key);
+    if (it == e.cache.end()) {
+      auto desc = g.bias ? dnnl::matmul::desc(amd, bmd, biasmd, cmd) : dnnl::matmul::desc(amd, bmd, cmd);
+      dnnl::matmul::primitive_desc pd(desc, e.eng);
+      it = e.cache.emplace(key, dnnl::matmul(pd)).first;
+    }
+    prim = it->second;
+  }
+  dnnl::stream s(e.eng);
+  dnnl::memory am(amd, e.eng, const_cast<void*>(g.a));
+  dnnl::memory bm(bmd, e.eng, const_cast<void*>(g.b));
+  dnnl::memory cm(cmd, e.eng, g.c);
+  if (g.bias) {
+    dnnl::memory biasm(biasmd, e.eng, const_cast<void*>(g.bias));
+    prim.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_BIAS, biasm}, {DNNL_ARG_DST, cm}});
+  } else {
+    prim.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  }
+  s.wait();
+}
+
+// Portable path: accumulate in acc_t (double for f64, float for 16-bit floats,
+// int64 for integers), row-parallel, k-outer loop so the inner loop is contiguous in B.
+template <typename T>
+void gemm_loop(const GemmArgs& g) {
+  using A = std::conditional_t<std::is_floating_point_v<acc_t<T>>, acc_t<T>, int64_t>;
+  const T* a = static_cast<const T*>(g.a);
+  const T* b = static_cast<const T*>(g.b);
+  const T* bias = static_cast<const T*>(g.bias);
+  T* c = static_cast<T*>(g.c);
+  parallel_for(0, g.batch * g.m, std::max<int64_t>(1, 4096 / std::max<int64_t>(g.n * g.k, 1)), [&](int64_t r0, int64_t r1) {
+    std::vector<A> acc(g.n);
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t bi = r / g.m, i = r % g.m;
+      std::fill(acc.begin(), acc.end(), A(0));
+      for (int64_t p = 0; p < g.k; ++p) {
+        A av = static_cast<A>(static_cast<acc_t<T>>(a[bi * g.sa[0] + i * g.sa[1] + p * g.sa[2]]));
+        const T* brow = b + bi * g.sb[0] + p * g.sb[1];
+        for (int64_t j = 0; j < g.n; ++j) acc[j] += av * static_cast<A>(static_cast<acc_t<T>>(brow[j * g.sb[2]]));
+      }
+      for (int64_t j = 0; j < g.n; ++j) {
+        A v = acc[j];
+        if (bias) v += static_cast<A>(static_cast<acc_t<T>>(bias[j]));
+        c[bi * g.sc[0] + i * g.sc[1] + j * g.sc[2]] = static_cast<T>(static_cast<acc_t<T>>(v));
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void gemm(const GemmArgs& g) {
+  if (g.batch == 0 || g.m == 0 || g.n == 0) return;
+  bool dnnl_type = g.dtype == DType::F32 || g.dtype == DType::BF16;
+  if (dnnl_type && g.k > 0 && dnnl_layout_ok(g.sa) && dnnl_layout_ok(g.sb) && g.sc[2] == 1) {
+    gemm_dnnl(g);
+    return;
+  }
+  visit_dtype(g.dtype, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, bool>) TS_ERROR("matmul: not supported for bool tensors");
+    else gemm_loop<T>(g);
+  });
+}
+
+int64_t gemm_cache_size() {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lock(e.mu);
+  return static_cast<int64_t>(e.cache.size());
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,27 @@
+#pragma once
+// Dense matrix multiply: C[b] = alpha * A[b] @ B[b] (+ bias), batched with
+// strides. f32 and bf16 go to oneDNN (primitives cached by shape and layout);
+// f64, f16 and integer types use a portable blocked loop.
+#include <cstdint>
+
+#include "tessera/core/tensor.h"
+
+namespace tessera::cpu {
+
+struct GemmArgs {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  // Element strides: [batch, row, col] for each operand.
+  int64_t sa[3], sb[3], sc[3];
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  const void* bias = nullptr;  // length n, added to every row (contiguous)
+  DType dtype = DType::F32;
+};
+
+void gemm(const GemmArgs& args);
+
+// Statistics of the primitive cache, for tests and the profiler.
+int64_t gemm_cache_size();
+
+}  // namespace tessera::cpu

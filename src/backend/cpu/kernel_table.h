@@ -1,0 +1,92 @@
+#pragma once
+// The CPU kernel table. Kernel files under kernels/ are compiled once per
+// instruction set and each fills one KernelTable; the table for the best
+// instruction set this CPU supports is chosen at start-up.
+//
+// Note [CPU capabilities]
+// Binaries move between machines, so the ISA is never chosen by -march=native:
+// kernels/*.cpp are built three times (baseline x86-64, AVX2+FMA, AVX-512) into
+// namespaces tessera::cpu::isa_<name>, and capability.cpp picks one from cpuid
+// (TESSERA_CPU_CAPABILITY=base|avx2|avx512 lowers it, for testing).
+#include <cstdint>
+
+#include "tessera/core/dtype.h"
+
+namespace tessera::cpu {
+
+// A 1-D loop over n elements: data[0] is the output, data[1..] the inputs,
+// strides in bytes; params are the op's scalar parameters (may be null).
+using Loop1d = void (*)(char** data, const int64_t* strides, int64_t n, const double* params);
+
+// X(name, params) — params: how many doubles the op reads from `params`.
+#define TS_UNARY_KERNELS(X)                                                                          \
+  X(Neg) X(Abs) X(Exp) X(Exp2) X(Log) X(Log2) X(Log1p) X(Expm1) X(Sqrt) X(Rsqrt) X(Square) X(Sin)   \
+  X(Cos) X(Tan) X(Tanh) X(Sigmoid) X(Relu) X(LeakyRelu) X(Elu) X(Gelu) X(GeluTanh) X(Silu) X(Mish) \
+  X(Softplus) X(Hardtanh) X(Sign) X(Floor) X(Ceil) X(Round) X(Trunc) X(Clamp) X(Reciprocal) X(Erf) \
+  X(PowScalar) X(RPowScalar) X(NanToNum) X(Isnan) X(Isinf) X(Isfinite) X(LogicalNot)
+
+#define TS_BINARY_KERNELS(X)                                                                          \
+  X(Add) X(Sub) X(Mul) X(Div) X(FloorDiv) X(TruncDiv) X(Remainder) X(Pow) X(Maximum) X(Minimum)       \
+  X(Atan2) X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge) X(LogicalAnd) X(LogicalOr) X(LogicalXor)
+
+enum class UnaryKernel : uint8_t {
+#define TS_X(n) n,
+  TS_UNARY_KERNELS(TS_X)
+#undef TS_X
+  kCount
+};
+enum class BinaryKernel : uint8_t {
+#define TS_X(n) n,
+  TS_BINARY_KERNELS(TS_X)
+#undef TS_X
+  kCount
+};
+constexpr int kNumUnary = static_cast<int>(UnaryKernel::kCount);
+constexpr int kNumBinary = static_cast<int>(BinaryKernel::kCount);
+
+enum class ReduceKernel : uint8_t { Sum, Prod, Max, Min, All, Any, kCount };
+constexpr int kNumReduce = static_cast<int>(ReduceKernel::kCount);
+
+// Reduces each of `rows` contiguous rows of `len` elements of `in` into out[r]
+// (out has the accumulation dtype: see reduce.cpp in ops).
+using RowReduce = void (*)(const void* in, void* out, int64_t rows, int64_t len);
+// Reduces the middle dim of a contiguous [outer, len, inner] block into [outer, inner].
+using MidReduce = void (*)(const void* in, void* out, int64_t outer, int64_t len, int64_t inner);
+// Index of the max (or min) of each contiguous row, and the value.
+using RowArgReduce = void (*)(const void* in, void* values, int64_t* indices, int64_t rows, int64_t len);
+
+// Row-wise normalizations on contiguous [rows, n] data (float types only).
+using SoftmaxFwd = void (*)(const void* x, void* y, int64_t rows, int64_t n, bool log);
+using SoftmaxBwd = void (*)(const void* gy, const void* y, void* gx, int64_t rows, int64_t n, bool log);
+// Writes y, and per-row mean and rstd (float, or double for f64) when they are non-null.
+using LayerNormFwd = void (*)(const void* x, const void* w, const void* b, void* y, void* mean, void* rstd,
+                              int64_t rows, int64_t n, double eps, bool rms);
+// gx for rows [r0, r1); gw/gb (length n, accumulation type) accumulate over those rows.
+using LayerNormBwd = void (*)(const void* gy, const void* x, const void* w, const void* mean, const void* rstd,
+                              void* gx, void* gw, void* gb, int64_t r0, int64_t r1, int64_t n, bool rms);
+
+struct KernelTable {
+  const char* isa = "";
+  Loop1d unary[kNumUnary][kNumDTypes] = {};
+  Loop1d binary[kNumBinary][kNumDTypes] = {};
+  Loop1d cast[kNumDTypes][kNumDTypes] = {};  // [from][to]; also the strided copy
+  Loop1d fill[kNumDTypes] = {};              // params[0]: value as double, params[1]: as int64 bits
+  Loop1d where[kNumDTypes] = {};             // data: out, cond(bool), a, b
+  RowReduce reduce_rows[kNumReduce][kNumDTypes] = {};
+  MidReduce reduce_mid[kNumReduce][kNumDTypes] = {};
+  RowArgReduce argmax_rows[kNumDTypes] = {};
+  RowArgReduce argmin_rows[kNumDTypes] = {};
+  SoftmaxFwd softmax_fwd[kNumDTypes] = {};
+  SoftmaxBwd softmax_bwd[kNumDTypes] = {};
+  LayerNormFwd layer_norm_fwd[kNumDTypes] = {};
+  LayerNormBwd layer_norm_bwd[kNumDTypes] = {};
+};
+
+const KernelTable& kernels();
+inline int idx(DType t) { return static_cast<int>(t); }
+
+namespace isa_base { void fill_kernel_table(KernelTable& t); }
+namespace isa_avx2 { void fill_kernel_table(KernelTable& t); }
+namespace isa_avx512 { void fill_kernel_table(KernelTable& t); }
+
+}  // namespace tessera::cpu

@@ -1,0 +1,11 @@
+#include "backend/cpu/kernels/common.h"
+
+namespace tessera::cpu::TESSERA_ISA {
+
+void fill_kernel_table(KernelTable& t) {
+  fill_elementwise_kernels(t);
+  fill_reduce_kernels(t);
+  fill_norm_kernels(t);
+}
+
+}  // namespace tessera::cpu::TESSERA_ISA

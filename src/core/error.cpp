@@ -1,0 +1,7 @@
+#include "tessera/core/error.h"
+
+namespace tessera::detail {
+
+void throw_error(std::string msg) { throw Error(std::move(msg)); }
+
+}  // namespace tessera::detail

@@ -1,0 +1,99 @@
+#include "tessera/core/tensor.h"
+
+#include <cstring>
+
+#include "tessera/autograd/node.h"
+
+namespace tessera {
+
+AutogradMeta::~AutogradMeta() = default;
+
+TensorImpl::TensorImpl(StoragePtr s, Shape sh, Shape st, int64_t off, DType dt)
+    : storage(std::move(s)), shape(std::move(sh)), strides(std::move(st)), offset(off), dtype(dt) {
+  refresh();
+}
+
+TensorImpl::~TensorImpl() = default;
+
+void TensorImpl::refresh() {
+  numel = numel_of(shape);
+  // Contiguous: row-major strides, ignoring dims of size 1 (their stride is free).
+  bool c = true;
+  int64_t expected = 1;
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) {
+      c = false;
+      break;
+    }
+    expected *= shape[i];
+  }
+  is_contiguous = c || numel == 0;
+}
+
+AutogradMeta& TensorImpl::autograd_meta() {
+  if (!autograd) autograd = std::make_unique<AutogradMeta>();
+  return *autograd;
+}
+
+int64_t Tensor::size(int64_t d) const { return impl_->shape[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
+
+Scalar Tensor::item() const {
+  TS_CHECK(defined(), "item: the tensor is undefined");
+  TS_CHECK(numel() == 1, "item: only a tensor with one element can be converted to a scalar, got shape ",
+           shape_str(shape()), " (", numel(), " elements)");
+  return visit_dtype(dtype(), [&]<typename T>() -> Scalar {
+    T v;
+    std::memcpy(&v, raw_data(), sizeof(T));
+    return Scalar(v);
+  });
+}
+
+Tensor empty(IntArrayRef shape, TensorOptions opts) {
+  for (int64_t d : shape)
+    TS_CHECK(d >= 0, "empty: negative dimension ", d, " in shape ", shape_str(shape));
+  TS_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "empty: ", shape.size(),
+           " dimensions requested; at most ", kMaxDims, " are supported");
+  TS_CHECK(opts.device.type == DeviceType::CPU, "empty: device ", opts.device,
+           " is not available in this build (only cpu)");
+  int64_t n = numel_of(shape);
+  size_t bytes = static_cast<size_t>(n) * dtype_size(opts.dtype);
+  auto impl = make_intrusive<TensorImpl>(make_intrusive<Storage>(bytes), shape.shape(),
+                                         contiguous_strides(shape), 0, opts.dtype);
+  Tensor t(std::move(impl));
+  if (opts.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor empty_like(const Tensor& t, std::optional<DType> dtype) {
+  return empty(t.shape(), dtype.value_or(t.dtype()));
+}
+
+Tensor from_blob(void* data, IntArrayRef shape, IntArrayRef strides, DType dtype,
+                 std::function<void(void*)> deleter) {
+  TS_CHECK(shape.size() == strides.size(), "from_blob: shape ", shape_str(shape), " and strides ",
+           shape_str(strides), " differ in length");
+  TS_CHECK(data != nullptr || numel_of(shape) == 0, "from_blob: data is null");
+  int64_t extent = 0;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    TS_CHECK(shape[i] >= 0, "from_blob: negative dimension ", shape[i], " in shape ", shape_str(shape));
+    TS_CHECK(strides[i] >= 0, "from_blob: negative stride ", strides[i], " is not supported");
+    if (shape[i] > 0) extent += (shape[i] - 1) * strides[i];
+  }
+  size_t bytes = numel_of(shape) == 0 ? 0 : static_cast<size_t>(extent + 1) * dtype_size(dtype);
+  auto storage = make_intrusive<Storage>(data, bytes, std::move(deleter));
+  return Tensor(make_intrusive<TensorImpl>(std::move(storage), shape.shape(), strides.shape(), 0, dtype));
+}
+
+Tensor from_blob(void* data, IntArrayRef shape, DType dtype, std::function<void(void*)> deleter) {
+  return from_blob(data, shape, contiguous_strides(shape), dtype, std::move(deleter));
+}
+
+Tensor from_buffer(const void* data, IntArrayRef shape, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  if (t.nbytes()) std::memcpy(t.raw_data(), data, t.nbytes());
+  return t;
+}
+
+}  // namespace tessera

@@ -1,0 +1,273 @@
+// Binary elementwise ops with NumPy broadcasting and PyTorch type promotion.
+// Gradients are summed back over broadcast dims with sum_to.
+#include "ops/op_utils.h"
+
+namespace tessera::ops {
+namespace {
+
+using K = cpu::BinaryKernel;
+enum class Kind { Arith, TrueDiv, Compare, Logical, IntDiv };
+
+Tensor binary(const char* name, const Tensor& a, const Tensor& b, K k, Kind kind) {
+  check_defined(a, name, "input");
+  check_defined(b, name, "other");
+  check_same_device(a, b, name);
+  DType ct = result_type(a, b);
+  if (kind == Kind::TrueDiv && !is_floating(ct)) ct = default_float_dtype();
+  DType out_dtype = (kind == Kind::Compare || kind == Kind::Logical) ? DType::Bool : ct;
+  auto loop = cpu::kernels().binary[static_cast<int>(k)][cpu::idx(ct)];
+  TS_CHECK(loop != nullptr, name, ": not supported for ", dtype_name(ct), " tensors (inputs are ",
+           dtype_name(a.dtype()), " and ", dtype_name(b.dtype()), ")",
+           ct == DType::Bool ? "; convert bool tensors with to() first" : "");
+  Tensor ac = cast(a, ct), bc = cast(b, ct);
+  if (kind == Kind::IntDiv && !is_floating(ct)) {
+    Tensor zero = run_binary(bc, cast(wrap_scalar(0), ct), K::Eq, DType::Bool);
+    TS_CHECK(!any(zero).item<bool>(), name, ": integer division by zero (the divisor of dtype ", dtype_name(ct),
+             " contains 0)");
+  }
+  return run_binary(ac, bc, k, out_dtype);
+}
+
+bool needs_grad(const Tensor& a, const Tensor& b) { return autograd::any_requires_grad({&a, &b}); }
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  bool scaled = alpha.to_double() != 1.0;
+  Tensor y = scaled ? binary("add", a, mul(b, alpha), K::Add, Kind::Arith) : binary("add", a, b, K::Add, Kind::Arith);
+  if (needs_grad(a, b)) {
+    TensorList outs{y};
+    Shape sa = a.shape(), sb = b.shape();
+    double al = alpha.to_double();
+    autograd::record("add", {a, b}, outs, [sa, sb, al](const VjpArgs& v) -> TensorList {
+      const Tensor& g = v.grads[0];
+      Tensor ga = v.needs_grad(0) ? sum_to(g, sa) : Tensor();
+      Tensor gb = v.needs_grad(1) ? sum_to(al == 1.0 ? g : mul(g, al), sb) : Tensor();
+      return {ga, gb};
+    });
+  }
+  return y;
+}
+Tensor add(const Tensor& a, const Scalar& b) { return add(a, wrap_scalar(b)); }
+Tensor add(const Scalar& a, const Tensor& b) { return add(wrap_scalar(a), b); }
+
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  TS_CHECK(a.dtype() != DType::Bool || b.dtype() != DType::Bool,
+           "sub: subtracting two bool tensors is not supported; use logical_xor() instead");
+  double al = alpha.to_double();
+  Tensor y = al != 1.0 ? binary("sub", a, mul(b, alpha), K::Sub, Kind::Arith) : binary("sub", a, b, K::Sub, Kind::Arith);
+  if (needs_grad(a, b)) {
+    TensorList outs{y};
+    Shape sa = a.shape(), sb = b.shape();
+    autograd::record("sub", {a, b}, outs, [sa, sb, al](const VjpArgs& v) -> TensorList {
+      const Tensor& g = v.grads[0];
+      Tensor ga = v.needs_grad(0) ? sum_to(g, sa) : Tensor();
+      Tensor gb = v.needs_grad(1) ? sum_to(mul(g, -al), sb) : Tensor();
+      return {ga, gb};
+    });
+  }
+  return y;
+}
+Tensor sub(const Tensor& a, const Scalar& b) { return sub(a, wrap_scalar(b)); }
+Tensor sub(const Scalar& a, const Tensor& b) { return sub(wrap_scalar(a), b); }
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor y = binary("mul", a, b, K::Mul, Kind::Arith);
+  if (needs_grad(a, b)) {
+    TensorList outs{y};
+    Shape sa = a.shape(), sb = b.shape();
+    autograd::record("mul", {a, b}, outs, [sa, sb](const VjpArgs& v) -> TensorList {
+      const Tensor& g = v.grads[0];
+      Tensor ga = v.needs_grad(0) ? sum_to(mul(g, v.saved[1]), sa) : Tensor();
+      Tensor gb = v.needs_grad(1) ? sum_to(mul(g, v.saved[0]), sb) : Tensor();
+      return {ga, gb};
+    }, {0, 1});
+  }
+  return y;
+}
+Tensor mul(const Tensor& a, const Scalar& b) { return mul(a, wrap_scalar(b)); }
+Tensor mul(const Scalar& a, const Tensor& b) { return mul(wrap_scalar(a), b); }
+
+Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
+  if (mode == "floor") return floor_divide(a, b);
+  if (mode == "trunc") {
+    Tensor y = binary("div", a, b, K::TruncDiv, Kind::IntDiv);
+    if (needs_grad(a, b)) {
+      TensorList outs{y};
+      autograd::record("div_trunc", {a, b}, outs, [](const VjpArgs& v) -> TensorList {
+        return {zeros_like(v.saved[0]), zeros_like(v.saved[1])};
+      }, {0, 1});
+    }
+    return y;
+  }
+  TS_CHECK(mode.empty(), "div: rounding_mode must be empty (true division), 'floor' or 'trunc', got '", mode, "'");
+  Tensor y = binary("div", a, b, K::Div, Kind::TrueDiv);
+  if (needs_grad(a, b)) {
+    TensorList outs{y};
+    Shape sa = a.shape(), sb = b.shape();
+    autograd::record("div", {a, b}, outs, [sa, sb](const VjpArgs& v) -> TensorList {
+      const Tensor& g = v.grads[0];
+      const Tensor& a = v.saved[0];
+      const Tensor& b = v.saved[1];
+      Tensor ga = v.needs_grad(0) ? sum_to(div(g, b), sa) : Tensor();
+      Tensor gb = v.needs_grad(1) ? sum_to(neg(div(mul(g, a), square(b))), sb) : Tensor();
+      return {ga, gb};
+    }, {0, 1});
+  }
+  return y;
+}
+Tensor div(const Tensor& a, const Scalar& b, const std::string& mode) { return div(a, wrap_scalar(b), mode); }
+Tensor div(const Scalar& a, const Tensor& b) { return div(wrap_scalar(a), b); }
+
+Tensor floor_divide(const Tensor& a, const Tensor& b) {
+  Tensor y = binary("floor_divide", a, b, K::FloorDiv, Kind::IntDiv);
+  if (needs_grad(a, b)) {
+    TensorList outs{y};
+    autograd::record("floor_divide", {a, b}, outs, [](const VjpArgs& v) -> TensorList {
+      return {zeros_like(v.saved[0]), zeros_like(v.saved[1])};
+    }, {0, 1});
+  }
+  return y;
+}
+
+Tensor remainder(const Tensor& a, const Tensor& b) {
+  Tensor y = binary("remainder", a, b, K::Remainder, Kind::IntDiv);
+  if (needs_grad(a, b)) {
+    TensorList outs{y};
+    Shape sa = a.shape(), sb = b.shape();
+    autograd::record("remainder", {a, b}, outs, [sa, sb](const VjpArgs& v) -> TensorList {
+      const Tensor& g = v.grads[0];
+      Tensor ga = v.needs_grad(0) ? sum_to(g, sa) : Tensor();
+      Tensor gb = v.needs_grad(1) ? sum_to(neg(mul(g, floor_divide(v.saved[0], v.saved[1]))), sb) : Tensor();
+      return {ga, gb};
+    }, {0, 1});
+  }
+  return y;
+}
+Tensor remainder(const Tensor& a, const Scalar& b) { return remainder(a, wrap_scalar(b)); }
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  if (!is_floating(result_type(a, b)) && b.dim() >= 0) {
+    Tensor bc = cast(b, result_type(a, b));
+    TS_CHECK(bc.numel() == 0 || !any(lt(bc, 0)).item<bool>(),
+             "pow: integers to negative integer powers are not allowed");
+  }
+  Tensor y = binary("pow", a, b, K::Pow, Kind::Arith);
+  if (needs_grad(a, b)) {
+    TensorList outs{y};
+    Shape sa = a.shape(), sb = b.shape();
+    autograd::record("pow", {a, b}, outs, [sa, sb](const VjpArgs& v) -> TensorList {
+      const Tensor& g = v.grads[0];
+      const Tensor& a = v.saved[0];
+      const Tensor& b = v.saved[1];
+      Tensor ga, gb;
+      if (v.needs_grad(0)) ga = sum_to(where(eq(b, 0), 0, mul(g, mul(b, pow(a, sub(b, 1))))), sa);
+      if (v.needs_grad(1)) {
+        Tensor y = pow(a, b);
+        gb = sum_to(where(logical_and(eq(a, 0), ge(b, 0)), 0, mul(g, mul(y, log(a)))), sb);
+      }
+      return {ga, gb};
+    }, {0, 1});
+  }
+  return y;
+}
+
+namespace {
+// maximum/minimum: where both are equal the gradient is split evenly.
+Tensor extremum(const char* name, const Tensor& a, const Tensor& b, K k, bool is_max) {
+  Tensor y = binary(name, a, b, k, Kind::Arith);
+  if (needs_grad(a, b)) {
+    TensorList outs{y};
+    Shape sa = a.shape(), sb = b.shape();
+    autograd::record(name, {a, b}, outs, [sa, sb, is_max](const VjpArgs& v) -> TensorList {
+      const Tensor& g = v.grads[0];
+      const Tensor& a = v.saved[0];
+      const Tensor& b = v.saved[1];
+      Tensor a_wins = is_max ? gt(a, b) : lt(a, b);
+      Tensor tie = eq(a, b);
+      Tensor half = mul(g, 0.5);
+      Tensor ga = v.needs_grad(0) ? sum_to(where(a_wins, g, where(tie, half, 0)), sa) : Tensor();
+      Tensor gb = v.needs_grad(1) ? sum_to(where(logical_or(a_wins, tie), where(tie, half, 0), g), sb) : Tensor();
+      return {ga, gb};
+    }, {0, 1});
+  }
+  return y;
+}
+}  // namespace
+
+Tensor maximum(const Tensor& a, const Tensor& b) { return extremum("maximum", a, b, K::Maximum, true); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return extremum("minimum", a, b, K::Minimum, false); }
+
+Tensor atan2(const Tensor& a, const Tensor& b) {
+  Tensor y = binary("atan2", a, b, K::Atan2, Kind::TrueDiv);
+  if (needs_grad(a, b)) {
+    TensorList outs{y};
+    Shape sa = a.shape(), sb = b.shape();
+    autograd::record("atan2", {a, b}, outs, [sa, sb](const VjpArgs& v) -> TensorList {
+      const Tensor& g = v.grads[0];
+      const Tensor& a = v.saved[0];
+      const Tensor& b = v.saved[1];
+      Tensor denom = add(square(a), square(b));
+      Tensor ga = v.needs_grad(0) ? sum_to(div(mul(g, b), denom), sa) : Tensor();
+      Tensor gb = v.needs_grad(1) ? sum_to(div(mul(neg(g), a), denom), sb) : Tensor();
+      return {ga, gb};
+    }, {0, 1});
+  }
+  return y;
+}
+
+#define TS_COMPARE(fn, Kern)                                                                                 \
+  Tensor fn(const Tensor& a, const Tensor& b) { return binary(#fn, a, b, K::Kern, Kind::Compare); }          \
+  Tensor fn(const Tensor& a, const Scalar& b) { return binary(#fn, a, wrap_scalar(b), K::Kern, Kind::Compare); }
+TS_COMPARE(eq, Eq)
+TS_COMPARE(ne, Ne)
+TS_COMPARE(lt, Lt)
+TS_COMPARE(le, Le)
+TS_COMPARE(gt, Gt)
+TS_COMPARE(ge, Ge)
+#undef TS_COMPARE
+
+Tensor logical_and(const Tensor& a, const Tensor& b) { return binary("logical_and", a, b, K::LogicalAnd, Kind::Logical); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return binary("logical_or", a, b, K::LogicalOr, Kind::Logical); }
+Tensor logical_xor(const Tensor& a, const Tensor& b) { return binary("logical_xor", a, b, K::LogicalXor, Kind::Logical); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_defined(cond, "where", "condition");
+  check_defined(a, "where", "input");
+  check_defined(b, "where", "other");
+  TS_CHECK(cond.dtype() == DType::Bool, "where: the condition must be a bool tensor, got ", dtype_name(cond.dtype()));
+  DType ct = result_type(a, b);
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor ac = cast(a, ct), bc = cast(b, ct);
+  Tensor y = empty(shape, ct);
+  cpu::run_elementwise(y, {&cond, &ac, &bc}, cpu::kernels().where[cpu::idx(ct)]);
+  if (needs_grad(a, b)) {
+    TensorList outs{y};
+    Shape sa = a.shape(), sb = b.shape();
+    autograd::record("where", {a, b}, outs, [sa, sb](const VjpArgs& v) -> TensorList {
+      const Tensor& g = v.grads[0];
+      const Tensor& c = v.saved[0];
+      Tensor ga = v.needs_grad(0) ? sum_to(where(c, g, 0), sa) : Tensor();
+      Tensor gb = v.needs_grad(1) ? sum_to(where(c, 0, g), sb) : Tensor();
+      return {ga, gb};
+    }, {}, {}, {cond});
+  }
+  return y;
+}
+Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b) { return where(cond, a, wrap_scalar(b)); }
+Tensor where(const Tensor& cond, const Scalar& a, const Tensor& b) { return where(cond, wrap_scalar(a), b); }
+
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
+  return add(start, mul(weight, sub(end, start)));
+}
+Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight) {
+  return add(start, mul(sub(end, start), weight));
+}
+Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
+  return add(self, mul(mul(t1, t2), value));
+}
+Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
+  return add(self, mul(div(t1, t2), value));
+}
+
+}  // namespace tessera::ops

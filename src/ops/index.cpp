@@ -1,0 +1,447 @@
+// Indexing ops: gather/scatter, index_select/index_add, masks, sorting.
+// Indices are validated before use; an index out of range is an error naming
+// the op, the index and the valid range.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "ops/op_utils.h"
+#include "tessera/core/parallel.h"
+
+namespace tessera::ops {
+namespace {
+
+Tensor as_index(const Tensor& index, const char* op) {
+  check_defined(index, op, "index");
+  TS_CHECK(index.dtype() == DType::I64 || index.dtype() == DType::I32, op,
+           ": index must be an integer tensor (i64 or i32), got ", dtype_name(index.dtype()));
+  return cast(index, DType::I64).contiguous();
+}
+
+void check_range(const Tensor& idx, int64_t n, int64_t dim, const char* op) {
+  const int64_t* p = idx.data_ptr<int64_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i)
+    TS_CHECK(p[i] >= -n && p[i] < n, op, ": index ", p[i], " is out of bounds for dimension ", dim, " with size ", n);
+}
+
+// Walks every position of `shape` in row-major order, calling f(coords).
+template <typename F>
+void for_each_coord(IntArrayRef shape, F&& f) {
+  int64_t n = numel_of(shape);
+  if (n == 0) return;
+  int64_t nd = static_cast<int64_t>(shape.size());
+  std::vector<int64_t> c(nd, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    f(c.data());
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      if (++c[d] < shape[d]) break;
+      c[d] = 0;
+    }
+  }
+}
+
+int64_t offset_of(const int64_t* c, IntArrayRef strides, int64_t skip_dim = -1, int64_t at = 0) {
+  int64_t o = 0;
+  for (size_t d = 0; d < strides.size(); ++d)
+    o += (static_cast<int64_t>(d) == skip_dim ? at : c[d]) * strides[d];
+  return o;
+}
+
+void check_gather_shapes(const Tensor& x, int64_t dim, const Tensor& index, const Tensor* src, const char* op) {
+  TS_CHECK(index.dim() == x.dim() || (x.dim() == 0 && index.dim() <= 1), op, ": index has ", index.dim(),
+           " dimensions but the input has ", x.dim(), " (they must match)");
+  for (int64_t d = 0; d < index.dim(); ++d) {
+    if (d != dim)
+      TS_CHECK(index.shape()[d] <= x.shape()[d], op, ": index size ", index.shape()[d], " exceeds the input size ",
+               x.shape()[d], " at dimension ", d, " (index ", shape_str(index.shape()), ", input ",
+               shape_str(x.shape()), ")");
+    if (src)
+      TS_CHECK(index.shape()[d] <= src->shape()[d], op, ": index size ", index.shape()[d],
+               " exceeds the src size ", src->shape()[d], " at dimension ", d);
+  }
+}
+
+// Core of scatter / scatter_add: out (contiguous, a copy of x) gets src values.
+void scatter_into(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src, bool accumulate) {
+  Tensor s = src.contiguous();
+  Shape ist = contiguous_strides(idx.shape());
+  Shape sst = s.strides();
+  Shape ost = out.strides();
+  int64_t n = out.dim() == 0 ? 1 : out.shape()[dim];
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  visit_dtype(out.dtype(), [&]<typename T>() {
+    T* o = out.data_ptr<T>();
+    const T* sp = s.data_ptr<T>();
+    for_each_coord(idx.shape(), [&](const int64_t* c) {
+      int64_t k = ip[offset_of(c, ist)];
+      if (k < 0) k += n;
+      T v = sp[offset_of(c, sst)];
+      T& dst = o[offset_of(c, ost, dim, k)];
+      if (accumulate) {
+        if constexpr (std::is_same_v<T, bool>) dst = dst || v;
+        else dst = static_cast<T>(static_cast<acc_t<T>>(dst) + static_cast<acc_t<T>>(v));
+      } else {
+        dst = v;
+      }
+    });
+  });
+}
+
+}  // namespace
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
+  check_defined(x, "gather", "input");
+  Tensor idx = as_index(index_in, "gather");
+  dim = wrap_dim(dim, x.dim(), "gather");
+  check_gather_shapes(x, dim, idx, nullptr, "gather");
+  int64_t n = x.dim() == 0 ? 1 : x.shape()[dim];
+  check_range(idx, n, dim, "gather");
+  Tensor xc = x.contiguous();
+  Tensor out = empty(idx.shape(), x.dtype());
+  Shape xst = xc.strides(), ist = contiguous_strides(idx.shape());
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  visit_dtype(x.dtype(), [&]<typename T>() {
+    const T* xp = xc.data_ptr<T>();
+    T* o = out.data_ptr<T>();
+    int64_t lin = 0;
+    for_each_coord(idx.shape(), [&](const int64_t* c) {
+      int64_t k = ip[lin];
+      if (k < 0) k += n;
+      o[lin++] = xp[offset_of(c, xst, x.dim() == 0 ? -1 : dim, k)];
+    });
+    (void)ist;
+  });
+  if (autograd::any_requires_grad({&x})) {
+    TensorList outs{out};
+    Shape xs = x.shape();
+    autograd::record("gather", {x}, outs, [xs, dim](const VjpArgs& a) -> TensorList {
+      return {scatter_add(zeros(xs, a.grads[0].dtype()), dim, a.saved[0], a.grads[0])};
+    }, {}, {}, {idx});
+  }
+  return out;
+}
+
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index_in, const Tensor& src) {
+  check_defined(x, "scatter", "input");
+  check_defined(src, "scatter", "src");
+  Tensor idx = as_index(index_in, "scatter");
+  dim = wrap_dim(dim, x.dim(), "scatter");
+  check_gather_shapes(x, dim, idx, &src, "scatter");
+  check_range(idx, x.dim() == 0 ? 1 : x.shape()[dim], dim, "scatter");
+  Tensor out = x.detach().clone();
+  scatter_into(out, dim, idx, cast(src, x.dtype()), false);
+  if (autograd::any_requires_grad({&x, &src})) {
+    TensorList outs{out};
+    autograd::record("scatter", {x, src}, outs, [dim](const VjpArgs& a) -> TensorList {
+      const Tensor& g = a.grads[0];
+      const Tensor& idx = a.saved[0];
+      Tensor gx = a.needs_grad(0) ? scatter(g, dim, idx, 0) : Tensor();
+      Tensor gs = a.needs_grad(1) ? gather(g, dim, idx) : Tensor();
+      if (gs.defined() && !IntArrayRef(gs.shape()).equals(a.saved[1].shape()))
+        gs = pad(gs, [&] {
+          std::vector<int64_t> p;
+          for (int64_t d = gs.dim() - 1; d >= 0; --d) {
+            p.push_back(0);
+            p.push_back(a.saved[1].shape()[d] - gs.shape()[d]);
+          }
+          return p;
+        }());
+      return {gx, gs};
+    }, {}, {}, {idx, src.detach()});
+  }
+  return out;
+}
+
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Scalar& value) {
+  Tensor idx = as_index(index, "scatter");
+  Tensor src = full(idx.shape(), value, x.dtype());
+  if (!autograd::any_requires_grad({&x})) return scatter(x, dim, idx, src);
+  Tensor out = scatter(x.detach(), dim, idx, src);
+  TensorList outs{out};
+  autograd::record("scatter", {x}, outs, [dim](const VjpArgs& a) -> TensorList {
+    return {scatter(a.grads[0], dim, a.saved[0], 0)};
+  }, {}, {}, {idx});
+  return out;
+}
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Tensor& src) {
+  check_defined(x, "scatter_add", "input");
+  check_defined(src, "scatter_add", "src");
+  Tensor idx = as_index(index_in, "scatter_add");
+  dim = wrap_dim(dim, x.dim(), "scatter_add");
+  check_gather_shapes(x, dim, idx, &src, "scatter_add");
+  check_range(idx, x.dim() == 0 ? 1 : x.shape()[dim], dim, "scatter_add");
+  Tensor out = x.detach().clone();
+  scatter_into(out, dim, idx, cast(src, x.dtype()), true);
+  if (autograd::any_requires_grad({&x, &src})) {
+    TensorList outs{out};
+    Shape ss = src.shape();
+    autograd::record("scatter_add", {x, src}, outs, [dim, ss](const VjpArgs& a) -> TensorList {
+      const Tensor& g = a.grads[0];
+      Tensor gs;
+      if (a.needs_grad(1)) {
+        gs = gather(g, dim, a.saved[0]);
+        if (!IntArrayRef(gs.shape()).equals(ss)) {
+          std::vector<int64_t> p;
+          for (int64_t d = gs.dim() - 1; d >= 0; --d) {
+            p.push_back(0);
+            p.push_back(ss[d] - gs.shape()[d]);
+          }
+          gs = pad(gs, p);
+        }
+      }
+      return {a.needs_grad(0) ? g : Tensor(), gs};
+    }, {}, {}, {idx});
+  }
+  return out;
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
+  check_defined(x, "index_select", "input");
+  Tensor idx = as_index(index_in, "index_select");
+  TS_CHECK(idx.dim() <= 1, "index_select: index must be 0-D or 1-D, got shape ", shape_str(idx.shape()));
+  dim = wrap_dim(dim, x.dim(), "index_select");
+  int64_t n = x.dim() == 0 ? 1 : x.shape()[dim];
+  check_range(idx, n, dim, "index_select");
+  if (x.dim() == 0) return x.clone();
+  int64_t k = idx.numel();
+  Tensor xc = x.contiguous();
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= x.shape()[d];
+  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.shape()[d];
+  Shape os = x.shape();
+  os[dim] = k;
+  Tensor out = empty(os, x.dtype());
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  size_t item = x.itemsize();
+  const char* src = static_cast<const char*>(xc.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  size_t row = static_cast<size_t>(inner) * item;
+  parallel_for(0, outer * k, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(inner, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      int64_t o = i / k, j = i % k;
+      int64_t s = ip[j] < 0 ? ip[j] + n : ip[j];
+      std::memcpy(dst + i * row, src + (o * n + s) * row, row);
+    }
+  });
+  if (autograd::any_requires_grad({&x})) {
+    TensorList outs{out};
+    Shape xs = x.shape();
+    autograd::record("index_select", {x}, outs, [xs, dim](const VjpArgs& a) -> TensorList {
+      return {index_add(zeros(xs, a.grads[0].dtype()), dim, a.saved[0], a.grads[0])};
+    }, {}, {}, {idx});
+  }
+  return out;
+}
+
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Tensor& src_in, const Scalar& alpha) {
+  check_defined(x, "index_add", "input");
+  check_defined(src_in, "index_add", "source");
+  Tensor idx = as_index(index_in, "index_add");
+  TS_CHECK(idx.dim() <= 1, "index_add: index must be 0-D or 1-D, got shape ", shape_str(idx.shape()));
+  dim = wrap_dim(dim, x.dim(), "index_add");
+  int64_t n = x.dim() == 0 ? 1 : x.shape()[dim];
+  check_range(idx, n, dim, "index_add");
+  Shape expect = x.shape();
+  if (x.dim() > 0) expect[dim] = idx.numel();
+  TS_CHECK(IntArrayRef(src_in.shape()).equals(expect) || (x.dim() == 0 && src_in.numel() == idx.numel()),
+           "index_add: source has shape ", shape_str(src_in.shape()), " but expected ", shape_str(expect),
+           " (the input's shape with dimension ", dim, " set to the number of indices)");
+  Tensor src = cast(alpha.to_double() == 1.0 ? src_in.detach() : mul(src_in.detach(), alpha), x.dtype()).contiguous();
+  Tensor out = x.detach().clone();
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= x.shape()[d];
+  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.shape()[d];
+  int64_t k = idx.numel();
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  visit_dtype(x.dtype(), [&]<typename T>() {
+    T* o = out.data_ptr<T>();
+    const T* s = src.data_ptr<T>();
+    // Parallel over outer rows only: the same destination row may appear in
+    // several indices, and a fixed order keeps the sums deterministic.
+    parallel_for(0, outer, 1, [&](int64_t b, int64_t e) {
+      for (int64_t oi = b; oi < e; ++oi)
+        for (int64_t j = 0; j < k; ++j) {
+          int64_t t = ip[j] < 0 ? ip[j] + n : ip[j];
+          T* dst = o + (oi * n + t) * inner;
+          const T* sr = s + (oi * k + j) * inner;
+          for (int64_t i = 0; i < inner; ++i) {
+            if constexpr (std::is_same_v<T, bool>) dst[i] = dst[i] || sr[i];
+            else dst[i] = static_cast<T>(static_cast<acc_t<T>>(dst[i]) + static_cast<acc_t<T>>(sr[i]));
+          }
+        }
+    });
+  });
+  if (autograd::any_requires_grad({&x, &src_in})) {
+    TensorList outs{out};
+    double al = alpha.to_double();
+    autograd::record("index_add", {x, src_in}, outs, [dim, al](const VjpArgs& a) -> TensorList {
+      const Tensor& g = a.grads[0];
+      Tensor gs;
+      if (a.needs_grad(1)) {
+        gs = index_select(g, dim, a.saved[0]);
+        if (al != 1.0) gs = mul(gs, al);
+      }
+      return {a.needs_grad(0) ? g : Tensor(), gs};
+    }, {}, {}, {idx});
+  }
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
+  check_defined(mask, "masked_fill", "mask");
+  TS_CHECK(mask.dtype() == DType::Bool, "masked_fill: mask must be a bool tensor, got ", dtype_name(mask.dtype()));
+  Shape b = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
+  TS_CHECK(IntArrayRef(b).equals(x.shape()), "masked_fill: mask of shape ", shape_str(mask.shape()),
+           " does not broadcast to the input's shape ", shape_str(x.shape()));
+  TS_CHECK(!(value.is_floating() && !is_floating(x.dtype())), "masked_fill: cannot fill a ", dtype_name(x.dtype()),
+           " tensor with the float value ", value);
+  return where(mask, scalar_tensor(value, x.dtype()), x);
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value) {
+  TS_CHECK(value.dim() == 0, "masked_fill: value must be a 0-D tensor, got shape ", shape_str(value.shape()));
+  TS_CHECK(mask.dtype() == DType::Bool, "masked_fill: mask must be a bool tensor, got ", dtype_name(mask.dtype()));
+  return where(mask, value.to(x.dtype()), x);
+}
+
+Tensor nonzero(const Tensor& x) {
+  check_defined(x, "nonzero", "input");
+  Tensor nz = ne(x, 0).contiguous();
+  const bool* p = nz.data_ptr<bool>();
+  int64_t count = 0;
+  for (int64_t i = 0; i < nz.numel(); ++i) count += p[i];
+  int64_t nd = x.dim();
+  Tensor out = empty({count, nd}, DType::I64);
+  int64_t* o = out.data_ptr<int64_t>();
+  int64_t lin = 0, w = 0;
+  for_each_coord(x.shape(), [&](const int64_t* c) {
+    if (p[lin++])
+      for (int64_t d = 0; d < nd; ++d) o[w++] = c[d];
+  });
+  if (nd == 0 && p[0]) return zeros({1, 0}, DType::I64);
+  return out;
+}
+
+Tensor masked_select(const Tensor& x, const Tensor& mask) {
+  check_defined(mask, "masked_select", "mask");
+  TS_CHECK(mask.dtype() == DType::Bool, "masked_select: mask must be a bool tensor, got ", dtype_name(mask.dtype()));
+  Shape b = broadcast_shapes(x.shape(), mask.shape(), "masked_select");
+  Tensor flat_mask = mask.expand(b).reshape({-1});
+  Tensor idx = nonzero(flat_mask).reshape({-1});
+  return index_select(x.expand(b).reshape({-1}), 0, idx);
+}
+
+Tensor one_hot(const Tensor& x, int64_t num_classes) {
+  check_defined(x, "one_hot", "input");
+  TS_CHECK(x.dtype() == DType::I64 || x.dtype() == DType::I32, "one_hot: expected an integer class tensor, got ",
+           dtype_name(x.dtype()));
+  Tensor xi = cast(x, DType::I64).contiguous();
+  if (num_classes == -1) {
+    TS_CHECK(xi.numel() > 0, "one_hot: cannot infer num_classes from an empty tensor; pass it explicitly");
+    num_classes = amax(xi).item<int64_t>() + 1;
+  }
+  if (xi.numel() > 0) {
+    TS_CHECK(amin(xi).item<int64_t>() >= 0, "one_hot: class values must be non-negative");
+    int64_t mx = amax(xi).item<int64_t>();
+    TS_CHECK(mx < num_classes, "one_hot: class value ", mx, " is out of range for num_classes ", num_classes);
+  }
+  Shape s = xi.shape();
+  s.push_back(num_classes);
+  Tensor out = zeros(s, DType::I64);
+  return scatter(out, -1, xi.unsqueeze(-1), 1);
+}
+
+namespace {
+// Sorting along `dim`: rows are the other dims; NaN sorts as the largest value.
+std::tuple<Tensor, Tensor> sort_impl(const Tensor& x, int64_t dim, bool descending, bool stable, int64_t k,
+                                     bool sorted, const char* name) {
+  check_defined(x, name, "input");
+  int64_t nd = x.dim();
+  dim = wrap_dim(dim, nd, name);
+  int64_t len = nd == 0 ? 1 : x.shape()[dim];
+  if (k < 0) k = len;
+  TS_CHECK(k <= len, name, ": k (", k, ") is larger than the size ", len, " of dimension ", dim);
+  Tensor xt = nd == 0 ? x.reshape({1}) : x.transpose(dim, -1).contiguous();
+  int64_t rows = len == 0 ? 0 : xt.numel() / len;
+  Shape os = xt.shape();
+  if (!os.empty()) os.back() = k;
+  Tensor values = empty(os, x.dtype());
+  Tensor indices = empty(os, DType::I64);
+  visit_dtype(x.dtype(), [&]<typename T>() {
+    const T* xp = xt.data_ptr<T>();
+    T* vp = values.data_ptr<T>();
+    int64_t* ip = indices.data_ptr<int64_t>();
+    parallel_for(0, rows, 1, [&](int64_t b, int64_t e) {
+      std::vector<int64_t> order(len);
+      for (int64_t r = b; r < e; ++r) {
+        const T* row = xp + r * len;
+        std::iota(order.begin(), order.end(), 0);
+        auto less = [&](int64_t i, int64_t j) {
+          double a = static_cast<double>(static_cast<acc_t<T>>(row[i]));
+          double c = static_cast<double>(static_cast<acc_t<T>>(row[j]));
+          bool an = std::isnan(a), cn = std::isnan(c);
+          if (descending) return an ? !cn : (!cn && a > c);
+          return cn ? !an : (!an && a < c);
+        };
+        if (k < len && !stable) std::partial_sort(order.begin(), order.begin() + k, order.end(), less);
+        else std::stable_sort(order.begin(), order.end(), less);
+        if (!sorted && k < len) std::sort(order.begin(), order.begin() + k);
+        for (int64_t i = 0; i < k; ++i) {
+          vp[r * k + i] = row[order[i]];
+          ip[r * k + i] = order[i];
+        }
+      }
+    });
+  });
+  if (nd == 0) {
+    values = values.reshape({});
+    indices = indices.reshape({});
+  } else {
+    values = values.transpose(dim, -1).contiguous();
+    indices = indices.transpose(dim, -1).contiguous();
+  }
+  if (is_floating(x.dtype()) && autograd::any_requires_grad({&x})) {
+    TensorList outs{values};
+    Shape xs = x.shape();
+    autograd::record(name, {x}, outs, [xs, dim, nd](const VjpArgs& a) -> TensorList {
+      if (nd == 0) return {a.grads[0]};
+      return {scatter(zeros(xs, a.grads[0].dtype()), dim, a.saved[0], a.grads[0])};
+    }, {}, {}, {indices});
+  }
+  return {values, indices};
+}
+}  // namespace
+
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
+  TS_CHECK(k >= 0, "topk: k must be non-negative, got ", k);
+  return sort_impl(x, dim, largest, false, k, sorted, "topk");
+}
+std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending, bool stable) {
+  return sort_impl(x, dim, descending, stable, -1, true, "sort");
+}
+Tensor argsort(const Tensor& x, int64_t dim, bool descending, bool stable) {
+  return std::get<1>(sort_impl(x.detach(), dim, descending, stable, -1, true, "argsort"));
+}
+
+std::tuple<Tensor, Tensor, Tensor> unique(const Tensor& x, bool sorted, bool return_inverse, bool return_counts) {
+  check_defined(x, "unique", "input");
+  (void)sorted;  // always sorted, as PyTorch's CPU implementation
+  Tensor flat = x.detach().reshape({-1});
+  auto [sv, si] = sort(flat, 0, false, true);
+  int64_t n = flat.numel();
+  Tensor eqprev = n > 1 ? eq(sv.slice(0, 1, n), sv.slice(0, 0, n - 1)) : zeros({0}, DType::Bool);
+  Tensor newgroup = cat({ones({std::min<int64_t>(n, 1)}, DType::Bool), logical_not(eqprev)});
+  Tensor group = sub(cumsum(newgroup.to(DType::I64), 0), 1);  // group id of each sorted element
+  Tensor starts = nonzero(newgroup).reshape({-1});
+  Tensor values = index_select(sv, 0, starts);
+  Tensor inverse, counts;
+  if (return_inverse) inverse = scatter(zeros({n}, DType::I64), 0, si, group).reshape(x.shape());
+  if (return_counts) {
+    int64_t g = values.numel();
+    counts = index_add(zeros({g}, DType::I64), 0, group, ones({n}, DType::I64));
+  }
+  return {values, inverse, counts};
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,80 @@
+#include "ops/op_utils.h"
+
+namespace tessera::ops {
+
+Tensor wrap_scalar(const Scalar& s, DType dtype) {
+  Tensor t = empty({}, dtype);
+  cpu::fill(t, s);
+  t.impl()->wrapped_number = true;
+  return t;
+}
+
+Tensor wrap_scalar(const Scalar& s) { return wrap_scalar(s, s.is_floating() ? DType::F64 : s.dtype()); }
+
+namespace {
+// PyTorch's combine_categories: a higher-priority class keeps its dtype unless
+// the lower class is of a higher category (bool < integer < float).
+DType combine(std::optional<DType> higher, std::optional<DType> lower, bool& defined) {
+  defined = higher || lower;
+  if (!higher) return lower.value_or(DType::F32);
+  if (!lower) return *higher;
+  if (is_floating(*higher)) return *higher;
+  if (*higher == DType::Bool || is_floating(*lower)) return promote_types(*higher, *lower);
+  return *higher;
+}
+void merge(std::optional<DType>& acc, DType t) { acc = acc ? promote_types(*acc, t) : t; }
+}  // namespace
+
+DType result_type(std::initializer_list<const Tensor*> ts) {
+  std::optional<DType> dim, zero, wrapped;
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (t->impl()->wrapped_number) {
+      DType w = t->dtype();
+      if (is_floating(w)) w = default_float_dtype();
+      merge(wrapped, w);
+    } else if (t->dim() == 0) {
+      merge(zero, t->dtype());
+    } else {
+      merge(dim, t->dtype());
+    }
+  }
+  bool d1 = false, d2 = false;
+  DType low = combine(zero, wrapped, d1);
+  return combine(dim, d1 ? std::optional<DType>(low) : std::nullopt, d2);
+}
+
+DType result_type(const Tensor& a, const Tensor& b) { return result_type({&a, &b}); }
+
+void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  TS_CHECK(a.device() == b.device(), op, ": expected all tensors on the same device, got ", a.device(),
+           " and ", b.device());
+}
+
+Tensor cast(const Tensor& x, DType t) {
+  if (x.dtype() == t) return x;
+  Tensor out = empty(x.shape(), t);
+  cpu::copy_into(out, x);
+  return out;
+}
+
+Tensor run_unary(const Tensor& x, cpu::UnaryKernel k, DType out_dtype, const double* params) {
+  auto loop = cpu::kernels().unary[static_cast<int>(k)][cpu::idx(x.dtype())];
+  TS_INTERNAL_ASSERT(loop != nullptr);
+  Tensor out = empty(x.shape(), out_dtype);
+  cpu::run_elementwise(out, {&x}, loop, params);
+  return out;
+}
+
+Tensor run_binary(const Tensor& a, const Tensor& b, cpu::BinaryKernel k, DType out_dtype) {
+  auto loop = cpu::kernels().binary[static_cast<int>(k)][cpu::idx(a.dtype())];
+  TS_INTERNAL_ASSERT(loop != nullptr && a.dtype() == b.dtype());
+  Shape shape = IntArrayRef(a.shape()).equals(b.shape()) ? a.shape() : broadcast_shapes(a.shape(), b.shape(), "binary");
+  Tensor out = empty(shape, out_dtype);
+  cpu::run_elementwise(out, {&a, &b}, loop);
+  return out;
+}
+
+Tensor reduce_grad_to(const Tensor& g, IntArrayRef shape) { return sum_to(g, shape); }
+
+}  // namespace tessera::ops

@@ -1,0 +1,52 @@
+#pragma once
+// Helpers shared by the op family files: type promotion, output allocation,
+// running CPU kernels, and recording autograd nodes.
+#include "backend/cpu/kernel_table.h"
+#include "backend/cpu/loops.h"
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/autograd/node.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera::ops {
+
+using autograd::VjpArgs;
+
+// A Scalar as a 0-D tensor that promotes like a Python number.
+Tensor wrap_scalar(const Scalar& s, DType dtype);
+Tensor wrap_scalar(const Scalar& s);
+// torch.result_type over several tensors (undefined tensors are skipped).
+DType result_type(std::initializer_list<const Tensor*> ts);
+
+inline void check_defined(const Tensor& t, const char* op, const char* arg) {
+  TS_CHECK(t.defined(), op, ": argument '", arg, "' is an undefined tensor");
+}
+inline void check_floating(const Tensor& t, const char* op, const char* arg) {
+  TS_CHECK(is_floating(t.dtype()), op, ": argument '", arg, "' must be a floating-point tensor, got ",
+           dtype_name(t.dtype()));
+}
+void check_same_device(const Tensor& a, const Tensor& b, const char* op);
+
+// Runs a unary kernel into a new tensor of dtype `out_dtype` (input already in
+// the kernel's dtype).
+Tensor run_unary(const Tensor& x, cpu::UnaryKernel k, DType out_dtype, const double* params = nullptr);
+// Runs a binary kernel over broadcast inputs already converted to `compute`.
+Tensor run_binary(const Tensor& a, const Tensor& b, cpu::BinaryKernel k, DType out_dtype);
+Tensor cast(const Tensor& x, DType t);  // no autograd, returns x itself if same dtype
+
+// Reductions used inside VJPs: sums `g` over broadcast dims down to `shape`.
+Tensor reduce_grad_to(const Tensor& g, IntArrayRef shape);
+
+inline const char* reduction_name(const std::string& r, const char* op) {
+  TS_CHECK(r == "mean" || r == "sum" || r == "none", op, ": reduction must be 'mean', 'sum' or 'none', got '",
+           r, "'");
+  return r.c_str();
+}
+
+// Grad of a view's input: zeros of `base_shape` with `g` written through the
+// strided window (sizes, strides, offset) of a contiguous tensor of that shape.
+Tensor strided_scatter(const Tensor& g, IntArrayRef base_shape, IntArrayRef sizes, IntArrayRef strides,
+                       int64_t offset);
+// The strided window itself (a view).
+Tensor as_strided(const Tensor& x, IntArrayRef sizes, IntArrayRef strides, int64_t offset);
+
+}  // namespace tessera::ops

@@ -1,0 +1,428 @@
+// Reductions over any set of dims. The layout is brought to [rows, len] (or
+// [outer, len, inner]) and a row kernel does the work; long rows are split into
+// fixed-size chunks so results do not depend on the number of threads.
+#include <cmath>
+#include <numeric>
+
+#include "backend/cpu/scan.h"
+#include "ops/op_utils.h"
+#include "tessera/core/parallel.h"
+
+namespace tessera::ops {
+namespace {
+
+using RK = cpu::ReduceKernel;
+constexpr int64_t kChunk = 65536;
+
+// The dtype a row kernel writes for input dtype t.
+DType kernel_out_dtype(RK k, DType t) {
+  switch (k) {
+    case RK::Sum: case RK::Prod:
+      if (t == DType::F64) return DType::F64;
+      return is_floating(t) ? DType::F32 : DType::I64;
+    case RK::Max: case RK::Min: return t;
+    default: return DType::Bool;
+  }
+}
+
+// Runs the row kernel over contiguous [rows, len] data into out (kernel dtype).
+void reduce_rows(RK k, const Tensor& x, const Tensor& out, int64_t rows, int64_t len) {
+  auto fn = cpu::kernels().reduce_rows[static_cast<int>(k)][cpu::idx(x.dtype())];
+  size_t in_item = x.itemsize(), out_item = out.itemsize();
+  const char* in = static_cast<const char*>(x.raw_data());
+  char* o = static_cast<char*>(out.raw_data());
+  int nt = get_num_threads();
+  if (rows >= nt || len <= 2 * kChunk) {
+    int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(len, 1));
+    parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+      fn(in + r0 * len * in_item, o + r0 * out_item, r1 - r0, len);
+    });
+    return;
+  }
+  // Few long rows: fixed-size chunks, then the partials reduced in order.
+  int64_t chunks = (len + kChunk - 1) / kChunk;
+  Tensor partial = empty({rows, chunks}, out.dtype());
+  char* p = static_cast<char*>(partial.raw_data());
+  parallel_for(0, rows * chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      int64_t r = i / chunks, c = i % chunks;
+      int64_t start = c * kChunk, n = std::min(kChunk, len - start);
+      fn(in + (r * len + start) * in_item, p + i * out_item, 1, n);
+    }
+  });
+  RK combine = k == RK::Prod ? RK::Prod : (k == RK::Any ? RK::Any : (k == RK::All ? RK::All : k));
+  auto fn2 = cpu::kernels().reduce_rows[static_cast<int>(combine)][cpu::idx(partial.dtype())];
+  fn2(p, o, rows, chunks);
+}
+
+Shape kept_shape(IntArrayRef shape, uint64_t mask) {
+  Shape s = shape.shape();
+  for (size_t i = 0; i < s.size(); ++i)
+    if (mask >> i & 1) s[i] = 1;
+  return s;
+}
+Shape final_shape(IntArrayRef shape, uint64_t mask, bool keepdim) {
+  if (keepdim) return kept_shape(shape, mask);
+  Shape s;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (!(mask >> i & 1)) s.push_back(shape[i]);
+  return s;
+}
+
+// Reduces x (any layout) over `mask` with kernel k. Returns kernel-dtype
+// values in the keepdim shape.
+Tensor reduce_raw(RK k, const Tensor& x, uint64_t mask, const char* name) {
+  int64_t nd = x.dim();
+  Shape out_shape = kept_shape(x.shape(), mask);
+  DType od = kernel_out_dtype(k, x.dtype());
+  if (x.numel() == 0) {
+    bool empty_reduced = false;
+    for (int64_t i = 0; i < nd; ++i)
+      if ((mask >> i & 1) && x.shape()[i] == 0) empty_reduced = true;
+    if (empty_reduced && (k == RK::Max || k == RK::Min))
+      TS_ERROR(name, ": cannot reduce over a zero-size dimension of a tensor of shape ", shape_str(x.shape()),
+               " (", k == RK::Max ? "max" : "min", " has no identity); reduce over a non-empty dimension instead");
+    double identity = (k == RK::Prod || k == RK::All) ? 1.0 : 0.0;
+    return full(out_shape, identity, od);
+  }
+  Tensor xc = x.contiguous();
+  // Is the reduced set one contiguous block of dims (ignoring size-1 dims)?
+  int64_t lo = -1, hi = -1;
+  bool block = true;
+  for (int64_t i = 0; i < nd; ++i) {
+    if (!(mask >> i & 1) || xc.shape()[i] == 1) continue;
+    if (lo < 0) lo = i;
+    else if (hi != i - 1) {
+      // A kept dim of size > 1 between two reduced dims breaks the block.
+      for (int64_t j = hi + 1; j < i; ++j)
+        if (xc.shape()[j] != 1) block = false;
+    }
+    hi = i;
+  }
+  Tensor out = empty(out_shape, od);
+  if (lo < 0) {  // only size-1 dims reduced: a copy in the kernel dtype
+    cpu::copy_into(out.view(x.shape()), xc);
+    return out;
+  }
+  if (block) {
+    int64_t outer = 1, len = 1, inner = 1;
+    for (int64_t i = 0; i < lo; ++i) outer *= xc.shape()[i];
+    for (int64_t i = lo; i <= hi; ++i) len *= xc.shape()[i];
+    for (int64_t i = hi + 1; i < nd; ++i) inner *= xc.shape()[i];
+    if (inner == 1) {
+      reduce_rows(k, xc, out, outer, len);
+    } else {
+      auto fn = cpu::kernels().reduce_mid[static_cast<int>(k)][cpu::idx(xc.dtype())];
+      const char* in = static_cast<const char*>(xc.raw_data());
+      char* o = static_cast<char*>(out.raw_data());
+      size_t ii = xc.itemsize(), oi = out.itemsize();
+      parallel_for(0, outer, std::max<int64_t>(1, kGrainSize / (len * inner)), [&](int64_t b, int64_t e) {
+        fn(in + b * len * inner * ii, o + b * inner * oi, e - b, len, inner);
+      });
+    }
+    return out;
+  }
+  // General case: move reduced dims last, copy, reduce rows.
+  Shape perm;
+  int64_t rows = 1, len = 1;
+  for (int64_t i = 0; i < nd; ++i)
+    if (!(mask >> i & 1)) {
+      perm.push_back(i);
+      rows *= xc.shape()[i];
+    }
+  for (int64_t i = 0; i < nd; ++i)
+    if (mask >> i & 1) {
+      perm.push_back(i);
+      len *= xc.shape()[i];
+    }
+  Tensor xp = cast(xc, xc.dtype()).permute(perm).contiguous();
+  reduce_rows(k, xp, out, rows, len);
+  return out;
+}
+
+// Gradient of a keepdim-less reduction: put the reduced dims back as size 1.
+Tensor unsqueeze_reduced(const Tensor& g, IntArrayRef in_shape, uint64_t mask, bool keepdim) {
+  if (keepdim) return g;
+  return g.reshape(kept_shape(in_shape, mask));
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x_in, IntArrayRef dims, bool keepdim, std::optional<DType> dtype) {
+  check_defined(x_in, "sum", "input");
+  Tensor x = dtype ? cast(x_in, *dtype) : x_in;
+  uint64_t mask = dim_mask(dims, x.dim(), "sum");
+  DType out_dtype = dtype ? *dtype : (is_floating(x.dtype()) ? x.dtype() : DType::I64);
+  Tensor y = cast(reduce_raw(RK::Sum, x, mask, "sum"), out_dtype).reshape(final_shape(x.shape(), mask, keepdim));
+  if (is_floating(out_dtype) && autograd::any_requires_grad({&x_in})) {
+    TensorList outs{y};
+    Shape in_shape = x_in.shape();
+    autograd::record("sum", {x_in}, outs, [in_shape, mask, keepdim](const VjpArgs& a) -> TensorList {
+      return {expand(unsqueeze_reduced(a.grads[0], in_shape, mask, keepdim), in_shape)};
+    });
+  }
+  return y;
+}
+
+Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  check_defined(x, "mean", "input");
+  TS_CHECK(is_floating(x.dtype()), "mean: expected a floating-point input, got ", dtype_name(x.dtype()),
+           "; convert it with to() first");
+  uint64_t mask = dim_mask(dims, x.dim(), "mean");
+  int64_t count = 1;
+  for (int64_t i = 0; i < x.dim(); ++i)
+    if (mask >> i & 1) count *= x.shape()[i];
+  return div(sum(x, dims, keepdim), static_cast<double>(count));
+}
+
+Tensor prod(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  check_defined(x, "prod", "input");
+  uint64_t mask = dim_mask(dims, x.dim(), "prod");
+  DType out_dtype = is_floating(x.dtype()) ? x.dtype() : DType::I64;
+  Tensor y = cast(reduce_raw(RK::Prod, x, mask, "prod"), out_dtype).reshape(final_shape(x.shape(), mask, keepdim));
+  if (is_floating(out_dtype) && autograd::any_requires_grad({&x})) {
+    TensorList outs{y};
+    Shape in_shape = x.shape();
+    autograd::record("prod", {x}, outs, [in_shape, mask, keepdim](const VjpArgs& a) -> TensorList {
+      // grad_i = g * (product of all other elements): exclusive cumprods from
+      // both ends over the flattened reduced dims, exact when x has zeros.
+      const Tensor& x = a.saved[0];
+      int64_t nd = x.dim();
+      Shape perm, inv(nd);
+      int64_t rows = 1, len = 1;
+      for (int64_t i = 0; i < nd; ++i) if (!(mask >> i & 1)) { perm.push_back(i); rows *= x.shape()[i]; }
+      for (int64_t i = 0; i < nd; ++i) if (mask >> i & 1) { perm.push_back(i); len *= x.shape()[i]; }
+      for (int64_t i = 0; i < nd; ++i) inv[perm[i]] = i;
+      Tensor xf = x.dim() == 0 ? x.reshape({1, 1}) : x.permute(perm).reshape({rows, len});
+      Tensor one = ones({rows, 1}, x.dtype());
+      Tensor left = cumprod(cat({one, xf.slice(1, 0, len - 1)}, 1), 1);
+      Tensor right = flip(cumprod(cat({one, flip(xf, {1}).slice(1, 0, len - 1)}, 1), 1), {1});
+      Tensor g = unsqueeze_reduced(a.grads[0], in_shape, mask, keepdim).reshape({rows, 1});
+      Tensor gx = mul(mul(left, right), g);
+      if (x.dim() == 0) return {gx.reshape({})};
+      Shape permuted;
+      for (int64_t p : perm) permuted.push_back(x.shape()[p]);
+      return {gx.reshape(permuted).permute(inv)};
+    }, {0});
+  }
+  return y;
+}
+
+namespace {
+Tensor extreme_all(RK k, const Tensor& x, IntArrayRef dims, bool keepdim, const char* name) {
+  check_defined(x, name, "input");
+  uint64_t mask = dim_mask(dims, x.dim(), name);
+  Tensor y = reduce_raw(k, x, mask, name).reshape(final_shape(x.shape(), mask, keepdim));
+  if (is_floating(x.dtype()) && autograd::any_requires_grad({&x})) {
+    TensorList outs{y};
+    Shape in_shape = x.shape();
+    autograd::record(name, {x}, outs, [in_shape, mask, keepdim](const VjpArgs& a) -> TensorList {
+      // Ties share the gradient evenly, as in PyTorch's amax/amin.
+      Tensor yk = unsqueeze_reduced(a.saved[1], in_shape, mask, keepdim);
+      Tensor hit = eq(a.saved[0], yk).to(a.saved[0].dtype());
+      Shape dims;
+      for (size_t i = 0; i < in_shape.size(); ++i) if (mask >> i & 1) dims.push_back(static_cast<int64_t>(i));
+      Tensor count = sum(hit, dims, true);
+      Tensor g = unsqueeze_reduced(a.grads[0], in_shape, mask, keepdim);
+      return {div(mul(hit, g), count)};
+    }, {0}, {0});
+  }
+  return y;
+}
+}  // namespace
+
+Tensor amax(const Tensor& x, IntArrayRef dims, bool keepdim) { return extreme_all(RK::Max, x, dims, keepdim, "amax"); }
+Tensor amin(const Tensor& x, IntArrayRef dims, bool keepdim) { return extreme_all(RK::Min, x, dims, keepdim, "amin"); }
+Tensor max(const Tensor& x) {
+  TS_CHECK(x.numel() > 0, "max: the input is empty (shape ", shape_str(x.shape()), "); max of nothing is undefined");
+  return amax(x);
+}
+Tensor min(const Tensor& x) {
+  TS_CHECK(x.numel() > 0, "min: the input is empty (shape ", shape_str(x.shape()), "); min of nothing is undefined");
+  return amin(x);
+}
+
+namespace {
+std::tuple<Tensor, Tensor> extreme_dim(const Tensor& x, int64_t dim, bool keepdim, bool is_max, const char* name) {
+  check_defined(x, name, "input");
+  int64_t nd = x.dim();
+  dim = wrap_dim(dim, nd, name);
+  int64_t len = nd == 0 ? 1 : x.shape()[dim];
+  TS_CHECK(len > 0, name, ": cannot take the ", name, " over dimension ", dim, " of size 0 (input shape ",
+           shape_str(x.shape()), ")");
+  Tensor xt = nd == 0 ? x.reshape({1, 1}) : x.transpose(dim, -1).contiguous();
+  int64_t rows = xt.numel() / len;
+  Tensor values = empty({rows}, x.dtype());
+  Tensor indices = empty({rows}, DType::I64);
+  auto fn = is_max ? cpu::kernels().argmax_rows[cpu::idx(x.dtype())] : cpu::kernels().argmin_rows[cpu::idx(x.dtype())];
+  const char* in = static_cast<const char*>(xt.raw_data());
+  char* vo = static_cast<char*>(values.raw_data());
+  int64_t* io = indices.data_ptr<int64_t>();
+  size_t item = x.itemsize();
+  parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / len), [&](int64_t b, int64_t e) {
+    fn(in + b * len * item, vo + b * item, io + b, e - b, len);
+  });
+  Shape kshape = nd == 0 ? Shape{} : x.shape();
+  if (nd > 0) kshape[dim] = 1;
+  Shape tshape = kshape;  // values came out in the transposed order: rebuild
+  if (nd > 0) {
+    Shape tr = x.transpose(dim, -1).shape();
+    tr.back() = 1;
+    values = values.reshape(tr).transpose(dim, -1);
+    indices = indices.reshape(tr).transpose(dim, -1);
+    if (!keepdim) {
+      values = values.squeeze(dim);
+      indices = indices.squeeze(dim);
+    }
+    values = values.contiguous();
+    indices = indices.contiguous();
+  } else {
+    values = values.reshape({});
+    indices = indices.reshape({});
+  }
+  if (is_floating(x.dtype()) && autograd::any_requires_grad({&x})) {
+    TensorList outs{values};
+    Shape in_shape = x.shape();
+    autograd::record(name, {x}, outs, [in_shape, dim, keepdim, nd](const VjpArgs& a) -> TensorList {
+      const Tensor& idx = a.saved[0];
+      Tensor g = a.grads[0];
+      if (nd == 0) return {g};
+      Tensor gi = keepdim ? g : g.unsqueeze(dim);
+      Tensor ii = keepdim ? idx : idx.unsqueeze(dim);
+      return {scatter(zeros(in_shape, g.dtype()), dim, ii, gi)};
+    }, {}, {}, {indices});
+  }
+  return {values, indices};
+}
+}  // namespace
+
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) { return extreme_dim(x, dim, keepdim, true, "max"); }
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) { return extreme_dim(x, dim, keepdim, false, "min"); }
+
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  if (!dim) {
+    TS_CHECK(x.numel() > 0, "argmax: the input is empty; argmax of nothing is undefined");
+    Tensor r = std::get<1>(extreme_dim(x.detach().reshape({-1}), 0, false, true, "argmax"));
+    return keepdim ? r.reshape(Shape(x.dim(), 1)) : r;
+  }
+  return std::get<1>(extreme_dim(x.detach(), *dim, keepdim, true, "argmax"));
+}
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  if (!dim) {
+    TS_CHECK(x.numel() > 0, "argmin: the input is empty; argmin of nothing is undefined");
+    Tensor r = std::get<1>(extreme_dim(x.detach().reshape({-1}), 0, false, false, "argmin"));
+    return keepdim ? r.reshape(Shape(x.dim(), 1)) : r;
+  }
+  return std::get<1>(extreme_dim(x.detach(), *dim, keepdim, false, "argmin"));
+}
+
+Tensor var(const Tensor& x, IntArrayRef dims, double correction, bool keepdim) {
+  check_defined(x, "var", "input");
+  TS_CHECK(is_floating(x.dtype()), "var: expected a floating-point input, got ", dtype_name(x.dtype()));
+  uint64_t mask = dim_mask(dims, x.dim(), "var");
+  int64_t n = 1;
+  for (int64_t i = 0; i < x.dim(); ++i)
+    if (mask >> i & 1) n *= x.shape()[i];
+  Tensor d = sub(x, mean(x, dims, true));
+  // n - correction <= 0 gives inf/nan, as in PyTorch.
+  return div(sum(square(d), dims, keepdim), std::max(0.0, static_cast<double>(n) - correction));
+}
+
+Tensor std(const Tensor& x, IntArrayRef dims, double correction, bool keepdim) {
+  return sqrt(var(x, dims, correction, keepdim));
+}
+
+Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  check_defined(x, "logsumexp", "input");
+  Tensor xf = is_floating(x.dtype()) ? x : x.to(default_float_dtype());
+  if (xf.numel() == 0) return log(sum(exp(xf), dims, keepdim));
+  Tensor m = amax(xf, dims, true).detach();
+  m = where(isinf(m), 0, m);  // all -inf rows: keep -inf, not nan
+  Tensor r = add(log(sum(exp(sub(xf, m)), dims, true)), m);
+  if (!keepdim) {
+    uint64_t mask = dim_mask(dims, x.dim(), "logsumexp");
+    r = r.reshape(final_shape(x.shape(), mask, false));
+  }
+  return r;
+}
+
+Tensor norm(const Tensor& x, double p, IntArrayRef dims, bool keepdim) {
+  check_defined(x, "norm", "input");
+  check_floating(x, "norm", "input");
+  if (p == 1) return sum(abs(x), dims, keepdim);
+  if (std::isinf(p) && p > 0) return amax(abs(x), dims, keepdim);
+  TS_CHECK(p == 2, "norm: p must be 1, 2 or inf, got ", p);
+  Tensor y = sqrt(sum(square(x.detach()), dims, keepdim));
+  if (autograd::any_requires_grad({&x})) {
+    TensorList outs{y};
+    Shape in_shape = x.shape();
+    uint64_t mask = dim_mask(dims, x.dim(), "norm");
+    autograd::record("norm", {x}, outs, [in_shape, mask, keepdim](const VjpArgs& a) -> TensorList {
+      // g * x / ||x||, and 0 where the norm is 0 (PyTorch's subgradient).
+      Tensor n = unsqueeze_reduced(a.saved[1], in_shape, mask, keepdim);
+      Tensor g = unsqueeze_reduced(a.grads[0], in_shape, mask, keepdim);
+      return {where(eq(n, 0), 0, div(mul(a.saved[0], g), n))};
+    }, {0}, {0});
+  }
+  return y;
+}
+
+Tensor all(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  check_defined(x, "all", "input");
+  uint64_t mask = dim_mask(dims, x.dim(), "all");
+  return reduce_raw(RK::All, x, mask, "all").reshape(final_shape(x.shape(), mask, keepdim));
+}
+Tensor any(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  check_defined(x, "any", "input");
+  uint64_t mask = dim_mask(dims, x.dim(), "any");
+  return reduce_raw(RK::Any, x, mask, "any").reshape(final_shape(x.shape(), mask, keepdim));
+}
+
+namespace {
+Tensor scan(const Tensor& x, int64_t dim, bool is_prod) {
+  const char* name = is_prod ? "cumprod" : "cumsum";
+  check_defined(x, name, "input");
+  int64_t nd = x.dim();
+  dim = wrap_dim(dim, nd, name);
+  DType out_dtype = is_floating(x.dtype()) ? x.dtype() : DType::I64;
+  Tensor xt = nd == 0 ? x.reshape({1}) : x.transpose(dim, -1).contiguous();
+  Tensor out = empty(xt.shape(), out_dtype);
+  cpu::cumulative(xt, out, is_prod);
+  Tensor y = nd == 0 ? out.reshape({}) : out.transpose(dim, -1).contiguous();
+  if (is_floating(out_dtype) && autograd::any_requires_grad({&x})) {
+    TensorList outs{y};
+    autograd::record(name, {x}, outs, [dim, is_prod, nd](const VjpArgs& a) -> TensorList {
+      const Tensor& g = a.grads[0];
+      if (nd == 0) return {is_prod ? mul(g, 1.0) : g};
+      if (!is_prod) return {flip(cumsum(flip(g, {dim}), dim), {dim})};
+      // See cpu::cumprod_backward: exact with zeros; not differentiable again.
+      Tensor xt = a.saved[0].transpose(dim, -1).contiguous();
+      Tensor yt = a.saved[1].transpose(dim, -1).contiguous();
+      Tensor gt = g.transpose(dim, -1).contiguous();
+      Tensor gx = empty(xt.shape(), xt.dtype());
+      cpu::cumprod_backward(xt, yt, gt, gx);
+      return {gx.transpose(dim, -1).contiguous()};
+    }, {0}, {0});
+  }
+  return y;
+}
+}  // namespace
+
+Tensor cumsum(const Tensor& x, int64_t dim) { return scan(x, dim, false); }
+Tensor cumprod(const Tensor& x, int64_t dim) { return scan(x, dim, true); }
+
+Tensor sum_to(const Tensor& x, IntArrayRef shape) {
+  if (IntArrayRef(x.shape()).equals(shape)) return x;
+  int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
+  TS_CHECK(lead >= 0, "sum_to: cannot sum a tensor of shape ", shape_str(x.shape()), " to the larger shape ",
+           shape_str(shape));
+  Shape dims;
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    if (i < lead) dims.push_back(i);
+    else if (shape[i - lead] == 1 && x.shape()[i] != 1) dims.push_back(i);
+  }
+  Tensor r = dims.empty() ? x : sum(x, dims, true);
+  return r.reshape(shape);
+}
+
+}  // namespace tessera::ops

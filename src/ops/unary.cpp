@@ -1,0 +1,305 @@
+// Unary elementwise ops. Floating ops turn integer inputs into the default
+// float dtype (as PyTorch does); numeric ops keep integer dtypes. Each VJP is
+// written in Tessera ops, so it is differentiable again.
+#include <cmath>
+
+#include "ops/op_utils.h"
+
+namespace tessera::ops {
+namespace {
+
+using K = cpu::UnaryKernel;
+enum class Rule { Float, Numeric, Any };
+
+Tensor prepare(const Tensor& x, Rule rule, const char* name) {
+  check_defined(x, name, "input");
+  if (rule == Rule::Float && !is_floating(x.dtype())) return cast(x, default_float_dtype());
+  if (rule == Rule::Numeric)
+    TS_CHECK(x.dtype() != DType::Bool, name, ": not supported for bool tensors (got a bool input); convert it with "
+             "to() first");
+  return x;
+}
+
+// Computes the op; records `vjp` when x requires grad. save_x/save_y choose what
+// VJPArgs::saved holds: [x] and/or [y], in that order.
+template <typename Vjp>
+Tensor unary(const char* name, const Tensor& x_in, K k, Rule rule, std::initializer_list<double> params, Vjp vjp,
+             bool save_x, bool save_y) {
+  Tensor x = prepare(x_in, rule, name);
+  double p[4] = {};
+  int i = 0;
+  for (double v : params) p[i++] = v;
+  Tensor y = run_unary(x, k, x.dtype(), p);
+  if (is_floating(x.dtype()) && autograd::any_requires_grad({&x_in})) {
+    TensorList outs{y};
+    if (save_x && save_y) autograd::record(name, {x_in}, outs, vjp, {0}, {0});
+    else if (save_x) autograd::record(name, {x_in}, outs, vjp, {0}, {});
+    else if (save_y) autograd::record(name, {x_in}, outs, vjp, {}, {0});
+    else autograd::record(name, {x_in}, outs, vjp, {}, {});
+  }
+  return y;
+}
+
+// x as the gradient's dtype: integer inputs were promoted before the kernel.
+Tensor xf(const VjpArgs& a) { return a.saved[0]; }
+TensorList zero_grad(const VjpArgs& a) { return {zeros_like(a.grads[0])}; }
+
+constexpr double kLn2 = 0.69314718055994530942;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+}  // namespace
+
+Tensor neg(const Tensor& x) {
+  return unary("neg", x, K::Neg, Rule::Numeric, {}, [](const VjpArgs& a) -> TensorList { return {neg(a.grads[0])}; },
+               false, false);
+}
+Tensor abs(const Tensor& x) {
+  return unary("abs", x, K::Abs, Rule::Numeric, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], sign(xf(a)))}; }, true, false);
+}
+Tensor exp(const Tensor& x) {
+  return unary("exp", x, K::Exp, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], a.saved[0])}; }, false, true);
+}
+Tensor exp2(const Tensor& x) {
+  return unary("exp2", x, K::Exp2, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(mul(a.grads[0], a.saved[0]), kLn2)}; }, false, true);
+}
+Tensor log(const Tensor& x) {
+  return unary("log", x, K::Log, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], xf(a))}; }, true, false);
+}
+Tensor log2(const Tensor& x) {
+  return unary("log2", x, K::Log2, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], mul(xf(a), kLn2))}; }, true, false);
+}
+Tensor log1p(const Tensor& x) {
+  return unary("log1p", x, K::Log1p, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], add(xf(a), 1))}; }, true, false);
+}
+Tensor expm1(const Tensor& x) {
+  return unary("expm1", x, K::Expm1, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], add(a.saved[0], 1))}; }, false, true);
+}
+Tensor sqrt(const Tensor& x) {
+  return unary("sqrt", x, K::Sqrt, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], mul(a.saved[0], 2))}; }, false, true);
+}
+Tensor rsqrt(const Tensor& x) {
+  return unary("rsqrt", x, K::Rsqrt, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList {
+                 const Tensor& y = a.saved[0];
+                 return {mul(a.grads[0], mul(mul(y, mul(y, y)), -0.5))};
+               },
+               false, true);
+}
+Tensor square(const Tensor& x) {
+  return unary("square", x, K::Square, Rule::Numeric, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], mul(xf(a), 2))}; }, true, false);
+}
+Tensor sin(const Tensor& x) {
+  return unary("sin", x, K::Sin, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], cos(xf(a)))}; }, true, false);
+}
+Tensor cos(const Tensor& x) {
+  return unary("cos", x, K::Cos, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], neg(sin(xf(a))))}; }, true, false);
+}
+Tensor tan(const Tensor& x) {
+  return unary("tan", x, K::Tan, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], add(square(a.saved[0]), 1))}; }, false,
+               true);
+}
+Tensor tanh(const Tensor& x) {
+  return unary("tanh", x, K::Tanh, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], sub(1, square(a.saved[0])))}; }, false,
+               true);
+}
+Tensor sigmoid(const Tensor& x) {
+  return unary("sigmoid", x, K::Sigmoid, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList {
+                 const Tensor& y = a.saved[0];
+                 return {mul(a.grads[0], mul(y, sub(1, y)))};
+               },
+               false, true);
+}
+Tensor relu(const Tensor& x) {
+  return unary("relu", x, K::Relu, Rule::Numeric, {},
+               [](const VjpArgs& a) -> TensorList { return {where(gt(a.saved[0], 0), a.grads[0], 0)}; }, false,
+               true);
+}
+Tensor leaky_relu(const Tensor& x, double slope) {
+  return unary("leaky_relu", x, K::LeakyRelu, Rule::Float, {slope},
+               [slope](const VjpArgs& a) -> TensorList {
+                 return {where(gt(xf(a), 0), a.grads[0], mul(a.grads[0], slope))};
+               },
+               true, false);
+}
+Tensor elu(const Tensor& x, double alpha) {
+  return unary("elu", x, K::Elu, Rule::Float, {alpha},
+               [alpha](const VjpArgs& a) -> TensorList {
+                 const Tensor& x = a.saved[0];
+                 return {where(gt(x, 0), a.grads[0], mul(a.grads[0], mul(exp(x), alpha)))};
+               },
+               true, false);
+}
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  TS_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '",
+           approximate, "'");
+  if (approximate == "none") {
+    return unary("gelu", x, K::Gelu, Rule::Float, {},
+                 [](const VjpArgs& a) -> TensorList {
+                   const Tensor& x = a.saved[0];
+                   Tensor cdf = mul(add(erf(mul(x, M_SQRT1_2)), 1), 0.5);
+                   Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
+                   return {mul(a.grads[0], add(cdf, mul(x, pdf)))};
+                 },
+                 true, false);
+  }
+  return unary("gelu", x, K::GeluTanh, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList {
+                 const Tensor& x = a.saved[0];
+                 Tensor x2 = square(x);
+                 Tensor inner = mul(mul(x, add(mul(x2, 0.044715), 1)), kSqrt2OverPi);
+                 Tensor t = tanh(inner);
+                 Tensor dinner = mul(add(mul(x2, 3 * 0.044715), 1), kSqrt2OverPi);
+                 Tensor d = add(mul(add(t, 1), 0.5), mul(mul(mul(x, sub(1, square(t))), dinner), 0.5));
+                 return {mul(a.grads[0], d)};
+               },
+               true, false);
+}
+Tensor silu(const Tensor& x) {
+  return unary("silu", x, K::Silu, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList {
+                 const Tensor& x = a.saved[0];
+                 Tensor s = sigmoid(x);
+                 return {mul(a.grads[0], mul(s, add(mul(x, sub(1, s)), 1)))};
+               },
+               true, false);
+}
+Tensor mish(const Tensor& x) {
+  return unary("mish", x, K::Mish, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList {
+                 const Tensor& x = a.saved[0];
+                 Tensor t = tanh(softplus(x));
+                 return {mul(a.grads[0], add(t, mul(mul(x, sub(1, square(t))), sigmoid(x))))};
+               },
+               true, false);
+}
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  return unary("softplus", x, K::Softplus, Rule::Float, {beta, threshold},
+               [beta, threshold](const VjpArgs& a) -> TensorList {
+                 Tensor bx = mul(a.saved[0], beta);
+                 return {where(gt(bx, threshold), a.grads[0], mul(a.grads[0], sigmoid(bx)))};
+               },
+               true, false);
+}
+Tensor hardtanh(const Tensor& x, double lo, double hi) {
+  TS_CHECK(lo <= hi, "hardtanh: min_val ", lo, " must not exceed max_val ", hi);
+  return unary("hardtanh", x, K::Hardtanh, Rule::Numeric, {lo, hi},
+               [lo, hi](const VjpArgs& a) -> TensorList {
+                 const Tensor& x = a.saved[0];
+                 return {where(logical_and(gt(x, lo), lt(x, hi)), a.grads[0], 0)};
+               },
+               true, false);
+}
+
+// Piecewise-constant ops: zero gradient; identity on integers.
+#define TS_ROUNDING(fn, Kern)                                                                  \
+  Tensor fn(const Tensor& x) {                                                                 \
+    if (!is_floating(x.dtype()) && x.dtype() != DType::Bool) return x.clone();                 \
+    return unary(#fn, x, K::Kern, Rule::Float, {}, zero_grad, false, false);                   \
+  }
+TS_ROUNDING(floor, Floor)
+TS_ROUNDING(ceil, Ceil)
+TS_ROUNDING(round, Round)
+TS_ROUNDING(trunc, Trunc)
+#undef TS_ROUNDING
+Tensor sign(const Tensor& x) {
+  if (x.dtype() == DType::Bool) return x.clone();
+  return unary("sign", x, K::Sign, Rule::Numeric, {}, zero_grad, false, false);
+}
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  TS_CHECK(lo || hi, "clamp: at least one of min and max must be given");
+  double l = lo ? lo->to_double() : NAN, h = hi ? hi->to_double() : NAN;
+  // A float bound on an integer tensor promotes, as in PyTorch.
+  bool float_bound = (lo && lo->is_floating()) || (hi && hi->is_floating());
+  Rule rule = float_bound ? Rule::Float : Rule::Numeric;
+  return unary("clamp", x, K::Clamp, rule, {l, h},
+               [l, h](const VjpArgs& a) -> TensorList {
+                 const Tensor& x = a.saved[0];
+                 Tensor keep = ones_like(x, DType::Bool);
+                 if (l == l) keep = logical_and(keep, ge(x, l));
+                 if (h == h) keep = logical_and(keep, le(x, h));
+                 return {where(keep, a.grads[0], 0)};
+               },
+               true, false);
+}
+
+Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
+  TS_CHECK(lo.defined() || hi.defined(), "clamp: at least one of min and max must be given");
+  Tensor r = x;
+  if (lo.defined()) r = maximum(r, lo);
+  if (hi.defined()) r = minimum(r, hi);
+  return r;
+}
+
+Tensor reciprocal(const Tensor& x) {
+  return unary("reciprocal", x, K::Reciprocal, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], neg(square(a.saved[0])))}; }, false,
+               true);
+}
+Tensor erf(const Tensor& x) {
+  return unary("erf", x, K::Erf, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList {
+                 return {mul(a.grads[0], mul(exp(neg(square(a.saved[0]))), M_2_SQRTPI))};
+               },
+               true, false);
+}
+
+Tensor pow(const Tensor& x, const Scalar& e) {
+  if (!is_floating(x.dtype()) && !e.is_floating()) {
+    TS_CHECK(e.to_int() >= 0, "pow: integers to negative integer powers are not allowed (exponent ", e, ")");
+    TS_CHECK(x.dtype() != DType::Bool, "pow: not supported for bool tensors");
+  }
+  double ev = e.to_double();
+  Rule rule = e.is_floating() ? Rule::Float : Rule::Numeric;
+  return unary("pow", x, K::PowScalar, rule, {ev},
+               [ev](const VjpArgs& a) -> TensorList {
+                 if (ev == 0) return {zeros_like(a.grads[0])};
+                 return {mul(a.grads[0], mul(pow(a.saved[0], ev - 1), ev))};
+               },
+               true, false);
+}
+
+Tensor pow(const Scalar& base, const Tensor& x) {
+  double b = base.to_double();
+  return unary("pow", x, K::RPowScalar, Rule::Float, {b},
+               [b](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], mul(a.saved[0], std::log(b)))}; }, false,
+               true);
+}
+
+Tensor isnan(const Tensor& x) { return run_unary(x, K::Isnan, DType::Bool); }
+Tensor isinf(const Tensor& x) { return run_unary(x, K::Isinf, DType::Bool); }
+Tensor isfinite(const Tensor& x) { return run_unary(x, K::Isfinite, DType::Bool); }
+Tensor logical_not(const Tensor& x) { return run_unary(x, K::LogicalNot, DType::Bool); }
+
+Tensor nan_to_num(const Tensor& x, std::optional<double> nan, std::optional<double> posinf,
+                  std::optional<double> neginf) {
+  if (!is_floating(x.dtype())) return x.clone();
+  double big = 0, nv = nan.value_or(0);
+  switch (x.dtype()) {
+    case DType::F16: big = 65504.0; break;
+    case DType::BF16: big = 3.3895313892515355e38; break;
+    case DType::F32: big = 3.4028234663852886e38; break;
+    default: big = 1.7976931348623157e308; break;
+  }
+  double pi = posinf.value_or(big), ni = neginf.value_or(-big);
+  return unary("nan_to_num", x, K::NanToNum, Rule::Float, {nv, pi, ni},
+               [](const VjpArgs& a) -> TensorList { return {where(isfinite(a.saved[0]), a.grads[0], 0)}; }, true,
+               false);
+}
+
+}  // namespace tessera::ops
