@@ -74,9 +74,10 @@ TensorList OpNode::apply(TensorList&& grads) {
 }
 
 void OpNode::release_saved() {
+  // Only nodes that had something to free refuse a second backward.
+  if (!saved.empty()) released_ = true;
   saved.clear();
   saved.shrink_to_fit();
-  released_ = true;
 }
 
 AccumulateGrad::AccumulateGrad(Tensor v) : variable(std::move(v)) {

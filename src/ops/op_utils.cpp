@@ -78,3 +78,28 @@ Tensor run_binary(const Tensor& a, const Tensor& b, cpu::BinaryKernel k, DType o
 Tensor reduce_grad_to(const Tensor& g, IntArrayRef shape) { return sum_to(g, shape); }
 
 }  // namespace tessera::ops
+
+#include "tessera/autograd/engine.h"
+
+namespace tessera::ops {
+
+TensorList composite_vjp(const std::function<Tensor(const TensorList&)>& composite, const TensorList& inputs,
+                         const std::vector<bool>& needs, const Tensor& grad) {
+  TensorList wrt;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (i < needs.size() && needs[i] && inputs[i].defined()) wrt.push_back(inputs[i]);
+  TensorList result(inputs.size());
+  if (wrt.empty()) return result;
+  Tensor out;
+  {
+    EnableGradGuard enable;
+    out = composite(inputs);
+  }
+  TensorList g = autograd::grad({out}, wrt, {grad}, true, true, true);
+  size_t k = 0;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (i < needs.size() && needs[i] && inputs[i].defined()) result[i] = g[k++];
+  return result;
+}
+
+}  // namespace tessera::ops

@@ -50,3 +50,16 @@ Tensor strided_scatter(const Tensor& g, IntArrayRef base_shape, IntArrayRef size
 Tensor as_strided(const Tensor& x, IntArrayRef sizes, IntArrayRef strides, int64_t offset);
 
 }  // namespace tessera::ops
+
+namespace tessera::ops {
+
+// Note [Fused ops and double backward]
+// A fused op (softmax, layer_norm, attention, ...) has a fast backward kernel,
+// used when the backward itself is not recorded. When it is (create_graph),
+// its VJP instead differentiates the op's composite fallback, built from plain
+// differentiable ops, so higher-order gradients stay exact. The fallback is
+// also the op's test reference.
+TensorList composite_vjp(const std::function<Tensor(const TensorList&)>& composite, const TensorList& inputs,
+                         const std::vector<bool>& needs, const Tensor& grad);
+
+}  // namespace tessera::ops

@@ -187,6 +187,7 @@ Tensor prod(const Tensor& x, IntArrayRef dims, bool keepdim) {
       // grad_i = g * (product of all other elements): exclusive cumprods from
       // both ends over the flattened reduced dims, exact when x has zeros.
       const Tensor& x = a.saved[0];
+      if (x.numel() == 0) return {zeros_like(x)};
       int64_t nd = x.dim();
       Shape perm, inv(nd);
       int64_t rows = 1, len = 1;

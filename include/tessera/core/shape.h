@@ -18,7 +18,11 @@ class IntArrayRef {
  public:
   IntArrayRef() = default;
   IntArrayRef(const int64_t* p, size_t n) : data_(p), size_(n) {}
+  // Like std::span over a braced list: valid for the full expression it is used in.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime"
   IntArrayRef(std::initializer_list<int64_t> il) : data_(il.begin()), size_(il.size()) {}
+#pragma GCC diagnostic pop
   IntArrayRef(const std::vector<int64_t>& v) : data_(v.data()), size_(v.size()) {}
   template <size_t N>
   IntArrayRef(const SmallVector<int64_t, N>& v) : data_(v.data()), size_(v.size()) {}

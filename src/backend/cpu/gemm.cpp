@@ -3,7 +3,9 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <array>
+#include <bit>
 #include <map>
+#include <vector>
 #include <mutex>
 
 #include "tessera/core/parallel.h"
@@ -14,7 +16,7 @@ namespace {
 using dt = dnnl::memory::data_type;
 
 struct Key {
-  std::array<int64_t, 15> v;
+  std::array<int64_t, 17> v;
   bool operator<(const Key& o) const { return v < o.v; }
 };
 
@@ -36,7 +38,7 @@ void gemm_dnnl(const GemmArgs& g) {
   Engine& e = engine();
   dt type = g.dtype == DType::BF16 ? dt::bf16 : dt::f32;
   Key key{{g.batch, g.m, g.n, g.k, g.sa[0], g.sa[1], g.sa[2], g.sb[0], g.sb[1], g.sb[2], g.sc[0], g.sc[1],
-           g.sc[2], g.bias ? 1 : 0, static_cast<int64_t>(type)}};
+           g.sc[2], g.bias ? 1 : 0, static_cast<int64_t>(type), std::bit_cast<int64_t>(g.alpha), g.accumulate}};
   dnnl::memory::dims ad = {g.batch, g.m, g.k}, bd = {g.batch, g.k, g.n}, cd = {g.batch, g.m, g.n};
   dnnl::memory::desc amd(ad, type, {g.sa[0], g.sa[1], g.sa[2]});
   dnnl::memory::desc bmd(bd, type, {g.sb[0], g.sb[1], g.sb[2]});
@@ -48,7 +50,14 @@ void gemm_dnnl(const GemmArgs& g) {
     auto it = e.cache.find(key);
     if (it == e.cache.end()) {
       auto desc = g.bias ? dnnl::matmul::desc(amd, bmd, biasmd, cmd) : dnnl::matmul::desc(amd, bmd, cmd);
-      dnnl::matmul::primitive_desc pd(desc, e.eng);
+      dnnl::primitive_attr attr;
+      if (g.alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(g.alpha)});
+      if (g.accumulate) {
+        dnnl::post_ops po;
+        po.append_sum(1.0f);
+        attr.set_post_ops(po);
+      }
+      dnnl::matmul::primitive_desc pd(desc, attr, e.eng);
       it = e.cache.emplace(key, dnnl::matmul(pd)).first;
     }
     prim = it->second;
@@ -87,8 +96,11 @@ void gemm_loop(const GemmArgs& g) {
       }
       for (int64_t j = 0; j < g.n; ++j) {
         A v = acc[j];
+        if constexpr (std::is_floating_point_v<A>) v *= static_cast<A>(g.alpha);
         if (bias) v += static_cast<A>(static_cast<acc_t<T>>(bias[j]));
-        c[bi * g.sc[0] + i * g.sc[1] + j * g.sc[2]] = static_cast<T>(static_cast<acc_t<T>>(v));
+        T& dst = c[bi * g.sc[0] + i * g.sc[1] + j * g.sc[2]];
+        if (g.accumulate) v += static_cast<A>(static_cast<acc_t<T>>(dst));
+        dst = static_cast<T>(static_cast<acc_t<T>>(v));
       }
     }
   });

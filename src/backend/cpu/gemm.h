@@ -1,5 +1,5 @@
 #pragma once
-// Dense matrix multiply: C[b] = alpha * A[b] @ B[b] (+ bias), batched with
+// Dense matrix multiply: C[b] (+)= alpha * A[b] @ B[b] (+ bias), batched with
 // strides. f32 and bf16 go to oneDNN (primitives cached by shape and layout);
 // f64, f16 and integer types use a portable blocked loop.
 #include <cstdint>
@@ -17,6 +17,8 @@ struct GemmArgs {
   void* c = nullptr;
   const void* bias = nullptr;  // length n, added to every row (contiguous)
   DType dtype = DType::F32;
+  double alpha = 1.0;         // C = alpha * A @ B (+ bias)
+  bool accumulate = false;    // C += ... instead of C = ...
 };
 
 void gemm(const GemmArgs& args);

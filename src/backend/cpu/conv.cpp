@@ -1,0 +1,313 @@
+#include "backend/cpu/conv.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <array>
+#include <cstring>
+#include <unordered_map>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/core/half.h"
+#include "tessera/core/parallel.h"
+
+namespace tessera::cpu {
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+
+struct Key {
+  std::array<int64_t, 21> v;
+  bool operator<(const Key& o) const { return v < o.v; }
+};
+Key key_of(const ConvGeometry& g, int kind) {
+  return {{g.N, g.C, g.H, g.W, g.OC, g.KH, g.KW, g.OH, g.OW, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.pb, g.pr, g.groups,
+           static_cast<int64_t>(g.dtype), kind, 0}};
+}
+
+struct Prims {
+  dnnl::convolution_forward::primitive_desc fwd_pd;
+  dnnl::primitive prim;
+  memory::desc src, wei, dst, bias;  // what the primitive wants
+};
+
+struct State {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  std::mutex mu;
+  std::map<Key, Prims> cache;
+};
+State& state() {
+  static State* s = new State();
+  return *s;
+}
+
+memory::data_type dt_of(DType t) { return t == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32; }
+
+struct Descs {
+  memory::dims src, wei, dst, bias, strides, dil, pl, pr;
+  memory::desc user_src, user_wei, user_dst, user_bias;
+};
+Descs descs(const ConvGeometry& g) {
+  Descs d;
+  auto t = dt_of(g.dtype);
+  d.src = {g.N, g.C, g.H, g.W};
+  d.dst = {g.N, g.OC, g.OH, g.OW};
+  d.bias = {g.OC};
+  if (g.groups > 1) d.wei = {g.groups, g.OC / g.groups, g.C / g.groups, g.KH, g.KW};
+  else d.wei = {g.OC, g.C, g.KH, g.KW};
+  d.strides = {g.sh, g.sw};
+  d.dil = {g.dh - 1, g.dw - 1};
+  d.pl = {g.pt, g.pl};
+  d.pr = {g.pb, g.pr};
+  d.user_src = memory::desc(d.src, t, tag::nchw);
+  d.user_dst = memory::desc(d.dst, t, tag::nchw);
+  d.user_wei = memory::desc(d.wei, t, g.groups > 1 ? tag::goihw : tag::oihw);
+  d.user_bias = memory::desc(d.bias, t, tag::x);
+  return d;
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvGeometry& g, const Descs& d, dnnl::engine& eng) {
+  auto t = dt_of(g.dtype);
+  memory::desc src(d.src, t, tag::any), wei(d.wei, t, tag::any), dst(d.dst, t, tag::any), bias(d.bias, t, tag::any);
+  dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, wei,
+                                     bias, dst, d.strides, d.dil, d.pl, d.pr);
+  return dnnl::convolution_forward::primitive_desc(fd, eng);
+}
+
+// Builds (once per geometry and kind) the primitive and remembers its layouts.
+Prims& prims(const ConvGeometry& g, int kind) {
+  State& s = state();
+  Key k = key_of(g, kind);
+  auto it = s.cache.find(k);
+  if (it != s.cache.end()) return it->second;
+  Descs d = descs(g);
+  auto t = dt_of(g.dtype);
+  Prims p{forward_pd(g, d, s.eng), {}, {}, {}, {}, {}};
+  if (kind == 0) {
+    p.prim = dnnl::convolution_forward(p.fwd_pd);
+    p.src = p.fwd_pd.src_desc();
+    p.wei = p.fwd_pd.weights_desc();
+    p.dst = p.fwd_pd.dst_desc();
+    p.bias = p.fwd_pd.bias_desc();
+  } else if (kind == 1) {
+    memory::desc src(d.src, t, tag::any), wei(d.wei, t, tag::any), dst(d.dst, t, tag::any);
+    dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src, wei, dst, d.strides, d.dil,
+                                              d.pl, d.pr);
+    dnnl::convolution_backward_data::primitive_desc pd(bd, s.eng, p.fwd_pd);
+    p.prim = dnnl::convolution_backward_data(pd);
+    p.src = pd.diff_src_desc();
+    p.wei = pd.weights_desc();
+    p.dst = pd.diff_dst_desc();
+  } else {
+    memory::desc src(d.src, t, tag::any), wei(d.wei, t, tag::any), dst(d.dst, t, tag::any), bias(d.bias, t, tag::any);
+    dnnl::convolution_backward_weights::desc bd(dnnl::algorithm::convolution_direct, src, wei, bias, dst, d.strides,
+                                                 d.dil, d.pl, d.pr);
+    dnnl::convolution_backward_weights::primitive_desc pd(bd, s.eng, p.fwd_pd);
+    p.prim = dnnl::convolution_backward_weights(pd);
+    p.src = pd.src_desc();
+    p.wei = pd.diff_weights_desc();
+    p.dst = pd.diff_dst_desc();
+    p.bias = pd.diff_bias_desc();
+  }
+  return s.cache.emplace(k, std::move(p)).first->second;
+}
+
+// A memory in the primitive's layout: the user's buffer itself when the
+// layouts agree, else a reordered copy (for inputs) or a scratch buffer.
+memory in_layout(dnnl::stream& st, dnnl::engine& eng, const memory::desc& user, const memory::desc& want,
+                 const void* data) {
+  memory um(user, eng, const_cast<void*>(data));
+  if (user == want) return um;
+  memory m(want, eng);
+  dnnl::reorder(um, m).execute(st, um, m);
+  return m;
+}
+void to_user(dnnl::stream& st, dnnl::engine& eng, memory m, const memory::desc& user, void* data) {
+  memory um(user, eng, data);
+  if (m.get_desc() == user) return;
+  dnnl::reorder(m, um).execute(st, m, um);
+}
+memory out_layout(dnnl::engine& eng, const memory::desc& user, const memory::desc& want, void* data) {
+  if (user == want) return memory(user, eng, data);
+  return memory(want, eng);
+}
+
+bool use_dnnl(DType t) { return t == DType::F32 || t == DType::BF16; }
+
+// ---- portable loops (f64 and the 16-bit float fallback) ------------------------
+template <typename T>
+struct Ref {
+  const ConvGeometry& g;
+  int64_t cin_g() const { return g.C / g.groups; }
+  int64_t cout_g() const { return g.OC / g.groups; }
+  // Calls f(n, oc, oh, ow, c, kh, kw, ih, iw) for every valid tap.
+  template <typename F>
+  void taps_for(int64_t n, int64_t oc, F&& f) const {
+    int64_t grp = oc / cout_g();
+    for (int64_t oh = 0; oh < g.OH; ++oh)
+      for (int64_t ow = 0; ow < g.OW; ++ow)
+        for (int64_t ci = 0; ci < cin_g(); ++ci)
+          for (int64_t kh = 0; kh < g.KH; ++kh) {
+            int64_t ih = oh * g.sh - g.pt + kh * g.dh;
+            if (ih < 0 || ih >= g.H) continue;
+            for (int64_t kw = 0; kw < g.KW; ++kw) {
+              int64_t iw = ow * g.sw - g.pl + kw * g.dw;
+              if (iw < 0 || iw >= g.W) continue;
+              f(oh, ow, grp * cin_g() + ci, ci, kh, kw, ih, iw);
+            }
+          }
+  }
+};
+
+template <typename T>
+void ref_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  Ref<T> r{g};
+  parallel_for(0, g.N * g.OC, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<A> acc(g.OH * g.OW);
+    for (int64_t i = b0; i < b1; ++i) {
+      int64_t n = i / g.OC, oc = i % g.OC;
+      std::fill(acc.begin(), acc.end(), b ? static_cast<A>(b[oc]) : A(0));
+      r.taps_for(n, oc, [&](int64_t oh, int64_t ow, int64_t c, int64_t ci, int64_t kh, int64_t kw, int64_t ih, int64_t iw) {
+        acc[oh * g.OW + ow] += static_cast<A>(x[((n * g.C + c) * g.H + ih) * g.W + iw]) *
+                               static_cast<A>(w[((oc * r.cin_g() + ci) * g.KH + kh) * g.KW + kw]);
+      });
+      for (int64_t j = 0; j < g.OH * g.OW; ++j) y[i * g.OH * g.OW + j] = static_cast<T>(acc[j]);
+    }
+  });
+}
+
+template <typename T>
+void ref_backward_data(const ConvGeometry& g, const T* gy, const T* w, T* gx) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  Ref<T> r{g};
+  parallel_for(0, g.N, 1, [&](int64_t n0, int64_t n1) {
+    std::vector<A> acc(g.C * g.H * g.W);
+    for (int64_t n = n0; n < n1; ++n) {
+      std::fill(acc.begin(), acc.end(), A(0));
+      for (int64_t oc = 0; oc < g.OC; ++oc)
+        r.taps_for(n, oc, [&](int64_t oh, int64_t ow, int64_t c, int64_t ci, int64_t kh, int64_t kw, int64_t ih, int64_t iw) {
+          acc[(c * g.H + ih) * g.W + iw] += static_cast<A>(gy[((n * g.OC + oc) * g.OH + oh) * g.OW + ow]) *
+                                            static_cast<A>(w[((oc * r.cin_g() + ci) * g.KH + kh) * g.KW + kw]);
+        });
+      for (int64_t j = 0; j < g.C * g.H * g.W; ++j) gx[n * g.C * g.H * g.W + j] = static_cast<T>(acc[j]);
+    }
+  });
+}
+
+template <typename T>
+void ref_backward_weights(const ConvGeometry& g, const T* x, const T* gy, T* gw, T* gb) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  Ref<T> r{g};
+  int64_t wsize = r.cin_g() * g.KH * g.KW;
+  parallel_for(0, g.OC, 1, [&](int64_t o0, int64_t o1) {
+    std::vector<A> acc(wsize);
+    for (int64_t oc = o0; oc < o1; ++oc) {
+      std::fill(acc.begin(), acc.end(), A(0));
+      A bsum = 0;
+      for (int64_t n = 0; n < g.N; ++n) {
+        r.taps_for(n, oc, [&](int64_t oh, int64_t ow, int64_t c, int64_t ci, int64_t kh, int64_t kw, int64_t ih, int64_t iw) {
+          acc[(ci * g.KH + kh) * g.KW + kw] += static_cast<A>(gy[((n * g.OC + oc) * g.OH + oh) * g.OW + ow]) *
+                                               static_cast<A>(x[((n * g.C + c) * g.H + ih) * g.W + iw]);
+        });
+        for (int64_t j = 0; j < g.OH * g.OW; ++j) bsum += static_cast<A>(gy[(n * g.OC + oc) * g.OH * g.OW + j]);
+      }
+      for (int64_t j = 0; j < wsize; ++j) gw[oc * wsize + j] = static_cast<T>(acc[j]);
+      if (gb) gb[oc] = static_cast<T>(bsum);
+    }
+  });
+}
+
+template <typename F>
+void dispatch_ref(DType t, F&& f) {
+  switch (t) {
+    case DType::F64: f(double{}); break;
+    case DType::F32: f(float{}); break;
+    case DType::F16: f(Half{}); break;
+    case DType::BF16: f(BFloat16{}); break;
+    default: TS_ERROR("conv2d: unsupported dtype ", dtype_name(t));
+  }
+}
+
+}  // namespace
+
+void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y) {
+  if (!use_dnnl(g.dtype)) {
+    dispatch_ref(g.dtype, [&](auto t) {
+      using T = decltype(t);
+      ref_forward<T>(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y));
+    });
+    return;
+  }
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);  // primitives share scratch: one conv at a time
+  Prims& p = prims(g, 0);
+  Descs d = descs(g);
+  dnnl::stream st(s.eng);
+  memory xm = in_layout(st, s.eng, d.user_src, p.src, x);
+  memory wm = in_layout(st, s.eng, d.user_wei, p.wei, w);
+  memory ym = out_layout(s.eng, d.user_dst, p.dst, y);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
+  std::vector<float> zero_bias;
+  if (bias) {
+    args[DNNL_ARG_BIAS] = in_layout(st, s.eng, d.user_bias, p.bias, bias);
+  } else {
+    // The primitive was made with a bias: give it zeros.
+    memory bm(p.bias, s.eng);
+    std::memset(bm.get_data_handle(), 0, p.bias.get_size());
+    args[DNNL_ARG_BIAS] = bm;
+  }
+  p.prim.execute(st, args);
+  to_user(st, s.eng, ym, d.user_dst, y);
+  st.wait();
+}
+
+void conv2d_backward_data(const ConvGeometry& g, const void* gy, const void* w, void* gx) {
+  if (!use_dnnl(g.dtype)) {
+    dispatch_ref(g.dtype, [&](auto t) {
+      using T = decltype(t);
+      ref_backward_data<T>(g, static_cast<const T*>(gy), static_cast<const T*>(w), static_cast<T*>(gx));
+    });
+    return;
+  }
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  Prims& p = prims(g, 1);
+  Descs d = descs(g);
+  dnnl::stream st(s.eng);
+  memory gym = in_layout(st, s.eng, d.user_dst, p.dst, gy);
+  memory wm = in_layout(st, s.eng, d.user_wei, p.wei, w);
+  memory gxm = out_layout(s.eng, d.user_src, p.src, gx);
+  p.prim.execute(st, {{DNNL_ARG_DIFF_DST, gym}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, gxm}});
+  to_user(st, s.eng, gxm, d.user_src, gx);
+  st.wait();
+}
+
+void conv2d_backward_weights(const ConvGeometry& g, const void* x, const void* gy, void* gw, void* gbias) {
+  if (!use_dnnl(g.dtype)) {
+    dispatch_ref(g.dtype, [&](auto t) {
+      using T = decltype(t);
+      ref_backward_weights<T>(g, static_cast<const T*>(x), static_cast<const T*>(gy), static_cast<T*>(gw),
+                              static_cast<T*>(gbias));
+    });
+    return;
+  }
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  Prims& p = prims(g, 2);
+  Descs d = descs(g);
+  dnnl::stream st(s.eng);
+  memory xm = in_layout(st, s.eng, d.user_src, p.src, x);
+  memory gym = in_layout(st, s.eng, d.user_dst, p.dst, gy);
+  memory gwm = out_layout(s.eng, d.user_wei, p.wei, gw);
+  memory gbm = gbias ? out_layout(s.eng, d.user_bias, p.bias, gbias) : memory(p.bias, s.eng);
+  p.prim.execute(st, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_DST, gym}, {DNNL_ARG_DIFF_WEIGHTS, gwm}, {DNNL_ARG_DIFF_BIAS, gbm}});
+  to_user(st, s.eng, gwm, d.user_wei, gw);
+  if (gbias) to_user(st, s.eng, gbm, d.user_bias, gbias);
+  st.wait();
+}
+
+}  // namespace tessera::cpu

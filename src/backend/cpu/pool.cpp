@@ -1,0 +1,121 @@
+#include "backend/cpu/pool.h"
+
+#include <cmath>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/core/half.h"
+#include "tessera/core/parallel.h"
+
+namespace tessera::cpu {
+namespace {
+
+template <typename F>
+void dispatch(DType t, F&& f) {
+  switch (t) {
+    case DType::F64: f(double{}); break;
+    case DType::F32: f(float{}); break;
+    case DType::F16: f(Half{}); break;
+    case DType::BF16: f(BFloat16{}); break;
+    default: TS_ERROR("pooling: unsupported dtype ", dtype_name(t));
+  }
+}
+template <typename T> using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// The window of output (oh, ow) clipped to the input, and the divisor average
+// pooling uses (PyTorch's rule for count_include_pad).
+struct Window {
+  int64_t h0, h1, w0, w1, divisor;
+};
+Window window(const PoolGeometry& g, int64_t oh, int64_t ow) {
+  int64_t h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+  int64_t h1 = std::min(h0 + g.kh, g.H + g.ph), w1 = std::min(w0 + g.kw, g.W + g.pw);
+  int64_t pool = (h1 - h0) * (w1 - w0);
+  h0 = std::max<int64_t>(h0, 0);
+  w0 = std::max<int64_t>(w0, 0);
+  h1 = std::min(h1, g.H);
+  w1 = std::min(w1, g.W);
+  return {h0, h1, w0, w1, g.count_include_pad ? pool : (h1 - h0) * (w1 - w0)};
+}
+
+}  // namespace
+
+void max_pool2d_forward(const PoolGeometry& g, const void* xv, void* yv, int64_t* indices) {
+  dispatch(g.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = static_cast<const T*>(xv);
+    T* y = static_cast<T*>(yv);
+    parallel_for(0, g.planes, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const T* xp = x + p * g.H * g.W;
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            Acc<T> best = -INFINITY;
+            int64_t bi = -1;
+            for (int64_t i = 0; i < g.kh; ++i) {
+              int64_t h = oh * g.sh - g.ph + i * g.dh;
+              if (h < 0 || h >= g.H) continue;
+              for (int64_t j = 0; j < g.kw; ++j) {
+                int64_t w = ow * g.sw - g.pw + j * g.dw;
+                if (w < 0 || w >= g.W) continue;
+                Acc<T> v = static_cast<Acc<T>>(xp[h * g.W + w]);
+                if (bi < 0 || v > best || std::isnan(v)) {
+                  best = v;
+                  bi = h * g.W + w;
+                  if (std::isnan(v)) goto done;
+                }
+              }
+            }
+          done:
+            int64_t o = (p * g.OH + oh) * g.OW + ow;
+            y[o] = static_cast<T>(best);
+            indices[o] = bi;
+          }
+      }
+    });
+  });
+}
+
+void avg_pool2d_forward(const PoolGeometry& g, const void* xv, void* yv) {
+  dispatch(g.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = static_cast<const T*>(xv);
+    T* y = static_cast<T*>(yv);
+    parallel_for(0, g.planes, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p)
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            Window win = window(g, oh, ow);
+            Acc<T> s = 0;
+            for (int64_t h = win.h0; h < win.h1; ++h)
+              for (int64_t w = win.w0; w < win.w1; ++w) s += static_cast<Acc<T>>(x[(p * g.H + h) * g.W + w]);
+            y[(p * g.OH + oh) * g.OW + ow] = static_cast<T>(win.divisor > 0 ? s / static_cast<Acc<T>>(win.divisor) : Acc<T>(NAN));
+          }
+    });
+  });
+}
+
+void avg_pool2d_backward(const PoolGeometry& g, const void* gyv, void* gxv) {
+  dispatch(g.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* gy = static_cast<const T*>(gyv);
+    T* gx = static_cast<T*>(gxv);
+    parallel_for(0, g.planes, 1, [&](int64_t p0, int64_t p1) {
+      std::vector<Acc<T>> acc(g.H * g.W);
+      for (int64_t p = p0; p < p1; ++p) {
+        std::fill(acc.begin(), acc.end(), Acc<T>(0));
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            Window win = window(g, oh, ow);
+            if (win.divisor <= 0) continue;
+            Acc<T> v = static_cast<Acc<T>>(gy[(p * g.OH + oh) * g.OW + ow]) / static_cast<Acc<T>>(win.divisor);
+            for (int64_t h = win.h0; h < win.h1; ++h)
+              for (int64_t w = win.w0; w < win.w1; ++w) acc[h * g.W + w] += v;
+          }
+        for (int64_t i = 0; i < g.H * g.W; ++i) gx[p * g.H * g.W + i] = static_cast<T>(acc[i]);
+      }
+    });
+  });
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,22 @@
+#pragma once
+// 2-D max and average pooling over [planes, H, W] contiguous data.
+#include <cstdint>
+
+#include "tessera/core/dtype.h"
+
+namespace tessera::cpu {
+
+struct PoolGeometry {
+  int64_t planes, H, W, OH, OW;
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  bool count_include_pad = true;  // average pooling only
+  DType dtype;
+};
+
+// indices: flat position in the H*W plane of each maximum (NaN wins).
+void max_pool2d_forward(const PoolGeometry& g, const void* x, void* y, int64_t* indices);
+void avg_pool2d_forward(const PoolGeometry& g, const void* x, void* y);
+// gx is overwritten.
+void avg_pool2d_backward(const PoolGeometry& g, const void* gy, void* gx);
+
+}  // namespace tessera::cpu

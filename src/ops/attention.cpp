@@ -1,0 +1,161 @@
+// scaled_dot_product_attention: a fused, memory-efficient kernel (see
+// backend/cpu/attention.h) with the explicit matmul-softmax-matmul as its
+// composite fallback for create_graph and as its test reference.
+#include <cmath>
+
+#include "backend/cpu/attention.h"
+#include "ops/op_utils.h"
+
+namespace tessera::ops {
+namespace {
+
+Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
+                           double scale, const Tensor& keep_mask, double keep) {
+  Tensor attn = mul(matmul(q, k.mT()), scale);
+  int64_t L = q.shape()[q.dim() - 2], S = k.shape()[k.dim() - 2];
+  if (causal) attn = masked_fill(attn, triu(ones({L, S}, DType::Bool), 1), -INFINITY);
+  if (mask.defined()) attn = add(attn, mask);
+  Tensor p = softmax(attn, -1);
+  if (keep_mask.defined()) p = div(mul(p, keep_mask), keep);
+  return matmul(p, v);
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+                                    double dropout_p, bool is_causal, std::optional<double> scale_opt, Generator* gen) {
+  const char* name = "scaled_dot_product_attention";
+  check_defined(q, name, "query");
+  check_defined(k, name, "key");
+  check_defined(v, name, "value");
+  TS_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, name,
+           ": query, key and value need at least 2 dimensions, got shapes ", shape_str(q.shape()), ", ",
+           shape_str(k.shape()), ", ", shape_str(v.shape()));
+  check_floating(q, name, "query");
+  TS_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), name, ": query, key and value must share a dtype, got ",
+           dtype_name(q.dtype()), ", ", dtype_name(k.dtype()), ", ", dtype_name(v.dtype()));
+  int64_t L = q.shape()[q.dim() - 2], E = q.shape().back();
+  int64_t S = k.shape()[k.dim() - 2], Ev = v.shape().back();
+  TS_CHECK(k.shape().back() == E, name, ": key's last dimension ", k.shape().back(), " must equal query's ", E);
+  TS_CHECK(v.shape()[v.dim() - 2] == S, name, ": value has ", v.shape()[v.dim() - 2], " positions but key has ", S);
+  TS_CHECK(dropout_p >= 0 && dropout_p < 1, name, ": dropout_p must be in [0, 1), got ", dropout_p);
+  TS_CHECK(!(is_causal && attn_mask.defined()), name, ": pass either attn_mask or is_causal=true, not both");
+  double scale = scale_opt.value_or(1.0 / std::sqrt(static_cast<double>(E)));
+  Shape batch = broadcast_shapes(Shape(q.shape().begin(), q.shape().end() - 2),
+                                 Shape(k.shape().begin(), k.shape().end() - 2), name);
+  batch = broadcast_shapes(batch, Shape(v.shape().begin(), v.shape().end() - 2), name);
+  int64_t BH = numel_of(batch);
+  auto with = [&](int64_t a, int64_t b) {
+    Shape s = batch;
+    s.push_back(a);
+    s.push_back(b);
+    return s;
+  };
+  DType ct = q.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Tensor qf = q.detach().to(ct).expand(with(L, E)).reshape({BH, L, E});
+  Tensor kf = k.detach().to(ct).expand(with(S, E)).reshape({BH, S, E});
+  Tensor vf = v.detach().to(ct).expand(with(S, Ev)).reshape({BH, S, Ev});
+  Tensor mask;  // additive, broadcast to [batch..., L, S]
+  if (attn_mask.defined()) {
+    Tensor m = attn_mask.dtype() == DType::Bool
+                   ? where(attn_mask, scalar_tensor(0.0, ct), scalar_tensor(-INFINITY, ct))
+                   : attn_mask.detach().to(ct);
+    mask = m.expand(with(L, S));
+  }
+
+  cpu::AttentionArgs a;
+  a.bh = BH; a.L = L; a.S = S; a.E = E; a.Ev = Ev;
+  for (int i = 0; i < 3; ++i) {
+    a.sq[i] = qf.strides()[i];
+    a.sk[i] = kf.strides()[i];
+    a.sv[i] = vf.strides()[i];
+  }
+  a.q = qf.raw_data();
+  a.k = kf.raw_data();
+  a.v = vf.raw_data();
+  Tensor mflat;
+  if (mask.defined()) {
+    mflat = mask.reshape({BH, L, S});
+    for (int i = 0; i < 3; ++i) a.sm[i] = mflat.strides()[i];
+    a.mask = mflat.raw_data();
+  }
+  a.causal = is_causal;
+  a.scale = scale;
+  a.dropout_p = dropout_p;
+  a.f64 = ct == DType::F64;
+  if (dropout_p > 0) {
+    Generator& g = gen ? *gen : default_generator();
+    a.seed = g.seed();
+    a.offset = g.reserve(cpu::attention_rng_blocks(a));
+  }
+  Tensor out = empty({BH, L, Ev}, ct), lse = empty({BH, L}, ct);
+  if (out.numel() > 0 || lse.numel() > 0) cpu::attention_forward(a, out.raw_data(), lse.raw_data());
+  Tensor y = out.view(with(L, Ev)).to(q.dtype());
+  if (autograd::any_requires_grad({&q, &k, &v})) {
+    TensorList outs{y};
+    Shape qs = q.shape(), ks = k.shape(), vs = v.shape();
+    autograd::record(name, {q, k, v}, outs, [a, qs, ks, vs, batch, ct](const VjpArgs& va) -> TensorList {
+      const Tensor& q = va.saved[0];
+      const Tensor& k = va.saved[1];
+      const Tensor& v = va.saved[2];
+      const Tensor& out = va.saved[3];
+      const Tensor& lse = va.saved[4];
+      const Tensor& mflat = va.saved[5];
+      if (GradMode::is_enabled()) {
+        Tensor keep_mask;
+        if (a.dropout_p > 0) {
+          Tensor km = empty({a.bh, a.L, a.S}, ct);
+          visit_floating(ct, [&]<typename T>() {
+            T* p = km.data_ptr<T>();
+            for (int64_t b = 0; b < a.bh; ++b)
+              for (int64_t i = 0; i < a.L; ++i)
+                for (int64_t j = 0; j < a.S; ++j) p[(b * a.L + i) * a.S + j] = cpu::attention_keep(a, b, i, j) ? 1 : 0;
+          });
+          Shape s = batch;
+          s.push_back(a.L);
+          s.push_back(a.S);
+          keep_mask = km.view(s).to(q.dtype());
+        }
+        Tensor mask;
+        if (mflat.defined()) {
+          Shape s = batch;
+          s.push_back(a.L);
+          s.push_back(a.S);
+          mask = mflat.view(s).to(q.dtype());
+        }
+        bool causal = a.causal;
+        double scale = a.scale, keep = 1.0 - a.dropout_p;
+        return composite_vjp([&](const TensorList& in) {
+          return attention_composite(in[0], in[1], in[2], mask, causal, scale, keep_mask, keep);
+        }, {q, k, v}, va.needs, va.grads[0]);
+      }
+      cpu::AttentionArgs b = a;
+      Tensor qf = q.to(ct).expand([&] { Shape s = batch; s.push_back(a.L); s.push_back(a.E); return s; }()).reshape({a.bh, a.L, a.E});
+      Tensor kf = k.to(ct).expand([&] { Shape s = batch; s.push_back(a.S); s.push_back(a.E); return s; }()).reshape({a.bh, a.S, a.E});
+      Tensor vf = v.to(ct).expand([&] { Shape s = batch; s.push_back(a.S); s.push_back(a.Ev); return s; }()).reshape({a.bh, a.S, a.Ev});
+      for (int i = 0; i < 3; ++i) {
+        b.sq[i] = qf.strides()[i];
+        b.sk[i] = kf.strides()[i];
+        b.sv[i] = vf.strides()[i];
+      }
+      b.q = qf.raw_data();
+      b.k = kf.raw_data();
+      b.v = vf.raw_data();
+      b.mask = mflat.defined() ? mflat.raw_data() : nullptr;
+      Tensor dout = va.grads[0].to(ct).contiguous();
+      Tensor dq = empty({a.bh, a.L, a.E}, ct), dk = empty({a.bh, a.S, a.E}, ct), dv = empty({a.bh, a.S, a.Ev}, ct);
+      cpu::attention_backward(b, dout.raw_data(), out.raw_data(), lse.raw_data(), dq.raw_data(), dk.raw_data(),
+                              dv.raw_data());
+      auto back = [&](const Tensor& g, int64_t r, int64_t c, const Shape& target) {
+        Shape s = batch;
+        s.push_back(r);
+        s.push_back(c);
+        return sum_to(g.view(s), target).to(q.dtype());
+      };
+      return {back(dq, a.L, a.E, qs), back(dk, a.S, a.E, ks), back(dv, a.S, a.Ev, vs)};
+    }, {0, 1, 2}, {}, {out, lse, mflat});
+  }
+  return y;
+}
+
+}  // namespace tessera::ops

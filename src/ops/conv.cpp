@@ -1,0 +1,209 @@
+// Convolutions. conv2d and conv_transpose2d share one geometry and the three
+// conv primitives (forward, backward-data, backward-weights) with roles
+// swapped. Double backward through convolutions is not supported yet: the VJP
+// raises an error under create_graph instead of returning wrong gradients.
+#include "backend/cpu/conv.h"
+#include "ops/op_utils.h"
+
+namespace tessera::ops {
+namespace {
+
+std::vector<int64_t> pair_of(IntArrayRef v, const char* op, const char* what) {
+  TS_CHECK(v.size() == 1 || v.size() == 2, op, ": ", what, " must have 1 or 2 values, got ", shape_str(v));
+  return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : std::vector<int64_t>{v[0], v[1]};
+}
+
+void check_no_create_graph(const char* op) {
+  TS_CHECK(!GradMode::is_enabled(), op,
+           ": double backward (create_graph=true through a convolution) is not supported yet");
+}
+
+cpu::ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, const std::vector<int64_t>& stride,
+                                const std::vector<int64_t>& pad_tl, const std::vector<int64_t>& pad_br,
+                                const std::vector<int64_t>& dil, int64_t groups) {
+  cpu::ConvGeometry g;
+  g.N = x.shape()[0]; g.C = x.shape()[1]; g.H = x.shape()[2]; g.W = x.shape()[3];
+  g.OC = w.shape()[0]; g.KH = w.shape()[2]; g.KW = w.shape()[3];
+  g.sh = stride[0]; g.sw = stride[1];
+  g.dh = dil[0]; g.dw = dil[1];
+  g.pt = pad_tl[0]; g.pl = pad_tl[1]; g.pb = pad_br[0]; g.pr = pad_br[1];
+  g.groups = groups;
+  g.OH = (g.H + g.pt + g.pb - g.dh * (g.KH - 1) - 1) / g.sh + 1;
+  g.OW = (g.W + g.pl + g.pr - g.dw * (g.KW - 1) - 1) / g.sw + 1;
+  g.dtype = x.dtype();
+  return g;
+}
+
+Tensor conv2d_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, std::vector<int64_t> stride,
+                   std::vector<int64_t> pad_tl, std::vector<int64_t> pad_br, std::vector<int64_t> dil, int64_t groups) {
+  const char* name = "conv2d";
+  Tensor x = x_in.detach().contiguous(), w = w_in.detach().contiguous();
+  cpu::ConvGeometry g = conv_geometry(x, w, stride, pad_tl, pad_br, dil, groups);
+  TS_CHECK(g.OH > 0 && g.OW > 0, name, ": the input of spatial size ", g.H, "x", g.W,
+           " is too small for the kernel ", g.KH, "x", g.KW, " with this padding and dilation (output would be ",
+           g.OH, "x", g.OW, ")");
+  Tensor y = empty({g.N, g.OC, g.OH, g.OW}, x.dtype());
+  Tensor b = b_in.defined() ? b_in.detach().contiguous() : Tensor();
+  if (y.numel() > 0) {
+    if (x.numel() == 0 || w.numel() == 0) {
+      cpu::fill(y, 0);
+      if (b.defined()) y = add(y, b.view({1, g.OC, 1, 1})).detach();
+    } else {
+      cpu::conv2d_forward(g, x.raw_data(), w.raw_data(), b.defined() ? b.raw_data() : nullptr, y.raw_data());
+    }
+  }
+  if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
+    TensorList outs{y};
+    autograd::record(name, {x_in, w_in, b_in}, outs, [g](const VjpArgs& a) -> TensorList {
+      check_no_create_graph("conv2d");
+      Tensor gy = a.grads[0].contiguous();
+      const Tensor& x = a.saved[0];
+      const Tensor& w = a.saved[1];
+      Tensor gx, gw, gb;
+      if (a.needs_grad(0)) {
+        gx = empty(x.shape(), x.dtype());
+        cpu::conv2d_backward_data(g, gy.raw_data(), w.contiguous().raw_data(), gx.raw_data());
+      }
+      if (a.needs_grad(1) || a.needs_grad(2)) {
+        Tensor gw_t = empty(w.shape(), w.dtype());
+        Tensor gb_t = empty({g.OC}, w.dtype());
+        cpu::conv2d_backward_weights(g, x.contiguous().raw_data(), gy.raw_data(), gw_t.raw_data(), gb_t.raw_data());
+        if (a.needs_grad(1)) gw = gw_t;
+        if (a.needs_grad(2)) gb = gb_t;
+      }
+      return {gx, gw, gb};
+    }, {0, 1});
+  }
+  return y;
+}
+
+void check_conv_args(const char* name, const Tensor& x, const Tensor& w, const Tensor& b, int64_t groups,
+                     int64_t spatial, bool transposed) {
+  check_defined(x, name, "input");
+  check_defined(w, name, "weight");
+  TS_CHECK(x.dim() == spatial + 2, name, ": expected a ", spatial + 2, "-D input [N, C, ...], got shape ",
+           shape_str(x.shape()));
+  TS_CHECK(w.dim() == spatial + 2, name, ": expected a ", spatial + 2, "-D weight, got shape ", shape_str(w.shape()));
+  check_floating(x, name, "input");
+  TS_CHECK(x.dtype() == w.dtype(), name, ": input dtype ", dtype_name(x.dtype()), " and weight dtype ",
+           dtype_name(w.dtype()), " differ");
+  TS_CHECK(groups >= 1, name, ": groups must be positive, got ", groups);
+  int64_t C = x.shape()[1];
+  if (!transposed) {
+    TS_CHECK(C % groups == 0 && w.shape()[0] % groups == 0, name, ": input channels ", C, " and output channels ",
+             w.shape()[0], " must both be divisible by groups ", groups);
+    TS_CHECK(w.shape()[1] * groups == C, name, ": the weight of shape ", shape_str(w.shape()), " expects ",
+             w.shape()[1] * groups, " input channels (", w.shape()[1], " per group x ", groups,
+             " groups), but the input of shape ", shape_str(x.shape()), " has ", C);
+  } else {
+    TS_CHECK(w.shape()[0] == C, name, ": the weight of shape ", shape_str(w.shape()), " expects ", w.shape()[0],
+             " input channels, but the input of shape ", shape_str(x.shape()), " has ", C);
+    TS_CHECK(C % groups == 0, name, ": input channels ", C, " must be divisible by groups ", groups);
+  }
+  if (b.defined()) {
+    int64_t oc = transposed ? w.shape()[1] * groups : w.shape()[0];
+    TS_CHECK(b.dim() == 1 && b.shape()[0] == oc && b.dtype() == x.dtype(), name, ": bias must be a ",
+             dtype_name(x.dtype()), " vector of size ", oc, ", got ", dtype_name(b.dtype()), " ", shape_str(b.shape()));
+  }
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o) {
+  check_conv_args("conv2d", x, w, b, o.groups, 2, false);
+  auto stride = pair_of(o.stride, "conv2d", "stride");
+  auto dil = pair_of(o.dilation, "conv2d", "dilation");
+  for (int i = 0; i < 2; ++i) {
+    TS_CHECK(stride[i] > 0, "conv2d: stride must be positive, got ", shape_str(o.stride));
+    TS_CHECK(dil[i] > 0, "conv2d: dilation must be positive, got ", shape_str(o.dilation));
+  }
+  std::vector<int64_t> tl, br;
+  if (o.padding_same) {
+    TS_CHECK(stride[0] == 1 && stride[1] == 1, "conv2d: padding='same' requires stride 1, got ", shape_str(o.stride));
+    // Total padding d*(k-1); PyTorch puts the odd extra element at the end.
+    for (int i = 0; i < 2; ++i) {
+      int64_t total = dil[i] * (w.shape()[2 + i] - 1);
+      tl.push_back(total / 2);
+      br.push_back(total - total / 2);
+    }
+  } else {
+    tl = pair_of(o.padding, "conv2d", "padding");
+    for (int64_t p : tl) TS_CHECK(p >= 0, "conv2d: padding must be non-negative, got ", shape_str(o.padding));
+    br = tl;
+  }
+  return conv2d_impl(x, w, b, stride, tl, br, dil, o.groups);
+}
+
+Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding, int64_t dilation,
+              int64_t groups, bool padding_same) {
+  check_conv_args("conv1d", x, w, b, groups, 1, false);
+  Conv2dOptions o;
+  o.stride = {1, stride};
+  o.padding = {0, padding};
+  o.dilation = {1, dilation};
+  o.groups = groups;
+  o.padding_same = padding_same;
+  return conv2d(x.unsqueeze(2), w.unsqueeze(2), b, o).squeeze(2);
+}
+
+Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, IntArrayRef stride_v,
+                        IntArrayRef padding_v, IntArrayRef output_padding_v, int64_t groups, IntArrayRef dilation_v) {
+  const char* name = "conv_transpose2d";
+  check_conv_args(name, x_in, w_in, b_in, groups, 2, true);
+  auto stride = pair_of(stride_v, name, "stride");
+  auto pad = pair_of(padding_v, name, "padding");
+  auto opad = pair_of(output_padding_v, name, "output_padding");
+  auto dil = pair_of(dilation_v, name, "dilation");
+  for (int i = 0; i < 2; ++i) {
+    TS_CHECK(stride[i] > 0 && dil[i] > 0, name, ": stride and dilation must be positive");
+    TS_CHECK(pad[i] >= 0, name, ": padding must be non-negative, got ", shape_str(padding_v));
+    TS_CHECK(opad[i] >= 0 && (opad[i] < stride[i] || opad[i] < dil[i]), name, ": output_padding ",
+             shape_str(output_padding_v), " must be smaller than either stride or dilation");
+  }
+  Tensor x = x_in.detach().contiguous(), w = w_in.detach().contiguous();
+  int64_t N = x.shape()[0], Cin = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  int64_t Cout = w.shape()[1] * groups, KH = w.shape()[2], KW = w.shape()[3];
+  int64_t OH = (H - 1) * stride[0] - 2 * pad[0] + dil[0] * (KH - 1) + opad[0] + 1;
+  int64_t OW = (W - 1) * stride[1] - 2 * pad[1] + dil[1] * (KW - 1) + opad[1] + 1;
+  TS_CHECK(OH > 0 && OW > 0, name, ": the output size ", OH, "x", OW, " is not positive");
+  // The equivalent convolution maps [N, Cout, OH, OW] -> [N, Cin, H, W] with
+  // weight [Cin, Cout/groups, KH, KW]; our forward is its backward-data.
+  cpu::ConvGeometry g;
+  g.N = N; g.C = Cout; g.H = OH; g.W = OW; g.OC = Cin; g.KH = KH; g.KW = KW; g.OH = H; g.OW = W;
+  g.sh = stride[0]; g.sw = stride[1]; g.dh = dil[0]; g.dw = dil[1];
+  g.pt = pad[0]; g.pl = pad[1];
+  g.pb = (H - 1) * stride[0] + dil[0] * (KH - 1) + 1 - OH - pad[0];
+  g.pr = (W - 1) * stride[1] + dil[1] * (KW - 1) + 1 - OW - pad[1];
+  g.groups = groups;
+  g.dtype = x.dtype();
+  Tensor y = empty({N, Cout, OH, OW}, x.dtype());
+  if (y.numel() > 0) {
+    if (x.numel() == 0) cpu::fill(y, 0);
+    else cpu::conv2d_backward_data(g, x.raw_data(), w.raw_data(), y.raw_data());
+  }
+  if (b_in.defined()) y = add(y, b_in.detach().view({1, Cout, 1, 1})).detach();
+  if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
+    TensorList outs{y};
+    autograd::record(name, {x_in, w_in, b_in}, outs, [g](const VjpArgs& a) -> TensorList {
+      check_no_create_graph("conv_transpose2d");
+      Tensor gy = a.grads[0].contiguous();
+      const Tensor& x = a.saved[0];
+      const Tensor& w = a.saved[1];
+      Tensor gx, gw, gb;
+      if (a.needs_grad(0)) {
+        gx = empty(x.shape(), x.dtype());
+        cpu::conv2d_forward(g, gy.raw_data(), w.contiguous().raw_data(), nullptr, gx.raw_data());
+      }
+      if (a.needs_grad(1)) {
+        gw = empty(w.shape(), w.dtype());
+        Tensor unused = empty({g.OC}, w.dtype());
+        cpu::conv2d_backward_weights(g, gy.raw_data(), x.contiguous().raw_data(), gw.raw_data(), unused.raw_data());
+      }
+      if (a.needs_grad(2)) gb = sum(gy, {0, 2, 3});
+      return {gx, gw, gb};
+    }, {0, 1});
+  }
+  return y;
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,217 @@
+// Loss functions, composed from differentiable ops (so double backward works).
+#include <cmath>
+
+#include "ops/op_utils.h"
+
+namespace tessera::ops {
+namespace {
+
+Tensor reduce_loss(const Tensor& l, const std::string& reduction, const char* op) {
+  reduction_name(reduction, op);
+  if (reduction == "mean") return mean(l);
+  if (reduction == "sum") return sum(l);
+  return l;
+}
+
+void check_pair(const Tensor& input, const Tensor& target, const char* op) {
+  check_defined(input, op, "input");
+  check_defined(target, op, "target");
+  check_floating(input, op, "input");
+  broadcast_shapes(input.shape(), target.shape(), op);
+}
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& logp_in, const Tensor& target_in, const Tensor& weight, int64_t ignore_index,
+                const std::string& reduction) {
+  const char* op = "nll_loss";
+  check_defined(logp_in, op, "input");
+  check_defined(target_in, op, "target");
+  reduction_name(reduction, op);
+  check_floating(logp_in, op, "input");
+  TS_CHECK(target_in.dtype() == DType::I64 || target_in.dtype() == DType::I32, op,
+           ": target must hold class indices (i64 or i32), got ", dtype_name(target_in.dtype()));
+  bool unbatched = logp_in.dim() == 1;
+  Tensor logp = unbatched ? logp_in.unsqueeze(0) : logp_in;
+  Tensor target = unbatched ? target_in.unsqueeze(0) : target_in;
+  TS_CHECK(logp.dim() >= 2, op, ": expected input [N, C, ...] or [C], got shape ", shape_str(logp_in.shape()));
+  int64_t C = logp.shape()[1];
+  Shape expect = logp.shape();
+  expect.erase(expect.begin() + 1);
+  TS_CHECK(IntArrayRef(target.shape()).equals(expect), op, ": target has shape ", shape_str(target_in.shape()),
+           " but the input of shape ", shape_str(logp_in.shape()), " needs a target of shape ",
+           shape_str(unbatched ? Shape{} : expect));
+  if (weight.defined())
+    TS_CHECK(weight.dim() == 1 && weight.shape()[0] == C, op, ": weight must have shape [", C, "], got ",
+             shape_str(weight.shape()));
+  Tensor t = cast(target, DType::I64);
+  Tensor valid = ne(t, ignore_index);
+  Tensor safe = where(valid, t, 0);
+  if (safe.numel() > 0) {
+    int64_t lo = amin(safe).item<int64_t>(), hi = amax(safe).item<int64_t>();
+    TS_CHECK(lo >= 0 && hi < C, op, ": target value ", lo < 0 ? lo : hi, " is out of range for ", C,
+             " classes (valid: 0 to ", C - 1, ", or ignore_index ", ignore_index, ")");
+  }
+  Tensor picked = gather(logp, 1, safe.unsqueeze(1)).squeeze(1);
+  Tensor w = weight.defined() ? index_select(weight, 0, safe.reshape({-1})).reshape(safe.shape())
+                              : ones(safe.shape(), logp.dtype());
+  w = where(valid, w, scalar_tensor(0, logp.dtype()));
+  Tensor loss = neg(mul(picked, w));
+  if (reduction == "none") return unbatched ? loss.squeeze(0) : loss;
+  if (reduction == "sum") return sum(loss);
+  return div(sum(loss), sum(w));
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
+                     const std::string& reduction, double label_smoothing) {
+  const char* op = "cross_entropy";
+  check_defined(logits, op, "input");
+  check_defined(target, op, "target");
+  reduction_name(reduction, op);
+  check_floating(logits, op, "input");
+  TS_CHECK(label_smoothing >= 0 && label_smoothing <= 1, op, ": label_smoothing must be in [0, 1], got ",
+           label_smoothing);
+  TS_CHECK(logits.dim() >= 1, op, ": the input needs a class dimension");
+  int64_t class_dim = logits.dim() == 1 ? 0 : 1;
+  int64_t C = logits.shape()[class_dim];
+  Tensor logp = log_softmax(logits, class_dim);
+  Shape wshape(logits.dim(), 1);
+  wshape[class_dim] = C;
+  if (is_floating(target.dtype())) {
+    // Class probabilities.
+    TS_CHECK(IntArrayRef(target.shape()).equals(logits.shape()), op, ": a probability target must have the input's shape ",
+             shape_str(logits.shape()), ", got ", shape_str(target.shape()));
+    Tensor tgt = label_smoothing > 0 ? add(mul(target, 1 - label_smoothing), label_smoothing / static_cast<double>(C)) : target;
+    Tensor prod_ = mul(logp, tgt);
+    if (weight.defined()) prod_ = mul(prod_, weight.reshape(wshape));
+    Tensor loss = neg(sum(prod_, {class_dim}));
+    if (reduction == "none") return loss;
+    if (reduction == "sum") return sum(loss);
+    int64_t n = logits.numel() / std::max<int64_t>(C, 1);
+    return div(sum(loss), static_cast<double>(n));
+  }
+  Tensor nll = nll_loss(logp, target, weight, ignore_index, reduction);
+  if (label_smoothing == 0) return nll;
+  Tensor ignore = eq(cast(target, DType::I64), ignore_index);
+  Tensor smooth = weight.defined() ? neg(sum(mul(logp, weight.reshape(wshape)), {class_dim})) : neg(sum(logp, {class_dim}));
+  smooth = where(ignore, scalar_tensor(0, smooth.dtype()), smooth);
+  Tensor ret;
+  if (reduction == "none") ret = smooth;
+  else if (reduction == "sum") ret = sum(smooth);
+  else if (weight.defined()) {
+    Tensor valid_t = where(ignore, 0, cast(target, DType::I64));
+    Tensor w = where(ignore, scalar_tensor(0, weight.dtype()), index_select(weight, 0, valid_t.reshape({-1})).reshape(valid_t.shape()));
+    ret = div(sum(smooth), sum(w));
+  } else {
+    ret = div(sum(smooth), sum(logical_not(ignore).to(smooth.dtype())));
+  }
+  return add(mul(nll, 1 - label_smoothing), mul(ret, label_smoothing / static_cast<double>(C)));
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
+  check_pair(input, target, "mse_loss");
+  return reduce_loss(square(sub(input, target)), reduction, "mse_loss");
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
+  check_pair(input, target, "l1_loss");
+  return reduce_loss(abs(sub(input, target)), reduction, "l1_loss");
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction, double beta) {
+  check_pair(input, target, "smooth_l1_loss");
+  TS_CHECK(beta >= 0, "smooth_l1_loss: beta must be non-negative, got ", beta);
+  Tensor d = abs(sub(input, target));
+  if (beta == 0) return reduce_loss(d, reduction, "smooth_l1_loss");
+  Tensor l = where(lt(d, beta), div(mul(square(d), 0.5), beta), sub(d, 0.5 * beta));
+  return reduce_loss(l, reduction, "smooth_l1_loss");
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight,
+                            const std::string& reduction) {
+  check_pair(input, target, "binary_cross_entropy");
+  TS_CHECK(IntArrayRef(input.shape()).equals(target.shape()), "binary_cross_entropy: target of shape ",
+           shape_str(target.shape()), " must have the input's shape ", shape_str(input.shape()));
+  Tensor xd = input.detach();
+  TS_CHECK(xd.numel() == 0 || (all(ge(xd, 0)).item<bool>() && all(le(xd, 1)).item<bool>()),
+           "binary_cross_entropy: every input value must be a probability in [0, 1]");
+  // log clamped at -100, as PyTorch does, so 0 and 1 give finite losses.
+  Tensor lx = clamp(log(input), -100.0, std::nullopt);
+  Tensor l1x = clamp(log(sub(1, input)), -100.0, std::nullopt);
+  Tensor l = neg(add(mul(target, lx), mul(sub(1, target), l1x)));
+  if (weight.defined()) l = mul(l, weight);
+  return reduce_loss(l, reduction, "binary_cross_entropy");
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
+                                        const std::string& reduction, const Tensor& pos_weight) {
+  check_pair(input, target, "binary_cross_entropy_with_logits");
+  TS_CHECK(IntArrayRef(input.shape()).equals(target.shape()), "binary_cross_entropy_with_logits: target of shape ",
+           shape_str(target.shape()), " must have the input's shape ", shape_str(input.shape()));
+  // (1 - y) x + (1 + (pw - 1) y) (log(1 + exp(-|x|)) + max(-x, 0)): stable for large |x|.
+  Tensor softplus_neg = add(log1p(exp(neg(abs(input)))), clamp(neg(input), 0.0, std::nullopt));
+  Tensor l;
+  if (pos_weight.defined()) {
+    Tensor lw = add(mul(sub(pos_weight, 1), target), 1);
+    l = add(mul(sub(1, target), input), mul(lw, softplus_neg));
+  } else {
+    l = add(mul(sub(1, target), input), softplus_neg);
+  }
+  if (weight.defined()) l = mul(l, weight);
+  return reduce_loss(l, reduction, "binary_cross_entropy_with_logits");
+}
+
+Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction, bool log_target) {
+  check_pair(input, target, "kl_div");
+  TS_CHECK(reduction == "mean" || reduction == "sum" || reduction == "none" || reduction == "batchmean",
+           "kl_div: reduction must be 'mean', 'batchmean', 'sum' or 'none', got '", reduction, "'");
+  Tensor l;
+  if (log_target) {
+    l = mul(exp(target), sub(target, input));
+  } else {
+    // target * (log target - input), with 0 where target is 0 (xlogy).
+    Tensor safe_log = log(where(gt(target, 0), target, scalar_tensor(1, target.dtype())));
+    l = where(gt(target, 0), mul(target, sub(safe_log, input)), mul(target, neg(input)));
+    l = where(eq(target, 0), scalar_tensor(0, l.dtype()), l);
+  }
+  if (reduction == "batchmean") return input.dim() == 0 ? sum(l) : div(sum(l), static_cast<double>(input.shape()[0]));
+  return reduce_loss(l, reduction, "kl_div");
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  check_defined(x, "dropout", "input");
+  TS_CHECK(p >= 0 && p <= 1, "dropout: p must be in [0, 1], got ", p);
+  if (!training || p == 0) return x;
+  if (p == 1) return mul(x, 0);
+  check_floating(x, "dropout", "input");
+  Tensor mask = bernoulli(x.shape(), 1 - p, x.dtype(), gen);
+  return mul(x, mul(mask, 1.0 / (1 - p)));
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
+  check_defined(weight, "embedding", "weight");
+  check_defined(indices, "embedding", "indices");
+  TS_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [num_embeddings, dim], got shape ", shape_str(weight.shape()));
+  TS_CHECK(indices.dtype() == DType::I64 || indices.dtype() == DType::I32,
+           "embedding: indices must be integers (i64 or i32), got ", dtype_name(indices.dtype()));
+  int64_t V = weight.shape()[0];
+  Tensor flat = cast(indices, DType::I64).reshape({-1});
+  if (flat.numel() > 0) {
+    int64_t lo = amin(flat).item<int64_t>(), hi = amax(flat).item<int64_t>();
+    TS_CHECK(lo >= 0 && hi < V, "embedding: index ", lo < 0 ? lo : hi, " is out of range for ", V,
+             " embeddings (valid: 0 to ", V - 1, ")");
+  }
+  Shape out_shape = indices.shape();
+  out_shape.push_back(weight.shape()[1]);
+  Tensor out = index_select(weight, 0, flat).reshape(out_shape);
+  if (padding_idx) {
+    int64_t pi = *padding_idx < 0 ? *padding_idx + V : *padding_idx;
+    TS_CHECK(pi >= 0 && pi < V, "embedding: padding_idx ", *padding_idx, " is out of range for ", V, " embeddings");
+    // The padding row's output is kept but receives no gradient.
+    Tensor is_pad = eq(cast(indices, DType::I64), pi).unsqueeze(-1);
+    out = where(is_pad, out.detach(), out);
+  }
+  return out;
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,271 @@
+// softmax / log_softmax and the normalization layers. softmax, log_softmax,
+// layer_norm and rms_norm run fused row kernels forward and backward; see
+// Note [Fused ops and double backward] for create_graph.
+#include <cmath>
+#include <limits>
+
+#include "ops/op_utils.h"
+#include "tessera/core/parallel.h"
+
+namespace tessera::ops {
+namespace {
+
+// Moves `dim` last and makes the data contiguous: [rows, n].
+Tensor to_rows(const Tensor& x, int64_t dim) {
+  if (x.dim() == 0) return x.reshape({1});
+  if (dim == x.dim() - 1) return x.contiguous();
+  return x.transpose(dim, -1).contiguous();
+}
+Tensor from_rows(const Tensor& r, const Tensor& like, int64_t dim) {
+  if (like.dim() == 0) return r.reshape({});
+  if (dim == like.dim() - 1) return r;
+  return r.transpose(dim, -1).contiguous();
+}
+
+int64_t row_grain(int64_t n) { return std::max<int64_t>(1, kGrainSize / std::max<int64_t>(n, 1)); }
+
+void softmax_rows_fwd(const Tensor& x, const Tensor& y, bool is_log) {
+  int64_t n = x.shape().back();
+  if (n == 0 || x.numel() == 0) return;
+  int64_t rows = x.numel() / n;
+  auto fn = cpu::kernels().softmax_fwd[cpu::idx(x.dtype())];
+  const char* xp = static_cast<const char*>(x.raw_data());
+  char* yp = static_cast<char*>(y.raw_data());
+  size_t item = x.itemsize();
+  parallel_for(0, rows, row_grain(n), [&](int64_t b, int64_t e) {
+    fn(xp + b * n * item, yp + b * n * item, e - b, n, is_log);
+  });
+}
+
+void softmax_rows_bwd(const Tensor& g, const Tensor& y, const Tensor& gx, bool is_log) {
+  int64_t n = y.shape().back();
+  if (n == 0 || y.numel() == 0) return;
+  int64_t rows = y.numel() / n;
+  auto fn = cpu::kernels().softmax_bwd[cpu::idx(y.dtype())];
+  const char* gp = static_cast<const char*>(g.raw_data());
+  const char* yp = static_cast<const char*>(y.raw_data());
+  char* op = static_cast<char*>(gx.raw_data());
+  size_t item = y.itemsize();
+  parallel_for(0, rows, row_grain(n), [&](int64_t b, int64_t e) {
+    fn(gp + b * n * item, yp + b * n * item, op + b * n * item, e - b, n, is_log);
+  });
+}
+
+// The composite fallback of softmax / log_softmax (and their reference).
+Tensor softmax_composite(const Tensor& x, int64_t dim, bool is_log) {
+  if (x.numel() == 0) return mul(x, 1.0);
+  Tensor m = amax(x, {dim}, true).detach();
+  m = where(isinf(m), 0, m);
+  Tensor z = sub(x, m);
+  Tensor lse = log(sum(exp(z), {dim}, true));
+  return is_log ? sub(z, lse) : exp(sub(z, lse));
+}
+
+Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool is_log) {
+  const char* name = is_log ? "log_softmax" : "softmax";
+  check_defined(x_in, name, "input");
+  TS_CHECK(is_floating(x_in.dtype()), name, ": expected a floating-point input, got ", dtype_name(x_in.dtype()),
+           "; convert it with to() first");
+  dim = wrap_dim(dim, x_in.dim(), name);
+  Tensor xr = to_rows(x_in.detach(), dim);
+  Tensor yr = empty(xr.shape(), xr.dtype());
+  softmax_rows_fwd(xr, yr, is_log);
+  Tensor y = from_rows(yr, x_in, dim);
+  if (autograd::any_requires_grad({&x_in})) {
+    TensorList outs{y};
+    autograd::record(name, {x_in}, outs, [dim, is_log](const VjpArgs& a) -> TensorList {
+      if (GradMode::is_enabled())
+        return composite_vjp([dim, is_log](const TensorList& in) { return softmax_composite(in[0], dim, is_log); },
+                             {a.saved[0]}, a.needs, a.grads[0]);
+      const Tensor& y = a.saved[1];
+      Tensor gr = to_rows(a.grads[0], dim), yr = to_rows(y, dim);
+      Tensor gx = empty(yr.shape(), yr.dtype());
+      softmax_rows_bwd(gr, yr, gx, is_log);
+      return {from_rows(gx, y, dim)};
+    }, {0}, {0});
+  }
+  return y;
+}
+
+// ---- layer_norm / rms_norm --------------------------------------------------------
+
+Tensor layer_norm_composite(const Tensor& x, int64_t k, const Tensor& w, const Tensor& b, double eps, bool rms) {
+  Shape dims;
+  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
+  Tensor xc = rms ? x : sub(x, mean(x, dims, true));
+  Tensor y = mul(xc, rsqrt(add(mean(square(xc), dims, true), eps)));
+  if (w.defined()) y = mul(y, w);
+  if (b.defined()) y = add(y, b);
+  return y;
+}
+
+Tensor norm_impl(const char* name, const Tensor& x_in, IntArrayRef normalized_shape, const Tensor& w_in,
+                 const Tensor& b_in, double eps, bool rms) {
+  check_defined(x_in, name, "input");
+  TS_CHECK(is_floating(x_in.dtype()), name, ": expected a floating-point input, got ", dtype_name(x_in.dtype()));
+  int64_t k = static_cast<int64_t>(normalized_shape.size());
+  TS_CHECK(k >= 1 && k <= x_in.dim(), name, ": normalized_shape ", shape_str(normalized_shape),
+           " must name 1 to ", x_in.dim(), " trailing dimensions of the input of shape ", shape_str(x_in.shape()));
+  for (int64_t i = 0; i < k; ++i)
+    TS_CHECK(x_in.shape()[x_in.dim() - k + i] == normalized_shape[i], name, ": normalized_shape ",
+             shape_str(normalized_shape), " does not match the trailing dimensions of the input of shape ",
+             shape_str(x_in.shape()));
+  for (const Tensor* p : {&w_in, &b_in}) {
+    if (!p->defined()) continue;
+    TS_CHECK(IntArrayRef(p->shape()).equals(normalized_shape), name, ": ", p == &w_in ? "weight" : "bias",
+             " has shape ", shape_str(p->shape()), " but normalized_shape is ", shape_str(normalized_shape));
+    TS_CHECK(p->dtype() == x_in.dtype(), name, ": ", p == &w_in ? "weight" : "bias", " dtype ",
+             dtype_name(p->dtype()), " differs from the input dtype ", dtype_name(x_in.dtype()));
+  }
+  TS_CHECK(eps >= 0, name, ": eps must be non-negative, got ", eps);
+  int64_t n = numel_of(normalized_shape);
+  Tensor x = x_in.detach().contiguous();
+  Tensor w = w_in.defined() ? w_in.detach().contiguous() : Tensor();
+  Tensor b = b_in.defined() ? b_in.detach().contiguous() : Tensor();
+  int64_t rows = n == 0 ? 0 : x.numel() / n;
+  DType stat = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Tensor y = empty(x.shape(), x.dtype());
+  Tensor mean_t = empty({rows}, stat), rstd_t = empty({rows}, stat);
+  auto fwd = cpu::kernels().layer_norm_fwd[cpu::idx(x.dtype())];
+  size_t item = x.itemsize(), sitem = dtype_size(stat);
+  const char* xp = static_cast<const char*>(x.raw_data());
+  char* yp = static_cast<char*>(y.raw_data());
+  char* mp = static_cast<char*>(mean_t.raw_data());
+  char* rp = static_cast<char*>(rstd_t.raw_data());
+  const void* wp = w.defined() ? w.raw_data() : nullptr;
+  const void* bp = b.defined() ? b.raw_data() : nullptr;
+  if (n > 0)
+    parallel_for(0, rows, row_grain(n), [&](int64_t r0, int64_t r1) {
+      fwd(xp + r0 * n * item, wp, bp, yp + r0 * n * item, mp + r0 * sitem, rp + r0 * sitem, r1 - r0, n, eps, rms);
+    });
+  if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
+    TensorList outs{y};
+    autograd::record(name, {x_in, w_in, b_in}, outs, [k, n, rows, eps, rms](const VjpArgs& a) -> TensorList {
+      const Tensor& x = a.saved[0];
+      const Tensor& w = a.saved[1];
+      const Tensor& b = a.saved[2];
+      if (GradMode::is_enabled())
+        return composite_vjp([k, eps, rms](const TensorList& in) { return layer_norm_composite(in[0], k, in[1], in[2], eps, rms); },
+                             {x, w, b}, a.needs, a.grads[0]);
+      Tensor g = a.grads[0].contiguous();
+      Tensor xc = x.contiguous();
+      const Tensor& mean_t = a.saved[3];
+      const Tensor& rstd_t = a.saved[4];
+      DType stat = mean_t.dtype();
+      Tensor gx = a.needs_grad(0) ? empty(xc.shape(), xc.dtype()) : Tensor();
+      // Weight/bias gradients: per fixed block of rows, then summed in order,
+      // so the result does not depend on the thread count.
+      constexpr int64_t kBlockRows = 64;
+      int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+      bool need_wb = a.needs_grad(1) || a.needs_grad(2);
+      Tensor gw_part = a.needs_grad(1) ? zeros({blocks, n}, stat) : Tensor();
+      Tensor gb_part = a.needs_grad(2) ? zeros({blocks, n}, stat) : Tensor();
+      auto bwd = cpu::kernels().layer_norm_bwd[cpu::idx(xc.dtype())];
+      Tensor wc = w.defined() ? w.contiguous() : Tensor();
+      size_t sitem = dtype_size(stat);
+      parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t blk = b0; blk < b1; ++blk) {
+          int64_t r0 = blk * kBlockRows, r1 = std::min(rows, r0 + kBlockRows);
+          void* gwp = gw_part.defined() ? static_cast<char*>(gw_part.raw_data()) + blk * n * sitem : nullptr;
+          void* gbp = gb_part.defined() ? static_cast<char*>(gb_part.raw_data()) + blk * n * sitem : nullptr;
+          bwd(g.raw_data(), xc.raw_data(), wc.defined() ? wc.raw_data() : nullptr, mean_t.raw_data(),
+              rstd_t.raw_data(), gx.defined() ? gx.raw_data() : nullptr, gwp, gbp, r0, r1, n, rms);
+        }
+      });
+      (void)need_wb;
+      Tensor gw = gw_part.defined() ? sum(gw_part, {0}).to(x.dtype()).view(w.shape()) : Tensor();
+      Tensor gb = gb_part.defined() ? sum(gb_part, {0}).to(x.dtype()).view(b.shape()) : Tensor();
+      return {gx.defined() ? gx.view(x.shape()) : Tensor(), gw, gb};
+    }, {0, 1, 2}, {}, {mean_t, rstd_t});
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+
+Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  return norm_impl("layer_norm", x, normalized_shape, weight, bias, eps, false);
+}
+
+Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, std::optional<double> eps) {
+  double e = eps.value_or(0);
+  if (!eps) {
+    switch (x.dtype()) {
+      case DType::F16: e = 0.0009765625; break;
+      case DType::BF16: e = 0.0078125; break;
+      case DType::F64: e = std::numeric_limits<double>::epsilon(); break;
+      default: e = std::numeric_limits<float>::epsilon(); break;
+    }
+  }
+  return norm_impl("rms_norm", x, normalized_shape, weight, Tensor(), e, true);
+}
+
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  check_defined(x, "group_norm", "input");
+  TS_CHECK(x.dim() >= 2, "group_norm: expected an input with at least 2 dimensions [N, C, ...], got shape ",
+           shape_str(x.shape()));
+  int64_t N = x.shape()[0], C = x.shape()[1];
+  TS_CHECK(num_groups > 0 && C % num_groups == 0, "group_norm: the number of channels ", C,
+           " must be divisible by num_groups ", num_groups);
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined())
+      TS_CHECK(p->dim() == 1 && p->shape()[0] == C, "group_norm: ", p == &weight ? "weight" : "bias",
+               " must have shape [", C, "], got ", shape_str(p->shape()));
+  int64_t per_group = x.numel() / std::max<int64_t>(N * num_groups, 1);
+  Tensor y = layer_norm(x.reshape({N, num_groups, per_group}), {per_group}, Tensor(), Tensor(), eps).reshape(x.shape());
+  Shape bshape(x.dim(), 1);
+  bshape[1] = C;
+  if (weight.defined()) y = mul(y, weight.reshape(bshape));
+  if (bias.defined()) y = add(y, bias.reshape(bshape));
+  return y;
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  check_defined(x, "batch_norm", "input");
+  TS_CHECK(x.dim() >= 2, "batch_norm: expected an input with at least 2 dimensions [N, C, ...], got shape ",
+           shape_str(x.shape()));
+  check_floating(x, "batch_norm", "input");
+  int64_t C = x.shape()[1];
+  for (const Tensor* p : {&running_mean, &running_var, &weight, &bias})
+    if (p->defined())
+      TS_CHECK(p->dim() == 1 && p->shape()[0] == C, "batch_norm: running stats, weight and bias must have shape [",
+               C, "], got ", shape_str(p->shape()));
+  Shape dims{0};
+  for (int64_t i = 2; i < x.dim(); ++i) dims.push_back(i);
+  Shape bshape(x.dim(), 1);
+  bshape[1] = C;
+  Tensor y;
+  if (training) {
+    int64_t count = x.numel() / std::max<int64_t>(C, 1);
+    TS_CHECK(count > 1, "batch_norm: expected more than 1 value per channel when training, got input of shape ",
+             shape_str(x.shape()));
+    Tensor m = mean(x, dims, true);
+    Tensor v = mean(square(sub(x, m)), dims, true);  // biased, for normalization
+    y = mul(sub(x, m), rsqrt(add(v, eps)));
+    if (running_mean.defined() || running_var.defined()) {
+      NoGradGuard ng;
+      if (running_mean.defined()) {
+        Tensor rm = running_mean;
+        rm.mul_(1 - momentum).add_(mul(m.detach().reshape({C}), momentum).to(rm.dtype()));
+      }
+      if (running_var.defined()) {
+        Tensor rv = running_var;
+        Tensor unbiased = mul(v.detach().reshape({C}), static_cast<double>(count) / static_cast<double>(count - 1));
+        rv.mul_(1 - momentum).add_(mul(unbiased, momentum).to(rv.dtype()));
+      }
+    }
+  } else {
+    TS_CHECK(running_mean.defined() && running_var.defined(),
+             "batch_norm: running_mean and running_var are required in eval mode (training=false)");
+    y = mul(sub(x, running_mean.reshape(bshape)), rsqrt(add(running_var.reshape(bshape), eps)));
+  }
+  if (weight.defined()) y = mul(y, weight.reshape(bshape));
+  if (bias.defined()) y = add(y, bias.reshape(bshape));
+  return y;
+}
+
+}  // namespace tessera::ops

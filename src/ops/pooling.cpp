@@ -1,0 +1,224 @@
+// Pooling and resizing. Max pooling's gradient is a scatter-add at the saved
+// indices, average pooling has an explicit backward op (itself differentiable),
+// and adaptive pooling and interpolation are products with small resampling
+// matrices, so every gradient here is differentiable again.
+#include <cmath>
+
+#include "backend/cpu/pool.h"
+#include "ops/op_utils.h"
+
+namespace tessera::ops {
+namespace {
+
+std::vector<int64_t> two(IntArrayRef v, std::vector<int64_t> dflt, const char* op, const char* what) {
+  if (v.empty()) return dflt;
+  TS_CHECK(v.size() == 1 || v.size() == 2, op, ": ", what, " must have 1 or 2 values, got ", shape_str(v));
+  return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : std::vector<int64_t>{v[0], v[1]};
+}
+
+int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  int64_t span = in + 2 * p - d * (k - 1) - 1;
+  int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  // A window may not start in the right padding (PyTorch's ceil_mode rule).
+  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
+struct Pool {
+  cpu::PoolGeometry g;
+  Shape out_shape;
+  Tensor x;  // contiguous input
+};
+
+Pool make_pool(const Tensor& x_in, IntArrayRef kernel, IntArrayRef stride_v, IntArrayRef padding_v, IntArrayRef dilation_v,
+               bool ceil_mode, const char* op) {
+  check_defined(x_in, op, "input");
+  TS_CHECK(x_in.dim() == 3 || x_in.dim() == 4, op, ": expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape ",
+           shape_str(x_in.shape()));
+  check_floating(x_in, op, "input");
+  auto k = two(kernel, {}, op, "kernel_size");
+  TS_CHECK(!k.empty(), op, ": kernel_size is required");
+  auto s = two(stride_v, k, op, "stride");
+  auto p = two(padding_v, {0, 0}, op, "padding");
+  auto d = two(dilation_v, {1, 1}, op, "dilation");
+  for (int i = 0; i < 2; ++i) {
+    TS_CHECK(k[i] > 0 && s[i] > 0 && d[i] > 0, op, ": kernel_size, stride and dilation must be positive");
+    TS_CHECK(p[i] >= 0 && p[i] <= k[i] / 2, op, ": padding ", p[i], " should be at most half of the kernel size ", k[i]);
+  }
+  Pool r;
+  r.x = x_in.detach().contiguous();
+  int64_t H = r.x.shape()[r.x.dim() - 2], W = r.x.shape()[r.x.dim() - 1];
+  int64_t OH = pooled_size(H, k[0], s[0], p[0], d[0], ceil_mode), OW = pooled_size(W, k[1], s[1], p[1], d[1], ceil_mode);
+  TS_CHECK(OH > 0 && OW > 0, op, ": the input of size ", H, "x", W, " is too small for the kernel (output ", OH, "x",
+           OW, ")");
+  r.g = {r.x.numel() / std::max<int64_t>(H * W, 1), H, W, OH, OW, k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1], true,
+         r.x.dtype()};
+  r.out_shape = r.x.shape();
+  r.out_shape[r.x.dim() - 2] = OH;
+  r.out_shape[r.x.dim() - 1] = OW;
+  return r;
+}
+
+Tensor avg_pool2d_backward(const Tensor& g, const cpu::PoolGeometry& geo, const Shape& in_shape);
+
+Tensor avg_pool2d_apply(const Tensor& x_in, const cpu::PoolGeometry& geo, const Shape& out_shape) {
+  Tensor x = x_in.detach().contiguous();
+  Tensor y = empty(out_shape, x.dtype());
+  if (y.numel() > 0) cpu::avg_pool2d_forward(geo, x.raw_data(), y.raw_data());
+  if (autograd::any_requires_grad({&x_in})) {
+    TensorList outs{y};
+    Shape in_shape = x_in.shape();
+    autograd::record("avg_pool2d", {x_in}, outs, [geo, in_shape](const VjpArgs& a) -> TensorList {
+      return {avg_pool2d_backward(a.grads[0], geo, in_shape)};
+    });
+  }
+  return y;
+}
+
+// The adjoint of average pooling; its own gradient is average pooling again.
+Tensor avg_pool2d_backward(const Tensor& g_in, const cpu::PoolGeometry& geo, const Shape& in_shape) {
+  Tensor g = g_in.detach().contiguous();
+  Tensor gx = empty(in_shape, g.dtype());
+  if (gx.numel() > 0) cpu::avg_pool2d_backward(geo, g.raw_data(), gx.raw_data());
+  if (autograd::any_requires_grad({&g_in})) {
+    TensorList outs{gx};
+    Shape out_shape = g_in.shape();
+    autograd::record("avg_pool2d_backward", {g_in}, outs, [geo, out_shape](const VjpArgs& a) -> TensorList {
+      return {avg_pool2d_apply(a.grads[0], geo, out_shape)};
+    });
+  }
+  return gx;
+}
+
+// Row-stochastic [out, in] matrix averaging adaptive bins.
+Tensor adaptive_matrix(int64_t in, int64_t out, DType dt) {
+  Tensor m = zeros({out, in}, DType::F64);
+  double* p = m.data_ptr<double>();
+  for (int64_t i = 0; i < out; ++i) {
+    int64_t s = (i * in) / out, e = ((i + 1) * in + out - 1) / out;
+    for (int64_t j = s; j < e; ++j) p[i * in + j] = 1.0 / static_cast<double>(e - s);
+  }
+  return m.to(dt);
+}
+
+// [out, in] linear-interpolation matrix (PyTorch's bilinear coordinate rule).
+Tensor linear_matrix(int64_t in, int64_t out, bool align_corners, std::optional<double> scale, DType dt) {
+  Tensor m = zeros({out, in}, DType::F64);
+  double* p = m.data_ptr<double>();
+  for (int64_t i = 0; i < out; ++i) {
+    double src;
+    if (align_corners) src = out > 1 ? static_cast<double>(i) * static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
+    else {
+      double r = scale ? 1.0 / *scale : static_cast<double>(in) / static_cast<double>(out);
+      src = std::max(0.0, (static_cast<double>(i) + 0.5) * r - 0.5);
+    }
+    int64_t i0 = std::min<int64_t>(static_cast<int64_t>(std::floor(src)), in - 1);
+    int64_t i1 = std::min<int64_t>(i0 + 1, in - 1);
+    double l = src - static_cast<double>(i0);
+    p[i * in + i0] += 1.0 - l;
+    p[i * in + i1] += l;
+  }
+  return m.to(dt);
+}
+
+Tensor nearest_index(int64_t in, int64_t out, std::optional<double> scale) {
+  std::vector<int64_t> idx(out);
+  double r = scale ? 1.0 / *scale : static_cast<double>(in) / static_cast<double>(out);
+  for (int64_t i = 0; i < out; ++i)
+    idx[i] = std::min<int64_t>(static_cast<int64_t>(std::floor(static_cast<double>(i) * r)), in - 1);
+  return tensor(idx);
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, IntArrayRef kernel, IntArrayRef stride,
+                                                   IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
+  Pool p = make_pool(x_in, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");
+  Tensor y = empty(p.out_shape, p.x.dtype());
+  Tensor idx = empty(p.out_shape, DType::I64);
+  if (y.numel() > 0) cpu::max_pool2d_forward(p.g, p.x.raw_data(), y.raw_data(), idx.data_ptr<int64_t>());
+  if (autograd::any_requires_grad({&x_in})) {
+    TensorList outs{y};
+    Shape in_shape = x_in.shape();
+    autograd::record("max_pool2d", {x_in}, outs, [in_shape](const VjpArgs& a) -> TensorList {
+      const Tensor& g = a.grads[0];
+      const Tensor& idx = a.saved[0];
+      int64_t nd = static_cast<int64_t>(in_shape.size());
+      Shape flat_in(in_shape.begin(), in_shape.end() - 2), flat_out(flat_in);
+      flat_in.push_back(in_shape[nd - 2] * in_shape[nd - 1]);
+      flat_out.push_back(-1);
+      Tensor gx = scatter_add(zeros(flat_in, g.dtype()), -1, idx.reshape(flat_out), g.reshape(flat_out));
+      return {gx.reshape(in_shape)};
+    }, {}, {}, {idx});
+  }
+  return {y, idx};
+}
+
+Tensor max_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                  bool ceil_mode) {
+  return std::get<0>(max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode));
+}
+
+Tensor avg_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntArrayRef padding, bool ceil_mode,
+                  bool count_include_pad) {
+  Pool p = make_pool(x, kernel, stride, padding, {1, 1}, ceil_mode, "avg_pool2d");
+  p.g.count_include_pad = count_include_pad;
+  return avg_pool2d_apply(x, p.g, p.out_shape);
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, IntArrayRef output_size) {
+  check_defined(x, "adaptive_avg_pool2d", "input");
+  TS_CHECK(x.dim() == 3 || x.dim() == 4, "adaptive_avg_pool2d: expected a 3-D or 4-D input, got shape ",
+           shape_str(x.shape()));
+  check_floating(x, "adaptive_avg_pool2d", "input");
+  auto o = two(output_size, {}, "adaptive_avg_pool2d", "output_size");
+  TS_CHECK(o.size() == 2 && o[0] > 0 && o[1] > 0, "adaptive_avg_pool2d: output_size must be positive, got ",
+           shape_str(output_size));
+  int64_t H = x.shape()[x.dim() - 2], W = x.shape()[x.dim() - 1];
+  TS_CHECK(H > 0 && W > 0, "adaptive_avg_pool2d: the input's spatial size ", H, "x", W, " must be non-empty");
+  Tensor mh = adaptive_matrix(H, o[0], x.dtype()), mw = adaptive_matrix(W, o[1], x.dtype());
+  return matmul(matmul(mh, x), mw.t());
+}
+
+Tensor interpolate(const Tensor& x, IntArrayRef size, std::vector<double> scale_factor, const std::string& mode,
+                   bool align_corners) {
+  check_defined(x, "interpolate", "input");
+  check_floating(x, "interpolate", "input");
+  TS_CHECK(mode == "nearest" || mode == "bilinear", "interpolate: mode must be 'nearest' or 'bilinear', got '", mode, "'");
+  int64_t spatial = x.dim() - 2;
+  TS_CHECK(spatial >= 1 && spatial <= 2, "interpolate: expected a 3-D [N, C, L] or 4-D [N, C, H, W] input, got shape ",
+           shape_str(x.shape()));
+  TS_CHECK(mode != "bilinear" || spatial == 2, "interpolate: bilinear mode needs a 4-D input, got shape ",
+           shape_str(x.shape()));
+  TS_CHECK(size.empty() != scale_factor.empty(), "interpolate: give exactly one of size and scale_factor");
+  TS_CHECK(!(mode == "nearest" && align_corners), "interpolate: align_corners applies only to bilinear mode");
+  std::vector<int64_t> out(spatial);
+  std::vector<std::optional<double>> scales(spatial);
+  for (int64_t i = 0; i < spatial; ++i) {
+    int64_t in = x.shape()[2 + i];
+    if (!size.empty()) {
+      TS_CHECK(static_cast<int64_t>(size.size()) == spatial || size.size() == 1, "interpolate: size ", shape_str(size),
+               " must have ", spatial, " values");
+      out[i] = size.size() == 1 ? size[0] : size[i];
+    } else {
+      TS_CHECK(static_cast<int64_t>(scale_factor.size()) == spatial || scale_factor.size() == 1,
+               "interpolate: scale_factor must have ", spatial, " values");
+      double sf = scale_factor.size() == 1 ? scale_factor[0] : scale_factor[i];
+      TS_CHECK(sf > 0, "interpolate: scale_factor must be positive, got ", sf);
+      out[i] = static_cast<int64_t>(std::floor(static_cast<double>(in) * sf));
+      scales[i] = sf;
+    }
+    TS_CHECK(out[i] > 0, "interpolate: the output size must be positive, got ", out[i]);
+    TS_CHECK(in > 0, "interpolate: the input's spatial size must be non-empty, got shape ", shape_str(x.shape()));
+  }
+  if (mode == "nearest") {
+    Tensor r = x;
+    for (int64_t i = 0; i < spatial; ++i) r = index_select(r, 2 + i, nearest_index(x.shape()[2 + i], out[i], scales[i]));
+    return r;
+  }
+  Tensor mh = linear_matrix(x.shape()[2], out[0], align_corners, scales[0], x.dtype());
+  Tensor mw = linear_matrix(x.shape()[3], out[1], align_corners, scales[1], x.dtype());
+  return matmul(matmul(mh, x), mw.t());
+}
+
+}  // namespace tessera::ops

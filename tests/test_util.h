@@ -1,0 +1,34 @@
+#pragma once
+// Helpers shared by the tests: tensor comparison and gradient checking by
+// central finite differences in f64.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <sstream>
+
+#include "tessera/autograd/engine.h"
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera::testing {
+
+using Fn = std::function<Tensor(const TensorList&)>;
+
+// Checks |a - b| <= atol + rtol * |b| elementwise (NaNs must match), with
+// shapes equal; returns a failure describing the worst element.
+::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+
+#define EXPECT_CLOSE(a, b, ...) EXPECT_TRUE(::tessera::testing::all_close((a), (b), ##__VA_ARGS__))
+
+// f64 random inputs, reproducible.
+Tensor rand_f64(IntArrayRef shape, double lo = -1.0, double hi = 1.0, uint64_t seed = 0);
+
+// Gradient check of fn at inputs (each f64, requires_grad set by the caller):
+// compares autograd's vector-Jacobian product with central differences.
+::testing::AssertionResult gradcheck(const Fn& fn, const TensorList& inputs, double eps = 1e-6, double atol = 1e-5,
+                                     double rtol = 1e-4);
+// Second-order check: differentiates <grad(fn)(inputs) , u> numerically.
+::testing::AssertionResult gradgradcheck(const Fn& fn, const TensorList& inputs, double eps = 1e-6,
+                                         double atol = 1e-4, double rtol = 1e-3);
+
+}  // namespace tessera::testing
