@@ -238,7 +238,7 @@ Tensor einsum(const std::string& equation, const TensorList& operands) {
   int64_t ell = 0;
   for (size_t i = 0; i < terms.size(); ++i) {
     for (char c : terms[i])
-      TS_CHECK(std::isalpha(static_cast<unsigned char>(c)) && std::islower(static_cast<unsigned char>(c)) || c == '.',
+      TS_CHECK((std::isalpha(static_cast<unsigned char>(c)) && std::islower(static_cast<unsigned char>(c))) || c == '.',
                "einsum: invalid subscript '", c, "' in '", equation, "' (use lowercase letters a-z and ...)");
     if (terms[i].find("...") != std::string::npos)
       ell = std::max(ell, operands[i].dim() - static_cast<int64_t>(terms[i].size()) + 3);
