@@ -19,6 +19,7 @@ Tensor binary(const char* name, const Tensor& a, const Tensor& b, K k, Kind kind
   TS_CHECK(loop != nullptr, name, ": not supported for ", dtype_name(ct), " tensors (inputs are ",
            dtype_name(a.dtype()), " and ", dtype_name(b.dtype()), ")",
            ct == DType::Bool ? "; convert bool tensors with to() first" : "");
+  if (!IntArrayRef(a.shape()).equals(b.shape())) broadcast_shapes(a.shape(), b.shape(), name);
   Tensor ac = cast(a, ct), bc = cast(b, ct);
   if (kind == Kind::IntDiv && !is_floating(ct)) {
     Tensor zero = run_binary(bc, cast(wrap_scalar(0), ct), K::Eq, DType::Bool);

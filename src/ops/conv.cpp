@@ -37,6 +37,11 @@ cpu::ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, const std::vec
 Tensor conv2d_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, std::vector<int64_t> stride,
                    std::vector<int64_t> pad_tl, std::vector<int64_t> pad_br, std::vector<int64_t> dil, int64_t groups) {
   const char* name = "conv2d";
+  if (is_reduced_float(x_in.dtype())) {
+    // 16-bit floats run the f32 primitives (autograd flows through the casts).
+    Tensor b32 = b_in.defined() ? b_in.to(DType::F32) : Tensor();
+    return conv2d_impl(x_in.to(DType::F32), w_in.to(DType::F32), b32, stride, pad_tl, pad_br, dil, groups).to(x_in.dtype());
+  }
   Tensor x = x_in.detach().contiguous(), w = w_in.detach().contiguous();
   cpu::ConvGeometry g = conv_geometry(x, w, stride, pad_tl, pad_br, dil, groups);
   TS_CHECK(g.OH > 0 && g.OW > 0, name, ": the input of spatial size ", g.H, "x", g.W,
@@ -159,6 +164,11 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
     TS_CHECK(pad[i] >= 0, name, ": padding must be non-negative, got ", shape_str(padding_v));
     TS_CHECK(opad[i] >= 0 && (opad[i] < stride[i] || opad[i] < dil[i]), name, ": output_padding ",
              shape_str(output_padding_v), " must be smaller than either stride or dilation");
+  }
+  if (is_reduced_float(x_in.dtype())) {
+    Tensor b32 = b_in.defined() ? b_in.to(DType::F32) : Tensor();
+    return conv_transpose2d(x_in.to(DType::F32), w_in.to(DType::F32), b32, stride_v, padding_v, output_padding_v, groups,
+                            dilation_v).to(x_in.dtype());
   }
   Tensor x = x_in.detach().contiguous(), w = w_in.detach().contiguous();
   int64_t N = x.shape()[0], Cin = x.shape()[1], H = x.shape()[2], W = x.shape()[3];

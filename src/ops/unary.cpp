@@ -275,6 +275,8 @@ Tensor pow(const Tensor& x, const Scalar& e) {
 }
 
 Tensor pow(const Scalar& base, const Tensor& x) {
+  // An integer base with an integer tensor stays integral, as in PyTorch.
+  if (!base.is_floating() && !is_floating(x.dtype())) return pow(wrap_scalar(base), x);
   double b = base.to_double();
   return unary("pow", x, K::RPowScalar, Rule::Float, {b},
                [b](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], mul(a.saved[0], std::log(b)))}; }, false,

@@ -8,6 +8,7 @@
 #include <vector>
 #include <mutex>
 
+#include "tessera/core/half.h"
 #include "tessera/core/parallel.h"
 
 namespace tessera::cpu {
@@ -106,10 +107,74 @@ void gemm_loop(const GemmArgs& g) {
   });
 }
 
+// Whether oneDNN has a native bf16 matmul on this CPU (AVX-512 BF16 / AMX);
+// elsewhere bf16 is computed in f32.
+bool native_bf16() {
+  static const bool ok = [] {
+    try {
+      dnnl::memory::desc md({1, 16, 16}, dt::bf16, {256, 16, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine().eng);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
+// 16-bit floats through an f32 GEMM: operands widened into contiguous
+// buffers, the result narrowed back (and added when accumulating).
+template <typename T>
+void gemm_via_f32(const GemmArgs& g) {
+  auto widen = [&](const void* p, const int64_t* s, int64_t rows, int64_t cols, std::vector<float>& out, int64_t* fs) {
+    int64_t batches = s[0] == 0 ? 1 : g.batch;
+    out.resize(static_cast<size_t>(batches * rows * cols));
+    const T* src = static_cast<const T*>(p);
+    for (int64_t b = 0; b < batches; ++b)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j)
+          out[(b * rows + i) * cols + j] = static_cast<float>(src[b * s[0] + i * s[1] + j * s[2]]);
+    fs[0] = s[0] == 0 ? 0 : rows * cols;
+    fs[1] = cols;
+    fs[2] = 1;
+  };
+  std::vector<float> a, b, c(static_cast<size_t>(g.batch * g.m * g.n)), bias;
+  GemmArgs f = g;
+  f.dtype = DType::F32;
+  widen(g.a, g.sa, g.m, g.k, a, f.sa);
+  widen(g.b, g.sb, g.k, g.n, b, f.sb);
+  f.a = a.data();
+  f.b = b.data();
+  f.c = c.data();
+  f.sc[0] = g.m * g.n;
+  f.sc[1] = g.n;
+  f.sc[2] = 1;
+  f.accumulate = false;
+  if (g.bias) {
+    bias.resize(g.n);
+    for (int64_t j = 0; j < g.n; ++j) bias[j] = static_cast<float>(static_cast<const T*>(g.bias)[j]);
+    f.bias = bias.data();
+  }
+  gemm(f);
+  T* out = static_cast<T*>(g.c);
+  for (int64_t bi = 0; bi < g.batch; ++bi)
+    for (int64_t i = 0; i < g.m; ++i)
+      for (int64_t j = 0; j < g.n; ++j) {
+        T& dst = out[bi * g.sc[0] + i * g.sc[1] + j * g.sc[2]];
+        float v = c[(bi * g.m + i) * g.n + j];
+        dst = static_cast<T>(g.accumulate ? v + static_cast<float>(dst) : v);
+      }
+}
+
 }  // namespace
 
 void gemm(const GemmArgs& g) {
   if (g.batch == 0 || g.m == 0 || g.n == 0) return;
+  if (g.dtype == DType::F16 || (g.dtype == DType::BF16 && !native_bf16())) {
+    if (g.dtype == DType::F16) gemm_via_f32<Half>(g);
+    else gemm_via_f32<BFloat16>(g);
+    return;
+  }
   bool dnnl_type = g.dtype == DType::F32 || g.dtype == DType::BF16;
   if (dnnl_type && g.k > 0 && dnnl_layout_ok(g.sa) && dnnl_layout_ok(g.sb) && g.sc[2] == 1) {
     gemm_dnnl(g);

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Writes docs/ops.md from src/ops/ops.def (names, families, backward support)
+plus the dtype rules and notes below. Run after adding an op:
+    python3 scripts/gen_ops_doc.py
+"""
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+src = "\n".join(l for l in (ROOT / "src/ops/ops.def").read_text().splitlines() if not l.lstrip().startswith("//"))
+rows = re.findall(r"OP\((\w+), (\w+), (\w+)\)", src)
+
+F = "f16, bf16, f32, f64"
+ALL = "bool, u8, i8, i32, i64, f16, bf16, f32, f64"
+NUM = "u8, i8, i32, i64, f16, bf16, f32, f64"
+FLOAT_PROMOTE = {"exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
+                 "sigmoid", "leaky_relu", "elu", "gelu", "silu", "mish", "softplus", "reciprocal", "erf", "nan_to_num"}
+
+
+def dtypes(n, f):
+    if f == "unary":
+        if n in FLOAT_PROMOTE:
+            return F + " (integers promote to the default float)"
+        if n in ("isnan", "isinf", "isfinite", "logical_not"):
+            return ALL + " → bool"
+        if n in ("sign", "floor", "ceil", "round", "trunc"):
+            return NUM + " (identity on integers)"
+        return NUM
+    if f == "binary":
+        if n in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"):
+            return ALL + " → bool"
+        if n in ("div", "atan2"):
+            return NUM + " (integers give the default float)"
+        if n in ("add", "mul", "maximum", "minimum", "where"):
+            return ALL
+        return NUM
+    if f == "reduce":
+        if n in ("mean", "var", "std", "logsumexp", "norm"):
+            return F
+        if n in ("all", "any"):
+            return ALL + " → bool"
+        if n in ("argmax", "argmin"):
+            return ALL + " → i64"
+        if n in ("sum", "prod", "cumsum", "cumprod"):
+            return ALL + " (integers and bool accumulate to i64)"
+        return ALL
+    if f == "linalg":
+        return "f32 (oneDNN), bf16/f16 (oneDNN, through f32 where the CPU lacks bf16), f64 and integers (portable loop)"
+    if f in ("shape", "index", "view"):
+        return ALL
+    if f == "random":
+        return "f16, bf16, f32, f64 (randint: integers or floats)"
+    if f == "conv":
+        return "f32 (oneDNN), f16/bf16 (computed in f32), f64 (direct loop)"
+    if f == "attention":
+        return "f32, f64 (f16/bf16 computed in f32)"
+    if n == "embedding":
+        return "weight: " + F + "; indices: i32, i64"
+    return F
+
+
+GRAD = {"kGradGrad": "yes (double backward)", "kFused": "fused kernel; double backward via its composite",
+        "kFirstOnly": "first order only", "kNone": "—"}
+NOTES = {
+    "cumprod": "backward is an exact O(n) kernel (handles zeros); it is not differentiable again",
+    "conv1d": "double backward raises an error (not supported yet)",
+    "conv2d": "stride, padding (incl. 'same'), dilation, groups; double backward raises an error (not supported yet)",
+    "conv_transpose2d": "double backward raises an error (not supported yet)",
+    "scaled_dot_product_attention": "never materializes [L, S] scores (64-row query blocks); causal, additive or bool "
+                                    "mask, dropout (Philox, regenerated in backward); attn_mask gets no gradient",
+    "softmax": "fused row kernel forward and backward", "log_softmax": "fused row kernel forward and backward",
+    "layer_norm": "fused row kernel; weight/bias grads summed in fixed row blocks (independent of thread count)",
+    "rms_norm": "eps defaults to the dtype's machine epsilon, as PyTorch",
+    "group_norm": "the fused layer_norm kernel on [N, G, C/G·HW]",
+    "embedding": "padding_idx row receives no gradient",
+    "batch_norm": "training updates running_mean/var in place (unbiased var), as PyTorch",
+    "max_pool2d": "indices are flat positions in the H×W plane; gradient via scatter_add (differentiable)",
+    "avg_pool2d": "count_include_pad, ceil_mode; its backward is an op whose gradient is avg_pool2d again",
+    "interpolate": "nearest and bilinear (align_corners), by size or scale_factor; resampling matrices",
+    "adaptive_avg_pool2d": "products with averaging matrices",
+    "sort": "NaN sorts as the largest value; stable option", "unique": "always sorted; inverse and counts",
+    "einsum": "one or two operands, repeated labels (trace/diagonal), ellipsis, implicit output",
+    "div": "rounding_mode '', 'floor', 'trunc'; integer division by zero is an error",
+    "floor_divide": "integer division by zero is an error",
+    "remainder": "Python sign convention; integer division by zero is an error",
+    "to_dtype": "gradient flows between floating dtypes", "max": "with a dim: values and indices",
+    "amax": "ties share the gradient evenly", "norm": "p = 1, 2, inf; the gradient at 0 is 0",
+    "pow": "tensor-scalar, scalar-tensor and tensor-tensor; integers to negative powers are an error",
+    "cross_entropy": "class indices or probabilities, weight, ignore_index, label_smoothing, reduction",
+    "nll_loss": "weight, ignore_index; mean divides by the summed weights", "dropout": "mask from the Philox generator",
+    "kl_div": "reduction also 'batchmean'", "pad": "constant (negative pads crop), reflect, replicate",
+    "linear": "one GEMM over all leading dims, bias fused", "matmul": "1-D promotion and batch broadcasting as PyTorch",
+}
+TITLES = {"unary": "Unary elementwise", "binary": "Binary elementwise (broadcasting, PyTorch type promotion, Scalar forms)",
+          "reduce": "Reductions (any set of dims, keepdim)", "linalg": "Linear algebra", "shape": "Shape",
+          "index": "Indexing and sorting", "view": "Views and copies (views share storage)",
+          "random": "Random (counter-based Philox: same seed, same numbers for any thread count)",
+          "normalization": "Normalization", "loss": "Losses, dropout and embedding", "conv": "Convolution",
+          "pooling": "Pooling and resizing", "attention": "Attention"}
+
+out = [
+    "# Operators", "",
+    "Every operator in Tessera, generated from `src/ops/ops.def` (the single list) by `scripts/gen_ops_doc.py`; "
+    "`tests/ops/test_op_table.cpp` fails if one is missing here.",
+    "All ops live in `tessera::ops` (`#include \"tessera/ops/ops.h\"`); common ones are also `Tensor` methods and operators.", "",
+    "**Backward**: *yes (double backward)* — the VJP is written in Tessera ops, so `create_graph=true` gives exact higher "
+    "derivatives; *fused kernel* — a fused backward kernel, and under `create_graph` the VJP differentiates the op's "
+    "composite fallback (Note [Fused ops and double backward] in `src/ops/op_utils.h`); *first order only* — double "
+    "backward raises an error; *—* — not differentiable (integer or bool results).", "",
+    "Every differentiable op is checked against f64 central differences (`tests/ops/test_opinfo.cpp`: contiguous, "
+    "transposed, strided and expanded inputs; second derivatives where supported) and every op against PyTorch golden "
+    "data (`tests/ops/test_golden.cpp`).", ""]
+families = []
+for _, f, _ in rows:
+    if f not in families:
+        families.append(f)
+for f in families:
+    out += ["## " + TITLES.get(f, f), "", "| op | dtypes | backward | notes |", "|---|---|---|---|"]
+    out += [f"| `{n}` | {dtypes(n, f)} | {GRAD[g]} | {NOTES.get(n, '')} |" for n, ff, g in rows if ff == f]
+    out.append("")
+out += ["## In-place ops", "",
+        "`add_`, `sub_`, `mul_`, `div_`, `zero_`, `fill_`, `copy_`, `clamp_`, `masked_fill_`, `index_add_`, `scatter_`, "
+        "`scatter_add_`, `index_fill_` are `Tensor` methods. They bump the storage's version counter; a backward that "
+        "needs a tensor saved before the change raises an error naming the op that saved it. Under autograd they record "
+        "like their out-of-place forms (Note [In-place ops] in `src/ops/tensor_methods.cpp`); modifying a leaf that "
+        "requires grad, or a view while autograd records, is refused with an error.", ""]
+(ROOT / "docs/ops.md").write_text("\n".join(out))
+print(f"docs/ops.md: {len(rows)} ops")
