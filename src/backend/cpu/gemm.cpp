@@ -35,16 +35,34 @@ Engine& engine() {
 // oneDNN needs one of the two inner strides of every operand to be 1.
 bool dnnl_layout_ok(const int64_t* s) { return s[1] == 1 || s[2] == 1; }
 
+// oneDNN picks its fast (JIT/brgemm) kernels only for plain layouts: 2-D
+// descriptors when there is one matrix, and real (non-zero) batch strides.
+// A broadcast operand (batch stride 0) is run as one 2-D GEMM per batch.
 void gemm_dnnl(const GemmArgs& g) {
+  if (g.batch > 1 && (g.sa[0] == 0 || g.sb[0] == 0)) {
+    GemmArgs one = g;
+    one.batch = 1;
+    size_t item = g.dtype == DType::BF16 ? 2 : 4;
+    for (int64_t b = 0; b < g.batch; ++b) {
+      one.a = static_cast<const char*>(g.a) + b * g.sa[0] * item;
+      one.b = static_cast<const char*>(g.b) + b * g.sb[0] * item;
+      one.c = static_cast<char*>(g.c) + b * g.sc[0] * item;
+      gemm_dnnl(one);
+    }
+    return;
+  }
   Engine& e = engine();
   dt type = g.dtype == DType::BF16 ? dt::bf16 : dt::f32;
   Key key{{g.batch, g.m, g.n, g.k, g.sa[0], g.sa[1], g.sa[2], g.sb[0], g.sb[1], g.sb[2], g.sc[0], g.sc[1],
            g.sc[2], g.bias ? 1 : 0, static_cast<int64_t>(type), std::bit_cast<int64_t>(g.alpha), g.accumulate}};
-  dnnl::memory::dims ad = {g.batch, g.m, g.k}, bd = {g.batch, g.k, g.n}, cd = {g.batch, g.m, g.n};
-  dnnl::memory::desc amd(ad, type, {g.sa[0], g.sa[1], g.sa[2]});
-  dnnl::memory::desc bmd(bd, type, {g.sb[0], g.sb[1], g.sb[2]});
-  dnnl::memory::desc cmd(cd, type, {g.sc[0], g.sc[1], g.sc[2]});
-  dnnl::memory::desc biasmd({1, 1, g.n}, type, {g.n, g.n, 1});
+  bool batched = g.batch > 1;
+  auto md = [&](int64_t r, int64_t c, const int64_t* s) {
+    return batched ? dnnl::memory::desc({g.batch, r, c}, type, {s[0], s[1], s[2]})
+                   : dnnl::memory::desc({r, c}, type, {s[1], s[2]});
+  };
+  dnnl::memory::desc amd = md(g.m, g.k, g.sa), bmd = md(g.k, g.n, g.sb), cmd = md(g.m, g.n, g.sc);
+  dnnl::memory::desc biasmd = batched ? dnnl::memory::desc({1, 1, g.n}, type, {g.n, g.n, 1})
+                                      : dnnl::memory::desc({1, g.n}, type, {g.n, 1});
   dnnl::matmul prim;
   {
     std::lock_guard<std::mutex> lock(e.mu);

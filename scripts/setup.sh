@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Tessera needs, only those missing. Idempotent
+# and quiet when everything is there. Run as root (or with sudo).
+#   scripts/setup.sh          build + tests
+#   scripts/setup.sh --bench  also the references for bench/ (libtorch, PyTorch)
+set -euo pipefail
+
+packages=(g++ cmake ninja-build ccache libgtest-dev libdnnl-dev python3)
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(libtorch-dev python3-torch linux-perf)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "setup.sh: run as root to install: ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+echo "setup.sh: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
