@@ -67,7 +67,7 @@ TensorList OpNode::apply(TensorList&& grads) {
   unpacked.reserve(saved.size());
   auto self = shared_from_this();
   for (const auto& s : saved) unpacked.push_back(s.unpack(self, name_));
-  VjpArgs args{grads, unpacked, needs_input_grad};
+  VjpArgs args{grads, unpacked, next_edges};
   TensorList out = vjp_(args);
   TS_INTERNAL_ASSERT(out.size() == next_edges.size());
   return out;
@@ -136,12 +136,7 @@ void record(const char* name, const TensorList& inputs, TensorList& outputs, Vjp
             const TensorList& extra_saved) {
   auto node = std::make_shared<OpNode>(name, std::move(vjp));
   node->next_edges.reserve(inputs.size());
-  node->needs_input_grad.reserve(inputs.size());
-  for (const Tensor& in : inputs) {
-    Edge e = in.defined() && in.requires_grad() ? gradient_edge(in) : Edge{};
-    node->needs_input_grad.push_back(e.valid());
-    node->next_edges.push_back(std::move(e));
-  }
+  for (const Tensor& in : inputs) node->next_edges.push_back(in.defined() && in.requires_grad() ? gradient_edge(in) : Edge{});
   node->saved.reserve(saved_inputs.size() + saved_outputs.size() + extra_saved.size());
   for (int i : saved_inputs) node->saved.emplace_back(inputs[i], false);
   // Outputs get their grad_fn before they are saved, so unpack can re-attach.

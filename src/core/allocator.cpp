@@ -21,10 +21,14 @@ size_t round_size(size_t n) {
   return (n + step - 1) / step * step;
 }
 
+constexpr size_t kSmallClasses = 4096 / 64;  // sizes up to 4 KiB: one bin per 64 bytes
+
 struct Cache {
   std::mutex mu;
+  std::vector<void*> small[kSmallClasses];  // indexed by size / 64 - 1
   std::unordered_map<size_t, std::vector<void*>> free_blocks;
   MemoryStats stats;
+  std::vector<void*>& bin(size_t size) { return size <= 4096 ? small[size / 64 - 1] : free_blocks[size]; }
 };
 
 Cache& cache() {
@@ -40,10 +44,10 @@ void* cpu_allocate(size_t nbytes) {
   {
     std::lock_guard<std::mutex> g(c.mu);
     c.stats.allocations++;
-    auto it = c.free_blocks.find(size);
-    if (it != c.free_blocks.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
+    std::vector<void*>& bin = c.bin(size);
+    if (!bin.empty()) {
+      void* p = bin.back();
+      bin.pop_back();
       c.stats.cache_hits++;
       c.stats.current_bytes += size;
       if (c.stats.current_bytes > c.stats.peak_bytes) c.stats.peak_bytes = c.stats.current_bytes;
@@ -70,7 +74,7 @@ void cpu_free(void* p, size_t nbytes) {
   Cache& c = cache();
   std::lock_guard<std::mutex> g(c.mu);
   c.stats.current_bytes -= size;
-  c.free_blocks[size].push_back(p);
+  c.bin(size).push_back(p);
 }
 
 MemoryStats memory_stats() {
@@ -88,11 +92,13 @@ void reset_peak_memory() {
 void empty_cache() {
   Cache& c = cache();
   std::lock_guard<std::mutex> g(c.mu);
-  for (auto& [size, blocks] : c.free_blocks) {
+  auto drop = [&](size_t size, std::vector<void*>& blocks) {
     for (void* p : blocks) std::free(p);
     c.stats.reserved_bytes -= static_cast<int64_t>(size * blocks.size());
     blocks.clear();
-  }
+  };
+  for (size_t i = 0; i < kSmallClasses; ++i) drop((i + 1) * 64, c.small[i]);
+  for (auto& [size, blocks] : c.free_blocks) drop(size, blocks);
   c.free_blocks.clear();
 }
 

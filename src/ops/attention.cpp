@@ -127,7 +127,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         double scale = a.scale, keep = 1.0 - a.dropout_p;
         return composite_vjp([&](const TensorList& in) {
           return attention_composite(in[0], in[1], in[2], mask, causal, scale, keep_mask, keep);
-        }, {q, k, v}, va.needs, va.grads[0]);
+        }, {q, k, v}, va.needs(), va.grads[0]);
       }
       cpu::AttentionArgs b = a;
       Tensor qf = q.to(ct).expand([&] { Shape s = batch; s.push_back(a.L); s.push_back(a.E); return s; }()).reshape({a.bh, a.L, a.E});

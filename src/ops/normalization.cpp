@@ -76,7 +76,7 @@ Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool is_log) {
     autograd::record(name, {x_in}, outs, [dim, is_log](const VjpArgs& a) -> TensorList {
       if (GradMode::is_enabled())
         return composite_vjp([dim, is_log](const TensorList& in) { return softmax_composite(in[0], dim, is_log); },
-                             {a.saved[0]}, a.needs, a.grads[0]);
+                             {a.saved[0]}, a.needs(), a.grads[0]);
       const Tensor& y = a.saved[1];
       Tensor gr = to_rows(a.grads[0], dim), yr = to_rows(y, dim);
       Tensor gx = empty(yr.shape(), yr.dtype());
@@ -146,7 +146,7 @@ Tensor norm_impl(const char* name, const Tensor& x_in, IntArrayRef normalized_sh
       const Tensor& b = a.saved[2];
       if (GradMode::is_enabled())
         return composite_vjp([k, eps, rms](const TensorList& in) { return layer_norm_composite(in[0], k, in[1], in[2], eps, rms); },
-                             {x, w, b}, a.needs, a.grads[0]);
+                             {x, w, b}, a.needs(), a.grads[0]);
       Tensor g = a.grads[0].contiguous();
       Tensor xc = x.contiguous();
       const Tensor& mean_t = a.saved[3];

@@ -26,6 +26,15 @@ void merge(std::optional<DType>& acc, DType t) { acc = acc ? promote_types(*acc,
 }  // namespace
 
 DType result_type(std::initializer_list<const Tensor*> ts) {
+  // Fast path: the same dtype everywhere and no wrapped numbers.
+  bool same = true;
+  const Tensor* first = nullptr;
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (!first) first = t;
+    same = same && t->dtype() == first->dtype() && !t->impl()->wrapped_number;
+  }
+  if (same && first) return first->dtype();
   std::optional<DType> dim, zero, wrapped;
   for (const Tensor* t : ts) {
     if (!t->defined()) continue;

@@ -70,8 +70,13 @@ class Node : public std::enable_shared_from_this<Node> {
 struct VjpArgs {
   const TensorList& grads;
   const TensorList& saved;
-  const std::vector<bool>& needs;
-  bool needs_grad(size_t i) const { return i < needs.size() && needs[i]; }
+  const std::vector<Edge>& edges;  // an input needs a gradient iff its edge is valid
+  bool needs_grad(size_t i) const { return i < edges.size() && edges[i].valid(); }
+  std::vector<bool> needs() const {
+    std::vector<bool> r;
+    for (const Edge& e : edges) r.push_back(e.valid());
+    return r;
+  }
 };
 using VjpFn = std::function<TensorList(const VjpArgs&)>;
 
@@ -84,7 +89,6 @@ class OpNode : public Node {
   void release_saved() override;
 
   std::vector<SavedTensor> saved;
-  std::vector<bool> needs_input_grad;
 
  private:
   const char* name_;

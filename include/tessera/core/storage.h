@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "tessera/core/intrusive_ptr.h"
+#include "tessera/core/object_pool.h"
 
 namespace tessera {
 
@@ -21,6 +22,7 @@ class Storage : public RefCounted {
   size_t nbytes() const { return nbytes_; }
   uint32_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+  TS_POOLED(Storage)
 
  private:
   void* data_ = nullptr;

@@ -13,6 +13,7 @@
 #include "tessera/core/dtype.h"
 #include "tessera/core/error.h"
 #include "tessera/core/intrusive_ptr.h"
+#include "tessera/core/object_pool.h"
 #include "tessera/core/scalar.h"
 #include "tessera/core/shape.h"
 #include "tessera/core/storage.h"
@@ -35,6 +36,7 @@ struct AutogradMeta {
   bool requires_grad = false;
   bool retains_grad = false;
   ~AutogradMeta();
+  TS_POOLED(AutogradMeta)
 };
 
 class TensorImpl : public RefCounted {
@@ -56,6 +58,7 @@ class TensorImpl : public RefCounted {
 
   void refresh();  // recompute numel and is_contiguous after shape/stride edits
   AutogradMeta& autograd_meta();
+  TS_POOLED(TensorImpl)
 };
 
 struct TensorOptions {
