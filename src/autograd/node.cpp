@@ -24,6 +24,49 @@ bool steal_ok(const Tensor& g) {
          g.storage()->use_count() == 1 && !g.requires_grad();
 }
 
+// Note [Releasing deep graphs]
+// Nodes own their inputs' nodes (through edges and saved tensors), so freeing
+// the head of a 100,000-op chain would free the chain recursively and overflow
+// the stack. Instead, a dying node hands the nodes it owns to a per-thread
+// queue, and only the outermost destructor drains it, one node at a time.
+namespace {
+struct ReleaseQueue {
+  std::vector<std::shared_ptr<Node>> pending;
+  bool draining = false;
+};
+thread_local ReleaseQueue t_release;
+
+void defer_release(std::shared_ptr<Node>&& n) {
+  if (n) t_release.pending.push_back(std::move(n));
+}
+void drain_releases() {
+  if (t_release.draining) return;
+  t_release.draining = true;
+  while (!t_release.pending.empty()) {
+    std::shared_ptr<Node> n = std::move(t_release.pending.back());
+    t_release.pending.pop_back();
+    n.reset();  // may queue more nodes
+  }
+  t_release.draining = false;
+}
+}  // namespace
+
+Node::~Node() {
+  for (Edge& e : next_edges) defer_release(std::move(e.fn));
+  drain_releases();
+}
+
+OpNode::~OpNode() {
+  for (auto& s : saved) defer_release(s.take_grad_fn_if_last());
+}
+
+std::shared_ptr<Node> SavedTensor::take_grad_fn_if_last() {
+  if (!data_.defined() || is_output_) return nullptr;
+  TensorImpl* impl = data_.impl();
+  if (impl->use_count() != 1 || !impl->autograd) return nullptr;
+  return std::move(impl->autograd->grad_fn);
+}
+
 Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 
 SavedTensor::SavedTensor(const Tensor& t, bool is_output) : is_output_(is_output) {

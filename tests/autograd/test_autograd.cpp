@@ -171,6 +171,12 @@ TEST(Autograd, DeepChainDoesNotOverflowTheStack) {
   for (int i = 0; i < 100000; ++i) y = add(y, 0.0);
   sum(y).backward();
   EXPECT_EQ(x.grad().item<float>(), 1.0f);
+  // Freeing a deep graph that never ran backward (nodes still hold saved
+  // tensors) must not recurse either.
+  Tensor z = x;
+  for (int i = 0; i < 100000; ++i) z = mul(z, 1.0);
+  z = Tensor();
+  SUCCEED();
 }
 
 TEST(Autograd, SavedTensorsAreReleasedAfterBackward) {

@@ -30,6 +30,8 @@ class SavedTensor {
   Tensor unpack(const std::shared_ptr<Node>& owner, const char* op) const;
   bool defined() const { return data_.defined(); }
   void reset() { data_ = Tensor(); }
+  // The producer of a saved input, taken out when this is its last holder.
+  std::shared_ptr<Node> take_grad_fn_if_last();
 
  private:
   Tensor data_;
@@ -37,7 +39,6 @@ class SavedTensor {
   uint32_t output_nr_ = 0;
   bool is_output_ = false;
   bool requires_grad_ = false;
-  std::shared_ptr<Node> grad_fn_;  // set for inputs that are not leaves
 };
 
 struct TensorMeta {
@@ -50,7 +51,7 @@ using Hook = std::function<Tensor(const Tensor&)>;
 class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
-  virtual ~Node() = default;
+  virtual ~Node();
   // grads: one per output slot (zeros where none flowed); returns one per edge.
   virtual TensorList apply(TensorList&& grads) = 0;
   virtual const char* name() const = 0;
@@ -84,6 +85,7 @@ using VjpFn = std::function<TensorList(const VjpArgs&)>;
 class OpNode : public Node {
  public:
   OpNode(const char* name, VjpFn vjp) : name_(name), vjp_(std::move(vjp)) {}
+  ~OpNode() override;
   TensorList apply(TensorList&& grads) override;
   const char* name() const override { return name_; }
   void release_saved() override;

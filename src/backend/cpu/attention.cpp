@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/kernel_table.h"
 #include "tessera/core/generator.h"
 #include "tessera/core/parallel.h"
 
@@ -70,22 +71,13 @@ void forward_impl(const AttentionArgs& a, T* out, T* lse) {
       }
       s.resize(br * kend);
       scores(a, dt, b, i0, i1, kend, s.data());
-      for (int64_t r = 0; r < br; ++r) {
-        T* row = s.data() + r * kend;
-        T m = -INFINITY;
-        for (int64_t j = 0; j < kend; ++j) m = std::max(m, row[j]);
-        T sum = 0;
-        for (int64_t j = 0; j < kend; ++j) {
-          row[j] = std::exp(row[j] - m);
-          sum += row[j];
-        }
-        T inv = T(1) / sum;
-        for (int64_t j = 0; j < kend; ++j) row[j] *= inv;
-        lse[b * a.L + i0 + r] = m + std::log(sum);
-        if (a.dropout_p > 0)
+      kernels().attn_softmax[idx(dt)](s.data(), lse + b * a.L + i0, br, kend);
+      if (a.dropout_p > 0)
+        for (int64_t r = 0; r < br; ++r) {
+          T* row = s.data() + r * kend;
           for (int64_t j = 0; j < kend; ++j)
             row[j] = attention_keep(a, b, i0 + r, j) ? static_cast<T>(row[j] / keep) : T(0);
-      }
+        }
       const T* v = static_cast<const T*>(a.v) + b * a.sv[0];
       gemm_into<T>(dt, br, a.Ev, kend, s.data(), kend, 1, v, a.sv[1], a.sv[2], o, a.Ev, 1.0, false);
     }
@@ -121,10 +113,8 @@ void backward_impl(const AttentionArgs& a, const T* dout, const T* out, const T*
         dp.resize(br * kend);
         d.resize(br);
         scores(a, dt, b, i0, i1, kend, p.data());
+        kernels().attn_exp[idx(dt)](p.data(), lse + b * a.L + i0, br, kend);
         for (int64_t r = 0; r < br; ++r) {
-          T l = lse[b * a.L + i0 + r];
-          T* row = p.data() + r * kend;
-          for (int64_t j = 0; j < kend; ++j) row[j] = std::exp(row[j] - l);
           T acc = 0;
           for (int64_t e = 0; e < a.Ev; ++e) acc += dob[r * a.Ev + e] * ob[r * a.Ev + e];
           d[r] = acc;

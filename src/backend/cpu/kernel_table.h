@@ -65,6 +65,11 @@ using LayerNormFwd = void (*)(const void* x, const void* w, const void* b, void*
 using LayerNormBwd = void (*)(const void* gy, const void* x, const void* w, const void* mean, const void* rstd,
                               void* gx, void* gw, void* gb, int64_t r0, int64_t r1, int64_t n, bool rms);
 
+// Fused attention: probabilities in place plus per-row log-sum-exp; and the
+// backward's recomputation exp(s - lse).
+using AttnSoftmax = void (*)(void* s, void* lse, int64_t rows, int64_t n);
+using AttnExp = void (*)(void* s, const void* lse, int64_t rows, int64_t n);
+
 struct KernelTable {
   const char* isa = "";
   Loop1d unary[kNumUnary][kNumDTypes] = {};
@@ -80,6 +85,8 @@ struct KernelTable {
   SoftmaxBwd softmax_bwd[kNumDTypes] = {};
   LayerNormFwd layer_norm_fwd[kNumDTypes] = {};
   LayerNormBwd layer_norm_bwd[kNumDTypes] = {};
+  AttnSoftmax attn_softmax[kNumDTypes] = {};
+  AttnExp attn_exp[kNumDTypes] = {};
 };
 
 const KernelTable& kernels();

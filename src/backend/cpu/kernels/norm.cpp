@@ -1,5 +1,8 @@
 // Row-wise softmax / log_softmax and layer_norm / rms_norm, forward and
-// backward, on contiguous [rows, n] data. 16-bit floats compute in float.
+// backward, on contiguous [rows, n] data; plus the two softmax steps of the
+// fused attention kernel. 16-bit floats compute in float. Reductions keep
+// kLanes independent partial results so the loops vectorize; their order
+// depends only on n, never on the thread count.
 #include <cmath>
 
 #include "backend/cpu/kernels/common.h"
@@ -7,7 +10,50 @@
 namespace tessera::cpu::TESSERA_ISA {
 namespace {
 
+constexpr int kLanes = 16;
 template <typename T> using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <typename A>
+static inline A lanes_sum(A* acc) {
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
+// sum_i f(i) with lane accumulators.
+template <typename A, typename F>
+static inline A row_sum(int64_t n, F&& f) {
+  A acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += f(i + j);
+  for (; i < n; ++i) acc[0] += f(i);
+  return lanes_sum(acc);
+}
+
+// max_i x[i]; NaN if any element is NaN.
+template <typename T>
+static inline Acc<T> row_max(const T* x, int64_t n) {
+  using A = Acc<T>;
+  A acc[kLanes];
+  A nan[kLanes] = {};
+  for (int j = 0; j < kLanes; ++j) acc[j] = -INFINITY;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      A v = static_cast<A>(ld(x[i + j]));
+      acc[j] = v > acc[j] ? v : acc[j];
+      nan[j] += v != v ? A(1) : A(0);
+    }
+  for (; i < n; ++i) {
+    A v = static_cast<A>(ld(x[i]));
+    acc[0] = v > acc[0] ? v : acc[0];
+    nan[0] += v != v ? A(1) : A(0);
+  }
+  A m = acc[0];
+  for (int j = 1; j < kLanes; ++j) m = acc[j] > m ? acc[j] : m;
+  return lanes_sum(nan) > 0 ? A(NAN) : m;
+}
 
 template <typename T>
 void softmax_fwd(const void* xv, void* yv, int64_t rows, int64_t n, bool log) {
@@ -15,25 +61,21 @@ void softmax_fwd(const void* xv, void* yv, int64_t rows, int64_t n, bool log) {
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = static_cast<const T*>(xv) + r * n;
     T* y = static_cast<T*>(yv) + r * n;
-    A m = -INFINITY;
-    for (int64_t i = 0; i < n; ++i) m = std::fmax(m, static_cast<A>(ld(x[i])));
-    bool has_nan = false;
-    for (int64_t i = 0; i < n; ++i) has_nan |= ld(x[i]) != ld(x[i]);
-    if (has_nan) m = NAN;
-    A sum = 0;
+    A m = row_max(x, n);
     if constexpr (std::is_same_v<T, A>) {
       if (!log) {
-        for (int64_t i = 0; i < n; ++i) {
+        // y = exp(x - m) stored once, then scaled: two passes over y.
+        A sum = row_sum<A>(n, [&](int64_t i) {
           A e = vexp(x[i] - m);
           y[i] = e;
-          sum += e;
-        }
+          return e;
+        });
         A inv = A(1) / sum;
         for (int64_t i = 0; i < n; ++i) y[i] *= inv;
         continue;
       }
     }
-    for (int64_t i = 0; i < n; ++i) sum += vexp(static_cast<A>(ld(x[i])) - m);
+    A sum = row_sum<A>(n, [&](int64_t i) { return vexp(static_cast<A>(ld(x[i])) - m); });
     if (log) {
       A lse = m + vlog(sum);
       for (int64_t i = 0; i < n; ++i) y[i] = st<T>(static_cast<A>(ld(x[i])) - lse);
@@ -51,15 +93,12 @@ void softmax_bwd(const void* gyv, const void* yv, void* gxv, int64_t rows, int64
     const T* gy = static_cast<const T*>(gyv) + r * n;
     const T* y = static_cast<const T*>(yv) + r * n;
     T* gx = static_cast<T*>(gxv) + r * n;
-    A s = 0;
     if (log) {
-      for (int64_t i = 0; i < n; ++i) s += static_cast<A>(ld(gy[i]));
-      for (int64_t i = 0; i < n; ++i)
-        gx[i] = st<T>(static_cast<A>(ld(gy[i])) - vexp(static_cast<A>(ld(y[i]))) * s);
+      A s = row_sum<A>(n, [&](int64_t i) { return static_cast<A>(ld(gy[i])); });
+      for (int64_t i = 0; i < n; ++i) gx[i] = st<T>(static_cast<A>(ld(gy[i])) - vexp(static_cast<A>(ld(y[i]))) * s);
     } else {
-      for (int64_t i = 0; i < n; ++i) s += static_cast<A>(ld(gy[i])) * static_cast<A>(ld(y[i]));
-      for (int64_t i = 0; i < n; ++i)
-        gx[i] = st<T>(static_cast<A>(ld(y[i])) * (static_cast<A>(ld(gy[i])) - s));
+      A s = row_sum<A>(n, [&](int64_t i) { return static_cast<A>(ld(gy[i])) * static_cast<A>(ld(y[i])); });
+      for (int64_t i = 0; i < n; ++i) gx[i] = st<T>(static_cast<A>(ld(y[i])) * (static_cast<A>(ld(gy[i])) - s));
     }
   }
 }
@@ -73,17 +112,11 @@ void layer_norm_fwd(const void* xv, const void* wv, const void* bv, void* yv, vo
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = static_cast<const T*>(xv) + r * n;
     T* y = static_cast<T*>(yv) + r * n;
-    A mean = 0;
-    if (!rms) {
-      for (int64_t i = 0; i < n; ++i) mean += static_cast<A>(ld(x[i]));
-      mean /= static_cast<A>(n);
-    }
-    A var = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      A d = static_cast<A>(ld(x[i])) - mean;
-      var += d * d;
-    }
-    var /= static_cast<A>(n);
+    A mean = rms ? A(0) : row_sum<A>(n, [&](int64_t i) { return static_cast<A>(ld(x[i])); }) / static_cast<A>(n);
+    A var = row_sum<A>(n, [&](int64_t i) {
+              A d = static_cast<A>(ld(x[i])) - mean;
+              return d * d;
+            }) / static_cast<A>(n);
     A rstd = A(1) / std::sqrt(var + static_cast<A>(eps));
     if (meanv) static_cast<A*>(meanv)[r] = mean;
     if (rstdv) static_cast<A*>(rstdv)[r] = rstd;
@@ -91,8 +124,7 @@ void layer_norm_fwd(const void* xv, const void* wv, const void* bv, void* yv, vo
       for (int64_t i = 0; i < n; ++i)
         y[i] = st<T>((static_cast<A>(ld(x[i])) - mean) * rstd * static_cast<A>(ld(w[i])) + static_cast<A>(ld(b[i])));
     } else if (w) {
-      for (int64_t i = 0; i < n; ++i)
-        y[i] = st<T>((static_cast<A>(ld(x[i])) - mean) * rstd * static_cast<A>(ld(w[i])));
+      for (int64_t i = 0; i < n; ++i) y[i] = st<T>((static_cast<A>(ld(x[i])) - mean) * rstd * static_cast<A>(ld(w[i])));
     } else {
       for (int64_t i = 0; i < n; ++i) y[i] = st<T>((static_cast<A>(ld(x[i])) - mean) * rstd);
     }
@@ -111,30 +143,49 @@ void layer_norm_bwd(const void* gyv, const void* xv, const void* wv, const void*
     const T* x = static_cast<const T*>(xv) + r * n;
     A mean = static_cast<const A*>(meanv)[r];
     A rstd = static_cast<const A*>(rstdv)[r];
-    if (gw || gb) {
-      for (int64_t i = 0; i < n; ++i) {
-        A g = static_cast<A>(ld(gy[i]));
-        if (gw) gw[i] += g * (static_cast<A>(ld(x[i])) - mean) * rstd;
-        if (gb) gb[i] += g;
-      }
-    }
+    if (gw)
+      for (int64_t i = 0; i < n; ++i) gw[i] += static_cast<A>(ld(gy[i])) * (static_cast<A>(ld(x[i])) - mean) * rstd;
+    if (gb)
+      for (int64_t i = 0; i < n; ++i) gb[i] += static_cast<A>(ld(gy[i]));
     if (!gxv) continue;
     T* gx = static_cast<T*>(gxv) + r * n;
-    A sum_g = 0, sum_gx = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      A g = static_cast<A>(ld(gy[i])) * (w ? static_cast<A>(ld(w[i])) : A(1));
-      A xh = (static_cast<A>(ld(x[i])) - mean) * rstd;
-      sum_g += g;
-      sum_gx += g * xh;
-    }
+    auto g_at = [&](int64_t i) { return static_cast<A>(ld(gy[i])) * (w ? static_cast<A>(ld(w[i])) : A(1)); };
+    A sum_g = rms ? A(0) : row_sum<A>(n, g_at);
+    A sum_gx = row_sum<A>(n, [&](int64_t i) { return g_at(i) * (static_cast<A>(ld(x[i])) - mean) * rstd; });
     A inv_n = A(1) / static_cast<A>(n);
-    A mg = rms ? A(0) : sum_g * inv_n;
-    A mgx = sum_gx * inv_n;
+    A mg = sum_g * inv_n, mgx = sum_gx * inv_n;
     for (int64_t i = 0; i < n; ++i) {
-      A g = static_cast<A>(ld(gy[i])) * (w ? static_cast<A>(ld(w[i])) : A(1));
       A xh = (static_cast<A>(ld(x[i])) - mean) * rstd;
-      gx[i] = st<T>(rstd * (g - mg - xh * mgx));
+      gx[i] = st<T>(rstd * (g_at(i) - mg - xh * mgx));
     }
+  }
+}
+
+// Attention forward: scores s [rows, n] become probabilities in place; lse[r]
+// receives the row's log-sum-exp.
+template <typename T>
+void attn_softmax(void* sv, void* lsev, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* s = static_cast<T*>(sv) + r * n;
+    T m = row_max(s, n);
+    T sum = row_sum<T>(n, [&](int64_t i) {
+      T e = vexp(s[i] - m);
+      s[i] = e;
+      return e;
+    });
+    T inv = T(1) / sum;
+    for (int64_t i = 0; i < n; ++i) s[i] *= inv;
+    static_cast<T*>(lsev)[r] = m + vlog(sum);
+  }
+}
+
+// Attention backward: s = exp(s - lse[r]) in place.
+template <typename T>
+void attn_exp(void* sv, const void* lsev, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* s = static_cast<T*>(sv) + r * n;
+    T l = static_cast<const T*>(lsev)[r];
+    for (int64_t i = 0; i < n; ++i) s[i] = vexp(s[i] - l);
   }
 }
 
@@ -148,6 +199,10 @@ void fill_norm_kernels(KernelTable& t) {
     t.layer_norm_fwd[d] = &layer_norm_fwd<T>;
     t.layer_norm_bwd[d] = &layer_norm_bwd<T>;
   });
+  t.attn_softmax[idx(DType::F32)] = &attn_softmax<float>;
+  t.attn_softmax[idx(DType::F64)] = &attn_softmax<double>;
+  t.attn_exp[idx(DType::F32)] = &attn_exp<float>;
+  t.attn_exp[idx(DType::F64)] = &attn_exp<double>;
 }
 
 }  // namespace tessera::cpu::TESSERA_ISA

@@ -56,6 +56,7 @@ static inline float vexp(float x) {
   float s2 = std::bit_cast<float>(static_cast<uint32_t>(n2 + 127) << 23);
   float res = p * s1 * s2;
   res = x > 88.7228394f ? INFINITY : res;
+  res = x < -103.972078f ? 0.0f : res;  // below half the smallest subnormal: exactly 0 (and exp(-inf) = 0)
   return x != x ? x : res;
 }
 static inline double vexp(double x) { return std::exp(x); }
