@@ -20,6 +20,25 @@ Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, co
   return matmul(p, v);
 }
 
+// t [..., r, c] broadcast to [batch..., r, c] and flattened to [bh, r, c] in dtype ct.
+Tensor flatten_batch(const Tensor& t, const Shape& batch, int64_t r, int64_t c, DType ct) {
+  Shape s = batch;
+  s.push_back(r);
+  s.push_back(c);
+  return t.to(ct).expand(s).reshape({numel_of(batch), r, c});
+}
+
+void set_operands(cpu::AttentionArgs& a, const Tensor& q, const Tensor& k, const Tensor& v) {
+  for (int i = 0; i < 3; ++i) {
+    a.sq[i] = q.strides()[i];
+    a.sk[i] = k.strides()[i];
+    a.sv[i] = v.strides()[i];
+  }
+  a.q = q.raw_data();
+  a.k = k.raw_data();
+  a.v = v.raw_data();
+}
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
@@ -52,9 +71,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     return s;
   };
   DType ct = q.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  Tensor qf = q.detach().to(ct).expand(with(L, E)).reshape({BH, L, E});
-  Tensor kf = k.detach().to(ct).expand(with(S, E)).reshape({BH, S, E});
-  Tensor vf = v.detach().to(ct).expand(with(S, Ev)).reshape({BH, S, Ev});
+  Tensor qf = flatten_batch(q.detach(), batch, L, E, ct);
+  Tensor kf = flatten_batch(k.detach(), batch, S, E, ct);
+  Tensor vf = flatten_batch(v.detach(), batch, S, Ev, ct);
   Tensor mask;  // additive, broadcast to [batch..., L, S]
   if (attn_mask.defined()) {
     Tensor m = attn_mask.dtype() == DType::Bool
@@ -65,14 +84,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
   cpu::AttentionArgs a;
   a.bh = BH; a.L = L; a.S = S; a.E = E; a.Ev = Ev;
-  for (int i = 0; i < 3; ++i) {
-    a.sq[i] = qf.strides()[i];
-    a.sk[i] = kf.strides()[i];
-    a.sv[i] = vf.strides()[i];
-  }
-  a.q = qf.raw_data();
-  a.k = kf.raw_data();
-  a.v = vf.raw_data();
+  set_operands(a, qf, kf, vf);
   Tensor mflat;
   if (mask.defined()) {
     mflat = mask.reshape({BH, L, S});
@@ -130,17 +142,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         }, {q, k, v}, va.needs(), va.grads[0]);
       }
       cpu::AttentionArgs b = a;
-      Tensor qf = q.to(ct).expand([&] { Shape s = batch; s.push_back(a.L); s.push_back(a.E); return s; }()).reshape({a.bh, a.L, a.E});
-      Tensor kf = k.to(ct).expand([&] { Shape s = batch; s.push_back(a.S); s.push_back(a.E); return s; }()).reshape({a.bh, a.S, a.E});
-      Tensor vf = v.to(ct).expand([&] { Shape s = batch; s.push_back(a.S); s.push_back(a.Ev); return s; }()).reshape({a.bh, a.S, a.Ev});
-      for (int i = 0; i < 3; ++i) {
-        b.sq[i] = qf.strides()[i];
-        b.sk[i] = kf.strides()[i];
-        b.sv[i] = vf.strides()[i];
-      }
-      b.q = qf.raw_data();
-      b.k = kf.raw_data();
-      b.v = vf.raw_data();
+      Tensor qf = flatten_batch(q, batch, a.L, a.E, ct);
+      Tensor kf = flatten_batch(k, batch, a.S, a.E, ct);
+      Tensor vf = flatten_batch(v, batch, a.S, a.Ev, ct);
+      set_operands(b, qf, kf, vf);
       b.mask = mflat.defined() ? mflat.raw_data() : nullptr;
       Tensor dout = va.grads[0].to(ct).contiguous();
       Tensor dq = empty({a.bh, a.L, a.E}, ct), dk = empty({a.bh, a.S, a.E}, ct), dv = empty({a.bh, a.S, a.Ev}, ct);

@@ -87,6 +87,19 @@ void scatter_into(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src
   });
 }
 
+// Gradient for scatter's src: the gathered output gradient, zero-padded where
+// src is larger than index (those src elements were never used).
+Tensor src_grad(const Tensor& g, int64_t dim, const Tensor& idx, const Shape& src_shape) {
+  Tensor gs = gather(g, dim, idx);
+  if (IntArrayRef(gs.shape()).equals(src_shape)) return gs;
+  std::vector<int64_t> p;
+  for (int64_t d = gs.dim() - 1; d >= 0; --d) {
+    p.push_back(0);
+    p.push_back(src_shape[d] - gs.shape()[d]);
+  }
+  return pad(gs, p);
+}
+
 }  // namespace
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
@@ -98,7 +111,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
   check_range(idx, n, dim, "gather");
   Tensor xc = x.contiguous();
   Tensor out = empty(idx.shape(), x.dtype());
-  Shape xst = xc.strides(), ist = contiguous_strides(idx.shape());
+  Shape xst = xc.strides();
   const int64_t* ip = idx.data_ptr<int64_t>();
   visit_dtype(x.dtype(), [&]<typename T>() {
     const T* xp = xc.data_ptr<T>();
@@ -109,7 +122,6 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
       if (k < 0) k += n;
       o[lin++] = xp[offset_of(c, xst, x.dim() == 0 ? -1 : dim, k)];
     });
-    (void)ist;
   });
   if (autograd::any_requires_grad({&x})) {
     TensorList outs{out};
@@ -132,22 +144,14 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index_in, const Tenso
   scatter_into(out, dim, idx, cast(src, x.dtype()), false);
   if (autograd::any_requires_grad({&x, &src})) {
     TensorList outs{out};
-    autograd::record("scatter", {x, src}, outs, [dim](const VjpArgs& a) -> TensorList {
+    Shape ss = src.shape();
+    autograd::record("scatter", {x, src}, outs, [dim, ss](const VjpArgs& a) -> TensorList {
       const Tensor& g = a.grads[0];
       const Tensor& idx = a.saved[0];
       Tensor gx = a.needs_grad(0) ? scatter(g, dim, idx, 0) : Tensor();
-      Tensor gs = a.needs_grad(1) ? gather(g, dim, idx) : Tensor();
-      if (gs.defined() && !IntArrayRef(gs.shape()).equals(a.saved[1].shape()))
-        gs = pad(gs, [&] {
-          std::vector<int64_t> p;
-          for (int64_t d = gs.dim() - 1; d >= 0; --d) {
-            p.push_back(0);
-            p.push_back(a.saved[1].shape()[d] - gs.shape()[d]);
-          }
-          return p;
-        }());
+      Tensor gs = a.needs_grad(1) ? src_grad(g, dim, idx, ss) : Tensor();
       return {gx, gs};
-    }, {}, {}, {idx, src.detach()});
+    }, {}, {}, {idx});
   }
   return out;
 }
@@ -178,18 +182,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index_in, const T
     Shape ss = src.shape();
     autograd::record("scatter_add", {x, src}, outs, [dim, ss](const VjpArgs& a) -> TensorList {
       const Tensor& g = a.grads[0];
-      Tensor gs;
-      if (a.needs_grad(1)) {
-        gs = gather(g, dim, a.saved[0]);
-        if (!IntArrayRef(gs.shape()).equals(ss)) {
-          std::vector<int64_t> p;
-          for (int64_t d = gs.dim() - 1; d >= 0; --d) {
-            p.push_back(0);
-            p.push_back(ss[d] - gs.shape()[d]);
-          }
-          gs = pad(gs, p);
-        }
-      }
+      Tensor gs = a.needs_grad(1) ? src_grad(g, dim, a.saved[0], ss) : Tensor();
       return {a.needs_grad(0) ? g : Tensor(), gs};
     }, {}, {}, {idx});
   }

@@ -84,6 +84,25 @@ Tensor run_binary(const Tensor& a, const Tensor& b, cpu::BinaryKernel k, DType o
   return out;
 }
 
+bool binary_into(Tensor& self, const Tensor& other, cpu::BinaryKernel k) {
+  if (self.requires_grad() && GradMode::is_enabled()) return false;
+  if (other.requires_grad() && GradMode::is_enabled()) return false;
+  if (result_type(self, other) != self.dtype()) return false;
+  if (!IntArrayRef(broadcast_shapes(self.shape(), other.shape(), "in-place")).equals(self.shape())) return false;
+  // Reading other while writing self is safe only if they do not overlap, or
+  // are the very same elements.
+  if (other.storage() == self.storage() &&
+      !(other.offset() == self.offset() && IntArrayRef(other.strides()).equals(self.strides()) &&
+        IntArrayRef(other.shape()).equals(self.shape())))
+    return false;
+  auto loop = cpu::kernels().binary[static_cast<int>(k)][cpu::idx(self.dtype())];
+  if (!loop) return false;
+  Tensor oc = cast(other, self.dtype());
+  cpu::run_elementwise(self, {&self, &oc}, loop);
+  self.storage()->bump_version();
+  return true;
+}
+
 Tensor reduce_grad_to(const Tensor& g, IntArrayRef shape) { return sum_to(g, shape); }
 
 }  // namespace tessera::ops

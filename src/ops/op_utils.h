@@ -32,6 +32,10 @@ Tensor run_unary(const Tensor& x, cpu::UnaryKernel k, DType out_dtype, const dou
 // Runs a binary kernel over broadcast inputs already converted to `compute`.
 Tensor run_binary(const Tensor& a, const Tensor& b, cpu::BinaryKernel k, DType out_dtype);
 Tensor cast(const Tensor& x, DType t);  // no autograd, returns x itself if same dtype
+// self = self (op) other, written straight into self's memory. Only for the
+// no-autograd case where the result keeps self's shape and dtype and `other`
+// does not alias self differently; returns false (doing nothing) otherwise.
+bool binary_into(Tensor& self, const Tensor& other, cpu::BinaryKernel k);
 
 // Reductions used inside VJPs: sums `g` over broadcast dims down to `shape`.
 Tensor reduce_grad_to(const Tensor& g, IntArrayRef shape);

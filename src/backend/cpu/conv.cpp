@@ -221,23 +221,11 @@ void ref_backward_weights(const ConvGeometry& g, const T* x, const T* gy, T* gw,
   });
 }
 
-template <typename F>
-void dispatch_ref(DType t, F&& f) {
-  switch (t) {
-    case DType::F64: f(double{}); break;
-    case DType::F32: f(float{}); break;
-    case DType::F16: f(Half{}); break;
-    case DType::BF16: f(BFloat16{}); break;
-    default: TS_ERROR("conv2d: unsupported dtype ", dtype_name(t));
-  }
-}
-
 }  // namespace
 
 void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y) {
   if (!use_dnnl(g.dtype)) {
-    dispatch_ref(g.dtype, [&](auto t) {
-      using T = decltype(t);
+    visit_floating(g.dtype, [&]<typename T>() {
       ref_forward<T>(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y));
     });
     return;
@@ -267,8 +255,7 @@ void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const v
 
 void conv2d_backward_data(const ConvGeometry& g, const void* gy, const void* w, void* gx) {
   if (!use_dnnl(g.dtype)) {
-    dispatch_ref(g.dtype, [&](auto t) {
-      using T = decltype(t);
+    visit_floating(g.dtype, [&]<typename T>() {
       ref_backward_data<T>(g, static_cast<const T*>(gy), static_cast<const T*>(w), static_cast<T*>(gx));
     });
     return;
@@ -288,8 +275,7 @@ void conv2d_backward_data(const ConvGeometry& g, const void* gy, const void* w, 
 
 void conv2d_backward_weights(const ConvGeometry& g, const void* x, const void* gy, void* gw, void* gbias) {
   if (!use_dnnl(g.dtype)) {
-    dispatch_ref(g.dtype, [&](auto t) {
-      using T = decltype(t);
+    visit_floating(g.dtype, [&]<typename T>() {
       ref_backward_weights<T>(g, static_cast<const T*>(x), static_cast<const T*>(gy), static_cast<T*>(gw),
                               static_cast<T*>(gbias));
     });

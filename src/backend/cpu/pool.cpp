@@ -10,16 +10,6 @@
 namespace tessera::cpu {
 namespace {
 
-template <typename F>
-void dispatch(DType t, F&& f) {
-  switch (t) {
-    case DType::F64: f(double{}); break;
-    case DType::F32: f(float{}); break;
-    case DType::F16: f(Half{}); break;
-    case DType::BF16: f(BFloat16{}); break;
-    default: TS_ERROR("pooling: unsupported dtype ", dtype_name(t));
-  }
-}
 template <typename T> using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // The window of output (oh, ow) clipped to the input, and the divisor average
@@ -41,8 +31,7 @@ Window window(const PoolGeometry& g, int64_t oh, int64_t ow) {
 }  // namespace
 
 void max_pool2d_forward(const PoolGeometry& g, const void* xv, void* yv, int64_t* indices) {
-  dispatch(g.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  visit_floating(g.dtype, [&]<typename T>() {
     const T* x = static_cast<const T*>(xv);
     T* y = static_cast<T*>(yv);
     parallel_for(0, g.planes, 1, [&](int64_t p0, int64_t p1) {
@@ -77,8 +66,7 @@ void max_pool2d_forward(const PoolGeometry& g, const void* xv, void* yv, int64_t
 }
 
 void avg_pool2d_forward(const PoolGeometry& g, const void* xv, void* yv) {
-  dispatch(g.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  visit_floating(g.dtype, [&]<typename T>() {
     const T* x = static_cast<const T*>(xv);
     T* y = static_cast<T*>(yv);
     parallel_for(0, g.planes, 1, [&](int64_t p0, int64_t p1) {
@@ -96,8 +84,7 @@ void avg_pool2d_forward(const PoolGeometry& g, const void* xv, void* yv) {
 }
 
 void avg_pool2d_backward(const PoolGeometry& g, const void* gyv, void* gxv) {
-  dispatch(g.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  visit_floating(g.dtype, [&]<typename T>() {
     const T* gy = static_cast<const T*>(gyv);
     T* gx = static_cast<T*>(gxv);
     parallel_for(0, g.planes, 1, [&](int64_t p0, int64_t p1) {
