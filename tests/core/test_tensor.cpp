@@ -149,3 +149,25 @@ TEST(Tensor, PrintsLikePyTorch) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(Tensor, InPlaceWithAliasedOperands) {
+  Tensor a = arange(4).to(kF32).reshape({2, 2});
+  a.add_(a.t());  // overlapping, different layout: computed through a buffer
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{0, 3, 3, 6}));
+  Tensor b = ones({3});
+  b.add_(b);  // the very same elements: fine in place
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{2, 2, 2}));
+  b.mul_(0.5).sub_(ones({1}), 2.0);  // broadcast other, scaled
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{-1, -1, -1}));
+  Tensor c = ones({2, 3});
+  EXPECT_THROW(c.narrow(1, 0, 1).add_(ones({2, 3})), Error);  // would change self's shape
+  uint32_t v = c.version();
+  c.div_(2.0);
+  EXPECT_GT(c.version(), v);
+}
+
+}  // namespace
+}  // namespace tessera
