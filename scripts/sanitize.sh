@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the whole suite with AddressSanitizer + UndefinedBehaviorSanitizer and
-# runs it. Slow (about 3x the normal suite); run by hand before a release.
+# runs it (scripts/test.sh runs it after the normal suite; about 3x slower).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
