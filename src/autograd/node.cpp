@@ -20,8 +20,8 @@ Tensor alias_of(const Tensor& t) {
 
 // A gradient can become .grad without a copy only if nothing else can see it.
 bool steal_ok(const Tensor& g) {
-  return g.is_contiguous() && !g.impl()->is_view && g.impl()->use_count() == 1 &&
-         g.storage()->use_count() == 1 && !g.requires_grad();
+  return g.is_contiguous() && g.impl()->use_count() == 1 && g.storage()->use_count() == 1 && !g.requires_grad() &&
+         g.numel() * static_cast<int64_t>(g.itemsize()) == static_cast<int64_t>(g.storage()->nbytes());
 }
 
 // Note [Releasing deep graphs]

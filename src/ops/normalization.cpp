@@ -175,7 +175,7 @@ Tensor norm_impl(const char* name, const Tensor& x_in, IntArrayRef normalized_sh
       (void)need_wb;
       Tensor gw = gw_part.defined() ? sum(gw_part, {0}).to(x.dtype()).view(w.shape()) : Tensor();
       Tensor gb = gb_part.defined() ? sum(gb_part, {0}).to(x.dtype()).view(b.shape()) : Tensor();
-      return {gx.defined() ? gx.view(x.shape()) : Tensor(), gw, gb};
+      return {gx, gw, gb};
     }, {0, 1, 2}, {}, {mean_t, rstd_t});
   }
   return y;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <ostream>
 
+#include "tessera/core/error.h"
 #include "tessera/core/half.h"
 
 namespace tessera {
@@ -73,7 +74,7 @@ decltype(auto) visit_floating(DType t, F&& f) {
     TS_DTYPE_CASE(F64, double)
     default: break;
   }
-  __builtin_unreachable();
+  TS_ERROR("expected a floating-point dtype, got ", dtype_name(t));
 }
 
 // The type arithmetic on T is done in: float for the 16-bit floats, T otherwise.

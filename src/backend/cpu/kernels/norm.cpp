@@ -1,8 +1,7 @@
 // Row-wise softmax / log_softmax and layer_norm / rms_norm, forward and
 // backward, on contiguous [rows, n] data; plus the two softmax steps of the
-// fused attention kernel. 16-bit floats compute in float. Reductions keep
-// kLanes independent partial results so the loops vectorize; their order
-// depends only on n, never on the thread count.
+// fused attention kernel. 16-bit floats compute in float. Each row is reduced
+// by one thread, so results never depend on the thread count.
 #include <cmath>
 
 #include "backend/cpu/kernels/common.h"
@@ -10,49 +9,33 @@
 namespace tessera::cpu::TESSERA_ISA {
 namespace {
 
-constexpr int kLanes = 16;
 template <typename T> using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-template <typename A>
-static inline A lanes_sum(A* acc) {
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  return acc[0];
-}
 
-// sum_i f(i) with lane accumulators.
+// sum_i f(i), vectorized: the simd reduction fixes the summation order for a
+// given instruction set (it never depends on the thread count).
 template <typename A, typename F>
 static inline A row_sum(int64_t n, F&& f) {
-  A acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) acc[j] += f(i + j);
-  for (; i < n; ++i) acc[0] += f(i);
-  return lanes_sum(acc);
+  A s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += f(i);
+  return s;
 }
 
-// max_i x[i]; NaN if any element is NaN.
+// max_i x[i]; NaN if any element is NaN. The simd reduction pragma is what
+// makes the compiler vectorize a float max (max is exact, so order is moot).
 template <typename T>
 static inline Acc<T> row_max(const T* x, int64_t n) {
   using A = Acc<T>;
-  A acc[kLanes];
-  A nan[kLanes] = {};
-  for (int j = 0; j < kLanes; ++j) acc[j] = -INFINITY;
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      A v = static_cast<A>(ld(x[i + j]));
-      acc[j] = v > acc[j] ? v : acc[j];
-      nan[j] += v != v ? A(1) : A(0);
-    }
-  for (; i < n; ++i) {
+  A m = -INFINITY;
+  int bad = 0;
+#pragma omp simd reduction(max : m) reduction(| : bad)
+  for (int64_t i = 0; i < n; ++i) {
     A v = static_cast<A>(ld(x[i]));
-    acc[0] = v > acc[0] ? v : acc[0];
-    nan[0] += v != v ? A(1) : A(0);
+    m = v > m ? v : m;
+    bad |= v != v;
   }
-  A m = acc[0];
-  for (int j = 1; j < kLanes; ++j) m = acc[j] > m ? acc[j] : m;
-  return lanes_sum(nan) > 0 ? A(NAN) : m;
+  return bad ? A(NAN) : m;
 }
 
 template <typename T>
@@ -64,13 +47,9 @@ void softmax_fwd(const void* xv, void* yv, int64_t rows, int64_t n, bool log) {
     A m = row_max(x, n);
     if constexpr (std::is_same_v<T, A>) {
       if (!log) {
-        // y = exp(x - m) stored once, then scaled: two passes over y.
-        A sum = row_sum<A>(n, [&](int64_t i) {
-          A e = vexp(x[i] - m);
-          y[i] = e;
-          return e;
-        });
-        A inv = A(1) / sum;
+        // Plain loops the compiler vectorizes: exp into y, sum y, scale y.
+        for (int64_t i = 0; i < n; ++i) y[i] = vexp_ftz(x[i] - m);
+        A inv = A(1) / row_sum<A>(n, [&](int64_t i) { return y[i]; });
         for (int64_t i = 0; i < n; ++i) y[i] *= inv;
         continue;
       }
@@ -143,20 +122,32 @@ void layer_norm_bwd(const void* gyv, const void* xv, const void* wv, const void*
     const T* x = static_cast<const T*>(xv) + r * n;
     A mean = static_cast<const A*>(meanv)[r];
     A rstd = static_cast<const A*>(rstdv)[r];
-    if (gw)
-      for (int64_t i = 0; i < n; ++i) gw[i] += static_cast<A>(ld(gy[i])) * (static_cast<A>(ld(x[i])) - mean) * rstd;
-    if (gb)
-      for (int64_t i = 0; i < n; ++i) gb[i] += static_cast<A>(ld(gy[i]));
+    // One pass: weight/bias gradients and the two row sums of g = gy * w.
+    A sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
+    for (int64_t i = 0; i < n; ++i) {
+      A gyi = static_cast<A>(ld(gy[i]));
+      A xh = (static_cast<A>(ld(x[i])) - mean) * rstd;
+      if (gw) gw[i] += gyi * xh;
+      if (gb) gb[i] += gyi;
+      A g = w ? gyi * static_cast<A>(ld(w[i])) : gyi;
+      sg += g;
+      sgx += g * xh;
+    }
     if (!gxv) continue;
     T* gx = static_cast<T*>(gxv) + r * n;
-    auto g_at = [&](int64_t i) { return static_cast<A>(ld(gy[i])) * (w ? static_cast<A>(ld(w[i])) : A(1)); };
-    A sum_g = rms ? A(0) : row_sum<A>(n, g_at);
-    A sum_gx = row_sum<A>(n, [&](int64_t i) { return g_at(i) * (static_cast<A>(ld(x[i])) - mean) * rstd; });
     A inv_n = A(1) / static_cast<A>(n);
-    A mg = sum_g * inv_n, mgx = sum_gx * inv_n;
-    for (int64_t i = 0; i < n; ++i) {
-      A xh = (static_cast<A>(ld(x[i])) - mean) * rstd;
-      gx[i] = st<T>(rstd * (g_at(i) - mg - xh * mgx));
+    A mg = rms ? A(0) : sg * inv_n, mgx = sgx * inv_n;
+    if (w) {
+      for (int64_t k = 0; k < n; ++k) {
+        A xh = (static_cast<A>(ld(x[k])) - mean) * rstd;
+        gx[k] = st<T>(rstd * (static_cast<A>(ld(gy[k])) * static_cast<A>(ld(w[k])) - mg - xh * mgx));
+      }
+    } else {
+      for (int64_t k = 0; k < n; ++k) {
+        A xh = (static_cast<A>(ld(x[k])) - mean) * rstd;
+        gx[k] = st<T>(rstd * (static_cast<A>(ld(gy[k])) - mg - xh * mgx));
+      }
     }
   }
 }
@@ -168,11 +159,8 @@ void attn_softmax(void* sv, void* lsev, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) {
     T* s = static_cast<T*>(sv) + r * n;
     T m = row_max(s, n);
-    T sum = row_sum<T>(n, [&](int64_t i) {
-      T e = vexp(s[i] - m);
-      s[i] = e;
-      return e;
-    });
+    for (int64_t i = 0; i < n; ++i) s[i] = vexp_ftz(s[i] - m);
+    T sum = row_sum<T>(n, [&](int64_t i) { return s[i]; });
     T inv = T(1) / sum;
     for (int64_t i = 0; i < n; ++i) s[i] *= inv;
     static_cast<T*>(lsev)[r] = m + vlog(sum);
@@ -185,7 +173,7 @@ void attn_exp(void* sv, const void* lsev, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) {
     T* s = static_cast<T*>(sv) + r * n;
     T l = static_cast<const T*>(lsev)[r];
-    for (int64_t i = 0; i < n; ++i) s[i] = vexp(s[i] - l);
+    for (int64_t i = 0; i < n; ++i) s[i] = vexp_ftz(s[i] - l);
   }
 }
 

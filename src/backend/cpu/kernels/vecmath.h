@@ -2,7 +2,10 @@
 // Branch-free float math that the compiler vectorizes inside kernel loops.
 // Everything here is `static inline`: kernel files are compiled once per ISA
 // and must not share out-of-line copies (see Note [CPU capabilities]).
-// Accuracy: a few ulp in float; doubles use libm.
+// Accuracy: a few ulp in float; doubles use libm. Clamps are written as
+// selects, never as the min/max library calls (those stay calls and block
+// vectorization); the kernel files build with -fno-trapping-math for the same
+// reason.
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -37,8 +40,10 @@ static inline uint16_t f2bf(float f) {
 }
 
 // exp: Cody-Waite range reduction, degree-6 polynomial, scale by 2^n.
+static inline float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
 static inline float vexp(float x) {
-  float xc = std::fmin(std::fmax(x, -104.0f), 88.7228394f);
+  float xc = clampf(x, -104.0f, 88.7228394f);
   float n = std::nearbyint(xc * 1.44269504088896341f);
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -51,7 +56,7 @@ static inline float vexp(float x) {
   p = p * r * r + r + 1.0f;
   // 2^n split in two factors so n down to -150 still gives subnormals/zero.
   int32_t ni = static_cast<int32_t>(n);
-  int32_t n1 = ni / 2, n2 = ni - n1;
+  int32_t n1 = ni >> 1, n2 = ni - n1;  // shift, not /: no sign fix-up in the vector loop
   float s1 = std::bit_cast<float>(static_cast<uint32_t>(n1 + 127) << 23);
   float s2 = std::bit_cast<float>(static_cast<uint32_t>(n2 + 127) << 23);
   float res = p * s1 * s2;
@@ -60,6 +65,28 @@ static inline float vexp(float x) {
   return x != x ? x : res;
 }
 static inline double vexp(double x) { return std::exp(x); }
+
+// exp for softmax-like uses, where every value is later divided by a sum >= 1:
+// results below FLT_MIN (x < -87.3) flush to 0, which saves the two-step
+// scaling and keeps the constants in registers (AVX2 has only 16).
+static inline float vexp_ftz(float x) {
+  float xc = clampf(x, -87.3365478515625f, 88.7228394f);
+  float n = std::nearbyint(xc * 1.44269504088896341f);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  float res = p * std::bit_cast<float>(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
+  res = x < -87.3365478515625f ? 0.0f : res;
+  res = x > 88.7228394f ? INFINITY : res;
+  return x != x ? x : res;
+}
+static inline double vexp_ftz(double x) { return std::exp(x); }
 
 // log: frexp by bit manipulation, polynomial on [sqrt(.5), sqrt(2)).
 static inline float vlog(float x) {
@@ -95,7 +122,7 @@ static inline double vlog(double x) { return std::log(x); }
 
 // tanh: rational approximation (odd/even polynomials), exact-ish to 1e-7.
 static inline float vtanh(float a) {
-  float x = std::fmin(std::fmax(a, -7.90531110763549805f), 7.90531110763549805f);
+  float x = clampf(a, -7.90531110763549805f, 7.90531110763549805f);
   float x2 = x * x;
   float p = -2.76076847742355e-16f;
   p = p * x2 + 2.00018790482477e-13f;
@@ -117,7 +144,7 @@ static inline double vtanh(double x) { return std::tanh(x); }
 
 // erf: rational approximation on [-4, 4] (erf is +-1 in float beyond).
 static inline float verf(float a) {
-  float x = std::fmin(std::fmax(a, -4.0f), 4.0f);
+  float x = clampf(a, -4.0f, 4.0f);
   float x2 = x * x;
   float p = -2.72614225801306e-10f;
   p = p * x2 + 2.77068142495902e-08f;
