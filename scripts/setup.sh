@@ -7,7 +7,8 @@ set -euo pipefail
 
 packages=(g++ cmake ninja-build ccache libgtest-dev libdnnl-dev python3)
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(libtorch-dev python3-torch linux-perf)
+  # libopenblas0-pthread: without it libtorch falls back to the reference BLAS (~3 GFLOP/s).
+  packages+=(libtorch-dev python3-torch libopenblas0-pthread linux-perf)
 fi
 
 missing=()
