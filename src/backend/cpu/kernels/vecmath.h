@@ -42,9 +42,10 @@ static inline uint16_t f2bf(float f) {
 // exp: Cody-Waite range reduction, degree-6 polynomial, scale by 2^n.
 static inline float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
-static inline float vexp(float x) {
-  float xc = clampf(x, -104.0f, 88.7228394f);
-  float n = std::nearbyint(xc * 1.44269504088896341f);
+// exp(r) for the reduced argument r in [-ln2/2, ln2/2] (Cephes polynomial),
+// after x = n ln2 + r with n = round(x / ln2).
+static inline float exp_reduced(float xc, float& n) {
+  n = std::nearbyint(xc * 1.44269504088896341f);
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -53,7 +54,12 @@ static inline float vexp(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+
+static inline float vexp(float x) {
+  float n;
+  float p = exp_reduced(clampf(x, -104.0f, 88.7228394f), n);
   // 2^n split in two factors so n down to -150 still gives subnormals/zero.
   int32_t ni = static_cast<int32_t>(n);
   int32_t n1 = ni >> 1, n2 = ni - n1;  // shift, not /: no sign fix-up in the vector loop
@@ -70,17 +76,8 @@ static inline double vexp(double x) { return std::exp(x); }
 // results below FLT_MIN (x < -87.3) flush to 0, which saves the two-step
 // scaling and keeps the constants in registers (AVX2 has only 16).
 static inline float vexp_ftz(float x) {
-  float xc = clampf(x, -87.3365478515625f, 88.7228394f);
-  float n = std::nearbyint(xc * 1.44269504088896341f);
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  float n;
+  float p = exp_reduced(clampf(x, -87.3365478515625f, 88.7228394f), n);
   float res = p * std::bit_cast<float>(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
   res = x < -87.3365478515625f ? 0.0f : res;
   res = x > 88.7228394f ? INFINITY : res;
