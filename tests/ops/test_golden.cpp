@@ -804,7 +804,7 @@ std::string compare(const Tensor& got, const Tensor& want, Tol case_tol) {
   return os.str();
 }
 
-enum class Outcome { Pass, Fail, NotLinked };
+enum class Outcome { Pass, Fail };
 int outputs_checked = 0, grads_checked = 0;  // for the summary line
 
 // Runs one case: forward, then the gradients. Failures are added to the test.
@@ -877,7 +877,7 @@ Outcome run_case(const Entry& entry, const Case& k) {
 void run_family(const char* family, const std::vector<Entry>& entries) {
   const std::vector<Case>& cases = golden_cases();
   int outputs_before = outputs_checked, grads_before = grads_checked;
-  std::map<std::string, std::array<int, 3>> per_op;  // op -> pass, fail, not linked
+  std::map<std::string, std::array<int, 2>> per_op;  // op -> pass, fail
   std::vector<std::string> op_order;
   for (const Entry& e : entries) {
     if (!per_op.count(e.op)) op_order.push_back(e.op);
@@ -890,21 +890,18 @@ void run_family(const char* family, const std::vector<Entry>& entries) {
     }
     if (found == 0) ADD_FAILURE() << e.op << "/" << e.name << ": no data in ops.bin (rerun generate.py?)";
   }
-  std::ostringstream fails, missing;
-  int pass = 0, fail = 0, skipped = 0;
+  std::ostringstream fails;
+  int pass = 0, fail = 0;
   for (const std::string& op : op_order) {
-    auto [p, f, n] = per_op[op];
+    auto [p, f] = per_op[op];
     pass += p;
     fail += f;
-    skipped += n;
     if (f) fails << " " << op << "(" << f << "/" << p + f << ")";
-    if (n) missing << " " << op << "(" << n << ")";
   }
-  std::cout << "[golden] " << family << ": " << pass << " cases pass, " << fail << " fail, " << skipped
-            << " skipped (op not linked); " << outputs_checked - outputs_before << " outputs and "
-            << grads_checked - grads_before << " gradients compared\n";
+  std::cout << "[golden] " << family << ": " << pass << " cases pass, " << fail << " fail; "
+            << outputs_checked - outputs_before << " outputs and " << grads_checked - grads_before
+            << " gradients compared\n";
   if (fail) std::cout << "[golden]   failing ops (failed/run):" << fails.str() << "\n";
-  if (skipped) std::cout << "[golden]   not linked yet:" << missing.str() << "\n";
 }
 
 TEST(GoldenUnary, MatchesPyTorch) { run_family("unary", kUnary); }
