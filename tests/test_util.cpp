@@ -73,6 +73,15 @@ Tensor numeric_grad(const std::function<double(const TensorList&)>& scalar, cons
   return g;
 }
 
+// The inputs that require grad, and their positions.
+void requiring_grad(const TensorList& inputs, TensorList& wrt, std::vector<size_t>& idx) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad()) {
+      wrt.push_back(inputs[i]);
+      idx.push_back(i);
+    }
+}
+
 }  // namespace
 
 ::testing::AssertionResult gradcheck(const Fn& fn, const TensorList& inputs, double eps, double atol, double rtol) {
@@ -81,11 +90,7 @@ Tensor numeric_grad(const std::function<double(const TensorList&)>& scalar, cons
   Tensor v = rand_f64(out.shape(), -1, 1, 7).to(out.dtype());
   TensorList wrt;
   std::vector<size_t> idx;
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].defined() && inputs[i].requires_grad()) {
-      wrt.push_back(inputs[i]);
-      idx.push_back(i);
-    }
+  requiring_grad(inputs, wrt, idx);
   TensorList analytic = autograd::grad({out}, wrt, {v}, false, false, true);
   for (size_t k = 0; k < wrt.size(); ++k) {
     Tensor num = numeric_grad([&](const TensorList& in) { return project(fn, in, v.to(DType::F64)); }, inputs, idx[k], eps);
@@ -99,11 +104,7 @@ Tensor numeric_grad(const std::function<double(const TensorList&)>& scalar, cons
 ::testing::AssertionResult gradgradcheck(const Fn& fn, const TensorList& inputs, double eps, double atol, double rtol) {
   TensorList wrt;
   std::vector<size_t> idx;
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].defined() && inputs[i].requires_grad()) {
-      wrt.push_back(inputs[i]);
-      idx.push_back(i);
-    }
+  requiring_grad(inputs, wrt, idx);
   Tensor out0 = fn(inputs);
   Tensor v = rand_f64(out0.shape(), -1, 1, 11);
   TensorList us;

@@ -157,7 +157,6 @@ Tensor norm_impl(const char* name, const Tensor& x_in, IntArrayRef normalized_sh
       // so the result does not depend on the thread count.
       constexpr int64_t kBlockRows = 64;
       int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
-      bool need_wb = a.needs_grad(1) || a.needs_grad(2);
       Tensor gw_part = a.needs_grad(1) ? zeros({blocks, n}, stat) : Tensor();
       Tensor gb_part = a.needs_grad(2) ? zeros({blocks, n}, stat) : Tensor();
       auto bwd = cpu::kernels().layer_norm_bwd[cpu::idx(xc.dtype())];
@@ -172,7 +171,6 @@ Tensor norm_impl(const char* name, const Tensor& x_in, IntArrayRef normalized_sh
               rstd_t.raw_data(), gx.defined() ? gx.raw_data() : nullptr, gwp, gbp, r0, r1, n, rms);
         }
       });
-      (void)need_wb;
       Tensor gw = gw_part.defined() ? sum(gw_part, {0}).to(x.dtype()).view(w.shape()) : Tensor();
       Tensor gb = gb_part.defined() ? sum(gb_part, {0}).to(x.dtype()).view(b.shape()) : Tensor();
       return {gx, gw, gb};

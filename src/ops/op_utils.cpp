@@ -103,7 +103,6 @@ bool binary_into(Tensor& self, const Tensor& other, cpu::BinaryKernel k) {
   return true;
 }
 
-Tensor reduce_grad_to(const Tensor& g, IntArrayRef shape) { return sum_to(g, shape); }
 
 }  // namespace tessera::ops
 

@@ -37,8 +37,6 @@ Tensor cast(const Tensor& x, DType t);  // no autograd, returns x itself if same
 // does not alias self differently; returns false (doing nothing) otherwise.
 bool binary_into(Tensor& self, const Tensor& other, cpu::BinaryKernel k);
 
-// Reductions used inside VJPs: sums `g` over broadcast dims down to `shape`.
-Tensor reduce_grad_to(const Tensor& g, IntArrayRef shape);
 
 inline const char* reduction_name(const std::string& r, const char* op) {
   TS_CHECK(r == "mean" || r == "sum" || r == "none", op, ": reduction must be 'mean', 'sum' or 'none', got '",

@@ -50,8 +50,8 @@ void reduce_rows(RK k, const Tensor& x, const Tensor& out, int64_t rows, int64_t
       fn(in + (r * len + start) * in_item, p + i * out_item, 1, n);
     }
   });
-  RK combine = k == RK::Prod ? RK::Prod : (k == RK::Any ? RK::Any : (k == RK::All ? RK::All : k));
-  auto fn2 = cpu::kernels().reduce_rows[static_cast<int>(combine)][cpu::idx(partial.dtype())];
+  // Partials combine with the same reduction (sum of sums, max of maxes, ...).
+  auto fn2 = cpu::kernels().reduce_rows[static_cast<int>(k)][cpu::idx(partial.dtype())];
   fn2(p, o, rows, chunks);
 }
 

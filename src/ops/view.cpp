@@ -41,9 +41,7 @@ void record_reshape(const char* name, const Tensor& x, Tensor& out) {
 Geom slice_geom(IntArrayRef shape, IntArrayRef strides, int64_t offset, int64_t dim, int64_t start, int64_t end,
                 int64_t step) {
   Geom g{shape.shape(), strides.shape(), offset};
-  int64_t n = shape[dim];
   int64_t len = end > start ? (end - start + step - 1) / step : 0;
-  (void)n;
   g.offset += start * strides[dim];
   g.sizes[dim] = len;
   g.strides[dim] = strides[dim] * step;
@@ -191,8 +189,7 @@ Tensor permute(const Tensor& x, IntArrayRef dims) {
   TS_CHECK(static_cast<int64_t>(dims.size()) == n, "permute: got ", dims.size(), " dims ", shape_str(dims),
            " for a tensor with ", n, " dimensions (expected a permutation of all of them)");
   Shape sizes(n), strides(n), inverse(n);
-  uint64_t seen = dim_mask(dims, n, "permute");
-  (void)seen;
+  dim_mask(dims, n, "permute");  // rejects repeated or out-of-range dims
   for (int64_t i = 0; i < n; ++i) {
     int64_t d = wrap_dim(dims[i], n, "permute");
     sizes[i] = x.shape()[d];
