@@ -53,6 +53,22 @@ Tensor& Tensor::detach_() {
   return *this;
 }
 
+void Tensor::set_data(const Tensor& src) {
+  TS_CHECK(src.defined(), "set_data: the source tensor is undefined");
+  TS_CHECK(is_leaf(), "set_data: only leaf tensors (parameters, buffers) can have their data replaced");
+  TS_CHECK(!src.requires_grad() || src.is_leaf(), "set_data: the source must not be part of a graph; detach it");
+  TS_CHECK(!requires_grad() || is_floating(src.dtype()), "set_data: a tensor that requires grad needs floating "
+           "data, got ", dtype_name(src.dtype()));
+  if (src.dtype() != dtype() || !IntArrayRef(src.shape()).equals(shape())) set_grad(Tensor());
+  impl_->storage = src.impl_->storage;
+  impl_->shape = src.impl_->shape;
+  impl_->strides = src.impl_->strides;
+  impl_->offset = src.impl_->offset;
+  impl_->dtype = src.impl_->dtype;
+  impl_->is_view = src.impl_->is_view;
+  impl_->refresh();
+}
+
 void Tensor::retain_grad() {
   TS_CHECK(requires_grad(), "retain_grad: cannot retain the gradient of a tensor that does not require grad");
   if (is_leaf()) return;

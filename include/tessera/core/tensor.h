@@ -143,6 +143,9 @@ class Tensor {
   const std::shared_ptr<autograd::Node>& grad_fn() const;
   Tensor detach() const;
   Tensor& detach_();
+  // Points this leaf at src's data (storage, shape, dtype), keeping its identity and
+  // requires_grad: how Module::to(dtype) changes parameters that others hold.
+  void set_data(const Tensor& src);
   void retain_grad();
   bool retains_grad() const;
   // The hook sees the gradient flowing into this tensor and may return a

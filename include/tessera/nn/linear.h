@@ -1,0 +1,60 @@
+#pragma once
+// Dense layers and shape helpers: Identity, Linear, Bilinear, Embedding,
+// Flatten, Unflatten. Default initialisation follows PyTorch.
+#include <optional>
+
+#include "tessera/nn/module.h"
+
+namespace tessera::nn {
+
+struct Identity : Module {
+  Identity() : Module("Identity") {}
+  Tensor forward(const Tensor& x) override { return x; }
+};
+
+// y = x W^T + b. weight [out, in]; W and b ~ U(-1/sqrt(in), 1/sqrt(in)).
+struct Linear : Module {
+  int64_t in_features, out_features;
+  Tensor weight, bias;  // bias undefined when bias=false
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+};
+
+// y_k = x1^T W_k x2 + b_k. weight [out, in1, in2]; U(-1/sqrt(in1), 1/sqrt(in1)).
+struct Bilinear : Module {
+  int64_t in1_features, in2_features, out_features;
+  Tensor weight, bias;
+  Bilinear(int64_t in1_features, int64_t in2_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x1, const Tensor& x2);
+  std::string extra_repr() const override;
+};
+
+// Rows of weight [num_embeddings, embedding_dim] looked up by integer ids; N(0, 1),
+// with the padding_idx row zero (and receiving no gradient).
+struct Embedding : Module {
+  int64_t num_embeddings, embedding_dim;
+  std::optional<int64_t> padding_idx;
+  Tensor weight;
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = {});
+  Tensor forward(const Tensor& ids) override;
+  std::string extra_repr() const override;
+};
+
+struct Flatten : Module {
+  int64_t start_dim, end_dim;
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : Module("Flatten"), start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& x) override { return x.flatten(start_dim, end_dim); }
+  std::string extra_repr() const override;
+};
+
+struct Unflatten : Module {
+  int64_t dim;
+  Shape sizes;
+  Unflatten(int64_t dim, IntArrayRef sizes) : Module("Unflatten"), dim(dim), sizes(sizes.begin(), sizes.end()) {}
+  Tensor forward(const Tensor& x) override { return x.unflatten(dim, sizes); }
+  std::string extra_repr() const override;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,151 @@
+#pragma once
+// Module: the base of every layer and model. A module owns named parameters
+// (leaves that require grad), buffers (state that is saved but not trained,
+// like BatchNorm's running statistics) and child modules. Names are dotted
+// paths ("layer1.0.conv1.weight"), the same ones PyTorch uses, so state dicts
+// move between the two.
+//
+// A layer registers its tensors in its constructor and keeps the handles as
+// members:
+//
+//   struct Affine : Module {
+//     Tensor w, b;
+//     Affine(int64_t n) : Module("Affine") {
+//       w = register_parameter("weight", ones({n}));
+//       b = register_parameter("bias", zeros({n}));
+//     }
+//     Tensor forward(const Tensor& x) override { return x * w + b; }
+//   };
+//
+// The registry and the member share one TensorImpl, so to(dtype) and
+// load_state_dict() (which change data in place) are seen through both.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/core/tensor.h"
+
+namespace tessera::nn {
+
+class Module;
+using ModulePtr = std::shared_ptr<Module>;
+
+// Ordered name -> tensor pairs: the order is registration order, depth first.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// state_dict(): parameters and persistent buffers, in registration order.
+struct StateDict {
+  NamedTensors entries;
+  const Tensor* find(const std::string& name) const;
+  size_t size() const { return entries.size(); }
+};
+
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // ---- forward --------------------------------------------------------------
+  // The single-tensor forward. Modules with other signatures (Bilinear,
+  // MultiheadAttention, losses) add their own and may leave this one throwing.
+  virtual Tensor forward(const Tensor& x);
+  // Runs the forward pre-hooks, forward() and the forward hooks.
+  Tensor operator()(const Tensor& x);
+
+  // Pre-hook: may replace the input. Hook: sees input and output, may replace the output.
+  using PreHook = std::function<void(Module&, Tensor& input)>;
+  using Hook = std::function<void(Module&, const Tensor& input, Tensor& output)>;
+  size_t register_forward_pre_hook(PreHook h);
+  size_t register_forward_hook(Hook h);
+  void remove_hook(size_t handle);
+
+  // ---- registration ---------------------------------------------------------
+  Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor t, bool persistent = true);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+  // Replaces a registered child (same name) or parameter, e.g. to tie weights.
+  void replace_module(const std::string& name, ModulePtr m);
+
+  // ---- traversal ------------------------------------------------------------
+  // Shared tensors (tied weights) appear once, under their first name.
+  NamedTensors named_parameters(bool recurse = true) const;
+  TensorList parameters(bool recurse = true) const;
+  NamedTensors named_buffers(bool recurse = true) const;
+  TensorList buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, ModulePtr>> named_children() const;
+  std::vector<ModulePtr> children() const;
+  // This module (name "") and every descendant, depth first.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  std::vector<Module*> modules();
+  // The child at a dotted path ("layer1.0"); error when there is none.
+  Module& submodule(const std::string& path);
+  int64_t num_parameters(bool trainable_only = false) const;
+
+  // ---- state ----------------------------------------------------------------
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Converts floating parameters and buffers (integer buffers keep their dtype).
+  void to(DType dtype);
+  void zero_grad(bool set_to_none = true);
+  void requires_grad_(bool r = true);
+  void apply(const std::function<void(Module&)>& fn);  // children first, then this one
+
+  // Parameters and persistent buffers by dotted name. Tied tensors appear under
+  // every name (as in PyTorch).
+  StateDict state_dict() const;
+  // Copies values into the registered tensors (converting dtype). With strict,
+  // any missing key, unexpected key or shape mismatch is an error that lists
+  // them all by name; without strict, missing/unexpected keys are returned.
+  struct LoadResult {
+    std::vector<std::string> missing, unexpected;
+  };
+  LoadResult load_state_dict(const StateDict& sd, bool strict = true);
+
+  // ---- printing -------------------------------------------------------------
+  const std::string& type_name() const { return type_name_; }
+  // One line of hyper-parameters, e.g. "in_features=784, out_features=256".
+  virtual std::string extra_repr() const { return ""; }
+  // The module tree, PyTorch-style, with parameter counts per module.
+  std::string str() const;
+
+ protected:
+  void add_child(const std::string& name, ModulePtr m);
+  bool training_ = true;
+
+ private:
+  struct Param {
+    std::string name;
+    Tensor t;
+  };
+  struct Buffer {
+    std::string name;
+    Tensor t;
+    bool persistent;
+  };
+  void check_new_name(const std::string& name) const;
+  void collect(const std::string& prefix, NamedTensors& out, bool params, bool persistent_only, bool dedupe,
+               std::vector<const TensorImpl*>& seen) const;
+  void print(std::string& out, const std::string& name, int indent) const;
+
+  std::string type_name_;
+  std::vector<Param> params_;
+  std::vector<Buffer> buffers_;
+  std::vector<std::pair<std::string, ModulePtr>> children_;
+  std::vector<std::pair<size_t, PreHook>> pre_hooks_;
+  std::vector<std::pair<size_t, Hook>> hooks_;
+  size_t next_hook_ = 1;
+};
+
+std::ostream& operator<<(std::ostream& os, const Module& m);
+
+}  // namespace tessera::nn

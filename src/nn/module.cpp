@@ -1,0 +1,318 @@
+#include "tessera/nn/module.h"
+
+#include <algorithm>
+#include <ostream>
+#include <sstream>
+
+#include "tessera/autograd/grad_mode.h"
+
+namespace tessera::nn {
+
+const Tensor* StateDict::find(const std::string& name) const {
+  for (const auto& [k, t] : entries)
+    if (k == name) return &t;
+  return nullptr;
+}
+
+// ---- forward --------------------------------------------------------------------
+Tensor Module::forward(const Tensor&) {
+  TS_ERROR(type_name_, " has no single-tensor forward(); call its own forward(...) overload");
+}
+
+Tensor Module::operator()(const Tensor& x) {
+  if (pre_hooks_.empty() && hooks_.empty()) return forward(x);
+  Tensor in = x;
+  for (auto& [id, h] : pre_hooks_) h(*this, in);
+  Tensor out = forward(in);
+  for (auto& [id, h] : hooks_) h(*this, in, out);
+  return out;
+}
+
+size_t Module::register_forward_pre_hook(PreHook h) {
+  pre_hooks_.emplace_back(next_hook_, std::move(h));
+  return next_hook_++;
+}
+
+size_t Module::register_forward_hook(Hook h) {
+  hooks_.emplace_back(next_hook_, std::move(h));
+  return next_hook_++;
+}
+
+void Module::remove_hook(size_t handle) {
+  std::erase_if(pre_hooks_, [&](const auto& p) { return p.first == handle; });
+  std::erase_if(hooks_, [&](const auto& p) { return p.first == handle; });
+}
+
+// ---- registration ---------------------------------------------------------------
+void Module::check_new_name(const std::string& name) const {
+  TS_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name_, ": invalid member name '", name,
+           "' (must be non-empty and contain no '.')");
+  auto taken = [&](const auto& v) {
+    return std::any_of(v.begin(), v.end(), [&](const auto& e) { return e.name == name; });
+  };
+  bool child = std::any_of(children_.begin(), children_.end(), [&](const auto& c) { return c.first == name; });
+  TS_CHECK(!taken(params_) && !taken(buffers_) && !child, type_name_, ": '", name, "' is already registered");
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  check_new_name(name);
+  TS_CHECK(t.defined(), type_name_, ": parameter '", name, "' is undefined");
+  TS_CHECK(t.is_leaf(), type_name_, ": parameter '", name, "' must be a leaf tensor (detach it first)");
+  if (requires_grad) t.requires_grad_(true);
+  params_.push_back({name, t});
+  return t;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor t, bool persistent) {
+  check_new_name(name);
+  TS_CHECK(t.defined(), type_name_, ": buffer '", name, "' is undefined");
+  buffers_.push_back({name, t, persistent});
+  return t;
+}
+
+void Module::add_child(const std::string& name, ModulePtr m) {
+  check_new_name(name);
+  TS_CHECK(m, type_name_, ": child module '", name, "' is null");
+  children_.emplace_back(name, std::move(m));
+}
+
+void Module::replace_module(const std::string& name, ModulePtr m) {
+  TS_CHECK(m, type_name_, ": replacement for '", name, "' is null");
+  for (auto& [n, c] : children_)
+    if (n == name) {
+      c = std::move(m);
+      return;
+    }
+  TS_ERROR(type_name_, ": no child module named '", name, "'");
+}
+
+// ---- traversal ------------------------------------------------------------------
+void Module::collect(const std::string& prefix, NamedTensors& out, bool params, bool persistent_only, bool dedupe,
+                     std::vector<const TensorImpl*>& seen) const {
+  auto add = [&](const std::string& name, const Tensor& t) {
+    if (dedupe) {
+      if (std::find(seen.begin(), seen.end(), t.impl()) != seen.end()) return;
+      seen.push_back(t.impl());
+    }
+    out.emplace_back(prefix + name, t);
+  };
+  if (params)
+    for (const auto& p : params_) add(p.name, p.t);
+  else
+    for (const auto& b : buffers_)
+      if (b.persistent || !persistent_only) add(b.name, b.t);
+  for (const auto& [n, c] : children_) c->collect(prefix + n + ".", out, params, persistent_only, dedupe, seen);
+}
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  std::vector<const TensorImpl*> seen;
+  if (!recurse) {
+    for (const auto& p : params_) out.emplace_back(p.name, p.t);
+    return out;
+  }
+  collect("", out, true, false, true, seen);
+  return out;
+}
+
+TensorList Module::parameters(bool recurse) const {
+  TensorList out;
+  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  std::vector<const TensorImpl*> seen;
+  if (!recurse) {
+    for (const auto& b : buffers_) out.emplace_back(b.name, b.t);
+    return out;
+  }
+  collect("", out, false, false, true, seen);
+  return out;
+}
+
+TensorList Module::buffers(bool recurse) const {
+  TensorList out;
+  for (auto& [n, t] : named_buffers(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<std::string, ModulePtr>> Module::named_children() const { return children_; }
+
+std::vector<ModulePtr> Module::children() const {
+  std::vector<ModulePtr> out;
+  for (auto& [n, c] : children_) out.push_back(c);
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  for (auto& [n, c] : children_)
+    for (auto& [sub, m] : c->named_modules()) out.emplace_back(sub.empty() ? n : n + "." + sub, m);
+  return out;
+}
+
+std::vector<Module*> Module::modules() {
+  std::vector<Module*> out;
+  for (auto& [n, m] : named_modules()) out.push_back(m);
+  return out;
+}
+
+Module& Module::submodule(const std::string& path) {
+  Module* m = this;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t dot = path.find('.', start);
+    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    Module* next = nullptr;
+    for (auto& [n, c] : m->children_)
+      if (n == part) next = c.get();
+    TS_CHECK(next, type_name_, ": no submodule '", path, "' (", m->type_name_, " has no child '", part, "')");
+    m = next;
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return *m;
+}
+
+int64_t Module::num_parameters(bool trainable_only) const {
+  int64_t n = 0;
+  for (auto& [name, t] : named_parameters())
+    if (!trainable_only || t.requires_grad()) n += t.numel();
+  return n;
+}
+
+// ---- state ----------------------------------------------------------------------
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+void Module::to(DType dtype) {
+  TS_CHECK(is_floating(dtype), "Module::to: target dtype must be floating point, got ", dtype_name(dtype));
+  NoGradGuard no_grad;
+  auto convert = [&](Tensor& t) {
+    if (t.is_floating_point() && t.dtype() != dtype) t.set_data(t.detach().to(dtype));
+  };
+  for (auto& m : modules()) {
+    for (auto& p : m->params_) convert(p.t);
+    for (auto& b : m->buffers_) convert(b.t);
+  }
+}
+
+void Module::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (auto& p : parameters()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (set_to_none)
+      p.set_grad(Tensor());
+    else
+      g.zero_();
+  }
+}
+
+void Module::requires_grad_(bool r) {
+  for (auto& p : parameters()) p.requires_grad_(r);
+}
+
+void Module::apply(const std::function<void(Module&)>& fn) {
+  for (auto& [n, c] : children_) c->apply(fn);
+  fn(*this);
+}
+
+StateDict Module::state_dict() const {
+  StateDict sd;
+  std::vector<const TensorImpl*> seen;
+  // Parameters then buffers per module, depth first: PyTorch's order.
+  std::function<void(const Module&, const std::string&)> walk = [&](const Module& m, const std::string& prefix) {
+    for (const auto& p : m.params_) sd.entries.emplace_back(prefix + p.name, p.t.detach());
+    for (const auto& b : m.buffers_)
+      if (b.persistent) sd.entries.emplace_back(prefix + b.name, b.t.detach());
+    for (const auto& [n, c] : m.children_) walk(*c, prefix + n + ".");
+  };
+  walk(*this, "");
+  return sd;
+}
+
+Module::LoadResult Module::load_state_dict(const StateDict& sd, bool strict) {
+  StateDict mine = state_dict();
+  LoadResult r;
+  std::vector<std::string> mismatched;
+  std::map<std::string, const Tensor*> given;
+  for (const auto& [k, t] : sd.entries) given[k] = &t;
+  for (const auto& [k, t] : mine.entries) {
+    auto it = given.find(k);
+    if (it == given.end()) {
+      r.missing.push_back(k);
+      continue;
+    }
+    const Tensor& src = *it->second;
+    if (!IntArrayRef(src.shape()).equals(t.shape()))
+      mismatched.push_back(k + " (checkpoint " + shape_str(src.shape()) + ", model " + shape_str(t.shape()) + ")");
+  }
+  for (const auto& [k, t] : sd.entries)
+    if (!mine.find(k)) r.unexpected.push_back(k);
+
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+    return s;
+  };
+  std::string problems;
+  if (!mismatched.empty()) problems += "\n  shape mismatch: " + join(mismatched);
+  if (strict && !r.missing.empty()) problems += "\n  missing keys: " + join(r.missing);
+  if (strict && !r.unexpected.empty()) problems += "\n  unexpected keys: " + join(r.unexpected);
+  TS_CHECK(problems.empty(), "load_state_dict for ", type_name_, " failed:", problems);
+
+  NoGradGuard no_grad;
+  for (auto& [k, t] : mine.entries) {
+    auto it = given.find(k);
+    if (it == given.end()) continue;
+    const Tensor& src = *it->second;
+    TS_CHECK(is_floating(t.dtype()) == is_floating(src.dtype()) || t.dtype() == src.dtype(), "load_state_dict: '", k,
+             "' has dtype ", dtype_name(src.dtype()), " but the model expects ", dtype_name(t.dtype()));
+    Tensor dst = t;  // shares the registered TensorImpl
+    dst.copy_(src);
+  }
+  return r;
+}
+
+// ---- printing -------------------------------------------------------------------
+static std::string count_str(int64_t n) {
+  char buf[32];
+  if (n >= 1000000)
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else if (n >= 1000)
+    std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(n));
+  return buf;
+}
+
+void Module::print(std::string& out, const std::string& name, int indent) const {
+  std::string pad(indent, ' ');
+  out += pad;
+  if (!name.empty()) out += "(" + name + "): ";
+  out += type_name_ + "(" + extra_repr();
+  if (!children_.empty()) {
+    out += "\n";
+    for (const auto& [n, c] : children_) c->print(out, n, indent + 2);
+    out += pad;
+  }
+  out += ")";
+  int64_t n = num_parameters();
+  if (n > 0) out += "  # " + count_str(n) + " params";
+  out += "\n";
+}
+
+std::string Module::str() const {
+  std::string out;
+  print(out, "", 0);
+  return out;
+}
+
+std::ostream& operator<<(std::ostream& os, const Module& m) { return os << m.str(); }
+
+}  // namespace tessera::nn

@@ -1,0 +1,96 @@
+#include "tessera/nn/norm.h"
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera::nn {
+
+BatchNorm::BatchNorm(const char* type, int64_t n, double eps, std::optional<double> momentum, bool affine, bool track)
+    : Module(type), num_features(n), eps(eps), momentum(momentum), affine(affine), track_running_stats(track) {
+  TS_CHECK(n > 0, type, ": num_features must be positive, got ", n);
+  TS_CHECK(eps > 0, type, ": eps must be positive, got ", eps);
+  if (affine) {
+    weight = register_parameter("weight", ones({n}));
+    bias = register_parameter("bias", zeros({n}));
+  }
+  if (track) {
+    running_mean = register_buffer("running_mean", zeros({n}));
+    running_var = register_buffer("running_var", ones({n}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::I64));
+  }
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  check_input(x);
+  TS_CHECK(x.size(1) == num_features, type_name(), "(", num_features, "): expected ", num_features,
+           " channels in dim 1, got shape ", shape_str(x.shape()));
+  double factor = momentum.value_or(0.0);
+  if (training_ && track_running_stats) {
+    NoGradGuard no_grad;
+    num_batches_tracked.add_(1);
+    if (!momentum) factor = 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
+  }
+  const bool batch_stats = training_ || !track_running_stats;
+  return ops::batch_norm(x, running_mean, running_var, weight, bias, batch_stats, factor, eps);
+}
+
+std::string BatchNorm::extra_repr() const {
+  return detail::str(num_features, ", eps=", eps, ", momentum=", momentum ? detail::str(*momentum) : std::string("None"),
+             ", affine=", affine ? "True" : "False", ", track_running_stats=", track_running_stats ? "True" : "False");
+}
+
+void BatchNorm1d::check_input(const Tensor& x) const {
+  TS_CHECK(x.dim() == 2 || x.dim() == 3, "BatchNorm1d: expected a 2-D [N, C] or 3-D [N, C, L] input, got shape ",
+           shape_str(x.shape()));
+}
+
+void BatchNorm2d::check_input(const Tensor& x) const {
+  TS_CHECK(x.dim() == 4, "BatchNorm2d: expected a 4-D [N, C, H, W] input, got shape ", shape_str(x.shape()));
+}
+
+LayerNorm::LayerNorm(IntArrayRef shape, double eps, bool affine, bool with_bias)
+    : Module("LayerNorm"), normalized_shape(shape.shape()), eps(eps), elementwise_affine(affine) {
+  TS_CHECK(!shape.empty(), "LayerNorm: normalized_shape must not be empty");
+  for (int64_t d : shape) TS_CHECK(d > 0, "LayerNorm: normalized_shape must be positive, got ", shape_str(shape));
+  if (affine) {
+    weight = register_parameter("weight", ones(shape));
+    if (with_bias) bias = register_parameter("bias", zeros(shape));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) { return ops::layer_norm(x, normalized_shape, weight, bias, eps); }
+
+std::string LayerNorm::extra_repr() const {
+  return detail::str(shape_str(normalized_shape), ", eps=", eps, ", elementwise_affine=", elementwise_affine ? "True" : "False");
+}
+
+RMSNorm::RMSNorm(IntArrayRef shape, std::optional<double> eps, bool affine)
+    : Module("RMSNorm"), normalized_shape(shape.shape()), eps(eps), elementwise_affine(affine) {
+  TS_CHECK(!shape.empty(), "RMSNorm: normalized_shape must not be empty");
+  if (affine) weight = register_parameter("weight", ones(shape));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) { return ops::rms_norm(x, normalized_shape, weight, eps); }
+
+std::string RMSNorm::extra_repr() const {
+  return detail::str(shape_str(normalized_shape), ", eps=", eps ? detail::str(*eps) : std::string("None"),
+             ", elementwise_affine=", elementwise_affine ? "True" : "False");
+}
+
+GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps, bool affine)
+    : Module("GroupNorm"), num_groups(groups), num_channels(channels), eps(eps), affine(affine) {
+  TS_CHECK(groups > 0 && channels > 0 && channels % groups == 0, "GroupNorm: num_channels=", channels,
+           " must be divisible by num_groups=", groups);
+  if (affine) {
+    weight = register_parameter("weight", ones({channels}));
+    bias = register_parameter("bias", zeros({channels}));
+  }
+}
+
+Tensor GroupNorm::forward(const Tensor& x) { return ops::group_norm(x, num_groups, weight, bias, eps); }
+
+std::string GroupNorm::extra_repr() const {
+  return detail::str(num_groups, ", ", num_channels, ", eps=", eps, ", affine=", affine ? "True" : "False");
+}
+
+}  // namespace tessera::nn
