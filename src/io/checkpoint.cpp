@@ -1,0 +1,129 @@
+#include "tessera/io/checkpoint.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+
+namespace tessera::io {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+static bool is_complete(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_directory(dir, ec) && fs::exists(dir / "state.json", ec) && fs::exists(dir / "model.safetensors", ec) &&
+         fs::exists(dir / "optimizer.safetensors", ec);
+}
+
+std::vector<std::string> list_checkpoints(const std::string& root) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (auto& e : fs::directory_iterator(root, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.empty() || name[0] == '.' || !is_complete(e.path())) continue;
+    out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());  // names are zero-padded steps
+  return out;
+}
+
+std::string save_checkpoint(const std::string& root, const std::string& name, const Checkpoint& c, int keep_last) {
+  TS_CHECK(!name.empty() && name.find('/') == std::string::npos && name[0] != '.', "save_checkpoint: invalid name '",
+           name, "'");
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  TS_CHECK(!ec, "save_checkpoint: cannot create ", root, ": ", ec.message());
+  // Leftovers of saves that were interrupted (by a crash, a kill or a full disk).
+  for (auto& e : fs::directory_iterator(root, ec))
+    if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path(), ec);
+
+  const fs::path final_dir = fs::path(root) / name;
+  const fs::path tmp = fs::path(root) / (".tmp-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(tmp, ec);
+  fs::create_directory(tmp, ec);
+  TS_CHECK(!ec, "save_checkpoint: cannot create ", tmp.string(), ": ", ec.message());
+  try {
+    save_safetensors((tmp / "model.safetensors").string(), c.model);
+    save_safetensors((tmp / "optimizer.safetensors").string(), c.optimizer,
+                     {{"param_groups", c.optimizer_groups.dump()}, {"format", "tessera-optimizer"}});
+    json state = c.state;
+    state["format_version"] = kCheckpointFormatVersion;
+    std::string text = state.dump(2) + "\n";
+    write_file_atomic((tmp / "state.json").string(), [&](Writer& w) { w.write(text); });
+    fsync_dir(tmp.string());
+    if (fs::exists(final_dir, ec)) {  // re-saving the same step: replace it
+      fs::path old = fs::path(root) / (".tmp-old-" + name + "-" + std::to_string(::getpid()));
+      fs::rename(final_dir, old);
+      fs::rename(tmp, final_dir);
+      fs::remove_all(old, ec);
+    } else {
+      fs::rename(tmp, final_dir);
+    }
+    fsync_dir(root);
+    write_file_atomic((fs::path(root) / "latest").string(), [&](Writer& w) { w.write(name + "\n"); });
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp, ec);
+    TS_ERROR("saving checkpoint ", final_dir.string(), " failed: ", e.what(), "; the previous checkpoint is intact");
+  } catch (const std::exception& e) {
+    fs::remove_all(tmp, ec);
+    TS_ERROR("saving checkpoint ", final_dir.string(), " failed: ", e.what(), "; the previous checkpoint is intact");
+  }
+  if (keep_last > 0) {
+    auto all = list_checkpoints(root);
+    for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i)
+      if (fs::path(all[i]) != final_dir) fs::remove_all(all[i], ec);
+  }
+  return final_dir.string();
+}
+
+Checkpoint load_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  TS_CHECK(fs::is_directory(dir, ec), "checkpoint ", dir, " does not exist or is not a directory");
+  for (const char* f : {"state.json", "model.safetensors", "optimizer.safetensors"})
+    TS_CHECK(fs::exists(fs::path(dir) / f, ec), "checkpoint ", dir, " is incomplete: ", f, " is missing");
+  Checkpoint c;
+  const std::string state_path = (fs::path(dir) / "state.json").string();
+  std::vector<char> text = read_file(state_path, 64u << 20);
+  c.state = json::parse(text.begin(), text.end(), nullptr, false);
+  TS_CHECK(!c.state.is_discarded() && c.state.is_object(), state_path, " is not a valid JSON object (corrupted?)");
+  TS_CHECK(c.state.contains("format_version") && c.state["format_version"].is_number_integer(), state_path,
+           " has no format_version: not a Tessera checkpoint");
+  int version = c.state["format_version"].get<int>();
+  TS_CHECK(version == kCheckpointFormatVersion, state_path, " has format_version ", version, "; this Tessera reads ",
+           kCheckpointFormatVersion);
+  Metadata meta;
+  c.model = load_safetensors((fs::path(dir) / "model.safetensors").string());
+  c.optimizer = load_safetensors((fs::path(dir) / "optimizer.safetensors").string(), &meta);
+  auto it = meta.find("param_groups");
+  TS_CHECK(it != meta.end(), dir, "/optimizer.safetensors has no param_groups metadata");
+  c.optimizer_groups = json::parse(it->second, nullptr, false);
+  TS_CHECK(!c.optimizer_groups.is_discarded() && c.optimizer_groups.is_array(), dir,
+           "/optimizer.safetensors: param_groups metadata is not a JSON list");
+  return c;
+}
+
+std::string resolve_checkpoint(const std::string& spec, const std::string& root) {
+  if (spec != "latest" && spec != "last") {
+    TS_CHECK(is_complete(spec), "checkpoint '", spec, "' is not a complete checkpoint directory (it needs ",
+             "state.json, model.safetensors and optimizer.safetensors)");
+    return spec;
+  }
+  std::error_code ec;
+  fs::path latest = fs::path(root) / "latest";
+  if (fs::exists(latest, ec)) {
+    std::vector<char> t = read_file(latest.string(), 4096);
+    std::string name(t.begin(), t.end());
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    if (!name.empty() && name.find('/') == std::string::npos && is_complete(fs::path(root) / name))
+      return (fs::path(root) / name).string();
+  }
+  auto all = list_checkpoints(root);
+  TS_CHECK(!all.empty(), "no checkpoint found under ", root, " (looked for ", latest.string(),
+           " and for complete checkpoint directories)");
+  return all.back();
+}
+
+}  // namespace tessera::io
