@@ -54,10 +54,9 @@ std::string find_idx(const std::string& root, const std::string& stem) {
     std::string p = root + "/" + stem + ext;
     if (io::path_exists(p)) return p;
   }
-  TS_ERROR("dataset file ", root, "/", stem, "[.gz] not found. ",
-           root == kFashionMNISTRoot ? "It comes with Debian's package dataset-fashion-mnist: run "
-                                       "`apt-get install dataset-fashion-mnist` (scripts/setup.sh does this)."
-                                     : "Give the directory holding the MNIST-format IDX files.");
+  TS_ERROR("dataset file ", root, "/", stem, "[.gz] not found. Give the directory holding the MNIST-format IDX "
+           "files; Fashion-MNIST's default, ", kFashionMNISTRoot, ", comes with Debian's package "
+           "dataset-fashion-mnist (`apt-get install dataset-fashion-mnist`; scripts/setup.sh installs it).");
 }
 }  // namespace
 

@@ -26,9 +26,7 @@ Tensor full_like(const Tensor& t, const Scalar& v, std::optional<DType> dtype) {
   return full(t.shape(), v, dtype.value_or(t.dtype()));
 }
 
-Tensor arange(const Scalar& end, TensorOptions opts) {
-  return arange(0, end, 1, end.is_floating() ? std::optional<DType>() : std::optional<DType>(opts.dtype == DType::F32 ? DType::I64 : opts.dtype));
-}
+Tensor arange(const Scalar& end, std::optional<DType> dtype) { return arange(0, end, 1, dtype); }
 
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::optional<DType> dtype) {
   double s = start.to_double(), e = end.to_double(), st = step.to_double();

@@ -224,7 +224,8 @@ Tensor full(IntArrayRef shape, const Scalar& value, TensorOptions opts = {});
 // full() with the dtype of the value (bool, i64 or the default float).
 Tensor full(IntArrayRef shape, const Scalar& value, std::nullptr_t);
 Tensor scalar_tensor(const Scalar& value, DType dtype);
-Tensor arange(const Scalar& end, TensorOptions opts = {});
+// dtype defaults to i64 for an integer end, the default float dtype otherwise (as torch.arange).
+Tensor arange(const Scalar& end, std::optional<DType> dtype = {});
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1, std::optional<DType> dtype = {});
 Tensor linspace(double start, double end, int64_t steps, TensorOptions opts = {});
 Tensor eye(int64_t n, std::optional<int64_t> m = {}, TensorOptions opts = {});

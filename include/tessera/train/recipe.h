@@ -1,0 +1,68 @@
+#pragma once
+// A Recipe is everything a YAML training config describes, built and validated:
+// the model (from the zoo, by name), the train and eval datasets, the loss and
+// metric (from the task), and functions that make the optimizer and scheduler.
+// `tessera train/eval/info` and the C++ Trainer share it; docs/training.md
+// lists every key.
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/data/dataloader.h"
+#include "tessera/io/config.h"
+#include "tessera/nn/module.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/optim/scheduler.h"
+
+namespace tessera::train {
+
+// "classification": logits [N, C] vs labels [N]; "language_model": logits
+// [B, T, V] vs next tokens [B, T] (the metric is perplexity).
+enum class Task { Classification, LanguageModel };
+
+struct TrainSettings {
+  int64_t epochs = 1;
+  int64_t steps = 0;          // if > 0, stop after this many optimizer steps
+  int64_t batch_size = 64;
+  int64_t eval_batch_size = 256;
+  int64_t grad_accum = 1;     // micro-batches per optimizer step
+  double clip_grad_norm = 0;  // 0 = off
+  double clip_grad_value = 0;
+  uint64_t seed = 0;
+  int64_t eval_every = 0;        // steps; 0 = at the end of each epoch
+  int64_t eval_batches = 0;      // 0 = the whole eval set
+  int64_t checkpoint_every = 0;  // steps; 0 = at the end of each epoch
+  int64_t keep_checkpoints = 3;
+  int64_t log_every = 50;
+  int num_workers = 2;
+  int threads = 0;  // 0 = OMP_NUM_THREADS or all cores
+};
+
+struct Recipe {
+  nlohmann::json config;  // the full config as given (saved in checkpoints)
+  std::string model_name;
+  Task task = Task::Classification;
+  nn::ModulePtr model;
+  data::DatasetPtr train_data, eval_data;
+  std::vector<std::string> vocab;  // char-level text: the vocabulary
+  std::string text_level;          // "byte" / "char" for text data
+  TrainSettings train;
+  std::string output_dir;
+  std::function<optim::OptimizerPtr(nn::Module&)> make_optimizer;
+  std::function<optim::SchedulerPtr(optim::Optimizer&, int64_t total_steps)> make_scheduler;  // may return null
+};
+
+// Builds everything from a config. `what` names the config in errors. With
+// model_only, the data is not loaded (for `tessera info`).
+Recipe build_recipe(const nlohmann::json& config, const std::string& what = "config", bool model_only = false);
+Recipe load_recipe(const std::string& yaml_path);
+
+// Just the model part: model: {name: ..., ...args}.
+nn::ModulePtr build_model(io::Config& model_config, std::string* name = nullptr);
+std::vector<std::string> model_names();
+
+// Applies "a.b.c=value" overrides (value parsed as YAML) to a config.
+void apply_override(nlohmann::json& config, const std::string& assignment);
+
+}  // namespace tessera::train

@@ -1,0 +1,78 @@
+#pragma once
+// The training loop, for the CLI (`tessera train`) and for C++ programs:
+//
+//   train::Recipe r = train::load_recipe("examples/configs/fashion_mnist_cnn.yaml");
+//   train::Trainer t(std::move(r));
+//   t.fit();                       // trains, evaluates, checkpoints
+//   auto m = t.evaluate();         // {loss, accuracy} or {loss, perplexity}
+//
+// Each optimizer step runs grad_accum micro-batches (the loss of each divided
+// by grad_accum), clips, steps the optimizer and the scheduler. Checkpoints are
+// taken at step boundaries and hold everything needed to continue bit-exactly:
+// model, optimizer, scheduler, data-loader position, RNG state and counters.
+#include <atomic>
+#include <fstream>
+#include <memory>
+
+#include "tessera/train/recipe.h"
+
+namespace tessera::train {
+
+struct EvalMetrics {
+  double loss = 0;
+  double accuracy = 0;    // classification
+  double perplexity = 0;  // language modelling
+  int64_t samples = 0;
+  nlohmann::json to_json() const;
+};
+
+struct TrainerOptions {
+  std::string resume;      // "" (fresh), "latest", or a checkpoint directory
+  int progress = -1;       // -1: a live bar when stdout is a terminal; 0: plain lines; 1: bar
+  bool handle_signals = true;  // Ctrl-C / SIGTERM: checkpoint, then stop
+  bool quiet = false;      // no output at all (tests)
+};
+
+class Trainer {
+ public:
+  explicit Trainer(Recipe recipe, TrainerOptions options = {});
+  ~Trainer();
+
+  // Trains until the configured epochs/steps are done or a stop is requested.
+  // Returns the summary (also printed): steps, time, final metrics, checkpoint.
+  nlohmann::json fit();
+  EvalMetrics evaluate(int64_t max_batches = 0);
+  std::string save_checkpoint();
+  void load_checkpoint(const std::string& dir);
+
+  int64_t step() const { return step_; }
+  int64_t epoch() const { return loader_->epoch(); }
+  nn::Module& model() { return *recipe_.model; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  const Recipe& recipe() const { return recipe_; }
+  // Asks the loop to checkpoint and stop after the current step (signal-safe).
+  static void request_stop();
+  bool stopped_early() const { return stopped_; }
+  std::string checkpoint_root() const { return recipe_.output_dir + "/checkpoints"; }
+
+ private:
+  Tensor loss_of(const Tensor& output, const Tensor& target) const;
+  void log_step(double loss, double seconds, int64_t samples);
+  void finish_line();
+
+  Recipe recipe_;
+  TrainerOptions opt_;
+  optim::OptimizerPtr optimizer_;
+  optim::SchedulerPtr scheduler_;
+  std::unique_ptr<data::DataLoader> loader_;
+  int64_t step_ = 0, total_steps_ = 0;
+  double elapsed_ = 0;           // training seconds, across resumes
+  double last_loss_ = 0, smooth_loss_ = 0;
+  nlohmann::json last_eval_;
+  std::ofstream metrics_;
+  bool bar_ = false, stopped_ = false;
+  std::string last_checkpoint_;
+  int64_t last_checkpoint_step_ = -1, last_eval_step_ = -1;
+};
+
+}  // namespace tessera::train

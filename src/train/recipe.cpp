@@ -1,0 +1,359 @@
+#include "tessera/train/recipe.h"
+
+#include <filesystem>
+
+#include "tessera/data/datasets.h"
+#include "tessera/data/shards.h"
+#include "tessera/nn/zoo/zoo.h"
+
+namespace tessera::train {
+
+using nlohmann::json;
+using io::Config;
+
+// ---- models -------------------------------------------------------------------------------
+std::vector<std::string> model_names() {
+  return {"mlp", "lenet", "resnet18", "resnet34", "resnet50", "resnet", "gpt", "llama"};
+}
+
+nn::ModulePtr build_model(Config& c, std::string* name_out) {
+  const std::string name = c.require<std::string>("name");
+  if (name_out) *name_out = name;
+  nn::ModulePtr m;
+  if (name == "mlp") {
+    nn::zoo::MLPConfig k;
+    k.in_features = c.get<int64_t>("in_features", k.in_features);
+    k.hidden = c.get<std::vector<int64_t>>("hidden", k.hidden);
+    k.num_classes = c.get<int64_t>("num_classes", k.num_classes);
+    k.activation = c.get<std::string>("activation", k.activation);
+    k.dropout = c.get<double>("dropout", k.dropout);
+    c.finish();
+    m = std::make_shared<nn::zoo::MLP>(k);
+  } else if (name == "lenet") {
+    nn::zoo::LeNetConfig k;
+    k.in_channels = c.get<int64_t>("in_channels", k.in_channels);
+    k.image_size = c.get<int64_t>("image_size", k.image_size);
+    k.channels = c.get<std::vector<int64_t>>("channels", k.channels);
+    k.hidden = c.get<int64_t>("hidden", k.hidden);
+    k.num_classes = c.get<int64_t>("num_classes", k.num_classes);
+    k.dropout = c.get<double>("dropout", k.dropout);
+    c.finish();
+    m = std::make_shared<nn::zoo::LeNet>(k);
+  } else if (name.rfind("resnet", 0) == 0) {
+    nn::zoo::ResNetConfig k = name == "resnet34"   ? nn::zoo::ResNetConfig::resnet34()
+                              : name == "resnet50" ? nn::zoo::ResNetConfig::resnet50()
+                                                   : nn::zoo::ResNetConfig::resnet18();
+    TS_CHECK(name == "resnet" || name == "resnet18" || name == "resnet34" || name == "resnet50", "config: unknown ",
+             "model '", name, "'");
+    k.block = c.get<std::string>("block", k.block);
+    k.layers = c.get<std::vector<int64_t>>("layers", k.layers);
+    k.widths = c.get<std::vector<int64_t>>("widths", k.widths);
+    k.stem = c.get<std::string>("stem", k.stem);
+    k.in_channels = c.get<int64_t>("in_channels", k.in_channels);
+    k.num_classes = c.get<int64_t>("num_classes", k.num_classes);
+    c.finish();
+    m = std::make_shared<nn::zoo::ResNet>(k);
+  } else if (name == "gpt") {
+    nn::zoo::GPTConfig k;
+    k.vocab_size = c.get<int64_t>("vocab_size", k.vocab_size);
+    k.block_size = c.get<int64_t>("block_size", k.block_size);
+    k.n_layer = c.get<int64_t>("n_layer", k.n_layer);
+    k.n_head = c.get<int64_t>("n_head", k.n_head);
+    k.n_embd = c.get<int64_t>("n_embd", k.n_embd);
+    k.dropout = c.get<double>("dropout", k.dropout);
+    k.bias = c.get<bool>("bias", k.bias);
+    k.weight_tying = c.get<bool>("weight_tying", k.weight_tying);
+    c.finish();
+    m = std::make_shared<nn::zoo::GPT>(k);
+  } else if (name == "llama") {
+    nn::zoo::LlamaConfig k;
+    k.vocab_size = c.get<int64_t>("vocab_size", k.vocab_size);
+    k.dim = c.get<int64_t>("dim", k.dim);
+    k.n_layers = c.get<int64_t>("n_layers", k.n_layers);
+    k.n_heads = c.get<int64_t>("n_heads", k.n_heads);
+    k.n_kv_heads = c.get<int64_t>("n_kv_heads", k.n_heads);
+    k.hidden_dim = c.get<int64_t>("hidden_dim", k.hidden_dim);
+    k.norm_eps = c.get<double>("norm_eps", k.norm_eps);
+    k.rope_theta = c.get<double>("rope_theta", k.rope_theta);
+    k.max_seq_len = c.get<int64_t>("max_seq_len", k.max_seq_len);
+    k.tie_embeddings = c.get<bool>("tie_embeddings", k.tie_embeddings);
+    c.finish();
+    m = std::make_shared<nn::zoo::Llama>(k);
+  } else {
+    std::string all;
+    for (auto& n : model_names()) all += (all.empty() ? "" : ", ") + n;
+    TS_ERROR("config: unknown model '", name, "' at '", c.key_path("name"), "'; available models: ", all);
+  }
+  return m;
+}
+
+// ---- data ---------------------------------------------------------------------------------
+namespace {
+
+data::Transform image_augmentation(Config a) {
+  std::vector<data::Transform> ts;
+  if (a.has("random_crop")) {
+    Config rc = a.section("random_crop");
+    ts.push_back(data::random_crop(rc.require<int64_t>("size"), rc.get<int64_t>("padding", 0)));
+    rc.finish();
+  }
+  double flip = a.get<double>("horizontal_flip", 0.0);
+  if (flip > 0) ts.push_back(data::random_horizontal_flip(flip));
+  double erase = a.get<double>("random_erasing", 0.0);
+  if (erase > 0) ts.push_back(data::random_erasing(erase));
+  a.finish();
+  return ts.empty() ? nullptr : data::compose(ts);
+}
+
+data::DatasetPtr take(data::DatasetPtr d, int64_t n) {
+  if (n <= 0 || n >= d->size()) return d;
+  return std::make_shared<data::Subset>(d, 0, n);
+}
+
+void build_data(Config c, Recipe& r) {
+  const std::string kind = c.get<std::string>("dataset", "fashion_mnist");
+  const int64_t train_subset = c.get<int64_t>("train_subset", 0), eval_subset = c.get<int64_t>("eval_subset", 0);
+  TS_CHECK(train_subset >= 0 && eval_subset >= 0, "config: data.train_subset and data.eval_subset must be >= 0");
+  if (kind == "fashion_mnist" || kind == "mnist") {
+    const std::string root = c.get<std::string>("root", kind == "mnist" ? "data/mnist" : data::kFashionMNISTRoot);
+    data::Transform aug = c.has("augment") ? image_augmentation(c.section("augment")) : nullptr;
+    c.allow("augment");
+    std::shared_ptr<data::Dataset> tr, ev;
+    if (kind == "mnist") {
+      tr = std::make_shared<data::MNIST>(root, "train", 0.1307, 0.3081, aug);
+      ev = std::make_shared<data::MNIST>(root, "test");
+    } else {
+      tr = std::make_shared<data::FashionMNIST>(root, "train", aug);
+      ev = std::make_shared<data::FashionMNIST>(root, "test");
+    }
+    r.train_data = take(tr, train_subset);
+    r.eval_data = take(ev, eval_subset);
+    r.task = Task::Classification;
+  } else if (kind == "synthetic_images") {
+    const int64_t ch = c.get<int64_t>("channels", 3), h = c.get<int64_t>("height", 32), w = c.get<int64_t>("width", 32);
+    const int64_t classes = c.get<int64_t>("num_classes", 10);
+    r.train_data = std::make_shared<data::SyntheticImages>(c.get<int64_t>("train_size", 50000), ch, h, w, classes, 1);
+    r.eval_data = std::make_shared<data::SyntheticImages>(c.get<int64_t>("eval_size", 10000), ch, h, w, classes, 2);
+    r.task = Task::Classification;
+  } else if (kind == "text" || kind == "fortunes") {
+    std::string text = kind == "fortunes" ? data::read_fortunes(c.get<std::string>("path", data::kFortunesDir))
+                                          : data::read_text_file(c.require<std::string>("path"));
+    const std::string level = c.get<std::string>("level", "char");
+    const int64_t block = c.get<int64_t>("block_size", 128), stride = c.get<int64_t>("stride", 0);
+    const double val = c.get<double>("val_fraction", 0.1);
+    TS_CHECK(val > 0 && val < 0.5, "config: data.val_fraction must be in (0, 0.5), got ", val);
+    data::TextDataset all(text, block, level, {}, stride);
+    auto tr = all.split(0, 1 - val), ev = all.split(1 - val, 1);
+    r.train_data = take(tr, train_subset);
+    r.eval_data = take(ev, eval_subset);
+    r.vocab = all.vocab();
+    r.text_level = level;
+    r.task = Task::LanguageModel;
+  } else if (kind == "synthetic_tokens") {
+    const int64_t block = c.get<int64_t>("block_size", 256), vocab = c.get<int64_t>("vocab_size", 256);
+    r.train_data = std::make_shared<data::SyntheticTokens>(c.get<int64_t>("train_size", 10000), block, vocab, 1);
+    r.eval_data = std::make_shared<data::SyntheticTokens>(c.get<int64_t>("eval_size", 500), block, vocab, 2);
+    r.task = Task::LanguageModel;
+  } else if (kind == "csv") {
+    const int64_t label = c.get<int64_t>("label_column", -1);
+    r.train_data = take(data::csv_dataset(c.require<std::string>("train_path"), label), train_subset);
+    std::string ev = c.get<std::string>("eval_path", "");
+    r.eval_data = ev.empty() ? nullptr : take(data::csv_dataset(ev, label), eval_subset);
+    r.task = Task::Classification;
+  } else if (kind == "npy") {
+    r.train_data = take(data::npy_dataset(c.require<std::vector<std::string>>("train")), train_subset);
+    auto ev = c.get<std::vector<std::string>>("eval", {});
+    r.eval_data = ev.empty() ? nullptr : take(data::npy_dataset(ev), eval_subset);
+    r.task = Task::Classification;
+  } else {
+    TS_ERROR("config: unknown data.dataset '", kind,
+             "' (expected fashion_mnist, mnist, synthetic_images, text, fortunes, synthetic_tokens, csv or npy)");
+  }
+  c.finish();
+}
+
+optim::Options optimizer_options(Config& c, const std::string& name) {
+  const optim::Options defaults = name == "sgd"       ? optim::SGD::default_options()
+                                  : name == "adam"    ? optim::Adam::default_options()
+                                  : name == "adamw"   ? optim::AdamW::default_options()
+                                  : name == "rmsprop" ? optim::RMSprop::default_options()
+                                  : name == "adagrad" ? optim::Adagrad::default_options()
+                                  : name == "lion"    ? optim::Lion::default_options()
+                                                      : optim::Options{};
+  if (defaults.empty()) {
+    std::string all;
+    for (auto& n : optim::optimizer_names()) all += (all.empty() ? "" : ", ") + n;
+    TS_ERROR("config: unknown optimizer '", name, "' at 'optimizer.name'; available: ", all);
+  }
+  optim::Options o;
+  for (auto& [k, v] : defaults) {
+    if (k == "beta1" || k == "beta2") continue;
+    if (k == "nesterov" || k == "amsgrad" || k == "centered" || k == "maximize")
+      o[k] = c.get<bool>(k, v != 0) ? 1 : 0;
+    else
+      o[k] = c.get<double>(k, v);
+  }
+  if (defaults.count("beta1")) {
+    auto betas = c.get<std::vector<double>>("betas", {defaults.at("beta1"), defaults.at("beta2")});
+    TS_CHECK(betas.size() == 2, "config: 'optimizer.betas' must be a list of two numbers");
+    o["beta1"] = betas[0];
+    o["beta2"] = betas[1];
+  }
+  return o;
+}
+
+}  // namespace
+
+// ---- the whole recipe ------------------------------------------------------------------------
+Recipe build_recipe(const json& config, const std::string& what, bool model_only) {
+  Recipe r;
+  r.config = config;
+  Config root(config);
+  try {
+    // data first: language models take their vocabulary size from it
+    Config data_cfg = root.section("data");
+    if (!model_only) build_data(data_cfg, r);
+    Config t = root.section("train");
+    TrainSettings& s = r.train;
+    s.epochs = t.get<int64_t>("epochs", s.epochs);
+    s.steps = t.get<int64_t>("steps", s.steps);
+    s.batch_size = t.get<int64_t>("batch_size", s.batch_size);
+    s.eval_batch_size = t.get<int64_t>("eval_batch_size", std::max<int64_t>(s.batch_size, 256));
+    s.grad_accum = t.get<int64_t>("grad_accum", s.grad_accum);
+    s.clip_grad_norm = t.get<double>("clip_grad_norm", s.clip_grad_norm);
+    s.clip_grad_value = t.get<double>("clip_grad_value", s.clip_grad_value);
+    s.seed = static_cast<uint64_t>(t.get<int64_t>("seed", 0));
+    s.eval_every = t.get<int64_t>("eval_every", s.eval_every);
+    s.eval_batches = t.get<int64_t>("eval_batches", s.eval_batches);
+    s.checkpoint_every = t.get<int64_t>("checkpoint_every", s.checkpoint_every);
+    s.keep_checkpoints = t.get<int64_t>("keep_checkpoints", s.keep_checkpoints);
+    s.log_every = t.get<int64_t>("log_every", s.log_every);
+    s.num_workers = static_cast<int>(t.get<int64_t>("num_workers", s.num_workers));
+    s.threads = static_cast<int>(t.get<int64_t>("threads", s.threads));
+    t.finish();
+    TS_CHECK(s.epochs > 0 || s.steps > 0, "config: set train.epochs or train.steps to a positive number");
+    TS_CHECK(s.batch_size > 0 && s.eval_batch_size > 0, "config: train.batch_size must be positive");
+    TS_CHECK(s.grad_accum >= 1, "config: train.grad_accum must be at least 1, got ", s.grad_accum);
+    TS_CHECK(s.num_workers >= 0 && s.num_workers <= 64, "config: train.num_workers must be in [0, 64]");
+    TS_CHECK(s.log_every > 0, "config: train.log_every must be positive");
+    TS_CHECK(s.clip_grad_norm >= 0 && s.clip_grad_value >= 0, "config: gradient clipping values must be >= 0");
+
+    manual_seed(s.seed);  // the model's initial weights follow the seed
+    Config model_cfg = root.section("model");
+    if (r.task == Task::LanguageModel && !model_cfg.has("vocab_size") && r.train_data) {
+      int64_t vocab = r.vocab.empty() ? 256 : static_cast<int64_t>(r.vocab.size());
+      if (model_cfg.json().value("name", "") == "gpt" || model_cfg.json().value("name", "") == "llama") {
+        json j = model_cfg.json();
+        j["vocab_size"] = vocab;
+        model_cfg = Config(j, "model");
+      }
+    }
+    r.model = build_model(model_cfg, &r.model_name);
+
+    Config oc = root.section("optimizer");
+    const std::string opt_name = oc.get<std::string>("name", "adam");
+    optim::Options opts = optimizer_options(oc, opt_name);
+    const bool no_decay_1d = oc.get<bool>("no_decay_on_1d", false);
+    oc.finish();
+    r.make_optimizer = [opt_name, opts, no_decay_1d](nn::Module& m) {
+      std::vector<optim::ParamGroup> groups;
+      if (no_decay_1d) {  // biases and norm weights without weight decay (the GPT recipe)
+        optim::ParamGroup decay, no_decay;
+        no_decay.options["weight_decay"] = 0;
+        for (auto& p : m.parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+        if (!decay.params.empty()) groups.push_back(decay);
+        if (!no_decay.params.empty()) groups.push_back(no_decay);
+      } else {
+        groups.push_back({m.parameters(), {}});
+      }
+      return optim::make_optimizer(opt_name, std::move(groups), opts);
+    };
+
+    Config sc = root.section("scheduler");
+    const std::string sname = sc.get<std::string>("name", "constant");
+    json sargs = sc.json();
+    if (sname == "step") sc.require<int64_t>("step_size"), sc.get<double>("gamma", 0.1);
+    else if (sname == "multistep") sc.require<std::vector<int64_t>>("milestones"), sc.get<double>("gamma", 0.1);
+    else if (sname == "exponential") sc.require<double>("gamma");
+    else if (sname == "cosine") sc.get<int64_t>("T_max", 0), sc.get<double>("eta_min", 0.0);
+    else if (sname == "linear")
+      sc.get<double>("start_factor", 1.0 / 3), sc.get<double>("end_factor", 1.0), sc.get<int64_t>("total_iters", 5);
+    else if (sname == "warmup_cosine")
+      sc.get<int64_t>("warmup_steps", 0), sc.get<double>("min_lr", 0.0), sc.get<int64_t>("total_steps", 0);
+    else if (sname == "onecycle")
+      sc.require<double>("max_lr"), sc.get<double>("pct_start", 0.3), sc.get<int64_t>("total_steps", 0),
+          sc.get<std::string>("anneal_strategy", "cos"), sc.get<bool>("cycle_momentum", true),
+          sc.get<double>("div_factor", 25.0), sc.get<double>("final_div_factor", 1e4);
+    else if (sname == "plateau")
+      sc.get<double>("factor", 0.1), sc.get<int64_t>("patience", 10), sc.get<double>("threshold", 1e-4),
+          sc.get<std::string>("mode", "min"), sc.get<int64_t>("cooldown", 0), sc.get<double>("min_lr", 0.0);
+    else
+      TS_CHECK(sname == "constant", "config: unknown scheduler '", sname,
+               "' (expected constant, step, multistep, exponential, cosine, linear, warmup_cosine, onecycle or "
+               "plateau)");
+    sc.finish();
+    r.make_scheduler = [sname, sargs](optim::Optimizer& o, int64_t total) -> optim::SchedulerPtr {
+      auto num = [&](const char* k, double d) { return sargs.contains(k) ? sargs[k].get<double>() : d; };
+      auto integer = [&](const char* k, int64_t d) {
+        return sargs.contains(k) && sargs[k].get<int64_t>() > 0 ? sargs[k].get<int64_t>() : d;
+      };
+      if (sname == "step") return std::make_unique<optim::StepLR>(o, integer("step_size", 1), num("gamma", 0.1));
+      if (sname == "multistep")
+        return std::make_unique<optim::MultiStepLR>(o, sargs["milestones"].get<std::vector<int64_t>>(), num("gamma", 0.1));
+      if (sname == "exponential") return std::make_unique<optim::ExponentialLR>(o, num("gamma", 1.0));
+      if (sname == "cosine") return std::make_unique<optim::CosineAnnealingLR>(o, integer("T_max", total), num("eta_min", 0));
+      if (sname == "linear")
+        return std::make_unique<optim::LinearLR>(o, num("start_factor", 1.0 / 3), num("end_factor", 1.0),
+                                                 integer("total_iters", 5));
+      if (sname == "warmup_cosine")
+        return std::make_unique<optim::WarmupCosineLR>(o, integer("warmup_steps", 0), integer("total_steps", total),
+                                                       num("min_lr", 0.0));
+      if (sname == "onecycle")
+        return std::make_unique<optim::OneCycleLR>(
+            o, num("max_lr", 0), integer("total_steps", total), num("pct_start", 0.3),
+            sargs.value("anneal_strategy", std::string("cos")), sargs.value("cycle_momentum", true), 0.85, 0.95,
+            num("div_factor", 25.0), num("final_div_factor", 1e4));
+      if (sname == "plateau")
+        return std::make_unique<optim::ReduceLROnPlateau>(o, sargs.value("mode", std::string("min")),
+                                                          num("factor", 0.1), integer("patience", 10),
+                                                          num("threshold", 1e-4), "rel", integer("cooldown", 0),
+                                                          num("min_lr", 0.0));
+      return nullptr;
+    };
+    r.output_dir = root.get<std::string>("output", "runs/" + r.model_name);
+    root.allow("name");         // a free-form run name
+    root.allow("description");
+    root.finish();
+  } catch (const Error& e) {
+    TS_ERROR(what, ": ", e.what());
+  }
+  return r;
+}
+
+Recipe load_recipe(const std::string& path) {
+  json j = io::load_yaml(path);
+  return build_recipe(j, path);
+}
+
+void apply_override(json& config, const std::string& a) {
+  size_t eq = a.find('=');
+  TS_CHECK(eq != std::string::npos && eq > 0, "--set expects key.path=value, got '", a, "'");
+  std::string path = a.substr(0, eq);
+  json value = io::parse_yaml(a.substr(eq + 1), "--set " + path);
+  json* node = &config;
+  size_t start = 0;
+  for (;;) {
+    size_t dot = path.find('.', start);
+    std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    TS_CHECK(!key.empty(), "--set: empty key in '", path, "'");
+    if (!node->is_object()) *node = json::object();
+    if (dot == std::string::npos) {
+      (*node)[key] = value;
+      return;
+    }
+    node = &(*node)[key];
+    start = dot + 1;
+  }
+}
+
+}  // namespace tessera::train
