@@ -140,9 +140,16 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, IntArrayR
   if (autograd::any_requires_grad({&x_in})) {
     TensorList outs{y};
     Shape in_shape = x_in.shape();
-    autograd::record("max_pool2d", {x_in}, outs, [in_shape](const VjpArgs& a) -> TensorList {
+    cpu::PoolGeometry geom = p.g;
+    autograd::record("max_pool2d", {x_in}, outs, [in_shape, geom](const VjpArgs& a) -> TensorList {
       const Tensor& g = a.grads[0];
       const Tensor& idx = a.saved[0];
+      if (!GradMode::is_enabled() && g.dtype() == geom.dtype) {  // the fast kernel, unless recording
+        Tensor gc = g.contiguous();
+        Tensor gx = empty(in_shape, g.dtype());
+        if (gx.numel() > 0) cpu::max_pool2d_backward(geom, gc.raw_data(), idx.data_ptr<int64_t>(), gx.raw_data());
+        return {gx};
+      }
       int64_t nd = static_cast<int64_t>(in_shape.size());
       Shape flat_in(in_shape.begin(), in_shape.end() - 2), flat_out(flat_in);
       flat_in.push_back(in_shape[nd - 2] * in_shape[nd - 1]);

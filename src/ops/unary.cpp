@@ -126,8 +126,15 @@ Tensor sigmoid(const Tensor& x) {
 }
 Tensor relu(const Tensor& x) {
   return unary("relu", x, K::Relu, Rule::Numeric, {},
-               [](const VjpArgs& a) -> TensorList { return {where(gt(a.saved[0], 0), a.grads[0], 0)}; }, false,
-               true);
+               [](const VjpArgs& a) -> TensorList {
+                 const Tensor& g = a.grads[0];
+                 const Tensor& x = a.saved[0];
+                 // One fused pass, unless the backward itself is recorded (create_graph).
+                 if (!GradMode::is_enabled() && g.dtype() == x.dtype() && IntArrayRef(g.shape()).equals(x.shape()))
+                   return {run_binary(g, x, cpu::BinaryKernel::ReluGrad, g.dtype())};
+                 return {where(gt(x, 0), g, 0)};
+               },
+               false, true);
 }
 Tensor leaky_relu(const Tensor& x, double slope) {
   return unary("leaky_relu", x, K::LeakyRelu, Rule::Float, {slope},

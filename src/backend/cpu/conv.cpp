@@ -1,4 +1,5 @@
 #include "backend/cpu/conv.h"
+#include "tessera/core/allocator.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -32,7 +33,30 @@ struct Prims {
   dnnl::convolution_forward::primitive_desc fwd_pd;
   dnnl::primitive prim;
   memory::desc src, wei, dst, bias;  // what the primitive wants
+  memory::desc scratch;              // its scratchpad (we provide it)
 };
+
+// Note [oneDNN memory]: reorder buffers and scratchpads come from Tessera's
+// caching allocator, not from oneDNN's own malloc: fresh pages cost ~15 us
+// each to fault in on these machines, and a ResNet step reorders hundreds of
+// MiB. Buffers live until the call that took them returns.
+struct Buffers {
+  std::vector<std::pair<void*, size_t>> held;
+  void* get(size_t n) {
+    void* p = cpu_allocate(std::max<size_t>(n, 64));
+    held.emplace_back(p, std::max<size_t>(n, 64));
+    return p;
+  }
+  ~Buffers() {
+    for (auto& [p, n] : held) cpu_free(p, n);
+  }
+};
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
 
 struct State {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
@@ -74,7 +98,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvGeometry& g, cons
   memory::desc src(d.src, t, tag::any), wei(d.wei, t, tag::any), dst(d.dst, t, tag::any), bias(d.bias, t, tag::any);
   dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, wei,
                                      bias, dst, d.strides, d.dil, d.pl, d.pr);
-  return dnnl::convolution_forward::primitive_desc(fd, eng);
+  return dnnl::convolution_forward::primitive_desc(fd, user_scratchpad(), eng);
 }
 
 // Builds (once per geometry and kind) the primitive and remembers its layouts.
@@ -85,9 +109,10 @@ Prims& prims(const ConvGeometry& g, int kind) {
   if (it != s.cache.end()) return it->second;
   Descs d = descs(g);
   auto t = dt_of(g.dtype);
-  Prims p{forward_pd(g, d, s.eng), {}, {}, {}, {}, {}};
+  Prims p{forward_pd(g, d, s.eng), {}, {}, {}, {}, {}, {}};
   if (kind == 0) {
     p.prim = dnnl::convolution_forward(p.fwd_pd);
+    p.scratch = p.fwd_pd.scratchpad_desc();
     p.src = p.fwd_pd.src_desc();
     p.wei = p.fwd_pd.weights_desc();
     p.dst = p.fwd_pd.dst_desc();
@@ -96,8 +121,9 @@ Prims& prims(const ConvGeometry& g, int kind) {
     memory::desc src(d.src, t, tag::any), wei(d.wei, t, tag::any), dst(d.dst, t, tag::any);
     dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src, wei, dst, d.strides, d.dil,
                                               d.pl, d.pr);
-    dnnl::convolution_backward_data::primitive_desc pd(bd, s.eng, p.fwd_pd);
+    dnnl::convolution_backward_data::primitive_desc pd(bd, user_scratchpad(), s.eng, p.fwd_pd);
     p.prim = dnnl::convolution_backward_data(pd);
+    p.scratch = pd.scratchpad_desc();
     p.src = pd.diff_src_desc();
     p.wei = pd.weights_desc();
     p.dst = pd.diff_dst_desc();
@@ -105,8 +131,9 @@ Prims& prims(const ConvGeometry& g, int kind) {
     memory::desc src(d.src, t, tag::any), wei(d.wei, t, tag::any), dst(d.dst, t, tag::any), bias(d.bias, t, tag::any);
     dnnl::convolution_backward_weights::desc bd(dnnl::algorithm::convolution_direct, src, wei, bias, dst, d.strides,
                                                  d.dil, d.pl, d.pr);
-    dnnl::convolution_backward_weights::primitive_desc pd(bd, s.eng, p.fwd_pd);
+    dnnl::convolution_backward_weights::primitive_desc pd(bd, user_scratchpad(), s.eng, p.fwd_pd);
     p.prim = dnnl::convolution_backward_weights(pd);
+    p.scratch = pd.scratchpad_desc();
     p.src = pd.src_desc();
     p.wei = pd.diff_weights_desc();
     p.dst = pd.diff_dst_desc();
@@ -118,10 +145,10 @@ Prims& prims(const ConvGeometry& g, int kind) {
 // A memory in the primitive's layout: the user's buffer itself when the
 // layouts agree, else a reordered copy (for inputs) or a scratch buffer.
 memory in_layout(dnnl::stream& st, dnnl::engine& eng, const memory::desc& user, const memory::desc& want,
-                 const void* data) {
+                 const void* data, Buffers& b) {
   memory um(user, eng, const_cast<void*>(data));
   if (user == want) return um;
-  memory m(want, eng);
+  memory m(want, eng, b.get(want.get_size()));
   dnnl::reorder(um, m).execute(st, um, m);
   return m;
 }
@@ -130,9 +157,9 @@ void to_user(dnnl::stream& st, dnnl::engine& eng, memory m, const memory::desc& 
   if (m.get_desc() == user) return;
   dnnl::reorder(m, um).execute(st, m, um);
 }
-memory out_layout(dnnl::engine& eng, const memory::desc& user, const memory::desc& want, void* data) {
+memory out_layout(dnnl::engine& eng, const memory::desc& user, const memory::desc& want, void* data, Buffers& b) {
   if (user == want) return memory(user, eng, data);
-  return memory(want, eng);
+  return memory(want, eng, b.get(want.get_size()));
 }
 
 bool use_dnnl(DType t) { return t == DType::F32 || t == DType::BF16; }
@@ -235,16 +262,17 @@ void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const v
   Prims& p = prims(g, 0);
   Descs d = descs(g);
   dnnl::stream st(s.eng);
-  memory xm = in_layout(st, s.eng, d.user_src, p.src, x);
-  memory wm = in_layout(st, s.eng, d.user_wei, p.wei, w);
-  memory ym = out_layout(s.eng, d.user_dst, p.dst, y);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}};
-  std::vector<float> zero_bias;
+  Buffers b;
+  memory xm = in_layout(st, s.eng, d.user_src, p.src, x, b);
+  memory wm = in_layout(st, s.eng, d.user_wei, p.wei, w, b);
+  memory ym = out_layout(s.eng, d.user_dst, p.dst, y, b);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym},
+                                       {DNNL_ARG_SCRATCHPAD, memory(p.scratch, s.eng, b.get(p.scratch.get_size()))}};
   if (bias) {
-    args[DNNL_ARG_BIAS] = in_layout(st, s.eng, d.user_bias, p.bias, bias);
+    args[DNNL_ARG_BIAS] = in_layout(st, s.eng, d.user_bias, p.bias, bias, b);
   } else {
     // The primitive was made with a bias: give it zeros.
-    memory bm(p.bias, s.eng);
+    memory bm(p.bias, s.eng, b.get(p.bias.get_size()));
     std::memset(bm.get_data_handle(), 0, p.bias.get_size());
     args[DNNL_ARG_BIAS] = bm;
   }
@@ -265,10 +293,12 @@ void conv2d_backward_data(const ConvGeometry& g, const void* gy, const void* w, 
   Prims& p = prims(g, 1);
   Descs d = descs(g);
   dnnl::stream st(s.eng);
-  memory gym = in_layout(st, s.eng, d.user_dst, p.dst, gy);
-  memory wm = in_layout(st, s.eng, d.user_wei, p.wei, w);
-  memory gxm = out_layout(s.eng, d.user_src, p.src, gx);
-  p.prim.execute(st, {{DNNL_ARG_DIFF_DST, gym}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, gxm}});
+  Buffers b;
+  memory gym = in_layout(st, s.eng, d.user_dst, p.dst, gy, b);
+  memory wm = in_layout(st, s.eng, d.user_wei, p.wei, w, b);
+  memory gxm = out_layout(s.eng, d.user_src, p.src, gx, b);
+  p.prim.execute(st, {{DNNL_ARG_DIFF_DST, gym}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, gxm},
+                      {DNNL_ARG_SCRATCHPAD, memory(p.scratch, s.eng, b.get(p.scratch.get_size()))}});
   to_user(st, s.eng, gxm, d.user_src, gx);
   st.wait();
 }
@@ -286,11 +316,14 @@ void conv2d_backward_weights(const ConvGeometry& g, const void* x, const void* g
   Prims& p = prims(g, 2);
   Descs d = descs(g);
   dnnl::stream st(s.eng);
-  memory xm = in_layout(st, s.eng, d.user_src, p.src, x);
-  memory gym = in_layout(st, s.eng, d.user_dst, p.dst, gy);
-  memory gwm = out_layout(s.eng, d.user_wei, p.wei, gw);
-  memory gbm = gbias ? out_layout(s.eng, d.user_bias, p.bias, gbias) : memory(p.bias, s.eng);
-  p.prim.execute(st, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_DST, gym}, {DNNL_ARG_DIFF_WEIGHTS, gwm}, {DNNL_ARG_DIFF_BIAS, gbm}});
+  Buffers b;
+  memory xm = in_layout(st, s.eng, d.user_src, p.src, x, b);
+  memory gym = in_layout(st, s.eng, d.user_dst, p.dst, gy, b);
+  memory gwm = out_layout(s.eng, d.user_wei, p.wei, gw, b);
+  memory gbm = gbias ? out_layout(s.eng, d.user_bias, p.bias, gbias, b)
+                     : memory(p.bias, s.eng, b.get(p.bias.get_size()));
+  p.prim.execute(st, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_DST, gym}, {DNNL_ARG_DIFF_WEIGHTS, gwm}, {DNNL_ARG_DIFF_BIAS, gbm},
+                      {DNNL_ARG_SCRATCHPAD, memory(p.scratch, s.eng, b.get(p.scratch.get_size()))}});
   to_user(st, s.eng, gwm, d.user_wei, gw);
   if (gbias) to_user(st, s.eng, gbm, d.user_bias, gbias);
   st.wait();

@@ -1,5 +1,7 @@
 #include "backend/cpu/pool.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <vector>
 
@@ -31,12 +33,39 @@ Window window(const PoolGeometry& g, int64_t oh, int64_t ow) {
 }  // namespace
 
 void max_pool2d_forward(const PoolGeometry& g, const void* xv, void* yv, int64_t* indices) {
+  // Windows that never leave the plane (no padding, no dilation: the common
+  // case) skip the bounds checks.
+  const bool inside = g.ph == 0 && g.pw == 0 && g.dh == 1 && g.dw == 1 && (g.OH - 1) * g.sh + g.kh <= g.H &&
+                      (g.OW - 1) * g.sw + g.kw <= g.W;
   visit_floating(g.dtype, [&]<typename T>() {
     const T* x = static_cast<const T*>(xv);
     T* y = static_cast<T*>(yv);
-    parallel_for(0, g.planes, 1, [&](int64_t p0, int64_t p1) {
+    parallel_for(0, g.planes, std::max<int64_t>(1, 4096 / (g.H * g.W)), [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         const T* xp = x + p * g.H * g.W;
+        T* yp = y + p * g.OH * g.OW;
+        int64_t* ip = indices + p * g.OH * g.OW;
+        if (inside) {
+          for (int64_t oh = 0; oh < g.OH; ++oh)
+            for (int64_t ow = 0; ow < g.OW; ++ow) {
+              const int64_t start = oh * g.sh * g.W + ow * g.sw;
+              Acc<T> best = static_cast<Acc<T>>(xp[start]);
+              int64_t bi = start;
+              // Branch-free selects: the data decides nothing but values (random
+              // maxima would mispredict every other compare). A NaN, once taken, stays.
+              for (int64_t i = 0; i < g.kh; ++i)
+                for (int64_t j = 0; j < g.kw; ++j) {
+                  const int64_t k = start + i * g.W + j;
+                  const Acc<T> v = static_cast<Acc<T>>(xp[k]);
+                  const bool take = (v > best) | ((v != v) & (best == best));
+                  best = take ? v : best;
+                  bi = take ? k : bi;
+                }
+              yp[oh * g.OW + ow] = static_cast<T>(best);
+              ip[oh * g.OW + ow] = bi;
+            }
+          continue;
+        }
         for (int64_t oh = 0; oh < g.OH; ++oh)
           for (int64_t ow = 0; ow < g.OW; ++ow) {
             Acc<T> best = -INFINITY;
@@ -56,10 +85,26 @@ void max_pool2d_forward(const PoolGeometry& g, const void* xv, void* yv, int64_t
               }
             }
           done:
-            int64_t o = (p * g.OH + oh) * g.OW + ow;
-            y[o] = static_cast<T>(best);
-            indices[o] = bi;
+            yp[oh * g.OW + ow] = static_cast<T>(best);
+            ip[oh * g.OW + ow] = bi;
           }
+      }
+    });
+  });
+}
+
+void max_pool2d_backward(const PoolGeometry& g, const void* gyv, const int64_t* indices, void* gxv) {
+  visit_floating(g.dtype, [&]<typename T>() {
+    const T* gy = static_cast<const T*>(gyv);
+    T* gx = static_cast<T*>(gxv);
+    parallel_for(0, g.planes, std::max<int64_t>(1, 4096 / (g.H * g.W)), [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        T* gxp = gx + p * g.H * g.W;
+        const T* gyp = gy + p * g.OH * g.OW;
+        const int64_t* ip = indices + p * g.OH * g.OW;
+        std::fill(gxp, gxp + g.H * g.W, T(0));
+        for (int64_t o = 0; o < g.OH * g.OW; ++o)
+          if (ip[o] >= 0) gxp[ip[o]] = static_cast<T>(static_cast<Acc<T>>(gxp[ip[o]]) + static_cast<Acc<T>>(gyp[o]));
       }
     });
   });

@@ -15,6 +15,8 @@ struct PoolGeometry {
 
 // indices: flat position in the H*W plane of each maximum (NaN wins).
 void max_pool2d_forward(const PoolGeometry& g, const void* x, void* y, int64_t* indices);
+// gx (overwritten) = gy summed into the positions `indices` chose.
+void max_pool2d_backward(const PoolGeometry& g, const void* gy, const int64_t* indices, void* gx);
 void avg_pool2d_forward(const PoolGeometry& g, const void* x, void* y);
 // gx is overwritten.
 void avg_pool2d_backward(const PoolGeometry& g, const void* gy, void* gx);

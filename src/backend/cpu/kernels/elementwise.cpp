@@ -169,6 +169,8 @@ TS_BINARY_FN(Ge, a >= b)
 TS_BINARY_FN(LogicalAnd, (a != A(0)) && (b != A(0)))
 TS_BINARY_FN(LogicalOr, (a != A(0)) || (b != A(0)))
 TS_BINARY_FN(LogicalXor, (a != A(0)) != (b != A(0)))
+// relu's backward in one pass: the gradient a where the input b is positive.
+TS_BINARY_FN(ReluGrad, b > A(0) ? a : A(0))
 #undef TS_BINARY_FN
 
 struct TruncDivF {
@@ -335,7 +337,7 @@ void fill_elementwise_kernels(KernelTable& t) {
 #undef TS_F
 #define TS_F(Name) reg_binary<T, Name##F>(t, B::Name);
     TS_F(Add) TS_F(Sub) TS_F(Mul) TS_F(FloorDiv) TS_F(TruncDiv) TS_F(Remainder) TS_F(Pow)
-    TS_F(Maximum) TS_F(Minimum)
+    TS_F(Maximum) TS_F(Minimum) TS_F(ReluGrad)
 #undef TS_F
   });
   for_types<TS_ALL_TYPES>([&]<typename T>() {

@@ -1,0 +1,145 @@
+// Training-step benchmarks, the Tessera side of bench/train_compare.py (the
+// PyTorch side is bench/train_torch.py; the models, batches and optimizers are
+// the same). Prints one JSON line.
+//
+//   tessera_train_bench --case mlp|cnn|gpt|resnet18|cnn_loader --steps N --warmup W --threads T
+//
+// cnn_loader trains the default CNN on real Fashion-MNIST through the
+// DataLoader (2 workers) and reports the share of the step spent waiting for data.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/parallel.h"
+#include "tessera/data/dataloader.h"
+#include "tessera/data/datasets.h"
+#include "tessera/nn/zoo/zoo.h"
+#include "tessera/ops/ops.h"
+#include "tessera/optim/optimizer.h"
+
+using namespace tessera;
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  std::string kase;
+  int steps = 20, warmup = 3, threads = 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--case") kase = argv[i + 1];
+    else if (k == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
+    else if (k == "--threads") threads = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  set_num_threads(threads);
+  manual_seed(0);
+  nn::ModulePtr model;
+  optim::OptimizerPtr opt;
+  Tensor x, y;
+  int64_t batch = 0;
+  bool lm = false;
+  nlohmann::json extra = nlohmann::json::object();
+  std::unique_ptr<data::DataLoader> loader;
+  if (kase == "mlp") {
+    batch = 128;
+    model = std::make_shared<nn::zoo::MLP>(nn::zoo::MLPConfig{784, {256, 256}, 10});
+    opt = std::make_unique<optim::Adam>(model->parameters(), optim::Options{{"lr", 1e-3}});
+    x = ops::randn({batch, 784});
+  } else if (kase == "cnn" || kase == "cnn_loader") {
+    batch = 64;
+    model = std::make_shared<nn::zoo::LeNet>(nn::zoo::LeNetConfig{});
+    opt = std::make_unique<optim::Adam>(model->parameters(), optim::Options{{"lr", 1e-3}});
+    x = ops::randn({batch, 1, 28, 28});
+    if (kase == "cnn_loader") {
+      auto ds = std::make_shared<data::FashionMNIST>(data::kFashionMNISTRoot, "train");
+      loader = std::make_unique<data::DataLoader>(
+          ds, data::DataLoaderOptions{.batch_size = batch, .shuffle = true, .seed = 0, .num_workers = 2});
+    }
+  } else if (kase == "gpt") {
+    batch = 8;
+    lm = true;
+    nn::zoo::GPTConfig c;  // vocab 256, block 256, 6 layers, 6 heads, 384, bias, tied
+    model = std::make_shared<nn::zoo::GPT>(c);
+    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::Options{{"lr", 3e-4}, {"weight_decay", 0.1}});
+    Tensor tokens = ops::randint(0, 256, {batch, 257});
+    x = tokens.slice(1, 0, 256).contiguous();
+    y = tokens.slice(1, 1, 257).contiguous();
+    extra["seq_len"] = 256;
+    extra["params"] = model->num_parameters();
+  } else if (kase == "resnet18") {
+    batch = 32;
+    model = std::make_shared<nn::zoo::ResNet>(nn::zoo::ResNetConfig::resnet18());
+    opt = std::make_unique<optim::SGD>(model->parameters(),
+                                       optim::Options{{"lr", 0.1}, {"momentum", 0.9}, {"weight_decay", 5e-4}});
+    x = ops::randn({batch, 3, 32, 32});
+  } else {
+    std::fprintf(stderr, "--case must be mlp, cnn, gpt, resnet18 or cnn_loader\n");
+    return 2;
+  }
+  if (!lm) y = ops::randint(0, 10, {batch});
+  model->train();
+  double wait = 0;
+  auto step = [&] {
+    Tensor in = x, target = y;
+    if (loader) {
+      auto t0 = Clock::now();
+      auto b = loader->next();
+      if (!b) b = loader->next();  // next epoch
+      wait += std::chrono::duration<double>(Clock::now() - t0).count();
+      in = (*b)[0], target = (*b)[1];
+    }
+    opt->zero_grad();
+    Tensor out = (*model)(in);
+    Tensor loss = lm ? ops::cross_entropy(out.reshape({-1, out.size(-1)}), target.reshape({-1}))
+                     : ops::cross_entropy(out, target);
+    loss.backward();
+    opt->step();
+    return loss.item<double>();
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  wait = 0;
+  std::vector<double> ms;
+  double loss = 0;
+  auto all0 = Clock::now();
+  for (int i = 0; i < steps; ++i) {
+    auto t0 = Clock::now();
+    loss = step();
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  double total = std::chrono::duration<double>(Clock::now() - all0).count();
+  std::vector<double> s = ms;
+  std::sort(s.begin(), s.end());
+  auto pct = [&](double p) { return s[std::min<size_t>(s.size() - 1, static_cast<size_t>(p * (s.size() - 1) + 0.5))]; };
+  const double median = pct(0.5);
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  nlohmann::json r = {{"case", kase},
+                      {"impl", "tessera"},
+                      {"threads", threads},
+                      {"ms_per_step", median},
+                      {"ms_p10", pct(0.1)},
+                      {"ms_p90", pct(0.9)},
+                      {"steps", steps},
+                      {"warmup", warmup},
+                      {"batch", batch},
+                      {"peak_rss_mib", ru.ru_maxrss / 1024.0},
+                      {"samples_per_s", batch * 1e3 / median},
+                      {"final_loss", loss}};
+  if (kase == "mlp") r["s_per_epoch"] = median * std::ceil(60000.0 / 128) / 1e3;
+  if (kase == "gpt") r["tokens_per_s"] = batch * 256 * 1e3 / median;
+  if (loader) r["data_wait_fraction"] = wait / total;
+  r.update(extra);
+  std::printf("%s\n", r.dump().c_str());
+  return 0;
+}
