@@ -3,9 +3,17 @@
 # and quiet when everything is there. Run as root (or with sudo).
 #   scripts/setup.sh          build + tests
 #   scripts/setup.sh --bench  also the references for bench/ (libtorch, PyTorch)
+#   scripts/setup.sh --fuzz   also clang with libFuzzer (scripts/fuzz.sh)
 set -euo pipefail
 
-packages=(g++ cmake ninja-build ccache libgtest-dev libdnnl-dev python3)
+# Build: compiler, CMake, oneDNN, JSON/YAML/CLI parsing, zlib (docs/dependencies.md).
+# Data: Fashion-MNIST (the default training job) and the fortunes corpus.
+packages=(g++ cmake ninja-build ccache libgtest-dev libdnnl-dev python3
+          nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev
+          dataset-fashion-mnist fortunes)
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang libclang-rt-14-dev)
+fi
 if [ "${1:-}" = "--bench" ]; then
   # libopenblas0-pthread: without it libtorch falls back to the reference BLAS (~3 GFLOP/s).
   packages+=(libtorch-dev python3-torch libopenblas0-pthread linux-perf)

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh
+scripts/build.sh -DTESSERA_BUILD_TESTS=ON
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2 --timeout 900
 if [ "${1:-}" != "--quick" ]; then
   bash scripts/sanitize.sh

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "backend/cpu/kernel_table.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/parallel.h"
 
@@ -182,24 +183,16 @@ void SGD::check_options(const Options& o) const {
            "SGD: nesterov needs momentum > 0 and dampening 0");
 }
 void SGD::update(Tensor& param, const Tensor& grad, std::map<std::string, Tensor>& s, const Options& o) {
-  const double lr = o.at("lr"), mom = o.at("momentum"), damp = o.at("dampening"), wd = o.at("weight_decay");
-  const bool nesterov = flag(o, "nesterov"), maximize = flag(o, "maximize");
-  const bool first = !s.count("momentum_buffer");
-  Tensor buf = mom != 0 ? state_tensor(s, "momentum_buffer", param) : Tensor();
-  dispatch(param, [&](auto zero) {
-    using T = decltype(zero);
-    T* p = param.data_ptr<T>();
-    const T* g = grad.data_ptr<T>();
-    T* b = mom != 0 ? buf.data_ptr<T>() : nullptr;
-    for_each(param.numel(), [&](int64_t i) {
-      T d = maximize ? -g[i] : g[i];
-      if (wd != 0) d += T(wd) * p[i];
-      if (b) {
-        b[i] = first ? d : T(mom) * b[i] + T(1 - damp) * d;
-        d = nesterov ? d + T(mom) * b[i] : b[i];
-      }
-      p[i] -= T(lr) * d;
-    });
+  cpu::SgdArgs a{o.at("lr"), o.at("momentum"), o.at("dampening"), o.at("weight_decay"), flag(o, "nesterov"),
+                 flag(o, "maximize"), !s.count("momentum_buffer")};
+  Tensor buf = a.momentum != 0 ? state_tensor(s, "momentum_buffer", param) : Tensor();
+  auto kernel = cpu::kernels().sgd_step[cpu::idx(param.dtype())];
+  const size_t item = param.itemsize();
+  char* p = static_cast<char*>(param.raw_data());
+  const char* g = static_cast<const char*>(grad.raw_data());
+  char* b = buf.defined() ? static_cast<char*>(buf.raw_data()) : nullptr;
+  parallel_for(0, param.numel(), kGrainSize, [&](int64_t i0, int64_t i1) {
+    kernel(p + i0 * item, g + i0 * item, b ? b + i0 * item : nullptr, i1 - i0, a);
   });
 }
 
@@ -220,31 +213,21 @@ void Adam::check_options(const Options& o) const {
   TS_CHECK(o.at("eps") >= 0, name(), ": eps must be non-negative");
 }
 void Adam::update(Tensor& param, const Tensor& grad, std::map<std::string, Tensor>& s, const Options& o) {
-  const double lr = o.at("lr"), b1 = o.at("beta1"), b2 = o.at("beta2"), eps = o.at("eps"), wd = o.at("weight_decay");
-  const bool amsgrad = flag(o, "amsgrad"), maximize = flag(o, "maximize");
+  const double lr = o.at("lr"), b1 = o.at("beta1"), b2 = o.at("beta2");
+  const bool amsgrad = flag(o, "amsgrad");
   Tensor m = state_tensor(s, "exp_avg", param), v = state_tensor(s, "exp_avg_sq", param);
   Tensor vmax = amsgrad ? state_tensor(s, "max_exp_avg_sq", param) : Tensor();
   const double step = next_step(s);
-  const double bc1 = 1 - std::pow(b1, step), bc2_sqrt = std::sqrt(1 - std::pow(b2, step));
-  const double step_size = lr / bc1, decay = decoupled_ ? 1 - lr * wd : 1;
-  dispatch(param, [&](auto zero) {
-    using T = decltype(zero);
-    T *p = param.data_ptr<T>(), *mp = m.data_ptr<T>(), *vp = v.data_ptr<T>();
-    T* vm = amsgrad ? vmax.data_ptr<T>() : nullptr;
-    const T* g = grad.data_ptr<T>();
-    for_each(param.numel(), [&](int64_t i) {
-      T d = maximize ? -g[i] : g[i];
-      if (decoupled_)
-        p[i] *= T(decay);
-      else if (wd != 0)
-        d += T(wd) * p[i];
-      mp[i] = mp[i] * T(b1) + d * T(1 - b1);
-      vp[i] = vp[i] * T(b2) + d * d * T(1 - b2);
-      T second = vp[i];
-      if (vm) second = vm[i] = std::max(vm[i], vp[i]);
-      T denom = std::sqrt(second) / T(bc2_sqrt) + T(eps);
-      p[i] -= T(step_size) * (mp[i] / denom);
-    });
+  cpu::AdamArgs a{lr, b1, b2, o.at("eps"), o.at("weight_decay"), lr / (1 - std::pow(b1, step)),
+                  std::sqrt(1 - std::pow(b2, step)), amsgrad, flag(o, "maximize"), decoupled_};
+  auto kernel = cpu::kernels().adam_step[cpu::idx(param.dtype())];
+  const size_t item = param.itemsize();
+  char* p = static_cast<char*>(param.raw_data());
+  const char* g = static_cast<const char*>(grad.raw_data());
+  char *mp = static_cast<char*>(m.raw_data()), *vp = static_cast<char*>(v.raw_data());
+  char* xp = amsgrad ? static_cast<char*>(vmax.raw_data()) : nullptr;
+  parallel_for(0, param.numel(), kGrainSize, [&](int64_t i0, int64_t i1) {
+    kernel(p + i0 * item, g + i0 * item, mp + i0 * item, vp + i0 * item, xp ? xp + i0 * item : nullptr, i1 - i0, a);
   });
 }
 

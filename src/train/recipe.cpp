@@ -246,6 +246,7 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
         json j = model_cfg.json();
         j["vocab_size"] = vocab;
         model_cfg = Config(j, "model");
+        r.config["model"]["vocab_size"] = vocab;  // saved with checkpoints, so eval/info rebuild this model
       }
     }
     r.model = build_model(model_cfg, &r.model_name);

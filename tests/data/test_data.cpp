@@ -195,3 +195,20 @@ TEST(Datasets, FashionMNISTFromDebianPackage) {
   auto b = test.get_batch({0, 1});
   EXPECT_CLOSE(b[0].select(0, 0), e[0], 1e-5, 1e-5);
 }
+
+TEST(Transforms, ValuesAndShapes) {
+  Tensor img = arange(2 * 3 * 4, DType::F32).view({2, 3, 4});
+  Tensor n = normalize({1.0, 2.0}, {2.0, 4.0})(img);
+  EXPECT_FLOAT_EQ(n.select(0, 0).select(0, 0).select(0, 1).item<float>(), 0.0f);    // (1 - 1) / 2
+  EXPECT_FLOAT_EQ(n.select(0, 1).select(0, 0).select(0, 0).item<float>(), 2.5f);    // (12 - 2) / 4
+  seed_sample_generator(1, 0, 0);
+  Tensor f = random_horizontal_flip(1.0)(img);
+  EXPECT_TRUE(ops::all(ops::eq(f, ops::flip(img, {2}))).item<bool>());
+  EXPECT_TRUE(ops::all(ops::eq(random_horizontal_flip(0.0)(img), img)).item<bool>());
+  Tensor c = random_crop(3, 1)(img);
+  EXPECT_EQ(shape_str(c.shape()), "[2, 3, 3]");
+  Tensor e = random_erasing(1.0, {0.3, 0.3}, {1.0, 1.0}, -7.0)(ops::add(img, 100.0));
+  EXPECT_GT(ops::sum(ops::eq(e, -7.0)).item<int64_t>(), 0);  // a rectangle was filled, in every channel
+  EXPECT_THROW(normalize({0.5}, {0.0}), Error);
+  EXPECT_THROW(random_crop(5)(img), Error);  // larger than the image
+}

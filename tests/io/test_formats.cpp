@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "tessera/data/shards.h"
 #include "tessera/io/config.h"
 #include "tessera/io/npy.h"
 #include "tessera/io/safetensors.h"
@@ -193,4 +194,32 @@ TEST(Config, YamlTypesUnknownKeysAndTypeErrors) {
   EXPECT_NE(msg.find("cfg.yaml: invalid YAML at line"), std::string::npos) << msg;
   msg = error_of([] { parse_yaml("a: 1\na: 2"); });
   EXPECT_NE(msg.find("'a' appears twice"), std::string::npos) << msg;
+}
+
+// The committed fuzz corpus (tests/fuzz/, grown by scripts/fuzz.sh) replayed on
+// every test run: each input parses or is rejected with an Error.
+TEST(FuzzCorpus, EveryInputParsesOrIsRejectedCleanly) {
+  int n = 0;
+  for (const char* target : {"safetensors", "npy", "tar", "yaml"}) {
+    auto dir = std::filesystem::path(TESSERA_SOURCE_DIR) / "tests/fuzz" / target;
+    for (auto& e : std::filesystem::directory_iterator(dir)) {
+      std::vector<char> b = read_file(e.path().string());
+      try {
+        std::string t = target;
+        if (t == "safetensors") {
+          auto f = SafetensorsFile::parse(b.data(), b.size());
+          for (auto& name : f.names()) f.get(name);
+        } else if (t == "npy") {
+          parse_npy(b.data(), b.size());
+        } else if (t == "tar") {
+          data::parse_tar(b.data(), b.size());
+        } else {
+          parse_yaml(std::string(b.begin(), b.end()));
+        }
+      } catch (const Error&) {
+      }
+      ++n;
+    }
+  }
+  EXPECT_GE(n, 10);
 }

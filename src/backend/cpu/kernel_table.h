@@ -67,6 +67,19 @@ using LayerNormBwd = void (*)(const void* gy, const void* x, const void* w, cons
 
 // Fused attention: probabilities in place plus per-row log-sum-exp; and the
 // backward's recomputation exp(s - lse).
+// Optimizer updates over n contiguous elements of a parameter, its gradient and
+// its state. The caller computes the per-step scalars (bias corrections).
+struct AdamArgs {
+  double lr, beta1, beta2, eps, weight_decay, step_size, bc2_sqrt;
+  bool amsgrad, maximize, decoupled;  // decoupled: AdamW's p *= 1 - lr * weight_decay
+};
+using AdamStep = void (*)(void* p, const void* g, void* m, void* v, void* vmax, int64_t n, const AdamArgs& a);
+struct SgdArgs {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov, maximize, first;  // first: the momentum buffer starts as the gradient
+};
+using SgdStep = void (*)(void* p, const void* g, void* buf, int64_t n, const SgdArgs& a);
+
 using AttnSoftmax = void (*)(void* s, void* lse, int64_t rows, int64_t n);
 using AttnExp = void (*)(void* s, const void* lse, int64_t rows, int64_t n);
 
@@ -87,6 +100,8 @@ struct KernelTable {
   LayerNormBwd layer_norm_bwd[kNumDTypes] = {};
   AttnSoftmax attn_softmax[kNumDTypes] = {};
   AttnExp attn_exp[kNumDTypes] = {};
+  AdamStep adam_step[kNumDTypes] = {};
+  SgdStep sgd_step[kNumDTypes] = {};
 };
 
 const KernelTable& kernels();

@@ -1,0 +1,48 @@
+// libFuzzer targets for every parser of outside input. Built by scripts/fuzz.sh
+// (clang, -fsanitize=fuzzer,address,undefined) as one binary per target:
+// TESSERA_FUZZ_TARGET selects the parser. A parser may reject its input only
+// with tessera::Error; anything else (a crash, a sanitizer report, another
+// exception type, a hang) is a finding.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "tessera/core/error.h"
+#include "tessera/data/shards.h"
+#include "tessera/io/config.h"
+#include "tessera/io/npy.h"
+#include "tessera/io/safetensors.h"
+
+using namespace tessera;
+
+namespace {
+void parse(const char* p, size_t n) {
+#if TESSERA_FUZZ_TARGET == 1
+  auto f = io::SafetensorsFile::parse(p, n, "fuzz");
+  for (auto& name : f.names()) {
+    Tensor t = f.get(name);
+    if (t.numel() > 0) (void)t.contiguous();
+  }
+#elif TESSERA_FUZZ_TARGET == 2
+  Tensor t = io::parse_npy(p, n, "fuzz");
+  (void)t.numel();
+#elif TESSERA_FUZZ_TARGET == 3
+  for (auto& e : data::parse_tar(p, n, "fuzz")) (void)e.data.size();
+#elif TESSERA_FUZZ_TARGET == 4
+  nlohmann::json j = io::parse_yaml(std::string(p, n), "fuzz");
+  if (j.is_object()) (void)io::Config(j).keys();
+#else
+#error "define TESSERA_FUZZ_TARGET"
+#endif
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  try {
+    parse(reinterpret_cast<const char*>(data), size);
+  } catch (const Error&) {
+    // a clean rejection
+  }
+  return 0;
+}
