@@ -33,7 +33,8 @@ Shape contiguous_strides(IntArrayRef shape) {
   int64_t acc = 1;
   for (int64_t i = static_cast<int64_t>(shape.size()) - 1; i >= 0; --i) {
     st[i] = acc;
-    acc *= std::max<int64_t>(shape[i], 1);
+    TS_CHECK(!__builtin_mul_overflow(acc, std::max<int64_t>(shape[i], 1), &acc), "shape ", shape_str(shape),
+             " is too large: its strides overflow 64-bit integers");
   }
   return st;
 }

@@ -1,5 +1,6 @@
 #include "tessera/io/npy.h"
 
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cstring>
@@ -143,16 +144,22 @@ Tensor parse_npy(const char* data, size_t size, const std::string& what) {
       dtype = d.dtype, known = true;
   TS_CHECK(known, what, ": unsupported dtype '", descr, "' (supported: |b1 |u1 |i1 <i4 <i8 <f2 <f4 <f8; "
            "big-endian data must be converted first)");
-  uint64_t numel = 1;
+  // Bound the product of the non-zero dims too: strides are computed over them.
+  uint64_t numel = 1, extent = 1;
   for (int64_t d : shape) {
-    TS_CHECK(d == 0 || numel <= (uint64_t(1) << 48) / static_cast<uint64_t>(d), what, ": shape ", shape_str(shape),
-             " is too large");
+    const uint64_t e = std::max<uint64_t>(static_cast<uint64_t>(d), 1);
+    TS_CHECK(extent <= (uint64_t(1) << 48) / e, what, ": shape ", shape_str(shape), " is too large");
+    extent *= e;
     numel *= static_cast<uint64_t>(d);
   }
   const size_t body = start + header_len;
   const uint64_t need = numel * dtype_size(dtype);
   TS_CHECK(size - body == need, what, ": ", descr, " ", shape_str(shape), " needs ", need, " data bytes, the file has ",
            size - body, size - body < need ? " (truncated?)" : " (trailing bytes)");
+  if (dtype == DType::Bool)  // a byte other than 0 or 1 is not a bool (and would be undefined behaviour)
+    for (uint64_t i = 0; i < numel; ++i)
+      TS_CHECK(static_cast<unsigned char>(data[body + i]) <= 1, what, ": bool element ", i, " holds byte value ",
+               static_cast<int>(static_cast<unsigned char>(data[body + i])), " (must be 0 or 1)");
   if (!fortran) return from_buffer(data + body, shape, dtype);
   // Fortran order: the data is the transpose of the reversed shape.
   Shape rev;

@@ -1,5 +1,6 @@
 #include "tessera/io/safetensors.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <limits>
@@ -93,13 +94,15 @@ void SafetensorsFile::parse_header(const std::string& what) {
              "([begin, end])");
     Entry e;
     e.dtype = dtype_from_name(v["dtype"].get<std::string>(), name, what);
-    uint64_t numel = 1;
+    uint64_t numel = 1, extent = 1;  // extent: the product of the non-zero dims (strides use it)
     for (auto& d : v["shape"]) {
       TS_CHECK(d.is_number_unsigned(), what, ": tensor '", name, "' has a shape entry that is not a non-negative "
                "integer: ", d.dump());
       uint64_t dim = d.get<uint64_t>();
-      TS_CHECK(dim <= (uint64_t(1) << 48) && (dim == 0 || numel <= (uint64_t(1) << 48) / dim), what, ": tensor '",
-               name, "' has an impossibly large shape ", v["shape"].dump());
+      const uint64_t nz = std::max<uint64_t>(dim, 1);
+      TS_CHECK(nz <= (uint64_t(1) << 48) && extent <= (uint64_t(1) << 48) / nz, what, ": tensor '", name,
+               "' has an impossibly large shape ", v["shape"].dump());
+      extent *= nz;
       numel *= dim;
       e.shape.push_back(static_cast<int64_t>(dim));
     }
@@ -137,6 +140,10 @@ Tensor SafetensorsFile::get(const std::string& name) const {
   TS_CHECK(it != entries_.end(), "safetensors: no tensor named '", name, "'");
   const Entry& e = it->second;
   const char* p = data_ + e.begin;
+  if (e.dtype == DType::Bool)  // a byte other than 0 or 1 is not a bool (and would be undefined behaviour)
+    for (size_t i = 0; i < e.end - e.begin; ++i)
+      TS_CHECK(static_cast<unsigned char>(p[i]) <= 1, "safetensors: BOOL tensor '", name, "' element ", i,
+               " holds byte value ", static_cast<int>(static_cast<unsigned char>(p[i])), " (must be 0 or 1)");
   if (reinterpret_cast<uintptr_t>(p) % dtype_size(e.dtype) != 0 || e.begin == e.end)
     return from_buffer(p, e.shape, e.dtype);
   auto keep = keep_;

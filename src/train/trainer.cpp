@@ -295,8 +295,12 @@ json Trainer::fit() {
     last_eval_step_ = step_;
   }
   if (last_checkpoint_step_ != step_) save_checkpoint();
+  // Epochs done, from the batches consumed (the loader's counter advances only
+  // when it is asked for the batch after an epoch's last).
+  const double epochs_done = static_cast<double>(step_ * s.grad_accum) /
+                             static_cast<double>(std::max<int64_t>(1, loader_->batches_per_epoch()));
   json summary = {{"steps", step_},
-                  {"epochs", loader_->epoch()},
+                  {"epochs", epochs_done},
                   {"train_seconds", elapsed_},
                   {"train_loss", smooth_loss_},
                   {"eval", last_eval_},
@@ -306,8 +310,8 @@ json Trainer::fit() {
   metrics_.close();
   if (!opt_.quiet) {
     std::printf("\n== summary ==\n");
-    std::printf("  steps          %lld (%lld epochs)%s\n", static_cast<long long>(step_),
-                static_cast<long long>(loader_->epoch()), stopped_ ? ", stopped early" : "");
+    std::printf("  steps          %lld (%.2f epochs)%s\n", static_cast<long long>(step_), epochs_done,
+                stopped_ ? ", stopped early" : "");
     std::printf("  training time  %s\n", format_duration(elapsed_).c_str());
     std::printf("  train loss     %.4f\n", smooth_loss_);
     if (!last_eval_.is_null() && !last_eval_.empty()) {

@@ -123,6 +123,13 @@ TEST(Safetensors, MalformedFilesAreClearErrors) {
   EXPECT_NE(err(with_header(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", "12345")).find("not part of"),
             std::string::npos);
   EXPECT_NE(err(with_header(R"({"__metadata__":{"k":1}})", "")).find("must be a string"), std::string::npos);
+  // found by fuzzing: zero-size tensors with huge other dims, bools that are not 0/1
+  EXPECT_NE(err(with_header(R"({"a":{"dtype":"F32","shape":[0,1099511627776,1099511627776],"data_offsets":[0,0]}})",
+                            "")).find("impossibly large"),
+            std::string::npos);
+  std::string bools = with_header(R"({"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", std::string("\x01\x07", 2));
+  EXPECT_NE(error_of([&] { SafetensorsFile::parse(bools.data(), bools.size()).get("b"); }).find("byte value 7"),
+            std::string::npos);
   EXPECT_NE(error_of([] { SafetensorsFile::open("/nonexistent/x.safetensors"); }).find("cannot open"),
             std::string::npos);
 }
@@ -170,6 +177,9 @@ TEST(Npy, MalformedFilesAreClearErrors) {
   std::string shape = good;
   shape.replace(shape.find("(4,)"), 4, "(a,)");
   EXPECT_NE(err(shape).find("integer"), std::string::npos);
+  std::string b = npy_bytes(tensor(std::vector<bool>{true, false}));
+  b.back() = 5;
+  EXPECT_NE(err(b).find("byte value 5"), std::string::npos);
 }
 
 TEST(Config, YamlTypesUnknownKeysAndTypeErrors) {

@@ -1,3 +1,5 @@
+#include <cpuid.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -9,10 +11,16 @@ namespace {
 
 enum class Isa { Base, Avx2, Avx512 };
 
+// F16C from CPUID leaf 1 (clang's __builtin_cpu_supports does not know "f16c").
+bool has_f16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 Isa detect() {
   __builtin_cpu_init();
   Isa best = Isa::Base;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c())
     best = Isa::Avx2;
   if (best == Isa::Avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
