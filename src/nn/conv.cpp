@@ -14,8 +14,8 @@ Padding::Padding(const std::string& mode) {
     TS_CHECK(mode == "valid", "padding must be a number, a pair, 'same' or 'valid', got '", mode, "'");
 }
 
-static std::string int2_str(Int2 v) { return v.h == v.w ? detail::str(v.h) : detail::str("(", v.h, ", ", v.w, ")"); }
-static std::string padding_str(const Padding& p) { return p.same ? "'same'" : int2_str(p.size); }
+std::string Int2::str() const { return h == w ? detail::str(h) : detail::str("(", h, ", ", w, ")"); }
+static std::string padding_str(const Padding& p) { return p.same ? "'same'" : p.size.str(); }
 
 // PyTorch's reset_parameters for every conv: kaiming_uniform(a = sqrt(5)) on
 // the weight, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) on the bias.
@@ -80,10 +80,10 @@ Tensor Conv2d::forward(const Tensor& x) {
 }
 
 std::string Conv2d::extra_repr() const {
-  std::string s = detail::str(in_channels, ", ", out_channels, ", kernel_size=", int2_str(kernel_size),
-                      ", stride=", int2_str(stride));
+  std::string s = detail::str(in_channels, ", ", out_channels, ", kernel_size=", kernel_size.str(),
+                      ", stride=", stride.str());
   if (padding.same || padding.size.h || padding.size.w) s += ", padding=" + padding_str(padding);
-  if (dilation.h != 1 || dilation.w != 1) s += ", dilation=" + int2_str(dilation);
+  if (dilation.h != 1 || dilation.w != 1) s += ", dilation=" + dilation.str();
   if (groups != 1) s += detail::str(", groups=", groups);
   if (!bias.defined()) s += ", bias=False";
   return s;
@@ -105,10 +105,10 @@ Tensor ConvTranspose2d::forward(const Tensor& x) {
 }
 
 std::string ConvTranspose2d::extra_repr() const {
-  std::string s = detail::str(in_channels, ", ", out_channels, ", kernel_size=", int2_str(kernel_size),
-                      ", stride=", int2_str(stride));
-  if (padding.h || padding.w) s += ", padding=" + int2_str(padding);
-  if (output_padding.h || output_padding.w) s += ", output_padding=" + int2_str(output_padding);
+  std::string s = detail::str(in_channels, ", ", out_channels, ", kernel_size=", kernel_size.str(),
+                      ", stride=", stride.str());
+  if (padding.h || padding.w) s += ", padding=" + padding.str();
+  if (output_padding.h || output_padding.w) s += ", output_padding=" + output_padding.str();
   if (groups != 1) s += detail::str(", groups=", groups);
   if (!bias.defined()) s += ", bias=False";
   return s;

@@ -2,8 +2,6 @@
 
 namespace tessera::nn {
 
-static std::string int2_str(Int2 v) { return v.h == v.w ? detail::str(v.h) : detail::str("(", v.h, ", ", v.w, ")"); }
-
 MaxPool2d::MaxPool2d(Int2 k, Int2 s, Int2 p, Int2 d, bool ceil)
     : Module("MaxPool2d"), kernel_size(k), stride(s.h == 0 && s.w == 0 ? k : s), padding(p), dilation(d),
       ceil_mode(ceil) {}
@@ -13,7 +11,7 @@ Tensor MaxPool2d::forward(const Tensor& x) {
 }
 
 std::string MaxPool2d::extra_repr() const {
-  return detail::str("kernel_size=", int2_str(kernel_size), ", stride=", int2_str(stride), ", padding=", int2_str(padding));
+  return detail::str("kernel_size=", kernel_size.str(), ", stride=", stride.str(), ", padding=", padding.str());
 }
 
 AvgPool2d::AvgPool2d(Int2 k, Int2 s, Int2 p, bool ceil, bool count_pad)
@@ -25,10 +23,10 @@ Tensor AvgPool2d::forward(const Tensor& x) {
 }
 
 std::string AvgPool2d::extra_repr() const {
-  return detail::str("kernel_size=", int2_str(kernel_size), ", stride=", int2_str(stride), ", padding=", int2_str(padding));
+  return detail::str("kernel_size=", kernel_size.str(), ", stride=", stride.str(), ", padding=", padding.str());
 }
 
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return ops::adaptive_avg_pool2d(x, output_size.vec()); }
-std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + int2_str(output_size); }
+std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + output_size.str(); }
 
 }  // namespace tessera::nn

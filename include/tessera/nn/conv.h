@@ -14,6 +14,7 @@ struct Int2 {
   Int2(int64_t v) : h(v), w(v) {}  // NOLINT: implicit on purpose
   Int2(int64_t h, int64_t w) : h(h), w(w) {}
   std::vector<int64_t> vec() const { return {h, w}; }
+  std::string str() const;  // "3" or "(3, 1)", for extra_repr()
 };
 
 // Padding: a number, a pair, or "same" (output size = input size; stride 1).
