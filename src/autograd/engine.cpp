@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/core/trace.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::autograd {
@@ -132,7 +133,18 @@ void run(const std::vector<Edge>& roots, TensorList root_grads, GraphTask& task,
 
     for (size_t i = 0; i < grads.size(); ++i)
       if (!grads[i].defined()) grads[i] = zeros(node->outputs[i].shape, node->outputs[i].dtype);
-    TensorList outs = node->apply(std::move(grads));
+    TensorList outs;
+    {
+      trace::ScopeGuard scope(node->name(), node->trace_path);
+      if (trace::active()) {
+        TensorList ins = grads;  // apply() consumes them
+        outs = node->apply(std::move(grads));
+        trace::op_outputs(node->name(), true, node->trace_path, ins.data(), static_cast<int>(ins.size()),
+                          outs.data(), static_cast<int>(outs.size()));
+      } else {
+        outs = node->apply(std::move(grads));
+      }
+    }
     if (!task.retain_graph) {
       node->release_saved();
       node->retained.clear();

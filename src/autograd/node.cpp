@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/core/trace.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::autograd {
@@ -195,6 +196,11 @@ void record(const char* name, const TensorList& inputs, TensorList& outputs, Vjp
   }
   for (int i : saved_outputs) node->saved.emplace_back(outputs[i], true);
   for (const Tensor& t : extra_saved) node->saved.emplace_back(t, false);
+  if (trace::active()) {
+    node->trace_path = trace::intern(trace::module_path());
+    trace::op_outputs(name, false, node->trace_path, inputs.data(), static_cast<int>(inputs.size()),
+                      outputs.data(), static_cast<int>(outputs.size()));
+  }
 }
 
 void rebase_history(Tensor& self, const std::shared_ptr<Node>& node) {

@@ -66,6 +66,7 @@ static Tensor combine_masks(const Tensor& kpm, const Tensor& attn_mask, bool cau
 
 Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                    const Tensor& key_padding_mask, const Tensor& attn_mask, bool is_causal) {
+  trace::ScopeGuard scope = trace_scope();
   for (const Tensor* t : {&query, &key, &value})
     TS_CHECK(t->dim() == 3 && t->size(2) == embed_dim, "MultiheadAttention: expected 3-D inputs ",
              batch_first ? "[batch, seq, " : "[seq, batch, ", embed_dim, "], got ", shape_str(t->shape()));
@@ -118,6 +119,7 @@ TransformerEncoderLayer::TransformerEncoderLayer(int64_t d, int64_t nhead, int64
 
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& kpm,
                                         bool is_causal) {
+  trace::ScopeGuard scope = trace_scope();
   auto sa = [&](const Tensor& x) { return (*dropout1)(self_attn->forward(x, x, x, kpm, src_mask, is_causal)); };
   auto ff = [&](const Tensor& x) { return (*dropout2)((*linear2)((*dropout)((*activation)((*linear1)(x))))); };
   Tensor x = src;

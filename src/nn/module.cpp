@@ -19,7 +19,17 @@ Tensor Module::forward(const Tensor&) {
   TS_ERROR(type_name_, " has no single-tensor forward(); call its own forward(...) overload");
 }
 
+trace::ScopeGuard Module::trace_scope() const {
+  // A root module has no name: paths then read like state_dict keys ("h.0.attn").
+  // A forward overload that calls another of the same module opens one scope.
+  if (!trace::active()) return trace::ScopeGuard();
+  const trace::Scope* open = trace::innermost(trace::ScopeKind::kModule);
+  if (open && open->name == scope_name_.c_str()) return trace::ScopeGuard();
+  return trace::ScopeGuard(scope_name_.c_str(), trace::ScopeKind::kModule);
+}
+
 Tensor Module::operator()(const Tensor& x) {
+  trace::ScopeGuard scope = trace_scope();
   if (pre_hooks_.empty() && hooks_.empty()) return forward(x);
   Tensor in = x;
   for (auto& [id, h] : pre_hooks_) h(*this, in);
@@ -73,6 +83,7 @@ Tensor Module::register_buffer(const std::string& name, Tensor t, bool persisten
 void Module::add_child(const std::string& name, ModulePtr m) {
   check_new_name(name);
   TS_CHECK(m, type_name_, ": child module '", name, "' is null");
+  if (m->scope_name_.empty()) m->scope_name_ = name;
   children_.emplace_back(name, std::move(m));
 }
 
@@ -81,6 +92,7 @@ void Module::replace_module(const std::string& name, ModulePtr m) {
   for (auto& [n, c] : children_)
     if (n == name) {
       c = std::move(m);
+      if (c->scope_name_.empty()) c->scope_name_ = name;
       return;
     }
   TS_ERROR(type_name_, ": no child module named '", name, "'");

@@ -43,6 +43,7 @@ void set_operands(cpu::AttentionArgs& a, const Tensor& q, const Tensor& k, const
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
                                     double dropout_p, bool is_causal, std::optional<double> scale_opt, Generator* gen) {
+  TS_OP_SCOPE(scaled_dot_product_attention, &q, &k, &v, &attn_mask);
   const char* name = "scaled_dot_product_attention";
   check_defined(q, name, "query");
   check_defined(k, name, "key");
@@ -101,6 +102,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     a.offset = g.reserve(cpu::attention_rng_blocks(a));
   }
   Tensor out = empty({BH, L, Ev}, ct), lse = empty({BH, L}, ct);
+  // Two products (q k^T, p v) of 2 flops per multiply-add.
+  trace::add_flops(2 * a.bh * a.L * a.S * (a.E + a.Ev));
   if (out.numel() > 0 || lse.numel() > 0) cpu::attention_forward(a, out.raw_data(), lse.raw_data());
   Tensor y = out.view(with(L, Ev)).to(q.dtype());
   if (autograd::any_requires_grad({&q, &k, &v})) {
@@ -149,6 +152,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       b.mask = mflat.defined() ? mflat.raw_data() : nullptr;
       Tensor dout = va.grads[0].to(ct).contiguous();
       Tensor dq = empty({a.bh, a.L, a.E}, ct), dk = empty({a.bh, a.S, a.E}, ct), dv = empty({a.bh, a.S, a.Ev}, ct);
+      // Recomputes q k^T, then dv, dp, dq, dk: four more products.
+      trace::add_flops(2 * b.bh * b.L * b.S * (2 * b.E + 2 * b.Ev + b.E));
       cpu::attention_backward(b, dout.raw_data(), out.raw_data(), lse.raw_data(), dq.raw_data(), dk.raw_data(),
                               dv.raw_data());
       auto back = [&](const Tensor& g, int64_t r, int64_t c, const Shape& target) {

@@ -34,6 +34,7 @@ bool needs_grad(const Tensor& a, const Tensor& b) { return autograd::any_require
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  TS_OP_SCOPE(add, &a, &b);
   bool scaled = alpha.to_double() != 1.0;
   Tensor y = scaled ? binary("add", a, mul(b, alpha), K::Add, Kind::Arith) : binary("add", a, b, K::Add, Kind::Arith);
   if (needs_grad(a, b)) {
@@ -53,6 +54,7 @@ Tensor add(const Tensor& a, const Scalar& b) { return add(a, wrap_scalar(b)); }
 Tensor add(const Scalar& a, const Tensor& b) { return add(wrap_scalar(a), b); }
 
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  TS_OP_SCOPE(sub, &a, &b);
   TS_CHECK(a.dtype() != DType::Bool || b.dtype() != DType::Bool,
            "sub: subtracting two bool tensors is not supported; use logical_xor() instead");
   double al = alpha.to_double();
@@ -73,6 +75,7 @@ Tensor sub(const Tensor& a, const Scalar& b) { return sub(a, wrap_scalar(b)); }
 Tensor sub(const Scalar& a, const Tensor& b) { return sub(wrap_scalar(a), b); }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(mul, &a, &b);
   Tensor y = binary("mul", a, b, K::Mul, Kind::Arith);
   if (needs_grad(a, b)) {
     TensorList outs{y};
@@ -90,6 +93,7 @@ Tensor mul(const Tensor& a, const Scalar& b) { return mul(a, wrap_scalar(b)); }
 Tensor mul(const Scalar& a, const Tensor& b) { return mul(wrap_scalar(a), b); }
 
 Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
+  TS_OP_SCOPE(div, &a, &b);
   if (mode == "floor") return floor_divide(a, b);
   if (mode == "trunc") {
     Tensor y = binary("div", a, b, K::TruncDiv, Kind::IntDiv);
@@ -121,6 +125,7 @@ Tensor div(const Tensor& a, const Scalar& b, const std::string& mode) { return d
 Tensor div(const Scalar& a, const Tensor& b) { return div(wrap_scalar(a), b); }
 
 Tensor floor_divide(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(floor_divide, &a, &b);
   Tensor y = binary("floor_divide", a, b, K::FloorDiv, Kind::IntDiv);
   if (needs_grad(a, b)) {
     TensorList outs{y};
@@ -132,6 +137,7 @@ Tensor floor_divide(const Tensor& a, const Tensor& b) {
 }
 
 Tensor remainder(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(remainder, &a, &b);
   Tensor y = binary("remainder", a, b, K::Remainder, Kind::IntDiv);
   if (needs_grad(a, b)) {
     TensorList outs{y};
@@ -148,6 +154,7 @@ Tensor remainder(const Tensor& a, const Tensor& b) {
 Tensor remainder(const Tensor& a, const Scalar& b) { return remainder(a, wrap_scalar(b)); }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(pow, &a, &b);
   if (!is_floating(result_type(a, b)) && b.dim() >= 0) {
     Tensor bc = cast(b, result_type(a, b));
     TS_CHECK(bc.numel() == 0 || !any(lt(bc, 0)).item<bool>(),
@@ -196,10 +203,17 @@ Tensor extremum(const char* name, const Tensor& a, const Tensor& b, K k, bool is
 }
 }  // namespace
 
-Tensor maximum(const Tensor& a, const Tensor& b) { return extremum("maximum", a, b, K::Maximum, true); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return extremum("minimum", a, b, K::Minimum, false); }
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(maximum, &a, &b);
+  return extremum("maximum", a, b, K::Maximum, true);
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(minimum, &a, &b);
+  return extremum("minimum", a, b, K::Minimum, false);
+}
 
 Tensor atan2(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(atan2, &a, &b);
   Tensor y = binary("atan2", a, b, K::Atan2, Kind::TrueDiv);
   if (needs_grad(a, b)) {
     TensorList outs{y};
@@ -218,8 +232,14 @@ Tensor atan2(const Tensor& a, const Tensor& b) {
 }
 
 #define TS_COMPARE(fn, Kern)                                                                                 \
-  Tensor fn(const Tensor& a, const Tensor& b) { return binary(#fn, a, b, K::Kern, Kind::Compare); }          \
-  Tensor fn(const Tensor& a, const Scalar& b) { return binary(#fn, a, wrap_scalar(b), K::Kern, Kind::Compare); }
+  Tensor fn(const Tensor& a, const Tensor& b) {                                                              \
+    TS_OP_SCOPE(fn, &a, &b);                                                                                 \
+    return binary(#fn, a, b, K::Kern, Kind::Compare);                                                        \
+  }                                                                                                          \
+  Tensor fn(const Tensor& a, const Scalar& b) {                                                              \
+    TS_OP_SCOPE(fn, &a);                                                                                     \
+    return binary(#fn, a, wrap_scalar(b), K::Kern, Kind::Compare);                                           \
+  }
 TS_COMPARE(eq, Eq)
 TS_COMPARE(ne, Ne)
 TS_COMPARE(lt, Lt)
@@ -228,11 +248,21 @@ TS_COMPARE(gt, Gt)
 TS_COMPARE(ge, Ge)
 #undef TS_COMPARE
 
-Tensor logical_and(const Tensor& a, const Tensor& b) { return binary("logical_and", a, b, K::LogicalAnd, Kind::Logical); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return binary("logical_or", a, b, K::LogicalOr, Kind::Logical); }
-Tensor logical_xor(const Tensor& a, const Tensor& b) { return binary("logical_xor", a, b, K::LogicalXor, Kind::Logical); }
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(logical_and, &a, &b);
+  return binary("logical_and", a, b, K::LogicalAnd, Kind::Logical);
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(logical_or, &a, &b);
+  return binary("logical_or", a, b, K::LogicalOr, Kind::Logical);
+}
+Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(logical_xor, &a, &b);
+  return binary("logical_xor", a, b, K::LogicalXor, Kind::Logical);
+}
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(where, &cond, &a, &b);
   check_defined(cond, "where", "condition");
   check_defined(a, "where", "input");
   check_defined(b, "where", "other");
@@ -259,15 +289,19 @@ Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b) { return wher
 Tensor where(const Tensor& cond, const Scalar& a, const Tensor& b) { return where(cond, wrap_scalar(a), b); }
 
 Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
+  TS_OP_SCOPE(lerp, &start, &end, &weight);
   return add(start, mul(weight, sub(end, start)));
 }
 Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight) {
+  TS_OP_SCOPE(lerp, &start, &end);
   return add(start, mul(sub(end, start), weight));
 }
 Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
+  TS_OP_SCOPE(addcmul, &self, &t1, &t2);
   return add(self, mul(mul(t1, t2), value));
 }
 Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
+  TS_OP_SCOPE(addcdiv, &self, &t1, &t2);
   return add(self, mul(div(t1, t2), value));
 }
 

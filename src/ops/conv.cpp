@@ -7,6 +7,12 @@
 
 namespace tessera::ops {
 namespace {
+// Multiply-adds of one pass (forward, data or weight gradient) count twice.
+int64_t conv_flops(const cpu::ConvGeometry& g) {
+  return 2 * g.N * g.OC * g.OH * g.OW * (g.C / g.groups) * g.KH * g.KW;
+}
+}  // namespace
+namespace {
 
 std::vector<int64_t> pair_of(IntArrayRef v, const char* op, const char* what) {
   TS_CHECK(v.size() == 1 || v.size() == 2, op, ": ", what, " must have 1 or 2 values, got ", shape_str(v));
@@ -54,6 +60,7 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, s
       cpu::fill(y, 0);
       if (b.defined()) y = add(y, b.view({1, g.OC, 1, 1})).detach();
     } else {
+      trace::add_flops(conv_flops(g));
       cpu::conv2d_forward(g, x.raw_data(), w.raw_data(), b.defined() ? b.raw_data() : nullptr, y.raw_data());
     }
   }
@@ -67,11 +74,13 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, s
       Tensor gx, gw, gb;
       if (a.needs_grad(0)) {
         gx = empty(x.shape(), x.dtype());
+        trace::add_flops(conv_flops(g));
         cpu::conv2d_backward_data(g, gy.raw_data(), w.contiguous().raw_data(), gx.raw_data());
       }
       if (a.needs_grad(1) || a.needs_grad(2)) {
         Tensor gw_t = empty(w.shape(), w.dtype());
         Tensor gb_t = empty({g.OC}, w.dtype());
+        trace::add_flops(conv_flops(g));
         cpu::conv2d_backward_weights(g, x.contiguous().raw_data(), gy.raw_data(), gw_t.raw_data(), gb_t.raw_data());
         if (a.needs_grad(1)) gw = gw_t;
         if (a.needs_grad(2)) gb = gb_t;
@@ -115,6 +124,7 @@ void check_conv_args(const char* name, const Tensor& x, const Tensor& w, const T
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o) {
+  TS_OP_SCOPE(conv2d, &x, &w, &b);
   check_conv_args("conv2d", x, w, b, o.groups, 2, false);
   auto stride = pair_of(o.stride, "conv2d", "stride");
   auto dil = pair_of(o.dilation, "conv2d", "dilation");
@@ -141,6 +151,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOpt
 
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding, int64_t dilation,
               int64_t groups, bool padding_same) {
+  TS_OP_SCOPE(conv1d, &x, &w, &b);
   check_conv_args("conv1d", x, w, b, groups, 1, false);
   Conv2dOptions o;
   o.stride = {1, stride};
@@ -153,6 +164,7 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
 
 Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, IntArrayRef stride_v,
                         IntArrayRef padding_v, IntArrayRef output_padding_v, int64_t groups, IntArrayRef dilation_v) {
+  TS_OP_SCOPE(conv_transpose2d, &x_in, &w_in, &b_in);
   const char* name = "conv_transpose2d";
   check_conv_args(name, x_in, w_in, b_in, groups, 2, true);
   auto stride = pair_of(stride_v, name, "stride");
@@ -189,7 +201,10 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
   Tensor y = empty({N, Cout, OH, OW}, x.dtype());
   if (y.numel() > 0) {
     if (x.numel() == 0) cpu::fill(y, 0);
-    else cpu::conv2d_backward_data(g, x.raw_data(), w.raw_data(), y.raw_data());
+    else {
+      trace::add_flops(conv_flops(g));
+      cpu::conv2d_backward_data(g, x.raw_data(), w.raw_data(), y.raw_data());
+    }
   }
   if (b_in.defined()) y = add(y, b_in.detach().view({1, Cout, 1, 1})).detach();
   if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
@@ -202,11 +217,13 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
       Tensor gx, gw, gb;
       if (a.needs_grad(0)) {
         gx = empty(x.shape(), x.dtype());
+        trace::add_flops(conv_flops(g));
         cpu::conv2d_forward(g, gy.raw_data(), w.contiguous().raw_data(), nullptr, gx.raw_data());
       }
       if (a.needs_grad(1)) {
         gw = empty(w.shape(), w.dtype());
         Tensor unused = empty({g.OC}, w.dtype());
+        trace::add_flops(conv_flops(g));
         cpu::conv2d_backward_weights(g, gy.raw_data(), x.contiguous().raw_data(), gw.raw_data(), unused.raw_data());
       }
       if (a.needs_grad(2)) gb = sum(gy, {0, 2, 3});

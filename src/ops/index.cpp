@@ -103,6 +103,7 @@ Tensor src_grad(const Tensor& g, int64_t dim, const Tensor& idx, const Shape& sr
 }  // namespace
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
+  TS_OP_SCOPE(gather, &x, &index_in);
   check_defined(x, "gather", "input");
   Tensor idx = as_index(index_in, "gather");
   dim = wrap_dim(dim, x.dim(), "gather");
@@ -134,6 +135,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
 }
 
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index_in, const Tensor& src) {
+  TS_OP_SCOPE(scatter, &x, &index_in, &src);
   check_defined(x, "scatter", "input");
   check_defined(src, "scatter", "src");
   Tensor idx = as_index(index_in, "scatter");
@@ -157,6 +159,7 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index_in, const Tenso
 }
 
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Scalar& value) {
+  TS_OP_SCOPE(scatter, &x, &index);
   Tensor idx = as_index(index, "scatter");
   Tensor src = full(idx.shape(), value, x.dtype());
   if (!autograd::any_requires_grad({&x})) return scatter(x, dim, idx, src);
@@ -169,6 +172,7 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Scalar& 
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Tensor& src) {
+  TS_OP_SCOPE(scatter_add, &x, &index_in, &src);
   check_defined(x, "scatter_add", "input");
   check_defined(src, "scatter_add", "src");
   Tensor idx = as_index(index_in, "scatter_add");
@@ -190,6 +194,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index_in, const T
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
+  TS_OP_SCOPE(index_select, &x, &index_in);
   check_defined(x, "index_select", "input");
   Tensor idx = as_index(index_in, "index_select");
   TS_CHECK(idx.dim() <= 1, "index_select: index must be 0-D or 1-D, got shape ", shape_str(idx.shape()));
@@ -228,6 +233,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
 }
 
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Tensor& src_in, const Scalar& alpha) {
+  TS_OP_SCOPE(index_add, &x, &index_in, &src_in);
   check_defined(x, "index_add", "input");
   check_defined(src_in, "index_add", "source");
   Tensor idx = as_index(index_in, "index_add");
@@ -282,6 +288,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Ten
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
+  TS_OP_SCOPE(masked_fill, &x, &mask);
   check_defined(mask, "masked_fill", "mask");
   TS_CHECK(mask.dtype() == DType::Bool, "masked_fill: mask must be a bool tensor, got ", dtype_name(mask.dtype()));
   Shape b = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
@@ -293,12 +300,14 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value) {
+  TS_OP_SCOPE(masked_fill, &x, &mask, &value);
   TS_CHECK(value.dim() == 0, "masked_fill: value must be a 0-D tensor, got shape ", shape_str(value.shape()));
   TS_CHECK(mask.dtype() == DType::Bool, "masked_fill: mask must be a bool tensor, got ", dtype_name(mask.dtype()));
   return where(mask, value.to(x.dtype()), x);
 }
 
 Tensor nonzero(const Tensor& x) {
+  TS_OP_SCOPE(nonzero, &x);
   check_defined(x, "nonzero", "input");
   Tensor nz = ne(x, 0).contiguous();
   const bool* p = nz.data_ptr<bool>();
@@ -317,6 +326,7 @@ Tensor nonzero(const Tensor& x) {
 }
 
 Tensor masked_select(const Tensor& x, const Tensor& mask) {
+  TS_OP_SCOPE(masked_select, &x, &mask);
   check_defined(mask, "masked_select", "mask");
   TS_CHECK(mask.dtype() == DType::Bool, "masked_select: mask must be a bool tensor, got ", dtype_name(mask.dtype()));
   Shape b = broadcast_shapes(x.shape(), mask.shape(), "masked_select");
@@ -326,6 +336,7 @@ Tensor masked_select(const Tensor& x, const Tensor& mask) {
 }
 
 Tensor one_hot(const Tensor& x, int64_t num_classes) {
+  TS_OP_SCOPE(one_hot, &x);
   check_defined(x, "one_hot", "input");
   TS_CHECK(x.dtype() == DType::I64 || x.dtype() == DType::I32, "one_hot: expected an integer class tensor, got ",
            dtype_name(x.dtype()));
@@ -407,17 +418,21 @@ std::tuple<Tensor, Tensor> sort_impl(const Tensor& x, int64_t dim, bool descendi
 }  // namespace
 
 std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
+  TS_OP_SCOPE(topk, &x);
   TS_CHECK(k >= 0, "topk: k must be non-negative, got ", k);
   return sort_impl(x, dim, largest, false, k, sorted, "topk");
 }
 std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending, bool stable) {
+  TS_OP_SCOPE(sort, &x);
   return sort_impl(x, dim, descending, stable, -1, true, "sort");
 }
 Tensor argsort(const Tensor& x, int64_t dim, bool descending, bool stable) {
+  TS_OP_SCOPE(argsort, &x);
   return std::get<1>(sort_impl(x.detach(), dim, descending, stable, -1, true, "argsort"));
 }
 
 std::tuple<Tensor, Tensor, Tensor> unique(const Tensor& x, bool sorted, bool return_inverse, bool return_counts) {
+  TS_OP_SCOPE(unique, &x);
   check_defined(x, "unique", "input");
   (void)sorted;  // always sorted, as PyTorch's CPU implementation
   Tensor flat = x.detach().reshape({-1});

@@ -44,6 +44,7 @@ void run_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& b
     if (bias.defined()) cpu::copy_into(c, add(c, bias).detach());
     return;
   }
+  trace::add_flops(2 * g.batch * g.m * g.n * g.k);
   cpu::gemm(g);
 }
 
@@ -118,6 +119,7 @@ void check_matmul_args(const Tensor& a, const Tensor& b, const char* op) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(matmul, &a, &b);
   check_matmul_args(a, b, "matmul");
   Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
   Tensor b2 = b.dim() == 1 ? b.unsqueeze(-1) : b;
@@ -128,12 +130,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(mm, &a, &b);
   TS_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got shapes ", shape_str(a.shape()), " and ",
            shape_str(b.shape()));
   return matmul(a, b);
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(bmm, &a, &b);
   TS_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got shapes ", shape_str(a.shape()), " and ",
            shape_str(b.shape()));
   TS_CHECK(a.shape()[0] == b.shape()[0], "bmm: batch sizes ", a.shape()[0], " and ", b.shape()[0], " differ");
@@ -141,6 +145,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  TS_OP_SCOPE(linear, &x, &w, &bias);
   check_defined(x, "linear", "input");
   check_defined(w, "linear", "weight");
   TS_CHECK(w.dim() == 2 || w.dim() == 1, "linear: weight must be 1-D or 2-D, got shape ", shape_str(w.shape()));
@@ -183,6 +188,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
 }
 
 Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
+  TS_OP_SCOPE(addmm, &self, &a, &b);
   TS_CHECK(a.dim() == 2 && b.dim() == 2, "addmm: expected 2-D matrices, got shapes ", shape_str(a.shape()), " and ",
            shape_str(b.shape()));
   Tensor p = mm(a, b);
@@ -192,6 +198,7 @@ Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar&
 }
 
 Tensor outer(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(outer, &a, &b);
   TS_CHECK(a.dim() == 1 && b.dim() == 1, "outer: expected 1-D vectors, got shapes ", shape_str(a.shape()), " and ",
            shape_str(b.shape()));
   return mul(a.unsqueeze(1), b.unsqueeze(0));
@@ -219,6 +226,7 @@ std::string expand_ellipsis(const std::string& term, int64_t ndim, int64_t ell_d
 }  // namespace
 
 Tensor einsum(const std::string& equation, const TensorList& operands) {
+  TS_OP_SCOPE(einsum);
   std::string eq;
   for (char c : equation)
     if (c != ' ') eq += c;

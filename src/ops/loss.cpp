@@ -24,6 +24,7 @@ void check_pair(const Tensor& input, const Tensor& target, const char* op) {
 
 Tensor nll_loss(const Tensor& logp_in, const Tensor& target_in, const Tensor& weight, int64_t ignore_index,
                 const std::string& reduction) {
+  TS_OP_SCOPE(nll_loss, &logp_in, &target_in, &weight);
   const char* op = "nll_loss";
   check_defined(logp_in, op, "input");
   check_defined(target_in, op, "target");
@@ -64,6 +65,7 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target_in, const Tensor& we
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
                      const std::string& reduction, double label_smoothing) {
+  TS_OP_SCOPE(cross_entropy, &logits, &target, &weight);
   const char* op = "cross_entropy";
   check_defined(logits, op, "input");
   check_defined(target, op, "target");
@@ -109,16 +111,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
+  TS_OP_SCOPE(mse_loss, &input, &target);
   check_pair(input, target, "mse_loss");
   return reduce_loss(square(sub(input, target)), reduction, "mse_loss");
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
+  TS_OP_SCOPE(l1_loss, &input, &target);
   check_pair(input, target, "l1_loss");
   return reduce_loss(abs(sub(input, target)), reduction, "l1_loss");
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction, double beta) {
+  TS_OP_SCOPE(smooth_l1_loss, &input, &target);
   check_pair(input, target, "smooth_l1_loss");
   TS_CHECK(beta >= 0, "smooth_l1_loss: beta must be non-negative, got ", beta);
   Tensor d = abs(sub(input, target));
@@ -129,6 +134,7 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::stri
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight,
                             const std::string& reduction) {
+  TS_OP_SCOPE(binary_cross_entropy, &input, &target, &weight);
   check_pair(input, target, "binary_cross_entropy");
   TS_CHECK(IntArrayRef(input.shape()).equals(target.shape()), "binary_cross_entropy: target of shape ",
            shape_str(target.shape()), " must have the input's shape ", shape_str(input.shape()));
@@ -145,6 +151,7 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
                                         const std::string& reduction, const Tensor& pos_weight) {
+  TS_OP_SCOPE(binary_cross_entropy_with_logits, &input, &target, &weight, &pos_weight);
   check_pair(input, target, "binary_cross_entropy_with_logits");
   TS_CHECK(IntArrayRef(input.shape()).equals(target.shape()), "binary_cross_entropy_with_logits: target of shape ",
            shape_str(target.shape()), " must have the input's shape ", shape_str(input.shape()));
@@ -162,6 +169,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 }
 
 Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction, bool log_target) {
+  TS_OP_SCOPE(kl_div, &input, &target);
   check_pair(input, target, "kl_div");
   TS_CHECK(reduction == "mean" || reduction == "sum" || reduction == "none" || reduction == "batchmean",
            "kl_div: reduction must be 'mean', 'batchmean', 'sum' or 'none', got '", reduction, "'");
@@ -179,6 +187,7 @@ Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& redu
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  TS_OP_SCOPE(dropout, &x);
   check_defined(x, "dropout", "input");
   TS_CHECK(p >= 0 && p <= 1, "dropout: p must be in [0, 1], got ", p);
   if (!training || p == 0) return x;
@@ -189,6 +198,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
+  TS_OP_SCOPE(embedding, &weight, &indices);
   check_defined(weight, "embedding", "weight");
   check_defined(indices, "embedding", "indices");
   TS_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [num_embeddings, dim], got shape ", shape_str(weight.shape()));

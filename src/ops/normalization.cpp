@@ -181,14 +181,22 @@ Tensor norm_impl(const char* name, const Tensor& x_in, IntArrayRef normalized_sh
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  TS_OP_SCOPE(softmax, &x);
+  return softmax_impl(x, dim, false);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  TS_OP_SCOPE(log_softmax, &x);
+  return softmax_impl(x, dim, true);
+}
 
 Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  TS_OP_SCOPE(layer_norm, &x, &weight, &bias);
   return norm_impl("layer_norm", x, normalized_shape, weight, bias, eps, false);
 }
 
 Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, std::optional<double> eps) {
+  TS_OP_SCOPE(rms_norm, &x, &weight);
   double e = eps.value_or(0);
   if (!eps) {
     switch (x.dtype()) {
@@ -202,6 +210,7 @@ Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& wei
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  TS_OP_SCOPE(group_norm, &x, &weight, &bias);
   check_defined(x, "group_norm", "input");
   TS_CHECK(x.dim() >= 2, "group_norm: expected an input with at least 2 dimensions [N, C, ...], got shape ",
            shape_str(x.shape()));
@@ -323,6 +332,7 @@ void bn_backward(const T* g, const T* x, int64_t N, int64_t C, int64_t HW, const
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
+  TS_OP_SCOPE(batch_norm, &x, &running_mean, &running_var, &weight, &bias);
   check_defined(x, "batch_norm", "input");
   TS_CHECK(x.dim() >= 2, "batch_norm: expected an input with at least 2 dimensions [N, C, ...], got shape ",
            shape_str(x.shape()));

@@ -5,11 +5,28 @@
 #include "backend/cpu/loops.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/autograd/node.h"
+#include "tessera/core/trace.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::ops {
 
 using autograd::VjpArgs;
+
+// Every op of ops.def as an enumerator, so that code naming an op (trace
+// scopes, the autocast table) is checked against the list at compile time.
+enum class OpId : uint16_t {
+#define OP(name, family, grad) name,
+#include "ops/ops.def"
+#undef OP
+  kCount
+};
+
+// First line of every public op function: a trace scope named after the op
+// (profiler, memory profiler), with its tensor inputs. An op called by another
+// op opens a nested scope. Costs one relaxed load when nothing listens.
+#define TS_OP_SCOPE(op, ...)                                                                \
+  static_assert(::tessera::ops::OpId::op != ::tessera::ops::OpId::kCount, "op not in ops.def"); \
+  ::tessera::trace::ScopeGuard ts_op_scope_(#op, ::tessera::trace::ScopeKind::kOp, {__VA_ARGS__})
 
 // A Scalar as a 0-D tensor that promotes like a Python number.
 Tensor wrap_scalar(const Scalar& s, DType dtype);

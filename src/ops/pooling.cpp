@@ -163,17 +163,20 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, IntArrayR
 
 Tensor max_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                   bool ceil_mode) {
+  TS_OP_SCOPE(max_pool2d, &x);
   return std::get<0>(max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode));
 }
 
 Tensor avg_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntArrayRef padding, bool ceil_mode,
                   bool count_include_pad) {
+  TS_OP_SCOPE(avg_pool2d, &x);
   Pool p = make_pool(x, kernel, stride, padding, {1, 1}, ceil_mode, "avg_pool2d");
   p.g.count_include_pad = count_include_pad;
   return avg_pool2d_apply(x, p.g, p.out_shape);
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, IntArrayRef output_size) {
+  TS_OP_SCOPE(adaptive_avg_pool2d, &x);
   check_defined(x, "adaptive_avg_pool2d", "input");
   TS_CHECK(x.dim() == 3 || x.dim() == 4, "adaptive_avg_pool2d: expected a 3-D or 4-D input, got shape ",
            shape_str(x.shape()));
@@ -189,6 +192,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, IntArrayRef output_size) {
 
 Tensor interpolate(const Tensor& x, IntArrayRef size, std::vector<double> scale_factor, const std::string& mode,
                    bool align_corners) {
+  TS_OP_SCOPE(interpolate, &x);
   check_defined(x, "interpolate", "input");
   check_floating(x, "interpolate", "input");
   TS_CHECK(mode == "nearest" || mode == "bilinear", "interpolate: mode must be 'nearest' or 'bilinear', got '", mode, "'");

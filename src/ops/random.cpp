@@ -89,16 +89,20 @@ Tensor with_grad(Tensor t, const TensorOptions& opts) {
 }  // namespace
 
 Tensor rand(IntArrayRef shape, TensorOptions opts, Generator* gen) {
+  TS_OP_SCOPE(rand);
   return with_grad(draw(shape, Dist::Uniform, 0, 1, opts.dtype, gen), opts);
 }
 Tensor randn(IntArrayRef shape, TensorOptions opts, Generator* gen) {
+  TS_OP_SCOPE(randn);
   return with_grad(draw(shape, Dist::Normal, 0, 1, opts.dtype, gen), opts);
 }
 Tensor uniform(IntArrayRef shape, double low, double high, TensorOptions opts, Generator* gen) {
+  TS_OP_SCOPE(uniform);
   TS_CHECK(low <= high, "uniform: low ", low, " must not exceed high ", high);
   return with_grad(draw(shape, Dist::Uniform, low, high, opts.dtype, gen), opts);
 }
 Tensor normal(IntArrayRef shape, double mean, double std, TensorOptions opts, Generator* gen) {
+  TS_OP_SCOPE(normal);
   TS_CHECK(std >= 0, "normal: std must be non-negative, got ", std);
   return with_grad(draw(shape, Dist::Normal, mean, std, opts.dtype, gen), opts);
 }
@@ -106,6 +110,7 @@ Tensor rand_like(const Tensor& t, Generator* gen) { return rand(t.shape(), t.dty
 Tensor randn_like(const Tensor& t, Generator* gen) { return randn(t.shape(), t.dtype(), gen); }
 
 Tensor randint(int64_t low, int64_t high, IntArrayRef shape, TensorOptions opts, Generator* gen) {
+  TS_OP_SCOPE(randint);
   TS_CHECK(low < high, "randint: low (", low, ") must be less than high (", high, ")");
   Tensor t = empty(shape, DType::I64);
   int64_t n = t.numel();
@@ -129,6 +134,7 @@ Tensor randint(int64_t low, int64_t high, IntArrayRef shape, TensorOptions opts,
 }
 
 Tensor bernoulli(const Tensor& p, Generator* gen) {
+  TS_OP_SCOPE(bernoulli, &p);
   check_defined(p, "bernoulli", "p");
   check_floating(p, "bernoulli", "p");
   Tensor pf = p.detach();
@@ -139,6 +145,7 @@ Tensor bernoulli(const Tensor& p, Generator* gen) {
 }
 
 Tensor bernoulli(IntArrayRef shape, double p, TensorOptions opts, Generator* gen) {
+  TS_OP_SCOPE(bernoulli);
   TS_CHECK(p >= 0 && p <= 1, "bernoulli: p must be in [0, 1], got ", p);
   Tensor u = draw(shape, Dist::Uniform, 0, 1, DType::F32, gen);
   return lt(u, p).to(opts.dtype);

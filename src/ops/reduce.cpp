@@ -149,6 +149,7 @@ Tensor unsqueeze_reduced(const Tensor& g, IntArrayRef in_shape, uint64_t mask, b
 }  // namespace
 
 Tensor sum(const Tensor& x_in, IntArrayRef dims, bool keepdim, std::optional<DType> dtype) {
+  TS_OP_SCOPE(sum, &x_in);
   check_defined(x_in, "sum", "input");
   Tensor x = dtype ? cast(x_in, *dtype) : x_in;
   uint64_t mask = dim_mask(dims, x.dim(), "sum");
@@ -165,6 +166,7 @@ Tensor sum(const Tensor& x_in, IntArrayRef dims, bool keepdim, std::optional<DTy
 }
 
 Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  TS_OP_SCOPE(mean, &x);
   check_defined(x, "mean", "input");
   TS_CHECK(is_floating(x.dtype()), "mean: expected a floating-point input, got ", dtype_name(x.dtype()),
            "; convert it with to() first");
@@ -176,6 +178,7 @@ Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim) {
 }
 
 Tensor prod(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  TS_OP_SCOPE(prod, &x);
   check_defined(x, "prod", "input");
   uint64_t mask = dim_mask(dims, x.dim(), "prod");
   DType out_dtype = is_floating(x.dtype()) ? x.dtype() : DType::I64;
@@ -232,13 +235,21 @@ Tensor extreme_all(RK k, const Tensor& x, IntArrayRef dims, bool keepdim, const 
 }
 }  // namespace
 
-Tensor amax(const Tensor& x, IntArrayRef dims, bool keepdim) { return extreme_all(RK::Max, x, dims, keepdim, "amax"); }
-Tensor amin(const Tensor& x, IntArrayRef dims, bool keepdim) { return extreme_all(RK::Min, x, dims, keepdim, "amin"); }
+Tensor amax(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  TS_OP_SCOPE(amax, &x);
+  return extreme_all(RK::Max, x, dims, keepdim, "amax");
+}
+Tensor amin(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  TS_OP_SCOPE(amin, &x);
+  return extreme_all(RK::Min, x, dims, keepdim, "amin");
+}
 Tensor max(const Tensor& x) {
+  TS_OP_SCOPE(max, &x);
   TS_CHECK(x.numel() > 0, "max: the input is empty (shape ", shape_str(x.shape()), "); max of nothing is undefined");
   return amax(x);
 }
 Tensor min(const Tensor& x) {
+  TS_OP_SCOPE(min, &x);
   TS_CHECK(x.numel() > 0, "min: the input is empty (shape ", shape_str(x.shape()), "); min of nothing is undefined");
   return amin(x);
 }
@@ -301,6 +312,7 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) { ret
 std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) { return extreme_dim(x, dim, keepdim, false, "min"); }
 
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  TS_OP_SCOPE(argmax, &x);
   if (!dim) {
     TS_CHECK(x.numel() > 0, "argmax: the input is empty; argmax of nothing is undefined");
     Tensor r = std::get<1>(extreme_dim(x.detach().reshape({-1}), 0, false, true, "argmax"));
@@ -309,6 +321,7 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return std::get<1>(extreme_dim(x.detach(), *dim, keepdim, true, "argmax"));
 }
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  TS_OP_SCOPE(argmin, &x);
   if (!dim) {
     TS_CHECK(x.numel() > 0, "argmin: the input is empty; argmin of nothing is undefined");
     Tensor r = std::get<1>(extreme_dim(x.detach().reshape({-1}), 0, false, false, "argmin"));
@@ -318,6 +331,7 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
 }
 
 Tensor var(const Tensor& x, IntArrayRef dims, double correction, bool keepdim) {
+  TS_OP_SCOPE(var, &x);
   check_defined(x, "var", "input");
   TS_CHECK(is_floating(x.dtype()), "var: expected a floating-point input, got ", dtype_name(x.dtype()));
   uint64_t mask = dim_mask(dims, x.dim(), "var");
@@ -330,10 +344,12 @@ Tensor var(const Tensor& x, IntArrayRef dims, double correction, bool keepdim) {
 }
 
 Tensor std(const Tensor& x, IntArrayRef dims, double correction, bool keepdim) {
+  TS_OP_SCOPE(std, &x);
   return sqrt(var(x, dims, correction, keepdim));
 }
 
 Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  TS_OP_SCOPE(logsumexp, &x);
   check_defined(x, "logsumexp", "input");
   Tensor xf = is_floating(x.dtype()) ? x : x.to(default_float_dtype());
   if (xf.numel() == 0) return log(sum(exp(xf), dims, keepdim));
@@ -348,6 +364,7 @@ Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim) {
 }
 
 Tensor norm(const Tensor& x, double p, IntArrayRef dims, bool keepdim) {
+  TS_OP_SCOPE(norm, &x);
   check_defined(x, "norm", "input");
   check_floating(x, "norm", "input");
   if (p == 1) return sum(abs(x), dims, keepdim);
@@ -369,11 +386,13 @@ Tensor norm(const Tensor& x, double p, IntArrayRef dims, bool keepdim) {
 }
 
 Tensor all(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  TS_OP_SCOPE(all, &x);
   check_defined(x, "all", "input");
   uint64_t mask = dim_mask(dims, x.dim(), "all");
   return reduce_raw(RK::All, x, mask, "all").reshape(final_shape(x.shape(), mask, keepdim));
 }
 Tensor any(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  TS_OP_SCOPE(any, &x);
   check_defined(x, "any", "input");
   uint64_t mask = dim_mask(dims, x.dim(), "any");
   return reduce_raw(RK::Any, x, mask, "any").reshape(final_shape(x.shape(), mask, keepdim));
@@ -409,10 +428,17 @@ Tensor scan(const Tensor& x, int64_t dim, bool is_prod) {
 }
 }  // namespace
 
-Tensor cumsum(const Tensor& x, int64_t dim) { return scan(x, dim, false); }
-Tensor cumprod(const Tensor& x, int64_t dim) { return scan(x, dim, true); }
+Tensor cumsum(const Tensor& x, int64_t dim) {
+  TS_OP_SCOPE(cumsum, &x);
+  return scan(x, dim, false);
+}
+Tensor cumprod(const Tensor& x, int64_t dim) {
+  TS_OP_SCOPE(cumprod, &x);
+  return scan(x, dim, true);
+}
 
 Tensor sum_to(const Tensor& x, IntArrayRef shape) {
+  TS_OP_SCOPE(sum_to, &x);
   if (IntArrayRef(x.shape()).equals(shape)) return x;
   int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
   TS_CHECK(lead >= 0, "sum_to: cannot sum a tensor of shape ", shape_str(x.shape()), " to the larger shape ",

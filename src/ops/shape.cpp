@@ -6,6 +6,7 @@
 namespace tessera::ops {
 
 Tensor cat(const TensorList& ts, int64_t dim) {
+  TS_OP_SCOPE(cat);
   TS_CHECK(!ts.empty(), "cat: expected a non-empty list of tensors");
   // Like PyTorch, 1-D empty tensors are skipped (legacy behaviour people rely on).
   const Tensor* ref = nullptr;
@@ -66,6 +67,7 @@ Tensor cat(const TensorList& ts, int64_t dim) {
 }
 
 Tensor stack(const TensorList& ts, int64_t dim) {
+  TS_OP_SCOPE(stack);
   TS_CHECK(!ts.empty(), "stack: expected a non-empty list of tensors");
   dim = wrap_dim(dim, ts[0].dim() + 1, "stack");
   TensorList u;
@@ -78,6 +80,7 @@ Tensor stack(const TensorList& ts, int64_t dim) {
 }
 
 TensorList split(const Tensor& x, int64_t split_size, int64_t dim) {
+  TS_OP_SCOPE(split, &x);
   TS_CHECK(x.dim() > 0, "split: cannot split a 0-D tensor");
   dim = wrap_dim(dim, x.dim(), "split");
   int64_t n = x.shape()[dim];
@@ -89,6 +92,7 @@ TensorList split(const Tensor& x, int64_t split_size, int64_t dim) {
 }
 
 TensorList split(const Tensor& x, IntArrayRef sizes, int64_t dim) {
+  TS_OP_SCOPE(split, &x);
   TS_CHECK(x.dim() > 0, "split: cannot split a 0-D tensor");
   dim = wrap_dim(dim, x.dim(), "split");
   int64_t total = 0;
@@ -108,6 +112,7 @@ TensorList split(const Tensor& x, IntArrayRef sizes, int64_t dim) {
 }
 
 TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  TS_OP_SCOPE(chunk, &x);
   TS_CHECK(chunks > 0, "chunk: number of chunks must be positive, got ", chunks);
   TS_CHECK(x.dim() > 0, "chunk: cannot chunk a 0-D tensor");
   int64_t n = x.shape()[wrap_dim(dim, x.dim(), "chunk")];
@@ -117,6 +122,7 @@ TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim) {
 }
 
 TensorList unbind(const Tensor& x, int64_t dim) {
+  TS_OP_SCOPE(unbind, &x);
   TS_CHECK(x.dim() > 0, "unbind: cannot unbind a 0-D tensor");
   dim = wrap_dim(dim, x.dim(), "unbind");
   TensorList r;
@@ -125,6 +131,7 @@ TensorList unbind(const Tensor& x, int64_t dim) {
 }
 
 Tensor pad(const Tensor& x, IntArrayRef p, const std::string& mode, double value) {
+  TS_OP_SCOPE(pad, &x);
   check_defined(x, "pad", "input");
   TS_CHECK(p.size() % 2 == 0, "pad: the padding must have an even length (pairs of before/after), got ", shape_str(p));
   int64_t npad = static_cast<int64_t>(p.size()) / 2;
@@ -199,6 +206,7 @@ Tensor make_negative_view(const Tensor& x, IntArrayRef dims) {
 }  // namespace
 
 Tensor flip(const Tensor& x, IntArrayRef dims) {
+  TS_OP_SCOPE(flip, &x);
   check_defined(x, "flip", "input");
   uint64_t mask = dim_mask(dims, x.dim(), "flip");
   if (dims.empty()) mask = 0;
@@ -215,6 +223,7 @@ Tensor flip(const Tensor& x, IntArrayRef dims) {
 }
 
 Tensor roll(const Tensor& x, IntArrayRef shifts, IntArrayRef dims) {
+  TS_OP_SCOPE(roll, &x);
   check_defined(x, "roll", "input");
   if (dims.empty()) {
     TS_CHECK(shifts.size() == 1, "roll: without dims, shifts must have one value, got ", shape_str(shifts));
@@ -235,6 +244,7 @@ Tensor roll(const Tensor& x, IntArrayRef shifts, IntArrayRef dims) {
 }
 
 Tensor repeat(const Tensor& x, IntArrayRef repeats) {
+  TS_OP_SCOPE(repeat, &x);
   check_defined(x, "repeat", "input");
   TS_CHECK(static_cast<int64_t>(repeats.size()) >= x.dim(), "repeat: number of repeats ", repeats.size(),
            " cannot be smaller than the number of dimensions ", x.dim());
@@ -254,6 +264,7 @@ Tensor repeat(const Tensor& x, IntArrayRef repeats) {
 }
 
 Tensor tile(const Tensor& x, IntArrayRef reps) {
+  TS_OP_SCOPE(tile, &x);
   Shape r(std::max<int64_t>(0, x.dim() - static_cast<int64_t>(reps.size())), 1);
   for (int64_t v : reps) r.push_back(v);
   return repeat(x, r);
@@ -272,7 +283,13 @@ Tensor triangle(const Tensor& x, int64_t k, bool lower, const char* name) {
 }
 }  // namespace
 
-Tensor tril(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, true, "tril"); }
-Tensor triu(const Tensor& x, int64_t diagonal) { return triangle(x, diagonal, false, "triu"); }
+Tensor tril(const Tensor& x, int64_t diagonal) {
+  TS_OP_SCOPE(tril, &x);
+  return triangle(x, diagonal, true, "tril");
+}
+Tensor triu(const Tensor& x, int64_t diagonal) {
+  TS_OP_SCOPE(triu, &x);
+  return triangle(x, diagonal, false, "triu");
+}
 
 }  // namespace tessera::ops

@@ -51,42 +51,52 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 }  // namespace
 
 Tensor neg(const Tensor& x) {
+  TS_OP_SCOPE(neg, &x);
   return unary("neg", x, K::Neg, Rule::Numeric, {}, [](const VjpArgs& a) -> TensorList { return {neg(a.grads[0])}; },
                false, false);
 }
 Tensor abs(const Tensor& x) {
+  TS_OP_SCOPE(abs, &x);
   return unary("abs", x, K::Abs, Rule::Numeric, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], sign(xf(a)))}; }, true, false);
 }
 Tensor exp(const Tensor& x) {
+  TS_OP_SCOPE(exp, &x);
   return unary("exp", x, K::Exp, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], a.saved[0])}; }, false, true);
 }
 Tensor exp2(const Tensor& x) {
+  TS_OP_SCOPE(exp2, &x);
   return unary("exp2", x, K::Exp2, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(mul(a.grads[0], a.saved[0]), kLn2)}; }, false, true);
 }
 Tensor log(const Tensor& x) {
+  TS_OP_SCOPE(log, &x);
   return unary("log", x, K::Log, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], xf(a))}; }, true, false);
 }
 Tensor log2(const Tensor& x) {
+  TS_OP_SCOPE(log2, &x);
   return unary("log2", x, K::Log2, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], mul(xf(a), kLn2))}; }, true, false);
 }
 Tensor log1p(const Tensor& x) {
+  TS_OP_SCOPE(log1p, &x);
   return unary("log1p", x, K::Log1p, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], add(xf(a), 1))}; }, true, false);
 }
 Tensor expm1(const Tensor& x) {
+  TS_OP_SCOPE(expm1, &x);
   return unary("expm1", x, K::Expm1, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], add(a.saved[0], 1))}; }, false, true);
 }
 Tensor sqrt(const Tensor& x) {
+  TS_OP_SCOPE(sqrt, &x);
   return unary("sqrt", x, K::Sqrt, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], mul(a.saved[0], 2))}; }, false, true);
 }
 Tensor rsqrt(const Tensor& x) {
+  TS_OP_SCOPE(rsqrt, &x);
   return unary("rsqrt", x, K::Rsqrt, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
                  const Tensor& y = a.saved[0];
@@ -95,28 +105,34 @@ Tensor rsqrt(const Tensor& x) {
                false, true);
 }
 Tensor square(const Tensor& x) {
+  TS_OP_SCOPE(square, &x);
   return unary("square", x, K::Square, Rule::Numeric, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], mul(xf(a), 2))}; }, true, false);
 }
 Tensor sin(const Tensor& x) {
+  TS_OP_SCOPE(sin, &x);
   return unary("sin", x, K::Sin, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], cos(xf(a)))}; }, true, false);
 }
 Tensor cos(const Tensor& x) {
+  TS_OP_SCOPE(cos, &x);
   return unary("cos", x, K::Cos, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], neg(sin(xf(a))))}; }, true, false);
 }
 Tensor tan(const Tensor& x) {
+  TS_OP_SCOPE(tan, &x);
   return unary("tan", x, K::Tan, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], add(square(a.saved[0]), 1))}; }, false,
                true);
 }
 Tensor tanh(const Tensor& x) {
+  TS_OP_SCOPE(tanh, &x);
   return unary("tanh", x, K::Tanh, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], sub(1, square(a.saved[0])))}; }, false,
                true);
 }
 Tensor sigmoid(const Tensor& x) {
+  TS_OP_SCOPE(sigmoid, &x);
   return unary("sigmoid", x, K::Sigmoid, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
                  const Tensor& y = a.saved[0];
@@ -125,6 +141,7 @@ Tensor sigmoid(const Tensor& x) {
                false, true);
 }
 Tensor relu(const Tensor& x) {
+  TS_OP_SCOPE(relu, &x);
   return unary("relu", x, K::Relu, Rule::Numeric, {},
                [](const VjpArgs& a) -> TensorList {
                  const Tensor& g = a.grads[0];
@@ -137,6 +154,7 @@ Tensor relu(const Tensor& x) {
                false, true);
 }
 Tensor leaky_relu(const Tensor& x, double slope) {
+  TS_OP_SCOPE(leaky_relu, &x);
   return unary("leaky_relu", x, K::LeakyRelu, Rule::Float, {slope},
                [slope](const VjpArgs& a) -> TensorList {
                  return {where(gt(xf(a), 0), a.grads[0], mul(a.grads[0], slope))};
@@ -144,6 +162,7 @@ Tensor leaky_relu(const Tensor& x, double slope) {
                true, false);
 }
 Tensor elu(const Tensor& x, double alpha) {
+  TS_OP_SCOPE(elu, &x);
   return unary("elu", x, K::Elu, Rule::Float, {alpha},
                [alpha](const VjpArgs& a) -> TensorList {
                  const Tensor& x = a.saved[0];
@@ -152,6 +171,7 @@ Tensor elu(const Tensor& x, double alpha) {
                true, false);
 }
 Tensor gelu(const Tensor& x, const std::string& approximate) {
+  TS_OP_SCOPE(gelu, &x);
   TS_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '",
            approximate, "'");
   if (approximate == "none") {
@@ -177,6 +197,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
                true, false);
 }
 Tensor silu(const Tensor& x) {
+  TS_OP_SCOPE(silu, &x);
   return unary("silu", x, K::Silu, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
                  const Tensor& x = a.saved[0];
@@ -186,6 +207,7 @@ Tensor silu(const Tensor& x) {
                true, false);
 }
 Tensor mish(const Tensor& x) {
+  TS_OP_SCOPE(mish, &x);
   return unary("mish", x, K::Mish, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
                  const Tensor& x = a.saved[0];
@@ -195,6 +217,7 @@ Tensor mish(const Tensor& x) {
                true, false);
 }
 Tensor softplus(const Tensor& x, double beta, double threshold) {
+  TS_OP_SCOPE(softplus, &x);
   return unary("softplus", x, K::Softplus, Rule::Float, {beta, threshold},
                [beta, threshold](const VjpArgs& a) -> TensorList {
                  Tensor bx = mul(a.saved[0], beta);
@@ -203,6 +226,7 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
                true, false);
 }
 Tensor hardtanh(const Tensor& x, double lo, double hi) {
+  TS_OP_SCOPE(hardtanh, &x);
   TS_CHECK(lo <= hi, "hardtanh: min_val ", lo, " must not exceed max_val ", hi);
   return unary("hardtanh", x, K::Hardtanh, Rule::Numeric, {lo, hi},
                [lo, hi](const VjpArgs& a) -> TensorList {
@@ -215,6 +239,7 @@ Tensor hardtanh(const Tensor& x, double lo, double hi) {
 // Piecewise-constant ops: zero gradient; identity on integers.
 #define TS_ROUNDING(fn, Kern)                                                                  \
   Tensor fn(const Tensor& x) {                                                                 \
+    TS_OP_SCOPE(fn, &x);                                                                       \
     if (!is_floating(x.dtype()) && x.dtype() != DType::Bool) return x.clone();                 \
     return unary(#fn, x, K::Kern, Rule::Float, {}, zero_grad, false, false);                   \
   }
@@ -224,11 +249,13 @@ TS_ROUNDING(round, Round)
 TS_ROUNDING(trunc, Trunc)
 #undef TS_ROUNDING
 Tensor sign(const Tensor& x) {
+  TS_OP_SCOPE(sign, &x);
   if (x.dtype() == DType::Bool) return x.clone();
   return unary("sign", x, K::Sign, Rule::Numeric, {}, zero_grad, false, false);
 }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  TS_OP_SCOPE(clamp, &x);
   TS_CHECK(lo || hi, "clamp: at least one of min and max must be given");
   double l = lo ? lo->to_double() : NAN, h = hi ? hi->to_double() : NAN;
   // A float bound on an integer tensor promotes, as in PyTorch.
@@ -246,6 +273,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi
 }
 
 Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
+  TS_OP_SCOPE(clamp, &x, &lo, &hi);
   TS_CHECK(lo.defined() || hi.defined(), "clamp: at least one of min and max must be given");
   Tensor r = x;
   if (lo.defined()) r = maximum(r, lo);
@@ -254,11 +282,13 @@ Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
 }
 
 Tensor reciprocal(const Tensor& x) {
+  TS_OP_SCOPE(reciprocal, &x);
   return unary("reciprocal", x, K::Reciprocal, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], neg(square(a.saved[0])))}; }, false,
                true);
 }
 Tensor erf(const Tensor& x) {
+  TS_OP_SCOPE(erf, &x);
   return unary("erf", x, K::Erf, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
                  return {mul(a.grads[0], mul(exp(neg(square(a.saved[0]))), M_2_SQRTPI))};
@@ -267,6 +297,7 @@ Tensor erf(const Tensor& x) {
 }
 
 Tensor pow(const Tensor& x, const Scalar& e) {
+  TS_OP_SCOPE(pow, &x);
   if (!is_floating(x.dtype()) && !e.is_floating()) {
     TS_CHECK(e.to_int() >= 0, "pow: integers to negative integer powers are not allowed (exponent ", e, ")");
     TS_CHECK(x.dtype() != DType::Bool, "pow: not supported for bool tensors");
@@ -282,6 +313,7 @@ Tensor pow(const Tensor& x, const Scalar& e) {
 }
 
 Tensor pow(const Scalar& base, const Tensor& x) {
+  TS_OP_SCOPE(pow, &x);
   // An integer base with an integer tensor stays integral, as in PyTorch.
   if (!base.is_floating() && !is_floating(x.dtype())) return pow(wrap_scalar(base), x);
   double b = base.to_double();
@@ -290,13 +322,26 @@ Tensor pow(const Scalar& base, const Tensor& x) {
                true);
 }
 
-Tensor isnan(const Tensor& x) { return run_unary(x, K::Isnan, DType::Bool); }
-Tensor isinf(const Tensor& x) { return run_unary(x, K::Isinf, DType::Bool); }
-Tensor isfinite(const Tensor& x) { return run_unary(x, K::Isfinite, DType::Bool); }
-Tensor logical_not(const Tensor& x) { return run_unary(x, K::LogicalNot, DType::Bool); }
+Tensor isnan(const Tensor& x) {
+  TS_OP_SCOPE(isnan, &x);
+  return run_unary(x, K::Isnan, DType::Bool);
+}
+Tensor isinf(const Tensor& x) {
+  TS_OP_SCOPE(isinf, &x);
+  return run_unary(x, K::Isinf, DType::Bool);
+}
+Tensor isfinite(const Tensor& x) {
+  TS_OP_SCOPE(isfinite, &x);
+  return run_unary(x, K::Isfinite, DType::Bool);
+}
+Tensor logical_not(const Tensor& x) {
+  TS_OP_SCOPE(logical_not, &x);
+  return run_unary(x, K::LogicalNot, DType::Bool);
+}
 
 Tensor nan_to_num(const Tensor& x, std::optional<double> nan, std::optional<double> posinf,
                   std::optional<double> neginf) {
+  TS_OP_SCOPE(nan_to_num, &x);
   if (!is_floating(x.dtype())) return x.clone();
   double big = 0, nv = nan.value_or(0);
   switch (x.dtype()) {

@@ -164,6 +164,7 @@ Tensor strided_scatter(const Tensor& g, IntArrayRef base_shape, IntArrayRef size
 }
 
 Tensor view(const Tensor& x, IntArrayRef shape) {
+  TS_OP_SCOPE(view, &x);
   Shape s = infer_shape(shape, x.numel(), "view");
   auto st = view_strides(x.shape(), x.strides(), s);
   TS_CHECK(st.has_value(), "view: cannot view a tensor of shape ", shape_str(x.shape()), " and strides ",
@@ -175,6 +176,7 @@ Tensor view(const Tensor& x, IntArrayRef shape) {
 }
 
 Tensor reshape(const Tensor& x, IntArrayRef shape) {
+  TS_OP_SCOPE(reshape, &x);
   Shape s = infer_shape(shape, x.numel(), "reshape");
   if (auto st = view_strides(x.shape(), x.strides(), s)) {
     Tensor out = make_view(x, s, *st, x.offset());
@@ -185,6 +187,7 @@ Tensor reshape(const Tensor& x, IntArrayRef shape) {
 }
 
 Tensor permute(const Tensor& x, IntArrayRef dims) {
+  TS_OP_SCOPE(permute, &x);
   int64_t n = x.dim();
   TS_CHECK(static_cast<int64_t>(dims.size()) == n, "permute: got ", dims.size(), " dims ", shape_str(dims),
            " for a tensor with ", n, " dimensions (expected a permutation of all of them)");
@@ -207,6 +210,7 @@ Tensor permute(const Tensor& x, IntArrayRef dims) {
 }
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
+  TS_OP_SCOPE(transpose, &x);
   int64_t n = x.dim();
   if (n == 0) {
     wrap_dim(d0, 0, "transpose");
@@ -222,6 +226,7 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
 }
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  TS_OP_SCOPE(slice, &x);
   TS_CHECK(x.dim() > 0, "slice: cannot slice a 0-D tensor");
   dim = wrap_dim(dim, x.dim(), "slice");
   TS_CHECK(step > 0, "slice: step must be positive, got ", step);
@@ -238,6 +243,7 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
 }
 
 Tensor select(const Tensor& x, int64_t dim, int64_t index) {
+  TS_OP_SCOPE(select, &x);
   TS_CHECK(x.dim() > 0, "select: cannot index a 0-D tensor");
   dim = wrap_dim(dim, x.dim(), "select");
   int64_t n = x.shape()[dim];
@@ -251,6 +257,7 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
 }
 
 Tensor diagonal(const Tensor& x, int64_t off, int64_t d1, int64_t d2) {
+  TS_OP_SCOPE(diagonal, &x);
   TS_CHECK(x.dim() >= 2, "diagonal: expected a tensor with at least 2 dimensions, got ", x.dim());
   d1 = wrap_dim(d1, x.dim(), "diagonal");
   d2 = wrap_dim(d2, x.dim(), "diagonal");
@@ -263,6 +270,7 @@ Tensor diagonal(const Tensor& x, int64_t off, int64_t d1, int64_t d2) {
 }
 
 Tensor expand(const Tensor& x, IntArrayRef shape) {
+  TS_OP_SCOPE(expand, &x);
   int64_t n = static_cast<int64_t>(shape.size());
   TS_CHECK(n >= x.dim(), "expand: the target shape ", shape_str(shape), " has fewer dimensions than the input ",
            shape_str(x.shape()));
@@ -297,6 +305,7 @@ Tensor expand(const Tensor& x, IntArrayRef shape) {
 }
 
 Tensor squeeze(const Tensor& x, std::optional<int64_t> dim) {
+  TS_OP_SCOPE(squeeze, &x);
   Shape s;
   if (dim) {
     int64_t d = wrap_dim(*dim, x.dim(), "squeeze");
@@ -312,6 +321,7 @@ Tensor squeeze(const Tensor& x, std::optional<int64_t> dim) {
 }
 
 Tensor unsqueeze(const Tensor& x, int64_t dim) {
+  TS_OP_SCOPE(unsqueeze, &x);
   dim = wrap_dim(dim, x.dim() + 1, "unsqueeze");
   Shape s = x.shape(), st = x.strides();
   int64_t new_stride = dim < x.dim() ? x.strides()[dim] * x.shape()[dim] : 1;
@@ -323,11 +333,13 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
 }
 
 Tensor contiguous(const Tensor& x) {
+  TS_OP_SCOPE(contiguous, &x);
   if (x.is_contiguous()) return x;
   return clone(x);
 }
 
 Tensor clone(const Tensor& x) {
+  TS_OP_SCOPE(clone, &x);
   Tensor out = empty(x.shape(), x.dtype());
   cpu::copy_into(out, x);
   if (autograd::any_requires_grad({&x})) {
@@ -338,6 +350,7 @@ Tensor clone(const Tensor& x) {
 }
 
 Tensor to_dtype(const Tensor& x, DType dtype) {
+  TS_OP_SCOPE(to_dtype, &x);
   if (x.dtype() == dtype) return x;
   Tensor out = cast(x, dtype);
   if (is_floating(dtype) && is_floating(x.dtype()) && autograd::any_requires_grad({&x})) {

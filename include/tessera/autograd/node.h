@@ -60,6 +60,8 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<Edge> next_edges;
   std::vector<TensorMeta> outputs;  // shape/dtype per output slot
   uint64_t sequence_nr;
+  // The module path open when the forward op ran; set only while tracing.
+  const char* trace_path = nullptr;
   // Hooks on non-leaf tensors produced by this node, by output slot.
   std::vector<std::pair<uint32_t, Hook>> pre_hooks;
   // Non-leaf outputs that asked for retain_grad(), by output slot.

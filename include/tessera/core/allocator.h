@@ -21,9 +21,20 @@ constexpr size_t kAlignment = 64;
 void* cpu_allocate(size_t nbytes);
 void cpu_free(void* p, size_t nbytes);
 
+// The block size the allocator uses (and accounts) for a request of nbytes.
+size_t allocation_size(size_t nbytes);
+
 MemoryStats memory_stats();
+// Bytes in live tensors now, and the most since start or reset_peak_memory().
+int64_t memory_allocated();
+int64_t max_memory_allocated();
 void reset_peak_memory();
 // Returns every cached block to the OS.
 void empty_cache();
+// Live bytes may not exceed `bytes` (0: no limit): an allocation that would
+// throws OutOfMemoryError naming the request, the use, the peak and the limit.
+// A limit below the current use is refused.
+void set_memory_limit(int64_t bytes);
+int64_t memory_limit();
 
 }  // namespace tessera

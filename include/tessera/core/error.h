@@ -12,6 +12,13 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An allocation over the memory limit (set_memory_limit) or beyond what the
+// system gives; the message says what was asked and where memory stands.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <typename... Args>
 std::string str(const Args&... args) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "tessera/core/tensor.h"
+#include "tessera/core/trace.h"
 
 namespace tessera::nn {
 
@@ -54,8 +55,12 @@ class Module : public std::enable_shared_from_this<Module> {
   // The single-tensor forward. Modules with other signatures (Bilinear,
   // MultiheadAttention, losses) add their own and may leave this one throwing.
   virtual Tensor forward(const Tensor& x);
-  // Runs the forward pre-hooks, forward() and the forward hooks.
+  // Runs the forward pre-hooks, forward() and the forward hooks, inside a
+  // trace scope named after the module (its attribute name in its parent), so
+  // the profiler can group ops by module path.
   Tensor operator()(const Tensor& x);
+  // That scope, for forward overloads with other signatures.
+  [[nodiscard]] trace::ScopeGuard trace_scope() const;
 
   // Pre-hook: may replace the input. Hook: sees input and output, may replace the output.
   using PreHook = std::function<void(Module&, Tensor& input)>;
@@ -138,6 +143,7 @@ class Module : public std::enable_shared_from_this<Module> {
   void print(std::string& out, const std::string& name, int indent) const;
 
   std::string type_name_;
+  std::string scope_name_;  // name under its first parent ("" for a root)
   std::vector<Param> params_;
   std::vector<Buffer> buffers_;
   std::vector<std::pair<std::string, ModulePtr>> children_;

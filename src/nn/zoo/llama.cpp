@@ -31,6 +31,7 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c)
 }
 
 Tensor LlamaAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  trace::ScopeGuard scope = trace_scope();
   const int64_t B = x.size(0), T = x.size(1), rep = n_heads / n_kv_heads;
   auto heads = [&](const Tensor& t, int64_t n) { return t.view({B, T, n, head_dim}).transpose(1, 2); };
   Tensor q = apply_rope(heads((*q_proj)(x), n_heads), cos, sin);
@@ -63,6 +64,7 @@ LlamaLayer::LlamaLayer(const LlamaConfig& c) : Module("LlamaDecoderLayer") {
 }
 
 Tensor LlamaLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  trace::ScopeGuard scope = trace_scope();
   Tensor h = ops::add(x, self_attn->forward((*input_layernorm)(x), cos, sin));
   return ops::add(h, (*mlp)((*post_attention_layernorm)(h)));
 }
