@@ -63,6 +63,8 @@ nn::ModulePtr build_model(Config& c, std::string* name_out) {
     k.dropout = c.get<double>("dropout", k.dropout);
     k.bias = c.get<bool>("bias", k.bias);
     k.weight_tying = c.get<bool>("weight_tying", k.weight_tying);
+    k.gradient_checkpointing = c.get<bool>("gradient_checkpointing", k.gradient_checkpointing);
+    k.checkpoint_segments = c.get<int64_t>("checkpoint_segments", k.checkpoint_segments);
     c.finish();
     m = std::make_shared<nn::zoo::GPT>(k);
   } else if (name == "llama") {
@@ -77,6 +79,8 @@ nn::ModulePtr build_model(Config& c, std::string* name_out) {
     k.rope_theta = c.get<double>("rope_theta", k.rope_theta);
     k.max_seq_len = c.get<int64_t>("max_seq_len", k.max_seq_len);
     k.tie_embeddings = c.get<bool>("tie_embeddings", k.tie_embeddings);
+    k.gradient_checkpointing = c.get<bool>("gradient_checkpointing", k.gradient_checkpointing);
+    k.checkpoint_segments = c.get<int64_t>("checkpoint_segments", k.checkpoint_segments);
     c.finish();
     m = std::make_shared<nn::zoo::Llama>(k);
   } else {

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "tessera/nn/init.h"
+#include "tessera/nn/checkpoint.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/ops/ops.h"
 
@@ -41,7 +42,8 @@ Tensor GPT::forward(const Tensor& ids) {
   TS_CHECK(T <= config.block_size, "GPT: sequence length ", T, " exceeds block_size ", config.block_size);
   Tensor pos = arange(T, DType::I64);
   Tensor x = (*drop)(ops::add((*wte)(ids), (*wpe)(pos)));
-  for (auto& block : *h) x = (*block)(x);
+  x = run_blocks(static_cast<int64_t>(h->size()), config.gradient_checkpointing, config.checkpoint_segments, x,
+                 [this](int64_t i, const Tensor& in) { return (*(*h)[i])(in); });
   x = (*ln_f)(x);
   return lm_head ? (*lm_head)(x) : ops::linear(x, wte->weight);
 }

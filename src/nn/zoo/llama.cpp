@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tessera/nn/init.h"
+#include "tessera/nn/checkpoint.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/ops/ops.h"
 
@@ -100,8 +101,10 @@ Tensor Llama::forward(const Tensor& ids) {
   TS_CHECK(ids.size(1) <= config.max_seq_len, "Llama: sequence length ", ids.size(1), " exceeds max_seq_len ",
            config.max_seq_len);
   Tensor x = (*model->embed_tokens)(ids);
-  for (auto& layer : *model->layers)
-    x = static_cast<LlamaLayer&>(*layer).forward(x, rope_cos, rope_sin);
+  x = run_blocks(static_cast<int64_t>(model->layers->size()), config.gradient_checkpointing,
+                 config.checkpoint_segments, x, [this](int64_t i, const Tensor& in) {
+                   return model->layers->at<LlamaLayer>(i).forward(in, rope_cos, rope_sin);
+                 });
   x = (*model->norm)(x);
   return lm_head ? (*lm_head)(x) : ops::linear(x, model->embed_tokens->weight);
 }

@@ -74,6 +74,10 @@ struct GPTConfig {
   double dropout = 0.0;
   bool bias = true;
   bool weight_tying = true;
+  // Recompute each block's activations in backward instead of keeping them
+  // (nn/checkpoint.h); checkpoint_segments 0: every block on its own.
+  bool gradient_checkpointing = false;
+  int64_t checkpoint_segments = 0;
 };
 struct GPT : Module {
   GPTConfig config;
@@ -97,6 +101,8 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   int64_t max_seq_len = 2048;
   bool tie_embeddings = false;
+  bool gradient_checkpointing = false;  // as in GPTConfig
+  int64_t checkpoint_segments = 0;
 };
 // Rotary position embedding in the "rotate half" convention: x * cos + rot(x) * sin
 // for positions start..start+T-1. x [B, H, T, head_dim].
