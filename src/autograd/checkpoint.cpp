@@ -9,6 +9,7 @@
 #include "tessera/autograd/node.h"
 #include "tessera/core/generator.h"
 #include "tessera/core/trace.h"
+#include "tessera/ops/autocast.h"
 
 namespace tessera::autograd {
 namespace {
@@ -37,6 +38,7 @@ class CheckpointNode : public Node {
   std::vector<int> boundary_input;  // per edge: index into inputs_, or -1 for a leaf
   TensorList leaves;                // per edge: the leaf tensor when boundary_input is -1
   uint64_t rng_seed = 0, rng_offset = 0;
+  autocast::State autocast;  // the recomputation runs with the same autocast
   bool released_ = false;
 };
 
@@ -59,6 +61,7 @@ TensorList CheckpointNode::apply(TensorList&& grads) {
   TensorList outs;
   try {
     EnableGradGuard grad;
+    autocast::Guard amp(autocast.dtype, autocast.enabled);
     outs = fn(detached);
   } catch (...) {
     gen.set_state(seed, offset);
@@ -88,6 +91,7 @@ TensorList checkpoint_flat(const CheckpointFn& fn, const TensorList& inputs) {
   auto node = std::make_shared<CheckpointNode>();
   node->rng_seed = gen.seed();
   node->rng_offset = gen.offset();
+  node->autocast = autocast::state();
   uint64_t first_inner = node->sequence_nr + 1;  // nodes made by fn come after this one
 
   TensorList outs = fn(inputs);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backend/cpu/attention.h"
+#include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 
 namespace tessera::ops {
@@ -44,6 +45,7 @@ void set_operands(cpu::AttentionArgs& a, const Tensor& q, const Tensor& k, const
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
                                     double dropout_p, bool is_causal, std::optional<double> scale_opt, Generator* gen) {
   TS_OP_SCOPE(scaled_dot_product_attention, &q, &k, &v, &attn_mask);
+  TS_AUTOCAST(scaled_dot_product_attention, [&](const auto& cast) { return scaled_dot_product_attention(cast(q), cast(k), cast(v), cast(attn_mask), dropout_p, is_causal, scale_opt, gen); });
   const char* name = "scaled_dot_product_attention";
   check_defined(q, name, "query");
   check_defined(k, name, "key");

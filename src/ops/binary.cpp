@@ -1,5 +1,6 @@
 // Binary elementwise ops with NumPy broadcasting and PyTorch type promotion.
 // Gradients are summed back over broadcast dims with sum_to.
+#include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 
 namespace tessera::ops {
@@ -155,6 +156,7 @@ Tensor remainder(const Tensor& a, const Scalar& b) { return remainder(a, wrap_sc
 
 Tensor pow(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(pow, &a, &b);
+  TS_AUTOCAST(pow, [&](const auto& cast) { return pow(cast(a), cast(b)); });
   if (!is_floating(result_type(a, b)) && b.dim() >= 0) {
     Tensor bc = cast(b, result_type(a, b));
     TS_CHECK(bc.numel() == 0 || !any(lt(bc, 0)).item<bool>(),

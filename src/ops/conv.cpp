@@ -3,6 +3,7 @@
 // swapped. Double backward through convolutions is not supported yet: the VJP
 // raises an error under create_graph instead of returning wrong gradients.
 #include "backend/cpu/conv.h"
+#include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 
 namespace tessera::ops {
@@ -125,6 +126,7 @@ void check_conv_args(const char* name, const Tensor& x, const Tensor& w, const T
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o) {
   TS_OP_SCOPE(conv2d, &x, &w, &b);
+  TS_AUTOCAST(conv2d, [&](const auto& cast) { return conv2d(cast(x), cast(w), cast(b), o); });
   check_conv_args("conv2d", x, w, b, o.groups, 2, false);
   auto stride = pair_of(o.stride, "conv2d", "stride");
   auto dil = pair_of(o.dilation, "conv2d", "dilation");
@@ -152,6 +154,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOpt
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding, int64_t dilation,
               int64_t groups, bool padding_same) {
   TS_OP_SCOPE(conv1d, &x, &w, &b);
+  TS_AUTOCAST(conv1d, [&](const auto& cast) { return conv1d(cast(x), cast(w), cast(b), stride, padding, dilation, groups, padding_same); });
   check_conv_args("conv1d", x, w, b, groups, 1, false);
   Conv2dOptions o;
   o.stride = {1, stride};
@@ -165,6 +168,7 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
 Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, IntArrayRef stride_v,
                         IntArrayRef padding_v, IntArrayRef output_padding_v, int64_t groups, IntArrayRef dilation_v) {
   TS_OP_SCOPE(conv_transpose2d, &x_in, &w_in, &b_in);
+  TS_AUTOCAST(conv_transpose2d, [&](const auto& cast) { return conv_transpose2d(cast(x_in), cast(w_in), cast(b_in), stride_v, padding_v, output_padding_v, groups, dilation_v); });
   const char* name = "conv_transpose2d";
   check_conv_args(name, x_in, w_in, b_in, groups, 2, true);
   auto stride = pair_of(stride_v, name, "stride");

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "backend/cpu/gemm.h"
+#include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 
 namespace tessera::ops {
@@ -120,6 +121,7 @@ void check_matmul_args(const Tensor& a, const Tensor& b, const char* op) {
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(matmul, &a, &b);
+  TS_AUTOCAST(matmul, [&](const auto& cast) { return matmul(cast(a), cast(b)); });
   check_matmul_args(a, b, "matmul");
   Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
   Tensor b2 = b.dim() == 1 ? b.unsqueeze(-1) : b;
@@ -131,6 +133,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 Tensor mm(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(mm, &a, &b);
+  TS_AUTOCAST(mm, [&](const auto& cast) { return mm(cast(a), cast(b)); });
   TS_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got shapes ", shape_str(a.shape()), " and ",
            shape_str(b.shape()));
   return matmul(a, b);
@@ -138,6 +141,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(bmm, &a, &b);
+  TS_AUTOCAST(bmm, [&](const auto& cast) { return bmm(cast(a), cast(b)); });
   TS_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got shapes ", shape_str(a.shape()), " and ",
            shape_str(b.shape()));
   TS_CHECK(a.shape()[0] == b.shape()[0], "bmm: batch sizes ", a.shape()[0], " and ", b.shape()[0], " differ");
@@ -146,6 +150,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   TS_OP_SCOPE(linear, &x, &w, &bias);
+  TS_AUTOCAST(linear, [&](const auto& cast) { return linear(cast(x), cast(w), cast(bias)); });
   check_defined(x, "linear", "input");
   check_defined(w, "linear", "weight");
   TS_CHECK(w.dim() == 2 || w.dim() == 1, "linear: weight must be 1-D or 2-D, got shape ", shape_str(w.shape()));
@@ -189,6 +194,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
 
 Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
   TS_OP_SCOPE(addmm, &self, &a, &b);
+  TS_AUTOCAST(addmm, [&](const auto& cast) { return addmm(cast(self), cast(a), cast(b), beta, alpha); });
   TS_CHECK(a.dim() == 2 && b.dim() == 2, "addmm: expected 2-D matrices, got shapes ", shape_str(a.shape()), " and ",
            shape_str(b.shape()));
   Tensor p = mm(a, b);

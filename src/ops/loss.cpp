@@ -1,6 +1,7 @@
 // Loss functions, composed from differentiable ops (so double backward works).
 #include <cmath>
 
+#include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 
 namespace tessera::ops {
@@ -25,6 +26,7 @@ void check_pair(const Tensor& input, const Tensor& target, const char* op) {
 Tensor nll_loss(const Tensor& logp_in, const Tensor& target_in, const Tensor& weight, int64_t ignore_index,
                 const std::string& reduction) {
   TS_OP_SCOPE(nll_loss, &logp_in, &target_in, &weight);
+  TS_AUTOCAST(nll_loss, [&](const auto& cast) { return nll_loss(cast(logp_in), cast(target_in), cast(weight), ignore_index, reduction); });
   const char* op = "nll_loss";
   check_defined(logp_in, op, "input");
   check_defined(target_in, op, "target");
@@ -66,6 +68,7 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target_in, const Tensor& we
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
                      const std::string& reduction, double label_smoothing) {
   TS_OP_SCOPE(cross_entropy, &logits, &target, &weight);
+  TS_AUTOCAST(cross_entropy, [&](const auto& cast) { return cross_entropy(cast(logits), cast(target), cast(weight), ignore_index, reduction, label_smoothing); });
   const char* op = "cross_entropy";
   check_defined(logits, op, "input");
   check_defined(target, op, "target");
@@ -112,18 +115,21 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
   TS_OP_SCOPE(mse_loss, &input, &target);
+  TS_AUTOCAST(mse_loss, [&](const auto& cast) { return mse_loss(cast(input), cast(target), reduction); });
   check_pair(input, target, "mse_loss");
   return reduce_loss(square(sub(input, target)), reduction, "mse_loss");
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
   TS_OP_SCOPE(l1_loss, &input, &target);
+  TS_AUTOCAST(l1_loss, [&](const auto& cast) { return l1_loss(cast(input), cast(target), reduction); });
   check_pair(input, target, "l1_loss");
   return reduce_loss(abs(sub(input, target)), reduction, "l1_loss");
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction, double beta) {
   TS_OP_SCOPE(smooth_l1_loss, &input, &target);
+  TS_AUTOCAST(smooth_l1_loss, [&](const auto& cast) { return smooth_l1_loss(cast(input), cast(target), reduction, beta); });
   check_pair(input, target, "smooth_l1_loss");
   TS_CHECK(beta >= 0, "smooth_l1_loss: beta must be non-negative, got ", beta);
   Tensor d = abs(sub(input, target));
@@ -135,6 +141,7 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::stri
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight,
                             const std::string& reduction) {
   TS_OP_SCOPE(binary_cross_entropy, &input, &target, &weight);
+  TS_AUTOCAST(binary_cross_entropy, [&](const auto& cast) { return binary_cross_entropy(cast(input), cast(target), cast(weight), reduction); });
   check_pair(input, target, "binary_cross_entropy");
   TS_CHECK(IntArrayRef(input.shape()).equals(target.shape()), "binary_cross_entropy: target of shape ",
            shape_str(target.shape()), " must have the input's shape ", shape_str(input.shape()));
@@ -152,6 +159,7 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
                                         const std::string& reduction, const Tensor& pos_weight) {
   TS_OP_SCOPE(binary_cross_entropy_with_logits, &input, &target, &weight, &pos_weight);
+  TS_AUTOCAST(binary_cross_entropy_with_logits, [&](const auto& cast) { return binary_cross_entropy_with_logits(cast(input), cast(target), cast(weight), reduction, cast(pos_weight)); });
   check_pair(input, target, "binary_cross_entropy_with_logits");
   TS_CHECK(IntArrayRef(input.shape()).equals(target.shape()), "binary_cross_entropy_with_logits: target of shape ",
            shape_str(target.shape()), " must have the input's shape ", shape_str(input.shape()));
@@ -170,6 +178,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 
 Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction, bool log_target) {
   TS_OP_SCOPE(kl_div, &input, &target);
+  TS_AUTOCAST(kl_div, [&](const auto& cast) { return kl_div(cast(input), cast(target), reduction, log_target); });
   check_pair(input, target, "kl_div");
   TS_CHECK(reduction == "mean" || reduction == "sum" || reduction == "none" || reduction == "batchmean",
            "kl_div: reduction must be 'mean', 'batchmean', 'sum' or 'none', got '", reduction, "'");

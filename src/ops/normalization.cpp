@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 #include "tessera/core/parallel.h"
 
@@ -183,20 +184,24 @@ Tensor norm_impl(const char* name, const Tensor& x_in, IntArrayRef normalized_sh
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   TS_OP_SCOPE(softmax, &x);
+  TS_AUTOCAST(softmax, [&](const auto& cast) { return softmax(cast(x), dim); });
   return softmax_impl(x, dim, false);
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   TS_OP_SCOPE(log_softmax, &x);
+  TS_AUTOCAST(log_softmax, [&](const auto& cast) { return log_softmax(cast(x), dim); });
   return softmax_impl(x, dim, true);
 }
 
 Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
   TS_OP_SCOPE(layer_norm, &x, &weight, &bias);
+  TS_AUTOCAST(layer_norm, [&](const auto& cast) { return layer_norm(cast(x), normalized_shape, cast(weight), cast(bias), eps); });
   return norm_impl("layer_norm", x, normalized_shape, weight, bias, eps, false);
 }
 
 Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, std::optional<double> eps) {
   TS_OP_SCOPE(rms_norm, &x, &weight);
+  TS_AUTOCAST(rms_norm, [&](const auto& cast) { return rms_norm(cast(x), normalized_shape, cast(weight), eps); });
   double e = eps.value_or(0);
   if (!eps) {
     switch (x.dtype()) {
@@ -211,6 +216,7 @@ Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& wei
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
   TS_OP_SCOPE(group_norm, &x, &weight, &bias);
+  TS_AUTOCAST(group_norm, [&](const auto& cast) { return group_norm(cast(x), num_groups, cast(weight), cast(bias), eps); });
   check_defined(x, "group_norm", "input");
   TS_CHECK(x.dim() >= 2, "group_norm: expected an input with at least 2 dimensions [N, C, ...], got shape ",
            shape_str(x.shape()));
@@ -333,6 +339,7 @@ void bn_backward(const T* g, const T* x, int64_t N, int64_t C, int64_t HW, const
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
   TS_OP_SCOPE(batch_norm, &x, &running_mean, &running_var, &weight, &bias);
+  TS_AUTOCAST(batch_norm, [&](const auto& cast) { return batch_norm(cast(x), cast(running_mean), cast(running_var), cast(weight), cast(bias), training, momentum, eps); });
   check_defined(x, "batch_norm", "input");
   TS_CHECK(x.dim() >= 2, "batch_norm: expected an input with at least 2 dimensions [N, C, ...], got shape ",
            shape_str(x.shape()));

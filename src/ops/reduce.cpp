@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "backend/cpu/scan.h"
+#include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 #include "tessera/core/parallel.h"
 
@@ -150,6 +151,7 @@ Tensor unsqueeze_reduced(const Tensor& g, IntArrayRef in_shape, uint64_t mask, b
 
 Tensor sum(const Tensor& x_in, IntArrayRef dims, bool keepdim, std::optional<DType> dtype) {
   TS_OP_SCOPE(sum, &x_in);
+  TS_AUTOCAST(sum, [&](const auto& cast) { return sum(cast(x_in), dims, keepdim, dtype); });
   check_defined(x_in, "sum", "input");
   Tensor x = dtype ? cast(x_in, *dtype) : x_in;
   uint64_t mask = dim_mask(dims, x.dim(), "sum");
@@ -167,6 +169,7 @@ Tensor sum(const Tensor& x_in, IntArrayRef dims, bool keepdim, std::optional<DTy
 
 Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim) {
   TS_OP_SCOPE(mean, &x);
+  TS_AUTOCAST(mean, [&](const auto& cast) { return mean(cast(x), dims, keepdim); });
   check_defined(x, "mean", "input");
   TS_CHECK(is_floating(x.dtype()), "mean: expected a floating-point input, got ", dtype_name(x.dtype()),
            "; convert it with to() first");
@@ -179,6 +182,7 @@ Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim) {
 
 Tensor prod(const Tensor& x, IntArrayRef dims, bool keepdim) {
   TS_OP_SCOPE(prod, &x);
+  TS_AUTOCAST(prod, [&](const auto& cast) { return prod(cast(x), dims, keepdim); });
   check_defined(x, "prod", "input");
   uint64_t mask = dim_mask(dims, x.dim(), "prod");
   DType out_dtype = is_floating(x.dtype()) ? x.dtype() : DType::I64;
@@ -332,6 +336,7 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
 
 Tensor var(const Tensor& x, IntArrayRef dims, double correction, bool keepdim) {
   TS_OP_SCOPE(var, &x);
+  TS_AUTOCAST(var, [&](const auto& cast) { return var(cast(x), dims, correction, keepdim); });
   check_defined(x, "var", "input");
   TS_CHECK(is_floating(x.dtype()), "var: expected a floating-point input, got ", dtype_name(x.dtype()));
   uint64_t mask = dim_mask(dims, x.dim(), "var");
@@ -345,11 +350,13 @@ Tensor var(const Tensor& x, IntArrayRef dims, double correction, bool keepdim) {
 
 Tensor std(const Tensor& x, IntArrayRef dims, double correction, bool keepdim) {
   TS_OP_SCOPE(std, &x);
+  TS_AUTOCAST(std, [&](const auto& cast) { return std(cast(x), dims, correction, keepdim); });
   return sqrt(var(x, dims, correction, keepdim));
 }
 
 Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim) {
   TS_OP_SCOPE(logsumexp, &x);
+  TS_AUTOCAST(logsumexp, [&](const auto& cast) { return logsumexp(cast(x), dims, keepdim); });
   check_defined(x, "logsumexp", "input");
   Tensor xf = is_floating(x.dtype()) ? x : x.to(default_float_dtype());
   if (xf.numel() == 0) return log(sum(exp(xf), dims, keepdim));
@@ -365,6 +372,7 @@ Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim) {
 
 Tensor norm(const Tensor& x, double p, IntArrayRef dims, bool keepdim) {
   TS_OP_SCOPE(norm, &x);
+  TS_AUTOCAST(norm, [&](const auto& cast) { return norm(cast(x), p, dims, keepdim); });
   check_defined(x, "norm", "input");
   check_floating(x, "norm", "input");
   if (p == 1) return sum(abs(x), dims, keepdim);
@@ -430,10 +438,12 @@ Tensor scan(const Tensor& x, int64_t dim, bool is_prod) {
 
 Tensor cumsum(const Tensor& x, int64_t dim) {
   TS_OP_SCOPE(cumsum, &x);
+  TS_AUTOCAST(cumsum, [&](const auto& cast) { return cumsum(cast(x), dim); });
   return scan(x, dim, false);
 }
 Tensor cumprod(const Tensor& x, int64_t dim) {
   TS_OP_SCOPE(cumprod, &x);
+  TS_AUTOCAST(cumprod, [&](const auto& cast) { return cumprod(cast(x), dim); });
   return scan(x, dim, true);
 }
 

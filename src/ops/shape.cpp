@@ -1,12 +1,14 @@
 // Joining, splitting, padding and rearranging tensors.
 #include <numeric>
 
+#include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 
 namespace tessera::ops {
 
 Tensor cat(const TensorList& ts, int64_t dim) {
   TS_OP_SCOPE(cat);
+  TS_AUTOCAST(cat, [&](const auto& cast) { return cat(cast(ts), dim); });
   TS_CHECK(!ts.empty(), "cat: expected a non-empty list of tensors");
   // Like PyTorch, 1-D empty tensors are skipped (legacy behaviour people rely on).
   const Tensor* ref = nullptr;
@@ -68,6 +70,7 @@ Tensor cat(const TensorList& ts, int64_t dim) {
 
 Tensor stack(const TensorList& ts, int64_t dim) {
   TS_OP_SCOPE(stack);
+  TS_AUTOCAST(stack, [&](const auto& cast) { return stack(cast(ts), dim); });
   TS_CHECK(!ts.empty(), "stack: expected a non-empty list of tensors");
   dim = wrap_dim(dim, ts[0].dim() + 1, "stack");
   TensorList u;

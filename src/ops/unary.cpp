@@ -3,6 +3,7 @@
 // written in Tessera ops, so it is differentiable again.
 #include <cmath>
 
+#include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 
 namespace tessera::ops {
@@ -62,31 +63,37 @@ Tensor abs(const Tensor& x) {
 }
 Tensor exp(const Tensor& x) {
   TS_OP_SCOPE(exp, &x);
+  TS_AUTOCAST(exp, [&](const auto& cast) { return exp(cast(x)); });
   return unary("exp", x, K::Exp, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], a.saved[0])}; }, false, true);
 }
 Tensor exp2(const Tensor& x) {
   TS_OP_SCOPE(exp2, &x);
+  TS_AUTOCAST(exp2, [&](const auto& cast) { return exp2(cast(x)); });
   return unary("exp2", x, K::Exp2, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(mul(a.grads[0], a.saved[0]), kLn2)}; }, false, true);
 }
 Tensor log(const Tensor& x) {
   TS_OP_SCOPE(log, &x);
+  TS_AUTOCAST(log, [&](const auto& cast) { return log(cast(x)); });
   return unary("log", x, K::Log, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], xf(a))}; }, true, false);
 }
 Tensor log2(const Tensor& x) {
   TS_OP_SCOPE(log2, &x);
+  TS_AUTOCAST(log2, [&](const auto& cast) { return log2(cast(x)); });
   return unary("log2", x, K::Log2, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], mul(xf(a), kLn2))}; }, true, false);
 }
 Tensor log1p(const Tensor& x) {
   TS_OP_SCOPE(log1p, &x);
+  TS_AUTOCAST(log1p, [&](const auto& cast) { return log1p(cast(x)); });
   return unary("log1p", x, K::Log1p, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], add(xf(a), 1))}; }, true, false);
 }
 Tensor expm1(const Tensor& x) {
   TS_OP_SCOPE(expm1, &x);
+  TS_AUTOCAST(expm1, [&](const auto& cast) { return expm1(cast(x)); });
   return unary("expm1", x, K::Expm1, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], add(a.saved[0], 1))}; }, false, true);
 }
@@ -97,6 +104,7 @@ Tensor sqrt(const Tensor& x) {
 }
 Tensor rsqrt(const Tensor& x) {
   TS_OP_SCOPE(rsqrt, &x);
+  TS_AUTOCAST(rsqrt, [&](const auto& cast) { return rsqrt(cast(x)); });
   return unary("rsqrt", x, K::Rsqrt, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
                  const Tensor& y = a.saved[0];
@@ -283,6 +291,7 @@ Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
 
 Tensor reciprocal(const Tensor& x) {
   TS_OP_SCOPE(reciprocal, &x);
+  TS_AUTOCAST(reciprocal, [&](const auto& cast) { return reciprocal(cast(x)); });
   return unary("reciprocal", x, K::Reciprocal, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], neg(square(a.saved[0])))}; }, false,
                true);
@@ -298,6 +307,7 @@ Tensor erf(const Tensor& x) {
 
 Tensor pow(const Tensor& x, const Scalar& e) {
   TS_OP_SCOPE(pow, &x);
+  TS_AUTOCAST(pow, [&](const auto& cast) { return pow(cast(x), e); });
   if (!is_floating(x.dtype()) && !e.is_floating()) {
     TS_CHECK(e.to_int() >= 0, "pow: integers to negative integer powers are not allowed (exponent ", e, ")");
     TS_CHECK(x.dtype() != DType::Bool, "pow: not supported for bool tensors");
@@ -314,6 +324,7 @@ Tensor pow(const Tensor& x, const Scalar& e) {
 
 Tensor pow(const Scalar& base, const Tensor& x) {
   TS_OP_SCOPE(pow, &x);
+  TS_AUTOCAST(pow, [&](const auto& cast) { return pow(base, cast(x)); });
   // An integer base with an integer tensor stays integral, as in PyTorch.
   if (!base.is_floating() && !is_floating(x.dtype())) return pow(wrap_scalar(base), x);
   double b = base.to_double();
