@@ -1,6 +1,7 @@
 // The `tessera` command line: train, eval and info.
 //
 //   tessera train examples/configs/fashion_mnist_cnn.yaml [--resume latest] [--set train.epochs=5]
+//                 [--precision bf16|f16|f32] [--profile N]
 //   tessera eval runs/fashion_mnist_cnn/checkpoints/step-000002814
 //   tessera info runs/fashion_mnist_cnn/checkpoints/step-000002814
 #include <CLI/CLI.hpp>
@@ -37,15 +38,17 @@ std::string checkpoint_dir(const std::string& arg) {
 }
 
 int cmd_train(const std::string& config_path, const std::string& resume, const std::vector<std::string>& sets,
-              const std::string& output, int progress) {
+              const std::string& output, int progress, int64_t profile, const std::string& precision) {
   json config = io::load_yaml(config_path);
   for (auto& s : sets) train::apply_override(config, s);
+  if (!precision.empty()) train::apply_override(config, "train.precision=" + precision);
   if (!output.empty()) config["output"] = output;
   if (!config.contains("output"))
     config["output"] = "runs/" + std::filesystem::path(config_path).stem().string();
   train::TrainerOptions o;
   o.resume = resume;
   o.progress = progress;
+  o.profile_steps = profile;
   train::Trainer t(train::build_recipe(config, config_path), o);
   json summary = t.fit();
   const std::string ckpt = summary["checkpoint"].get<std::string>();
@@ -138,6 +141,13 @@ int main(int argc, char** argv) {
   train->add_option("--set", sets, "override a config value, e.g. --set train.epochs=5 (repeatable)");
   train->add_option("--output", output, "the output directory (default: runs/<config name>)");
   train->add_flag("--plain", plain, "plain log lines instead of a live progress bar");
+  int64_t profile = -1;
+  std::string precision;
+  train->add_option("--profile", profile,
+                    "profile N steps after warm-up (train.profile_warmup, default 3); writes <output>/profile/")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--precision", precision, "f32, bf16 or f16 (the same as --set train.precision=...)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
 
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on its config's evaluation data");
   std::string ckpt;
@@ -151,7 +161,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*train) return cmd_train(config, resume, sets, output, plain ? 0 : -1);
+    if (*train) return cmd_train(config, resume, sets, output, plain ? 0 : -1, profile, precision);
     if (*eval) return cmd_eval(ckpt, batches);
     if (*info) return cmd_info(info_ckpt);
   } catch (const std::exception& e) {

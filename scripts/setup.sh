@@ -4,13 +4,18 @@
 #   scripts/setup.sh          build + tests
 #   scripts/setup.sh --bench  also the references for bench/ (libtorch, PyTorch)
 #   scripts/setup.sh --fuzz   also clang with libFuzzer (scripts/fuzz.sh)
+#   scripts/setup.sh --test   also what the integration tests start (prometheus)
 set -euo pipefail
 
-# Build: compiler, CMake, oneDNN, JSON/YAML/CLI parsing, zlib (docs/dependencies.md).
+# Build: compiler, CMake, oneDNN, JSON/YAML/CLI parsing, zlib, HTTP for the
+# metrics endpoint (docs/dependencies.md).
 # Data: Fashion-MNIST (the default training job) and the fortunes corpus.
-packages=(g++ cmake ninja-build ccache libgtest-dev libdnnl-dev python3
-          nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev
+packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libdnnl-dev python3
+          nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcpp-httplib-dev
           dataset-fashion-mnist fortunes)
+if [ "${1:-}" = "--test" ]; then
+  packages+=(prometheus)
+fi
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang libclang-rt-14-dev)
 fi

@@ -5,7 +5,7 @@
 #   scripts/test.sh --quick  the normal build only
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --test
 scripts/build.sh -DTESSERA_BUILD_TESTS=ON
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2 --timeout 900
 if [ "${1:-}" != "--quick" ]; then

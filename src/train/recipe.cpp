@@ -234,7 +234,38 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
     s.log_every = t.get<int64_t>("log_every", s.log_every);
     s.num_workers = static_cast<int>(t.get<int64_t>("num_workers", s.num_workers));
     s.threads = static_cast<int>(t.get<int64_t>("threads", s.threads));
+    const std::string precision = t.get<std::string>("precision", "f32");
+    TS_CHECK(precision == "f32" || precision == "bf16" || precision == "f16", "config: '", t.key_path("precision"),
+             "' must be f32, bf16 or f16, got '", precision, "'");
+    s.precision = precision == "bf16" ? DType::BF16 : precision == "f16" ? DType::F16 : DType::F32;
+    {
+      Config g = t.section("grad_scaler");
+      GradScalerOptions& o = s.grad_scaler;
+      o.enabled = g.get<bool>("enabled", s.precision == DType::F16);
+      o.init_scale = g.get<double>("init_scale", o.init_scale);
+      o.growth_factor = g.get<double>("growth_factor", o.growth_factor);
+      o.backoff_factor = g.get<double>("backoff_factor", o.backoff_factor);
+      o.growth_interval = g.get<int64_t>("growth_interval", o.growth_interval);
+      g.finish();
+      GradScaler check(o);  // validates the values
+    }
+    s.profile_steps = t.get<int64_t>("profile_steps", s.profile_steps);
+    s.profile_warmup = t.get<int64_t>("profile_warmup", s.profile_warmup);
+    TS_CHECK(s.profile_steps >= 0 && s.profile_warmup >= 0, "config: train.profile_steps and train.profile_warmup "
+             "must be >= 0");
     t.finish();
+    {
+      Config m = root.section("monitor");
+      MonitorSettings& ms = r.monitor;
+      ms.port = static_cast<int>(m.get<int64_t>("port", ms.port));
+      ms.host = m.get<std::string>("host", ms.host);
+      ms.layer_stats = m.get<bool>("layer_stats", ms.layer_stats);
+      ms.layer_stats_every = m.get<int64_t>("layer_stats_every", ms.layer_stats_every);
+      m.finish();
+      TS_CHECK(ms.port >= -1 && ms.port <= 65535, "config: '", m.key_path("port"),
+               "' must be a TCP port (0 for any free one, -1 for off), got ", ms.port);
+      TS_CHECK(ms.layer_stats_every >= 0, "config: monitor.layer_stats_every must be >= 0");
+    }
     TS_CHECK(s.epochs > 0 || s.steps > 0, "config: set train.epochs or train.steps to a positive number");
     TS_CHECK(s.batch_size > 0 && s.eval_batch_size > 0, "config: train.batch_size must be positive");
     TS_CHECK(s.grad_accum >= 1, "config: train.grad_accum must be at least 1, got ", s.grad_accum);

@@ -9,9 +9,13 @@
 #include <filesystem>
 
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/core/allocator.h"
 #include "tessera/core/parallel.h"
 #include "tessera/io/checkpoint.h"
+#include "tessera/monitor/metrics_server.h"
+#include "tessera/ops/autocast.h"
 #include "tessera/ops/ops.h"
+#include "tessera/profiler/profiler.h"
 
 namespace tessera::train {
 
@@ -51,7 +55,8 @@ json EvalMetrics::to_json() const {
 
 void Trainer::request_stop() { g_stop.store(true); }
 
-Trainer::Trainer(Recipe recipe, TrainerOptions options) : recipe_(std::move(recipe)), opt_(std::move(options)) {
+Trainer::Trainer(Recipe recipe, TrainerOptions options)
+    : recipe_(std::move(recipe)), opt_(std::move(options)), scaler_(recipe_.train.grad_scaler) {
   TS_CHECK(recipe_.model && recipe_.train_data, "Trainer: the recipe needs a model and training data");
   const TrainSettings& s = recipe_.train;
   if (s.threads > 0) set_num_threads(s.threads);
@@ -69,7 +74,11 @@ Trainer::Trainer(Recipe recipe, TrainerOptions options) : recipe_(std::move(reci
   if (!opt_.resume.empty()) load_checkpoint(io::resolve_checkpoint(opt_.resume, checkpoint_root()));
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  for (auto [m, h] : stat_hooks_) m->remove_hook(h);
+}
+
+int Trainer::monitor_port() const { return metrics_server_ ? metrics_server_->port() : -1; }
 
 Tensor Trainer::loss_of(const Tensor& out, const Tensor& target) const {
   if (recipe_.task == Task::LanguageModel)
@@ -110,7 +119,21 @@ EvalMetrics Trainer::evaluate(int64_t max_batches) {
   return m;
 }
 
+// Note [No NaN checkpoints]
+// A diverged run must not overwrite good checkpoints with NaN weights: a
+// checkpoint is written only if every parameter is finite.
+void Trainer::check_finite_parameters() const {
+  NoGradGuard no_grad;
+  for (auto& [name, p] : recipe_.model->named_parameters())
+    if (!ops::all(ops::isfinite(p)).item<bool>())
+      TS_ERROR("training diverged: parameter '", name, "' holds NaN or Inf at step ", step_,
+               "; no checkpoint was written", last_checkpoint_.empty() ? "" : " (the last good one is ",
+               last_checkpoint_, last_checkpoint_.empty() ? "" : ")",
+               ". Lower the learning rate, enable clip_grad_norm, or use precision bf16/f32");
+}
+
 std::string Trainer::save_checkpoint() {
+  check_finite_parameters();
   io::Checkpoint c;
   c.model = recipe_.model->state_dict().entries;
   optim::OptimizerState os = optimizer_->state_dict();
@@ -127,6 +150,7 @@ std::string Trainer::save_checkpoint() {
              {"parameters", recipe_.model->num_parameters()},
              {"elapsed_seconds", elapsed_},
              {"metrics", {{"train_loss", smooth_loss_}, {"eval", last_eval_}}}};
+  if (scaler_.enabled()) c.state["grad_scaler"] = scaler_.state_dict();
   if (!recipe_.vocab.empty()) c.state["vocab"] = recipe_.vocab;
   char name[32];
   std::snprintf(name, sizeof name, "step-%09lld", static_cast<long long>(step_));
@@ -151,6 +175,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
     default_generator().set_state(s.at("rng").at("seed").get<uint64_t>(), s.at("rng").at("offset").get<uint64_t>());
     if (scheduler_ && !s.at("scheduler").is_null()) scheduler_->load_state_dict(s.at("scheduler"));
     elapsed_ = s.value("elapsed_seconds", 0.0);
+    if (s.contains("grad_scaler") && scaler_.enabled()) scaler_.load_state_dict(s["grad_scaler"]);
     if (s.contains("metrics")) {
       smooth_loss_ = s["metrics"].value("train_loss", 0.0);
       last_eval_ = s["metrics"].value("eval", json());
@@ -167,13 +192,19 @@ void Trainer::finish_line() {
 }
 
 void Trainer::log_step(double loss, double seconds, int64_t samples) {
-  smooth_loss_ = step_ == 1 || smooth_loss_ == 0 ? loss : 0.95 * smooth_loss_ + 0.05 * loss;
+  if (std::isfinite(loss))  // an f16 step that overflowed is skipped, and so is its loss
+    smooth_loss_ = step_ == 1 || smooth_loss_ == 0 ? loss : 0.95 * smooth_loss_ + 0.05 * loss;
   const double lr = optimizer_->param_groups()[0].lr();
   const double sps = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
-  if (metrics_.is_open())
-    metrics_ << json{{"step", step_}, {"epoch", loader_->epoch()}, {"loss", loss}, {"lr", lr}, {"samples_per_s", sps}}
-                    .dump()
-             << "\n";
+  if (metrics_.is_open()) {
+    json line = {{"step", step_}, {"epoch", loader_->epoch()}, {"loss", loss}, {"lr", lr}, {"samples_per_s", sps}};
+    if (std::isfinite(last_grad_norm_)) line["grad_norm"] = last_grad_norm_;
+    if (scaler_.enabled()) {
+      line["loss_scale"] = scaler_.get_scale();
+      line["amp_skipped_steps"] = scaler_.skipped_steps();
+    }
+    metrics_ << line.dump() << "\n";
+  }
   if (opt_.quiet) return;
   const double eta = sps > 0 ? static_cast<double>(total_steps_ - step_) * seconds /
                                    static_cast<double>(std::max<int64_t>(1, samples / recipe_.train.batch_size /
@@ -197,6 +228,120 @@ void Trainer::log_step(double loss, double seconds, int64_t samples) {
                 static_cast<long long>(loader_->epoch() + 1), smooth_loss_, lr, sps, format_duration(eta).c_str());
     std::fflush(stdout);
   }
+}
+
+void Trainer::optimizer_step() {
+  const TrainSettings& s = recipe_.train;
+  nn::Module& model = *recipe_.model;
+  profiler::PhaseScope phase(profiler::Phase::kOptimizer);
+  scaler_.unscale_(*optimizer_);  // true gradients from here on (no-op without scaling)
+  if (stats_due_) collect_grad_stats();
+  if (s.clip_grad_norm > 0) last_grad_norm_ = optim::clip_grad_norm_(model.parameters(), s.clip_grad_norm);
+  else if (metrics_server_) last_grad_norm_ = optim::clip_grad_norm_(model.parameters(), INFINITY);
+  if (s.clip_grad_value > 0) optim::clip_grad_value_(model.parameters(), s.clip_grad_value);
+  last_step_skipped_ = !scaler_.step(*optimizer_);
+  scaler_.update();
+  optimizer_->zero_grad();
+}
+
+// Starts and stops the profiler at step boundaries: train.profile_steps steps
+// after train.profile_warmup, then writes the reports to <output>/profile/.
+void Trainer::profile_boundary() {
+  if (profile_from_ < 0) return;
+  if (!profiler_ && step_ == profile_from_) {
+    profiler_ = std::make_unique<profiler::Profiler>();
+    for (auto& [name, p] : recipe_.model->named_parameters())
+      profiler_->label(p, profiler::MemoryKind::kParameter, name.substr(0, name.rfind('.')));
+    for (auto& [name, t] : optimizer_->state_dict().tensors) profiler_->label(t, profiler::MemoryKind::kOptimizerState);
+    return;
+  }
+  if (profiler_ && step_ >= profile_to_) {
+    profiler_->stop();
+    namespace fs = std::filesystem;
+    const std::string dir = recipe_.output_dir + "/profile";
+    fs::create_directories(dir);
+    const std::string ops = profiler_->table(profiler::GroupBy::kOp, 60);
+    const std::string modules = profiler_->table(profiler::GroupBy::kModule, 60);
+    const std::string memory = profiler_->memory_table(40);
+    std::ofstream(dir + "/ops.txt") << ops;
+    std::ofstream(dir + "/modules.txt") << modules;
+    std::ofstream(dir + "/memory.txt") << memory;
+    profiler_->export_chrome_trace(dir + "/trace.json");
+    if (!opt_.quiet) {
+      finish_line();
+      std::printf("\n== profile of steps %lld-%lld ==\n%s\n%s\nwritten: %s/{ops,modules,memory}.txt and %s/trace.json "
+                  "(open in https://ui.perfetto.dev)\n\n",
+                  static_cast<long long>(profile_from_ + 1), static_cast<long long>(profile_to_),
+                  profiler_->table(profiler::GroupBy::kOp, 15).c_str(), memory.c_str(), dir.c_str(), dir.c_str());
+    }
+    profiler_.reset();
+    profile_from_ = -1;
+  }
+}
+
+namespace {
+// mean, std, max |x| and the fraction of exact zeros, as the layer-statistics
+// gauges report them.
+void publish_stats(monitor::Registry& reg, const std::string& prefix, const std::string& what, const Tensor& t,
+                   const monitor::Labels& labels) {
+  NoGradGuard no_grad;
+  Tensor x = t.detach().to(DType::F32);
+  if (x.numel() == 0) return;
+  reg.set(prefix + "_mean", "Mean of each layer's " + what + ".", ops::mean(x).item<double>(), labels);
+  reg.set(prefix + "_std", "Standard deviation of each layer's " + what + ".",
+          x.numel() > 1 ? ops::std(x).item<double>() : 0.0, labels);
+  reg.set(prefix + "_max_abs", "Largest absolute value of each layer's " + what + ".",
+          ops::amax(ops::abs(x)).item<double>(), labels);
+  reg.set(prefix + "_zero_fraction", "Fraction of exact zeros in each layer's " + what + ".",
+          ops::mean(ops::eq(x, 0.0).to(DType::F32)).item<double>(), labels);
+}
+}  // namespace
+
+// Forward hooks on every leaf module: on a statistics step each records its
+// output's statistics (labelled with the module path).
+void Trainer::install_layer_stats() {
+  for (auto& [name, m] : recipe_.model->named_modules()) {
+    if (!m->named_children().empty()) continue;
+    std::string layer = name.empty() ? recipe_.model_name : name;
+    size_t h = m->register_forward_hook([this, layer](nn::Module&, const Tensor&, Tensor& out) {
+      if (stats_due_ && out.defined() && is_floating(out.dtype()))
+        publish_stats(registry_, "tessera_layer_activation", "output (activation)", out, {{"layer", layer}});
+    });
+    stat_hooks_.push_back({m, h});
+  }
+}
+
+void Trainer::collect_grad_stats() {
+  for (auto& [name, p] : recipe_.model->named_parameters()) {
+    Tensor g = p.grad();
+    if (g.defined()) publish_stats(registry_, "tessera_layer_grad", "parameter gradients", g, {{"param", name}});
+  }
+}
+
+void Trainer::publish_metrics(double seconds, int64_t samples, double data_wait) {
+  monitor::Registry& r = registry_;
+  r.set("tessera_train_step", "Optimizer steps taken.", static_cast<double>(step_), {}, monitor::MetricType::kCounter);
+  r.set("tessera_train_epoch", "Current epoch (0-based).", static_cast<double>(loader_->epoch()));
+  r.set("tessera_train_loss", "Training loss of the last step.", last_loss_);
+  r.set("tessera_train_loss_smoothed", "Exponential moving average of the training loss.", smooth_loss_);
+  r.set("tessera_train_learning_rate", "Learning rate of the first parameter group.",
+        optimizer_->param_groups()[0].lr());
+  if (std::isfinite(last_grad_norm_))
+    r.set("tessera_train_grad_norm", "Global L2 norm of the gradients before clipping.", last_grad_norm_);
+  r.set("tessera_train_samples_per_second", "Training throughput over the last step.",
+        seconds > 0 ? static_cast<double>(samples) / seconds : 0.0);
+  r.set("tessera_train_step_seconds", "Wall time of the last optimizer step.", seconds);
+  r.observe("tessera_train_step_duration_seconds", "Distribution of optimizer step times.",
+            {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}, seconds);
+  r.set("tessera_train_data_wait_seconds", "Time the last step waited for its batches.", data_wait);
+  r.set("tessera_memory_allocated_bytes", "Bytes in live tensors.", static_cast<double>(memory_allocated()));
+  r.set("tessera_memory_peak_bytes", "Most bytes in live tensors since start.",
+        static_cast<double>(max_memory_allocated()));
+  r.set("tessera_memory_reserved_bytes", "Bytes held by the caching allocator (live + cached).",
+        static_cast<double>(memory_stats().reserved_bytes));
+  r.set("tessera_amp_skipped_steps_total", "Optimizer steps skipped because gradients held inf/NaN.",
+        static_cast<double>(scaler_.skipped_steps()), {}, monitor::MetricType::kCounter);
+  r.set("tessera_amp_loss_scale", "Current dynamic loss scale (1 without loss scaling).", scaler_.get_scale());
 }
 
 json Trainer::fit() {
@@ -226,6 +371,20 @@ json Trainer::fit() {
                 static_cast<long long>(s.batch_size), static_cast<long long>(s.grad_accum), get_num_threads(),
                 step_ > 0 ? (" (resumed at step " + std::to_string(step_) + ")").c_str() : "");
 
+  const int64_t profile_steps = opt_.profile_steps >= 0 ? opt_.profile_steps : s.profile_steps;
+  if (profile_steps > 0) {
+    profile_from_ = step_ + s.profile_warmup;
+    profile_to_ = profile_from_ + profile_steps;
+  }
+  if (recipe_.monitor.port >= 0) {
+    metrics_server_ = std::make_unique<monitor::MetricsServer>(registry_, recipe_.monitor.host, recipe_.monitor.port);
+    if (recipe_.monitor.layer_stats) install_layer_stats();
+    if (!opt_.quiet) std::printf("metrics for Prometheus at %s\n", metrics_server_->url().c_str());
+  }
+  if (s.precision != DType::F32 && !opt_.quiet)
+    std::printf("mixed precision: %s autocast%s\n", dtype_name(s.precision),
+                scaler_.enabled() ? ", dynamic loss scaling" : "");
+
   int64_t micro = 0, window_samples = 0;
   auto window_start = Clock::now();
   bool checkpoint_due = false, eval_due = false;
@@ -238,24 +397,40 @@ json Trainer::fit() {
       if (s.steps == 0 && loader_->epoch() >= s.epochs) break;
       if (micro == 0 && !eval_due && !checkpoint_due) continue;
     } else {
-      Tensor out = model((*batch)[0]);
-      Tensor loss = loss_of(out, (*batch)[1]);
+      if (micro == 0) {
+        profile_boundary();
+        const int64_t every = recipe_.monitor.layer_stats_every > 0 ? recipe_.monitor.layer_stats_every : s.log_every;
+        stats_due_ = !stat_hooks_.empty() && (step_ + 1) % every == 0;
+      }
+      const bool amp = s.precision != DType::F32;
+      Tensor loss;
+      {
+        profiler::PhaseScope phase(profiler::Phase::kForward);
+        autocast::Guard autocast(amp ? s.precision : DType::BF16, amp);
+        Tensor out = model((*batch)[0]);
+        loss = loss_of(out, (*batch)[1]);
+      }
       last_loss_ = loss.item<double>();
-      TS_CHECK(std::isfinite(last_loss_), "training diverged: the loss is ", last_loss_, " at step ", step_ + 1,
-               " (lower the learning rate or enable clip_grad_norm)");
-      (s.grad_accum > 1 ? ops::div(loss, static_cast<double>(s.grad_accum)) : loss).backward();
+      // With loss scaling a non-finite loss (f16 overflow) makes a skipped step.
+      TS_CHECK(std::isfinite(last_loss_) || scaler_.enabled(), "training diverged: the loss is ", last_loss_,
+               " at step ", step_ + 1, " (lower the learning rate or enable clip_grad_norm)");
+      {
+        profiler::PhaseScope phase(profiler::Phase::kBackward);
+        Tensor l = s.grad_accum > 1 ? ops::div(loss, static_cast<double>(s.grad_accum)) : loss;
+        scaler_.scale(l).backward();
+      }
       window_samples += (*batch)[0].size(0);
       if (++micro < s.grad_accum) continue;
       micro = 0;
-      if (s.clip_grad_norm > 0) optim::clip_grad_norm_(model.parameters(), s.clip_grad_norm);
-      if (s.clip_grad_value > 0) optim::clip_grad_value_(model.parameters(), s.clip_grad_value);
-      optimizer_->step();
-      optimizer_->zero_grad();
+      optimizer_step();
       if (scheduler_ && !is_plateau(scheduler_.get())) scheduler_->step();
       ++step_;
       const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
       elapsed_ += secs;
       log_step(last_loss_, secs, window_samples);
+      const double wait = loader_->wait_seconds();
+      loader_->reset_wait_seconds();
+      if (metrics_server_) publish_metrics(secs, window_samples, wait);
       window_samples = 0;
       window_start = Clock::now();
       if (s.eval_every > 0 && step_ % s.eval_every == 0) eval_due = true;
@@ -282,6 +457,11 @@ json Trainer::fit() {
     if (checkpoint_due) save_checkpoint();
     checkpoint_due = false;
   }
+  if (profiler_) {  // training ended inside the profiled window
+    profile_to_ = step_;
+    profile_boundary();
+  }
+  metrics_server_.reset();
   stopped_ = g_stop.load();
   if (opt_.handle_signals) {
     sigaction(SIGINT, &old_int, nullptr);
@@ -306,6 +486,10 @@ json Trainer::fit() {
                   {"eval", last_eval_},
                   {"checkpoint", last_checkpoint_},
                   {"stopped_early", stopped_}};
+  if (s.precision != DType::F32 || scaler_.enabled()) {
+    summary["precision"] = dtype_name(s.precision);
+    summary["amp_skipped_steps"] = scaler_.skipped_steps();
+  }
   if (metrics_.is_open()) metrics_ << json{{"summary", summary}}.dump() << "\n";
   metrics_.close();
   if (!opt_.quiet) {
@@ -314,6 +498,9 @@ json Trainer::fit() {
                 stopped_ ? ", stopped early" : "");
     std::printf("  training time  %s\n", format_duration(elapsed_).c_str());
     std::printf("  train loss     %.4f\n", smooth_loss_);
+    if (summary.contains("precision"))
+      std::printf("  precision      %s, %lld steps skipped (inf/NaN gradients)\n", dtype_name(s.precision),
+                  static_cast<long long>(scaler_.skipped_steps()));
     if (!last_eval_.is_null() && !last_eval_.empty()) {
       std::printf("  eval loss      %.4f\n", last_eval_.value("loss", 0.0));
       if (last_eval_.contains("accuracy"))

@@ -14,6 +14,7 @@
 #include "tessera/nn/module.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/optim/scheduler.h"
+#include "tessera/train/grad_scaler.h"
 
 namespace tessera::train {
 
@@ -37,6 +38,21 @@ struct TrainSettings {
   int64_t log_every = 50;
   int num_workers = 2;
   int threads = 0;  // 0 = OMP_NUM_THREADS or all cores
+  // Mixed precision (docs/amp.md): the forward runs under autocast with this
+  // dtype; f16 uses a GradScaler, bf16 only if grad_scaler.enabled is set.
+  DType precision = DType::F32;
+  GradScalerOptions grad_scaler;
+  // Profiling (`tessera train --profile N`): N steps after `profile_warmup`.
+  int64_t profile_steps = 0;
+  int64_t profile_warmup = 3;
+};
+
+// Live metrics for Prometheus (docs/monitoring.md): `monitor: {port: 9400}`.
+struct MonitorSettings {
+  int port = -1;                  // -1: off; 0: any free port
+  std::string host = "127.0.0.1";
+  bool layer_stats = false;       // per-layer activation and gradient statistics
+  int64_t layer_stats_every = 0;  // steps; 0 = train.log_every
 };
 
 struct Recipe {
@@ -48,6 +64,7 @@ struct Recipe {
   std::vector<std::string> vocab;  // char-level text: the vocabulary
   std::string text_level;          // "byte" / "char" for text data
   TrainSettings train;
+  MonitorSettings monitor;
   std::string output_dir;
   std::function<optim::OptimizerPtr(nn::Module&)> make_optimizer;
   std::function<optim::SchedulerPtr(optim::Optimizer&, int64_t total_steps)> make_scheduler;  // may return null

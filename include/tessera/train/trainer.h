@@ -11,10 +11,20 @@
 // taken at step boundaries and hold everything needed to continue bit-exactly:
 // model, optimizer, scheduler, data-loader position, RNG state and counters.
 #include <atomic>
+#include <cmath>
 #include <fstream>
 #include <memory>
 
+#include "tessera/monitor/metrics.h"
+#include "tessera/train/grad_scaler.h"
 #include "tessera/train/recipe.h"
+
+namespace tessera::profiler {
+class Profiler;
+}
+namespace tessera::monitor {
+class MetricsServer;
+}
 
 namespace tessera::train {
 
@@ -28,6 +38,7 @@ struct EvalMetrics {
 
 struct TrainerOptions {
   std::string resume;      // "" (fresh), "latest", or a checkpoint directory
+  int64_t profile_steps = -1;  // >= 0 overrides train.profile_steps (`--profile N`)
   int progress = -1;       // -1: a live bar when stdout is a terminal; 0: plain lines; 1: bar
   bool handle_signals = true;  // Ctrl-C / SIGTERM: checkpoint, then stop
   bool quiet = false;      // no output at all (tests)
@@ -53,12 +64,22 @@ class Trainer {
   // Asks the loop to checkpoint and stop after the current step (signal-safe).
   static void request_stop();
   bool stopped_early() const { return stopped_; }
+  GradScaler& grad_scaler() { return scaler_; }
+  // The live metrics (served on monitor.port while fit() runs).
+  const monitor::Registry& metrics() const { return registry_; }
+  int monitor_port() const;  // the bound port while fit() runs, else -1
   std::string checkpoint_root() const { return recipe_.output_dir + "/checkpoints"; }
 
  private:
   Tensor loss_of(const Tensor& output, const Tensor& target) const;
   void log_step(double loss, double seconds, int64_t samples);
   void finish_line();
+  void optimizer_step();
+  void profile_boundary();
+  void publish_metrics(double seconds, int64_t samples, double data_wait);
+  void install_layer_stats();
+  void collect_grad_stats();
+  void check_finite_parameters() const;
 
   Recipe recipe_;
   TrainerOptions opt_;
@@ -73,6 +94,16 @@ class Trainer {
   bool bar_ = false, stopped_ = false;
   std::string last_checkpoint_;
   int64_t last_checkpoint_step_ = -1, last_eval_step_ = -1;
+  GradScaler scaler_;
+  double last_grad_norm_ = NAN;
+  bool last_step_skipped_ = false;
+  // profiling and monitoring
+  std::unique_ptr<profiler::Profiler> profiler_;
+  int64_t profile_from_ = -1, profile_to_ = -1;
+  monitor::Registry registry_;
+  std::unique_ptr<monitor::MetricsServer> metrics_server_;
+  bool stats_due_ = false;
+  std::vector<std::pair<nn::Module*, size_t>> stat_hooks_;
 };
 
 }  // namespace tessera::train
