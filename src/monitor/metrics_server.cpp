@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <thread>
 
 #include "tessera/core/error.h"
@@ -19,6 +21,12 @@ MetricsServer::MetricsServer(const Registry& registry, const std::string& host, 
   TS_CHECK(port >= 0 && port <= 65535, "metrics server: port must be in 0..65535, got ", port);
   auto& s = impl_->server;
   s.set_tcp_nodelay(true);
+  // httplib's default adds SO_REUSEPORT, which lets a second process bind the
+  // same port and silently steal half the scrapes: keep SO_REUSEADDR only.
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   s.new_task_queue = [] { return new httplib::ThreadPool(2); };
   s.Get("/metrics", [&registry](const httplib::Request&, httplib::Response& res) {
     res.set_content(registry.render(), "text/plain; version=0.0.4; charset=utf-8");
