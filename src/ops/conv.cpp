@@ -3,6 +3,7 @@
 // swapped. Double backward through convolutions is not supported yet: the VJP
 // raises an error under create_graph instead of returning wrong gradients.
 #include "backend/cpu/conv.h"
+#include "backend/cpu/gemm.h"
 #include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 
@@ -44,8 +45,9 @@ cpu::ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, const std::vec
 Tensor conv2d_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, std::vector<int64_t> stride,
                    std::vector<int64_t> pad_tl, std::vector<int64_t> pad_br, std::vector<int64_t> dil, int64_t groups) {
   const char* name = "conv2d";
-  if (is_reduced_float(x_in.dtype())) {
-    // 16-bit floats run the f32 primitives (autograd flows through the casts).
+  if (x_in.dtype() == DType::F16 || (x_in.dtype() == DType::BF16 && !cpu::has_native_bf16())) {
+    // 16-bit floats without native support run the f32 primitives (autograd
+    // flows through the casts); bf16 on AVX512-BF16/AMX runs oneDNN's bf16 kernels.
     Tensor b32 = b_in.defined() ? b_in.to(DType::F32) : Tensor();
     return conv2d_impl(x_in.to(DType::F32), w_in.to(DType::F32), b32, stride, pad_tl, pad_br, dil, groups).to(x_in.dtype());
   }

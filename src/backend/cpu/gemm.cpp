@@ -8,6 +8,7 @@
 #include <vector>
 #include <mutex>
 
+#include "tessera/core/allocator.h"
 #include "tessera/core/half.h"
 #include "tessera/core/parallel.h"
 
@@ -125,38 +126,49 @@ void gemm_loop(const GemmArgs& g) {
   });
 }
 
-// Whether oneDNN has a native bf16 matmul on this CPU (AVX-512 BF16 / AMX);
-// elsewhere bf16 is computed in f32.
-bool native_bf16() {
-  static const bool ok = [] {
-    try {
-      dnnl::memory::desc md({1, 16, 16}, dt::bf16, {256, 16, 1});
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine().eng);
-      return true;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }();
-  return ok;
-}
+// f32 scratch from the caching allocator: the widened operands of a 16-bit
+// GEMM are as large as activations, and fresh pages cost ~15 us each here.
+class F32Buffer {
+ public:
+  explicit F32Buffer(int64_t n) : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float)) {
+    p_ = static_cast<float*>(cpu_allocate(bytes_));
+  }
+  ~F32Buffer() { cpu_free(p_, bytes_); }
+  F32Buffer(const F32Buffer&) = delete;
+  F32Buffer& operator=(const F32Buffer&) = delete;
+  float* data() const { return p_; }
+
+ private:
+  size_t bytes_;
+  float* p_;
+};
 
 // 16-bit floats through an f32 GEMM: operands widened into contiguous
-// buffers, the result narrowed back (and added when accumulating).
+// buffers, the result narrowed back (and added when accumulating). Rows are
+// converted in parallel; a contiguous row is a plain loop the compiler vectorizes.
 template <typename T>
 void gemm_via_f32(const GemmArgs& g) {
-  auto widen = [&](const void* p, const int64_t* s, int64_t rows, int64_t cols, std::vector<float>& out, int64_t* fs) {
-    int64_t batches = s[0] == 0 ? 1 : g.batch;
-    out.resize(static_cast<size_t>(batches * rows * cols));
+  auto widen = [&](const void* p, const int64_t* s, int64_t rows, int64_t cols, F32Buffer& out, int64_t* fs) {
+    const int64_t batches = s[0] == 0 ? 1 : g.batch;
     const T* src = static_cast<const T*>(p);
-    for (int64_t b = 0; b < batches; ++b)
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < cols; ++j)
-          out[(b * rows + i) * cols + j] = static_cast<float>(src[b * s[0] + i * s[1] + j * s[2]]);
+    float* dst = out.data();
+    parallel_for(0, batches * rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t b = r / rows, i = r % rows;
+        const T* in = src + b * s[0] + i * s[1];
+        float* o = dst + r * cols;
+        if (s[2] == 1)
+          for (int64_t j = 0; j < cols; ++j) o[j] = static_cast<float>(in[j]);
+        else
+          for (int64_t j = 0; j < cols; ++j) o[j] = static_cast<float>(in[j * s[2]]);
+      }
+    });
     fs[0] = s[0] == 0 ? 0 : rows * cols;
     fs[1] = cols;
     fs[2] = 1;
   };
-  std::vector<float> a, b, c(static_cast<size_t>(g.batch * g.m * g.n)), bias;
+  const int64_t abatches = g.sa[0] == 0 ? 1 : g.batch, bbatches = g.sb[0] == 0 ? 1 : g.batch;
+  F32Buffer a(abatches * g.m * g.k), b(bbatches * g.k * g.n), c(g.batch * g.m * g.n), bias(g.bias ? g.n : 1);
   GemmArgs f = g;
   f.dtype = DType::F32;
   widen(g.a, g.sa, g.m, g.k, a, f.sa);
@@ -169,26 +181,46 @@ void gemm_via_f32(const GemmArgs& g) {
   f.sc[2] = 1;
   f.accumulate = false;
   if (g.bias) {
-    bias.resize(g.n);
-    for (int64_t j = 0; j < g.n; ++j) bias[j] = static_cast<float>(static_cast<const T*>(g.bias)[j]);
+    for (int64_t j = 0; j < g.n; ++j) bias.data()[j] = static_cast<float>(static_cast<const T*>(g.bias)[j]);
     f.bias = bias.data();
+  } else {
+    f.bias = nullptr;
   }
   gemm(f);
   T* out = static_cast<T*>(g.c);
-  for (int64_t bi = 0; bi < g.batch; ++bi)
-    for (int64_t i = 0; i < g.m; ++i)
+  parallel_for(0, g.batch * g.m, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.n, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t bi = r / g.m, i = r % g.m;
+      const float* in = c.data() + r * g.n;
+      T* o = out + bi * g.sc[0] + i * g.sc[1];
       for (int64_t j = 0; j < g.n; ++j) {
-        T& dst = out[bi * g.sc[0] + i * g.sc[1] + j * g.sc[2]];
-        float v = c[(bi * g.m + i) * g.n + j];
-        dst = static_cast<T>(g.accumulate ? v + static_cast<float>(dst) : v);
+        T& dst = o[j * g.sc[2]];
+        dst = static_cast<T>(g.accumulate ? in[j] + static_cast<float>(dst) : in[j]);
       }
+    }
+  });
 }
 
 }  // namespace
 
+// Whether oneDNN has a native bf16 matmul on this CPU (AVX-512 BF16 / AMX);
+// elsewhere bf16 is computed in f32.
+bool has_native_bf16() {
+  static const bool ok = [] {
+    try {
+      dnnl::memory::desc md({1, 16, 16}, dt::bf16, {256, 16, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine().eng);
+      return std::string(pd.impl_info_str()).find("ref") == std::string::npos;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
 void gemm(const GemmArgs& g) {
   if (g.batch == 0 || g.m == 0 || g.n == 0) return;
-  if (g.dtype == DType::F16 || (g.dtype == DType::BF16 && !native_bf16())) {
+  if (g.dtype == DType::F16 || (g.dtype == DType::BF16 && !has_native_bf16())) {
     if (g.dtype == DType::F16) gemm_via_f32<Half>(g);
     else gemm_via_f32<BFloat16>(g);
     return;

@@ -23,6 +23,10 @@ struct GemmArgs {
 
 void gemm(const GemmArgs& args);
 
+// Whether the CPU runs bf16 matrix products natively (AVX512-BF16 or AMX, as
+// oneDNN reports); elsewhere 16-bit products are computed in f32.
+bool has_native_bf16();
+
 // Statistics of the primitive cache, for tests and the profiler.
 int64_t gemm_cache_size();
 
