@@ -3,10 +3,17 @@
 // the same). Prints one JSON line.
 //
 //   tessera_train_bench --case mlp|cnn|gpt|resnet18|cnn_loader --steps N --warmup W --threads T
+//                       [--precision f32|bf16|f16] [--layers N] [--checkpoint S]
+//
+// --precision runs the forward under autocast (f16 with a GradScaler); for gpt,
+// --layers sets the depth and --checkpoint S checkpoints every block (0) or
+// S segments (nn::checkpoint_sequential). "step_rss_mib" is the resident
+// memory the steps added on top of the built model, measured like PyTorch's.
 //
 // cnn_loader trains the default CNN on real Fashion-MNIST through the
 // DataLoader (2 workers) and reports the share of the step spent waiting for data.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,7 +25,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/allocator.h"
 #include "tessera/core/parallel.h"
+#include "tessera/ops/autocast.h"
+#include "tessera/train/grad_scaler.h"
 #include "tessera/data/dataloader.h"
 #include "tessera/data/datasets.h"
 #include "tessera/nn/zoo/zoo.h"
@@ -29,14 +39,17 @@ using namespace tessera;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-  std::string kase;
-  int steps = 20, warmup = 3, threads = 1;
+  std::string kase, precision = "f32";
+  int steps = 20, warmup = 3, threads = 1, layers = 6, checkpoint = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--case") kase = argv[i + 1];
     else if (k == "--steps") steps = std::atoi(argv[i + 1]);
     else if (k == "--warmup") warmup = std::atoi(argv[i + 1]);
     else if (k == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (k == "--precision") precision = argv[i + 1];
+    else if (k == "--layers") layers = std::atoi(argv[i + 1]);
+    else if (k == "--checkpoint") checkpoint = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -70,6 +83,11 @@ int main(int argc, char** argv) {
     batch = 8;
     lm = true;
     nn::zoo::GPTConfig c;  // vocab 256, block 256, 6 layers, 6 heads, 384, bias, tied
+    c.n_layer = layers;
+    c.gradient_checkpointing = checkpoint >= 0;
+    c.checkpoint_segments = std::max(checkpoint, 0);
+    extra["layers"] = layers;
+    extra["checkpoint"] = checkpoint;
     model = std::make_shared<nn::zoo::GPT>(c);
     opt = std::make_unique<optim::AdamW>(model->parameters(), optim::Options{{"lr", 3e-4}, {"weight_decay", 0.1}});
     Tensor tokens = ops::randint(0, 256, {batch, 257});
@@ -89,6 +107,22 @@ int main(int argc, char** argv) {
   }
   if (!lm) y = ops::randint(0, 10, {batch});
   model->train();
+  if (precision != "f32" && precision != "bf16" && precision != "f16") {
+    std::fprintf(stderr, "--precision must be f32, bf16 or f16\n");
+    return 2;
+  }
+  const bool amp = precision != "f32";
+  const DType low = precision == "f16" ? DType::F16 : DType::BF16;
+  train::GradScaler scaler({.enabled = precision == "f16"});
+  auto rss_mib = [] {
+    long pages = 0, resident = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+      std::fclose(f);
+    }
+    return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
+  };
+  const double rss_before = rss_mib();
   double wait = 0;
   auto step = [&] {
     Tensor in = x, target = y;
@@ -100,15 +134,21 @@ int main(int argc, char** argv) {
       in = (*b)[0], target = (*b)[1];
     }
     opt->zero_grad();
-    Tensor out = (*model)(in);
-    Tensor loss = lm ? ops::cross_entropy(out.reshape({-1, out.size(-1)}), target.reshape({-1}))
-                     : ops::cross_entropy(out, target);
-    loss.backward();
-    opt->step();
+    Tensor loss;
+    {
+      autocast::Guard guard(low, amp);
+      Tensor out = (*model)(in);
+      loss = lm ? ops::cross_entropy(out.reshape({-1, out.size(-1)}), target.reshape({-1}))
+                : ops::cross_entropy(out, target);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(*opt);
+    scaler.update();
     return loss.item<double>();
   };
   for (int i = 0; i < warmup; ++i) step();
   wait = 0;
+  reset_peak_memory();
   std::vector<double> ms;
   double loss = 0;
   auto all0 = Clock::now();
@@ -134,6 +174,9 @@ int main(int argc, char** argv) {
                       {"warmup", warmup},
                       {"batch", batch},
                       {"peak_rss_mib", ru.ru_maxrss / 1024.0},
+                      {"step_rss_mib", std::max(0.0, ru.ru_maxrss / 1024.0 - rss_before)},
+                      {"peak_tensor_mib", max_memory_allocated() / double(1 << 20)},
+                      {"precision", precision},
                       {"samples_per_s", batch * 1e3 / median},
                       {"final_loss", loss}};
   if (kase == "mlp") r["s_per_epoch"] = median * std::ceil(60000.0 / 128) / 1e3;

@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 import torch
+import torch.utils.checkpoint
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -124,8 +125,9 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab_size=256, block_size=256, n_layer=6, n_head=6, n_embd=384, bias=True):
+    def __init__(self, vocab_size=256, block_size=256, n_layer=6, n_head=6, n_embd=384, bias=True, checkpoint=-1):
         super().__init__()
+        self.checkpoint = checkpoint  # -1 off, 0 every block, k: checkpoint_sequential with k segments
         self.block_size = block_size
         self.wte = nn.Embedding(vocab_size, n_embd)
         self.wpe = nn.Embedding(block_size, n_embd)
@@ -152,8 +154,14 @@ class GPT(nn.Module):
         B, T = idx.size()
         pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
         x = self.wte(idx) + self.wpe(pos)  # dropout 0.0: omitted
-        for block in self.h:
-            x = block(x)
+        if self.checkpoint < 0 or not torch.is_grad_enabled():
+            for block in self.h:
+                x = block(x)
+        elif self.checkpoint == 0:
+            for block in self.h:
+                x = torch.utils.checkpoint.checkpoint(block, x)
+        else:
+            x = torch.utils.checkpoint.checkpoint_sequential(self.h, self.checkpoint, x)
         x = self.ln_f(x)
         return self.lm_head(x)  # [B, T, vocab]
 
@@ -231,7 +239,13 @@ class ResNet18(nn.Module):
 # cases: model, optimizer, data, loss
 
 
-def build_case(case):
+def rss_mib():
+    """The resident set size now (not the peak), in MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def build_case(case, layers=6, checkpoint=-1):
     """Returns (model, optimizer, inputs, targets, loss_fn, batch, extra_json)."""
     extra = {}
     if case == "mlp":
@@ -250,7 +264,8 @@ def build_case(case):
         loss_fn = nn.CrossEntropyLoss()
     elif case == "gpt":
         batch, seq, vocab = 8, 256, 256
-        model = GPT(vocab_size=vocab, block_size=256, n_layer=6, n_head=6, n_embd=384, bias=True)
+        model = GPT(vocab_size=vocab, block_size=256, n_layer=layers, n_head=6, n_embd=384, bias=True,
+                    checkpoint=checkpoint)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
         tokens = torch.randint(0, vocab, (batch, seq + 1))
         x = tokens[:, :-1].contiguous()
@@ -260,6 +275,8 @@ def build_case(case):
         extra["attention"] = ATTENTION_PATH
         extra["seq_len"] = seq
         extra["params"] = sum(p.numel() for p in model.parameters())  # tied weight counted once
+        extra["layers"] = layers
+        extra["checkpoint"] = checkpoint
     elif case == "resnet18":
         batch = 32
         model = ResNet18(num_classes=10)
@@ -279,6 +296,11 @@ def main():
     ap.add_argument("--steps", type=int, default=20, help="timed steps")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--precision", default="f32", choices=("f32", "bf16"),
+                    help="bf16: the forward under torch.autocast('cpu', torch.bfloat16)")
+    ap.add_argument("--layers", type=int, default=6, help="gpt: number of blocks")
+    ap.add_argument("--checkpoint", type=int, default=-1,
+                    help="gpt: -1 off, 0 checkpoint every block, k checkpoint_sequential with k segments")
     args = ap.parse_args()
     if args.steps < 1:
         sys.exit("--steps must be >= 1")
@@ -287,12 +309,15 @@ def main():
     torch.manual_seed(0)
     np.random.seed(0)
 
-    model, opt, x, y, loss_fn, batch, extra = build_case(args.case)
+    model, opt, x, y, loss_fn, batch, extra = build_case(args.case, args.layers, args.checkpoint)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    rss_before = rss_mib()
 
     def step():
         opt.zero_grad(set_to_none=True)
-        out = model(x)
-        loss = loss_fn(out, y)
+        with autocast:
+            out = model(x)
+            loss = loss_fn(out, y)
         loss.backward()
         opt.step()
         return loss
@@ -320,6 +345,10 @@ def main():
         "warmup": args.warmup,
         "batch": batch,
         "peak_rss_mib": round(peak_rss_mib, 1),
+        # Memory the training steps added on top of the built model: activations,
+        # gradients, optimizer state and allocator caches.
+        "step_rss_mib": round(max(0.0, peak_rss_mib - rss_before), 1),
+        "precision": args.precision,
         "samples_per_s": round(batch * 1e3 / median, 2),
     }
     if args.case == "mlp":

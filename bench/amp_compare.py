@@ -1,0 +1,130 @@
+#!/usr/bin/python3
+"""Mixed precision and gradient checkpointing, Tessera vs PyTorch, side by side.
+
+    /usr/bin/python3 bench/amp_compare.py                      # both parts, markdown to stdout
+    /usr/bin/python3 bench/amp_compare.py --part precision --markdown out.md
+    /usr/bin/python3 bench/amp_compare.py --part checkpoint --layers 6,12 --rounds 1
+
+precision:  the GPT case (6 layers, d 384, ctx 256, batch 8, AdamW) in f32 and in
+            bf16 autocast -- Tessera (autocast::Guard) and PyTorch
+            (torch.autocast('cpu', torch.bfloat16)) -- at 1 and 2 threads.
+checkpoint: the GPT at 6, 12 and 24 layers without checkpointing, with
+            round(sqrt(layers)) segments (checkpoint_sequential) and, for Tessera,
+            every block checkpointed; step time and the memory the steps add on
+            top of the built model ("step_rss_mib", resident set, measured the same
+            way in both), plus Tessera's peak of live tensor bytes.
+
+Both sides are the training-step benchmarks of bench/train_compare.py
+(build-bench/bench/tessera_train_bench, bench/train_torch.py), each run as its
+own process with PyTorch in its best environment (PLATFORM.md). Every
+configuration keeps its best median over --rounds rounds. Standard library only.
+"""
+import argparse
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_compare as tc  # noqa: E402
+
+TESSERA = os.path.join(tc.ROOT, "build-bench", "bench", "tessera_train_bench")
+
+
+def run(impl, threads, args, steps, warmup, timeout=3600):
+    if impl == "tessera":
+        cmd = [TESSERA, "--case", "gpt", "--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads)]
+        env = tc.env_for("tessera", threads, os.environ)
+    else:
+        cmd = ["/usr/bin/python3", tc.TORCH_SCRIPT, "--case", "gpt", "--steps", str(steps), "--warmup",
+               str(warmup), "--threads", str(threads)]
+        env = tc.env_for("torch_best", threads, os.environ)
+    cmd += args
+    rec = tc.run_one(cmd, env, timeout)
+    tc.log(impl, threads, " ".join(args), "->", rec.get("ms_per_step", rec.get("error")),
+           "ms", rec.get("step_rss_mib", ""), "MiB")
+    return rec
+
+
+def best_of(rounds, *a, **k):
+    best = None
+    for _ in range(rounds):
+        best = tc.better(best, run(*a, **k))
+    return best
+
+
+def precision_part(rounds, steps, warmup):
+    rows = []
+    for threads in (1, 2):
+        r = {}
+        for impl in ("tessera", "torch"):
+            for prec in ("f32", "bf16"):
+                r[impl, prec] = best_of(rounds, impl, threads, ["--precision", prec], steps, warmup)
+        rows.append((threads, r))
+    out = ["| threads | Tessera f32 ms | Tessera bf16 ms | bf16/f32 | PyTorch f32 ms | PyTorch bf16 ms | "
+           "bf16/f32 | Tessera bf16 / PyTorch bf16 |", "|---|---|---|---|---|---|---|---|"]
+    for threads, r in rows:
+        t32, t16 = tc.get(r["tessera", "f32"], "ms_per_step"), tc.get(r["tessera", "bf16"], "ms_per_step")
+        p32, p16 = tc.get(r["torch", "f32"], "ms_per_step"), tc.get(r["torch", "bf16"], "ms_per_step")
+        ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "n/a"
+        out.append(f"| {threads} | {tc.f_ms(t32)} | {tc.f_ms(t16)} | {ratio(t16, t32)} | {tc.f_ms(p32)} | "
+                   f"{tc.f_ms(p16)} | {ratio(p16, p32)} | **{ratio(t16, p16)}** |")
+    return "\n".join(out)
+
+
+def checkpoint_part(rounds, layers_list, threads, steps, warmup):
+    out = ["| layers | mode | Tessera ms | Tessera step MiB | Tessera peak tensors MiB | PyTorch ms | "
+           "PyTorch step MiB | Tessera/PyTorch memory |", "|---|---|---|---|---|---|---|---|"]
+    summary = []
+    for layers in layers_list:
+        seg = max(1, round(math.sqrt(layers)))
+        modes = [("none", -1), (f"sqrt: {seg} segments", seg), ("every block", 0)]
+        base = {}
+        for label, ck in modes:
+            args = ["--layers", str(layers), "--checkpoint", str(ck)]
+            t = best_of(rounds, "tessera", threads, args, steps, warmup)
+            p = best_of(rounds, "torch", threads, args, steps, warmup) if ck != 0 else None
+            tm, tmem = tc.get(t, "ms_per_step"), tc.get(t, "step_rss_mib")
+            pm, pmem = tc.get(p, "ms_per_step"), tc.get(p, "step_rss_mib")
+            if ck == -1:
+                base = {"t_ms": tm, "t_mem": tmem, "t_peak": tc.get(t, "peak_tensor_mib")}
+            ratio = f"**{tmem / pmem:.2f}x**" if tmem and pmem else "n/a"
+            out.append(f"| {layers} | {label} | {tc.f_ms(tm)} | {tc.f_mib(tmem)} | "
+                       f"{tc.f_mib(tc.get(t, 'peak_tensor_mib'))} | {tc.f_ms(pm)} | {tc.f_mib(pmem)} | {ratio} |")
+            if ck != -1 and tm and base.get("t_ms"):
+                summary.append(f"- {layers} layers, {label}: Tessera step time {tm / base['t_ms']:.2f}x of "
+                               f"no checkpointing, step memory {tmem / base['t_mem']:.2f}x, peak tensor bytes "
+                               f"{tc.get(t, 'peak_tensor_mib') / base['t_peak']:.2f}x")
+    return "\n".join(out) + "\n\n" + "\n".join(summary)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", choices=("precision", "checkpoint", "both"), default="both")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--layers", default="6,12,24")
+    ap.add_argument("--threads", type=int, default=2, help="threads for the checkpoint part")
+    ap.add_argument("--markdown", help="also write the tables to this file")
+    args = ap.parse_args()
+    if not os.path.exists(TESSERA):
+        sys.exit(f"{TESSERA} is missing: build with cmake -B build-bench -DCMAKE_BUILD_TYPE=Release "
+                 "-DTESSERA_BUILD_BENCH=ON && ninja -C build-bench")
+    model, flags = tc.cpu_info()
+    text = [f"CPU: {model} ({flags}); torch {tc.torch_version('/usr/bin/python3')}"]
+    if args.part in ("precision", "both"):
+        text += ["", "### bf16 autocast vs f32 (GPT 6L, ms per training step)", "",
+                 precision_part(args.rounds, args.steps, args.warmup)]
+    if args.part in ("checkpoint", "both"):
+        layers = [int(x) for x in args.layers.split(",")]
+        text += ["", f"### Gradient checkpointing (GPT d 384, ctx 256, batch 8, {args.threads} threads)", "",
+                 checkpoint_part(args.rounds, layers, args.threads, args.steps, args.warmup)]
+    md = "\n".join(text) + "\n"
+    print(md)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(md)
+
+
+if __name__ == "__main__":
+    main()
