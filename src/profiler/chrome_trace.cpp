@@ -34,6 +34,19 @@ void Profiler::export_chrome_trace(const std::string& path) const {
                         {"tid", e.tid},
                         {"args", std::move(args)}});
     }
+    // Allocations of 64 KiB and more as instant events: what made the memory
+    // counter jump, with the op and module that asked.
+    for (const Block& b : s_->blocks)
+      if (b.bytes >= (64 << 10))
+        events.push_back({{"name", std::string("alloc ") + (b.op && *b.op ? b.op : "(no op)")},
+                          {"cat", "memory"},
+                          {"ph", "i"},
+                          {"s", "p"},
+                          {"ts", b.t_alloc / 1e3},
+                          {"pid", 1},
+                          {"tid", 0},
+                          {"args", {{"bytes", b.bytes}, {"module", b.module ? b.module : ""},
+                                    {"phase", phase_name(b.phase)}}}});
     if (s_->options.record_memory)
       for (const auto& pt : s_->timeline)
         events.push_back({{"name", "memory"},

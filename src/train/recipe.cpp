@@ -251,6 +251,7 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
     }
     s.profile_steps = t.get<int64_t>("profile_steps", s.profile_steps);
     s.profile_warmup = t.get<int64_t>("profile_warmup", s.profile_warmup);
+    s.detect_anomaly = t.get<bool>("detect_anomaly", s.detect_anomaly);
     TS_CHECK(s.profile_steps >= 0 && s.profile_warmup >= 0, "config: train.profile_steps and train.profile_warmup "
              "must be >= 0");
     t.finish();

@@ -7,7 +7,9 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
+#include "tessera/autograd/anomaly.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/allocator.h"
 #include "tessera/core/parallel.h"
@@ -384,6 +386,9 @@ json Trainer::fit() {
   if (s.precision != DType::F32 && !opt_.quiet)
     std::printf("mixed precision: %s autocast%s\n", dtype_name(s.precision),
                 scaler_.enabled() ? ", dynamic loss scaling" : "");
+
+  std::optional<autograd::DetectAnomalyGuard> anomaly;
+  if (s.detect_anomaly) anomaly.emplace();
 
   int64_t micro = 0, window_samples = 0;
   auto window_start = Clock::now();

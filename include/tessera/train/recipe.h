@@ -45,6 +45,8 @@ struct TrainSettings {
   // Profiling (`tessera train --profile N`): N steps after `profile_warmup`.
   int64_t profile_steps = 0;
   int64_t profile_warmup = 3;
+  // Anomaly mode (autograd/anomaly.h) for every step: slow, for debugging.
+  bool detect_anomaly = false;
 };
 
 // Live metrics for Prometheus (docs/monitoring.md): `monitor: {port: 9400}`.
