@@ -62,6 +62,7 @@ TensorList CheckpointNode::apply(TensorList&& grads) {
   try {
     EnableGradGuard grad;
     autocast::Guard amp(autocast.dtype, autocast.enabled);
+    autocast::NoCacheGuard own_casts;
     outs = fn(detached);
   } catch (...) {
     gen.set_state(seed, offset);
@@ -94,7 +95,13 @@ TensorList checkpoint_flat(const CheckpointFn& fn, const TensorList& inputs) {
   node->autocast = autocast::state();
   uint64_t first_inner = node->sequence_nr + 1;  // nodes made by fn come after this one
 
-  TensorList outs = fn(inputs);
+  TensorList outs;
+  {
+    // Casts of weights made before the checkpoint would be tensors from
+    // outside that cannot be recomputed: the function casts its own.
+    autocast::NoCacheGuard own_casts;
+    outs = fn(inputs);
+  }
 
   // Walk the inner graph and collect its boundary edges (Note [Checkpoint boundary]).
   std::unordered_map<const Node*, uint32_t> input_node;  // leaf accumulator or grad_fn -> input index

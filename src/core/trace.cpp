@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <shared_mutex>
 #include <unordered_set>
 
 namespace tessera::trace {
@@ -12,12 +13,15 @@ std::atomic<int> g_listeners{0};
 
 namespace {
 
-// Listeners are few and change rarely; readers copy the list under the lock
-// only when it changed (generation counter), so a trace point does not lock.
+// Note [Listener lifetime]
+// Listeners are called from every thread that allocates (data-loader workers
+// too), so removing one must wait until no thread is inside it: callbacks run
+// under a shared lock and remove_listener takes it exclusively. A callback
+// that itself allocates or runs ops (anomaly mode does) re-enters the
+// dispatcher on the same thread; the depth counter keeps it from locking twice.
 struct Registry {
-  std::mutex mu;
+  std::shared_mutex mu;
   std::vector<Listener*> listeners;
-  std::atomic<uint64_t> generation{0};
 };
 Registry& registry() {
   static Registry* r = new Registry();  // never destroyed: used by late frees
@@ -26,20 +30,26 @@ Registry& registry() {
 
 struct ThreadState {
   std::vector<Scope*> stack;
-  std::vector<Listener*> listeners;
-  uint64_t generation = ~uint64_t(0);
-  const std::vector<Listener*>& current() {
-    Registry& r = registry();
-    uint64_t g = r.generation.load(std::memory_order_acquire);
-    if (g != generation) {
-      std::lock_guard<std::mutex> lock(r.mu);
-      listeners = r.listeners;
-      generation = r.generation.load(std::memory_order_relaxed);
-    }
-    return listeners;
-  }
+  int dispatch_depth = 0;
 };
 thread_local ThreadState t_state;
+
+template <typename F>
+void dispatch(F&& f) {
+  Registry& r = registry();
+  struct Depth {
+    Depth() { t_state.dispatch_depth++; }
+    ~Depth() { t_state.dispatch_depth--; }
+  };
+  if (t_state.dispatch_depth > 0) {
+    Depth d;
+    for (Listener* l : r.listeners) f(l);
+    return;
+  }
+  std::shared_lock<std::shared_mutex> lock(r.mu);
+  Depth d;
+  for (Listener* l : r.listeners) f(l);
+}
 
 }  // namespace
 
@@ -56,19 +66,17 @@ const char* kind_name(ScopeKind k) {
 
 void add_listener(Listener* l) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  std::unique_lock<std::shared_mutex> lock(r.mu);
   r.listeners.push_back(l);
-  r.generation.fetch_add(1, std::memory_order_release);
   detail::g_listeners.fetch_add(1, std::memory_order_relaxed);
 }
 
 void remove_listener(Listener* l) {
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  std::unique_lock<std::shared_mutex> lock(r.mu);  // waits for callbacks in flight
   auto it = std::find(r.listeners.begin(), r.listeners.end(), l);
   if (it == r.listeners.end()) return;
   r.listeners.erase(it);
-  r.generation.fetch_add(1, std::memory_order_release);
   detail::g_listeners.fetch_sub(1, std::memory_order_relaxed);
 }
 
@@ -76,11 +84,11 @@ namespace detail {
 
 void begin(Scope& s) {
   t_state.stack.push_back(&s);
-  for (Listener* l : t_state.current()) l->scope_begin(s);
+  dispatch([&](Listener* l) { l->scope_begin(s); });
 }
 
 void end(Scope& s) {
-  for (Listener* l : t_state.current()) l->scope_end(s);
+  dispatch([&](Listener* l) { l->scope_end(s); });
   // Scopes close in order; a listener added mid-scope still pops cleanly.
   auto& st = t_state.stack;
   if (!st.empty() && st.back() == &s) st.pop_back();
@@ -88,16 +96,16 @@ void end(Scope& s) {
 }
 
 void alloc(const void* p, int64_t bytes) {
-  for (Listener* l : t_state.current()) l->allocated(p, bytes);
+  dispatch([&](Listener* l) { l->allocated(p, bytes); });
 }
 
 void free(const void* p, int64_t bytes) {
-  for (Listener* l : t_state.current()) l->freed(p, bytes);
+  dispatch([&](Listener* l) { l->freed(p, bytes); });
 }
 
 void outputs(const char* op, bool backward, const char* path, const Tensor* ins, int n_in, const Tensor* outs,
              int n_out) {
-  for (Listener* l : t_state.current()) l->op_outputs(op, backward, path, ins, n_in, outs, n_out);
+  dispatch([&](Listener* l) { l->op_outputs(op, backward, path, ins, n_in, outs, n_out); });
 }
 
 }  // namespace detail

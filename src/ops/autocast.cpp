@@ -52,7 +52,8 @@ struct CastCache {
     Tensor cast;
   };
   std::unordered_map<const TensorImpl*, Entry> entries;
-  int depth = 0;  // open Guards that enable autocast
+  int depth = 0;   // open Guards that enable autocast
+  int bypass = 0;  // open NoCacheGuards
   int64_t casts = 0;
 };
 thread_local CastCache t_cache;
@@ -70,7 +71,7 @@ Tensor cast(const Tensor& t, Policy p, DType target) {
   if (p == kLower && t.dtype() != DType::F32) return t;  // f64 stays f64, like PyTorch
   if (p == kF32 && t.dtype() != DType::F16 && t.dtype() != DType::BF16) return t;
   // Weights (leaves that require grad) are cast once per autocast scope.
-  bool cacheable = t_cache.depth > 0 && t.requires_grad() && !t.grad_fn();
+  bool cacheable = t_cache.depth > 0 && t_cache.bypass == 0 && t.requires_grad() && !t.grad_fn();
   if (cacheable) {
     auto it = t_cache.entries.find(t.impl());
     if (it != t_cache.entries.end() && it->second.version == t.version() && it->second.dtype == target)
@@ -113,6 +114,9 @@ Guard::~Guard() {
   }
   detail::t_state = prev_;
 }
+
+NoCacheGuard::NoCacheGuard() { t_cache.bypass++; }
+NoCacheGuard::~NoCacheGuard() { t_cache.bypass--; }
 
 bool enabled() { return detail::t_state.enabled; }
 DType dtype() { return detail::t_state.dtype; }

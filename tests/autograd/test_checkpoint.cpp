@@ -7,6 +7,7 @@
 #include "tessera/nn/checkpoint.h"
 #include "tessera/nn/loss.h"
 #include "tessera/nn/zoo/zoo.h"
+#include "tessera/ops/autocast.h"
 #include "tessera/ops/ops.h"
 #include "test_util.h"
 
@@ -126,6 +127,27 @@ TEST(Checkpoint, ReturnsInputUnchanged) {
   TensorList out = autograd::checkpoint([](const Tensor& a) -> TensorList { return {a, mul(a, 2.0)}; }, x);
   sum(add(out[0], out[1])).backward();
   EXPECT_CLOSE(x.grad(), full({3}, 3.0));
+}
+
+TEST(Checkpoint, UnderAutocastWithAWeightUsedOutsideToo) {
+  Tensor w = randn({8, 8}).requires_grad_();
+  Tensor x = randn({4, 8}).requires_grad_();
+  auto run = [&](bool ckpt) {
+    w.impl()->autograd_meta().grad.reset();
+    Tensor y;
+    {
+      autocast::Guard amp(DType::BF16);
+      Tensor h = linear(x, w);  // casts w (cached in this scope)
+      auto block = [&](const Tensor& a) { return relu(linear(a, w)); };
+      y = ckpt ? autograd::checkpoint(block, h) : block(h);
+    }
+    sum(y.to(DType::F32)).backward();
+    return w.grad().clone();
+  };
+  // Not bitwise: without checkpointing both uses share one bf16 copy of w, whose
+  // gradient sums the two contributions in bf16 before reaching w.
+  Tensor plain = run(false), ckpt = run(true);
+  EXPECT_TRUE(tessera::testing::all_close(plain, ckpt, 2e-2, 2e-2));
 }
 
 TEST(Checkpoint, ClearErrors) {

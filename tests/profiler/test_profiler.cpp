@@ -1,7 +1,9 @@
 // The profiler, the memory tools (limit, peak) and anomaly mode.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -269,4 +271,19 @@ TEST(Anomaly, OffByDefaultAndQuietOnFiniteValues) {
   autograd::DetectAnomalyGuard anomaly;
   Tensor w = randn({3}).requires_grad_();
   EXPECT_NO_THROW(ops::sum(ops::mul(w, w)).backward());
+}
+
+// Note [Listener lifetime]: a profiler may stop (and be destroyed) while other
+// threads allocate; under ASan this would catch a callback into a dead listener.
+TEST(Profiler, StopsSafelyWhileOtherThreadsAllocate) {
+  std::atomic<bool> done{false};
+  std::thread worker([&] {
+    while (!done.load()) Tensor t = empty({256});
+  });
+  for (int i = 0; i < 50; ++i) {
+    Profiler prof;
+    Tensor t = empty({1024});
+  }
+  done.store(true);
+  worker.join();
 }

@@ -46,6 +46,17 @@ class Guard {
   bool counted_;
 };
 
+// Weight casts made in its scope are neither cached nor taken from the cache.
+// Gradient checkpointing runs its function under it, so the function casts
+// the weights it uses itself and can recompute those casts in backward.
+class NoCacheGuard {
+ public:
+  NoCacheGuard();
+  ~NoCacheGuard();
+  NoCacheGuard(const NoCacheGuard&) = delete;
+  NoCacheGuard& operator=(const NoCacheGuard&) = delete;
+};
+
 bool enabled();
 DType dtype();
 State state();
