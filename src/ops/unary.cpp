@@ -43,6 +43,16 @@ Tensor unary(const char* name, const Tensor& x_in, K k, Rule rule, std::initiali
 
 // x as the gradient's dtype: integer inputs were promoted before the kernel.
 Tensor xf(const VjpArgs& a) { return a.saved[0]; }
+
+// An activation's backward as one fused kernel over (grad, saved), when the
+// backward is not itself recorded (Note [Fused ops and double backward]);
+// an undefined tensor means "use the composite".
+Tensor fused_grad(const VjpArgs& a, cpu::BinaryKernel k) {
+  const Tensor& g = a.grads[0];
+  const Tensor& s = a.saved[0];
+  if (GradMode::is_enabled() || g.dtype() != s.dtype() || !IntArrayRef(g.shape()).equals(s.shape())) return Tensor();
+  return run_binary(g, s, k, g.dtype());
+}
 TensorList zero_grad(const VjpArgs& a) { return {zeros_like(a.grads[0])}; }
 
 constexpr double kLn2 = 0.69314718055994530942;
@@ -136,8 +146,11 @@ Tensor tan(const Tensor& x) {
 Tensor tanh(const Tensor& x) {
   TS_OP_SCOPE(tanh, &x);
   return unary("tanh", x, K::Tanh, Rule::Float, {},
-               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], sub(1, square(a.saved[0])))}; }, false,
-               true);
+               [](const VjpArgs& a) -> TensorList {
+                 if (Tensor f = fused_grad(a, cpu::BinaryKernel::TanhGrad); f.defined()) return {f};
+                 return {mul(a.grads[0], sub(1, square(a.saved[0])))};
+               },
+               false, true);
 }
 Tensor sigmoid(const Tensor& x) {
   TS_OP_SCOPE(sigmoid, &x);
@@ -185,6 +198,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   if (approximate == "none") {
     return unary("gelu", x, K::Gelu, Rule::Float, {},
                  [](const VjpArgs& a) -> TensorList {
+                   if (Tensor f = fused_grad(a, cpu::BinaryKernel::GeluGrad); f.defined()) return {f};
                    const Tensor& x = a.saved[0];
                    Tensor cdf = mul(add(erf(mul(x, M_SQRT1_2)), 1), 0.5);
                    Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
@@ -194,6 +208,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   }
   return unary("gelu", x, K::GeluTanh, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
+                 if (Tensor f = fused_grad(a, cpu::BinaryKernel::GeluTanhGrad); f.defined()) return {f};
                  const Tensor& x = a.saved[0];
                  Tensor x2 = square(x);
                  Tensor inner = mul(mul(x, add(mul(x2, 0.044715), 1)), kSqrt2OverPi);
@@ -208,6 +223,7 @@ Tensor silu(const Tensor& x) {
   TS_OP_SCOPE(silu, &x);
   return unary("silu", x, K::Silu, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
+                 if (Tensor f = fused_grad(a, cpu::BinaryKernel::SiluGrad); f.defined()) return {f};
                  const Tensor& x = a.saved[0];
                  Tensor s = sigmoid(x);
                  return {mul(a.grads[0], mul(s, add(mul(x, sub(1, s)), 1)))};

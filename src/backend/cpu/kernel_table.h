@@ -27,7 +27,8 @@ using Loop1d = void (*)(char** data, const int64_t* strides, int64_t n, const do
 
 #define TS_BINARY_KERNELS(X)                                                                          \
   X(Add) X(Sub) X(Mul) X(Div) X(FloorDiv) X(TruncDiv) X(Remainder) X(Pow) X(Maximum) X(Minimum)       \
-  X(Atan2) X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge) X(LogicalAnd) X(LogicalOr) X(LogicalXor) X(ReluGrad)
+  X(Atan2) X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge) X(LogicalAnd) X(LogicalOr) X(LogicalXor) X(ReluGrad)   \
+  X(GeluGrad) X(GeluTanhGrad) X(TanhGrad) X(SiluGrad)
 
 enum class UnaryKernel : uint8_t {
 #define TS_X(n) n,

@@ -169,8 +169,21 @@ TS_BINARY_FN(Ge, a >= b)
 TS_BINARY_FN(LogicalAnd, (a != A(0)) && (b != A(0)))
 TS_BINARY_FN(LogicalOr, (a != A(0)) || (b != A(0)))
 TS_BINARY_FN(LogicalXor, (a != A(0)) != (b != A(0)))
-// relu's backward in one pass: the gradient a where the input b is positive.
+// Activation backwards in one pass (a: the incoming gradient; b: the op's
+// input, or for tanh its output), so a VJP writes one tensor instead of a
+// chain of temporaries.
 TS_BINARY_FN(ReluGrad, b > A(0) ? a : A(0))
+TS_BINARY_FN(GeluGrad, A(a * (A(0.5) * (A(1) + verf(b * A(0.70710678118654752440))) +
+                              b * vexp(A(-0.5) * b * b) * A(0.39894228040143267794))))
+TS_BINARY_FN(TanhGrad, A(a * (A(1) - b * b)))
+TS_BINARY_FN(SiluGrad, A(a * (A(1) / (A(1) + vexp(-b))) * (A(1) + b * (A(1) - A(1) / (A(1) + vexp(-b))))))
+struct GeluTanhGradF {
+  template <typename A> A operator()(A a, A b) const {
+    const A k = A(0.79788456080286535588), c = A(0.044715);
+    A t = vtanh(k * (b + c * b * b * b));
+    return a * (A(0.5) * (A(1) + t) + A(0.5) * b * (A(1) - t * t) * k * (A(1) + A(3) * c * b * b));
+  }
+};
 #undef TS_BINARY_FN
 
 struct TruncDivF {
@@ -330,6 +343,10 @@ void fill_elementwise_kernels(KernelTable& t) {
 #undef TS_F
     reg_binary<T, DivF>(t, B::Div);
     reg_binary<T, Atan2F>(t, B::Atan2);
+    reg_binary<T, GeluGradF>(t, B::GeluGrad);
+    reg_binary<T, GeluTanhGradF>(t, B::GeluTanhGrad);
+    reg_binary<T, TanhGradF>(t, B::TanhGrad);
+    reg_binary<T, SiluGradF>(t, B::SiluGrad);
   });
   for_types<TS_NUMERIC_TYPES>([&]<typename T>() {
 #define TS_F(Name) reg_unary<T, Name##F>(t, U::Name);
