@@ -130,13 +130,8 @@ const char* intern(const std::string& s) {
 const std::vector<Scope*>& stack() { return t_state.stack; }
 
 std::string module_path() {
-  std::string path;
-  for (const Scope* s : t_state.stack) {
-    if (s->kind != ScopeKind::kModule || !s->name || !*s->name) continue;
-    if (!path.empty()) path += '.';
-    path += s->name;
-  }
-  return path;
+  const Scope* m = innermost(ScopeKind::kModule);
+  return m && m->name ? m->name : "";
 }
 
 const Scope* innermost(ScopeKind kind) {

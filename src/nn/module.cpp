@@ -19,13 +19,22 @@ Tensor Module::forward(const Tensor&) {
   TS_ERROR(type_name_, " has no single-tensor forward(); call its own forward(...) overload");
 }
 
+// Note [Module paths in traces]
+// A module's scope carries its full dotted path, as in state_dict keys
+// ("transformer.h.0.mlp"), so paths stay right when a model calls a block
+// directly or a checkpoint recomputes it in backward. Paths are assigned when a
+// root module (one that is nobody's child) is called while something traces;
+// until then a module's scope is its name in its parent.
 trace::ScopeGuard Module::trace_scope() const {
-  // A root module has no name: paths then read like state_dict keys ("h.0.attn").
-  // A forward overload that calls another of the same module opens one scope.
   if (!trace::active()) return trace::ScopeGuard();
+  if (!has_parent_) {
+    for (auto& [name, m] : const_cast<Module*>(this)->named_modules()) m->trace_path_ = name;
+  }
+  const std::string& path = trace_path_.empty() && has_parent_ ? scope_name_ : trace_path_;
+  // A forward overload that calls another of the same module opens one scope.
   const trace::Scope* open = trace::innermost(trace::ScopeKind::kModule);
-  if (open && open->name == scope_name_.c_str()) return trace::ScopeGuard();
-  return trace::ScopeGuard(scope_name_.c_str(), trace::ScopeKind::kModule);
+  if (open && open->name == path.c_str()) return trace::ScopeGuard();
+  return trace::ScopeGuard(path.c_str(), trace::ScopeKind::kModule);
 }
 
 Tensor Module::operator()(const Tensor& x) {
@@ -84,6 +93,7 @@ void Module::add_child(const std::string& name, ModulePtr m) {
   check_new_name(name);
   TS_CHECK(m, type_name_, ": child module '", name, "' is null");
   if (m->scope_name_.empty()) m->scope_name_ = name;
+  m->has_parent_ = true;
   children_.emplace_back(name, std::move(m));
 }
 
@@ -93,6 +103,7 @@ void Module::replace_module(const std::string& name, ModulePtr m) {
     if (n == name) {
       c = std::move(m);
       if (c->scope_name_.empty()) c->scope_name_ = name;
+      c->has_parent_ = true;
       return;
     }
   TS_ERROR(type_name_, ": no child module named '", name, "'");

@@ -287,3 +287,24 @@ TEST(Profiler, StopsSafelyWhileOtherThreadsAllocate) {
   done.store(true);
   worker.join();
 }
+
+// Module paths are full state_dict-style paths even when blocks are called
+// directly by their model or recomputed by a checkpoint in backward.
+TEST(Profiler, ModulePathsThroughCheckpointedBlocks) {
+  nn::zoo::GPTConfig c;
+  c.vocab_size = 32;
+  c.block_size = 8;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.gradient_checkpointing = true;
+  auto model = std::make_shared<nn::zoo::GPT>(c);
+  Tensor ids = randint(0, 32, {2, 8});
+  Profiler prof;
+  ops::sum((*model)(ids)).backward();
+  prof.stop();
+  auto rows = prof.op_stats(GroupBy::kModule);
+  EXPECT_NE(find(rows, "transformer.h.1.mlp.c_fc", Phase::kForward), nullptr) << prof.table(GroupBy::kModule);
+  EXPECT_NE(find(rows, "transformer.h.1.mlp.c_fc", Phase::kBackward), nullptr) << prof.table(GroupBy::kModule);
+  for (const OpStat& r : rows) EXPECT_NE(r.name.rfind("mlp", 0), 0u) << "a path without its parents: " << r.name;
+}

@@ -21,7 +21,7 @@ namespace tessera::trace {
 enum class ScopeKind : uint8_t {
   kOp,        // a Tessera op (forward, or inside a VJP during backward)
   kBackward,  // one autograd node's VJP
-  kModule,    // a module's forward; name is its attribute name in its parent
+  kModule,    // a module's forward; name is its full dotted path ("h.0.attn")
   kPhase,     // a training phase: forward, backward, optimizer, data
   kUser,      // a range the user marked
 };
@@ -128,7 +128,7 @@ const char* intern(const std::string& s);
 
 // This thread's open scopes, outermost first.
 const std::vector<Scope*>& stack();
-// The dotted module path of this thread's open module scopes ("" outside any).
+// The module path of the innermost open module scope ("" outside any).
 std::string module_path();
 // The innermost open scope of `kind` on this thread, or null.
 const Scope* innermost(ScopeKind kind);

@@ -144,6 +144,8 @@ class Module : public std::enable_shared_from_this<Module> {
 
   std::string type_name_;
   std::string scope_name_;  // name under its first parent ("" for a root)
+  bool has_parent_ = false;
+  std::string trace_path_;  // full dotted path, see Note [Module paths in traces]
   std::vector<Param> params_;
   std::vector<Buffer> buffers_;
   std::vector<std::pair<std::string, ModulePtr>> children_;
