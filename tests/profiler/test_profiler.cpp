@@ -94,7 +94,8 @@ TEST(Profiler, OverloadsCountOnce) {
   Profiler prof;
   ops::add(a, 1.0);  // add(Tensor, Scalar) calls add(Tensor, Tensor)
   prof.stop();
-  const OpStat* add = find(prof.op_stats(), "add", Phase::kForward);
+  auto rows = prof.op_stats();
+  const OpStat* add = find(rows, "add", Phase::kForward);
   ASSERT_NE(add, nullptr);
   EXPECT_EQ(add->calls, 1);
 }
