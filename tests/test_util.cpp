@@ -1,6 +1,9 @@
 #include "test_util.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 
 namespace tessera::testing {
 
@@ -36,6 +39,12 @@ namespace tessera::testing {
                                          << " (rtol " << rtol << ", atol " << atol << ")\nactual:   " << a_in
                                          << "\nexpected: " << b_in;
   return ::testing::AssertionSuccess();
+}
+
+std::string scratch_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("tessera_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  return d.string();
 }
 
 Tensor rand_f64(IntArrayRef shape, double lo, double hi, uint64_t seed) {

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <sstream>
+#include <string>
 
 #include "tessera/autograd/engine.h"
 #include "tessera/autograd/grad_mode.h"
@@ -19,6 +20,10 @@ using Fn = std::function<Tensor(const TensorList&)>;
 ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 
 #define EXPECT_CLOSE(a, b, ...) EXPECT_TRUE(::tessera::testing::all_close((a), (b), ##__VA_ARGS__))
+
+// A fresh, empty directory under the system temp dir, unique to this process
+// and `name` (tests that write files clean it up themselves).
+std::string scratch_dir(const std::string& name);
 
 // f64 random inputs, reproducible.
 Tensor rand_f64(IntArrayRef shape, double lo = -1.0, double hi = 1.0, uint64_t seed = 0);

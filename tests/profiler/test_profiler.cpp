@@ -146,7 +146,7 @@ TEST(Profiler, ChromeTraceHasSlicesAndAMemoryTrack) {
   Profiler prof(ProfilerOptions{.record_memory = true, .record_shapes = true});
   ops::sum((*model)(x)).backward();
   prof.stop();
-  auto path = std::filesystem::temp_directory_path() / "tessera_trace_test.json";
+  auto path = std::filesystem::path(tessera::testing::scratch_dir("trace_test.json"));
   prof.export_chrome_trace(path.string());
   nlohmann::json doc = nlohmann::json::parse(std::ifstream(path));
   int slices = 0, counters = 0, modules = 0;

@@ -18,11 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string out_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("tessera_amp_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d.string();
-}
+std::string out_dir(const std::string& name) { return tessera::testing::scratch_dir("amp_" + name); }
 
 train::TrainerOptions quiet() {
   train::TrainerOptions o;

@@ -15,11 +15,7 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-std::string out_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("tessera_train_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d.string();
-}
+std::string out_dir(const std::string& name) { return tessera::testing::scratch_dir("train_" + name); }
 
 // A small classifier with dropout, shuffling, augmentation-free synthetic data,
 // a warmup-cosine schedule, gradient accumulation and clipping: every source of
