@@ -1,4 +1,5 @@
 #include "tessera/core/tensor.h"
+#include "tessera/core/trace.h"
 
 #include <cstring>
 
@@ -39,8 +40,11 @@ AutogradMeta& TensorImpl::autograd_meta() {
 int64_t Tensor::size(int64_t d) const { return impl_->shape[wrap_dim(d, dim(), "size")]; }
 int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
 
+void detail::host_read(const Tensor& t) { trace::host_read(t); }
+
 Scalar Tensor::item() const {
   TS_CHECK(defined(), "item: the tensor is undefined");
+  trace::host_read(*this);
   TS_CHECK(numel() == 1, "item: only a tensor with one element can be converted to a scalar, got shape ",
            shape_str(shape()), " (", numel(), " elements)");
   return visit_dtype(dtype(), [&]<typename T>() -> Scalar {

@@ -7,6 +7,8 @@
 
 namespace tessera::trace {
 
+thread_local HostReadHook t_host_read = nullptr;
+
 namespace detail {
 std::atomic<int> g_listeners{0};
 }

@@ -45,6 +45,8 @@ void set_operands(cpu::AttentionArgs& a, const Tensor& q, const Tensor& k, const
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
                                     double dropout_p, bool is_causal, std::optional<double> scale_opt, Generator* gen) {
   TS_OP_SCOPE(scaled_dot_product_attention, &q, &k, &v, &attn_mask);
+  TS_OP_ATTRS({"dropout_p", dropout_p}, {"is_causal", is_causal}, {"scale", scale_opt});
+  ts_op_scope_.check_generator(gen, "scaled_dot_product_attention");
   TS_AUTOCAST(scaled_dot_product_attention, [&](const auto& cast) { return scaled_dot_product_attention(cast(q), cast(k), cast(v), cast(attn_mask), dropout_p, is_causal, scale_opt, gen); });
   const char* name = "scaled_dot_product_attention";
   check_defined(q, name, "query");
@@ -167,7 +169,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       return {back(dq, a.L, a.E, qs), back(dk, a.S, a.E, ks), back(dv, a.S, a.Ev, vs)};
     }, {0, 1, 2}, {}, {out, lse, mflat});
   }
-  return y;
+  TS_RETURN(y);
+}
+
+// ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(scaled_dot_product_attention) {
+  return {scaled_dot_product_attention(in[0], in[1], in[2], in[3], a.f("dropout_p"), a.b("is_causal"),
+                                       a.opt_f("scale"))};
 }
 
 }  // namespace tessera::ops

@@ -58,6 +58,6 @@ class StateGuard {
       ::tessera::autocast::Caster ts_cast_{::tessera::autocast::policy(::tessera::ops::OpId::op), \
                                            ::tessera::autocast::detail::t_state.dtype};           \
       ::tessera::autocast::StateGuard ts_pause_({false, ts_cast_.target});                        \
-      return (__VA_ARGS__)(ts_cast_);                                                             \
+      return ts_op_scope_.result((__VA_ARGS__)(ts_cast_));                                        \
     }                                                                                             \
   } while (0)

@@ -36,6 +36,7 @@ bool needs_grad(const Tensor& a, const Tensor& b) { return autograd::any_require
 
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   TS_OP_SCOPE(add, &a, &b);
+  TS_OP_ATTRS({"alpha", alpha});
   bool scaled = alpha.to_double() != 1.0;
   Tensor y = scaled ? binary("add", a, mul(b, alpha), K::Add, Kind::Arith) : binary("add", a, b, K::Add, Kind::Arith);
   if (needs_grad(a, b)) {
@@ -49,13 +50,14 @@ Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
       return {ga, gb};
     });
   }
-  return y;
+  TS_RETURN(y);
 }
 Tensor add(const Tensor& a, const Scalar& b) { return add(a, wrap_scalar(b)); }
 Tensor add(const Scalar& a, const Tensor& b) { return add(wrap_scalar(a), b); }
 
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   TS_OP_SCOPE(sub, &a, &b);
+  TS_OP_ATTRS({"alpha", alpha});
   TS_CHECK(a.dtype() != DType::Bool || b.dtype() != DType::Bool,
            "sub: subtracting two bool tensors is not supported; use logical_xor() instead");
   double al = alpha.to_double();
@@ -70,7 +72,7 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
       return {ga, gb};
     });
   }
-  return y;
+  TS_RETURN(y);
 }
 Tensor sub(const Tensor& a, const Scalar& b) { return sub(a, wrap_scalar(b)); }
 Tensor sub(const Scalar& a, const Tensor& b) { return sub(wrap_scalar(a), b); }
@@ -88,14 +90,15 @@ Tensor mul(const Tensor& a, const Tensor& b) {
       return {ga, gb};
     }, {0, 1});
   }
-  return y;
+  TS_RETURN(y);
 }
 Tensor mul(const Tensor& a, const Scalar& b) { return mul(a, wrap_scalar(b)); }
 Tensor mul(const Scalar& a, const Tensor& b) { return mul(wrap_scalar(a), b); }
 
 Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
   TS_OP_SCOPE(div, &a, &b);
-  if (mode == "floor") return floor_divide(a, b);
+  TS_OP_ATTRS({"rounding_mode", mode});
+  if (mode == "floor") TS_RETURN(floor_divide(a, b));
   if (mode == "trunc") {
     Tensor y = binary("div", a, b, K::TruncDiv, Kind::IntDiv);
     if (needs_grad(a, b)) {
@@ -104,7 +107,7 @@ Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
         return {zeros_like(v.saved[0]), zeros_like(v.saved[1])};
       }, {0, 1});
     }
-    return y;
+    TS_RETURN(y);
   }
   TS_CHECK(mode.empty(), "div: rounding_mode must be empty (true division), 'floor' or 'trunc', got '", mode, "'");
   Tensor y = binary("div", a, b, K::Div, Kind::TrueDiv);
@@ -120,7 +123,7 @@ Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
       return {ga, gb};
     }, {0, 1});
   }
-  return y;
+  TS_RETURN(y);
 }
 Tensor div(const Tensor& a, const Scalar& b, const std::string& mode) { return div(a, wrap_scalar(b), mode); }
 Tensor div(const Scalar& a, const Tensor& b) { return div(wrap_scalar(a), b); }
@@ -134,7 +137,7 @@ Tensor floor_divide(const Tensor& a, const Tensor& b) {
       return {zeros_like(v.saved[0]), zeros_like(v.saved[1])};
     }, {0, 1});
   }
-  return y;
+  TS_RETURN(y);
 }
 
 Tensor remainder(const Tensor& a, const Tensor& b) {
@@ -150,7 +153,7 @@ Tensor remainder(const Tensor& a, const Tensor& b) {
       return {ga, gb};
     }, {0, 1});
   }
-  return y;
+  TS_RETURN(y);
 }
 Tensor remainder(const Tensor& a, const Scalar& b) { return remainder(a, wrap_scalar(b)); }
 
@@ -179,7 +182,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
       return {ga, gb};
     }, {0, 1});
   }
-  return y;
+  TS_RETURN(y);
 }
 
 namespace {
@@ -207,11 +210,11 @@ Tensor extremum(const char* name, const Tensor& a, const Tensor& b, K k, bool is
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(maximum, &a, &b);
-  return extremum("maximum", a, b, K::Maximum, true);
+  TS_RETURN(extremum("maximum", a, b, K::Maximum, true));
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(minimum, &a, &b);
-  return extremum("minimum", a, b, K::Minimum, false);
+  TS_RETURN(extremum("minimum", a, b, K::Minimum, false));
 }
 
 Tensor atan2(const Tensor& a, const Tensor& b) {
@@ -230,18 +233,16 @@ Tensor atan2(const Tensor& a, const Tensor& b) {
       return {ga, gb};
     }, {0, 1});
   }
-  return y;
+  TS_RETURN(y);
 }
 
-#define TS_COMPARE(fn, Kern)                                                                                 \
-  Tensor fn(const Tensor& a, const Tensor& b) {                                                              \
-    TS_OP_SCOPE(fn, &a, &b);                                                                                 \
-    return binary(#fn, a, b, K::Kern, Kind::Compare);                                                        \
-  }                                                                                                          \
-  Tensor fn(const Tensor& a, const Scalar& b) {                                                              \
-    TS_OP_SCOPE(fn, &a);                                                                                     \
-    return binary(#fn, a, wrap_scalar(b), K::Kern, Kind::Compare);                                           \
-  }
+#define TS_COMPARE(fn, Kern)                                                  \
+  Tensor fn(const Tensor& a, const Tensor& b) {                               \
+    TS_OP_SCOPE(fn, &a, &b);                                                  \
+    TS_RETURN(binary(#fn, a, b, K::Kern, Kind::Compare));                     \
+  }                                                                           \
+  Tensor fn(const Tensor& a, const Scalar& b) { return fn(a, wrap_scalar(b)); } \
+  TS_OP_INVOKER(fn) { return {fn(in[0], in[1])}; }
 TS_COMPARE(eq, Eq)
 TS_COMPARE(ne, Ne)
 TS_COMPARE(lt, Lt)
@@ -252,15 +253,15 @@ TS_COMPARE(ge, Ge)
 
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(logical_and, &a, &b);
-  return binary("logical_and", a, b, K::LogicalAnd, Kind::Logical);
+  TS_RETURN(binary("logical_and", a, b, K::LogicalAnd, Kind::Logical));
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(logical_or, &a, &b);
-  return binary("logical_or", a, b, K::LogicalOr, Kind::Logical);
+  TS_RETURN(binary("logical_or", a, b, K::LogicalOr, Kind::Logical));
 }
 Tensor logical_xor(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(logical_xor, &a, &b);
-  return binary("logical_xor", a, b, K::LogicalXor, Kind::Logical);
+  TS_RETURN(binary("logical_xor", a, b, K::LogicalXor, Kind::Logical));
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
@@ -285,26 +286,50 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
       return {ga, gb};
     }, {}, {}, {cond});
   }
-  return y;
+  TS_RETURN(y);
 }
 Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b) { return where(cond, a, wrap_scalar(b)); }
 Tensor where(const Tensor& cond, const Scalar& a, const Tensor& b) { return where(cond, wrap_scalar(a), b); }
 
 Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
   TS_OP_SCOPE(lerp, &start, &end, &weight);
-  return add(start, mul(weight, sub(end, start)));
+  TS_RETURN(add(start, mul(weight, sub(end, start))));
 }
 Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight) {
   TS_OP_SCOPE(lerp, &start, &end);
-  return add(start, mul(sub(end, start), weight));
+  TS_OP_ATTRS({"weight", weight});
+  TS_RETURN(add(start, mul(sub(end, start), weight)));
 }
 Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
   TS_OP_SCOPE(addcmul, &self, &t1, &t2);
-  return add(self, mul(mul(t1, t2), value));
+  TS_OP_ATTRS({"value", value});
+  TS_RETURN(add(self, mul(mul(t1, t2), value)));
 }
 Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
   TS_OP_SCOPE(addcdiv, &self, &t1, &t2);
-  return add(self, mul(div(t1, t2), value));
+  TS_OP_ATTRS({"value", value});
+  TS_RETURN(add(self, mul(div(t1, t2), value)));
 }
+
+// ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(mul) { return {mul(in[0], in[1])}; }
+TS_OP_INVOKER(floor_divide) { return {floor_divide(in[0], in[1])}; }
+TS_OP_INVOKER(remainder) { return {remainder(in[0], in[1])}; }
+TS_OP_INVOKER(maximum) { return {maximum(in[0], in[1])}; }
+TS_OP_INVOKER(minimum) { return {minimum(in[0], in[1])}; }
+TS_OP_INVOKER(atan2) { return {atan2(in[0], in[1])}; }
+TS_OP_INVOKER(logical_and) { return {logical_and(in[0], in[1])}; }
+TS_OP_INVOKER(logical_or) { return {logical_or(in[0], in[1])}; }
+TS_OP_INVOKER(logical_xor) { return {logical_xor(in[0], in[1])}; }
+TS_OP_INVOKER(add) { return {add(in[0], in[1], a.scalar("alpha"))}; }
+TS_OP_INVOKER(sub) { return {sub(in[0], in[1], a.scalar("alpha"))}; }
+TS_OP_INVOKER(div) { return {div(in[0], in[1], a.s("rounding_mode"))}; }
+TS_OP_INVOKER(where) { return {where(in[0], in[1], in[2])}; }
+TS_OP_INVOKER(lerp) {
+  if (in.size() == 3) return {lerp(in[0], in[1], in[2])};
+  return {lerp(in[0], in[1], a.scalar("weight"))};
+}
+TS_OP_INVOKER(addcmul) { return {addcmul(in[0], in[1], in[2], a.scalar("value"))}; }
+TS_OP_INVOKER(addcdiv) { return {addcdiv(in[0], in[1], in[2], a.scalar("value"))}; }
 
 }  // namespace tessera::ops

@@ -128,6 +128,7 @@ void check_conv_args(const char* name, const Tensor& x, const Tensor& w, const T
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o) {
   TS_OP_SCOPE(conv2d, &x, &w, &b);
+  TS_OP_ATTRS({"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation}, {"groups", o.groups}, {"padding_same", o.padding_same});
   TS_AUTOCAST(conv2d, [&](const auto& cast) { return conv2d(cast(x), cast(w), cast(b), o); });
   check_conv_args("conv2d", x, w, b, o.groups, 2, false);
   auto stride = pair_of(o.stride, "conv2d", "stride");
@@ -150,12 +151,13 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOpt
     for (int64_t p : tl) TS_CHECK(p >= 0, "conv2d: padding must be non-negative, got ", shape_str(o.padding));
     br = tl;
   }
-  return conv2d_impl(x, w, b, stride, tl, br, dil, o.groups);
+  TS_RETURN(conv2d_impl(x, w, b, stride, tl, br, dil, o.groups));
 }
 
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding, int64_t dilation,
               int64_t groups, bool padding_same) {
   TS_OP_SCOPE(conv1d, &x, &w, &b);
+  TS_OP_ATTRS({"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}, {"padding_same", padding_same});
   TS_AUTOCAST(conv1d, [&](const auto& cast) { return conv1d(cast(x), cast(w), cast(b), stride, padding, dilation, groups, padding_same); });
   check_conv_args("conv1d", x, w, b, groups, 1, false);
   Conv2dOptions o;
@@ -164,12 +166,13 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   o.dilation = {1, dilation};
   o.groups = groups;
   o.padding_same = padding_same;
-  return conv2d(x.unsqueeze(2), w.unsqueeze(2), b, o).squeeze(2);
+  TS_RETURN(conv2d(x.unsqueeze(2), w.unsqueeze(2), b, o).squeeze(2));
 }
 
 Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, IntArrayRef stride_v,
                         IntArrayRef padding_v, IntArrayRef output_padding_v, int64_t groups, IntArrayRef dilation_v) {
   TS_OP_SCOPE(conv_transpose2d, &x_in, &w_in, &b_in);
+  TS_OP_ATTRS({"stride", stride_v}, {"padding", padding_v}, {"output_padding", output_padding_v}, {"groups", groups}, {"dilation", dilation_v});
   TS_AUTOCAST(conv_transpose2d, [&](const auto& cast) { return conv_transpose2d(cast(x_in), cast(w_in), cast(b_in), stride_v, padding_v, output_padding_v, groups, dilation_v); });
   const char* name = "conv_transpose2d";
   check_conv_args(name, x_in, w_in, b_in, groups, 2, true);
@@ -185,8 +188,8 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
   }
   if (is_reduced_float(x_in.dtype())) {
     Tensor b32 = b_in.defined() ? b_in.to(DType::F32) : Tensor();
-    return conv_transpose2d(x_in.to(DType::F32), w_in.to(DType::F32), b32, stride_v, padding_v, output_padding_v, groups,
-                            dilation_v).to(x_in.dtype());
+    TS_RETURN(conv_transpose2d(x_in.to(DType::F32), w_in.to(DType::F32), b32, stride_v, padding_v, output_padding_v, groups,
+                            dilation_v).to(x_in.dtype()));
   }
   Tensor x = x_in.detach().contiguous(), w = w_in.detach().contiguous();
   int64_t N = x.shape()[0], Cin = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
@@ -236,7 +239,26 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
       return {gx, gw, gb};
     }, {0, 1});
   }
-  return y;
+  TS_RETURN(y);
+}
+
+// ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(conv2d) {
+  Conv2dOptions o;
+  o.stride = a.ints("stride");
+  o.padding = a.ints("padding");
+  o.dilation = a.ints("dilation");
+  o.groups = a.i("groups");
+  o.padding_same = a.b("padding_same");
+  return {conv2d(in[0], in[1], in[2], o)};
+}
+TS_OP_INVOKER(conv1d) {
+  return {conv1d(in[0], in[1], in[2], a.i("stride"), a.i("padding"), a.i("dilation"), a.i("groups"),
+                 a.b("padding_same"))};
+}
+TS_OP_INVOKER(conv_transpose2d) {
+  return {conv_transpose2d(in[0], in[1], in[2], a.ints("stride"), a.ints("padding"), a.ints("output_padding"),
+                           a.i("groups"), a.ints("dilation"))};
 }
 
 }  // namespace tessera::ops

@@ -9,12 +9,14 @@ Tensor zeros(IntArrayRef shape, TensorOptions opts) { return full(shape, 0, opts
 Tensor ones(IntArrayRef shape, TensorOptions opts) { return full(shape, 1, opts); }
 
 Tensor full(IntArrayRef shape, const Scalar& value, TensorOptions opts) {
+  TS_OP_SCOPE(full);
+  TS_OP_ATTRS({"shape", shape}, {"value", value}, {"dtype", opts.dtype});
   bool rg = opts.requires_grad;
   opts.requires_grad = false;
   Tensor t = empty(shape, opts);
   cpu::fill(t, value);
   if (rg) t.requires_grad_(true);
-  return t;
+  TS_RETURN(t);
 }
 Tensor full(IntArrayRef shape, const Scalar& value, std::nullptr_t) { return full(shape, value, value.dtype()); }
 
@@ -29,6 +31,8 @@ Tensor full_like(const Tensor& t, const Scalar& v, std::optional<DType> dtype) {
 Tensor arange(const Scalar& end, std::optional<DType> dtype) { return arange(0, end, 1, dtype); }
 
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::optional<DType> dtype) {
+  TS_OP_SCOPE(arange);
+  TS_OP_ATTRS({"start", start}, {"end", end}, {"step", step}, {"dtype", dtype});
   double s = start.to_double(), e = end.to_double(), st = step.to_double();
   TS_CHECK(st != 0, "arange: step must be nonzero");
   TS_CHECK(std::isfinite(s) && std::isfinite(e), "arange: start and end must be finite, got ", start, " and ", end);
@@ -45,12 +49,14 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
     int64_t* q = r.data_ptr<int64_t>();
     int64_t si = start.to_int(), sti = step.to_int();
     for (int64_t i = 0; i < n; ++i) q[i] = si + i * sti;
-    return r;
+    TS_RETURN(r);
   }
-  return ops::cast(t, dt);
+  TS_RETURN(ops::cast(t, dt));
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
+  TS_OP_SCOPE(linspace);
+  TS_OP_ATTRS({"start", start}, {"end", end}, {"steps", steps}, {"dtype", opts.dtype});
   TS_CHECK(steps >= 0, "linspace: number of steps must be non-negative, got ", steps);
   Tensor t = empty({steps}, DType::F64);
   double* p = t.data_ptr<double>();
@@ -59,20 +65,32 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
   int64_t half = steps / 2;
   for (int64_t i = 0; i < steps; ++i)
     p[i] = i < half ? start + step * static_cast<double>(i) : end - step * static_cast<double>(steps - 1 - i);
-  return ops::cast(t, opts.dtype);
+  TS_RETURN(ops::cast(t, opts.dtype));
 }
 
 Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions opts) {
+  TS_OP_SCOPE(eye);
+  TS_OP_ATTRS({"n", n}, {"m", m}, {"dtype", opts.dtype});
   int64_t cols = m.value_or(n);
   TS_CHECK(n >= 0 && cols >= 0, "eye: sizes must be non-negative, got ", n, " and ", cols);
   Tensor t = zeros({n, cols}, opts.dtype);
   cpu::fill(ops::diagonal(t), 1);
-  return t;
+  TS_RETURN(t);
 }
 
 Tensor tensor(std::initializer_list<double> values, IntArrayRef shape, DType dtype) {
   std::vector<double> v(values);
   return ops::cast(tensor(v, shape), dtype);
 }
+
+namespace ops {
+// ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(full) { return {tessera::full(a.ints("shape"), a.scalar("value"), a.dtype("dtype"))}; }
+TS_OP_INVOKER(arange) {
+  return {tessera::arange(a.scalar("start"), a.scalar("end"), a.scalar("step"), a.opt_dtype("dtype"))};
+}
+TS_OP_INVOKER(linspace) { return {tessera::linspace(a.f("start"), a.f("end"), a.i("steps"), a.dtype("dtype"))}; }
+TS_OP_INVOKER(eye) { return {tessera::eye(a.i("n"), a.opt_i("m"), a.dtype("dtype"))}; }
+}  // namespace ops
 
 }  // namespace tessera

@@ -104,6 +104,7 @@ Tensor src_grad(const Tensor& g, int64_t dim, const Tensor& idx, const Shape& sr
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
   TS_OP_SCOPE(gather, &x, &index_in);
+  TS_OP_ATTRS({"dim", dim});
   check_defined(x, "gather", "input");
   Tensor idx = as_index(index_in, "gather");
   dim = wrap_dim(dim, x.dim(), "gather");
@@ -131,11 +132,12 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
       return {scatter_add(zeros(xs, a.grads[0].dtype()), dim, a.saved[0], a.grads[0])};
     }, {}, {}, {idx});
   }
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index_in, const Tensor& src) {
   TS_OP_SCOPE(scatter, &x, &index_in, &src);
+  TS_OP_ATTRS({"dim", dim});
   check_defined(x, "scatter", "input");
   check_defined(src, "scatter", "src");
   Tensor idx = as_index(index_in, "scatter");
@@ -155,24 +157,26 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index_in, const Tenso
       return {gx, gs};
     }, {}, {}, {idx});
   }
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Scalar& value) {
   TS_OP_SCOPE(scatter, &x, &index);
+  TS_OP_ATTRS({"dim", dim}, {"value", value});
   Tensor idx = as_index(index, "scatter");
   Tensor src = full(idx.shape(), value, x.dtype());
-  if (!autograd::any_requires_grad({&x})) return scatter(x, dim, idx, src);
+  if (!autograd::any_requires_grad({&x})) TS_RETURN(scatter(x, dim, idx, src));
   Tensor out = scatter(x.detach(), dim, idx, src);
   TensorList outs{out};
   autograd::record("scatter", {x}, outs, [dim](const VjpArgs& a) -> TensorList {
     return {scatter(a.grads[0], dim, a.saved[0], 0)};
   }, {}, {}, {idx});
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Tensor& src) {
   TS_OP_SCOPE(scatter_add, &x, &index_in, &src);
+  TS_OP_ATTRS({"dim", dim});
   check_defined(x, "scatter_add", "input");
   check_defined(src, "scatter_add", "src");
   Tensor idx = as_index(index_in, "scatter_add");
@@ -190,18 +194,19 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index_in, const T
       return {a.needs_grad(0) ? g : Tensor(), gs};
     }, {}, {}, {idx});
   }
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
   TS_OP_SCOPE(index_select, &x, &index_in);
+  TS_OP_ATTRS({"dim", dim});
   check_defined(x, "index_select", "input");
   Tensor idx = as_index(index_in, "index_select");
   TS_CHECK(idx.dim() <= 1, "index_select: index must be 0-D or 1-D, got shape ", shape_str(idx.shape()));
   dim = wrap_dim(dim, x.dim(), "index_select");
   int64_t n = x.dim() == 0 ? 1 : x.shape()[dim];
   check_range(idx, n, dim, "index_select");
-  if (x.dim() == 0) return x.clone();
+  if (x.dim() == 0) TS_RETURN(x.clone());
   int64_t k = idx.numel();
   Tensor xc = x.contiguous();
   int64_t outer = 1, inner = 1;
@@ -229,11 +234,12 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
       return {index_add(zeros(xs, a.grads[0].dtype()), dim, a.saved[0], a.grads[0])};
     }, {}, {}, {idx});
   }
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Tensor& src_in, const Scalar& alpha) {
   TS_OP_SCOPE(index_add, &x, &index_in, &src_in);
+  TS_OP_ATTRS({"dim", dim}, {"alpha", alpha});
   check_defined(x, "index_add", "input");
   check_defined(src_in, "index_add", "source");
   Tensor idx = as_index(index_in, "index_add");
@@ -284,11 +290,12 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Ten
       return {a.needs_grad(0) ? g : Tensor(), gs};
     }, {}, {}, {idx});
   }
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   TS_OP_SCOPE(masked_fill, &x, &mask);
+  TS_OP_ATTRS({"value", value});
   check_defined(mask, "masked_fill", "mask");
   TS_CHECK(mask.dtype() == DType::Bool, "masked_fill: mask must be a bool tensor, got ", dtype_name(mask.dtype()));
   Shape b = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
@@ -296,14 +303,14 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
            " does not broadcast to the input's shape ", shape_str(x.shape()));
   TS_CHECK(!(value.is_floating() && !is_floating(x.dtype())), "masked_fill: cannot fill a ", dtype_name(x.dtype()),
            " tensor with the float value ", value);
-  return where(mask, scalar_tensor(value, x.dtype()), x);
+  TS_RETURN(where(mask, scalar_tensor(value, x.dtype()), x));
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value) {
   TS_OP_SCOPE(masked_fill, &x, &mask, &value);
   TS_CHECK(value.dim() == 0, "masked_fill: value must be a 0-D tensor, got shape ", shape_str(value.shape()));
   TS_CHECK(mask.dtype() == DType::Bool, "masked_fill: mask must be a bool tensor, got ", dtype_name(mask.dtype()));
-  return where(mask, value.to(x.dtype()), x);
+  TS_RETURN(where(mask, value.to(x.dtype()), x));
 }
 
 Tensor nonzero(const Tensor& x) {
@@ -321,8 +328,8 @@ Tensor nonzero(const Tensor& x) {
     if (p[lin++])
       for (int64_t d = 0; d < nd; ++d) o[w++] = c[d];
   });
-  if (nd == 0 && p[0]) return zeros({1, 0}, DType::I64);
-  return out;
+  if (nd == 0 && p[0]) TS_RETURN(zeros({1, 0}, DType::I64));
+  TS_RETURN(out);
 }
 
 Tensor masked_select(const Tensor& x, const Tensor& mask) {
@@ -332,11 +339,12 @@ Tensor masked_select(const Tensor& x, const Tensor& mask) {
   Shape b = broadcast_shapes(x.shape(), mask.shape(), "masked_select");
   Tensor flat_mask = mask.expand(b).reshape({-1});
   Tensor idx = nonzero(flat_mask).reshape({-1});
-  return index_select(x.expand(b).reshape({-1}), 0, idx);
+  TS_RETURN(index_select(x.expand(b).reshape({-1}), 0, idx));
 }
 
 Tensor one_hot(const Tensor& x, int64_t num_classes) {
   TS_OP_SCOPE(one_hot, &x);
+  TS_OP_ATTRS({"num_classes", num_classes});
   check_defined(x, "one_hot", "input");
   TS_CHECK(x.dtype() == DType::I64 || x.dtype() == DType::I32, "one_hot: expected an integer class tensor, got ",
            dtype_name(x.dtype()));
@@ -353,7 +361,7 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
   Shape s = xi.shape();
   s.push_back(num_classes);
   Tensor out = zeros(s, DType::I64);
-  return scatter(out, -1, xi.unsqueeze(-1), 1);
+  TS_RETURN(scatter(out, -1, xi.unsqueeze(-1), 1));
 }
 
 namespace {
@@ -419,20 +427,24 @@ std::tuple<Tensor, Tensor> sort_impl(const Tensor& x, int64_t dim, bool descendi
 
 std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
   TS_OP_SCOPE(topk, &x);
+  TS_OP_ATTRS({"k", k}, {"dim", dim}, {"largest", largest}, {"sorted", sorted});
   TS_CHECK(k >= 0, "topk: k must be non-negative, got ", k);
-  return sort_impl(x, dim, largest, false, k, sorted, "topk");
+  TS_RETURN(sort_impl(x, dim, largest, false, k, sorted, "topk"));
 }
 std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending, bool stable) {
   TS_OP_SCOPE(sort, &x);
-  return sort_impl(x, dim, descending, stable, -1, true, "sort");
+  TS_OP_ATTRS({"dim", dim}, {"descending", descending}, {"stable", stable});
+  TS_RETURN(sort_impl(x, dim, descending, stable, -1, true, "sort"));
 }
 Tensor argsort(const Tensor& x, int64_t dim, bool descending, bool stable) {
   TS_OP_SCOPE(argsort, &x);
-  return std::get<1>(sort_impl(x.detach(), dim, descending, stable, -1, true, "argsort"));
+  TS_OP_ATTRS({"dim", dim}, {"descending", descending}, {"stable", stable});
+  TS_RETURN(std::get<1>(sort_impl(x.detach(), dim, descending, stable, -1, true, "argsort")));
 }
 
 std::tuple<Tensor, Tensor, Tensor> unique(const Tensor& x, bool sorted, bool return_inverse, bool return_counts) {
   TS_OP_SCOPE(unique, &x);
+  TS_OP_ATTRS({"sorted", sorted}, {"return_inverse", return_inverse}, {"return_counts", return_counts});
   check_defined(x, "unique", "input");
   (void)sorted;  // always sorted, as PyTorch's CPU implementation
   Tensor flat = x.detach().reshape({-1});
@@ -449,7 +461,37 @@ std::tuple<Tensor, Tensor, Tensor> unique(const Tensor& x, bool sorted, bool ret
     int64_t g = values.numel();
     counts = index_add(zeros({g}, DType::I64), 0, group, ones({n}, DType::I64));
   }
-  return {values, inverse, counts};
+  TS_RETURN(std::tuple<Tensor, Tensor, Tensor>{values, inverse, counts});
+}
+
+// ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(gather) { return {gather(in[0], a.i("dim"), in[1])}; }
+TS_OP_INVOKER(scatter) {
+  if (in.size() == 3) return {scatter(in[0], a.i("dim"), in[1], in[2])};
+  return {scatter(in[0], a.i("dim"), in[1], a.scalar("value"))};
+}
+TS_OP_INVOKER(scatter_add) { return {scatter_add(in[0], a.i("dim"), in[1], in[2])}; }
+TS_OP_INVOKER(index_select) { return {index_select(in[0], a.i("dim"), in[1])}; }
+TS_OP_INVOKER(index_add) { return {index_add(in[0], a.i("dim"), in[1], in[2], a.scalar("alpha"))}; }
+TS_OP_INVOKER(masked_fill) {
+  if (in.size() == 3) return {masked_fill(in[0], in[1], in[2])};
+  return {masked_fill(in[0], in[1], a.scalar("value"))};
+}
+TS_OP_INVOKER(masked_select) { return {masked_select(in[0], in[1])}; }
+TS_OP_INVOKER(nonzero) { return {nonzero(in[0])}; }
+TS_OP_INVOKER(one_hot) { return {one_hot(in[0], a.i("num_classes"))}; }
+TS_OP_INVOKER(topk) {
+  auto [v, i] = topk(in[0], a.i("k"), a.i("dim"), a.b("largest"), a.b("sorted"));
+  return {v, i};
+}
+TS_OP_INVOKER(sort) {
+  auto [v, i] = sort(in[0], a.i("dim"), a.b("descending"), a.b("stable"));
+  return {v, i};
+}
+TS_OP_INVOKER(argsort) { return {argsort(in[0], a.i("dim"), a.b("descending"), a.b("stable"))}; }
+TS_OP_INVOKER(unique) {
+  auto [v, inv, c] = unique(in[0], a.b("sorted"), a.b("return_inverse"), a.b("return_counts"));
+  return {v, inv, c};
 }
 
 }  // namespace tessera::ops

@@ -128,7 +128,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor r = matmul_nd(a2, b2);
   if (b.dim() == 1) r = r.squeeze(-1);
   if (a.dim() == 1) r = r.squeeze(a.dim() == 1 && b.dim() == 1 ? -1 : -2);
-  return r;
+  TS_RETURN(r);
 }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
@@ -136,7 +136,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   TS_AUTOCAST(mm, [&](const auto& cast) { return mm(cast(a), cast(b)); });
   TS_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got shapes ", shape_str(a.shape()), " and ",
            shape_str(b.shape()));
-  return matmul(a, b);
+  TS_RETURN(matmul(a, b));
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
@@ -145,7 +145,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   TS_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got shapes ", shape_str(a.shape()), " and ",
            shape_str(b.shape()));
   TS_CHECK(a.shape()[0] == b.shape()[0], "bmm: batch sizes ", a.shape()[0], " and ", b.shape()[0], " differ");
-  return matmul(a, b);
+  TS_RETURN(matmul(a, b));
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -163,7 +163,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
            dtype_name(w.dtype()), " differ");
   if (w.dim() == 1 || x.dim() == 1) {
     Tensor y = matmul(x, w.t());
-    return bias.defined() ? add(y, bias) : y;
+    TS_RETURN(bias.defined() ? add(y, bias) : y);
   }
   int64_t out_f = w.shape()[0];
   if (bias.defined())
@@ -189,25 +189,26 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
       return {gx, gw, gb};
     }, {0, 1});
   }
-  return y;
+  TS_RETURN(y);
 }
 
 Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
   TS_OP_SCOPE(addmm, &self, &a, &b);
+  TS_OP_ATTRS({"beta", beta}, {"alpha", alpha});
   TS_AUTOCAST(addmm, [&](const auto& cast) { return addmm(cast(self), cast(a), cast(b), beta, alpha); });
   TS_CHECK(a.dim() == 2 && b.dim() == 2, "addmm: expected 2-D matrices, got shapes ", shape_str(a.shape()), " and ",
            shape_str(b.shape()));
   Tensor p = mm(a, b);
   if (alpha.to_double() != 1.0) p = mul(p, alpha);
-  if (beta.to_double() == 0.0) return add(p, mul(self.detach(), 0).expand(p.shape()));
-  return add(beta.to_double() == 1.0 ? self : mul(self, beta), p);
+  if (beta.to_double() == 0.0) TS_RETURN(add(p, mul(self.detach(), 0).expand(p.shape())));
+  TS_RETURN(add(beta.to_double() == 1.0 ? self : mul(self, beta), p));
 }
 
 Tensor outer(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(outer, &a, &b);
   TS_CHECK(a.dim() == 1 && b.dim() == 1, "outer: expected 1-D vectors, got shapes ", shape_str(a.shape()), " and ",
            shape_str(b.shape()));
-  return mul(a.unsqueeze(1), b.unsqueeze(0));
+  TS_RETURN(mul(a.unsqueeze(1), b.unsqueeze(0)));
 }
 
 // ---- einsum ----------------------------------------------------------------------
@@ -232,7 +233,8 @@ std::string expand_ellipsis(const std::string& term, int64_t ndim, int64_t ell_d
 }  // namespace
 
 Tensor einsum(const std::string& equation, const TensorList& operands) {
-  TS_OP_SCOPE(einsum);
+  TS_OP_SCOPE_LIST(einsum, operands);
+  TS_OP_ATTRS({"equation", equation});
   std::string eq;
   for (char c : equation)
     if (c != ' ') eq += c;
@@ -323,7 +325,7 @@ Tensor einsum(const std::string& equation, const TensorList& operands) {
     for (char c : to) perm.push_back(static_cast<int64_t>(from.find(c)));
     return t.permute(perm);
   };
-  if (ts.size() == 1) return permute_to(ts[0], labels[0], out).contiguous();
+  if (ts.size() == 1) TS_RETURN(permute_to(ts[0], labels[0], out).contiguous());
 
   // Two operands: batch (both, kept), contracted (both, not kept), left, right.
   const std::string &la = labels[0], &lb = labels[1];
@@ -358,7 +360,16 @@ Tensor einsum(const std::string& equation, const TensorList& operands) {
   for (char c : left) rs.push_back(ts[0].shape()[la.find(c)]);
   for (char c : right) rs.push_back(ts[1].shape()[lb.find(c)]);
   p = p.reshape(rs);
-  return permute_to(p, batch + left + right, out).contiguous();
+  TS_RETURN(permute_to(p, batch + left + right, out).contiguous());
 }
+
+// ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(matmul) { return {matmul(in[0], in[1])}; }
+TS_OP_INVOKER(mm) { return {mm(in[0], in[1])}; }
+TS_OP_INVOKER(bmm) { return {bmm(in[0], in[1])}; }
+TS_OP_INVOKER(outer) { return {outer(in[0], in[1])}; }
+TS_OP_INVOKER(linear) { return {linear(in[0], in[1], in[2])}; }
+TS_OP_INVOKER(addmm) { return {addmm(in[0], in[1], in[2], a.scalar("beta"), a.scalar("alpha"))}; }
+TS_OP_INVOKER(einsum) { return {einsum(a.s("equation"), in)}; }
 
 }  // namespace tessera::ops

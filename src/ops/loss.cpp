@@ -26,6 +26,7 @@ void check_pair(const Tensor& input, const Tensor& target, const char* op) {
 Tensor nll_loss(const Tensor& logp_in, const Tensor& target_in, const Tensor& weight, int64_t ignore_index,
                 const std::string& reduction) {
   TS_OP_SCOPE(nll_loss, &logp_in, &target_in, &weight);
+  TS_OP_ATTRS({"ignore_index", ignore_index}, {"reduction", reduction});
   TS_AUTOCAST(nll_loss, [&](const auto& cast) { return nll_loss(cast(logp_in), cast(target_in), cast(weight), ignore_index, reduction); });
   const char* op = "nll_loss";
   check_defined(logp_in, op, "input");
@@ -60,14 +61,15 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target_in, const Tensor& we
                               : ones(safe.shape(), logp.dtype());
   w = where(valid, w, scalar_tensor(0, logp.dtype()));
   Tensor loss = neg(mul(picked, w));
-  if (reduction == "none") return unbatched ? loss.squeeze(0) : loss;
-  if (reduction == "sum") return sum(loss);
-  return div(sum(loss), sum(w));
+  if (reduction == "none") TS_RETURN(unbatched ? loss.squeeze(0) : loss);
+  if (reduction == "sum") TS_RETURN(sum(loss));
+  TS_RETURN(div(sum(loss), sum(w)));
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight, int64_t ignore_index,
                      const std::string& reduction, double label_smoothing) {
   TS_OP_SCOPE(cross_entropy, &logits, &target, &weight);
+  TS_OP_ATTRS({"ignore_index", ignore_index}, {"reduction", reduction}, {"label_smoothing", label_smoothing});
   TS_AUTOCAST(cross_entropy, [&](const auto& cast) { return cross_entropy(cast(logits), cast(target), cast(weight), ignore_index, reduction, label_smoothing); });
   const char* op = "cross_entropy";
   check_defined(logits, op, "input");
@@ -90,13 +92,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
     Tensor prod_ = mul(logp, tgt);
     if (weight.defined()) prod_ = mul(prod_, weight.reshape(wshape));
     Tensor loss = neg(sum(prod_, {class_dim}));
-    if (reduction == "none") return loss;
-    if (reduction == "sum") return sum(loss);
+    if (reduction == "none") TS_RETURN(loss);
+    if (reduction == "sum") TS_RETURN(sum(loss));
     int64_t n = logits.numel() / std::max<int64_t>(C, 1);
-    return div(sum(loss), static_cast<double>(n));
+    TS_RETURN(div(sum(loss), static_cast<double>(n)));
   }
   Tensor nll = nll_loss(logp, target, weight, ignore_index, reduction);
-  if (label_smoothing == 0) return nll;
+  if (label_smoothing == 0) TS_RETURN(nll);
   Tensor ignore = eq(cast(target, DType::I64), ignore_index);
   Tensor smooth = weight.defined() ? neg(sum(mul(logp, weight.reshape(wshape)), {class_dim})) : neg(sum(logp, {class_dim}));
   smooth = where(ignore, scalar_tensor(0, smooth.dtype()), smooth);
@@ -110,37 +112,41 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
   } else {
     ret = div(sum(smooth), sum(logical_not(ignore).to(smooth.dtype())));
   }
-  return add(mul(nll, 1 - label_smoothing), mul(ret, label_smoothing / static_cast<double>(C)));
+  TS_RETURN(add(mul(nll, 1 - label_smoothing), mul(ret, label_smoothing / static_cast<double>(C))));
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
   TS_OP_SCOPE(mse_loss, &input, &target);
+  TS_OP_ATTRS({"reduction", reduction});
   TS_AUTOCAST(mse_loss, [&](const auto& cast) { return mse_loss(cast(input), cast(target), reduction); });
   check_pair(input, target, "mse_loss");
-  return reduce_loss(square(sub(input, target)), reduction, "mse_loss");
+  TS_RETURN(reduce_loss(square(sub(input, target)), reduction, "mse_loss"));
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
   TS_OP_SCOPE(l1_loss, &input, &target);
+  TS_OP_ATTRS({"reduction", reduction});
   TS_AUTOCAST(l1_loss, [&](const auto& cast) { return l1_loss(cast(input), cast(target), reduction); });
   check_pair(input, target, "l1_loss");
-  return reduce_loss(abs(sub(input, target)), reduction, "l1_loss");
+  TS_RETURN(reduce_loss(abs(sub(input, target)), reduction, "l1_loss"));
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction, double beta) {
   TS_OP_SCOPE(smooth_l1_loss, &input, &target);
+  TS_OP_ATTRS({"reduction", reduction}, {"beta", beta});
   TS_AUTOCAST(smooth_l1_loss, [&](const auto& cast) { return smooth_l1_loss(cast(input), cast(target), reduction, beta); });
   check_pair(input, target, "smooth_l1_loss");
   TS_CHECK(beta >= 0, "smooth_l1_loss: beta must be non-negative, got ", beta);
   Tensor d = abs(sub(input, target));
-  if (beta == 0) return reduce_loss(d, reduction, "smooth_l1_loss");
+  if (beta == 0) TS_RETURN(reduce_loss(d, reduction, "smooth_l1_loss"));
   Tensor l = where(lt(d, beta), div(mul(square(d), 0.5), beta), sub(d, 0.5 * beta));
-  return reduce_loss(l, reduction, "smooth_l1_loss");
+  TS_RETURN(reduce_loss(l, reduction, "smooth_l1_loss"));
 }
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight,
                             const std::string& reduction) {
   TS_OP_SCOPE(binary_cross_entropy, &input, &target, &weight);
+  TS_OP_ATTRS({"reduction", reduction});
   TS_AUTOCAST(binary_cross_entropy, [&](const auto& cast) { return binary_cross_entropy(cast(input), cast(target), cast(weight), reduction); });
   check_pair(input, target, "binary_cross_entropy");
   TS_CHECK(IntArrayRef(input.shape()).equals(target.shape()), "binary_cross_entropy: target of shape ",
@@ -153,12 +159,13 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
   Tensor l1x = clamp(log(sub(1, input)), -100.0, std::nullopt);
   Tensor l = neg(add(mul(target, lx), mul(sub(1, target), l1x)));
   if (weight.defined()) l = mul(l, weight);
-  return reduce_loss(l, reduction, "binary_cross_entropy");
+  TS_RETURN(reduce_loss(l, reduction, "binary_cross_entropy"));
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
                                         const std::string& reduction, const Tensor& pos_weight) {
   TS_OP_SCOPE(binary_cross_entropy_with_logits, &input, &target, &weight, &pos_weight);
+  TS_OP_ATTRS({"reduction", reduction});
   TS_AUTOCAST(binary_cross_entropy_with_logits, [&](const auto& cast) { return binary_cross_entropy_with_logits(cast(input), cast(target), cast(weight), reduction, cast(pos_weight)); });
   check_pair(input, target, "binary_cross_entropy_with_logits");
   TS_CHECK(IntArrayRef(input.shape()).equals(target.shape()), "binary_cross_entropy_with_logits: target of shape ",
@@ -173,11 +180,12 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
     l = add(mul(sub(1, target), input), softplus_neg);
   }
   if (weight.defined()) l = mul(l, weight);
-  return reduce_loss(l, reduction, "binary_cross_entropy_with_logits");
+  TS_RETURN(reduce_loss(l, reduction, "binary_cross_entropy_with_logits"));
 }
 
 Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& reduction, bool log_target) {
   TS_OP_SCOPE(kl_div, &input, &target);
+  TS_OP_ATTRS({"reduction", reduction}, {"log_target", log_target});
   TS_AUTOCAST(kl_div, [&](const auto& cast) { return kl_div(cast(input), cast(target), reduction, log_target); });
   check_pair(input, target, "kl_div");
   TS_CHECK(reduction == "mean" || reduction == "sum" || reduction == "none" || reduction == "batchmean",
@@ -191,23 +199,26 @@ Tensor kl_div(const Tensor& input, const Tensor& target, const std::string& redu
     l = where(gt(target, 0), mul(target, sub(safe_log, input)), mul(target, neg(input)));
     l = where(eq(target, 0), scalar_tensor(0, l.dtype()), l);
   }
-  if (reduction == "batchmean") return input.dim() == 0 ? sum(l) : div(sum(l), static_cast<double>(input.shape()[0]));
-  return reduce_loss(l, reduction, "kl_div");
+  if (reduction == "batchmean") TS_RETURN(input.dim() == 0 ? sum(l) : div(sum(l), static_cast<double>(input.shape()[0])));
+  TS_RETURN(reduce_loss(l, reduction, "kl_div"));
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   TS_OP_SCOPE(dropout, &x);
+  TS_OP_ATTRS({"p", p}, {"training", training});
+  ts_op_scope_.check_generator(gen, "dropout");
   check_defined(x, "dropout", "input");
   TS_CHECK(p >= 0 && p <= 1, "dropout: p must be in [0, 1], got ", p);
-  if (!training || p == 0) return x;
-  if (p == 1) return mul(x, 0);
+  if (!training || p == 0) TS_RETURN(x);
+  if (p == 1) TS_RETURN(mul(x, 0));
   check_floating(x, "dropout", "input");
   Tensor mask = bernoulli(x.shape(), 1 - p, x.dtype(), gen);
-  return mul(x, mul(mask, 1.0 / (1 - p)));
+  TS_RETURN(mul(x, mul(mask, 1.0 / (1 - p))));
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
   TS_OP_SCOPE(embedding, &weight, &indices);
+  TS_OP_ATTRS({"padding_idx", padding_idx});
   check_defined(weight, "embedding", "weight");
   check_defined(indices, "embedding", "indices");
   TS_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [num_embeddings, dim], got shape ", shape_str(weight.shape()));
@@ -230,7 +241,23 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
     Tensor is_pad = eq(cast(indices, DType::I64), pi).unsqueeze(-1);
     out = where(is_pad, out.detach(), out);
   }
-  return out;
+  TS_RETURN(out);
 }
+
+// ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(nll_loss) { return {nll_loss(in[0], in[1], in[2], a.i("ignore_index"), a.s("reduction"))}; }
+TS_OP_INVOKER(cross_entropy) {
+  return {cross_entropy(in[0], in[1], in[2], a.i("ignore_index"), a.s("reduction"), a.f("label_smoothing"))};
+}
+TS_OP_INVOKER(mse_loss) { return {mse_loss(in[0], in[1], a.s("reduction"))}; }
+TS_OP_INVOKER(l1_loss) { return {l1_loss(in[0], in[1], a.s("reduction"))}; }
+TS_OP_INVOKER(smooth_l1_loss) { return {smooth_l1_loss(in[0], in[1], a.s("reduction"), a.f("beta"))}; }
+TS_OP_INVOKER(binary_cross_entropy) { return {binary_cross_entropy(in[0], in[1], in[2], a.s("reduction"))}; }
+TS_OP_INVOKER(binary_cross_entropy_with_logits) {
+  return {binary_cross_entropy_with_logits(in[0], in[1], in[2], a.s("reduction"), in[3])};
+}
+TS_OP_INVOKER(kl_div) { return {kl_div(in[0], in[1], a.s("reduction"), a.b("log_target"))}; }
+TS_OP_INVOKER(dropout) { return {dropout(in[0], a.f("p"), a.b("training"))}; }
+TS_OP_INVOKER(embedding) { return {embedding(in[0], in[1], a.opt_i("padding_idx"))}; }
 
 }  // namespace tessera::ops

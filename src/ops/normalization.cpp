@@ -184,23 +184,27 @@ Tensor norm_impl(const char* name, const Tensor& x_in, IntArrayRef normalized_sh
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   TS_OP_SCOPE(softmax, &x);
+  TS_OP_ATTRS({"dim", dim});
   TS_AUTOCAST(softmax, [&](const auto& cast) { return softmax(cast(x), dim); });
-  return softmax_impl(x, dim, false);
+  TS_RETURN(softmax_impl(x, dim, false));
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   TS_OP_SCOPE(log_softmax, &x);
+  TS_OP_ATTRS({"dim", dim});
   TS_AUTOCAST(log_softmax, [&](const auto& cast) { return log_softmax(cast(x), dim); });
-  return softmax_impl(x, dim, true);
+  TS_RETURN(softmax_impl(x, dim, true));
 }
 
 Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
   TS_OP_SCOPE(layer_norm, &x, &weight, &bias);
+  TS_OP_ATTRS({"normalized_shape", normalized_shape}, {"eps", eps});
   TS_AUTOCAST(layer_norm, [&](const auto& cast) { return layer_norm(cast(x), normalized_shape, cast(weight), cast(bias), eps); });
-  return norm_impl("layer_norm", x, normalized_shape, weight, bias, eps, false);
+  TS_RETURN(norm_impl("layer_norm", x, normalized_shape, weight, bias, eps, false));
 }
 
 Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, std::optional<double> eps) {
   TS_OP_SCOPE(rms_norm, &x, &weight);
+  TS_OP_ATTRS({"normalized_shape", normalized_shape}, {"eps", eps});
   TS_AUTOCAST(rms_norm, [&](const auto& cast) { return rms_norm(cast(x), normalized_shape, cast(weight), eps); });
   double e = eps.value_or(0);
   if (!eps) {
@@ -211,11 +215,12 @@ Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& wei
       default: e = std::numeric_limits<float>::epsilon(); break;
     }
   }
-  return norm_impl("rms_norm", x, normalized_shape, weight, Tensor(), e, true);
+  TS_RETURN(norm_impl("rms_norm", x, normalized_shape, weight, Tensor(), e, true));
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
   TS_OP_SCOPE(group_norm, &x, &weight, &bias);
+  TS_OP_ATTRS({"num_groups", num_groups}, {"eps", eps});
   TS_AUTOCAST(group_norm, [&](const auto& cast) { return group_norm(cast(x), num_groups, cast(weight), cast(bias), eps); });
   check_defined(x, "group_norm", "input");
   TS_CHECK(x.dim() >= 2, "group_norm: expected an input with at least 2 dimensions [N, C, ...], got shape ",
@@ -233,7 +238,7 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
   bshape[1] = C;
   if (weight.defined()) y = mul(y, weight.reshape(bshape));
   if (bias.defined()) y = add(y, bias.reshape(bshape));
-  return y;
+  TS_RETURN(y);
 }
 
 namespace {
@@ -339,6 +344,7 @@ void bn_backward(const T* g, const T* x, int64_t N, int64_t C, int64_t HW, const
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
   TS_OP_SCOPE(batch_norm, &x, &running_mean, &running_var, &weight, &bias);
+  TS_OP_ATTRS({"training", training}, {"momentum", momentum}, {"eps", eps});
   TS_AUTOCAST(batch_norm, [&](const auto& cast) { return batch_norm(cast(x), cast(running_mean), cast(running_var), cast(weight), cast(bias), training, momentum, eps); });
   check_defined(x, "batch_norm", "input");
   TS_CHECK(x.dim() >= 2, "batch_norm: expected an input with at least 2 dimensions [N, C, ...], got shape ",
@@ -395,8 +401,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     var_t = running_var.detach().to(DType::F64).contiguous().clone();
   }
   if (!fused) {
-    if (training) return batch_norm_composite(x, weight, bias, true, Tensor(), Tensor(), eps);
-    return batch_norm_composite(x, weight, bias, false, running_mean.detach(), running_var.detach(), eps);
+    if (training) TS_RETURN(batch_norm_composite(x, weight, bias, true, Tensor(), Tensor(), eps));
+    TS_RETURN(batch_norm_composite(x, weight, bias, false, running_mean.detach(), running_var.detach(), eps));
   }
   Tensor rstd_t = rsqrt(add(var_t, eps));
   Tensor wd = weight.defined() ? weight.detach().to(DType::F64).contiguous() : Tensor();
@@ -439,7 +445,17 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       return {gx, gw.defined() ? gw.to(xc.dtype()) : gw, gb.defined() ? gb.to(xc.dtype()) : gb};
     }, {0, 1, 2}, {}, {mean_t.contiguous(), rstd_t.contiguous()});
   }
-  return y;
+  TS_RETURN(y);
+}
+
+// ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(softmax) { return {softmax(in[0], a.i("dim"))}; }
+TS_OP_INVOKER(log_softmax) { return {log_softmax(in[0], a.i("dim"))}; }
+TS_OP_INVOKER(layer_norm) { return {layer_norm(in[0], a.ints("normalized_shape"), in[1], in[2], a.f("eps"))}; }
+TS_OP_INVOKER(rms_norm) { return {rms_norm(in[0], a.ints("normalized_shape"), in[1], a.opt_f("eps"))}; }
+TS_OP_INVOKER(group_norm) { return {group_norm(in[0], a.i("num_groups"), in[1], in[2], a.f("eps"))}; }
+TS_OP_INVOKER(batch_norm) {
+  return {batch_norm(in[0], in[1], in[2], in[3], in[4], a.b("training"), a.f("momentum"), a.f("eps"))};
 }
 
 }  // namespace tessera::ops

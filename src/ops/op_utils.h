@@ -6,6 +6,7 @@
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/autograd/node.h"
 #include "tessera/core/trace.h"
+#include "tessera/ops/capture.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::ops {
@@ -22,11 +23,86 @@ enum class OpId : uint16_t {
 };
 
 // First line of every public op function: a trace scope named after the op
-// (profiler, memory profiler), with its tensor inputs. An op called by another
-// op opens a nested scope. Costs one relaxed load when nothing listens.
+// (profiler, memory profiler), with its tensor inputs, which also reports the
+// call to a graph recorder (ops/capture.h). An op called by another op opens a
+// nested scope. Costs one relaxed load and one thread-local load when nothing
+// listens.
+class OpScope {
+ public:
+  OpScope(OpId id, const char* name, std::initializer_list<const Tensor*> inputs)
+      : trace_(name, trace::ScopeKind::kOp, inputs) {
+    if (Recorder* r = recorder()) {
+      rec_ = r;
+      top_ = r->begin(id, inputs.begin(), static_cast<int>(inputs.size()));
+    }
+  }
+  OpScope(OpId id, const char* name, const TensorList& inputs) : trace_(name, trace::ScopeKind::kOp) {
+    if (Recorder* r = recorder()) {
+      rec_ = r;
+      top_ = r->begin(id, inputs);
+    }
+  }
+  ~OpScope() {
+    if (rec_) rec_->end();
+  }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+  // True when this call is being recorded into a graph.
+  bool recording() const { return top_; }
+  void attrs(Attrs&& a) { rec_->attrs(std::move(a)); }
+  Tensor result(Tensor y) {
+    if (top_) rec_->outputs(&y, 1);
+    return y;
+  }
+  TensorList result(TensorList ys) {
+    if (top_) rec_->outputs(ys.data(), static_cast<int>(ys.size()));
+    return ys;
+  }
+  template <typename... T>
+  std::tuple<T...> result(std::tuple<T...> ys) {
+    if (top_) {
+      std::apply([&](const auto&... t) {
+        Tensor outs[] = {t...};
+        rec_->outputs(outs, sizeof...(T));
+      }, ys);
+    }
+    return ys;
+  }
+  // Graph capture replays ops with the default generator only.
+  void check_generator(const Generator* gen, const char* op) const {
+    TS_CHECK(!top_ || gen == nullptr || gen == &default_generator(), op,
+             ": a call with its own Generator cannot be captured into a graph (a graph draws from the "
+             "default generator); pass no generator");
+  }
+
+ private:
+  trace::ScopeGuard trace_;
+  Recorder* rec_ = nullptr;
+  bool top_ = false;
+};
+
 #define TS_OP_SCOPE(op, ...)                                                                \
   static_assert(::tessera::ops::OpId::op != ::tessera::ops::OpId::kCount, "op not in ops.def"); \
-  ::tessera::trace::ScopeGuard ts_op_scope_(#op, ::tessera::trace::ScopeKind::kOp, {__VA_ARGS__})
+  ::tessera::ops::OpScope ts_op_scope_(::tessera::ops::OpId::op, #op, {__VA_ARGS__})
+// For ops whose tensor arguments are one list (cat, stack, einsum).
+#define TS_OP_SCOPE_LIST(op, list)                                                          \
+  static_assert(::tessera::ops::OpId::op != ::tessera::ops::OpId::kCount, "op not in ops.def"); \
+  ::tessera::ops::OpScope ts_op_scope_(::tessera::ops::OpId::op, #op, list)
+// The op's attributes, as {"name", value} pairs; evaluated only while recording.
+#define TS_OP_ATTRS(...) \
+  if (ts_op_scope_.recording()) ts_op_scope_.attrs(::tessera::ops::Attrs{__VA_ARGS__})
+// Every return of an op function with a TS_OP_SCOPE goes through this.
+#define TS_RETURN(...) return ts_op_scope_.result(__VA_ARGS__)
+
+// The function that runs an op from a graph node: `in` are its tensor inputs
+// in TS_OP_SCOPE order, `a` its attributes. One per op of ops.def, next to the
+// op; a missing one is a link error.
+#define TS_OP_INVOKER(op) \
+  TensorList invoke_##op([[maybe_unused]] const TensorList& in, [[maybe_unused]] const Attrs& a)
+#define OP(name, family, grad) TS_OP_INVOKER(name);
+#include "ops/ops.def"
+#undef OP
 
 // A Scalar as a 0-D tensor that promotes like a Python number.
 Tensor wrap_scalar(const Scalar& s, DType dtype);

@@ -133,6 +133,9 @@ Tensor nearest_index(int64_t in, int64_t out, std::optional<double> scale) {
 
 std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, IntArrayRef kernel, IntArrayRef stride,
                                                    IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
+  TS_OP_SCOPE(max_pool2d, &x_in);
+  TS_OP_ATTRS({"kernel_size", kernel}, {"stride", stride}, {"padding", padding}, {"dilation", dilation},
+              {"ceil_mode", ceil_mode}, {"return_indices", true});
   Pool p = make_pool(x_in, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");
   Tensor y = empty(p.out_shape, p.x.dtype());
   Tensor idx = empty(p.out_shape, DType::I64);
@@ -158,25 +161,28 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, IntArrayR
       return {gx.reshape(in_shape)};
     }, {}, {}, {idx});
   }
-  return {y, idx};
+  TS_RETURN(std::tuple<Tensor, Tensor>{y, idx});
 }
 
 Tensor max_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                   bool ceil_mode) {
   TS_OP_SCOPE(max_pool2d, &x);
-  return std::get<0>(max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode));
+  TS_OP_ATTRS({"kernel_size", kernel}, {"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"ceil_mode", ceil_mode}, {"return_indices", false});
+  TS_RETURN(std::get<0>(max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode)));
 }
 
 Tensor avg_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntArrayRef padding, bool ceil_mode,
                   bool count_include_pad) {
   TS_OP_SCOPE(avg_pool2d, &x);
+  TS_OP_ATTRS({"kernel_size", kernel}, {"stride", stride}, {"padding", padding}, {"ceil_mode", ceil_mode}, {"count_include_pad", count_include_pad});
   Pool p = make_pool(x, kernel, stride, padding, {1, 1}, ceil_mode, "avg_pool2d");
   p.g.count_include_pad = count_include_pad;
-  return avg_pool2d_apply(x, p.g, p.out_shape);
+  TS_RETURN(avg_pool2d_apply(x, p.g, p.out_shape));
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, IntArrayRef output_size) {
   TS_OP_SCOPE(adaptive_avg_pool2d, &x);
+  TS_OP_ATTRS({"output_size", output_size});
   check_defined(x, "adaptive_avg_pool2d", "input");
   TS_CHECK(x.dim() == 3 || x.dim() == 4, "adaptive_avg_pool2d: expected a 3-D or 4-D input, got shape ",
            shape_str(x.shape()));
@@ -187,12 +193,13 @@ Tensor adaptive_avg_pool2d(const Tensor& x, IntArrayRef output_size) {
   int64_t H = x.shape()[x.dim() - 2], W = x.shape()[x.dim() - 1];
   TS_CHECK(H > 0 && W > 0, "adaptive_avg_pool2d: the input's spatial size ", H, "x", W, " must be non-empty");
   Tensor mh = adaptive_matrix(H, o[0], x.dtype()), mw = adaptive_matrix(W, o[1], x.dtype());
-  return matmul(matmul(mh, x), mw.t());
+  TS_RETURN(matmul(matmul(mh, x), mw.t()));
 }
 
 Tensor interpolate(const Tensor& x, IntArrayRef size, std::vector<double> scale_factor, const std::string& mode,
                    bool align_corners) {
   TS_OP_SCOPE(interpolate, &x);
+  TS_OP_ATTRS({"size", size}, {"scale_factor", scale_factor}, {"mode", mode}, {"align_corners", align_corners});
   check_defined(x, "interpolate", "input");
   check_floating(x, "interpolate", "input");
   TS_CHECK(mode == "nearest" || mode == "bilinear", "interpolate: mode must be 'nearest' or 'bilinear', got '", mode, "'");
@@ -225,11 +232,31 @@ Tensor interpolate(const Tensor& x, IntArrayRef size, std::vector<double> scale_
   if (mode == "nearest") {
     Tensor r = x;
     for (int64_t i = 0; i < spatial; ++i) r = index_select(r, 2 + i, nearest_index(x.shape()[2 + i], out[i], scales[i]));
-    return r;
+    TS_RETURN(r);
   }
   Tensor mh = linear_matrix(x.shape()[2], out[0], align_corners, scales[0], x.dtype());
   Tensor mw = linear_matrix(x.shape()[3], out[1], align_corners, scales[1], x.dtype());
-  return matmul(matmul(mh, x), mw.t());
+  TS_RETURN(matmul(matmul(mh, x), mw.t()));
+}
+
+// ---- invokers (graph nodes run ops through these) ----
+// max_pool2d: "return_indices" tells the (values, indices) form from the plain one.
+TS_OP_INVOKER(max_pool2d) {
+  if (a.b("return_indices")) {
+    auto [y, idx] = max_pool2d_with_indices(in[0], a.ints("kernel_size"), a.ints("stride"), a.ints("padding"),
+                                            a.ints("dilation"), a.b("ceil_mode"));
+    return {y, idx};
+  }
+  return {max_pool2d(in[0], a.ints("kernel_size"), a.ints("stride"), a.ints("padding"), a.ints("dilation"),
+                     a.b("ceil_mode"))};
+}
+TS_OP_INVOKER(avg_pool2d) {
+  return {avg_pool2d(in[0], a.ints("kernel_size"), a.ints("stride"), a.ints("padding"), a.b("ceil_mode"),
+                     a.b("count_include_pad"))};
+}
+TS_OP_INVOKER(adaptive_avg_pool2d) { return {adaptive_avg_pool2d(in[0], a.ints("output_size"))}; }
+TS_OP_INVOKER(interpolate) {
+  return {interpolate(in[0], a.ints("size"), a.floats("scale_factor"), a.s("mode"), a.b("align_corners"))};
 }
 
 }  // namespace tessera::ops

@@ -90,27 +90,37 @@ Tensor with_grad(Tensor t, const TensorOptions& opts) {
 
 Tensor rand(IntArrayRef shape, TensorOptions opts, Generator* gen) {
   TS_OP_SCOPE(rand);
-  return with_grad(draw(shape, Dist::Uniform, 0, 1, opts.dtype, gen), opts);
+  TS_OP_ATTRS({"shape", shape}, {"dtype", opts.dtype});
+  ts_op_scope_.check_generator(gen, "rand");
+  TS_RETURN(with_grad(draw(shape, Dist::Uniform, 0, 1, opts.dtype, gen), opts));
 }
 Tensor randn(IntArrayRef shape, TensorOptions opts, Generator* gen) {
   TS_OP_SCOPE(randn);
-  return with_grad(draw(shape, Dist::Normal, 0, 1, opts.dtype, gen), opts);
+  TS_OP_ATTRS({"shape", shape}, {"dtype", opts.dtype});
+  ts_op_scope_.check_generator(gen, "randn");
+  TS_RETURN(with_grad(draw(shape, Dist::Normal, 0, 1, opts.dtype, gen), opts));
 }
 Tensor uniform(IntArrayRef shape, double low, double high, TensorOptions opts, Generator* gen) {
   TS_OP_SCOPE(uniform);
+  TS_OP_ATTRS({"shape", shape}, {"low", low}, {"high", high}, {"dtype", opts.dtype});
+  ts_op_scope_.check_generator(gen, "uniform");
   TS_CHECK(low <= high, "uniform: low ", low, " must not exceed high ", high);
-  return with_grad(draw(shape, Dist::Uniform, low, high, opts.dtype, gen), opts);
+  TS_RETURN(with_grad(draw(shape, Dist::Uniform, low, high, opts.dtype, gen), opts));
 }
 Tensor normal(IntArrayRef shape, double mean, double std, TensorOptions opts, Generator* gen) {
   TS_OP_SCOPE(normal);
+  TS_OP_ATTRS({"shape", shape}, {"mean", mean}, {"std", std}, {"dtype", opts.dtype});
+  ts_op_scope_.check_generator(gen, "normal");
   TS_CHECK(std >= 0, "normal: std must be non-negative, got ", std);
-  return with_grad(draw(shape, Dist::Normal, mean, std, opts.dtype, gen), opts);
+  TS_RETURN(with_grad(draw(shape, Dist::Normal, mean, std, opts.dtype, gen), opts));
 }
 Tensor rand_like(const Tensor& t, Generator* gen) { return rand(t.shape(), t.dtype(), gen); }
 Tensor randn_like(const Tensor& t, Generator* gen) { return randn(t.shape(), t.dtype(), gen); }
 
 Tensor randint(int64_t low, int64_t high, IntArrayRef shape, TensorOptions opts, Generator* gen) {
   TS_OP_SCOPE(randint);
+  TS_OP_ATTRS({"low", low}, {"high", high}, {"shape", shape}, {"dtype", opts.dtype});
+  ts_op_scope_.check_generator(gen, "randint");
   TS_CHECK(low < high, "randint: low (", low, ") must be less than high (", high, ")");
   Tensor t = empty(shape, DType::I64);
   int64_t n = t.numel();
@@ -130,25 +140,39 @@ Tensor randint(int64_t low, int64_t high, IntArrayRef shape, TensorOptions opts,
       }
     }
   });
-  return cast(t, opts.dtype);
+  TS_RETURN(cast(t, opts.dtype));
 }
 
 Tensor bernoulli(const Tensor& p, Generator* gen) {
   TS_OP_SCOPE(bernoulli, &p);
+  ts_op_scope_.check_generator(gen, "bernoulli");
   check_defined(p, "bernoulli", "p");
   check_floating(p, "bernoulli", "p");
   Tensor pf = p.detach();
   TS_CHECK(pf.numel() == 0 || (all(ge(pf, 0)).item<bool>() && all(le(pf, 1)).item<bool>()),
            "bernoulli: every probability must be in [0, 1]");
   Tensor u = draw(p.shape(), Dist::Uniform, 0, 1, p.dtype() == DType::F64 ? DType::F64 : DType::F32, gen);
-  return lt(u, pf).to(p.dtype());
+  TS_RETURN(lt(u, pf).to(p.dtype()));
 }
 
 Tensor bernoulli(IntArrayRef shape, double p, TensorOptions opts, Generator* gen) {
   TS_OP_SCOPE(bernoulli);
+  TS_OP_ATTRS({"shape", shape}, {"p", p}, {"dtype", opts.dtype});
+  ts_op_scope_.check_generator(gen, "bernoulli");
   TS_CHECK(p >= 0 && p <= 1, "bernoulli: p must be in [0, 1], got ", p);
   Tensor u = draw(shape, Dist::Uniform, 0, 1, DType::F32, gen);
-  return lt(u, p).to(opts.dtype);
+  TS_RETURN(lt(u, p).to(opts.dtype));
+}
+
+// ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(rand) { return {rand(a.ints("shape"), a.dtype("dtype"))}; }
+TS_OP_INVOKER(randn) { return {randn(a.ints("shape"), a.dtype("dtype"))}; }
+TS_OP_INVOKER(uniform) { return {uniform(a.ints("shape"), a.f("low"), a.f("high"), a.dtype("dtype"))}; }
+TS_OP_INVOKER(normal) { return {normal(a.ints("shape"), a.f("mean"), a.f("std"), a.dtype("dtype"))}; }
+TS_OP_INVOKER(randint) { return {randint(a.i("low"), a.i("high"), a.ints("shape"), a.dtype("dtype"))}; }
+TS_OP_INVOKER(bernoulli) {
+  if (!in.empty()) return {bernoulli(in[0])};
+  return {bernoulli(a.ints("shape"), a.f("p"), a.dtype("dtype"))};
 }
 
 }  // namespace tessera::ops

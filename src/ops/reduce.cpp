@@ -151,6 +151,7 @@ Tensor unsqueeze_reduced(const Tensor& g, IntArrayRef in_shape, uint64_t mask, b
 
 Tensor sum(const Tensor& x_in, IntArrayRef dims, bool keepdim, std::optional<DType> dtype) {
   TS_OP_SCOPE(sum, &x_in);
+  TS_OP_ATTRS({"dim", dims}, {"keepdim", keepdim}, {"dtype", dtype});
   TS_AUTOCAST(sum, [&](const auto& cast) { return sum(cast(x_in), dims, keepdim, dtype); });
   check_defined(x_in, "sum", "input");
   Tensor x = dtype ? cast(x_in, *dtype) : x_in;
@@ -164,11 +165,12 @@ Tensor sum(const Tensor& x_in, IntArrayRef dims, bool keepdim, std::optional<DTy
       return {expand(unsqueeze_reduced(a.grads[0], in_shape, mask, keepdim), in_shape)};
     });
   }
-  return y;
+  TS_RETURN(y);
 }
 
 Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim) {
   TS_OP_SCOPE(mean, &x);
+  TS_OP_ATTRS({"dim", dims}, {"keepdim", keepdim});
   TS_AUTOCAST(mean, [&](const auto& cast) { return mean(cast(x), dims, keepdim); });
   check_defined(x, "mean", "input");
   TS_CHECK(is_floating(x.dtype()), "mean: expected a floating-point input, got ", dtype_name(x.dtype()),
@@ -177,11 +179,12 @@ Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim) {
   int64_t count = 1;
   for (int64_t i = 0; i < x.dim(); ++i)
     if (mask >> i & 1) count *= x.shape()[i];
-  return div(sum(x, dims, keepdim), static_cast<double>(count));
+  TS_RETURN(div(sum(x, dims, keepdim), static_cast<double>(count)));
 }
 
 Tensor prod(const Tensor& x, IntArrayRef dims, bool keepdim) {
   TS_OP_SCOPE(prod, &x);
+  TS_OP_ATTRS({"dim", dims}, {"keepdim", keepdim});
   TS_AUTOCAST(prod, [&](const auto& cast) { return prod(cast(x), dims, keepdim); });
   check_defined(x, "prod", "input");
   uint64_t mask = dim_mask(dims, x.dim(), "prod");
@@ -213,7 +216,7 @@ Tensor prod(const Tensor& x, IntArrayRef dims, bool keepdim) {
       return {gx.reshape(permuted).permute(inv)};
     }, {0});
   }
-  return y;
+  TS_RETURN(y);
 }
 
 namespace {
@@ -241,21 +244,23 @@ Tensor extreme_all(RK k, const Tensor& x, IntArrayRef dims, bool keepdim, const 
 
 Tensor amax(const Tensor& x, IntArrayRef dims, bool keepdim) {
   TS_OP_SCOPE(amax, &x);
-  return extreme_all(RK::Max, x, dims, keepdim, "amax");
+  TS_OP_ATTRS({"dim", dims}, {"keepdim", keepdim});
+  TS_RETURN(extreme_all(RK::Max, x, dims, keepdim, "amax"));
 }
 Tensor amin(const Tensor& x, IntArrayRef dims, bool keepdim) {
   TS_OP_SCOPE(amin, &x);
-  return extreme_all(RK::Min, x, dims, keepdim, "amin");
+  TS_OP_ATTRS({"dim", dims}, {"keepdim", keepdim});
+  TS_RETURN(extreme_all(RK::Min, x, dims, keepdim, "amin"));
 }
 Tensor max(const Tensor& x) {
   TS_OP_SCOPE(max, &x);
   TS_CHECK(x.numel() > 0, "max: the input is empty (shape ", shape_str(x.shape()), "); max of nothing is undefined");
-  return amax(x);
+  TS_RETURN(amax(x));
 }
 Tensor min(const Tensor& x) {
   TS_OP_SCOPE(min, &x);
   TS_CHECK(x.numel() > 0, "min: the input is empty (shape ", shape_str(x.shape()), "); min of nothing is undefined");
-  return amin(x);
+  TS_RETURN(amin(x));
 }
 
 namespace {
@@ -312,30 +317,41 @@ std::tuple<Tensor, Tensor> extreme_dim(const Tensor& x, int64_t dim, bool keepdi
 }
 }  // namespace
 
-std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) { return extreme_dim(x, dim, keepdim, true, "max"); }
-std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) { return extreme_dim(x, dim, keepdim, false, "min"); }
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
+  TS_OP_SCOPE(max, &x);
+  TS_OP_ATTRS({"dim", dim}, {"keepdim", keepdim});
+  TS_RETURN(extreme_dim(x, dim, keepdim, true, "max"));
+}
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
+  TS_OP_SCOPE(min, &x);
+  TS_OP_ATTRS({"dim", dim}, {"keepdim", keepdim});
+  TS_RETURN(extreme_dim(x, dim, keepdim, false, "min"));
+}
 
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   TS_OP_SCOPE(argmax, &x);
+  TS_OP_ATTRS({"dim", dim}, {"keepdim", keepdim});
   if (!dim) {
     TS_CHECK(x.numel() > 0, "argmax: the input is empty; argmax of nothing is undefined");
     Tensor r = std::get<1>(extreme_dim(x.detach().reshape({-1}), 0, false, true, "argmax"));
-    return keepdim ? r.reshape(Shape(x.dim(), 1)) : r;
+    TS_RETURN(keepdim ? r.reshape(Shape(x.dim(), 1)) : r);
   }
-  return std::get<1>(extreme_dim(x.detach(), *dim, keepdim, true, "argmax"));
+  TS_RETURN(std::get<1>(extreme_dim(x.detach(), *dim, keepdim, true, "argmax")));
 }
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   TS_OP_SCOPE(argmin, &x);
+  TS_OP_ATTRS({"dim", dim}, {"keepdim", keepdim});
   if (!dim) {
     TS_CHECK(x.numel() > 0, "argmin: the input is empty; argmin of nothing is undefined");
     Tensor r = std::get<1>(extreme_dim(x.detach().reshape({-1}), 0, false, false, "argmin"));
-    return keepdim ? r.reshape(Shape(x.dim(), 1)) : r;
+    TS_RETURN(keepdim ? r.reshape(Shape(x.dim(), 1)) : r);
   }
-  return std::get<1>(extreme_dim(x.detach(), *dim, keepdim, false, "argmin"));
+  TS_RETURN(std::get<1>(extreme_dim(x.detach(), *dim, keepdim, false, "argmin")));
 }
 
 Tensor var(const Tensor& x, IntArrayRef dims, double correction, bool keepdim) {
   TS_OP_SCOPE(var, &x);
+  TS_OP_ATTRS({"dim", dims}, {"keepdim", keepdim}, {"correction", correction});
   TS_AUTOCAST(var, [&](const auto& cast) { return var(cast(x), dims, correction, keepdim); });
   check_defined(x, "var", "input");
   TS_CHECK(is_floating(x.dtype()), "var: expected a floating-point input, got ", dtype_name(x.dtype()));
@@ -345,21 +361,23 @@ Tensor var(const Tensor& x, IntArrayRef dims, double correction, bool keepdim) {
     if (mask >> i & 1) n *= x.shape()[i];
   Tensor d = sub(x, mean(x, dims, true));
   // n - correction <= 0 gives inf/nan, as in PyTorch.
-  return div(sum(square(d), dims, keepdim), std::max(0.0, static_cast<double>(n) - correction));
+  TS_RETURN(div(sum(square(d), dims, keepdim), std::max(0.0, static_cast<double>(n) - correction)));
 }
 
 Tensor std(const Tensor& x, IntArrayRef dims, double correction, bool keepdim) {
   TS_OP_SCOPE(std, &x);
+  TS_OP_ATTRS({"dim", dims}, {"keepdim", keepdim}, {"correction", correction});
   TS_AUTOCAST(std, [&](const auto& cast) { return std(cast(x), dims, correction, keepdim); });
-  return sqrt(var(x, dims, correction, keepdim));
+  TS_RETURN(sqrt(var(x, dims, correction, keepdim)));
 }
 
 Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim) {
   TS_OP_SCOPE(logsumexp, &x);
+  TS_OP_ATTRS({"dim", dims}, {"keepdim", keepdim});
   TS_AUTOCAST(logsumexp, [&](const auto& cast) { return logsumexp(cast(x), dims, keepdim); });
   check_defined(x, "logsumexp", "input");
   Tensor xf = is_floating(x.dtype()) ? x : x.to(default_float_dtype());
-  if (xf.numel() == 0) return log(sum(exp(xf), dims, keepdim));
+  if (xf.numel() == 0) TS_RETURN(log(sum(exp(xf), dims, keepdim)));
   Tensor m = amax(xf, dims, true).detach();
   m = where(isinf(m), 0, m);  // all -inf rows: keep -inf, not nan
   Tensor r = add(log(sum(exp(sub(xf, m)), dims, true)), m);
@@ -367,16 +385,17 @@ Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim) {
     uint64_t mask = dim_mask(dims, x.dim(), "logsumexp");
     r = r.reshape(final_shape(x.shape(), mask, false));
   }
-  return r;
+  TS_RETURN(r);
 }
 
 Tensor norm(const Tensor& x, double p, IntArrayRef dims, bool keepdim) {
   TS_OP_SCOPE(norm, &x);
+  TS_OP_ATTRS({"p", p}, {"dim", dims}, {"keepdim", keepdim});
   TS_AUTOCAST(norm, [&](const auto& cast) { return norm(cast(x), p, dims, keepdim); });
   check_defined(x, "norm", "input");
   check_floating(x, "norm", "input");
-  if (p == 1) return sum(abs(x), dims, keepdim);
-  if (std::isinf(p) && p > 0) return amax(abs(x), dims, keepdim);
+  if (p == 1) TS_RETURN(sum(abs(x), dims, keepdim));
+  if (std::isinf(p) && p > 0) TS_RETURN(amax(abs(x), dims, keepdim));
   TS_CHECK(p == 2, "norm: p must be 1, 2 or inf, got ", p);
   Tensor y = sqrt(sum(square(x.detach()), dims, keepdim));
   if (autograd::any_requires_grad({&x})) {
@@ -390,20 +409,22 @@ Tensor norm(const Tensor& x, double p, IntArrayRef dims, bool keepdim) {
       return {where(eq(n, 0), 0, div(mul(a.saved[0], g), n))};
     }, {0}, {0});
   }
-  return y;
+  TS_RETURN(y);
 }
 
 Tensor all(const Tensor& x, IntArrayRef dims, bool keepdim) {
   TS_OP_SCOPE(all, &x);
+  TS_OP_ATTRS({"dim", dims}, {"keepdim", keepdim});
   check_defined(x, "all", "input");
   uint64_t mask = dim_mask(dims, x.dim(), "all");
-  return reduce_raw(RK::All, x, mask, "all").reshape(final_shape(x.shape(), mask, keepdim));
+  TS_RETURN(reduce_raw(RK::All, x, mask, "all").reshape(final_shape(x.shape(), mask, keepdim)));
 }
 Tensor any(const Tensor& x, IntArrayRef dims, bool keepdim) {
   TS_OP_SCOPE(any, &x);
+  TS_OP_ATTRS({"dim", dims}, {"keepdim", keepdim});
   check_defined(x, "any", "input");
   uint64_t mask = dim_mask(dims, x.dim(), "any");
-  return reduce_raw(RK::Any, x, mask, "any").reshape(final_shape(x.shape(), mask, keepdim));
+  TS_RETURN(reduce_raw(RK::Any, x, mask, "any").reshape(final_shape(x.shape(), mask, keepdim)));
 }
 
 namespace {
@@ -438,18 +459,21 @@ Tensor scan(const Tensor& x, int64_t dim, bool is_prod) {
 
 Tensor cumsum(const Tensor& x, int64_t dim) {
   TS_OP_SCOPE(cumsum, &x);
+  TS_OP_ATTRS({"dim", dim});
   TS_AUTOCAST(cumsum, [&](const auto& cast) { return cumsum(cast(x), dim); });
-  return scan(x, dim, false);
+  TS_RETURN(scan(x, dim, false));
 }
 Tensor cumprod(const Tensor& x, int64_t dim) {
   TS_OP_SCOPE(cumprod, &x);
+  TS_OP_ATTRS({"dim", dim});
   TS_AUTOCAST(cumprod, [&](const auto& cast) { return cumprod(cast(x), dim); });
-  return scan(x, dim, true);
+  TS_RETURN(scan(x, dim, true));
 }
 
 Tensor sum_to(const Tensor& x, IntArrayRef shape) {
   TS_OP_SCOPE(sum_to, &x);
-  if (IntArrayRef(x.shape()).equals(shape)) return x;
+  TS_OP_ATTRS({"shape", shape});
+  if (IntArrayRef(x.shape()).equals(shape)) TS_RETURN(x);
   int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
   TS_CHECK(lead >= 0, "sum_to: cannot sum a tensor of shape ", shape_str(x.shape()), " to the larger shape ",
            shape_str(shape));
@@ -459,7 +483,36 @@ Tensor sum_to(const Tensor& x, IntArrayRef shape) {
     else if (shape[i - lead] == 1 && x.shape()[i] != 1) dims.push_back(i);
   }
   Tensor r = dims.empty() ? x : sum(x, dims, true);
-  return r.reshape(shape);
+  TS_RETURN(r.reshape(shape));
 }
+
+// ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(sum) { return {sum(in[0], a.ints("dim"), a.b("keepdim"), a.opt_dtype("dtype"))}; }
+TS_OP_INVOKER(mean) { return {mean(in[0], a.ints("dim"), a.b("keepdim"))}; }
+TS_OP_INVOKER(prod) { return {prod(in[0], a.ints("dim"), a.b("keepdim"))}; }
+TS_OP_INVOKER(amax) { return {amax(in[0], a.ints("dim"), a.b("keepdim"))}; }
+TS_OP_INVOKER(amin) { return {amin(in[0], a.ints("dim"), a.b("keepdim"))}; }
+// max and min: over all elements (one output), or along "dim" (values, indices).
+TS_OP_INVOKER(max) {
+  if (!a.has("dim")) return {max(in[0])};
+  auto [v, i] = max(in[0], a.i("dim"), a.b("keepdim"));
+  return {v, i};
+}
+TS_OP_INVOKER(min) {
+  if (!a.has("dim")) return {min(in[0])};
+  auto [v, i] = min(in[0], a.i("dim"), a.b("keepdim"));
+  return {v, i};
+}
+TS_OP_INVOKER(argmax) { return {argmax(in[0], a.opt_i("dim"), a.b("keepdim"))}; }
+TS_OP_INVOKER(argmin) { return {argmin(in[0], a.opt_i("dim"), a.b("keepdim"))}; }
+TS_OP_INVOKER(var) { return {var(in[0], a.ints("dim"), a.f("correction"), a.b("keepdim"))}; }
+TS_OP_INVOKER(std) { return {std(in[0], a.ints("dim"), a.f("correction"), a.b("keepdim"))}; }
+TS_OP_INVOKER(logsumexp) { return {logsumexp(in[0], a.ints("dim"), a.b("keepdim"))}; }
+TS_OP_INVOKER(norm) { return {norm(in[0], a.f("p"), a.ints("dim"), a.b("keepdim"))}; }
+TS_OP_INVOKER(all) { return {all(in[0], a.ints("dim"), a.b("keepdim"))}; }
+TS_OP_INVOKER(any) { return {any(in[0], a.ints("dim"), a.b("keepdim"))}; }
+TS_OP_INVOKER(cumsum) { return {cumsum(in[0], a.i("dim"))}; }
+TS_OP_INVOKER(cumprod) { return {cumprod(in[0], a.i("dim"))}; }
+TS_OP_INVOKER(sum_to) { return {sum_to(in[0], a.ints("shape"))}; }
 
 }  // namespace tessera::ops

@@ -7,7 +7,8 @@
 namespace tessera::ops {
 
 Tensor cat(const TensorList& ts, int64_t dim) {
-  TS_OP_SCOPE(cat);
+  TS_OP_SCOPE_LIST(cat, ts);
+  TS_OP_ATTRS({"dim", dim});
   TS_AUTOCAST(cat, [&](const auto& cast) { return cat(cast(ts), dim); });
   TS_CHECK(!ts.empty(), "cat: expected a non-empty list of tensors");
   // Like PyTorch, 1-D empty tensors are skipped (legacy behaviour people rely on).
@@ -65,11 +66,12 @@ Tensor cat(const TensorList& ts, int64_t dim) {
       return r;
     });
   }
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor stack(const TensorList& ts, int64_t dim) {
-  TS_OP_SCOPE(stack);
+  TS_OP_SCOPE_LIST(stack, ts);
+  TS_OP_ATTRS({"dim", dim});
   TS_AUTOCAST(stack, [&](const auto& cast) { return stack(cast(ts), dim); });
   TS_CHECK(!ts.empty(), "stack: expected a non-empty list of tensors");
   dim = wrap_dim(dim, ts[0].dim() + 1, "stack");
@@ -79,23 +81,25 @@ Tensor stack(const TensorList& ts, int64_t dim) {
              shape_str(ts[0].shape()), " at entry 0 and ", shape_str(ts[i].shape()), " at entry ", i);
     u.push_back(ts[i].unsqueeze(dim));
   }
-  return cat(u, dim);
+  TS_RETURN(cat(u, dim));
 }
 
 TensorList split(const Tensor& x, int64_t split_size, int64_t dim) {
   TS_OP_SCOPE(split, &x);
+  TS_OP_ATTRS({"split_size", split_size}, {"dim", dim});
   TS_CHECK(x.dim() > 0, "split: cannot split a 0-D tensor");
   dim = wrap_dim(dim, x.dim(), "split");
   int64_t n = x.shape()[dim];
   TS_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size must be positive, got ", split_size);
   TensorList r;
-  if (n == 0) return {x};
+  if (n == 0) TS_RETURN(TensorList{x});
   for (int64_t s = 0; s < n; s += split_size) r.push_back(x.slice(dim, s, std::min(n, s + split_size)));
-  return r;
+  TS_RETURN(r);
 }
 
 TensorList split(const Tensor& x, IntArrayRef sizes, int64_t dim) {
   TS_OP_SCOPE(split, &x);
+  TS_OP_ATTRS({"sizes", sizes}, {"dim", dim});
   TS_CHECK(x.dim() > 0, "split: cannot split a 0-D tensor");
   dim = wrap_dim(dim, x.dim(), "split");
   int64_t total = 0;
@@ -111,30 +115,33 @@ TensorList split(const Tensor& x, IntArrayRef sizes, int64_t dim) {
     r.push_back(x.slice(dim, o, o + s));
     o += s;
   }
-  return r;
+  TS_RETURN(r);
 }
 
 TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   TS_OP_SCOPE(chunk, &x);
+  TS_OP_ATTRS({"chunks", chunks}, {"dim", dim});
   TS_CHECK(chunks > 0, "chunk: number of chunks must be positive, got ", chunks);
   TS_CHECK(x.dim() > 0, "chunk: cannot chunk a 0-D tensor");
   int64_t n = x.shape()[wrap_dim(dim, x.dim(), "chunk")];
   int64_t size = std::max<int64_t>((n + chunks - 1) / chunks, n == 0 ? 0 : 1);
-  if (size == 0) return TensorList(chunks, x);
-  return split(x, size, dim);
+  if (size == 0) TS_RETURN(TensorList(chunks, x));
+  TS_RETURN(split(x, size, dim));
 }
 
 TensorList unbind(const Tensor& x, int64_t dim) {
   TS_OP_SCOPE(unbind, &x);
+  TS_OP_ATTRS({"dim", dim});
   TS_CHECK(x.dim() > 0, "unbind: cannot unbind a 0-D tensor");
   dim = wrap_dim(dim, x.dim(), "unbind");
   TensorList r;
   for (int64_t i = 0; i < x.shape()[dim]; ++i) r.push_back(x.select(dim, i));
-  return r;
+  TS_RETURN(r);
 }
 
 Tensor pad(const Tensor& x, IntArrayRef p, const std::string& mode, double value) {
   TS_OP_SCOPE(pad, &x);
+  TS_OP_ATTRS({"pad", p}, {"mode", mode}, {"value", value});
   check_defined(x, "pad", "input");
   TS_CHECK(p.size() % 2 == 0, "pad: the padding must have an even length (pairs of before/after), got ", shape_str(p));
   int64_t npad = static_cast<int64_t>(p.size()) / 2;
@@ -169,7 +176,7 @@ Tensor pad(const Tensor& x, IntArrayRef p, const std::string& mode, double value
         return {g};
       });
     }
-    return out;
+    TS_RETURN(out);
   }
   TS_CHECK(mode == "reflect" || mode == "replicate", "pad: mode must be 'constant', 'reflect' or 'replicate', got '",
            mode, "'");
@@ -192,7 +199,7 @@ Tensor pad(const Tensor& x, IntArrayRef p, const std::string& mode, double value
     }
     r = index_select(r, d, tensor(idx));
   }
-  return r;
+  TS_RETURN(r);
 }
 
 namespace {
@@ -210,6 +217,7 @@ Tensor make_negative_view(const Tensor& x, IntArrayRef dims) {
 
 Tensor flip(const Tensor& x, IntArrayRef dims) {
   TS_OP_SCOPE(flip, &x);
+  TS_OP_ATTRS({"dims", dims});
   check_defined(x, "flip", "input");
   uint64_t mask = dim_mask(dims, x.dim(), "flip");
   if (dims.empty()) mask = 0;
@@ -222,15 +230,16 @@ Tensor flip(const Tensor& x, IntArrayRef dims) {
     TensorList outs{out};
     autograd::record("flip", {x}, outs, [wrapped](const VjpArgs& a) -> TensorList { return {flip(a.grads[0], wrapped)}; });
   }
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor roll(const Tensor& x, IntArrayRef shifts, IntArrayRef dims) {
   TS_OP_SCOPE(roll, &x);
+  TS_OP_ATTRS({"shifts", shifts}, {"dims", dims});
   check_defined(x, "roll", "input");
   if (dims.empty()) {
     TS_CHECK(shifts.size() == 1, "roll: without dims, shifts must have one value, got ", shape_str(shifts));
-    return roll(x.flatten(), shifts, {0}).view(x.shape());
+    TS_RETURN(roll(x.flatten(), shifts, {0}).view(x.shape()));
   }
   TS_CHECK(shifts.size() == dims.size(), "roll: shifts ", shape_str(shifts), " and dims ", shape_str(dims),
            " must have the same length");
@@ -243,11 +252,12 @@ Tensor roll(const Tensor& x, IntArrayRef shifts, IntArrayRef dims) {
     if (s == 0) continue;
     r = cat({r.slice(d, n - s, n), r.slice(d, 0, n - s)}, d);
   }
-  return r.is_same(x) ? x.clone() : r;
+  TS_RETURN(r.is_same(x) ? x.clone() : r);
 }
 
 Tensor repeat(const Tensor& x, IntArrayRef repeats) {
   TS_OP_SCOPE(repeat, &x);
+  TS_OP_ATTRS({"repeats", repeats});
   check_defined(x, "repeat", "input");
   TS_CHECK(static_cast<int64_t>(repeats.size()) >= x.dim(), "repeat: number of repeats ", repeats.size(),
            " cannot be smaller than the number of dimensions ", x.dim());
@@ -263,14 +273,15 @@ Tensor repeat(const Tensor& x, IntArrayRef repeats) {
     expanded.push_back(padded[i]);
     final_shape.push_back(repeats[i] * padded[i]);
   }
-  return x.reshape(inter).expand(expanded).contiguous().reshape(final_shape);
+  TS_RETURN(x.reshape(inter).expand(expanded).contiguous().reshape(final_shape));
 }
 
 Tensor tile(const Tensor& x, IntArrayRef reps) {
   TS_OP_SCOPE(tile, &x);
+  TS_OP_ATTRS({"reps", reps});
   Shape r(std::max<int64_t>(0, x.dim() - static_cast<int64_t>(reps.size())), 1);
   for (int64_t v : reps) r.push_back(v);
-  return repeat(x, r);
+  TS_RETURN(repeat(x, r));
 }
 
 namespace {
@@ -288,11 +299,30 @@ Tensor triangle(const Tensor& x, int64_t k, bool lower, const char* name) {
 
 Tensor tril(const Tensor& x, int64_t diagonal) {
   TS_OP_SCOPE(tril, &x);
-  return triangle(x, diagonal, true, "tril");
+  TS_OP_ATTRS({"diagonal", diagonal});
+  TS_RETURN(triangle(x, diagonal, true, "tril"));
 }
 Tensor triu(const Tensor& x, int64_t diagonal) {
   TS_OP_SCOPE(triu, &x);
-  return triangle(x, diagonal, false, "triu");
+  TS_OP_ATTRS({"diagonal", diagonal});
+  TS_RETURN(triangle(x, diagonal, false, "triu"));
 }
+
+// ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(cat) { return {cat(in, a.i("dim"))}; }
+TS_OP_INVOKER(stack) { return {stack(in, a.i("dim"))}; }
+TS_OP_INVOKER(split) {
+  if (a.has("sizes")) return split(in[0], IntArrayRef(a.ints("sizes")), a.i("dim"));
+  return split(in[0], a.i("split_size"), a.i("dim"));
+}
+TS_OP_INVOKER(chunk) { return chunk(in[0], a.i("chunks"), a.i("dim")); }
+TS_OP_INVOKER(unbind) { return unbind(in[0], a.i("dim")); }
+TS_OP_INVOKER(pad) { return {pad(in[0], a.ints("pad"), a.s("mode"), a.f("value"))}; }
+TS_OP_INVOKER(flip) { return {flip(in[0], a.ints("dims"))}; }
+TS_OP_INVOKER(roll) { return {roll(in[0], a.ints("shifts"), a.ints("dims"))}; }
+TS_OP_INVOKER(repeat) { return {repeat(in[0], a.ints("repeats"))}; }
+TS_OP_INVOKER(tile) { return {tile(in[0], a.ints("reps"))}; }
+TS_OP_INVOKER(tril) { return {tril(in[0], a.i("diagonal"))}; }
+TS_OP_INVOKER(triu) { return {triu(in[0], a.i("diagonal"))}; }
 
 }  // namespace tessera::ops

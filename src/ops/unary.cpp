@@ -63,107 +63,107 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
 Tensor neg(const Tensor& x) {
   TS_OP_SCOPE(neg, &x);
-  return unary("neg", x, K::Neg, Rule::Numeric, {}, [](const VjpArgs& a) -> TensorList { return {neg(a.grads[0])}; },
-               false, false);
+  TS_RETURN(unary("neg", x, K::Neg, Rule::Numeric, {}, [](const VjpArgs& a) -> TensorList { return {neg(a.grads[0])}; },
+               false, false));
 }
 Tensor abs(const Tensor& x) {
   TS_OP_SCOPE(abs, &x);
-  return unary("abs", x, K::Abs, Rule::Numeric, {},
-               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], sign(xf(a)))}; }, true, false);
+  TS_RETURN(unary("abs", x, K::Abs, Rule::Numeric, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], sign(xf(a)))}; }, true, false));
 }
 Tensor exp(const Tensor& x) {
   TS_OP_SCOPE(exp, &x);
   TS_AUTOCAST(exp, [&](const auto& cast) { return exp(cast(x)); });
-  return unary("exp", x, K::Exp, Rule::Float, {},
-               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], a.saved[0])}; }, false, true);
+  TS_RETURN(unary("exp", x, K::Exp, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], a.saved[0])}; }, false, true));
 }
 Tensor exp2(const Tensor& x) {
   TS_OP_SCOPE(exp2, &x);
   TS_AUTOCAST(exp2, [&](const auto& cast) { return exp2(cast(x)); });
-  return unary("exp2", x, K::Exp2, Rule::Float, {},
-               [](const VjpArgs& a) -> TensorList { return {mul(mul(a.grads[0], a.saved[0]), kLn2)}; }, false, true);
+  TS_RETURN(unary("exp2", x, K::Exp2, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(mul(a.grads[0], a.saved[0]), kLn2)}; }, false, true));
 }
 Tensor log(const Tensor& x) {
   TS_OP_SCOPE(log, &x);
   TS_AUTOCAST(log, [&](const auto& cast) { return log(cast(x)); });
-  return unary("log", x, K::Log, Rule::Float, {},
-               [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], xf(a))}; }, true, false);
+  TS_RETURN(unary("log", x, K::Log, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], xf(a))}; }, true, false));
 }
 Tensor log2(const Tensor& x) {
   TS_OP_SCOPE(log2, &x);
   TS_AUTOCAST(log2, [&](const auto& cast) { return log2(cast(x)); });
-  return unary("log2", x, K::Log2, Rule::Float, {},
-               [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], mul(xf(a), kLn2))}; }, true, false);
+  TS_RETURN(unary("log2", x, K::Log2, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], mul(xf(a), kLn2))}; }, true, false));
 }
 Tensor log1p(const Tensor& x) {
   TS_OP_SCOPE(log1p, &x);
   TS_AUTOCAST(log1p, [&](const auto& cast) { return log1p(cast(x)); });
-  return unary("log1p", x, K::Log1p, Rule::Float, {},
-               [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], add(xf(a), 1))}; }, true, false);
+  TS_RETURN(unary("log1p", x, K::Log1p, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], add(xf(a), 1))}; }, true, false));
 }
 Tensor expm1(const Tensor& x) {
   TS_OP_SCOPE(expm1, &x);
   TS_AUTOCAST(expm1, [&](const auto& cast) { return expm1(cast(x)); });
-  return unary("expm1", x, K::Expm1, Rule::Float, {},
-               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], add(a.saved[0], 1))}; }, false, true);
+  TS_RETURN(unary("expm1", x, K::Expm1, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], add(a.saved[0], 1))}; }, false, true));
 }
 Tensor sqrt(const Tensor& x) {
   TS_OP_SCOPE(sqrt, &x);
-  return unary("sqrt", x, K::Sqrt, Rule::Float, {},
-               [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], mul(a.saved[0], 2))}; }, false, true);
+  TS_RETURN(unary("sqrt", x, K::Sqrt, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {div(a.grads[0], mul(a.saved[0], 2))}; }, false, true));
 }
 Tensor rsqrt(const Tensor& x) {
   TS_OP_SCOPE(rsqrt, &x);
   TS_AUTOCAST(rsqrt, [&](const auto& cast) { return rsqrt(cast(x)); });
-  return unary("rsqrt", x, K::Rsqrt, Rule::Float, {},
+  TS_RETURN(unary("rsqrt", x, K::Rsqrt, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
                  const Tensor& y = a.saved[0];
                  return {mul(a.grads[0], mul(mul(y, mul(y, y)), -0.5))};
                },
-               false, true);
+               false, true));
 }
 Tensor square(const Tensor& x) {
   TS_OP_SCOPE(square, &x);
-  return unary("square", x, K::Square, Rule::Numeric, {},
-               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], mul(xf(a), 2))}; }, true, false);
+  TS_RETURN(unary("square", x, K::Square, Rule::Numeric, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], mul(xf(a), 2))}; }, true, false));
 }
 Tensor sin(const Tensor& x) {
   TS_OP_SCOPE(sin, &x);
-  return unary("sin", x, K::Sin, Rule::Float, {},
-               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], cos(xf(a)))}; }, true, false);
+  TS_RETURN(unary("sin", x, K::Sin, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], cos(xf(a)))}; }, true, false));
 }
 Tensor cos(const Tensor& x) {
   TS_OP_SCOPE(cos, &x);
-  return unary("cos", x, K::Cos, Rule::Float, {},
-               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], neg(sin(xf(a))))}; }, true, false);
+  TS_RETURN(unary("cos", x, K::Cos, Rule::Float, {},
+               [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], neg(sin(xf(a))))}; }, true, false));
 }
 Tensor tan(const Tensor& x) {
   TS_OP_SCOPE(tan, &x);
-  return unary("tan", x, K::Tan, Rule::Float, {},
+  TS_RETURN(unary("tan", x, K::Tan, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], add(square(a.saved[0]), 1))}; }, false,
-               true);
+               true));
 }
 Tensor tanh(const Tensor& x) {
   TS_OP_SCOPE(tanh, &x);
-  return unary("tanh", x, K::Tanh, Rule::Float, {},
+  TS_RETURN(unary("tanh", x, K::Tanh, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
                  if (Tensor f = fused_grad(a, cpu::BinaryKernel::TanhGrad); f.defined()) return {f};
                  return {mul(a.grads[0], sub(1, square(a.saved[0])))};
                },
-               false, true);
+               false, true));
 }
 Tensor sigmoid(const Tensor& x) {
   TS_OP_SCOPE(sigmoid, &x);
-  return unary("sigmoid", x, K::Sigmoid, Rule::Float, {},
+  TS_RETURN(unary("sigmoid", x, K::Sigmoid, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
                  const Tensor& y = a.saved[0];
                  return {mul(a.grads[0], mul(y, sub(1, y)))};
                },
-               false, true);
+               false, true));
 }
 Tensor relu(const Tensor& x) {
   TS_OP_SCOPE(relu, &x);
-  return unary("relu", x, K::Relu, Rule::Numeric, {},
+  TS_RETURN(unary("relu", x, K::Relu, Rule::Numeric, {},
                [](const VjpArgs& a) -> TensorList {
                  const Tensor& g = a.grads[0];
                  const Tensor& x = a.saved[0];
@@ -172,31 +172,34 @@ Tensor relu(const Tensor& x) {
                    return {run_binary(g, x, cpu::BinaryKernel::ReluGrad, g.dtype())};
                  return {where(gt(x, 0), g, 0)};
                },
-               false, true);
+               false, true));
 }
 Tensor leaky_relu(const Tensor& x, double slope) {
   TS_OP_SCOPE(leaky_relu, &x);
-  return unary("leaky_relu", x, K::LeakyRelu, Rule::Float, {slope},
+  TS_OP_ATTRS({"negative_slope", slope});
+  TS_RETURN(unary("leaky_relu", x, K::LeakyRelu, Rule::Float, {slope},
                [slope](const VjpArgs& a) -> TensorList {
                  return {where(gt(xf(a), 0), a.grads[0], mul(a.grads[0], slope))};
                },
-               true, false);
+               true, false));
 }
 Tensor elu(const Tensor& x, double alpha) {
   TS_OP_SCOPE(elu, &x);
-  return unary("elu", x, K::Elu, Rule::Float, {alpha},
+  TS_OP_ATTRS({"alpha", alpha});
+  TS_RETURN(unary("elu", x, K::Elu, Rule::Float, {alpha},
                [alpha](const VjpArgs& a) -> TensorList {
                  const Tensor& x = a.saved[0];
                  return {where(gt(x, 0), a.grads[0], mul(a.grads[0], mul(exp(x), alpha)))};
                },
-               true, false);
+               true, false));
 }
 Tensor gelu(const Tensor& x, const std::string& approximate) {
   TS_OP_SCOPE(gelu, &x);
+  TS_OP_ATTRS({"approximate", approximate});
   TS_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '",
            approximate, "'");
   if (approximate == "none") {
-    return unary("gelu", x, K::Gelu, Rule::Float, {},
+    TS_RETURN(unary("gelu", x, K::Gelu, Rule::Float, {},
                  [](const VjpArgs& a) -> TensorList {
                    if (Tensor f = fused_grad(a, cpu::BinaryKernel::GeluGrad); f.defined()) return {f};
                    const Tensor& x = a.saved[0];
@@ -204,9 +207,9 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
                    Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
                    return {mul(a.grads[0], add(cdf, mul(x, pdf)))};
                  },
-                 true, false);
+                 true, false));
   }
-  return unary("gelu", x, K::GeluTanh, Rule::Float, {},
+  TS_RETURN(unary("gelu", x, K::GeluTanh, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
                  if (Tensor f = fused_grad(a, cpu::BinaryKernel::GeluTanhGrad); f.defined()) return {f};
                  const Tensor& x = a.saved[0];
@@ -217,56 +220,59 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
                  Tensor d = add(mul(add(t, 1), 0.5), mul(mul(mul(x, sub(1, square(t))), dinner), 0.5));
                  return {mul(a.grads[0], d)};
                },
-               true, false);
+               true, false));
 }
 Tensor silu(const Tensor& x) {
   TS_OP_SCOPE(silu, &x);
-  return unary("silu", x, K::Silu, Rule::Float, {},
+  TS_RETURN(unary("silu", x, K::Silu, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
                  if (Tensor f = fused_grad(a, cpu::BinaryKernel::SiluGrad); f.defined()) return {f};
                  const Tensor& x = a.saved[0];
                  Tensor s = sigmoid(x);
                  return {mul(a.grads[0], mul(s, add(mul(x, sub(1, s)), 1)))};
                },
-               true, false);
+               true, false));
 }
 Tensor mish(const Tensor& x) {
   TS_OP_SCOPE(mish, &x);
-  return unary("mish", x, K::Mish, Rule::Float, {},
+  TS_RETURN(unary("mish", x, K::Mish, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
                  const Tensor& x = a.saved[0];
                  Tensor t = tanh(softplus(x));
                  return {mul(a.grads[0], add(t, mul(mul(x, sub(1, square(t))), sigmoid(x))))};
                },
-               true, false);
+               true, false));
 }
 Tensor softplus(const Tensor& x, double beta, double threshold) {
   TS_OP_SCOPE(softplus, &x);
-  return unary("softplus", x, K::Softplus, Rule::Float, {beta, threshold},
+  TS_OP_ATTRS({"beta", beta}, {"threshold", threshold});
+  TS_RETURN(unary("softplus", x, K::Softplus, Rule::Float, {beta, threshold},
                [beta, threshold](const VjpArgs& a) -> TensorList {
                  Tensor bx = mul(a.saved[0], beta);
                  return {where(gt(bx, threshold), a.grads[0], mul(a.grads[0], sigmoid(bx)))};
                },
-               true, false);
+               true, false));
 }
 Tensor hardtanh(const Tensor& x, double lo, double hi) {
   TS_OP_SCOPE(hardtanh, &x);
+  TS_OP_ATTRS({"min_val", lo}, {"max_val", hi});
   TS_CHECK(lo <= hi, "hardtanh: min_val ", lo, " must not exceed max_val ", hi);
-  return unary("hardtanh", x, K::Hardtanh, Rule::Numeric, {lo, hi},
+  TS_RETURN(unary("hardtanh", x, K::Hardtanh, Rule::Numeric, {lo, hi},
                [lo, hi](const VjpArgs& a) -> TensorList {
                  const Tensor& x = a.saved[0];
                  return {where(logical_and(gt(x, lo), lt(x, hi)), a.grads[0], 0)};
                },
-               true, false);
+               true, false));
 }
 
 // Piecewise-constant ops: zero gradient; identity on integers.
-#define TS_ROUNDING(fn, Kern)                                                                  \
-  Tensor fn(const Tensor& x) {                                                                 \
-    TS_OP_SCOPE(fn, &x);                                                                       \
-    if (!is_floating(x.dtype()) && x.dtype() != DType::Bool) return x.clone();                 \
-    return unary(#fn, x, K::Kern, Rule::Float, {}, zero_grad, false, false);                   \
-  }
+#define TS_ROUNDING(fn, Kern)                                                              \
+  Tensor fn(const Tensor& x) {                                                             \
+    TS_OP_SCOPE(fn, &x);                                                                   \
+    if (!is_floating(x.dtype()) && x.dtype() != DType::Bool) TS_RETURN(x.clone());         \
+    TS_RETURN(unary(#fn, x, K::Kern, Rule::Float, {}, zero_grad, false, false));           \
+  }                                                                                        \
+  TS_OP_INVOKER(fn) { return {fn(in[0])}; }
 TS_ROUNDING(floor, Floor)
 TS_ROUNDING(ceil, Ceil)
 TS_ROUNDING(round, Round)
@@ -274,18 +280,19 @@ TS_ROUNDING(trunc, Trunc)
 #undef TS_ROUNDING
 Tensor sign(const Tensor& x) {
   TS_OP_SCOPE(sign, &x);
-  if (x.dtype() == DType::Bool) return x.clone();
-  return unary("sign", x, K::Sign, Rule::Numeric, {}, zero_grad, false, false);
+  if (x.dtype() == DType::Bool) TS_RETURN(x.clone());
+  TS_RETURN(unary("sign", x, K::Sign, Rule::Numeric, {}, zero_grad, false, false));
 }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   TS_OP_SCOPE(clamp, &x);
+  TS_OP_ATTRS({"min", lo}, {"max", hi});
   TS_CHECK(lo || hi, "clamp: at least one of min and max must be given");
   double l = lo ? lo->to_double() : NAN, h = hi ? hi->to_double() : NAN;
   // A float bound on an integer tensor promotes, as in PyTorch.
   bool float_bound = (lo && lo->is_floating()) || (hi && hi->is_floating());
   Rule rule = float_bound ? Rule::Float : Rule::Numeric;
-  return unary("clamp", x, K::Clamp, rule, {l, h},
+  TS_RETURN(unary("clamp", x, K::Clamp, rule, {l, h},
                [l, h](const VjpArgs& a) -> TensorList {
                  const Tensor& x = a.saved[0];
                  Tensor keep = ones_like(x, DType::Bool);
@@ -293,7 +300,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi
                  if (h == h) keep = logical_and(keep, le(x, h));
                  return {where(keep, a.grads[0], 0)};
                },
-               true, false);
+               true, false));
 }
 
 Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
@@ -302,27 +309,28 @@ Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi) {
   Tensor r = x;
   if (lo.defined()) r = maximum(r, lo);
   if (hi.defined()) r = minimum(r, hi);
-  return r;
+  TS_RETURN(r);
 }
 
 Tensor reciprocal(const Tensor& x) {
   TS_OP_SCOPE(reciprocal, &x);
   TS_AUTOCAST(reciprocal, [&](const auto& cast) { return reciprocal(cast(x)); });
-  return unary("reciprocal", x, K::Reciprocal, Rule::Float, {},
+  TS_RETURN(unary("reciprocal", x, K::Reciprocal, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], neg(square(a.saved[0])))}; }, false,
-               true);
+               true));
 }
 Tensor erf(const Tensor& x) {
   TS_OP_SCOPE(erf, &x);
-  return unary("erf", x, K::Erf, Rule::Float, {},
+  TS_RETURN(unary("erf", x, K::Erf, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
                  return {mul(a.grads[0], mul(exp(neg(square(a.saved[0]))), M_2_SQRTPI))};
                },
-               true, false);
+               true, false));
 }
 
 Tensor pow(const Tensor& x, const Scalar& e) {
   TS_OP_SCOPE(pow, &x);
+  TS_OP_ATTRS({"exponent", e});
   TS_AUTOCAST(pow, [&](const auto& cast) { return pow(cast(x), e); });
   if (!is_floating(x.dtype()) && !e.is_floating()) {
     TS_CHECK(e.to_int() >= 0, "pow: integers to negative integer powers are not allowed (exponent ", e, ")");
@@ -330,46 +338,48 @@ Tensor pow(const Tensor& x, const Scalar& e) {
   }
   double ev = e.to_double();
   Rule rule = e.is_floating() ? Rule::Float : Rule::Numeric;
-  return unary("pow", x, K::PowScalar, rule, {ev},
+  TS_RETURN(unary("pow", x, K::PowScalar, rule, {ev},
                [ev](const VjpArgs& a) -> TensorList {
                  if (ev == 0) return {zeros_like(a.grads[0])};
                  return {mul(a.grads[0], mul(pow(a.saved[0], ev - 1), ev))};
                },
-               true, false);
+               true, false));
 }
 
 Tensor pow(const Scalar& base, const Tensor& x) {
   TS_OP_SCOPE(pow, &x);
+  TS_OP_ATTRS({"base", base});
   TS_AUTOCAST(pow, [&](const auto& cast) { return pow(base, cast(x)); });
   // An integer base with an integer tensor stays integral, as in PyTorch.
-  if (!base.is_floating() && !is_floating(x.dtype())) return pow(wrap_scalar(base), x);
+  if (!base.is_floating() && !is_floating(x.dtype())) TS_RETURN(pow(wrap_scalar(base), x));
   double b = base.to_double();
-  return unary("pow", x, K::RPowScalar, Rule::Float, {b},
+  TS_RETURN(unary("pow", x, K::RPowScalar, Rule::Float, {b},
                [b](const VjpArgs& a) -> TensorList { return {mul(a.grads[0], mul(a.saved[0], std::log(b)))}; }, false,
-               true);
+               true));
 }
 
 Tensor isnan(const Tensor& x) {
   TS_OP_SCOPE(isnan, &x);
-  return run_unary(x, K::Isnan, DType::Bool);
+  TS_RETURN(run_unary(x, K::Isnan, DType::Bool));
 }
 Tensor isinf(const Tensor& x) {
   TS_OP_SCOPE(isinf, &x);
-  return run_unary(x, K::Isinf, DType::Bool);
+  TS_RETURN(run_unary(x, K::Isinf, DType::Bool));
 }
 Tensor isfinite(const Tensor& x) {
   TS_OP_SCOPE(isfinite, &x);
-  return run_unary(x, K::Isfinite, DType::Bool);
+  TS_RETURN(run_unary(x, K::Isfinite, DType::Bool));
 }
 Tensor logical_not(const Tensor& x) {
   TS_OP_SCOPE(logical_not, &x);
-  return run_unary(x, K::LogicalNot, DType::Bool);
+  TS_RETURN(run_unary(x, K::LogicalNot, DType::Bool));
 }
 
 Tensor nan_to_num(const Tensor& x, std::optional<double> nan, std::optional<double> posinf,
                   std::optional<double> neginf) {
   TS_OP_SCOPE(nan_to_num, &x);
-  if (!is_floating(x.dtype())) return x.clone();
+  TS_OP_ATTRS({"nan", nan}, {"posinf", posinf}, {"neginf", neginf});
+  if (!is_floating(x.dtype())) TS_RETURN(x.clone());
   double big = 0, nv = nan.value_or(0);
   switch (x.dtype()) {
     case DType::F16: big = 65504.0; break;
@@ -378,9 +388,53 @@ Tensor nan_to_num(const Tensor& x, std::optional<double> nan, std::optional<doub
     default: big = 1.7976931348623157e308; break;
   }
   double pi = posinf.value_or(big), ni = neginf.value_or(-big);
-  return unary("nan_to_num", x, K::NanToNum, Rule::Float, {nv, pi, ni},
+  TS_RETURN(unary("nan_to_num", x, K::NanToNum, Rule::Float, {nv, pi, ni},
                [](const VjpArgs& a) -> TensorList { return {where(isfinite(a.saved[0]), a.grads[0], 0)}; }, true,
-               false);
+               false));
 }
+
+// ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(neg) { return {neg(in[0])}; }
+TS_OP_INVOKER(abs) { return {abs(in[0])}; }
+TS_OP_INVOKER(exp) { return {exp(in[0])}; }
+TS_OP_INVOKER(exp2) { return {exp2(in[0])}; }
+TS_OP_INVOKER(log) { return {log(in[0])}; }
+TS_OP_INVOKER(log2) { return {log2(in[0])}; }
+TS_OP_INVOKER(log1p) { return {log1p(in[0])}; }
+TS_OP_INVOKER(expm1) { return {expm1(in[0])}; }
+TS_OP_INVOKER(sqrt) { return {sqrt(in[0])}; }
+TS_OP_INVOKER(rsqrt) { return {rsqrt(in[0])}; }
+TS_OP_INVOKER(square) { return {square(in[0])}; }
+TS_OP_INVOKER(sin) { return {sin(in[0])}; }
+TS_OP_INVOKER(cos) { return {cos(in[0])}; }
+TS_OP_INVOKER(tan) { return {tan(in[0])}; }
+TS_OP_INVOKER(tanh) { return {tanh(in[0])}; }
+TS_OP_INVOKER(sigmoid) { return {sigmoid(in[0])}; }
+TS_OP_INVOKER(relu) { return {relu(in[0])}; }
+TS_OP_INVOKER(silu) { return {silu(in[0])}; }
+TS_OP_INVOKER(mish) { return {mish(in[0])}; }
+TS_OP_INVOKER(reciprocal) { return {reciprocal(in[0])}; }
+TS_OP_INVOKER(erf) { return {erf(in[0])}; }
+TS_OP_INVOKER(isnan) { return {isnan(in[0])}; }
+TS_OP_INVOKER(isinf) { return {isinf(in[0])}; }
+TS_OP_INVOKER(isfinite) { return {isfinite(in[0])}; }
+TS_OP_INVOKER(logical_not) { return {logical_not(in[0])}; }
+TS_OP_INVOKER(sign) { return {sign(in[0])}; }
+TS_OP_INVOKER(leaky_relu) { return {leaky_relu(in[0], a.f("negative_slope"))}; }
+TS_OP_INVOKER(elu) { return {elu(in[0], a.f("alpha"))}; }
+TS_OP_INVOKER(gelu) { return {gelu(in[0], a.s("approximate"))}; }
+TS_OP_INVOKER(softplus) { return {softplus(in[0], a.f("beta"), a.f("threshold"))}; }
+TS_OP_INVOKER(hardtanh) { return {hardtanh(in[0], a.f("min_val"), a.f("max_val"))}; }
+TS_OP_INVOKER(clamp) {
+  if (in.size() == 3) return {clamp(in[0], in[1], in[2])};
+  return {clamp(in[0], a.opt_scalar("min"), a.opt_scalar("max"))};
+}
+// pow has three forms: tensor ** tensor, tensor ** scalar, scalar ** tensor.
+TS_OP_INVOKER(pow) {
+  if (in.size() == 2) return {pow(in[0], in[1])};
+  if (a.has("exponent")) return {pow(in[0], a.scalar("exponent"))};
+  return {pow(a.scalar("base"), in[0])};
+}
+TS_OP_INVOKER(nan_to_num) { return {nan_to_num(in[0], a.opt_f("nan"), a.opt_f("posinf"), a.opt_f("neginf"))}; }
 
 }  // namespace tessera::ops

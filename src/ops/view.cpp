@@ -165,6 +165,7 @@ Tensor strided_scatter(const Tensor& g, IntArrayRef base_shape, IntArrayRef size
 
 Tensor view(const Tensor& x, IntArrayRef shape) {
   TS_OP_SCOPE(view, &x);
+  TS_OP_ATTRS({"shape", shape});
   Shape s = infer_shape(shape, x.numel(), "view");
   auto st = view_strides(x.shape(), x.strides(), s);
   TS_CHECK(st.has_value(), "view: cannot view a tensor of shape ", shape_str(x.shape()), " and strides ",
@@ -172,22 +173,24 @@ Tensor view(const Tensor& x, IntArrayRef shape) {
            " without copying (its memory is not laid out compatibly); use reshape() instead");
   Tensor out = make_view(x, s, *st, x.offset());
   record_reshape("view", x, out);
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor reshape(const Tensor& x, IntArrayRef shape) {
   TS_OP_SCOPE(reshape, &x);
+  TS_OP_ATTRS({"shape", shape});
   Shape s = infer_shape(shape, x.numel(), "reshape");
   if (auto st = view_strides(x.shape(), x.strides(), s)) {
     Tensor out = make_view(x, s, *st, x.offset());
     record_reshape("reshape", x, out);
-    return out;
+    TS_RETURN(out);
   }
-  return view(x.contiguous(), s);
+  TS_RETURN(view(x.contiguous(), s));
 }
 
 Tensor permute(const Tensor& x, IntArrayRef dims) {
   TS_OP_SCOPE(permute, &x);
+  TS_OP_ATTRS({"dims", dims});
   int64_t n = x.dim();
   TS_CHECK(static_cast<int64_t>(dims.size()) == n, "permute: got ", dims.size(), " dims ", shape_str(dims),
            " for a tensor with ", n, " dimensions (expected a permutation of all of them)");
@@ -206,27 +209,29 @@ Tensor permute(const Tensor& x, IntArrayRef dims) {
       return {permute(a.grads[0], inverse)};
     });
   }
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
   TS_OP_SCOPE(transpose, &x);
+  TS_OP_ATTRS({"dim0", d0}, {"dim1", d1});
   int64_t n = x.dim();
   if (n == 0) {
     wrap_dim(d0, 0, "transpose");
     wrap_dim(d1, 0, "transpose");
-    return x;
+    TS_RETURN(x);
   }
   d0 = wrap_dim(d0, n, "transpose");
   d1 = wrap_dim(d1, n, "transpose");
   Shape perm(n);
   std::iota(perm.begin(), perm.end(), 0);
   std::swap(perm[d0], perm[d1]);
-  return permute(x, perm);
+  TS_RETURN(permute(x, perm));
 }
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
   TS_OP_SCOPE(slice, &x);
+  TS_OP_ATTRS({"dim", dim}, {"start", start}, {"end", end}, {"step", step});
   TS_CHECK(x.dim() > 0, "slice: cannot slice a 0-D tensor");
   dim = wrap_dim(dim, x.dim(), "slice");
   TS_CHECK(step > 0, "slice: step must be positive, got ", step);
@@ -239,11 +244,12 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   Geom g = slice_geom(x.shape(), x.strides(), x.offset(), dim, start, end, step);
   Tensor out = make_view(x, g.sizes, g.strides, g.offset);
   if (x.requires_grad()) record_window("slice", x, out, slice_geom(x.shape(), contiguous_strides(x.shape()), 0, dim, start, end, step));
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   TS_OP_SCOPE(select, &x);
+  TS_OP_ATTRS({"dim", dim}, {"index", index});
   TS_CHECK(x.dim() > 0, "select: cannot index a 0-D tensor");
   dim = wrap_dim(dim, x.dim(), "select");
   int64_t n = x.shape()[dim];
@@ -253,11 +259,12 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   Geom g = select_geom(x.shape(), x.strides(), x.offset(), dim, index);
   Tensor out = make_view(x, g.sizes, g.strides, g.offset);
   if (x.requires_grad()) record_window("select", x, out, select_geom(x.shape(), contiguous_strides(x.shape()), 0, dim, index));
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor diagonal(const Tensor& x, int64_t off, int64_t d1, int64_t d2) {
   TS_OP_SCOPE(diagonal, &x);
+  TS_OP_ATTRS({"offset", off}, {"dim1", d1}, {"dim2", d2});
   TS_CHECK(x.dim() >= 2, "diagonal: expected a tensor with at least 2 dimensions, got ", x.dim());
   d1 = wrap_dim(d1, x.dim(), "diagonal");
   d2 = wrap_dim(d2, x.dim(), "diagonal");
@@ -266,11 +273,12 @@ Tensor diagonal(const Tensor& x, int64_t off, int64_t d1, int64_t d2) {
   Tensor out = make_view(x, g.sizes, g.strides, g.offset);
   if (x.requires_grad())
     record_window("diagonal", x, out, diagonal_geom(x.shape(), contiguous_strides(x.shape()), 0, off, d1, d2));
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor expand(const Tensor& x, IntArrayRef shape) {
   TS_OP_SCOPE(expand, &x);
+  TS_OP_ATTRS({"shape", shape});
   int64_t n = static_cast<int64_t>(shape.size());
   TS_CHECK(n >= x.dim(), "expand: the target shape ", shape_str(shape), " has fewer dimensions than the input ",
            shape_str(x.shape()));
@@ -292,7 +300,7 @@ Tensor expand(const Tensor& x, IntArrayRef shape) {
       strides[i] = 0;
     }
   }
-  if (IntArrayRef(sizes).equals(x.shape())) return x;
+  if (IntArrayRef(sizes).equals(x.shape())) TS_RETURN(x);
   Tensor out = make_view(x, sizes, strides, x.offset());
   if (autograd::any_requires_grad({&x})) {
     TensorList outs{out};
@@ -301,27 +309,29 @@ Tensor expand(const Tensor& x, IntArrayRef shape) {
       return {sum_to(a.grads[0], in_shape)};
     });
   }
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor squeeze(const Tensor& x, std::optional<int64_t> dim) {
   TS_OP_SCOPE(squeeze, &x);
+  TS_OP_ATTRS({"dim", dim});
   Shape s;
   if (dim) {
     int64_t d = wrap_dim(*dim, x.dim(), "squeeze");
-    if (x.dim() == 0 || x.shape()[d] != 1) return x;
+    if (x.dim() == 0 || x.shape()[d] != 1) TS_RETURN(x);
     s = x.shape();
     s.erase(s.begin() + d);
   } else {
     for (int64_t v : x.shape())
       if (v != 1) s.push_back(v);
-    if (s.size() == x.shape().size()) return x;
+    if (s.size() == x.shape().size()) TS_RETURN(x);
   }
-  return view(x, s);
+  TS_RETURN(view(x, s));
 }
 
 Tensor unsqueeze(const Tensor& x, int64_t dim) {
   TS_OP_SCOPE(unsqueeze, &x);
+  TS_OP_ATTRS({"dim", dim});
   dim = wrap_dim(dim, x.dim() + 1, "unsqueeze");
   Shape s = x.shape(), st = x.strides();
   int64_t new_stride = dim < x.dim() ? x.strides()[dim] * x.shape()[dim] : 1;
@@ -329,13 +339,13 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
   st.insert(st.begin() + dim, new_stride);
   Tensor out = make_view(x, s, st, x.offset());
   record_reshape("unsqueeze", x, out);
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor contiguous(const Tensor& x) {
   TS_OP_SCOPE(contiguous, &x);
-  if (x.is_contiguous()) return x;
-  return clone(x);
+  if (x.is_contiguous()) TS_RETURN(x);
+  TS_RETURN(clone(x));
 }
 
 Tensor clone(const Tensor& x) {
@@ -346,20 +356,36 @@ Tensor clone(const Tensor& x) {
     TensorList outs{out};
     autograd::record("clone", {x}, outs, [](const VjpArgs& a) -> TensorList { return {a.grads[0]}; });
   }
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor to_dtype(const Tensor& x, DType dtype) {
   TS_OP_SCOPE(to_dtype, &x);
-  if (x.dtype() == dtype) return x;
+  TS_OP_ATTRS({"dtype", dtype});
+  if (x.dtype() == dtype) TS_RETURN(x);
   Tensor out = cast(x, dtype);
   if (is_floating(dtype) && is_floating(x.dtype()) && autograd::any_requires_grad({&x})) {
     TensorList outs{out};
     DType from = x.dtype();
     autograd::record("to", {x}, outs, [from](const VjpArgs& a) -> TensorList { return {to_dtype(a.grads[0], from)}; });
   }
-  return out;
+  TS_RETURN(out);
 }
+
+// ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(view) { return {view(in[0], a.ints("shape"))}; }
+TS_OP_INVOKER(reshape) { return {reshape(in[0], a.ints("shape"))}; }
+TS_OP_INVOKER(permute) { return {permute(in[0], a.ints("dims"))}; }
+TS_OP_INVOKER(transpose) { return {transpose(in[0], a.i("dim0"), a.i("dim1"))}; }
+TS_OP_INVOKER(slice) { return {slice(in[0], a.i("dim"), a.i("start"), a.i("end"), a.i("step"))}; }
+TS_OP_INVOKER(select) { return {select(in[0], a.i("dim"), a.i("index"))}; }
+TS_OP_INVOKER(diagonal) { return {diagonal(in[0], a.i("offset"), a.i("dim1"), a.i("dim2"))}; }
+TS_OP_INVOKER(expand) { return {expand(in[0], a.ints("shape"))}; }
+TS_OP_INVOKER(squeeze) { return {squeeze(in[0], a.opt_i("dim"))}; }
+TS_OP_INVOKER(unsqueeze) { return {unsqueeze(in[0], a.i("dim"))}; }
+TS_OP_INVOKER(contiguous) { return {contiguous(in[0])}; }
+TS_OP_INVOKER(clone) { return {clone(in[0])}; }
+TS_OP_INVOKER(to_dtype) { return {to_dtype(in[0], a.dtype("dtype"))}; }
 
 }  // namespace tessera::ops
 

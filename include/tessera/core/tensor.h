@@ -245,6 +245,10 @@ Tensor from_blob(void* data, IntArrayRef shape, IntArrayRef strides, DType dtype
 // Copies a raw buffer of numel(shape) elements.
 Tensor from_buffer(const void* data, IntArrayRef shape, DType dtype);
 
+namespace detail {
+void host_read(const Tensor& t);  // trace::host_read, without including trace.h here
+}
+
 // ---- inline definitions ---------------------------------------------------
 template <typename T>
 T* Tensor::data_ptr() const {
@@ -261,6 +265,7 @@ T Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  detail::host_read(*this);
   Tensor c = to(dtype_v<T>).contiguous();
   const T* p = c.data_ptr<T>();
   return std::vector<T>(p, p + c.numel());

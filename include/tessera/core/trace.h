@@ -122,6 +122,14 @@ inline void op_outputs(const char* op, bool backward, const char* path, const Te
 // of this thread.
 void add_flops(int64_t n);
 
+// Called when user code reads a tensor's values on the host (item(),
+// to_vector()); graph capture installs it to find data-dependent control flow.
+using HostReadHook = void (*)(const Tensor&);
+extern thread_local HostReadHook t_host_read;
+inline void host_read(const Tensor& t) {
+  if (t_host_read) [[unlikely]] t_host_read(t);
+}
+
 // A string kept for the life of the process (module paths saved in autograd
 // nodes while tracing); equal strings give the same pointer.
 const char* intern(const std::string& s);

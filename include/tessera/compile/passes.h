@@ -1,0 +1,43 @@
+#pragma once
+// Graph passes and the pipeline that runs them. Each pass rewrites a graph in
+// place and returns how many changes it made; the pipeline verifies the graph
+// after every pass, can skip passes by name and can dump the graph after each.
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tessera/compile/graph.h"
+
+namespace tessera::compile {
+
+struct PassOptions {
+  std::vector<std::string> disable;  // pass names to skip
+  std::ostream* dump = nullptr;      // if set: the graph after every pass
+  bool inference = true;             // graphs for inference may fold batch norm into weights etc.
+};
+
+struct Pass {
+  std::string name;
+  std::string description;
+  std::function<int(Graph&, const PassOptions&)> run;
+};
+
+// The default pipeline, in order.
+const std::vector<Pass>& default_passes();
+
+struct PassReport {
+  std::string name;
+  int changes = 0;
+  int nodes_after = 0;
+};
+// Runs the pipeline; an unknown name in opts.disable is an error listing the passes.
+std::vector<PassReport> optimize(Graph& g, const PassOptions& opts = {});
+
+// The passes, for tests and custom pipelines.
+int eliminate_dead_code(Graph& g);
+int eliminate_common_subexpressions(Graph& g);
+int fold_constants(Graph& g);
+int simplify(Graph& g);
+
+}  // namespace tessera::compile

@@ -1,0 +1,233 @@
+// The pass pipeline and the clean-up passes: dead code, common
+// subexpressions, constant folding, algebraic simplification.
+#include "tessera/compile/passes.h"
+
+#include <unordered_map>
+
+#include "ops/op_utils.h"
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/error.h"
+
+namespace tessera::compile {
+namespace {
+
+using ops::OpId;
+
+// Ops whose result is not a function of their inputs and attributes.
+bool is_random(const Node& n) {
+  switch (n.op) {
+    case OpId::rand: case OpId::randn: case OpId::randint: case OpId::uniform: case OpId::normal:
+    case OpId::bernoulli:
+      return true;
+    case OpId::dropout: return n.attrs.b("training") && n.attrs.f("p") > 0;
+    case OpId::scaled_dot_product_attention: return n.attrs.f("dropout_p") > 0;
+    default: return false;
+  }
+}
+
+// A node that must run even when its outputs are unused.
+bool has_side_effects(const Node& n) { return n.op == OpId::batch_norm && n.attrs.b("training"); }
+
+bool same_type(const Value* a, const Value* b) { return a->dtype == b->dtype && a->shape == b->shape; }
+
+// Replaces the single output of `n` by `v` when they agree in dtype and shape.
+bool forward_to(Graph& g, Node* n, Value* v) {
+  if (n->outputs.size() != 1 || !v || !same_type(n->outputs[0], v)) return false;
+  g.replace_uses(n->outputs[0], v);
+  return true;
+}
+
+std::string node_key(const Node& n) {
+  std::string k = std::to_string(static_cast<int>(n.op)) + "(";
+  for (const Value* v : n.inputs) k += (v ? std::to_string(v->id) : "-") + ",";
+  for (const ops::Attr& a : n.attrs.items()) k += a.name + "=" + ops::attr_str(a.value) + ";";
+  for (const Node::SymAttr& s : n.sym_attrs)
+    for (const SymInt& x : s.values) k += s.name + ":" + x.str({}) + ";";
+  return k;
+}
+
+bool is_wrapped_constant(const Value* v, double value) {
+  return v && v->kind == ValueKind::kConstant && v->data.numel() == 1 && v->data.dim() == 0 &&
+         v->data.item().to_double() == value;
+}
+
+}  // namespace
+
+int eliminate_dead_code(Graph& g) {
+  // Side-effecting nodes count as used: give them a fake use by keeping their
+  // outputs alive through the graph's output list for the duration.
+  std::vector<Value*> outs = g.outputs(), extended = outs;
+  for (Node* n : g.nodes())
+    if (has_side_effects(*n)) extended.push_back(n->outputs[0]);
+  g.set_outputs(extended);
+  int removed = g.remove_unused();
+  g.set_outputs(outs);
+  return removed;
+}
+
+int eliminate_common_subexpressions(Graph& g) {
+  std::unordered_map<std::string, Node*> seen;
+  int changes = 0;
+  for (Node* n : g.nodes()) {
+    if (is_random(*n) || has_side_effects(*n)) continue;
+    auto [it, fresh] = seen.emplace(node_key(*n), n);
+    if (fresh) continue;
+    for (size_t i = 0; i < n->outputs.size(); ++i) g.replace_uses(n->outputs[i], it->second->outputs[i]);
+    ++changes;
+  }
+  if (changes) eliminate_dead_code(g);
+  return changes;
+}
+
+int fold_constants(Graph& g) {
+  constexpr int64_t kMaxFoldedElements = int64_t{1} << 20;  // do not grow the graph's constants without bound
+  int changes = 0;
+  NoGradGuard no_grad;
+  for (Node* n : g.nodes()) {
+    if (is_random(*n) || has_side_effects(*n) || !n->sym_attrs.empty()) continue;
+    bool all_const = true;
+    for (const Value* v : n->inputs) all_const = all_const && (!v || v->kind == ValueKind::kConstant);
+    if (!all_const) continue;
+    bool small = true;
+    for (const Value* v : n->outputs) {
+      int64_t numel = 1;
+      for (const SymInt& d : v->shape) numel = d.is_static() ? numel * d.static_value() : kMaxFoldedElements + 1;
+      small = small && numel <= kMaxFoldedElements;
+    }
+    if (!small) continue;
+    TensorList args;
+    for (const Value* v : n->inputs) args.push_back(v ? v->data : Tensor());
+    TensorList outs = ops::invoke(n->op, args, n->attrs);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      // A view would alias another constant's storage; folded constants own theirs.
+      Value* c = g.add_constant(outs[i].contiguous().clone());
+      TS_INTERNAL_ASSERT(same_type(c, n->outputs[i]));
+      g.replace_uses(n->outputs[i], c);
+    }
+    ++changes;
+  }
+  if (changes) eliminate_dead_code(g);
+  return changes;
+}
+
+int simplify(Graph& g) {
+  int changes = 0;
+  auto producer_op = [](const Value* v, OpId op) -> Node* {
+    return v && v->kind == ValueKind::kNode && v->producer->op == op ? v->producer : nullptr;
+  };
+  for (Node* n : g.nodes()) {
+    Value* x = n->inputs.empty() ? nullptr : n->inputs[0];
+    bool done = false;
+    switch (n->op) {
+      case OpId::dropout:  // identity at inference or p == 0
+        if (!n->attrs.b("training") || n->attrs.f("p") == 0) done = forward_to(g, n, x);
+        break;
+      case OpId::to_dtype:
+      case OpId::contiguous:
+      case OpId::clone:
+        // Values, not memory layouts, are what a graph promises; in-place
+        // updates are not captured, so a copy is never needed for aliasing.
+        if (x && x->kind == ValueKind::kNode) done = forward_to(g, n, x);
+        break;
+      case OpId::reshape:
+      case OpId::view:
+      case OpId::expand:
+        if (n->sym_attrs.empty() && forward_to(g, n, x)) {
+          done = true;
+        } else if (n->op != OpId::expand) {
+          Node* p = producer_op(x, OpId::reshape);
+          if (!p) p = producer_op(x, OpId::view);
+          if (p) {  // reshape(reshape(y, s1), s2) == reshape(y, s2)
+            n->op = OpId::reshape;
+            n->inputs[0] = p->inputs[0];
+            done = true;
+          }
+        }
+        break;
+      case OpId::transpose:
+        if (Node* p = producer_op(x, OpId::transpose)) {
+          auto a = std::minmax(n->attrs.i("dim0"), n->attrs.i("dim1"));
+          auto b = std::minmax(p->attrs.i("dim0"), p->attrs.i("dim1"));
+          if (a == b) done = forward_to(g, n, p->inputs[0]);
+        }
+        break;
+      case OpId::permute:
+        if (Node* p = producer_op(x, OpId::permute)) {
+          const auto &outer = n->attrs.ints("dims"), &inner = p->attrs.ints("dims");
+          if (outer.size() == inner.size()) {
+            std::vector<int64_t> composed(outer.size());
+            int64_t r = static_cast<int64_t>(outer.size());
+            bool identity = true;
+            for (size_t i = 0; i < outer.size(); ++i) {
+              int64_t o = outer[i] < 0 ? outer[i] + r : outer[i];
+              int64_t c = inner[o] < 0 ? inner[o] + r : inner[o];
+              composed[i] = c;
+              identity = identity && c == static_cast<int64_t>(i);
+            }
+            if (identity) {
+              done = forward_to(g, n, p->inputs[0]);
+            } else {
+              n->inputs[0] = p->inputs[0];
+              n->attrs.set("dims", composed);
+              done = true;
+            }
+          }
+        }
+        break;
+      case OpId::mul:  // x * 1, 1 * x
+        if (is_wrapped_constant(n->inputs[1], 1.0)) done = forward_to(g, n, n->inputs[0]);
+        else if (is_wrapped_constant(n->inputs[0], 1.0)) done = forward_to(g, n, n->inputs[1]);
+        break;
+      case OpId::add:  // x + 0
+      case OpId::sub:
+        if (is_wrapped_constant(n->inputs[1], 0.0)) done = forward_to(g, n, n->inputs[0]);
+        break;
+      case OpId::div:  // x / 1
+        if (n->attrs.s("rounding_mode").empty() && is_wrapped_constant(n->inputs[1], 1.0))
+          done = forward_to(g, n, n->inputs[0]);
+        break;
+      default: break;
+    }
+    changes += done;
+  }
+  if (changes) eliminate_dead_code(g);
+  return changes;
+}
+
+const std::vector<Pass>& default_passes() {
+  static const std::vector<Pass> passes = {
+      {"simplify", "identity ops, transpose/permute/reshape chains, x*1, x+0",
+       [](Graph& g, const PassOptions&) { return simplify(g); }},
+      {"fold", "evaluates nodes whose inputs are all constants",
+       [](Graph& g, const PassOptions&) { return fold_constants(g); }},
+      {"cse", "merges nodes with the same op, inputs and attributes",
+       [](Graph& g, const PassOptions&) { return eliminate_common_subexpressions(g); }},
+      {"dce", "removes nodes whose outputs are unused",
+       [](Graph& g, const PassOptions&) { return eliminate_dead_code(g); }},
+  };
+  return passes;
+}
+
+std::vector<PassReport> optimize(Graph& g, const PassOptions& opts) {
+  const auto& passes = default_passes();
+  for (const std::string& d : opts.disable) {
+    bool known = std::any_of(passes.begin(), passes.end(), [&](const Pass& p) { return p.name == d; });
+    if (!known) {
+      std::string names;
+      for (const Pass& p : passes) names += (names.empty() ? "" : ", ") + p.name;
+      TS_ERROR("compile: unknown pass '", d, "' to disable; the passes are: ", names);
+    }
+  }
+  std::vector<PassReport> report;
+  verify(g, "capture");
+  for (const Pass& p : passes) {
+    if (std::find(opts.disable.begin(), opts.disable.end(), p.name) != opts.disable.end()) continue;
+    int changes = p.run(g, opts);
+    verify(g, p.name);
+    report.push_back({p.name, changes, g.num_nodes()});
+    if (opts.dump) *opts.dump << "// after " << p.name << " (" << changes << " changes)\n" << dump(g);
+  }
+  return report;
+}
+
+}  // namespace tessera::compile
