@@ -48,6 +48,8 @@ def dtypes(n, f):
         return "f32 (oneDNN), bf16/f16 (oneDNN, through f32 where the CPU lacks bf16), f64 and integers (portable loop)"
     if f in ("shape", "index", "view"):
         return ALL
+    if f == "factory":
+        return {"full": ALL, "eye": ALL, "arange": "integers, floats", "linspace": F}[n]
     if f == "random":
         return "f16, bf16, f32, f64 (randint: integers or floats)"
     if f == "conv":
@@ -89,14 +91,18 @@ NOTES = {
     "cross_entropy": "class indices or probabilities, weight, ignore_index, label_smoothing, reduction",
     "nll_loss": "weight, ignore_index; mean divides by the summed weights", "dropout": "mask from the Philox generator",
     "kl_div": "reduction also 'batchmean'", "pad": "constant (negative pads crop), reflect, replicate",
-    "linear": "one GEMM over all leading dims, bias fused", "matmul": "1-D promotion and batch broadcasting as PyTorch",
+    "linear": "one GEMM over all leading dims, bias fused",
+    "full": "zeros, ones, full_like, scalar_tensor", "arange": "i64 for integer arguments",
+    "linspace": "symmetric evaluation, both ends exact", "eye": "n, optional m",
+    "detach": "shares storage; stops gradients", "matmul": "1-D promotion and batch broadcasting as PyTorch",
 }
 TITLES = {"unary": "Unary elementwise", "binary": "Binary elementwise (broadcasting, PyTorch type promotion, Scalar forms)",
           "reduce": "Reductions (any set of dims, keepdim)", "linalg": "Linear algebra", "shape": "Shape",
           "index": "Indexing and sorting", "view": "Views and copies (views share storage)",
           "random": "Random (counter-based Philox: same seed, same numbers for any thread count)",
           "normalization": "Normalization", "loss": "Losses, dropout and embedding", "conv": "Convolution",
-          "pooling": "Pooling and resizing", "attention": "Attention"}
+          "pooling": "Pooling and resizing", "attention": "Attention",
+          "factory": "Factories (ops so that a captured graph rebuilds them at a new dynamic size)"}
 
 out = [
     "# Operators", "",

@@ -25,6 +25,16 @@ using Fn = std::function<Tensor(const TensorList&)>;
 // and `name` (tests that write files clean it up themselves).
 std::string scratch_dir(const std::string& name);
 
+// The message of the tessera::Error that `f` throws ("" if it throws none).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // f64 random inputs, reproducible.
 Tensor rand_f64(IntArrayRef shape, double lo = -1.0, double hi = 1.0, uint64_t seed = 0);
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "ops/op_utils.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
 #include "tessera/core/trace.h"
@@ -146,8 +147,11 @@ class Tracer final : public ops::Recorder {
       TS_CHECK(t.defined(), "compile: op ", op, " returned an undefined tensor");
       outs.push_back({t.dtype(), static_shape(t.shape())});
     }
+    bool data_shape = f.op == ops::OpId::masked_select || f.op == ops::OpId::nonzero || f.op == ops::OpId::unique;
+    for (const Value* v : ins) data_shape = data_shape || (v && v->data_dependent_shape);
     Node* n = g_.add_node(f.op, std::move(ins), std::move(f.attrs), outs);
     n->scope = std::move(f.scope);
+    for (Value* v : n->outputs) v->data_dependent_shape = data_shape;
     for (size_t i = 0; i < f.outputs.size(); ++i) bind(f.outputs[i], n->outputs[i]);
   }
 
@@ -317,6 +321,7 @@ Graph generalize(std::vector<Graph>& corners, const Graph& check, const std::vec
   for (const Value* cv : v0) {
     if (!cv) continue;
     Value* v = const_cast<Value*>(cv);
+    if (v->data_dependent_shape) continue;  // not a function of the sizes
     for (size_t d = 0; d < v->shape.size(); ++d) {
       for (const Sample& x : s)
         TS_CHECK(x.values[v->id]->shape.size() == v->shape.size(), "compile: the rank of ", value_str(v),

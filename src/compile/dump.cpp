@@ -12,7 +12,7 @@ namespace {
 std::string type_str(const Value* v, const std::vector<std::string>& syms) {
   std::string s = std::string(dtype_name(v->dtype)) + "[";
   for (size_t i = 0; i < v->shape.size(); ++i) s += (i ? ", " : "") + v->shape[i].str(syms);
-  return s + "]";
+  return s + (v->data_dependent_shape ? "]?" : "]");  // "?": the traced shape, set by the data
 }
 
 // A constant's contents when short enough to read.

@@ -8,7 +8,7 @@ namespace {
 // A symbolic dimension that is exactly one symbol (how dynamic input dims look).
 int pure_symbol(const SymInt& d) {
   const auto& t = d.terms();
-  if (t.size() != 1 || t[0].second != 1 || (t[0].first & (t[0].first - 1)) != 0) return -1;
+  if (t.size() != 1 || t[0].second != 1 || t[0].first == 0 || (t[0].first & (t[0].first - 1)) != 0) return -1;
   return __builtin_ctz(t[0].first);
 }
 
@@ -111,7 +111,8 @@ TensorList Executable::run(const TensorList& inputs) const {
     for (size_t k = 0; k < outs.size(); ++k) {
       const Value* v = s.node->outputs[k];
       // A graph that no longer fits its inputs must fail loudly, not compute on.
-      TS_CHECK(outs[k].dtype() == v->dtype && IntArrayRef(outs[k].shape()).equals(eval_shape(v->shape, syms)),
+      TS_CHECK(outs[k].dtype() == v->dtype &&
+                   (v->data_dependent_shape || IntArrayRef(outs[k].shape()).equals(eval_shape(v->shape, syms))),
                "compiled graph: ", value_str(v), " = ", s.node->op_name(), "(...) came out ",
                dtype_name(outs[k].dtype()), shape_str(outs[k].shape()), ", the graph says ", dtype_name(v->dtype),
                sym_shape_str(v->shape, graph_.symbols()));

@@ -28,7 +28,9 @@ bool is_random(const Node& n) {
 // A node that must run even when its outputs are unused.
 bool has_side_effects(const Node& n) { return n.op == OpId::batch_norm && n.attrs.b("training"); }
 
-bool same_type(const Value* a, const Value* b) { return a->dtype == b->dtype && a->shape == b->shape; }
+bool same_type(const Value* a, const Value* b) {
+  return a->dtype == b->dtype && a->shape == b->shape && !a->data_dependent_shape && !b->data_dependent_shape;
+}
 
 // Replaces the single output of `n` by `v` when they agree in dtype and shape.
 bool forward_to(Graph& g, Node* n, Value* v) {
@@ -110,7 +112,7 @@ int fold_constants(Graph& g) {
   return changes;
 }
 
-int simplify(Graph& g) {
+int simplify(Graph& g, bool inference) {
   int changes = 0;
   auto producer_op = [](const Value* v, OpId op) -> Node* {
     return v && v->kind == ValueKind::kNode && v->producer->op == op ? v->producer : nullptr;
@@ -119,6 +121,9 @@ int simplify(Graph& g) {
     Value* x = n->inputs.empty() ? nullptr : n->inputs[0];
     bool done = false;
     switch (n->op) {
+      case OpId::detach:  // only values matter without autograd
+        if (inference) done = forward_to(g, n, x);
+        break;
       case OpId::dropout:  // identity at inference or p == 0
         if (!n->attrs.b("training") || n->attrs.f("p") == 0) done = forward_to(g, n, x);
         break;
@@ -137,9 +142,10 @@ int simplify(Graph& g) {
         } else if (n->op != OpId::expand) {
           Node* p = producer_op(x, OpId::reshape);
           if (!p) p = producer_op(x, OpId::view);
-          if (p) {  // reshape(reshape(y, s1), s2) == reshape(y, s2)
+          if (p) {  // reshape(reshape(y, s1), s2) == reshape(y, s2), maybe y itself
             n->op = OpId::reshape;
             n->inputs[0] = p->inputs[0];
+            if (n->sym_attrs.empty()) forward_to(g, n, n->inputs[0]);
             done = true;
           }
         }
@@ -197,7 +203,7 @@ int simplify(Graph& g) {
 const std::vector<Pass>& default_passes() {
   static const std::vector<Pass> passes = {
       {"simplify", "identity ops, transpose/permute/reshape chains, x*1, x+0",
-       [](Graph& g, const PassOptions&) { return simplify(g); }},
+       [](Graph& g, const PassOptions& o) { return simplify(g, o.inference); }},
       {"fold", "evaluates nodes whose inputs are all constants",
        [](Graph& g, const PassOptions&) { return fold_constants(g); }},
       {"cse", "merges nodes with the same op, inputs and attributes",

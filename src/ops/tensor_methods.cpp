@@ -39,11 +39,7 @@ const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   return impl_->autograd ? impl_->autograd->grad_fn : none;
 }
 
-Tensor Tensor::detach() const {
-  auto impl = make_intrusive<TensorImpl>(impl_->storage, impl_->shape, impl_->strides, impl_->offset, impl_->dtype);
-  impl->is_view = impl_->is_view;
-  return Tensor(std::move(impl));
-}
+Tensor Tensor::detach() const { return ops::detach(*this); }
 
 Tensor& Tensor::detach_() {
   if (impl_->autograd) {

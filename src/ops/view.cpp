@@ -342,6 +342,15 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
   TS_RETURN(out);
 }
 
+Tensor detach(const Tensor& x) {
+  TS_OP_SCOPE(detach, &x);
+  check_defined(x, "detach", "input");
+  const TensorImpl* src = x.impl();
+  auto impl = make_intrusive<TensorImpl>(src->storage, src->shape, src->strides, src->offset, src->dtype);
+  impl->is_view = src->is_view;
+  TS_RETURN(Tensor(std::move(impl)));
+}
+
 Tensor contiguous(const Tensor& x) {
   TS_OP_SCOPE(contiguous, &x);
   if (x.is_contiguous()) TS_RETURN(x);
@@ -383,6 +392,7 @@ TS_OP_INVOKER(diagonal) { return {diagonal(in[0], a.i("offset"), a.i("dim1"), a.
 TS_OP_INVOKER(expand) { return {expand(in[0], a.ints("shape"))}; }
 TS_OP_INVOKER(squeeze) { return {squeeze(in[0], a.opt_i("dim"))}; }
 TS_OP_INVOKER(unsqueeze) { return {unsqueeze(in[0], a.i("dim"))}; }
+TS_OP_INVOKER(detach) { return {detach(in[0])}; }
 TS_OP_INVOKER(contiguous) { return {contiguous(in[0])}; }
 TS_OP_INVOKER(clone) { return {clone(in[0])}; }
 TS_OP_INVOKER(to_dtype) { return {to_dtype(in[0], a.dtype("dtype"))}; }

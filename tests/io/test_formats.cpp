@@ -17,14 +17,6 @@ using namespace tessera;
 using namespace tessera::io;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 std::string tmp_path(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / ("tessera_io_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -97,7 +89,7 @@ TEST(Safetensors, RoundTripEveryDtypeWithMetadata) {
 
 TEST(Safetensors, MalformedFilesAreClearErrors) {
   auto err = [](const std::string& bytes) {
-    return error_of([&] { SafetensorsFile::parse(bytes.data(), bytes.size(), "f"); });
+    return tessera::testing::error_of([&] { SafetensorsFile::parse(bytes.data(), bytes.size(), "f"); });
   };
   EXPECT_NE(err("abc").find("too short"), std::string::npos);
   EXPECT_NE(err(with_header("{}", "") .substr(0, 8) + "{").find("runs past the end"), std::string::npos);
@@ -128,9 +120,9 @@ TEST(Safetensors, MalformedFilesAreClearErrors) {
                             "")).find("impossibly large"),
             std::string::npos);
   std::string bools = with_header(R"({"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", std::string("\x01\x07", 2));
-  EXPECT_NE(error_of([&] { SafetensorsFile::parse(bools.data(), bools.size()).get("b"); }).find("byte value 7"),
+  EXPECT_NE(tessera::testing::error_of([&] { SafetensorsFile::parse(bools.data(), bools.size()).get("b"); }).find("byte value 7"),
             std::string::npos);
-  EXPECT_NE(error_of([] { SafetensorsFile::open("/nonexistent/x.safetensors"); }).find("cannot open"),
+  EXPECT_NE(tessera::testing::error_of([] { SafetensorsFile::open("/nonexistent/x.safetensors"); }).find("cannot open"),
             std::string::npos);
 }
 
@@ -160,7 +152,7 @@ TEST(Npy, RoundTripAndMatchesNumPyBytes) {
 }
 
 TEST(Npy, MalformedFilesAreClearErrors) {
-  auto err = [](const std::string& b) { return error_of([&] { parse_npy(b.data(), b.size(), "f"); }); };
+  auto err = [](const std::string& b) { return tessera::testing::error_of([&] { parse_npy(b.data(), b.size(), "f"); }); };
   std::string good = npy_bytes(arange(4, DType::F32));
   EXPECT_NE(err("hello").find("not a .npy file"), std::string::npos);
   EXPECT_NE(err(good.substr(0, good.size() - 1)).find("truncated"), std::string::npos);
@@ -192,17 +184,17 @@ TEST(Config, YamlTypesUnknownKeysAndTypeErrors) {
   Config sub = c.section("sub");
   EXPECT_EQ(sub.get<int64_t>("a", 0), 1);
   sub.finish();
-  std::string msg = error_of([&] { c.finish(); });
+  std::string msg = tessera::testing::error_of([&] { c.finish(); });
   EXPECT_NE(msg.find("unknown key 'batch_sise'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("did you mean 'batch_size'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("valid keys"), std::string::npos) << msg;
   Config t(parse_yaml("train: {epochs: two}"));
   Config tr = t.section("train");
-  msg = error_of([&] { tr.get<int64_t>("epochs", 1); });
+  msg = tessera::testing::error_of([&] { tr.get<int64_t>("epochs", 1); });
   EXPECT_NE(msg.find("'train.epochs' must be an integer, got \"two\""), std::string::npos) << msg;
-  msg = error_of([] { parse_yaml("a: [1, 2\nb: 3", "cfg.yaml"); });
+  msg = tessera::testing::error_of([] { parse_yaml("a: [1, 2\nb: 3", "cfg.yaml"); });
   EXPECT_NE(msg.find("cfg.yaml: invalid YAML at line"), std::string::npos) << msg;
-  msg = error_of([] { parse_yaml("a: 1\na: 2"); });
+  msg = tessera::testing::error_of([] { parse_yaml("a: 1\na: 2"); });
   EXPECT_NE(msg.find("'a' appears twice"), std::string::npos) << msg;
 }
 

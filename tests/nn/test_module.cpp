@@ -11,17 +11,6 @@
 using namespace tessera;
 using namespace tessera::nn;
 
-namespace {
-std::string what_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
-
 TEST(Module, RegistrationAndDottedNames) {
   auto net = std::make_shared<Sequential>(std::initializer_list<ModulePtr>{
       std::make_shared<Linear>(4, 8), std::make_shared<ReLU>(), std::make_shared<BatchNorm1d>(8),
@@ -37,9 +26,9 @@ TEST(Module, RegistrationAndDottedNames) {
   EXPECT_EQ(net->num_parameters(), 4 * 8 + 8 + 8 + 8 + 8 * 2);
   EXPECT_EQ(&net->submodule("2"), (*net)[2].get());
   for (auto& p : net->parameters()) EXPECT_TRUE(p.requires_grad());
-  EXPECT_NE(what_of([&] { net->register_parameter("0", zeros({1})); }).find("already registered"), std::string::npos);
-  EXPECT_NE(what_of([&] { net->register_parameter("a.b", zeros({1})); }).find("no '.'"), std::string::npos);
-  EXPECT_NE(what_of([&] { net->submodule("9"); }).find("no submodule '9'"), std::string::npos);
+  EXPECT_NE(tessera::testing::error_of([&] { net->register_parameter("0", zeros({1})); }).find("already registered"), std::string::npos);
+  EXPECT_NE(tessera::testing::error_of([&] { net->register_parameter("a.b", zeros({1})); }).find("no '.'"), std::string::npos);
+  EXPECT_NE(tessera::testing::error_of([&] { net->submodule("9"); }).find("no submodule '9'"), std::string::npos);
 }
 
 TEST(Module, StateDictRoundTripAndTiedWeights) {
@@ -67,7 +56,7 @@ TEST(Module, LoadStateDictErrorsListEveryProblemByName) {
   sd.entries.erase(sd.entries.begin());                       // drop net.0.weight
   sd.entries.emplace_back("net.9.weight", zeros({2}));         // an unexpected key
   sd.entries[0].second = zeros({7});                           // net.0.bias with a wrong shape
-  std::string msg = what_of([&] { m->load_state_dict(sd); });
+  std::string msg = tessera::testing::error_of([&] { m->load_state_dict(sd); });
   EXPECT_NE(msg.find("missing keys: net.0.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("unexpected keys: net.9.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("net.0.bias (checkpoint [7], model [5])"), std::string::npos) << msg;

@@ -63,6 +63,9 @@ struct Value {
   Tensor data;                // parameters and constants
   Node* producer = nullptr;   // kNode: the node, and which of its outputs
   int index = 0;
+  // The shape depends on the data (masked_select, nonzero, unique, and what
+  // is computed from them): `shape` is the traced one, not a promise.
+  bool data_dependent_shape = false;
 };
 
 struct Node {

@@ -38,6 +38,7 @@ std::vector<PassReport> optimize(Graph& g, const PassOptions& opts = {});
 int eliminate_dead_code(Graph& g);
 int eliminate_common_subexpressions(Graph& g);
 int fold_constants(Graph& g);
-int simplify(Graph& g);
+// `inference`: no autograd will run through the graph (detach is then an identity).
+int simplify(Graph& g, bool inference = true);
 
 }  // namespace tessera::compile

@@ -183,6 +183,8 @@ Tensor squeeze(const Tensor& x, std::optional<int64_t> dim = {});
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 Tensor diagonal(const Tensor& x, int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1);
 Tensor contiguous(const Tensor& x);
+// The same data, cut off from autograd (no gradient flows through).
+Tensor detach(const Tensor& x);
 Tensor clone(const Tensor& x);
 Tensor to_dtype(const Tensor& x, DType dtype);
 
