@@ -48,6 +48,8 @@ def dtypes(n, f):
         return "f32 (oneDNN), bf16/f16 (oneDNN, through f32 where the CPU lacks bf16), f64 and integers (portable loop)"
     if f in ("shape", "index", "view"):
         return ALL
+    if f == "fused":
+        return "f32 (inputs f32, f16, bf16, f64, bool)"
     if f == "factory":
         return {"full": ALL, "eye": ALL, "arange": "integers, floats", "linspace": F}[n]
     if f == "random":
@@ -94,7 +96,8 @@ NOTES = {
     "linear": "one GEMM over all leading dims, bias fused",
     "full": "zeros, ones, full_like, scalar_tensor", "arange": "i64 for integer arguments",
     "linspace": "symmetric evaluation, both ends exact", "eye": "n, optional m",
-    "detach": "shares storage; stops gradients", "matmul": "1-D promotion and batch broadcasting as PyTorch",
+    "detach": "shares storage; stops gradients",
+    "fused_elementwise": "made by the compiler's fusion pass: a register program over pointwise kernels, run in tiles", "matmul": "1-D promotion and batch broadcasting as PyTorch",
 }
 TITLES = {"unary": "Unary elementwise", "binary": "Binary elementwise (broadcasting, PyTorch type promotion, Scalar forms)",
           "reduce": "Reductions (any set of dims, keepdim)", "linalg": "Linear algebra", "shape": "Shape",
@@ -102,6 +105,7 @@ TITLES = {"unary": "Unary elementwise", "binary": "Binary elementwise (broadcast
           "random": "Random (counter-based Philox: same seed, same numbers for any thread count)",
           "normalization": "Normalization", "loss": "Losses, dropout and embedding", "conv": "Convolution",
           "pooling": "Pooling and resizing", "attention": "Attention",
+          "fused": "Fused kernels (made by the graph compiler)",
           "factory": "Factories (ops so that a captured graph rebuilds them at a new dynamic size)"}
 
 out = [

@@ -210,6 +210,8 @@ const std::vector<Pass>& default_passes() {
        [](Graph& g, const PassOptions&) { return eliminate_common_subexpressions(g); }},
       {"dce", "removes nodes whose outputs are unused",
        [](Graph& g, const PassOptions&) { return eliminate_dead_code(g); }},
+      {"fuse-elementwise", "groups of pointwise ops become one fused_elementwise kernel (inference graphs)",
+       [](Graph& g, const PassOptions& o) { return o.inference ? fuse_elementwise(g) : 0; }},
   };
   return passes;
 }

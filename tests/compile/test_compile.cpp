@@ -276,14 +276,14 @@ TEST(Passes, PipelineSkipsByNameAndDumps) {
   auto fn = [](const TensorList& in) { return TensorList{ops::add(ops::exp(in[0]), ops::exp(in[0]))}; };
   Graph g = capture(fn, {randn({4})});
   std::ostringstream os;
-  auto report = optimize(g, {.disable = {"cse"}, .dump = &os});
+  auto report = optimize(g, {.disable = {"cse", "fuse-elementwise"}, .dump = &os});
   EXPECT_EQ(count_op(g, "exp"), 2);
   for (const auto& r : report) EXPECT_NE(r.name, "cse");
   EXPECT_NE(os.str().find("// after simplify"), std::string::npos);
   EXPECT_NE(os.str().find("// after dce"), std::string::npos);
   std::string e = testing::error_of([&] { optimize(g, {.disable = {"fusion!"}}); });
   EXPECT_NE(e.find("unknown pass 'fusion!'"), std::string::npos) << e;
-  EXPECT_NE(e.find("simplify, fold, cse, dce"), std::string::npos) << e;
+  EXPECT_NE(e.find("simplify, fold, cse, dce, fuse-elementwise"), std::string::npos) << e;
 }
 
 TEST(Passes, VerifierCatchesBrokenGraphs) {

@@ -38,6 +38,9 @@ std::vector<PassReport> optimize(Graph& g, const PassOptions& opts = {});
 int eliminate_dead_code(Graph& g);
 int eliminate_common_subexpressions(Graph& g);
 int fold_constants(Graph& g);
+// Connected f32 pointwise ops (and the scalars they read) as fused_elementwise
+// nodes; the fused kernel has no backward, so only for graphs run without autograd.
+int fuse_elementwise(Graph& g);
 // `inference`: no autograd will run through the graph (detach is then an identity).
 int simplify(Graph& g, bool inference = true);
 

@@ -9,8 +9,11 @@
 
 #include "tessera/core/generator.h"
 #include "tessera/core/tensor.h"
+#include "tessera/ops/attrs.h"
 
 namespace tessera::ops {
+
+enum class OpId : uint16_t;
 
 // ---- unary (floating results for integer inputs where PyTorch gives them) ---
 Tensor neg(const Tensor& x);
@@ -263,5 +266,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& attn_mask = Tensor(), double dropout_p = 0.0,
                                     bool is_causal = false, std::optional<double> scale = {},
                                     Generator* gen = nullptr);
+
+// ---- made by the graph compiler (compile/) ----------------------------------------
+// A chain of pointwise ops as one kernel: `program` is a register program over
+// the inputs (broadcast together; float or bool), with f32 outputs of the
+// broadcast shape (docs/compiler.md, "Elementwise fusion"). No backward.
+TensorList fused_elementwise(const TensorList& inputs, const std::string& program);
+// The kernel a pointwise op runs on f32 operands, as a fused_elementwise
+// instruction ("Add", "LeakyRelu[0.2]", "where"), or nullopt if the op (with
+// these attributes) cannot join a fused kernel.
+std::optional<std::string> elementwise_kernel(OpId op, const Attrs& attrs, int num_inputs);
 
 }  // namespace tessera::ops

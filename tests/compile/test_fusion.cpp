@@ -1,0 +1,180 @@
+// Elementwise fusion: the rewrite, bitwise agreement with eager for every op
+// that can join a fused kernel, and the fused kernel's own input checks.
+#include "tessera/compile/compile.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+using namespace compile;
+using namespace ops;
+
+int count_op(const Graph& g, std::string_view op) {
+  int n = 0;
+  for (const Node* node : g.nodes()) n += node->op_name() == op;
+  return n;
+}
+
+Graph fused_graph(const Function& fn, const TensorList& example) {
+  Graph g = capture(fn, example);
+  fuse_elementwise(g);
+  verify(g, "fuse-elementwise");
+  return g;
+}
+
+// Exact agreement: the fused kernel runs the eager ops' own loops.
+void expect_bitwise(const Function& fn, const TensorList& example, const TensorList& fresh) {
+  Graph g = fused_graph(fn, example);
+  TensorList got = Executable(std::move(g)).run(fresh), want = fn(fresh);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_CLOSE(got[i], want[i], 0, 0);
+}
+
+TEST(Fusion, ChainWithBroadcastBecomesOneKernel) {
+  auto fn = [](const TensorList& in) {
+    return TensorList{relu(add(mul(in[0], 2.0), in[1]))};  // x*2 + bias, relu
+  };
+  Graph g = fused_graph(fn, {randn({4, 8}), randn({8})});
+  EXPECT_EQ(g.num_nodes(), 1) << dump(g);
+  EXPECT_EQ(count_op(g, "fused_elementwise"), 1);
+  std::string text = dump(g);
+  EXPECT_NE(text.find("program='r0 = in0; r1 = const 2; r2 = Mul r0 r1; r3 = in1; r4 = Add r2 r3; r5 = Relu r4; "
+                      "out0 = r5'"),
+            std::string::npos)
+      << text;
+  expect_bitwise(fn, {randn({4, 8}), randn({8})}, {randn({4, 8}), randn({8})});
+}
+
+TEST(Fusion, EveryFusibleOpMatchesEagerBitwise) {
+  using F = std::function<Tensor(const Tensor&)>;
+  std::vector<std::pair<std::string, F>> unary = {
+      {"neg", [](auto& x) { return neg(x); }}, {"abs", [](auto& x) { return abs(x); }},
+      {"exp", [](auto& x) { return exp(x); }}, {"exp2", [](auto& x) { return exp2(x); }},
+      {"log", [](auto& x) { return log(abs(x)); }}, {"log2", [](auto& x) { return log2(abs(x)); }},
+      {"log1p", [](auto& x) { return log1p(abs(x)); }}, {"expm1", [](auto& x) { return expm1(x); }},
+      {"sqrt", [](auto& x) { return sqrt(abs(x)); }}, {"rsqrt", [](auto& x) { return rsqrt(abs(x)); }},
+      {"square", [](auto& x) { return square(x); }}, {"sin", [](auto& x) { return sin(x); }},
+      {"cos", [](auto& x) { return cos(x); }}, {"tan", [](auto& x) { return tan(x); }},
+      {"tanh", [](auto& x) { return tanh(x); }}, {"sigmoid", [](auto& x) { return sigmoid(x); }},
+      {"relu", [](auto& x) { return relu(x); }}, {"silu", [](auto& x) { return silu(x); }},
+      {"mish", [](auto& x) { return mish(x); }}, {"reciprocal", [](auto& x) { return reciprocal(x); }},
+      {"erf", [](auto& x) { return erf(x); }}, {"sign", [](auto& x) { return sign(x); }},
+      {"floor", [](auto& x) { return floor(x); }}, {"ceil", [](auto& x) { return ceil(x); }},
+      {"round", [](auto& x) { return round(x); }}, {"trunc", [](auto& x) { return trunc(x); }},
+      {"leaky_relu", [](auto& x) { return leaky_relu(x, 0.3); }}, {"elu", [](auto& x) { return elu(x, 0.7); }},
+      {"gelu", [](auto& x) { return gelu(x); }}, {"gelu_tanh", [](auto& x) { return gelu(x, "tanh"); }},
+      {"softplus", [](auto& x) { return softplus(x, 2.0, 3.0); }},
+      {"hardtanh", [](auto& x) { return hardtanh(x, -0.5, 0.25); }},
+      {"clamp", [](auto& x) { return clamp(x, Scalar(-0.3), std::nullopt); }},
+      {"clamp_max", [](auto& x) { return clamp(x, std::nullopt, Scalar(0.1)); }},
+      {"pow", [](auto& x) { return pow(abs(x), 1.7); }}, {"rpow", [](auto& x) { return pow(2.5, x); }},
+  };
+  Tensor x = mul(randn({5, 37}), 3.0), fresh = mul(randn({5, 37}), 3.0);
+  for (const auto& [name, f] : unary) {
+    SCOPED_TRACE(name);
+    // Followed by a second op, so there is a group to fuse.
+    auto fn = [f = f](const TensorList& in) { return TensorList{add(f(in[0]), 1.0)}; };
+    Graph g = fused_graph(fn, {x});
+    EXPECT_EQ(count_op(g, "fused_elementwise"), 1) << dump(g);
+    expect_bitwise(fn, {x}, {fresh});
+  }
+  using G = std::function<Tensor(const Tensor&, const Tensor&)>;
+  std::vector<std::pair<std::string, G>> binary = {
+      {"add", [](auto& a, auto& b) { return add(a, b); }}, {"sub", [](auto& a, auto& b) { return sub(a, b); }},
+      {"mul", [](auto& a, auto& b) { return mul(a, b); }}, {"div", [](auto& a, auto& b) { return div(a, b); }},
+      {"maximum", [](auto& a, auto& b) { return maximum(a, b); }},
+      {"minimum", [](auto& a, auto& b) { return minimum(a, b); }},
+      {"atan2", [](auto& a, auto& b) { return atan2(a, b); }},
+      {"pow", [](auto& a, auto& b) { return pow(abs(a), b); }},
+      {"where", [](auto& a, auto& b) { return where(gt(a, b), a, b); }},
+  };
+  Tensor y = randn({1, 37}), fresh_y = randn({1, 37});  // broadcast along dim 0
+  for (const auto& [name, f] : binary) {
+    SCOPED_TRACE(name);
+    auto fn = [f = f](const TensorList& in) { return TensorList{exp(f(in[0], in[1]))}; };
+    Graph g = fused_graph(fn, {x, y});
+    EXPECT_EQ(count_op(g, "fused_elementwise"), 1) << dump(g);
+    expect_bitwise(fn, {x, y}, {fresh, fresh_y});
+  }
+}
+
+TEST(Fusion, ChainsMeetingInOneOpMerge) {
+  auto fn = [](const TensorList& in) { return TensorList{add(exp(in[0]), tanh(in[1]))}; };
+  Graph g = fused_graph(fn, {randn({5}), randn({5})});
+  EXPECT_EQ(g.num_nodes(), 1) << dump(g);
+  expect_bitwise(fn, {randn({5}), randn({5})}, {randn({5}), randn({5})});
+}
+
+TEST(Fusion, ValuesUsedOutsideBecomeExtraOutputs) {
+  auto fn = [](const TensorList& in) {
+    Tensor a = exp(in[0]);
+    Tensor b = mul(a, in[0]);
+    Tensor s = sum(a);  // a is read by a non-fusible op
+    return TensorList{b, s};
+  };
+  Graph g = fused_graph(fn, {randn({6})});
+  ASSERT_EQ(count_op(g, "fused_elementwise"), 1) << dump(g);
+  for (const Node* n : g.nodes())
+    if (n->op_name() == "fused_elementwise") EXPECT_EQ(n->outputs.size(), 2u);
+  expect_bitwise(fn, {randn({6})}, {randn({6})});
+}
+
+TEST(Fusion, BroadcastIntermediateIsComputedAtTheFullShape) {
+  auto fn = [](const TensorList& in) { return TensorList{mul(exp(in[0]), in[1])}; };  // exp on [3, 1]
+  Graph g = fused_graph(fn, {randn({3, 1}), randn({3, 4})});
+  EXPECT_EQ(g.num_nodes(), 1) << dump(g);
+  expect_bitwise(fn, {randn({3, 1}), randn({3, 4})}, {randn({3, 1}), randn({3, 4})});
+  // ...but not when the small value is also needed at its own shape.
+  auto fn2 = [](const TensorList& in) {
+    Tensor e = exp(in[0]);
+    return TensorList{mul(e, in[1]), e};
+  };
+  Graph g2 = fused_graph(fn2, {randn({3, 1}), randn({3, 4})});
+  EXPECT_EQ(count_op(g2, "exp"), 1) << dump(g2);
+  expect_bitwise(fn2, {randn({3, 1}), randn({3, 4})}, {randn({3, 1}), randn({3, 4})});
+}
+
+TEST(Fusion, NeverCreatesACycle) {
+  // a -> matmul -> b: a and b are pointwise but b also reads the matmul, which
+  // reads a. One kernel for both would need the matmul inside it.
+  auto fn = [](const TensorList& in) {
+    Tensor a = relu(in[0]);
+    Tensor m = matmul(a, in[1]);
+    return TensorList{add(mul(a, 2.0), m)};
+  };
+  Graph g = fused_graph(fn, {randn({3, 3}), randn({3, 3})});
+  expect_bitwise(fn, {randn({3, 3}), randn({3, 3})}, {randn({3, 3}), randn({3, 3})});
+}
+
+TEST(Fusion, OnlyInInferenceGraphs) {
+  auto f = compile::compile([](const TensorList& in) { return TensorList{relu(add(in[0], 1.0))}; });
+  Tensor x = randn({4});
+  {
+    NoGradGuard ng;
+    f(x);
+    EXPECT_EQ(count_op(f.last()->graph(), "fused_elementwise"), 1);
+  }
+  Tensor w = randn({4}).requires_grad_();
+  Tensor y = f(w)[0];
+  EXPECT_EQ(count_op(f.last()->graph(), "fused_elementwise"), 0);
+  y.sum().backward();
+  EXPECT_TRUE(w.grad().defined());
+}
+
+TEST(Fusion, FusedKernelChecksItsProgram) {
+  Tensor x = randn({3});
+  auto err = [&](const std::string& p) { return testing::error_of([&] { fused_elementwise({x}, p); }); };
+  EXPECT_NE(err("r0 = in0; r1 = Nope r0; out0 = r1").find("unknown kernel 'Nope'"), std::string::npos);
+  EXPECT_NE(err("r0 = in0; r1 = Exp r2; out0 = r1").find("read before it is written"), std::string::npos);
+  EXPECT_NE(err("r0 = in0; r0 = Exp r0; out0 = r0").find("written twice"), std::string::npos);
+  EXPECT_NE(err("r0 = in0; r1 = Eq r0 r0; out0 = r1").find("not a float-to-float kernel"), std::string::npos);
+  EXPECT_NE(err("r0 = in0; r1 = in1; r2 = Add r0 r1; out0 = r2").find("reads 2 inputs, got 1"), std::string::npos);
+  EXPECT_NE(err("r0 = in0").find("stores no output"), std::string::npos);
+  EXPECT_NE(err("r0 = in0; r1 = const x1; out0 = r1").find("expected a number"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { fused_elementwise({x, randn({4})}, "r0 = in0; r1 = in1; r2 = Add r0 r1; out0 = r2"); })
+                .find("broadcast"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera
