@@ -225,6 +225,16 @@ int Graph::remove_unused() {
   return removed;
 }
 
+void Graph::renumber() {
+  int id = 0;
+  for (Value* v : inputs_) v->id = id++;
+  for (Value* v : parameters()) v->id = id++;
+  for (Value* v : constants()) v->id = id++;
+  for (auto& n : nodes_)
+    for (Value* v : n->outputs) v->id = id++;
+  next_value_id_ = id;
+}
+
 Graph Graph::clone() const {
   Graph g;
   g.symbols_ = symbols_;

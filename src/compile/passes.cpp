@@ -233,6 +233,7 @@ std::vector<PassReport> optimize(Graph& g, const PassOptions& opts) {
     int changes = p.run(g, opts);
     verify(g, p.name);
     report.push_back({p.name, changes, g.num_nodes()});
+    g.renumber();
     if (opts.dump) *opts.dump << "// after " << p.name << " (" << changes << " changes)\n" << dump(g);
   }
   return report;

@@ -30,6 +30,12 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
+std::optional<DType> dtype_from_name(std::string_view name) {
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (name == dtype_name(static_cast<DType>(i))) return static_cast<DType>(i);
+  return std::nullopt;
+}
+
 std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
 DType promote_types(DType a, DType b) {

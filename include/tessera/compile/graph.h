@@ -113,6 +113,9 @@ class Graph {
   int remove_unused();
   // Drops `n` (its outputs must be unused).
   void erase(Node* n);
+  // Numbers values 0, 1, ... in definition order (inputs, parameters,
+  // constants, node outputs), so dumps of equal graphs are equal.
+  void renumber();
 
   const std::vector<Value*>& inputs() const { return inputs_; }
   const std::vector<Value*>& outputs() const { return outputs_; }

@@ -1,4 +1,6 @@
 #pragma once
+#include <optional>
+#include <string_view>
 // Element types: the enum, their sizes and names, and PyTorch's promotion rules.
 #include <cstdint>
 #include <ostream>
@@ -17,6 +19,8 @@ constexpr DType kBool = DType::Bool, kU8 = DType::U8, kI8 = DType::I8, kI32 = DT
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
+// The dtype named like dtype_name ("f32", "i64", "bool"), or nullopt.
+std::optional<DType> dtype_from_name(std::string_view name);
 std::ostream& operator<<(std::ostream& os, DType t);
 
 constexpr bool is_floating(DType t) {
