@@ -8,11 +8,11 @@
 set -euo pipefail
 
 # Build: compiler, CMake, oneDNN, JSON/YAML/CLI parsing, zlib, HTTP for the
-# metrics endpoint (docs/dependencies.md).
+# metrics endpoint, the ONNX schema and checker (docs/dependencies.md).
 # Data: Fashion-MNIST (the default training job) and the fortunes corpus.
 packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libdnnl-dev python3
           nlohmann-json3-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcpp-httplib-dev
-          dataset-fashion-mnist fortunes)
+          libonnx-dev libprotobuf-dev dataset-fashion-mnist fortunes)
 if [ "${1:-}" = "--test" ]; then
   packages+=(prometheus)
 fi

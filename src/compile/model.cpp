@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/compile/onnx.h"
 #include "tessera/compile/passes.h"
 #include "tessera/compile/serialize.h"
 #include "tessera/core/error.h"
@@ -46,7 +47,9 @@ Model load(const std::string& path) {
   namespace fs = std::filesystem;
   TS_CHECK(fs::exists(path), "load: '", path, "' does not exist");
   if (fs::is_directory(path)) return Model(compile::load_graph(path));
-  TS_ERROR("load: '", path, "' is not a saved Tessera graph (a directory with graph.json and weights.safetensors)");
+  if (fs::path(path).extension() == ".onnx") return Model(compile::import_onnx(path));
+  TS_ERROR("load: '", path, "' is neither a saved Tessera graph (a directory with graph.json and weights.safetensors) nor an "
+           "ONNX file (*.onnx)");
 }
 
 }  // namespace tessera

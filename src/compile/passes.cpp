@@ -152,9 +152,13 @@ int simplify(Graph& g, bool inference) {
         break;
       case OpId::transpose:
         if (Node* p = producer_op(x, OpId::transpose)) {
-          auto a = std::minmax(n->attrs.i("dim0"), n->attrs.i("dim1"));
-          auto b = std::minmax(p->attrs.i("dim0"), p->attrs.i("dim1"));
-          if (a == b) done = forward_to(g, n, p->inputs[0]);
+          // Dims normalized to the rank (std::minmax would return references to temporaries).
+          int64_t r = static_cast<int64_t>(x->shape.size());
+          auto norm = [r](int64_t d) { return d < 0 ? d + r : d; };
+          int64_t a0 = norm(n->attrs.i("dim0")), a1 = norm(n->attrs.i("dim1"));
+          int64_t b0 = norm(p->attrs.i("dim0")), b1 = norm(p->attrs.i("dim1"));
+          if (std::min(a0, a1) == std::min(b0, b1) && std::max(a0, a1) == std::max(b0, b1))
+            done = forward_to(g, n, p->inputs[0]);
         }
         break;
       case OpId::permute:
