@@ -1,15 +1,27 @@
-// The `tessera` command line: train, eval and info.
+// The `tessera` command line: train, eval, info, and the compiler's export, run
+// and inspect.
 //
 //   tessera train examples/configs/fashion_mnist_cnn.yaml [--resume latest] [--set train.epochs=5]
 //                 [--precision bf16|f16|f32] [--profile N]
 //   tessera eval runs/fashion_mnist_cnn/checkpoints/step-000002814
 //   tessera info runs/fashion_mnist_cnn/checkpoints/step-000002814
+//   tessera export runs/fashion_mnist_cnn --format onnx|tessera [--output model.onnx] [--dump]
+//   tessera run model.onnx --input x.npy [--output y.npy] [--repeat 100]
+//   tessera inspect model.tsr [--dump]
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 
+#include "tessera/compile/capture.h"
+#include "tessera/compile/inspect.h"
+#include "tessera/compile/model.h"
+#include "tessera/compile/onnx.h"
+#include "tessera/compile/passes.h"
+#include "tessera/compile/serialize.h"
 #include "tessera/core/allocator.h"
+#include "tessera/io/npy.h"
 #include "tessera/core/parallel.h"
 #include "tessera/io/checkpoint.h"
 #include "tessera/io/config.h"
@@ -126,10 +138,87 @@ int cmd_info(const std::string& arg) {
   return 0;
 }
 
+// A checkpoint's model as a graph: traced on a batch of its evaluation data,
+// with the batch (and, for language models, the sequence) dimension dynamic.
+int cmd_export(const std::string& arg, const std::string& format, std::string output, int64_t batch, bool fixed,
+               bool dump) {
+  std::string dir = checkpoint_dir(arg);
+  io::Checkpoint c = io::load_checkpoint(dir);
+  TS_CHECK(c.state.contains("config"), dir, "/state.json has no config: cannot rebuild the model");
+  train::Recipe r = train::build_recipe(c.state["config"], dir + "/state.json (config)");
+  nn::StateDict sd{c.model};
+  r.model->load_state_dict(sd, true);
+  r.model->eval();
+  TS_CHECK(r.eval_data || r.train_data, "the config has no data to trace the model with");
+  data::DatasetPtr d = r.eval_data ? r.eval_data : r.train_data;
+  TS_CHECK(batch >= 2 && batch <= d->size(), "--batch must be between 2 and ", d->size(), ", got ", batch);
+  std::vector<int64_t> idx(batch);
+  for (int64_t i = 0; i < batch; ++i) idx[i] = i;
+  Tensor x = d->get_batch(idx).at(0);
+  compile::CaptureOptions co;
+  co.input_names = {r.task == train::Task::LanguageModel ? "ids" : "x"};
+  if (!fixed) {
+    co.dynamic.push_back({0, 0, "N"});
+    if (r.task == train::Task::LanguageModel && x.dim() >= 2 && x.shape()[1] >= 2) co.dynamic.push_back({0, 1, "T"});
+  }
+  nn::Module& m = *r.model;
+  compile::NamedTensors params = m.named_parameters();
+  for (auto& b : m.named_buffers()) params.push_back(b);
+  compile::Graph g = compile::capture([&](const TensorList& in) { return TensorList{m(in[0])}; }, {x}, params, co);
+  compile::PassOptions po;
+  if (format == "onnx") po.disable = {"fuse-elementwise"};  // ONNX has no fused kernel; runtimes fuse themselves
+  auto report = compile::optimize(g, po);
+  if (output.empty()) output = format == "onnx" ? "model.onnx" : "model.tsr";
+  if (format == "onnx") compile::export_onnx(g, output);
+  else compile::save(g, output);
+  if (dump) std::printf("%s\n", compile::dump(g).c_str());
+  std::printf("exported %s (step %lld) to %s\n", dir.c_str(), static_cast<long long>(c.state.value("step", 0)),
+              output.c_str());
+  std::printf("passes:");
+  for (const auto& p : report) std::printf(" %s (%d)", p.name.c_str(), p.changes);
+  std::printf("\n\n%s", compile::summary_text(g).c_str());
+  return 0;
+}
+
+int cmd_run(const std::string& path, const std::vector<std::string>& inputs, const std::string& output,
+            int repeat) {
+  Model m = load(path);
+  TensorList xs;
+  for (const std::string& p : inputs) xs.push_back(io::load_npy(p));
+  TensorList ys = m.run(xs);
+  if (repeat > 1) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < repeat; ++i) m.run(xs);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / repeat;
+    std::printf("latency     %.3f ms per run (mean of %d)\n", ms, repeat);
+  }
+  for (size_t i = 0; i < ys.size(); ++i) {
+    const Tensor& y = ys[i];
+    std::printf("output%zu     %s%s\n", i, dtype_name(y.dtype()), shape_str(y.shape()).c_str());
+    if (output.empty()) {
+      std::ostringstream os;
+      os << y;
+      std::printf("%s\n", os.str().c_str());
+    } else {
+      std::string p = ys.size() == 1 ? output : output + "." + std::to_string(i) + ".npy";
+      io::save_npy(p, y);
+      std::printf("            saved to %s\n", p.c_str());
+    }
+  }
+  return 0;
+}
+
+int cmd_inspect(const std::string& path, bool dump, int64_t size) {
+  Model m = load(path);
+  std::printf("%s\n%s", path.c_str(), compile::summary_text(m.graph(), size).c_str());
+  if (dump) std::printf("\n%s", compile::dump(m.graph()).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Tessera: train, evaluate and inspect models"};
+  CLI::App app{"Tessera: train, evaluate, export, run and inspect models"};
   app.require_subcommand(1);
 
   auto* train = app.add_subcommand("train", "train a model from a YAML config");
@@ -159,11 +248,44 @@ int main(int argc, char** argv) {
   std::string info_ckpt;
   info->add_option("checkpoint", info_ckpt, "a checkpoint directory, or a run directory")->required();
 
+  auto* exp = app.add_subcommand("export", "export a checkpoint's model as ONNX or a compiled Tessera graph");
+  std::string exp_ckpt, exp_format = "onnx", exp_out;
+  int64_t exp_batch = 2;
+  bool exp_fixed = false, exp_dump = false;
+  exp->add_option("checkpoint", exp_ckpt, "a checkpoint directory, or a run directory (its latest)")->required();
+  exp->add_option("--format", exp_format, "onnx (opset 17) or tessera (graph.json + weights.safetensors)")
+      ->check(CLI::IsMember({"onnx", "tessera"}));
+  exp->add_option("--output", exp_out, "the file (onnx) or directory (tessera); default model.onnx / model.tsr");
+  exp->add_option("--batch", exp_batch, "the batch size to trace with (the batch dimension stays dynamic)");
+  exp->add_flag("--static", exp_fixed, "fix every dimension at the traced size");
+  exp->add_flag("--dump", exp_dump, "print the optimized graph");
+
+  auto* run = app.add_subcommand("run", "run a model (ONNX file or compiled graph) on .npy inputs");
+  std::string run_model, run_out;
+  std::vector<std::string> run_inputs;
+  int run_repeat = 1;
+  run->add_option("model", run_model, "an .onnx file or a directory saved by export --format tessera")->required();
+  run->add_option("--input", run_inputs, "an input as .npy, in the model's input order (repeatable)")->required();
+  run->add_option("--output", run_out, "save the output as .npy instead of printing it");
+  run->add_option("--repeat", run_repeat, "run N more times and report the mean latency")->check(CLI::PositiveNumber);
+
+  auto* inspect = app.add_subcommand("inspect", "show a model's inputs, outputs, ops, parameters and FLOPs");
+  std::string insp_model;
+  bool insp_dump = false;
+  int64_t insp_size = 1;
+  inspect->add_option("model", insp_model, "an .onnx file or a directory saved by export --format tessera")->required();
+  inspect->add_flag("--dump", insp_dump, "print the whole graph");
+  inspect->add_option("--size", insp_size, "the value of the dynamic dimensions for the FLOPs estimate")
+      ->check(CLI::PositiveNumber);
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train) return cmd_train(config, resume, sets, output, plain ? 0 : -1, profile, precision);
     if (*eval) return cmd_eval(ckpt, batches);
     if (*info) return cmd_info(info_ckpt);
+    if (*exp) return cmd_export(exp_ckpt, exp_format, exp_out, exp_batch, exp_fixed, exp_dump);
+    if (*run) return cmd_run(run_model, run_inputs, run_out, run_repeat);
+    if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

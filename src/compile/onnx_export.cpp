@@ -366,14 +366,15 @@ class Exporter {
       case OpId::mm:
       case OpId::bmm: return binary("MatMul");
       case OpId::linear: {
-        std::string wt = op("Transpose", {x(1)}, [](auto& nd) { attr_ints(nd, "perm", {1, 0}); });
-        if (!in[2]) {
-          op("MatMul", {x(0), wt}, {}, out);
-        } else if (rank0 == 2) {
-          op("Gemm", {x(0), x(1), x(2)}, [](auto& nd) { attr_i(nd, "transB", 1); }, out);
-        } else {
-          op("Add", {op("MatMul", {x(0), wt}), x(2)}, {}, out);
+        if (rank0 == 2) {
+          std::vector<std::string> ins{x(0), x(1)};
+          if (in[2]) ins.push_back(x(2));
+          op("Gemm", ins, [](auto& nd) { attr_i(nd, "transB", 1); }, out);
+          return;
         }
+        std::string wt = op("Transpose", {x(1)}, [](auto& nd) { attr_ints(nd, "perm", {1, 0}); });
+        if (!in[2]) op("MatMul", {x(0), wt}, {}, out);
+        else op("Add", {op("MatMul", {x(0), wt}), x(2)}, {}, out);
         return;
       }
       case OpId::addmm:
