@@ -55,9 +55,12 @@ bool SymInt::depends_on(int symbol) const {
 }
 std::string SymInt::str(const std::vector<std::string>& names) const {
   if (terms_.empty()) return "0";
+  // Symbolic terms first, the constant last: "T - 1", "B*T + 2".
+  std::vector<Term> order(terms_.begin(), terms_.end());
+  if (order.size() > 1 && order[0].first == 0) std::rotate(order.begin(), order.begin() + 1, order.end());
   std::string s;
-  for (size_t k = 0; k < terms_.size(); ++k) {
-    auto [mask, c] = terms_[k];
+  for (size_t k = 0; k < order.size(); ++k) {
+    auto [mask, c] = order[k];
     std::string mono;
     for (uint32_t m = mask, i = 0; m; m >>= 1, ++i)
       if (m & 1u) mono += (mono.empty() ? "" : "*") + (i < names.size() ? names[i] : "s" + std::to_string(i));

@@ -1,4 +1,5 @@
-// libFuzzer targets for every parser of outside input. Built by scripts/fuzz.sh
+// libFuzzer targets for every parser of outside input (safetensors, .npy, tar
+// shards, YAML, ONNX models, compiled graph.json). Built by scripts/fuzz.sh
 // (clang, -fsanitize=fuzzer,address,undefined) as one binary per target:
 // TESSERA_FUZZ_TARGET selects the parser. A parser may reject its input only
 // with tessera::Error; anything else (a crash, a sanitizer report, another
@@ -8,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "tessera/compile/onnx.h"
+#include "tessera/compile/serialize.h"
 #include "tessera/core/error.h"
 #include "tessera/data/shards.h"
 #include "tessera/io/config.h"
@@ -32,6 +35,14 @@ void parse(const char* p, size_t n) {
 #elif TESSERA_FUZZ_TARGET == 4
   nlohmann::json j = io::parse_yaml(std::string(p, n), "fuzz");
   if (j.is_object()) (void)io::Config(j).keys();
+#elif TESSERA_FUZZ_TARGET == 5
+  // Import runs the model once while capturing it: shapes and attributes from
+  // the file reach the ops, whose checks must reject what is wrong.
+  compile::Graph g = compile::import_onnx_bytes(std::string(p, n), "fuzz");
+  (void)g.num_nodes();
+#elif TESSERA_FUZZ_TARGET == 6
+  compile::Graph g = compile::graph_from_json(std::string(p, n), [](const std::string&) { return zeros({2}); }, "fuzz");
+  (void)compile::dump(g);
 #else
 #error "define TESSERA_FUZZ_TARGET"
 #endif
