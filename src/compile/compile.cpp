@@ -47,7 +47,13 @@ struct CompiledFunction::State {
     auto ac = autocast::state();
     k << "|grad=" << GradMode::is_enabled() << "|autocast=" << ac.enabled << dtype_name(ac.dtype);
     if (module) k << "|train=" << module->is_training();
-    for (const auto& [name, t] : ps) k << "|" << static_cast<const void*>(t.impl());
+    // Inference graphs fold parameter values (batch norm into weights): an
+    // update in place (a version bump) retraces them.
+    bool inference = !GradMode::is_enabled();
+    for (const auto& [name, t] : ps) {
+      k << "|" << static_cast<const void*>(t.impl());
+      if (inference) k << "@" << t.version();
+    }
     return k.str();
   }
 

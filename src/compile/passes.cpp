@@ -208,6 +208,8 @@ const std::vector<Pass>& default_passes() {
   static const std::vector<Pass> passes = {
       {"simplify", "identity ops, transpose/permute/reshape chains, x*1, x+0",
        [](Graph& g, const PassOptions& o) { return simplify(g, o.inference); }},
+      {"fold-batch-norm", "conv/linear + batch_norm into new weights (inference graphs)",
+       [](Graph& g, const PassOptions& o) { return o.inference ? fold_batch_norm(g) : 0; }},
       {"fold", "evaluates nodes whose inputs are all constants",
        [](Graph& g, const PassOptions&) { return fold_constants(g); }},
       {"cse", "merges nodes with the same op, inputs and attributes",

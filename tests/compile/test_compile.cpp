@@ -283,7 +283,49 @@ TEST(Passes, PipelineSkipsByNameAndDumps) {
   EXPECT_NE(os.str().find("// after dce"), std::string::npos);
   std::string e = testing::error_of([&] { optimize(g, {.disable = {"fusion!"}}); });
   EXPECT_NE(e.find("unknown pass 'fusion!'"), std::string::npos) << e;
-  EXPECT_NE(e.find("simplify, fold, cse, dce, fuse-elementwise"), std::string::npos) << e;
+  EXPECT_NE(e.find("simplify, fold-batch-norm, fold, cse, dce, fuse-elementwise"), std::string::npos) << e;
+}
+
+TEST(Passes, BatchNormFoldsIntoConvAndLinear) {
+  manual_seed(9);
+  auto conv = std::make_shared<nn::Conv2d>(3, 4, 3, 1, 1);
+  auto bn = std::make_shared<nn::BatchNorm2d>(4);
+  auto lin = std::make_shared<nn::Linear>(6, 5);
+  auto bn1 = std::make_shared<nn::BatchNorm1d>(5);
+  // Non-trivial statistics: a few training-mode passes.
+  for (int i = 0; i < 3; ++i) {
+    (*bn)((*conv)(mul(randn({4, 3, 5, 5}), 2.0)));
+    (*bn1)((*lin)(randn({8, 6})));
+  }
+  bn->eval();
+  bn1->eval();
+  NamedTensors ps = {{"cw", conv->weight}, {"cb", conv->bias}, {"bm", bn->running_mean}, {"bv", bn->running_var},
+                     {"bg", bn->weight}, {"bb", bn->bias}, {"lw", lin->weight}, {"lb", lin->bias},
+                     {"m1", bn1->running_mean}, {"v1", bn1->running_var}, {"g1", bn1->weight}, {"b1", bn1->bias}};
+  auto fn = [&](const TensorList& in) { return TensorList{relu((*bn)((*conv)(in[0]))), (*bn1)((*lin)(in[1]))}; };
+  Graph g = capture(fn, {randn({2, 3, 5, 5}), randn({3, 6})}, ps);
+  NoGradGuard ng;
+  EXPECT_EQ(fold_batch_norm(g), 2);
+  verify(g, "fold-batch-norm");
+  EXPECT_EQ(count_op(g, "batch_norm"), 0) << dump(g);
+  TensorList x = {randn({2, 3, 5, 5}), randn({3, 6})};
+  TensorList got = Executable(std::move(g)).run(x), want = fn(x);
+  EXPECT_CLOSE(got[0], want[0], 1e-5, 1e-5);
+  EXPECT_CLOSE(got[1], want[1], 1e-5, 1e-5);
+}
+
+TEST(Compile, InferenceGraphsRetraceWhenParametersChange) {
+  manual_seed(10);
+  auto m = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::Conv2d>(2, 3, 3), std::make_shared<nn::BatchNorm2d>(3)});
+  m->eval();
+  auto f = compile::compile(m);
+  NoGradGuard ng;
+  Tensor x = randn({2, 2, 6, 6});
+  EXPECT_CLOSE(f(x), (*m)(x), 1e-5, 1e-6);
+  for (auto& [name, p] : m->named_parameters()) p.mul_(1.5);  // an optimizer step, in place
+  EXPECT_CLOSE(f(x), (*m)(x), 1e-5, 1e-6);  // the folded weights are rebuilt
+  EXPECT_EQ(f.traces(), 2);
 }
 
 TEST(Passes, VerifierCatchesBrokenGraphs) {

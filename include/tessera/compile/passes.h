@@ -38,6 +38,11 @@ std::vector<PassReport> optimize(Graph& g, const PassOptions& opts = {});
 int eliminate_dead_code(Graph& g);
 int eliminate_common_subexpressions(Graph& g);
 int fold_constants(Graph& g);
+// conv/linear followed by batch_norm (inference) with frozen weights: the
+// normalization moves into new constant weights and bias. Graphs stay right
+// for the parameter values they were folded with; compile() keys its cache on
+// parameter versions for inference graphs so an update retraces.
+int fold_batch_norm(Graph& g);
 // Connected f32 pointwise ops (and the scalars they read) as fused_elementwise
 // nodes; the fused kernel has no backward, so only for graphs run without autograd.
 int fuse_elementwise(Graph& g);
