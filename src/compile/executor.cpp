@@ -1,5 +1,9 @@
 #include "tessera/compile/executor.h"
 
+#include <algorithm>
+
+#include "ops/op_utils.h"
+#include "tessera/core/allocator.h"
 #include "tessera/core/error.h"
 
 namespace tessera::compile {
@@ -34,9 +38,38 @@ ops::Attrs resolve(const Node& n, std::span<const int64_t> syms) {
   return a;
 }
 
+// Ops whose outputs may share memory with their first input (views, and ops
+// that return their input when there is nothing to do).
+bool may_alias(ops::OpId op) {
+  using ops::OpId;
+  switch (op) {
+    case OpId::view: case OpId::reshape: case OpId::permute: case OpId::transpose: case OpId::slice:
+    case OpId::select: case OpId::expand: case OpId::squeeze: case OpId::unsqueeze: case OpId::diagonal:
+    case OpId::contiguous: case OpId::detach: case OpId::to_dtype: case OpId::split: case OpId::chunk:
+    case OpId::unbind: case OpId::dropout: case OpId::sum_to:
+      return true;
+    default: return false;
+  }
+}
+
+// Hands out the planned places of one node's outputs, by size.
+class NodeBuffers final : public PlannedBuffers {
+ public:
+  std::vector<std::pair<size_t, char*>> pending;
+  void* take(size_t nbytes) override {
+    for (auto it = pending.begin(); it != pending.end(); ++it)
+      if (it->first == nbytes) {
+        char* p = it->second;
+        pending.erase(it);
+        return p;
+      }
+    return nullptr;
+  }
+};
+
 }  // namespace
 
-Executable::Executable(Graph g) : graph_(std::move(g)) {
+Executable::Executable(Graph g, bool plan_memory) : graph_(std::move(g)), plan_memory_(plan_memory) {
   verify(graph_, "executor");
   num_slots_ = graph_.num_value_ids();
   for (const Value* v : graph_.parameters()) fixed_.push_back({v->id, v->data});
@@ -60,6 +93,74 @@ Executable::Executable(Graph g) : graph_(std::move(g)) {
   }
   for (int id = 0; id < num_slots_; ++id)
     if (last_use[id] >= 0 && !keep[id]) steps_[last_use[id]].release.push_back(id);
+
+  // Lifetimes for the memory plan: a value's memory lives until its last use
+  // and the last use of anything that may be a view of it.
+  alias_of_.assign(num_slots_, -1);
+  def_step_.assign(num_slots_, -1);
+  end_step_.assign(num_slots_, -1);
+  int last = static_cast<int>(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (const Value* v : nodes[i]->outputs) {
+      def_step_[v->id] = static_cast<int>(i);
+      end_step_[v->id] = std::max(static_cast<int>(i), last_use[v->id]);
+      if (may_alias(nodes[i]->op) && nodes[i]->inputs[0]) alias_of_[v->id] = nodes[i]->inputs[0]->id;
+    }
+  for (const Value* v : graph_.outputs()) end_step_[v->id] = last;  // lives past the run
+  // Push ends to alias roots, latest definitions first (a view is defined after its base).
+  for (int i = static_cast<int>(nodes.size()) - 1; i >= 0; --i)
+    for (const Value* v : nodes[i]->outputs)
+      if (alias_of_[v->id] >= 0) {
+        int base = alias_of_[v->id];
+        end_step_[base] = std::max(end_step_[base], end_step_[v->id]);
+      }
+}
+
+MemoryPlan Executable::make_plan(const std::vector<int64_t>& syms) const {
+  MemoryPlan p;
+  p.offset.assign(num_slots_, -1);
+  p.bytes.assign(num_slots_, 0);
+  int last = static_cast<int>(steps_.size());
+  std::vector<int> ids;
+  for (const Step& s : steps_)
+    for (size_t k = 0; k < s.outputs.size(); ++k) {
+      const Value* v = s.node->outputs[k];
+      if (v->data_dependent_shape || alias_of_[v->id] >= 0 || end_step_[v->id] >= last) continue;
+      int64_t n = 1;
+      for (const SymInt& d : v->shape) n *= d.eval(syms);
+      p.bytes[v->id] = n * static_cast<int64_t>(dtype_size(v->dtype));
+      if (p.bytes[v->id] > 0) ids.push_back(v->id);
+    }
+  std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return p.bytes[a] > p.bytes[b]; });
+  std::vector<int> placed;
+  for (int id : ids) {
+    int64_t size = (p.bytes[id] + kAlignment - 1) / kAlignment * kAlignment;
+    // Blocks alive at the same time, by offset; take the first gap that fits.
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (int o : placed)
+      if (def_step_[o] <= end_step_[id] && def_step_[id] <= end_step_[o])
+        busy.push_back({p.offset[o], (p.bytes[o] + kAlignment - 1) / kAlignment * kAlignment});
+    std::sort(busy.begin(), busy.end());
+    int64_t at = 0;
+    for (const auto& [off, len] : busy) {
+      if (at + size <= off) break;
+      at = std::max(at, off + len);
+    }
+    p.offset[id] = at;
+    p.arena_bytes = std::max(p.arena_bytes, at + size);
+    p.planned_bytes += p.bytes[id];
+    ++p.planned_values;
+    placed.push_back(id);
+  }
+  return p;
+}
+
+std::shared_ptr<const MemoryPlan> Executable::memory_plan(const std::vector<int64_t>& symbols) const {
+  std::lock_guard<std::mutex> lock(plan_mu_);
+  auto it = plans_.find(symbols);
+  if (it != plans_.end()) return it->second;
+  if (plans_.size() >= 16) plans_.clear();  // bounded: a few batch sizes are the norm
+  return plans_[symbols] = std::make_shared<const MemoryPlan>(make_plan(symbols));
 }
 
 std::vector<int64_t> Executable::bind_symbols(const TensorList& inputs) const {
@@ -100,12 +201,52 @@ TensorList Executable::run(const TensorList& inputs) const {
   std::vector<Tensor> slots(num_slots_);
   for (size_t i = 0; i < inputs.size(); ++i) slots[graph_.inputs()[i]->id] = inputs[i];
   for (const auto& [slot, t] : fixed_) slots[slot] = t;
+  std::shared_ptr<const MemoryPlan> plan;
+  Tensor arena;
+  char* base = nullptr;
+  if (plan_memory_) {
+    plan = memory_plan(syms);
+    if (plan->arena_bytes > 0) {
+      arena = empty({plan->arena_bytes}, DType::U8);
+      base = static_cast<char*>(arena.raw_data());
+    }
+  }
+  NodeBuffers buffers;
   TensorList args;
-  for (const Step& s : steps_) {
+  for (size_t si = 0; si < steps_.size(); ++si) {
+    const Step& s = steps_[si];
     args.clear();
     for (int id : s.inputs) args.push_back(id >= 0 ? slots[id] : Tensor());
-    TensorList outs = s.node->sym_attrs.empty() ? ops::invoke(s.node->op, args, s.node->attrs)
-                                                : ops::invoke(s.node->op, args, resolve(*s.node, syms));
+    buffers.pending.clear();
+    if (base)
+      for (int id : s.outputs)
+        if (plan->offset[id] >= 0) buffers.pending.push_back({static_cast<size_t>(plan->bytes[id]), base + plan->offset[id]});
+    TensorList outs;
+    {
+      PlannedBuffersGuard planned(base ? &buffers : nullptr);
+      outs = s.node->sym_attrs.empty() ? ops::invoke(s.node->op, args, s.node->attrs)
+                                       : ops::invoke(s.node->op, args, resolve(*s.node, syms));
+    }
+    if (base) {
+      // An output inside the arena but not in its own planned place is a view
+      // of another planned value; keep it only if that value's place is not
+      // reused before this output's last use.
+      for (size_t k = 0; k < outs.size() && k < s.outputs.size(); ++k) {
+        const char* d = outs[k].defined() ? static_cast<const char*>(outs[k].raw_data()) : nullptr;
+        int id = s.outputs[k];
+        if (!d || d < base || d >= base + plan->arena_bytes) continue;
+        if (plan->offset[id] >= 0 && d == base + plan->offset[id]) continue;
+        int64_t off = d - base;
+        bool safe = false;
+        for (int v = 0; v < num_slots_ && !safe; ++v)
+          if (plan->offset[v] >= 0 && off >= plan->offset[v] && off < plan->offset[v] + plan->bytes[v])
+            safe = end_step_[v] >= end_step_[id];
+        if (!safe) {
+          outs[k] = outs[k].clone();
+          ++alias_copies_;
+        }
+      }
+    }
     TS_CHECK(outs.size() == s.outputs.size(), "compiled graph: op ", s.node->op_name(), " returned ", outs.size(),
              " outputs, the graph expects ", s.outputs.size());
     for (size_t k = 0; k < outs.size(); ++k) {
@@ -122,7 +263,7 @@ TensorList Executable::run(const TensorList& inputs) const {
   }
   TensorList out;
   for (const Value* v : graph_.outputs()) out.push_back(slots[v->id]);
-  return out;
+  return out;  // never in the arena: outputs are not planned
 }
 
 }  // namespace tessera::compile

@@ -4,7 +4,22 @@
 
 namespace tessera {
 
-Storage::Storage(size_t nbytes) : data_(cpu_allocate(nbytes)), nbytes_(nbytes), owned_(true) {}
+namespace detail {
+thread_local PlannedBuffers* t_planned = nullptr;
+}
+PlannedBuffersGuard::PlannedBuffersGuard(PlannedBuffers* p) : prev_(detail::t_planned) { detail::t_planned = p; }
+PlannedBuffersGuard::~PlannedBuffersGuard() { detail::t_planned = prev_; }
+
+Storage::Storage(size_t nbytes) : nbytes_(nbytes), owned_(true) {
+  if (detail::t_planned) [[unlikely]] {
+    if (void* p = detail::t_planned->take(nbytes)) {
+      data_ = p;
+      owned_ = false;  // the arena's memory: freed with the arena
+      return;
+    }
+  }
+  data_ = cpu_allocate(nbytes);
+}
 
 Storage::Storage(void* data, size_t nbytes, std::function<void(void*)> deleter)
     : data_(data), nbytes_(nbytes), owned_(false), deleter_(std::move(deleter)) {}

@@ -37,4 +37,28 @@ void empty_cache();
 void set_memory_limit(int64_t bytes);
 int64_t memory_limit();
 
+// Planned memory: the graph executor places node outputs in one arena by a
+// static plan (compile/executor.h). While a PlannedBuffers is installed on a
+// thread, a new tensor of a planned size takes its planned place instead of a
+// block from the allocator (and gives nothing back when it dies).
+class PlannedBuffers {
+ public:
+  virtual ~PlannedBuffers() = default;
+  // Memory for a new tensor of `nbytes`, or null for the allocator to serve.
+  virtual void* take(size_t nbytes) = 0;
+};
+class PlannedBuffersGuard {
+ public:
+  explicit PlannedBuffersGuard(PlannedBuffers* p);
+  ~PlannedBuffersGuard();
+  PlannedBuffersGuard(const PlannedBuffersGuard&) = delete;
+  PlannedBuffersGuard& operator=(const PlannedBuffersGuard&) = delete;
+
+ private:
+  PlannedBuffers* prev_;
+};
+namespace detail {
+extern thread_local PlannedBuffers* t_planned;
+}
+
 }  // namespace tessera
