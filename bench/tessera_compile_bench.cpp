@@ -150,6 +150,8 @@ int main(int argc, char** argv) {
   out["arena_bytes"] = plan->arena_bytes;
   out["planned_values_bytes"] = plan->planned_bytes;
   out["nodes"] = exe->graph().num_nodes();
+  out["planned_taken"] = exe->planned_taken();
+  out["planned_unused"] = exe->planned_unused();
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

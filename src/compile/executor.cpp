@@ -234,6 +234,7 @@ TensorList Executable::run(const TensorList& inputs) const {
       for (size_t k = 0; k < outs.size() && k < s.outputs.size(); ++k) {
         const char* d = outs[k].defined() ? static_cast<const char*>(outs[k].raw_data()) : nullptr;
         int id = s.outputs[k];
+        if (plan->offset[id] >= 0) ++(d == base + plan->offset[id] ? planned_taken_ : planned_unused_);
         if (!d || d < base || d >= base + plan->arena_bytes) continue;
         if (plan->offset[id] >= 0 && d == base + plan->offset[id]) continue;
         int64_t off = d - base;

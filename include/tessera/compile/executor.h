@@ -39,6 +39,10 @@ class Executable {
   std::shared_ptr<const MemoryPlan> memory_plan(const std::vector<int64_t>& symbols) const;
   // Outputs that came back as views of arena memory they could not keep, and were copied.
   int64_t alias_copies() const { return alias_copies_.load(); }
+  // Planned places a node's output took, and planned places left unused
+  // (the op returned memory of its own), over all runs.
+  int64_t planned_taken() const { return planned_taken_.load(); }
+  int64_t planned_unused() const { return planned_unused_.load(); }
 
  private:
   struct Step {
@@ -57,7 +61,7 @@ class Executable {
   std::vector<int> end_step_;   // per value id: last step that needs its memory (aliases included)
   mutable std::mutex plan_mu_;
   mutable std::map<std::vector<int64_t>, std::shared_ptr<const MemoryPlan>> plans_;
-  mutable std::atomic<int64_t> alias_copies_{0};
+  mutable std::atomic<int64_t> alias_copies_{0}, planned_taken_{0}, planned_unused_{0};
   std::vector<std::pair<int, Tensor>> fixed_;  // parameter and constant slots
   int num_slots_ = 0;
 };
