@@ -183,9 +183,12 @@ std::vector<int64_t> Executable::bind_symbols(const TensorList& inputs) const {
         TS_CHECK(v->shape[d].is_static() && v->shape[d].static_value() == have, "compiled graph: input '", v->name,
                  "' has size ", have, " in dim ", d, " (shape ", shape_str(x.shape()), "); expected ", sig);
       } else if (syms[s] < 0) {
-        TS_CHECK(have >= 2, "compiled graph: dynamic dimension ", names[s], " of input '", v->name, "' is ", have,
-                 "; a graph with dynamic dimensions runs sizes of 2 and more (sizes 0 and 1 get their own "
-                 "graph from compile())");
+        // Size 1 runs (a loaded model must serve batch 1); should an op treat
+        // it differently from the traced sizes (broadcasting, squeeze), the
+        // per-node shape check below fails loudly. compile() still traces
+        // sizes 0 and 1 as graphs of their own.
+        TS_CHECK(have >= 1, "compiled graph: dynamic dimension ", names[s], " of input '", v->name, "' is ", have,
+                 "; a graph with dynamic dimensions runs sizes of 1 and more");
         syms[s] = have;
       } else {
         TS_CHECK(syms[s] == have, "compiled graph: dynamic dimension ", names[s], " is ", syms[s],
