@@ -113,7 +113,8 @@ std::string Registry::render() const {
         continue;
       }
       // Bucket lines carry an extra "le" label next to the series' own.
-      auto with_le = [&](const std::string& le) {
+      // (captured by name: clang 14 cannot capture structured bindings)
+      auto with_le = [&labels = labels](const std::string& le) {
         std::string l = labels.empty() ? "{" : labels.substr(0, labels.size() - 1) + ",";
         return l + "le=\"" + le + "\"}";
       };
