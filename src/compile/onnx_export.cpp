@@ -295,7 +295,7 @@ class Exporter {
         if (n->op == OpId::clamp && in.size() == 3) {
           std::string r = as(in[0], ot);
           if (in[1]) r = op("Max", {r, as(in[1], ot)});
-          if (in[2]) r = in[2] ? op("Min", {r, as(in[2], ot)}) : r;
+          if (in[2]) r = op("Min", {r, as(in[2], ot)});
           op("Identity", {r}, {}, out);
           return;
         }

@@ -5,20 +5,16 @@
 #include "tessera/compile/compile.h"
 #include "tessera/nn/nn.h"
 #include "tessera/nn/zoo/zoo.h"
+#include "compile/graph_test_util.h"
 #include "test_util.h"
 
 namespace tessera {
 namespace {
 
 using namespace compile;
+using testing::count_op;
 using namespace ops;
 namespace zoo = nn::zoo;
-
-int count_op(const Graph& g, std::string_view op) {
-  int n = 0;
-  for (const Node* node : g.nodes()) n += node->op_name() == op;
-  return n;
-}
 
 zoo::GPTConfig tiny_gpt() {
   zoo::GPTConfig c;

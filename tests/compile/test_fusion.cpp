@@ -1,19 +1,15 @@
 // Elementwise fusion: the rewrite, bitwise agreement with eager for every op
 // that can join a fused kernel, and the fused kernel's own input checks.
 #include "tessera/compile/compile.h"
+#include "compile/graph_test_util.h"
 #include "test_util.h"
 
 namespace tessera {
 namespace {
 
 using namespace compile;
+using testing::count_op;
 using namespace ops;
-
-int count_op(const Graph& g, std::string_view op) {
-  int n = 0;
-  for (const Node* node : g.nodes()) n += node->op_name() == op;
-  return n;
-}
 
 Graph fused_graph(const Function& fn, const TensorList& example) {
   Graph g = capture(fn, example);
