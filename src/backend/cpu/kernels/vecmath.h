@@ -59,7 +59,8 @@ static inline float exp_reduced(float xc, float& n) {
 
 static inline float vexp(float x) {
   float n;
-  float p = exp_reduced(clampf(x, -104.0f, 88.7228394f), n);
+  // NaN is answered at the end; it must not reach the float-to-int conversion (UB).
+  float p = exp_reduced(x != x ? 0.0f : clampf(x, -104.0f, 88.7228394f), n);
   // 2^n split in two factors so n down to -150 still gives subnormals/zero.
   int32_t ni = static_cast<int32_t>(n);
   int32_t n1 = ni >> 1, n2 = ni - n1;  // shift, not /: no sign fix-up in the vector loop
@@ -77,7 +78,9 @@ static inline double vexp(double x) { return std::exp(x); }
 // scaling and keeps the constants in registers (AVX2 has only 16).
 static inline float vexp_ftz(float x) {
   float n;
-  float p = exp_reduced(clampf(x, -87.3365478515625f, 88.7228394f), n);
+  // NaN is answered at the end; it must not reach the float-to-int conversion (UB).
+  float xc = x != x ? 0.0f : clampf(x, -87.3365478515625f, 88.7228394f);
+  float p = exp_reduced(xc, n);
   float res = p * std::bit_cast<float>(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
   res = x < -87.3365478515625f ? 0.0f : res;
   res = x > 88.7228394f ? INFINITY : res;
