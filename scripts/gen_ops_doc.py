@@ -18,6 +18,10 @@ FLOAT_PROMOTE = {"exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt"
 
 
 def dtypes(n, f):
+    if n == "convolution_backward":
+        return "f32 (oneDNN), f64 (direct loop), bf16 with native support"
+    if n == "batch_norm_backward":
+        return "f32, f64"
     if f == "unary":
         if n in FLOAT_PROMOTE:
             return F + " (integers promote to the default float)"
@@ -97,6 +101,14 @@ NOTES = {
     "full": "zeros, ones, full_like, scalar_tensor", "arange": "i64 for integer arguments",
     "linspace": "symmetric evaluation, both ends exact", "eye": "n, optional m",
     "detach": "shares storage; stops gradients",
+    "strided_scatter": "zeros with a strided window written: the gradient of a view (slice, select, diagonal...)",
+    "softmax_backward": "log=true for log_softmax; recorded by training captures",
+    "layer_norm_backward": "recomputes the row statistics; rms=true for rms_norm; returns grads of input, weight, bias",
+    "batch_norm_backward": "f32/f64; recomputes batch statistics (training) or uses running ones",
+    "convolution_backward": "conv2d and conv_transpose2d (transposed=true); returns grads of input, weight, bias",
+    "max_pool2d_backward": "from the indices max_pool2d returned (checked against the input plane)",
+    "avg_pool2d_backward": "the adjoint of avg_pool2d",
+    "attention_backward": "recomputes the log-sum-exp; no dropout",
     "fused_elementwise": "made by the compiler's fusion pass: a register program over pointwise kernels, run in tiles", "matmul": "1-D promotion and batch broadcasting as PyTorch",
 }
 TITLES = {"unary": "Unary elementwise", "binary": "Binary elementwise (broadcasting, PyTorch type promotion, Scalar forms)",

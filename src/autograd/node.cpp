@@ -4,6 +4,7 @@
 
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/trace.h"
+#include "tessera/ops/capture.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::autograd {
@@ -178,6 +179,7 @@ bool any_requires_grad(const TensorList& ts) {
 void record(const char* name, const TensorList& inputs, TensorList& outputs, VjpFn vjp,
             std::initializer_list<int> saved_inputs, std::initializer_list<int> saved_outputs,
             const TensorList& extra_saved) {
+  if (ops::Recorder* r = ops::recorder()) r->grad_node();
   auto node = std::make_shared<OpNode>(name, std::move(vjp));
   node->next_edges.reserve(inputs.size());
   for (const Tensor& in : inputs) node->next_edges.push_back(in.defined() && in.requires_grad() ? gradient_edge(in) : Edge{});

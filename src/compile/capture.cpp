@@ -2,6 +2,8 @@
 // multi-trace fit that turns sizes into symbols (see compile/capture.h).
 #include "tessera/compile/capture.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <unordered_map>
@@ -22,9 +24,18 @@ struct ScopeActivator final : trace::Listener {
   ~ScopeActivator() override { trace::remove_listener(this); }
 };
 
+// Note [Training captures]
+// An inference capture keeps the outermost op call: the op the user wrote.
+// A training capture also records the backward, whose VJPs read what the
+// forward saved. An op that records its own autograd node (linear, softmax)
+// saves its inputs and outputs, which are graph values: it stays one node. An
+// op whose gradient comes from the nodes of the ops it calls (cross_entropy =
+// log_softmax + nll_loss, embedding = index_select) has VJPs that read its
+// inner values, so the tracer keeps those inner calls instead of it. Hence a
+// frame per nested call while training, folded on the way out.
 class Tracer final : public ops::Recorder {
  public:
-  Tracer(Graph& g, const NamedTensors& params) : g_(g) {
+  Tracer(Graph& g, const NamedTensors& params, bool training) : g_(g), training_(training) {
     for (const auto& [name, t] : params)
       if (t.defined()) params_.emplace(t.impl(), name);
   }
@@ -36,29 +47,38 @@ class Tracer final : public ops::Recorder {
   }
 
   bool begin(ops::OpId op, const Tensor* const* inputs, int n) override {
-    if (depth_++ > 0) return false;
-    rethrow();
-    frame_ = Frame{op, {}, {}, {}, false, trace::module_path()};
-    for (int i = 0; i < n; ++i) frame_.inputs.push_back(*inputs[i]);
+    if (!want(op)) return false;
+    for (int i = 0; i < n; ++i) stack_.back().inputs.push_back(*inputs[i]);
     return true;
   }
   bool begin(ops::OpId op, const TensorList& inputs) override {
-    if (depth_++ > 0) return false;
-    rethrow();
-    frame_ = Frame{op, inputs, {}, {}, false, trace::module_path()};
+    if (!want(op)) return false;
+    stack_.back().inputs = inputs;
     return true;
   }
-  void attrs(ops::Attrs&& a) override { frame_.attrs = std::move(a); }
+  void attrs(ops::Attrs&& a) override { stack_.back().attrs = std::move(a); }
   void outputs(const Tensor* outs, int n) override {
-    frame_.outputs.assign(outs, outs + n);
-    frame_.done = true;
+    stack_.back().outputs.assign(outs, outs + n);
+    stack_.back().done = true;
+  }
+  void grad_node() override {
+    if (!stack_.empty()) stack_.back().own_grad = true;
   }
   // Runs in OpScope's destructor: must not throw. Errors wait in error_.
   void end() override {
-    if (--depth_ > 0 || !frame_.done) return;
-    frame_.done = false;
+    int depth = depth_--;
+    if (depth > 1 && !training_) return;
+    Frame f = std::move(stack_.back());
+    stack_.pop_back();
+    if (!f.done) return;  // the op threw
+    if (!stack_.empty()) {
+      Frame& parent = stack_.back();
+      parent.inner_grad = parent.inner_grad || f.own_grad || f.inner_grad;
+      parent.children.push_back(std::move(f));
+      return;
+    }
     try {
-      add_node();
+      emit(f);
     } catch (const std::exception& e) {
       if (error_.empty()) error_ = e.what();
     }
@@ -111,11 +131,56 @@ class Tracer final : public ops::Recorder {
     TensorList outputs;
     bool done = false;
     std::string scope;
+    bool own_grad = false;    // recorded an autograd node itself
+    bool inner_grad = false;  // an inner call did
+    std::vector<Frame> children;
   };
+
+  // Opens a frame for a call whose details are wanted: the outermost one, or
+  // every one while training.
+  bool want(ops::OpId op) {
+    if (depth_++ == 0) rethrow();
+    else if (!training_) return false;
+    stack_.push_back(Frame{});
+    stack_.back().op = op;
+    stack_.back().scope = trace::module_path();
+    return true;
+  }
+
+  // Note [Training captures]: the call itself, or the inner calls its gradient
+  // comes from.
+  // A factory call inside an op is left out: the op may fill its result
+  // through a kernel (adaptive pooling's averaging matrix), which a node could
+  // not replay, so that tensor becomes a constant (checked like any other).
+  void emit(Frame& f, bool inner = false) {
+    if (inner && (f.op == ops::OpId::full || f.op == ops::OpId::arange || f.op == ops::OpId::linspace ||
+                  f.op == ops::OpId::eye))
+      return;
+    if (training_ && !f.own_grad && f.inner_grad) {
+      for (Frame& c : f.children) emit(c, true);
+      return;
+    }
+    add_node(f);
+  }
 
   void bind(const Tensor& t, Value* v) {
     values_[t.impl()] = Bound{v, t.version()};
     keep_.push_back(t);  // keeps the TensorImpl alive, so its address is not reused
+    if (t.numel() > 0) by_data_[t.raw_data()].push_back({t, v});
+  }
+
+  // A tensor that is another handle on a bound value's elements: autograd
+  // hands a VJP its saved outputs as new handles (no reference cycle), which
+  // share the storage, offset, shape and strides of the original.
+  Value* same_elements(const Tensor& t) const {
+    if (t.numel() == 0) return nullptr;
+    auto it = by_data_.find(t.raw_data());
+    if (it == by_data_.end()) return nullptr;
+    for (const auto& [u, v] : it->second)
+      if (u.dtype() == t.dtype() && IntArrayRef(u.shape()).equals(t.shape()) &&
+          IntArrayRef(u.strides()).equals(t.strides()) && u.version() == t.version())
+        return v;
+    return nullptr;
   }
 
   Value* lookup(const Tensor& t, const std::string& use) {
@@ -130,13 +195,13 @@ class Tracer final : public ops::Recorder {
     }
     Value* v = nullptr;
     if (auto p = params_.find(t.impl()); p != params_.end()) v = g_.add_parameter(p->second, t);
+    else if (Value* same = same_elements(t)) v = same;
     else v = g_.add_constant(t);
     bind(t, v);
     return v;
   }
 
-  void add_node() {
-    Frame& f = frame_;
+  void add_node(Frame& f) {
     std::string op(ops::op_name(f.op));
     std::vector<Value*> ins;
     for (size_t i = 0; i < f.inputs.size(); ++i)
@@ -158,16 +223,18 @@ class Tracer final : public ops::Recorder {
   Graph& g_;
   std::unordered_map<const TensorImpl*, std::string> params_;
   std::unordered_map<const TensorImpl*, Bound> values_;
+  std::unordered_map<const void*, std::vector<std::pair<Tensor, Value*>>> by_data_;
   TensorList keep_;
+  bool training_;
   int depth_ = 0;
-  Frame frame_;
+  std::vector<Frame> stack_;
   std::string error_;
 };
 
 Graph trace_once(const Function& fn, const TensorList& inputs, const NamedTensors& params,
                  const std::vector<std::string>& names, bool grad) {
   Graph g;
-  Tracer tracer(g, params);
+  Tracer tracer(g, params, grad);
   for (size_t i = 0; i < inputs.size(); ++i) tracer.add_input(names[i], inputs[i]);
   TensorList outs;
   {
@@ -382,6 +449,49 @@ Graph generalize(std::vector<Graph>& corners, const Graph& check, const std::vec
   return std::move(g0);
 }
 
+// Scalars computed from sizes (mean's divisor, in the forward or in a
+// backward: div(sum(x), N)) are 0-d constants that change with the dynamic
+// dimensions. When one holds an integer in every trace it becomes a `full`
+// node whose value attribute generalize() then fits like any size.
+void symbolize_size_scalars(const std::vector<Graph*>& gs) {
+  auto v0 = values_by_id(*gs[0]);
+  for (const Value* c : gs[0]->constants()) {
+    if (c->data.dim() != 0) continue;
+    std::vector<Value*> same;
+    bool differs = false, integral = true;
+    for (Graph* g : gs) {
+      auto vs = values_by_id(*g);
+      const Value* d = c->id < static_cast<int>(vs.size()) ? vs[c->id] : nullptr;
+      if (!d || d->kind != ValueKind::kConstant || d->data.dim() != 0 || d->dtype != c->dtype) return;
+      double x = d->data.item<double>();
+      integral = integral && std::isfinite(x) && x == std::round(x) && std::abs(x) < 9e15;
+      differs = differs || !same_tensor(d->data, c->data);
+      same.push_back(const_cast<Value*>(d));
+    }
+    if (!differs || !integral) continue;
+    // A wrapped Python-style number (div(x, 12.0)) promotes weakly: as a
+    // tensor it takes the floating dtype of what it is combined into.
+    DType dtype = c->dtype;
+    if (c->data.impl()->wrapped_number && is_floating(dtype))
+      for (const Node* n : gs[0]->nodes())
+        if (std::find(n->inputs.begin(), n->inputs.end(), c) != n->inputs.end() && !n->outputs.empty() &&
+            is_floating(n->outputs[0]->dtype)) {
+          dtype = n->outputs[0]->dtype;
+          break;
+        }
+    for (size_t i = 0; i < gs.size(); ++i) {
+      Graph& g = *gs[i];
+      auto nodes = g.nodes();
+      auto value = static_cast<int64_t>(same[i]->data.item<double>());
+      Node* n = g.add_node(ops::OpId::full, {},
+                           ops::Attrs{{"shape", std::vector<int64_t>{}}, {"value", Scalar(value)}, {"dtype", dtype}},
+                           {{dtype, SymShape{}}}, nodes.empty() ? nullptr : nodes.front());
+      g.replace_uses(same[i], n->outputs[0]);
+    }
+  }
+  for (Graph* g : gs) g->remove_unused();
+}
+
 // The example resized along its dynamic dims: elements repeat cyclically, so
 // values stay in their domain (token ids, class labels).
 Tensor resize_dims(const Tensor& x, const std::vector<std::pair<int, int64_t>>& dims) {
@@ -466,14 +576,18 @@ Graph capture(const Function& fn, const TensorList& inputs, const NamedTensors& 
     std::vector<int64_t> sizes(base);
     for (size_t i = 0; i < syms.size(); ++i) sizes[i] += (m >> i) & 1;
     corners.push_back(at_sizes(sizes));
-    if (m > 0) {
-      check_same_structure(corners[0], corners[m], "with the dynamic dimensions");
-      check_constants(corners[0], corners[m], "with the dynamic dimensions");
-    }
+    if (m > 0) check_same_structure(corners[0], corners[m], "with the dynamic dimensions");
   }
   std::vector<int64_t> check_sizes(base);
   for (auto& c : check_sizes) c += 3;
   Graph check = at_sizes(check_sizes);
+  {
+    std::vector<Graph*> all;
+    for (Graph& c : corners) all.push_back(&c);
+    all.push_back(&check);
+    symbolize_size_scalars(all);
+  }
+  for (size_t m = 1; m < corners.size(); ++m) check_constants(corners[0], corners[m], "with the dynamic dimensions");
   check_same_structure(corners[0], check, "with the dynamic dimensions");
   check_constants(corners[0], check, "with the dynamic dimensions");
   Graph g = generalize(corners, check, base, check_sizes, syms);

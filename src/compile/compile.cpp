@@ -3,9 +3,12 @@
 #include <list>
 #include <sstream>
 
+#include "tessera/autograd/engine.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
+#include "tessera/core/generator.h"
 #include "tessera/nn/module.h"
+#include "tessera/optim/optimizer.h"
 #include "tessera/ops/autocast.h"
 
 namespace tessera::compile {
@@ -19,6 +22,9 @@ struct CompiledFunction::State {
   std::list<std::pair<std::string, std::shared_ptr<const Executable>>> cache;  // most recent first
   std::shared_ptr<const Executable> last;
   int traces = 0;
+  // A joint forward+backward graph (compile_train_step): traced with
+  // gradients recorded, run without (the backward is in the graph).
+  bool joint = false;
 
   NamedTensors current_params() const {
     if (!module) return params;
@@ -47,14 +53,47 @@ struct CompiledFunction::State {
     auto ac = autocast::state();
     k << "|grad=" << GradMode::is_enabled() << "|autocast=" << ac.enabled << dtype_name(ac.dtype);
     if (module) k << "|train=" << module->is_training();
+    if (joint) k << "|joint";
     // Inference graphs fold parameter values (batch norm into weights): an
     // update in place (a version bump) retraces them.
-    bool inference = !GradMode::is_enabled();
+    bool inference = !GradMode::is_enabled() && !joint;
     for (const auto& [name, t] : ps) {
       k << "|" << static_cast<const void*>(t.impl());
       if (inference) k << "@" << t.version();
     }
     return k.str();
+  }
+
+  // Tracing runs the function several times; what those runs change in place
+  // (batch norm's running statistics, the random generator) is put back, so
+  // that only the graph's own runs have effects.
+  Graph traced_without_side_effects(const TensorList& inputs, const NamedTensors& ps, const CaptureOptions& co) {
+    Generator& gen = default_generator();
+    uint64_t seed = gen.seed(), offset = gen.offset();
+    struct Saved {
+      Tensor buffer, copy;
+      uint32_t version;
+    };
+    std::vector<Saved> saved;
+    if (module) {
+      NoGradGuard no_grad;
+      for (auto& [name, b] : module->named_buffers())
+        if (b.defined()) saved.push_back({b, b.clone(), b.version()});
+    }
+    auto restore = [&] {
+      NoGradGuard no_grad;
+      gen.set_state(seed, offset);
+      for (Saved& b : saved)
+        if (b.buffer.version() != b.version) b.buffer.copy_(b.copy);
+    };
+    try {
+      Graph g = capture(fn, inputs, ps, co);
+      restore();
+      return g;
+    } catch (...) {
+      restore();
+      throw;
+    }
   }
 
   std::shared_ptr<const Executable> build(const TensorList& inputs, const NamedTensors& ps) {
@@ -70,11 +109,12 @@ struct CompiledFunction::State {
       if (inputs[d.input].shape()[dim] >= 2) co.dynamic.push_back(d);
     }
     co.check_constants = opts.check_constants;
-    co.grad = GradMode::is_enabled();
-    Graph g = capture(fn, inputs, ps, co);
+    co.grad = joint || GradMode::is_enabled();
+    Graph g = traced_without_side_effects(inputs, ps, co);
     ++traces;
     PassOptions po = opts.passes;
     po.inference = !co.grad;
+    po.no_autograd = !co.grad || joint;
     optimize(g, po);
     return std::make_shared<const Executable>(std::move(g));
   }
@@ -93,11 +133,20 @@ TensorList CompiledFunction::operator()(const TensorList& inputs) {
     if (it != s.cache.end()) {
       s.cache.splice(s.cache.begin(), s.cache, it);
     } else {
-      s.cache.emplace_front(key, s.build(inputs, ps));
+      if (s.joint) {
+        EnableGradGuard grad;
+        s.cache.emplace_front(key, s.build(inputs, ps));
+      } else {
+        s.cache.emplace_front(key, s.build(inputs, ps));
+      }
       if (s.cache.size() > std::max<size_t>(1, s.opts.cache_size)) s.cache.pop_back();
     }
     exe = s.cache.front().second;
     s.last = exe;
+  }
+  if (s.joint) {
+    NoGradGuard no_grad;
+    return exe->run(inputs);
   }
   return exe->run(inputs);
 }
@@ -131,6 +180,94 @@ CompiledFunction compile(std::shared_ptr<nn::Module> module, CompileOptions opts
   }, std::move(opts));
   f.state_->module = std::move(module);
   return f;
+}
+
+// ---- compile_train_step ------------------------------------------------------------
+
+// Which trainable parameters (by position among those requiring grad) the
+// graph returns gradients for, found by the first trace.
+struct TrainStep::Grads {
+  std::mutex mu;
+  std::optional<std::vector<size_t>> which;
+};
+
+namespace {
+TensorList trainable(nn::Module& m) {
+  TensorList ps;
+  for (const Tensor& p : m.parameters())
+    if (p.requires_grad()) ps.push_back(p);
+  return ps;
+}
+}  // namespace
+
+Tensor TrainStep::operator()(const TensorList& inputs) {
+  TS_CHECK(module_ != nullptr, "train step: not initialized; create it with compile_train_step()");
+  TensorList outs = graph_(inputs);
+  TensorList ps = trainable(*module_);
+  std::vector<size_t> which;
+  {
+    std::lock_guard<std::mutex> lock(grads_->mu);
+    which = *grads_->which;
+  }
+  TS_CHECK(outs.size() == which.size() + 1, "train step: the graph returned ", outs.size(), " tensors for ",
+           which.size(), " gradients and the loss");
+  {
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < which.size(); ++i) {
+      TS_CHECK(which[i] < ps.size(), "train step: the module has fewer trainable parameters than when traced");
+      Tensor& p = ps[which[i]];
+      const Tensor& g = outs[i + 1];
+      if (Tensor cur = p.grad(); cur.defined()) cur.add_(g);
+      else p.set_grad(g);
+    }
+  }
+  if (optimizer_) {
+    optimizer_->step();
+    optimizer_->zero_grad();
+  }
+  return outs[0];
+}
+
+int TrainStep::traces() const { return graph_.traces(); }
+std::shared_ptr<const Executable> TrainStep::last() const { return graph_.last(); }
+
+TrainStep compile_train_step(std::shared_ptr<nn::Module> module, std::function<Tensor(const TensorList&)> loss,
+                             optim::Optimizer* optimizer, CompileOptions opts) {
+  TS_CHECK(module != nullptr, "compile_train_step: the module is null");
+  TS_CHECK(static_cast<bool>(loss), "compile_train_step: no loss function given");
+  auto grads = std::make_shared<TrainStep::Grads>();
+  nn::Module* m = module.get();
+  Function joint = [m, loss, grads](const TensorList& in) -> TensorList {
+    Tensor l = loss(in);
+    TS_CHECK(l.defined() && l.numel() == 1 && is_floating(l.dtype()),
+             "compile_train_step: the loss function must return a floating-point tensor with one element, got ",
+             l.defined() ? dtype_name(l.dtype()) + std::string(" ") + shape_str(l.shape()) : std::string("none"));
+    TS_CHECK(l.requires_grad(), "compile_train_step: the loss does not depend on any parameter that requires "
+             "grad (is the module frozen, or was the loss computed under NoGradGuard?)");
+    TensorList ps = trainable(*m);
+    TensorList gs = autograd::grad({l}, ps, {}, false, false, /*allow_unused=*/true);
+    TensorList outs{l};
+    std::vector<size_t> which;
+    for (size_t i = 0; i < gs.size(); ++i)
+      if (gs[i].defined()) {
+        which.push_back(i);
+        outs.push_back(gs[i]);
+      }
+    std::lock_guard<std::mutex> lock(grads->mu);
+    if (!grads->which) grads->which = which;
+    TS_CHECK(*grads->which == which, "compile_train_step: the parameters that receive gradients differ between "
+             "traces (", grads->which->size(), " then ", which.size(), "); the loss must reach the same parameters "
+             "for every input signature");
+    return outs;
+  };
+  TrainStep t;
+  t.graph_ = compile(std::move(joint), std::move(opts));
+  t.graph_.state_->module = module;
+  t.graph_.state_->joint = true;
+  t.module_ = std::move(module);
+  t.optimizer_ = optimizer;
+  t.grads_ = std::move(grads);
+  return t;
 }
 
 }  // namespace tessera::compile

@@ -96,6 +96,15 @@ int fold_constants(Graph& g) {
       for (const SymInt& d : v->shape) numel = d.is_static() ? numel * d.static_value() : kMaxFoldedElements + 1;
       small = small && numel <= kMaxFoldedElements;
     }
+    // A filled tensor (zeros to scatter gradients into) is cheaper to make
+    // again than to keep resident; small ones (scalars, index ranges) fold.
+    bool factory = n->op == OpId::full || n->op == OpId::arange || n->op == OpId::linspace || n->op == OpId::eye;
+    for (const Value* v : n->outputs)
+      if (factory && (!v->shape.empty() || n->op != OpId::full)) {
+        int64_t numel = 1;
+        for (const SymInt& d : v->shape) numel *= d.is_static() ? d.static_value() : 1 << 20;
+        small = small && numel <= 1024;
+      }
     if (!small) continue;
     TensorList args;
     for (const Value* v : n->inputs) args.push_back(v ? v->data : Tensor());
@@ -112,7 +121,7 @@ int fold_constants(Graph& g) {
   return changes;
 }
 
-int simplify(Graph& g, bool inference) {
+int simplify(Graph& g, bool no_autograd) {
   int changes = 0;
   auto producer_op = [](const Value* v, OpId op) -> Node* {
     return v && v->kind == ValueKind::kNode && v->producer->op == op ? v->producer : nullptr;
@@ -120,9 +129,16 @@ int simplify(Graph& g, bool inference) {
   for (Node* n : g.nodes()) {
     Value* x = n->inputs.empty() ? nullptr : n->inputs[0];
     bool done = false;
+    // A graph computes values: view and reshape agree, except that view
+    // refuses a layout it cannot alias, which removing a contiguous() below
+    // (or a different memory plan) may produce.
+    if (n->op == OpId::view) {
+      n->op = OpId::reshape;
+      ++changes;
+    }
     switch (n->op) {
       case OpId::detach:  // only values matter without autograd
-        if (inference) done = forward_to(g, n, x);
+        if (no_autograd) done = forward_to(g, n, x);
         break;
       case OpId::dropout:  // identity at inference or p == 0
         if (!n->attrs.b("training") || n->attrs.f("p") == 0) done = forward_to(g, n, x);
@@ -207,7 +223,7 @@ int simplify(Graph& g, bool inference) {
 const std::vector<Pass>& default_passes() {
   static const std::vector<Pass> passes = {
       {"simplify", "identity ops, transpose/permute/reshape chains, x*1, x+0",
-       [](Graph& g, const PassOptions& o) { return simplify(g, o.inference); }},
+       [](Graph& g, const PassOptions& o) { return simplify(g, o.no_autograd); }},
       {"fold-batch-norm", "conv/linear + batch_norm into new weights (inference graphs)",
        [](Graph& g, const PassOptions& o) { return o.inference ? fold_batch_norm(g) : 0; }},
       {"fold", "evaluates nodes whose inputs are all constants",
@@ -216,8 +232,8 @@ const std::vector<Pass>& default_passes() {
        [](Graph& g, const PassOptions&) { return eliminate_common_subexpressions(g); }},
       {"dce", "removes nodes whose outputs are unused",
        [](Graph& g, const PassOptions&) { return eliminate_dead_code(g); }},
-      {"fuse-elementwise", "groups of pointwise ops become one fused_elementwise kernel (inference graphs)",
-       [](Graph& g, const PassOptions& o) { return o.inference ? fuse_elementwise(g) : 0; }},
+      {"fuse-elementwise", "groups of pointwise ops become one fused_elementwise kernel (graphs run without autograd)",
+       [](Graph& g, const PassOptions& o) { return o.no_autograd ? fuse_elementwise(g) : 0; }},
   };
   return passes;
 }

@@ -40,15 +40,17 @@ void set_operands(cpu::AttentionArgs& a, const Tensor& q, const Tensor& k, const
   a.v = v.raw_data();
 }
 
-}  // namespace
+// The checked operands and one run of the fused forward kernel.
+struct AttentionRun {
+  cpu::AttentionArgs a;
+  Shape batch;  // the broadcast batch dimensions
+  DType ct;     // the compute dtype (f32, or f64)
+  Tensor qf, kf, vf, mflat, out, lse;
+};
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
-                                    double dropout_p, bool is_causal, std::optional<double> scale_opt, Generator* gen) {
-  TS_OP_SCOPE(scaled_dot_product_attention, &q, &k, &v, &attn_mask);
-  TS_OP_ATTRS({"dropout_p", dropout_p}, {"is_causal", is_causal}, {"scale", scale_opt});
-  ts_op_scope_.check_generator(gen, "scaled_dot_product_attention");
-  TS_AUTOCAST(scaled_dot_product_attention, [&](const auto& cast) { return scaled_dot_product_attention(cast(q), cast(k), cast(v), cast(attn_mask), dropout_p, is_causal, scale_opt, gen); });
-  const char* name = "scaled_dot_product_attention";
+AttentionRun attention_forward(const char* name, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& attn_mask, double dropout_p, bool is_causal, std::optional<double> scale_opt,
+                               Generator* gen) {
   check_defined(q, name, "query");
   check_defined(k, name, "key");
   check_defined(v, name, "value");
@@ -64,62 +66,99 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   TS_CHECK(v.shape()[v.dim() - 2] == S, name, ": value has ", v.shape()[v.dim() - 2], " positions but key has ", S);
   TS_CHECK(dropout_p >= 0 && dropout_p < 1, name, ": dropout_p must be in [0, 1), got ", dropout_p);
   TS_CHECK(!(is_causal && attn_mask.defined()), name, ": pass either attn_mask or is_causal=true, not both");
+  AttentionRun r;
   double scale = scale_opt.value_or(1.0 / std::sqrt(static_cast<double>(E)));
-  Shape batch = broadcast_shapes(Shape(q.shape().begin(), q.shape().end() - 2),
-                                 Shape(k.shape().begin(), k.shape().end() - 2), name);
-  batch = broadcast_shapes(batch, Shape(v.shape().begin(), v.shape().end() - 2), name);
-  int64_t BH = numel_of(batch);
-  auto with = [&](int64_t a, int64_t b) {
-    Shape s = batch;
-    s.push_back(a);
-    s.push_back(b);
-    return s;
-  };
-  DType ct = q.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  Tensor qf = flatten_batch(q.detach(), batch, L, E, ct);
-  Tensor kf = flatten_batch(k.detach(), batch, S, E, ct);
-  Tensor vf = flatten_batch(v.detach(), batch, S, Ev, ct);
-  Tensor mask;  // additive, broadcast to [batch..., L, S]
-  if (attn_mask.defined()) {
-    Tensor m = attn_mask.dtype() == DType::Bool
-                   ? where(attn_mask, scalar_tensor(0.0, ct), scalar_tensor(-INFINITY, ct))
-                   : attn_mask.detach().to(ct);
-    mask = m.expand(with(L, S));
-  }
-
-  cpu::AttentionArgs a;
+  r.batch = broadcast_shapes(Shape(q.shape().begin(), q.shape().end() - 2),
+                             Shape(k.shape().begin(), k.shape().end() - 2), name);
+  r.batch = broadcast_shapes(r.batch, Shape(v.shape().begin(), v.shape().end() - 2), name);
+  int64_t BH = numel_of(r.batch);
+  Shape ls = r.batch;
+  ls.push_back(L);
+  ls.push_back(S);
+  r.ct = q.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  r.qf = flatten_batch(q.detach(), r.batch, L, E, r.ct);
+  r.kf = flatten_batch(k.detach(), r.batch, S, E, r.ct);
+  r.vf = flatten_batch(v.detach(), r.batch, S, Ev, r.ct);
+  cpu::AttentionArgs& a = r.a;
   a.bh = BH; a.L = L; a.S = S; a.E = E; a.Ev = Ev;
-  set_operands(a, qf, kf, vf);
-  Tensor mflat;
-  if (mask.defined()) {
-    mflat = mask.reshape({BH, L, S});
-    for (int i = 0; i < 3; ++i) a.sm[i] = mflat.strides()[i];
-    a.mask = mflat.raw_data();
+  set_operands(a, r.qf, r.kf, r.vf);
+  if (attn_mask.defined()) {
+    // additive, broadcast to [batch..., L, S]
+    Tensor m = attn_mask.dtype() == DType::Bool
+                   ? where(attn_mask, scalar_tensor(0.0, r.ct), scalar_tensor(-INFINITY, r.ct))
+                   : attn_mask.detach().to(r.ct);
+    r.mflat = m.expand(ls).reshape({BH, L, S});
+    for (int i = 0; i < 3; ++i) a.sm[i] = r.mflat.strides()[i];
+    a.mask = r.mflat.raw_data();
   }
   a.causal = is_causal;
   a.scale = scale;
   a.dropout_p = dropout_p;
-  a.f64 = ct == DType::F64;
+  a.f64 = r.ct == DType::F64;
   if (dropout_p > 0) {
     Generator& g = gen ? *gen : default_generator();
     a.seed = g.seed();
     a.offset = g.reserve(cpu::attention_rng_blocks(a));
   }
-  Tensor out = empty({BH, L, Ev}, ct), lse = empty({BH, L}, ct);
+  r.out = empty({BH, L, Ev}, r.ct), r.lse = empty({BH, L}, r.ct);
   // Two products (q k^T, p v) of 2 flops per multiply-add.
   trace::add_flops(2 * a.bh * a.L * a.S * (a.E + a.Ev));
-  if (out.numel() > 0 || lse.numel() > 0) cpu::attention_forward(a, out.raw_data(), lse.raw_data());
-  Tensor y = out.view(with(L, Ev)).to(q.dtype());
+  if (r.out.numel() > 0 || r.lse.numel() > 0) cpu::attention_forward(a, r.out.raw_data(), r.lse.raw_data());
+  return r;
+}
+
+// {dq, dk, dv} in the shapes of q, k, v (summed over broadcast dimensions)
+// from the forward's operands, output and log-sum-exp.
+TensorList attention_grads(cpu::AttentionArgs b, const Shape& batch, DType ct, const Tensor& q, const Tensor& k,
+                           const Tensor& v, const Tensor& mflat, const Tensor& out, const Tensor& lse,
+                           const Tensor& grad) {
+  Tensor qf = flatten_batch(q, batch, b.L, b.E, ct);
+  Tensor kf = flatten_batch(k, batch, b.S, b.E, ct);
+  Tensor vf = flatten_batch(v, batch, b.S, b.Ev, ct);
+  set_operands(b, qf, kf, vf);
+  b.mask = mflat.defined() ? mflat.raw_data() : nullptr;
+  Tensor dout = grad.to(ct).contiguous();
+  Tensor dq = empty({b.bh, b.L, b.E}, ct), dk = empty({b.bh, b.S, b.E}, ct), dv = empty({b.bh, b.S, b.Ev}, ct);
+  // Recomputes q k^T, then dv, dp, dq, dk: four more products.
+  trace::add_flops(2 * b.bh * b.L * b.S * (2 * b.E + 2 * b.Ev + b.E));
+  cpu::attention_backward(b, dout.raw_data(), out.raw_data(), lse.raw_data(), dq.raw_data(), dk.raw_data(),
+                          dv.raw_data());
+  auto back = [&](const Tensor& g, int64_t r, int64_t c, const Tensor& like) {
+    Shape s = batch;
+    s.push_back(r);
+    s.push_back(c);
+    return sum_to(g.view(s), like.shape()).to(q.dtype());
+  };
+  return {back(dq, b.L, b.E, q), back(dk, b.S, b.E, k), back(dv, b.S, b.Ev, v)};
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+                                    double dropout_p, bool is_causal, std::optional<double> scale_opt, Generator* gen) {
+  TS_OP_SCOPE(scaled_dot_product_attention, &q, &k, &v, &attn_mask);
+  TS_OP_ATTRS({"dropout_p", dropout_p}, {"is_causal", is_causal}, {"scale", scale_opt});
+  ts_op_scope_.check_generator(gen, "scaled_dot_product_attention");
+  TS_AUTOCAST(scaled_dot_product_attention, [&](const auto& cast) { return scaled_dot_product_attention(cast(q), cast(k), cast(v), cast(attn_mask), dropout_p, is_causal, scale_opt, gen); });
+  const char* name = "scaled_dot_product_attention";
+  AttentionRun r = attention_forward(name, q, k, v, attn_mask, dropout_p, is_causal, scale_opt, gen);
+  const cpu::AttentionArgs& a = r.a;
+  Shape os = r.batch;
+  os.push_back(a.L);
+  os.push_back(a.Ev);
+  Tensor y = r.out.view(os).to(q.dtype());
   if (autograd::any_requires_grad({&q, &k, &v})) {
     TensorList outs{y};
-    Shape qs = q.shape(), ks = k.shape(), vs = v.shape();
-    autograd::record(name, {q, k, v}, outs, [a, qs, ks, vs, batch, ct](const VjpArgs& va) -> TensorList {
+    Shape batch = r.batch;
+    DType ct = r.ct;
+    autograd::record(name, {q, k, v}, outs, [a, batch, ct](const VjpArgs& va) -> TensorList {
       const Tensor& q = va.saved[0];
       const Tensor& k = va.saved[1];
       const Tensor& v = va.saved[2];
       const Tensor& out = va.saved[3];
       const Tensor& lse = va.saved[4];
       const Tensor& mflat = va.saved[5];
+      const Tensor& mask_in = va.saved[6];
       if (GradMode::is_enabled()) {
         Tensor keep_mask;
         if (a.dropout_p > 0) {
@@ -148,31 +187,38 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
           return attention_composite(in[0], in[1], in[2], mask, causal, scale, keep_mask, keep);
         }, {q, k, v}, va.needs(), va.grads[0]);
       }
-      cpu::AttentionArgs b = a;
-      Tensor qf = flatten_batch(q, batch, a.L, a.E, ct);
-      Tensor kf = flatten_batch(k, batch, a.S, a.E, ct);
-      Tensor vf = flatten_batch(v, batch, a.S, a.Ev, ct);
-      set_operands(b, qf, kf, vf);
-      b.mask = mflat.defined() ? mflat.raw_data() : nullptr;
-      Tensor dout = va.grads[0].to(ct).contiguous();
-      Tensor dq = empty({a.bh, a.L, a.E}, ct), dk = empty({a.bh, a.S, a.E}, ct), dv = empty({a.bh, a.S, a.Ev}, ct);
-      // Recomputes q k^T, then dv, dp, dq, dk: four more products.
-      trace::add_flops(2 * b.bh * b.L * b.S * (2 * b.E + 2 * b.Ev + b.E));
-      cpu::attention_backward(b, dout.raw_data(), out.raw_data(), lse.raw_data(), dq.raw_data(), dk.raw_data(),
-                              dv.raw_data());
-      auto back = [&](const Tensor& g, int64_t r, int64_t c, const Shape& target) {
-        Shape s = batch;
-        s.push_back(r);
-        s.push_back(c);
-        return sum_to(g.view(s), target).to(q.dtype());
-      };
-      return {back(dq, a.L, a.E, qs), back(dk, a.S, a.E, ks), back(dv, a.S, a.Ev, vs)};
-    }, {0, 1, 2}, {}, {out, lse, mflat});
+      if (recorder()) {
+        // Being captured: the op, which recomputes the log-sum-exp.
+        TS_CHECK(a.dropout_p == 0, "scaled_dot_product_attention: attention dropout cannot be captured into a "
+                 "training graph (its mask is drawn inside the kernel); use dropout_p=0 or run it eagerly");
+        return attention_backward(va.grads[0], q, k, v, mask_in, a.causal, a.scale);
+      }
+      return attention_grads(a, batch, ct, q, k, v, mflat, out, lse, va.grads[0]);
+    }, {0, 1, 2}, {}, {r.out, r.lse, r.mflat, attn_mask});
   }
   TS_RETURN(y);
 }
 
+TensorList attention_backward(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& attn_mask, bool is_causal, std::optional<double> scale) {
+  TS_OP_SCOPE(attention_backward, &grad, &q, &k, &v, &attn_mask);
+  TS_OP_ATTRS({"is_causal", is_causal}, {"scale", scale});
+  const char* name = "attention_backward";
+  check_defined(grad, name, "grad");
+  AttentionRun r = attention_forward(name, q, k, v, attn_mask, 0.0, is_causal, scale, nullptr);
+  Shape os = r.batch;
+  os.push_back(r.a.L);
+  os.push_back(r.a.Ev);
+  TS_CHECK(IntArrayRef(grad.shape()).equals(os), name, ": grad has shape ", shape_str(grad.shape()),
+           " but the attention's output has shape ", shape_str(os));
+  TS_RETURN(attention_grads(r.a, r.batch, r.ct, q.detach(), k.detach(), v.detach(), r.mflat, r.out, r.lse,
+                            grad.detach()));
+}
+
 // ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(attention_backward) {
+  return attention_backward(in[0], in[1], in[2], in[3], in[4], a.b("is_causal"), a.opt_f("scale"));
+}
 TS_OP_INVOKER(scaled_dot_product_attention) {
   return {scaled_dot_product_attention(in[0], in[1], in[2], in[3], a.f("dropout_p"), a.b("is_causal"),
                                        a.opt_f("scale"))};

@@ -42,6 +42,50 @@ cpu::ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, const std::vec
   return g;
 }
 
+// conv_transpose2d's geometry: the convolution that maps its output
+// [N, Cout, OH, OW] back to its input [N, Cin, H, W] (its forward is that
+// convolution's backward-data).
+cpu::ConvGeometry transposed_geometry(const Tensor& x, const Tensor& w, int64_t OH, int64_t OW,
+                                      const std::vector<int64_t>& stride, const std::vector<int64_t>& pad,
+                                      const std::vector<int64_t>& dil, int64_t groups) {
+  int64_t H = x.shape()[2], W = x.shape()[3], KH = w.shape()[2], KW = w.shape()[3];
+  cpu::ConvGeometry g;
+  g.N = x.shape()[0]; g.C = w.shape()[1] * groups; g.H = OH; g.W = OW; g.OC = x.shape()[1]; g.KH = KH; g.KW = KW;
+  g.OH = H; g.OW = W;
+  g.sh = stride[0]; g.sw = stride[1]; g.dh = dil[0]; g.dw = dil[1];
+  g.pt = pad[0]; g.pl = pad[1];
+  g.pb = (H - 1) * stride[0] + dil[0] * (KH - 1) + 1 - OH - pad[0];
+  g.pr = (W - 1) * stride[1] + dil[1] * (KW - 1) + 1 - OW - pad[1];
+  g.groups = groups;
+  g.dtype = x.dtype();
+  return g;
+}
+
+// {gx, gw, gb} of a convolution with geometry g (of conv_transpose2d when
+// `transposed`); entries not needed stay undefined.
+TensorList conv_backward(const cpu::ConvGeometry& g, bool transposed, const Tensor& gy_in, const Tensor& x_in,
+                         const Tensor& w_in, bool need_gx, bool need_gw, bool need_gb) {
+  Tensor gy = gy_in.contiguous(), x = x_in.contiguous(), w = w_in.contiguous();
+  Tensor gx, gw, gb;
+  if (need_gx) {
+    gx = empty(x.shape(), x.dtype());
+    trace::add_flops(conv_flops(g));
+    if (transposed) cpu::conv2d_forward(g, gy.raw_data(), w.raw_data(), nullptr, gx.raw_data());
+    else cpu::conv2d_backward_data(g, gy.raw_data(), w.raw_data(), gx.raw_data());
+  }
+  if (need_gw || (need_gb && !transposed)) {
+    Tensor gw_t = empty(w.shape(), w.dtype());
+    Tensor gb_t = empty({g.OC}, w.dtype());
+    trace::add_flops(conv_flops(g));
+    if (transposed) cpu::conv2d_backward_weights(g, gy.raw_data(), x.raw_data(), gw_t.raw_data(), gb_t.raw_data());
+    else cpu::conv2d_backward_weights(g, x.raw_data(), gy.raw_data(), gw_t.raw_data(), gb_t.raw_data());
+    if (need_gw) gw = gw_t;
+    if (need_gb && !transposed) gb = gb_t;
+  }
+  if (need_gb && transposed) gb = sum(gy, {0, 2, 3});
+  return {gx, gw, gb};
+}
+
 Tensor conv2d_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, std::vector<int64_t> stride,
                    std::vector<int64_t> pad_tl, std::vector<int64_t> pad_br, std::vector<int64_t> dil, int64_t groups) {
   const char* name = "conv2d";
@@ -69,26 +113,13 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, s
   }
   if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
     TensorList outs{y};
-    autograd::record(name, {x_in, w_in, b_in}, outs, [g](const VjpArgs& a) -> TensorList {
+    autograd::record(name, {x_in, w_in, b_in}, outs, [g, stride, pad_tl, pad_br, dil, groups](const VjpArgs& a) -> TensorList {
       check_no_create_graph("conv2d");
-      Tensor gy = a.grads[0].contiguous();
-      const Tensor& x = a.saved[0];
-      const Tensor& w = a.saved[1];
-      Tensor gx, gw, gb;
-      if (a.needs_grad(0)) {
-        gx = empty(x.shape(), x.dtype());
-        trace::add_flops(conv_flops(g));
-        cpu::conv2d_backward_data(g, gy.raw_data(), w.contiguous().raw_data(), gx.raw_data());
+      if (recorder()) {  // being captured: the op
+        TensorList r = convolution_backward(a.grads[0], a.saved[0], a.saved[1], stride, pad_tl, pad_br, dil, groups, false);
+        return {a.needs_grad(0) ? r[0] : Tensor(), a.needs_grad(1) ? r[1] : Tensor(), a.needs_grad(2) ? r[2] : Tensor()};
       }
-      if (a.needs_grad(1) || a.needs_grad(2)) {
-        Tensor gw_t = empty(w.shape(), w.dtype());
-        Tensor gb_t = empty({g.OC}, w.dtype());
-        trace::add_flops(conv_flops(g));
-        cpu::conv2d_backward_weights(g, x.contiguous().raw_data(), gy.raw_data(), gw_t.raw_data(), gb_t.raw_data());
-        if (a.needs_grad(1)) gw = gw_t;
-        if (a.needs_grad(2)) gb = gb_t;
-      }
-      return {gx, gw, gb};
+      return conv_backward(g, false, a.grads[0], a.saved[0], a.saved[1], a.needs_grad(0), a.needs_grad(1), a.needs_grad(2));
     }, {0, 1});
   }
   return y;
@@ -197,16 +228,7 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
   int64_t OH = (H - 1) * stride[0] - 2 * pad[0] + dil[0] * (KH - 1) + opad[0] + 1;
   int64_t OW = (W - 1) * stride[1] - 2 * pad[1] + dil[1] * (KW - 1) + opad[1] + 1;
   TS_CHECK(OH > 0 && OW > 0, name, ": the output size ", OH, "x", OW, " is not positive");
-  // The equivalent convolution maps [N, Cout, OH, OW] -> [N, Cin, H, W] with
-  // weight [Cin, Cout/groups, KH, KW]; our forward is its backward-data.
-  cpu::ConvGeometry g;
-  g.N = N; g.C = Cout; g.H = OH; g.W = OW; g.OC = Cin; g.KH = KH; g.KW = KW; g.OH = H; g.OW = W;
-  g.sh = stride[0]; g.sw = stride[1]; g.dh = dil[0]; g.dw = dil[1];
-  g.pt = pad[0]; g.pl = pad[1];
-  g.pb = (H - 1) * stride[0] + dil[0] * (KH - 1) + 1 - OH - pad[0];
-  g.pr = (W - 1) * stride[1] + dil[1] * (KW - 1) + 1 - OW - pad[1];
-  g.groups = groups;
-  g.dtype = x.dtype();
+  cpu::ConvGeometry g = transposed_geometry(x, w, OH, OW, stride, pad, dil, groups);
   Tensor y = empty({N, Cout, OH, OW}, x.dtype());
   if (y.numel() > 0) {
     if (x.numel() == 0) cpu::fill(y, 0);
@@ -218,28 +240,43 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
   if (b_in.defined()) y = add(y, b_in.detach().view({1, Cout, 1, 1})).detach();
   if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
     TensorList outs{y};
-    autograd::record(name, {x_in, w_in, b_in}, outs, [g](const VjpArgs& a) -> TensorList {
+    autograd::record(name, {x_in, w_in, b_in}, outs, [g, stride, pad, dil, groups](const VjpArgs& a) -> TensorList {
       check_no_create_graph("conv_transpose2d");
-      Tensor gy = a.grads[0].contiguous();
-      const Tensor& x = a.saved[0];
-      const Tensor& w = a.saved[1];
-      Tensor gx, gw, gb;
-      if (a.needs_grad(0)) {
-        gx = empty(x.shape(), x.dtype());
-        trace::add_flops(conv_flops(g));
-        cpu::conv2d_forward(g, gy.raw_data(), w.contiguous().raw_data(), nullptr, gx.raw_data());
+      if (recorder()) {  // being captured: the op
+        TensorList r = convolution_backward(a.grads[0], a.saved[0], a.saved[1], stride, pad, pad, dil, groups, true);
+        return {a.needs_grad(0) ? r[0] : Tensor(), a.needs_grad(1) ? r[1] : Tensor(), a.needs_grad(2) ? r[2] : Tensor()};
       }
-      if (a.needs_grad(1)) {
-        gw = empty(w.shape(), w.dtype());
-        Tensor unused = empty({g.OC}, w.dtype());
-        trace::add_flops(conv_flops(g));
-        cpu::conv2d_backward_weights(g, gy.raw_data(), x.contiguous().raw_data(), gw.raw_data(), unused.raw_data());
-      }
-      if (a.needs_grad(2)) gb = sum(gy, {0, 2, 3});
-      return {gx, gw, gb};
+      return conv_backward(g, true, a.grads[0], a.saved[0], a.saved[1], a.needs_grad(0), a.needs_grad(1), a.needs_grad(2));
     }, {0, 1});
   }
   TS_RETURN(y);
+}
+
+TensorList convolution_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, IntArrayRef stride_v,
+                                IntArrayRef padding_v, IntArrayRef padding_br_v, IntArrayRef dilation_v, int64_t groups,
+                                bool transposed) {
+  TS_OP_SCOPE(convolution_backward, &grad, &x, &weight);
+  TS_OP_ATTRS({"stride", stride_v}, {"padding", padding_v}, {"padding_br", padding_br_v}, {"dilation", dilation_v},
+              {"groups", groups}, {"transposed", transposed});
+  const char* name = "convolution_backward";
+  check_conv_args(name, x, weight, Tensor(), groups, 2, transposed);
+  check_defined(grad, name, "grad");
+  TS_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64 || (x.dtype() == DType::BF16 && cpu::has_native_bf16()),
+           name, ": f32 or f64 (bf16 on CPUs with native bf16) only, got ", dtype_name(x.dtype()));
+  auto stride = pair_of(stride_v, name, "stride"), pad = pair_of(padding_v, name, "padding");
+  auto pad_br = pair_of(padding_br_v, name, "padding_br"), dil = pair_of(dilation_v, name, "dilation");
+  for (int i = 0; i < 2; ++i)
+    TS_CHECK(stride[i] > 0 && dil[i] > 0 && pad[i] >= 0 && pad_br[i] >= 0, name,
+             ": stride and dilation must be positive and padding non-negative");
+  Tensor xd = x.detach(), wd = weight.detach();
+  TS_CHECK(grad.dim() == 4 && grad.dtype() == x.dtype(), name, ": grad must be a 4-D ", dtype_name(x.dtype()),
+           " tensor, got ", dtype_name(grad.dtype()), " ", shape_str(grad.shape()));
+  cpu::ConvGeometry g = transposed ? transposed_geometry(xd, wd, grad.shape()[2], grad.shape()[3], stride, pad, dil, groups)
+                                   : conv_geometry(xd, wd, stride, pad, pad_br, dil, groups);
+  Shape expect = transposed ? Shape{g.N, g.C, g.H, g.W} : Shape{g.N, g.OC, g.OH, g.OW};
+  TS_CHECK(IntArrayRef(grad.shape()).equals(expect), name, ": grad has shape ", shape_str(grad.shape()),
+           " but the convolution's output has shape ", shape_str(expect));
+  TS_RETURN(conv_backward(g, transposed, grad.detach(), xd, wd, true, true, true));
 }
 
 // ---- invokers (graph nodes run ops through these) ----
@@ -251,6 +288,10 @@ TS_OP_INVOKER(conv2d) {
   o.groups = a.i("groups");
   o.padding_same = a.b("padding_same");
   return {conv2d(in[0], in[1], in[2], o)};
+}
+TS_OP_INVOKER(convolution_backward) {
+  return convolution_backward(in[0], in[1], in[2], a.ints("stride"), a.ints("padding"), a.ints("padding_br"),
+                              a.ints("dilation"), a.i("groups"), a.b("transposed"));
 }
 TS_OP_INVOKER(conv1d) {
   return {conv1d(in[0], in[1], in[2], a.i("stride"), a.i("padding"), a.i("dilation"), a.i("groups"),

@@ -78,11 +78,7 @@ Tensor softmax_impl(const Tensor& x_in, int64_t dim, bool is_log) {
       if (GradMode::is_enabled())
         return composite_vjp([dim, is_log](const TensorList& in) { return softmax_composite(in[0], dim, is_log); },
                              {a.saved[0]}, a.needs(), a.grads[0]);
-      const Tensor& y = a.saved[1];
-      Tensor gr = to_rows(a.grads[0], dim), yr = to_rows(y, dim);
-      Tensor gx = empty(yr.shape(), yr.dtype());
-      softmax_rows_bwd(gr, yr, gx, is_log);
-      return {from_rows(gx, y, dim)};
+      return {softmax_backward(a.grads[0], a.saved[1], dim, is_log)};
     }, {0}, {0});
   }
   return y;
@@ -98,6 +94,60 @@ Tensor layer_norm_composite(const Tensor& x, int64_t k, const Tensor& w, const T
   if (w.defined()) y = mul(y, w);
   if (b.defined()) y = add(y, b);
   return y;
+}
+
+// The fused row kernel: y, and the per-row mean and 1/std it normalized with.
+struct NormForward {
+  Tensor y, mean, rstd;
+};
+NormForward norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, int64_t n, double eps, bool rms) {
+  int64_t rows = n == 0 ? 0 : x.numel() / n;
+  DType stat = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  NormForward r{empty(x.shape(), x.dtype()), empty({rows}, stat), empty({rows}, stat)};
+  auto fwd = cpu::kernels().layer_norm_fwd[cpu::idx(x.dtype())];
+  size_t item = x.itemsize(), sitem = dtype_size(stat);
+  const char* xp = static_cast<const char*>(x.raw_data());
+  char* yp = static_cast<char*>(r.y.raw_data());
+  char* mp = static_cast<char*>(r.mean.raw_data());
+  char* rp = static_cast<char*>(r.rstd.raw_data());
+  const void* wp = w.defined() ? w.raw_data() : nullptr;
+  const void* bp = b.defined() ? b.raw_data() : nullptr;
+  if (n > 0)
+    parallel_for(0, rows, row_grain(n), [&](int64_t r0, int64_t r1) {
+      fwd(xp + r0 * n * item, wp, bp, yp + r0 * n * item, mp + r0 * sitem, rp + r0 * sitem, r1 - r0, n, eps, rms);
+    });
+  return r;
+}
+
+// {gx, gw, gb} from the statistics of the forward; gw and gb are [n] in x's dtype.
+TensorList norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& w, const Tensor& mean_t,
+                         const Tensor& rstd_t, int64_t n, bool rms, bool need_gx, bool need_gw, bool need_gb) {
+  Tensor g = g_in.contiguous();
+  Tensor xc = x_in.contiguous();
+  int64_t rows = n == 0 ? 0 : xc.numel() / n;
+  DType stat = mean_t.dtype();
+  Tensor gx = need_gx ? empty(xc.shape(), xc.dtype()) : Tensor();
+  // Weight/bias gradients: per fixed block of rows, then summed in order,
+  // so the result does not depend on the thread count.
+  constexpr int64_t kBlockRows = 64;
+  int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  Tensor gw_part = need_gw ? zeros({blocks, n}, stat) : Tensor();
+  Tensor gb_part = need_gb ? zeros({blocks, n}, stat) : Tensor();
+  auto bwd = cpu::kernels().layer_norm_bwd[cpu::idx(xc.dtype())];
+  Tensor wc = w.defined() ? w.contiguous() : Tensor();
+  size_t sitem = dtype_size(stat);
+  parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      int64_t r0 = blk * kBlockRows, r1 = std::min(rows, r0 + kBlockRows);
+      void* gwp = gw_part.defined() ? static_cast<char*>(gw_part.raw_data()) + blk * n * sitem : nullptr;
+      void* gbp = gb_part.defined() ? static_cast<char*>(gb_part.raw_data()) + blk * n * sitem : nullptr;
+      bwd(g.raw_data(), xc.raw_data(), wc.defined() ? wc.raw_data() : nullptr, mean_t.raw_data(), rstd_t.raw_data(),
+          gx.defined() ? gx.raw_data() : nullptr, gwp, gbp, r0, r1, n, rms);
+    }
+  });
+  Tensor gw = gw_part.defined() ? sum(gw_part, {0}).to(xc.dtype()) : Tensor();
+  Tensor gb = gb_part.defined() ? sum(gb_part, {0}).to(xc.dtype()) : Tensor();
+  return {gx, gw, gb};
 }
 
 Tensor norm_impl(const char* name, const Tensor& x_in, IntArrayRef normalized_shape, const Tensor& w_in,
@@ -123,61 +173,31 @@ Tensor norm_impl(const char* name, const Tensor& x_in, IntArrayRef normalized_sh
   Tensor x = x_in.detach().contiguous();
   Tensor w = w_in.defined() ? w_in.detach().contiguous() : Tensor();
   Tensor b = b_in.defined() ? b_in.detach().contiguous() : Tensor();
-  int64_t rows = n == 0 ? 0 : x.numel() / n;
-  DType stat = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  Tensor y = empty(x.shape(), x.dtype());
-  Tensor mean_t = empty({rows}, stat), rstd_t = empty({rows}, stat);
-  auto fwd = cpu::kernels().layer_norm_fwd[cpu::idx(x.dtype())];
-  size_t item = x.itemsize(), sitem = dtype_size(stat);
-  const char* xp = static_cast<const char*>(x.raw_data());
-  char* yp = static_cast<char*>(y.raw_data());
-  char* mp = static_cast<char*>(mean_t.raw_data());
-  char* rp = static_cast<char*>(rstd_t.raw_data());
-  const void* wp = w.defined() ? w.raw_data() : nullptr;
-  const void* bp = b.defined() ? b.raw_data() : nullptr;
-  if (n > 0)
-    parallel_for(0, rows, row_grain(n), [&](int64_t r0, int64_t r1) {
-      fwd(xp + r0 * n * item, wp, bp, yp + r0 * n * item, mp + r0 * sitem, rp + r0 * sitem, r1 - r0, n, eps, rms);
-    });
+  NormForward f = norm_forward(x, w, b, n, eps, rms);
   if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
-    TensorList outs{y};
-    autograd::record(name, {x_in, w_in, b_in}, outs, [k, n, rows, eps, rms](const VjpArgs& a) -> TensorList {
+    TensorList outs{f.y};
+    Shape ns(normalized_shape.begin(), normalized_shape.end());
+    autograd::record(name, {x_in, w_in, b_in}, outs, [k, n, eps, rms, ns](const VjpArgs& a) -> TensorList {
       const Tensor& x = a.saved[0];
       const Tensor& w = a.saved[1];
       const Tensor& b = a.saved[2];
       if (GradMode::is_enabled())
         return composite_vjp([k, eps, rms](const TensorList& in) { return layer_norm_composite(in[0], k, in[1], in[2], eps, rms); },
                              {x, w, b}, a.needs(), a.grads[0]);
-      Tensor g = a.grads[0].contiguous();
-      Tensor xc = x.contiguous();
-      const Tensor& mean_t = a.saved[3];
-      const Tensor& rstd_t = a.saved[4];
-      DType stat = mean_t.dtype();
-      Tensor gx = a.needs_grad(0) ? empty(xc.shape(), xc.dtype()) : Tensor();
-      // Weight/bias gradients: per fixed block of rows, then summed in order,
-      // so the result does not depend on the thread count.
-      constexpr int64_t kBlockRows = 64;
-      int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
-      Tensor gw_part = a.needs_grad(1) ? zeros({blocks, n}, stat) : Tensor();
-      Tensor gb_part = a.needs_grad(2) ? zeros({blocks, n}, stat) : Tensor();
-      auto bwd = cpu::kernels().layer_norm_bwd[cpu::idx(xc.dtype())];
-      Tensor wc = w.defined() ? w.contiguous() : Tensor();
-      size_t sitem = dtype_size(stat);
-      parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-        for (int64_t blk = b0; blk < b1; ++blk) {
-          int64_t r0 = blk * kBlockRows, r1 = std::min(rows, r0 + kBlockRows);
-          void* gwp = gw_part.defined() ? static_cast<char*>(gw_part.raw_data()) + blk * n * sitem : nullptr;
-          void* gbp = gb_part.defined() ? static_cast<char*>(gb_part.raw_data()) + blk * n * sitem : nullptr;
-          bwd(g.raw_data(), xc.raw_data(), wc.defined() ? wc.raw_data() : nullptr, mean_t.raw_data(),
-              rstd_t.raw_data(), gx.defined() ? gx.raw_data() : nullptr, gwp, gbp, r0, r1, n, rms);
-        }
-      });
-      Tensor gw = gw_part.defined() ? sum(gw_part, {0}).to(x.dtype()).view(w.shape()) : Tensor();
-      Tensor gb = gb_part.defined() ? sum(gb_part, {0}).to(x.dtype()).view(b.shape()) : Tensor();
-      return {gx, gw, gb};
-    }, {0, 1, 2}, {}, {mean_t, rstd_t});
+      TensorList r;
+      if (recorder()) {
+        // Being captured: the op, which recomputes the statistics from x.
+        r = layer_norm_backward(a.grads[0], x, ns, w, eps, rms);
+      } else {
+        r = norm_backward(a.grads[0], x, w, a.saved[3], a.saved[4], n, rms, a.needs_grad(0), a.needs_grad(1),
+                          a.needs_grad(2));
+      }
+      Tensor gw = a.needs_grad(1) ? r[1].view(w.shape()) : Tensor();
+      Tensor gb = a.needs_grad(2) ? r[2].view(b.shape()) : Tensor();
+      return {a.needs_grad(0) ? r[0] : Tensor(), gw, gb};
+    }, {0, 1, 2}, {}, {f.mean, f.rstd});
   }
-  return y;
+  return f.y;
 }
 
 }  // namespace
@@ -427,6 +447,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
         return composite_vjp([training, eps, rm, rv](const TensorList& in) {
           return batch_norm_composite(in[0], in[1], in[2], training, rm, rv, eps);
         }, {xs, w, a.saved[2]}, a.needs(), a.grads[0]);
+      if (recorder()) {
+        // Being captured: the op, which recomputes the batch statistics from x.
+        TensorList r = training ? batch_norm_backward(a.grads[0], xs, Tensor(), Tensor(), w, true, eps)
+                                : batch_norm_backward(a.grads[0], xs, rm, rv, w, false, eps);
+        return {a.needs_grad(0) ? r[0] : Tensor(), a.needs_grad(1) ? r[1] : Tensor(), a.needs_grad(2) ? r[2] : Tensor()};
+      }
       Tensor g = a.grads[0].contiguous();
       Tensor xc = xs.contiguous();
       const Tensor& mean_t = a.saved[3];
@@ -448,12 +474,114 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   TS_RETURN(y);
 }
 
+// ---- backward kernels as ops -----------------------------------------------------
+
+Tensor softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim, bool log) {
+  TS_OP_SCOPE(softmax_backward, &grad, &output);
+  TS_OP_ATTRS({"dim", dim}, {"log", log});
+  const char* name = "softmax_backward";
+  check_defined(grad, name, "grad");
+  check_defined(output, name, "output");
+  TS_CHECK(is_floating(output.dtype()), name, ": expected a floating-point output, got ", dtype_name(output.dtype()));
+  TS_CHECK(IntArrayRef(grad.shape()).equals(output.shape()), name, ": grad of shape ", shape_str(grad.shape()),
+           " does not match the output of shape ", shape_str(output.shape()));
+  dim = wrap_dim(dim, output.dim(), name);
+  Tensor gr = to_rows(grad.detach().to(output.dtype()), dim), yr = to_rows(output.detach(), dim);
+  Tensor gx = empty(yr.shape(), yr.dtype());
+  softmax_rows_bwd(gr, yr, gx, log);
+  TS_RETURN(from_rows(gx, output, dim));
+}
+
+TensorList layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight,
+                               double eps, bool rms) {
+  TS_OP_SCOPE(layer_norm_backward, &grad, &x, &weight);
+  TS_OP_ATTRS({"normalized_shape", normalized_shape}, {"eps", eps}, {"rms", rms});
+  const char* name = "layer_norm_backward";
+  check_defined(grad, name, "grad");
+  check_defined(x, name, "input");
+  TS_CHECK(is_floating(x.dtype()), name, ": expected a floating-point input, got ", dtype_name(x.dtype()));
+  TS_CHECK(IntArrayRef(grad.shape()).equals(x.shape()) && grad.dtype() == x.dtype(), name, ": grad (",
+           dtype_name(grad.dtype()), " ", shape_str(grad.shape()), ") must match the input (", dtype_name(x.dtype()),
+           " ", shape_str(x.shape()), ")");
+  int64_t k = static_cast<int64_t>(normalized_shape.size());
+  TS_CHECK(k >= 1 && k <= x.dim() &&
+               IntArrayRef(x.shape().data() + (x.dim() - k), static_cast<size_t>(k)).equals(normalized_shape),
+           name,
+           ": normalized_shape ", shape_str(normalized_shape), " does not match the trailing dimensions of the input ",
+           shape_str(x.shape()));
+  if (weight.defined())
+    TS_CHECK(IntArrayRef(weight.shape()).equals(normalized_shape) && weight.dtype() == x.dtype(), name,
+             ": weight must be ", dtype_name(x.dtype()), " ", shape_str(normalized_shape), ", got ",
+             dtype_name(weight.dtype()), " ", shape_str(weight.shape()));
+  int64_t n = numel_of(normalized_shape);
+  Tensor xc = x.detach().contiguous();
+  Tensor w = weight.defined() ? weight.detach().contiguous() : Tensor();
+  NormForward f = norm_forward(xc, Tensor(), Tensor(), n, eps, rms);
+  TensorList r = norm_backward(grad.detach(), xc, w, f.mean, f.rstd, n, rms, true, true, true);
+  Shape ns(normalized_shape.begin(), normalized_shape.end());
+  TS_RETURN((TensorList{r[0], r[1].view(ns), r[2].view(ns)}));
+}
+
+TensorList batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& running_mean,
+                               const Tensor& running_var, const Tensor& weight, bool training, double eps) {
+  TS_OP_SCOPE(batch_norm_backward, &grad, &x, &running_mean, &running_var, &weight);
+  TS_OP_ATTRS({"training", training}, {"eps", eps});
+  const char* name = "batch_norm_backward";
+  check_defined(grad, name, "grad");
+  check_defined(x, name, "input");
+  TS_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, name, ": f32 or f64 only, got ",
+           dtype_name(x.dtype()));
+  TS_CHECK(x.dim() >= 2 && IntArrayRef(grad.shape()).equals(x.shape()) && grad.dtype() == x.dtype(), name,
+           ": grad (", dtype_name(grad.dtype()), " ", shape_str(grad.shape()), ") must match the input (",
+           dtype_name(x.dtype()), " ", shape_str(x.shape()), "), which needs at least 2 dimensions");
+  const int64_t N = x.shape()[0], C = x.shape()[1];
+  for (const Tensor* p : {&running_mean, &running_var, &weight})
+    if (p->defined())
+      TS_CHECK(p->dim() == 1 && p->shape()[0] == C, name, ": running stats and weight must have shape [", C,
+               "], got ", shape_str(p->shape()));
+  const int64_t count = x.numel() / std::max<int64_t>(C, 1);
+  const int64_t HW = C > 0 && N > 0 ? count / N : 0;
+  Tensor xc = x.detach().contiguous(), g = grad.detach().contiguous();
+  Tensor mean_t, var_t;
+  if (training) {
+    TS_CHECK(count > 1, name, ": expected more than 1 value per channel when training, got input of shape ",
+             shape_str(x.shape()));
+    mean_t = empty({C}, DType::F64), var_t = empty({C}, DType::F64);
+    visit_floating(x.dtype(), [&]<typename T>() {
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+        bn_stats<T>(xc.data_ptr<T>(), N, C, HW, mean_t.data_ptr<double>(), var_t.data_ptr<double>());
+    });
+  } else {
+    TS_CHECK(running_mean.defined() && running_var.defined(), name,
+             ": running_mean and running_var are required in eval mode (training=false)");
+    mean_t = running_mean.detach().to(DType::F64).contiguous().clone();
+    var_t = running_var.detach().to(DType::F64).contiguous().clone();
+  }
+  Tensor rstd_t = rsqrt(add(var_t, eps)).contiguous();
+  Tensor wd = weight.defined() ? weight.detach().to(DType::F64).contiguous() : Tensor();
+  Tensor gx = empty(xc.shape(), xc.dtype()), gw = empty({C}, DType::F64), gb = empty({C}, DType::F64);
+  visit_floating(xc.dtype(), [&]<typename T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+      bn_backward<T>(g.data_ptr<T>(), xc.data_ptr<T>(), N, C, HW, mean_t.data_ptr<double>(), rstd_t.data_ptr<double>(),
+                     wd.defined() ? wd.data_ptr<double>() : nullptr, training, gx.data_ptr<T>(),
+                     gw.data_ptr<double>(), gb.data_ptr<double>());
+  });
+  TS_RETURN((TensorList{gx, gw.to(xc.dtype()), gb.to(xc.dtype())}));
+}
+
 // ---- invokers (graph nodes run ops through these) ----
 TS_OP_INVOKER(softmax) { return {softmax(in[0], a.i("dim"))}; }
 TS_OP_INVOKER(log_softmax) { return {log_softmax(in[0], a.i("dim"))}; }
 TS_OP_INVOKER(layer_norm) { return {layer_norm(in[0], a.ints("normalized_shape"), in[1], in[2], a.f("eps"))}; }
 TS_OP_INVOKER(rms_norm) { return {rms_norm(in[0], a.ints("normalized_shape"), in[1], a.opt_f("eps"))}; }
 TS_OP_INVOKER(group_norm) { return {group_norm(in[0], a.i("num_groups"), in[1], in[2], a.f("eps"))}; }
+TS_OP_INVOKER(softmax_backward) { return {softmax_backward(in[0], in[1], a.i("dim"), a.b("log"))}; }
+TS_OP_INVOKER(layer_norm_backward) {
+  return layer_norm_backward(in[0], in[1], a.ints("normalized_shape"), in[2], a.f("eps"), a.b("rms"));
+}
+TS_OP_INVOKER(batch_norm_backward) {
+  return batch_norm_backward(in[0], in[1], in[2], in[3], in[4], a.b("training"), a.f("eps"));
+}
 TS_OP_INVOKER(batch_norm) {
   return {batch_norm(in[0], in[1], in[2], in[3], in[4], a.b("training"), a.f("momentum"), a.f("eps"))};
 }

@@ -2,6 +2,7 @@
 // indices, average pooling has an explicit backward op (itself differentiable),
 // and adaptive pooling and interpolation are products with small resampling
 // matrices, so every gradient here is differentiable again.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/pool.h"
@@ -30,12 +31,13 @@ struct Pool {
   Tensor x;  // contiguous input
 };
 
-Pool make_pool(const Tensor& x_in, IntArrayRef kernel, IntArrayRef stride_v, IntArrayRef padding_v, IntArrayRef dilation_v,
-               bool ceil_mode, const char* op) {
-  check_defined(x_in, op, "input");
-  TS_CHECK(x_in.dim() == 3 || x_in.dim() == 4, op, ": expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape ",
-           shape_str(x_in.shape()));
-  check_floating(x_in, op, "input");
+// The geometry of pooling an input of `in_shape` ([C, H, W] or [N, C, H, W]);
+// out_shape receives the output's shape.
+cpu::PoolGeometry pool_geometry(IntArrayRef in_shape, DType dtype, IntArrayRef kernel, IntArrayRef stride_v,
+                                IntArrayRef padding_v, IntArrayRef dilation_v, bool ceil_mode, const char* op,
+                                Shape& out_shape) {
+  TS_CHECK(in_shape.size() == 3 || in_shape.size() == 4, op,
+           ": expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape ", shape_str(in_shape));
   auto k = two(kernel, {}, op, "kernel_size");
   TS_CHECK(!k.empty(), op, ": kernel_size is required");
   auto s = two(stride_v, k, op, "stride");
@@ -45,21 +47,29 @@ Pool make_pool(const Tensor& x_in, IntArrayRef kernel, IntArrayRef stride_v, Int
     TS_CHECK(k[i] > 0 && s[i] > 0 && d[i] > 0, op, ": kernel_size, stride and dilation must be positive");
     TS_CHECK(p[i] >= 0 && p[i] <= k[i] / 2, op, ": padding ", p[i], " should be at most half of the kernel size ", k[i]);
   }
-  Pool r;
-  r.x = x_in.detach().contiguous();
-  int64_t H = r.x.shape()[r.x.dim() - 2], W = r.x.shape()[r.x.dim() - 1];
+  size_t nd = in_shape.size();
+  int64_t H = in_shape[nd - 2], W = in_shape[nd - 1];
   int64_t OH = pooled_size(H, k[0], s[0], p[0], d[0], ceil_mode), OW = pooled_size(W, k[1], s[1], p[1], d[1], ceil_mode);
   TS_CHECK(OH > 0 && OW > 0, op, ": the input of size ", H, "x", W, " is too small for the kernel (output ", OH, "x",
            OW, ")");
-  r.g = {r.x.numel() / std::max<int64_t>(H * W, 1), H, W, OH, OW, k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1], true,
-         r.x.dtype()};
-  r.out_shape = r.x.shape();
-  r.out_shape[r.x.dim() - 2] = OH;
-  r.out_shape[r.x.dim() - 1] = OW;
+  out_shape = in_shape.shape();
+  out_shape[nd - 2] = OH;
+  out_shape[nd - 1] = OW;
+  return {numel_of(in_shape) / std::max<int64_t>(H * W, 1), H, W, OH, OW, k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1],
+          true, dtype};
+}
+
+Pool make_pool(const Tensor& x_in, IntArrayRef kernel, IntArrayRef stride_v, IntArrayRef padding_v, IntArrayRef dilation_v,
+               bool ceil_mode, const char* op) {
+  check_defined(x_in, op, "input");
+  check_floating(x_in, op, "input");
+  Pool r;
+  r.g = pool_geometry(x_in.shape(), x_in.dtype(), kernel, stride_v, padding_v, dilation_v, ceil_mode, op, r.out_shape);
+  r.x = x_in.detach().contiguous();
   return r;
 }
 
-Tensor avg_pool2d_backward(const Tensor& g, const cpu::PoolGeometry& geo, const Shape& in_shape);
+Tensor avg_pool2d_adjoint(const Tensor& g, const cpu::PoolGeometry& geo, const Shape& in_shape);
 
 Tensor avg_pool2d_apply(const Tensor& x_in, const cpu::PoolGeometry& geo, const Shape& out_shape) {
   Tensor x = x_in.detach().contiguous();
@@ -69,14 +79,21 @@ Tensor avg_pool2d_apply(const Tensor& x_in, const cpu::PoolGeometry& geo, const 
     TensorList outs{y};
     Shape in_shape = x_in.shape();
     autograd::record("avg_pool2d", {x_in}, outs, [geo, in_shape](const VjpArgs& a) -> TensorList {
-      return {avg_pool2d_backward(a.grads[0], geo, in_shape)};
+      if (recorder() && !GradMode::is_enabled()) {  // being captured: the op
+        // ceil_mode is whichever rounding gives the forward's output size.
+        bool ceil_mode = pooled_size(geo.H, geo.kh, geo.sh, geo.ph, 1, false) != geo.OH ||
+                         pooled_size(geo.W, geo.kw, geo.sw, geo.pw, 1, false) != geo.OW;
+        return {avg_pool2d_backward(a.grads[0], in_shape, {geo.kh, geo.kw}, {geo.sh, geo.sw}, {geo.ph, geo.pw},
+                                    ceil_mode, geo.count_include_pad)};
+      }
+      return {avg_pool2d_adjoint(a.grads[0], geo, in_shape)};
     });
   }
   return y;
 }
 
 // The adjoint of average pooling; its own gradient is average pooling again.
-Tensor avg_pool2d_backward(const Tensor& g_in, const cpu::PoolGeometry& geo, const Shape& in_shape) {
+Tensor avg_pool2d_adjoint(const Tensor& g_in, const cpu::PoolGeometry& geo, const Shape& in_shape) {
   Tensor g = g_in.detach().contiguous();
   Tensor gx = empty(in_shape, g.dtype());
   if (gx.numel() > 0) cpu::avg_pool2d_backward(geo, g.raw_data(), gx.raw_data());
@@ -147,6 +164,7 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, IntArrayR
     autograd::record("max_pool2d", {x_in}, outs, [in_shape, geom](const VjpArgs& a) -> TensorList {
       const Tensor& g = a.grads[0];
       const Tensor& idx = a.saved[0];
+      if (!GradMode::is_enabled() && recorder()) return {max_pool2d_backward(g, idx, in_shape)};  // being captured
       if (!GradMode::is_enabled() && g.dtype() == geom.dtype) {  // the fast kernel, unless recording
         Tensor gc = g.contiguous();
         Tensor gx = empty(in_shape, g.dtype());
@@ -239,6 +257,55 @@ Tensor interpolate(const Tensor& x, IntArrayRef size, std::vector<double> scale_
   TS_RETURN(matmul(matmul(mh, x), mw.t()));
 }
 
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, IntArrayRef input_size) {
+  TS_OP_SCOPE(max_pool2d_backward, &grad, &indices);
+  TS_OP_ATTRS({"input_size", input_size});
+  const char* name = "max_pool2d_backward";
+  check_defined(grad, name, "grad");
+  check_defined(indices, name, "indices");
+  check_floating(grad, name, "grad");
+  TS_CHECK(indices.dtype() == DType::I64 && IntArrayRef(indices.shape()).equals(grad.shape()), name,
+           ": indices must be i64 of the grad's shape ", shape_str(grad.shape()), ", got ", dtype_name(indices.dtype()),
+           " ", shape_str(indices.shape()));
+  size_t nd = input_size.size();
+  TS_CHECK((nd == 3 || nd == 4) && grad.dim() == static_cast<int64_t>(nd), name, ": input_size ",
+           shape_str(input_size), " and grad ", shape_str(grad.shape()), " must both be 3-D or 4-D");
+  for (size_t i = 0; i + 2 < nd; ++i)
+    TS_CHECK(input_size[i] == grad.shape()[i], name, ": input_size ", shape_str(input_size),
+             " and grad ", shape_str(grad.shape()), " differ in the leading dimensions");
+  cpu::PoolGeometry g{};
+  g.H = input_size[nd - 2], g.W = input_size[nd - 1];
+  g.OH = grad.shape()[nd - 2], g.OW = grad.shape()[nd - 1];
+  g.planes = numel_of(input_size) / std::max<int64_t>(g.H * g.W, 1);
+  g.dtype = grad.dtype();
+  Tensor idx = indices.detach().contiguous(), gc = grad.detach().contiguous();
+  if (idx.numel() > 0) {
+    const int64_t* ip = idx.data_ptr<int64_t>();
+    auto [lo, hi] = std::minmax_element(ip, ip + idx.numel());
+    TS_CHECK(*lo >= -1 && *hi < g.H * g.W, name, ": index ", *lo < -1 ? *lo : *hi, " is outside the ", g.H, "x", g.W,
+             " input plane");
+  }
+  Tensor gx = empty(input_size, grad.dtype());
+  if (gx.numel() > 0) cpu::max_pool2d_backward(g, gc.raw_data(), idx.data_ptr<int64_t>(), gx.raw_data());
+  TS_RETURN(gx);
+}
+
+Tensor avg_pool2d_backward(const Tensor& grad, IntArrayRef input_size, IntArrayRef kernel, IntArrayRef stride,
+                           IntArrayRef padding, bool ceil_mode, bool count_include_pad) {
+  TS_OP_SCOPE(avg_pool2d_backward, &grad);
+  TS_OP_ATTRS({"input_size", input_size}, {"kernel_size", kernel}, {"stride", stride}, {"padding", padding},
+              {"ceil_mode", ceil_mode}, {"count_include_pad", count_include_pad});
+  const char* name = "avg_pool2d_backward";
+  check_defined(grad, name, "grad");
+  check_floating(grad, name, "grad");
+  Shape out_shape;
+  cpu::PoolGeometry g = pool_geometry(input_size, grad.dtype(), kernel, stride, padding, {1, 1}, ceil_mode, name, out_shape);
+  g.count_include_pad = count_include_pad;
+  TS_CHECK(IntArrayRef(grad.shape()).equals(out_shape), name, ": grad has shape ", shape_str(grad.shape()),
+           " but pooling an input of size ", shape_str(input_size), " gives ", shape_str(out_shape));
+  TS_RETURN(avg_pool2d_adjoint(grad.detach(), g, input_size.shape()));
+}
+
 // ---- invokers (graph nodes run ops through these) ----
 // max_pool2d: "return_indices" tells the (values, indices) form from the plain one.
 TS_OP_INVOKER(max_pool2d) {
@@ -253,6 +320,11 @@ TS_OP_INVOKER(max_pool2d) {
 TS_OP_INVOKER(avg_pool2d) {
   return {avg_pool2d(in[0], a.ints("kernel_size"), a.ints("stride"), a.ints("padding"), a.b("ceil_mode"),
                      a.b("count_include_pad"))};
+}
+TS_OP_INVOKER(max_pool2d_backward) { return {max_pool2d_backward(in[0], in[1], a.ints("input_size"))}; }
+TS_OP_INVOKER(avg_pool2d_backward) {
+  return {avg_pool2d_backward(in[0], a.ints("input_size"), a.ints("kernel_size"), a.ints("stride"), a.ints("padding"),
+                              a.b("ceil_mode"), a.b("count_include_pad"))};
 }
 TS_OP_INVOKER(adaptive_avg_pool2d) { return {adaptive_avg_pool2d(in[0], a.ints("output_size"))}; }
 TS_OP_INVOKER(interpolate) {

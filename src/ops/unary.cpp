@@ -50,7 +50,10 @@ Tensor xf(const VjpArgs& a) { return a.saved[0]; }
 Tensor fused_grad(const VjpArgs& a, cpu::BinaryKernel k) {
   const Tensor& g = a.grads[0];
   const Tensor& s = a.saved[0];
-  if (GradMode::is_enabled() || g.dtype() != s.dtype() || !IntArrayRef(g.shape()).equals(s.shape())) return Tensor();
+  // Being captured into a graph (recorder()): the composite, which the
+  // graph's elementwise fusion turns into one kernel again.
+  if (GradMode::is_enabled() || recorder() || g.dtype() != s.dtype() || !IntArrayRef(g.shape()).equals(s.shape()))
+    return Tensor();
   return run_binary(g, s, k, g.dtype());
 }
 TensorList zero_grad(const VjpArgs& a) { return {zeros_like(a.grads[0])}; }
@@ -168,7 +171,8 @@ Tensor relu(const Tensor& x) {
                  const Tensor& g = a.grads[0];
                  const Tensor& x = a.saved[0];
                  // One fused pass, unless the backward itself is recorded (create_graph).
-                 if (!GradMode::is_enabled() && g.dtype() == x.dtype() && IntArrayRef(g.shape()).equals(x.shape()))
+                 if (!GradMode::is_enabled() && !recorder() && g.dtype() == x.dtype() &&
+                     IntArrayRef(g.shape()).equals(x.shape()))
                    return {run_binary(g, x, cpu::BinaryKernel::ReluGrad, g.dtype())};
                  return {where(gt(x, 0), g, 0)};
                },

@@ -150,6 +150,22 @@ Tensor as_strided(const Tensor& x_in, IntArrayRef sizes, IntArrayRef strides, in
 
 Tensor strided_scatter(const Tensor& g, IntArrayRef base_shape, IntArrayRef sizes, IntArrayRef strides,
                        int64_t offset) {
+  // An op of its own: it writes into the zeros through a kernel, which a
+  // graph could not see if the zeros and the write were recorded apart.
+  TS_OP_SCOPE(strided_scatter, &g);
+  TS_OP_ATTRS({"base_shape", base_shape}, {"sizes", sizes}, {"strides", strides}, {"offset", offset});
+  check_defined(g, "strided_scatter", "grad");
+  TS_CHECK(IntArrayRef(g.shape()).equals(sizes) && sizes.size() == strides.size() && offset >= 0, "strided_scatter: ",
+           "grad ", shape_str(g.shape()), " must have the window's sizes ", shape_str(sizes), " (strides ",
+           shape_str(strides), ", offset ", offset, ")");
+  int64_t last = offset;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    TS_CHECK(strides[i] >= 0, "strided_scatter: negative stride in ", shape_str(strides));
+    if (sizes[i] > 0) last += (sizes[i] - 1) * strides[i];
+  }
+  TS_CHECK(numel_of(sizes) == 0 || last < numel_of(base_shape), "strided_scatter: the window (sizes ",
+           shape_str(sizes), ", strides ", shape_str(strides), ", offset ", offset, ") reaches past a tensor of shape ",
+           shape_str(base_shape));
   Tensor out = zeros(base_shape, g.dtype());
   Tensor window = make_view(out, sizes.shape(), strides.shape(), offset);
   cpu::copy_into(window, g);
@@ -160,7 +176,7 @@ Tensor strided_scatter(const Tensor& g, IntArrayRef base_shape, IntArrayRef size
       return {as_strided(a.grads[0], sz, st, offset)};
     });
   }
-  return out;
+  TS_RETURN(out);
 }
 
 Tensor view(const Tensor& x, IntArrayRef shape) {
@@ -382,6 +398,9 @@ Tensor to_dtype(const Tensor& x, DType dtype) {
 }
 
 // ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(strided_scatter) {
+  return {strided_scatter(in[0], a.ints("base_shape"), a.ints("sizes"), a.ints("strides"), a.i("offset"))};
+}
 TS_OP_INVOKER(view) { return {view(in[0], a.ints("shape"))}; }
 TS_OP_INVOKER(reshape) { return {reshape(in[0], a.ints("shape"))}; }
 TS_OP_INVOKER(permute) { return {permute(in[0], a.ints("dims"))}; }

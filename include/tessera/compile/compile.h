@@ -20,8 +20,13 @@
 namespace tessera::nn {
 class Module;
 }
+namespace tessera::optim {
+class Optimizer;
+}
 
 namespace tessera::compile {
+
+class TrainStep;
 
 struct CompileOptions {
   std::vector<DynamicDim> dynamic;
@@ -44,6 +49,9 @@ class CompiledFunction {
  private:
   friend CompiledFunction compile(Function, CompileOptions, NamedTensors);
   friend CompiledFunction compile(std::shared_ptr<nn::Module>, CompileOptions);
+  friend class TrainStep;
+  friend TrainStep compile_train_step(std::shared_ptr<nn::Module>, std::function<Tensor(const TensorList&)>,
+                                      optim::Optimizer*, CompileOptions);
   struct State;
   std::shared_ptr<State> state_;
 };
@@ -52,5 +60,46 @@ class CompiledFunction {
 CompiledFunction compile(Function fn, CompileOptions opts = {}, NamedTensors params = {});
 // The module's forward (one tensor in, one out) with its parameters and buffers.
 CompiledFunction compile(std::shared_ptr<nn::Module> module, CompileOptions opts = {});
+
+// A training step as one graph: the forward, the loss and the backward to
+// every parameter are captured together (a joint graph, like AOTAutograd) and
+// optimized as a whole — elementwise chains of the backward fuse like those of
+// the forward, and one memory plan covers both.
+//
+//   auto step = compile::compile_train_step(model, [&](const TensorList& b) {
+//     return ops::cross_entropy((*model)(b[0]), b[1]);
+//   }, opt.get(), {.dynamic = {{0, 0, "B"}, {1, 0, "B"}}});
+//   for (auto& [x, y] : batches) Tensor loss = step({x, y});
+//
+// Each call runs the graph, accumulates the gradients into the parameters'
+// .grad as backward() would (parameters the loss does not reach get none),
+// then, if an optimizer was given, runs optimizer->step() and zero_grad().
+// Without an optimizer the caller steps it: gradient accumulation over
+// several calls works as with backward(). The optimizer's update runs as its
+// own fused kernels after the graph, not as graph nodes.
+//
+// The graph is retraced on the same guards as compile(module) (input
+// signature, autocast, train/eval mode, parameter identity). Ops whose
+// gradient is a fused kernel record that kernel as an op of its own
+// (softmax_backward, layer_norm_backward, ...; docs/ops.md).
+class TrainStep {
+ public:
+  // Runs one step on `inputs` (what the loss function takes); returns the loss.
+  Tensor operator()(const TensorList& inputs);
+  int traces() const;
+  std::shared_ptr<const Executable> last() const;
+
+ private:
+  friend TrainStep compile_train_step(std::shared_ptr<nn::Module>, std::function<Tensor(const TensorList&)>,
+                                      optim::Optimizer*, CompileOptions);
+  struct Grads;
+  CompiledFunction graph_;
+  std::shared_ptr<nn::Module> module_;
+  optim::Optimizer* optimizer_ = nullptr;
+  std::shared_ptr<Grads> grads_;
+};
+
+TrainStep compile_train_step(std::shared_ptr<nn::Module> module, std::function<Tensor(const TensorList&)> loss,
+                             optim::Optimizer* optimizer = nullptr, CompileOptions opts = {});
 
 }  // namespace tessera::compile

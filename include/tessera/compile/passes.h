@@ -14,7 +14,12 @@ namespace tessera::compile {
 struct PassOptions {
   std::vector<std::string> disable;  // pass names to skip
   std::ostream* dump = nullptr;      // if set: the graph after every pass
-  bool inference = true;             // graphs for inference may fold batch norm into weights etc.
+  // An inference graph may fold parameter values (batch norm into weights).
+  bool inference = true;
+  // The graph runs without recording autograd (inference, or a joint
+  // forward+backward graph): detach is a no-op, and pointwise ops may fuse
+  // (a fused kernel has no backward of its own).
+  bool no_autograd = true;
 };
 
 struct Pass {
@@ -47,6 +52,6 @@ int fold_batch_norm(Graph& g);
 // nodes; the fused kernel has no backward, so only for graphs run without autograd.
 int fuse_elementwise(Graph& g);
 // `inference`: no autograd will run through the graph (detach is then an identity).
-int simplify(Graph& g, bool inference = true);
+int simplify(Graph& g, bool no_autograd = true);
 
 }  // namespace tessera::compile

@@ -4,8 +4,9 @@
 //
 // While a Recorder is installed on a thread, every op call on that thread
 // reports its tensor inputs, its attributes and its outputs. Ops nest (linear
-// calls matmul); the recorder sees the depth and keeps only the outermost call,
-// which is the op the user wrote. Scalar overloads (add(x, 2)) forward to the
+// calls matmul); the recorder sees the depth and usually keeps only the
+// outermost call, which is the op the user wrote. (A training capture keeps
+// the inner calls of an op whose gradient comes from them: see grad_node.) Scalar overloads (add(x, 2)) forward to the
 // tensor form without a scope of their own, so the recorded op is always the
 // canonical form its invoker can call again.
 #include <cstdint>
@@ -22,7 +23,7 @@ class Recorder {
   virtual ~Recorder() = default;
   // An op call begins. `inputs` holds its tensor arguments in order (an
   // undefined tensor for an optional one left out). Returns true if this call
-  // is to be recorded (it is the outermost op).
+  // is wanted (attrs() and outputs() follow).
   virtual bool begin(OpId op, const Tensor* const* inputs, int n) = 0;
   virtual bool begin(OpId op, const TensorList& inputs) = 0;
   // Only for a call that begin() accepted.
@@ -32,6 +33,9 @@ class Recorder {
   virtual void end() = 0;
   // user code read a tensor's values (item(), to_vector()) outside any op.
   virtual void host_read(const Tensor& t) = 0;
+  // The innermost op call in progress recorded an autograd node of its own
+  // (autograd::record).
+  virtual void grad_node() {}
 };
 
 // The recorder of this thread (null when not capturing).

@@ -267,6 +267,34 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     bool is_causal = false, std::optional<double> scale = {},
                                     Generator* gen = nullptr);
 
+// ---- backward kernels -------------------------------------------------------------------
+// The gradients of the fused ops above, as ops of their own, so that a backward
+// pass can be recorded into a graph (compile_train_step) and replayed. Each
+// recomputes what its forward kept internally (normalization statistics,
+// attention's log-sum-exp) from its inputs. Not differentiable again.
+// output: the forward's result.
+Tensor softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim, bool log = false);
+// {grad_input, grad_weight, grad_bias}; the parameter gradients have
+// normalized_shape and are computed even when the forward had no weight/bias.
+TensorList layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef normalized_shape,
+                               const Tensor& weight, double eps, bool rms = false);
+// {grad_input, grad_weight, grad_bias}, the last two of shape [C]; f32/f64 only.
+TensorList batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& running_mean,
+                               const Tensor& running_var, const Tensor& weight, bool training, double eps);
+// {grad_input, grad_weight, grad_bias} of conv2d (transposed = false; padding
+// top/left and bottom/right) or conv_transpose2d (transposed = true; padding_br
+// ignored, the output size comes from grad).
+TensorList convolution_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, IntArrayRef stride,
+                                IntArrayRef padding, IntArrayRef padding_br, IntArrayRef dilation, int64_t groups,
+                                bool transposed);
+// The gradient of max_pool2d from the indices it returned.
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, IntArrayRef input_size);
+Tensor avg_pool2d_backward(const Tensor& grad, IntArrayRef input_size, IntArrayRef kernel, IntArrayRef stride,
+                           IntArrayRef padding, bool ceil_mode, bool count_include_pad);
+// {dq, dk, dv} of scaled_dot_product_attention without dropout.
+TensorList attention_backward(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& attn_mask, bool is_causal, std::optional<double> scale);
+
 // ---- made by the graph compiler (compile/) ----------------------------------------
 // A chain of pointwise ops as one kernel: `program` is a register program over
 // the inputs (broadcast together; float or bool), with f32 outputs of the
