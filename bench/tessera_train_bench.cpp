@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/compile/compile.h"
 #include "tessera/core/allocator.h"
 #include "tessera/core/parallel.h"
 #include "tessera/ops/autocast.h"
@@ -41,6 +42,7 @@ using Clock = std::chrono::steady_clock;
 int main(int argc, char** argv) {
   std::string kase, precision = "f32";
   int steps = 20, warmup = 3, threads = 1, layers = 6, checkpoint = -1;
+  bool compiled = false;  // --compiled 1: compile::compile_train_step (f32 only)
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--case") kase = argv[i + 1];
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
     else if (k == "--precision") precision = argv[i + 1];
     else if (k == "--layers") layers = std::atoi(argv[i + 1]);
     else if (k == "--checkpoint") checkpoint = std::atoi(argv[i + 1]);
+    else if (k == "--compiled") compiled = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -124,7 +127,19 @@ int main(int argc, char** argv) {
   };
   const double rss_before = rss_mib();
   double wait = 0;
+  if (compiled && (precision != "f32" || loader || checkpoint >= 0)) {
+    std::fprintf(stderr, "--compiled 1 runs f32 steps without the data loader or checkpointing\n");
+    return 2;
+  }
+  nn::Module* mp = model.get();
+  auto loss_of = [mp, lm](const TensorList& b) {
+    Tensor out = (*mp)(b[0]);
+    return lm ? ops::cross_entropy(out.reshape({-1, out.size(-1)}), b[1].reshape({-1})) : ops::cross_entropy(out, b[1]);
+  };
+  std::optional<compile::TrainStep> compiled_step;
+  if (compiled) compiled_step = compile::compile_train_step(model, loss_of, opt.get());
   auto step = [&] {
+    if (compiled_step) return (*compiled_step)({x, y}).item<double>();
     Tensor in = x, target = y;
     if (loader) {
       auto t0 = Clock::now();
@@ -177,6 +192,7 @@ int main(int argc, char** argv) {
                       {"step_rss_mib", std::max(0.0, ru.ru_maxrss / 1024.0 - rss_before)},
                       {"peak_tensor_mib", max_memory_allocated() / double(1 << 20)},
                       {"precision", precision},
+                      {"compiled", compiled},
                       {"samples_per_s", batch * 1e3 / median},
                       {"final_loss", loss}};
   if (kase == "mlp") r["s_per_epoch"] = median * std::ceil(60000.0 / 128) / 1e3;

@@ -20,6 +20,8 @@ FLOAT_PROMOTE = {"exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt"
 def dtypes(n, f):
     if n == "convolution_backward":
         return "f32 (oneDNN), f64 (direct loop), bf16 with native support"
+    if n == "unary_backward":
+        return F
     if n == "batch_norm_backward":
         return "f32, f64"
     if f == "unary":
@@ -102,6 +104,7 @@ NOTES = {
     "linspace": "symmetric evaluation, both ends exact", "eye": "n, optional m",
     "detach": "shares storage; stops gradients",
     "strided_scatter": "zeros with a strided window written: the gradient of a view (slice, select, diagonal...)",
+    "unary_backward": "relu, gelu, gelu_tanh, tanh, silu gradients in one pass; fuses in graphs",
     "softmax_backward": "log=true for log_softmax; recorded by training captures",
     "layer_norm_backward": "recomputes the row statistics; rms=true for rms_norm; returns grads of input, weight, bias",
     "batch_norm_backward": "f32/f64; recomputes batch statistics (training) or uses running ones",

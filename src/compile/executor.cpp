@@ -199,7 +199,39 @@ std::vector<int64_t> Executable::bind_symbols(const TensorList& inputs) const {
   return syms;
 }
 
+// Arenas are kept between runs: a fresh one would be paged in (zeroed by
+// the kernel) on every run, which costs more than a large model's pointwise ops.
+Tensor Executable::take_arena(int64_t bytes) const {
+  {
+    std::lock_guard<std::mutex> lock(arena_mu_);
+    for (size_t i = 0; i < arenas_.size(); ++i)
+      if (arenas_[i].numel() >= bytes) {
+        Tensor a = std::move(arenas_[i]);
+        arenas_.erase(arenas_.begin() + static_cast<std::ptrdiff_t>(i));
+        return a;
+      }
+  }
+  return empty({bytes}, DType::U8);
+}
+
+void Executable::give_back_arena(Tensor arena) const {
+  std::lock_guard<std::mutex> lock(arena_mu_);
+  // As many as runs overlap; the smallest goes when a larger one comes back.
+  arenas_.push_back(std::move(arena));
+  std::sort(arenas_.begin(), arenas_.end(), [](const Tensor& a, const Tensor& b) { return a.numel() > b.numel(); });
+  if (arenas_.size() > static_cast<size_t>(std::max(1, max_concurrent_.load()))) arenas_.pop_back();
+}
+
 TensorList Executable::run(const TensorList& inputs) const {
+  struct Running {
+    std::atomic<int>& n;
+    std::atomic<int>& max;
+    explicit Running(std::atomic<int>& n_, std::atomic<int>& max_) : n(n_), max(max_) {
+      int now = ++n;
+      for (int m = max.load(); now > m && !max.compare_exchange_weak(m, now);) {}
+    }
+    ~Running() { --n; }
+  } running(running_, max_concurrent_);
   std::vector<int64_t> syms = bind_symbols(inputs);
   std::vector<Tensor> slots(num_slots_);
   for (size_t i = 0; i < inputs.size(); ++i) slots[graph_.inputs()[i]->id] = inputs[i];
@@ -210,10 +242,18 @@ TensorList Executable::run(const TensorList& inputs) const {
   if (plan_memory_) {
     plan = memory_plan(syms);
     if (plan->arena_bytes > 0) {
-      arena = empty({plan->arena_bytes}, DType::U8);
+      arena = take_arena(plan->arena_bytes);
       base = static_cast<char*>(arena.raw_data());
     }
   }
+  // Nothing the run returns lives in the arena, so the next run may reuse it.
+  struct GiveBack {
+    const Executable* exe;
+    Tensor& arena;
+    ~GiveBack() {
+      if (arena.defined()) exe->give_back_arena(std::move(arena));
+    }
+  } give_back{this, arena};
   NodeBuffers buffers;
   TensorList args;
   for (size_t si = 0; si < steps_.size(); ++si) {

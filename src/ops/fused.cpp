@@ -77,6 +77,15 @@ std::optional<std::string> elementwise_kernel(OpId op, const Attrs& a, int num_i
     case OpId::minimum: return "Minimum";
     case OpId::atan2: return "Atan2";
     case OpId::where: return "where";
+    case OpId::unary_backward: {
+      const std::string& f = a.s("function");
+      if (f == "relu") return "ReluGrad";
+      if (f == "gelu") return "GeluGrad";
+      if (f == "gelu_tanh") return "GeluTanhGrad";
+      if (f == "tanh") return "TanhGrad";
+      if (f == "silu") return "SiluGrad";
+      return std::nullopt;
+    }
     default: return std::nullopt;
   }
 }

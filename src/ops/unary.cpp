@@ -44,17 +44,15 @@ Tensor unary(const char* name, const Tensor& x_in, K k, Rule rule, std::initiali
 // x as the gradient's dtype: integer inputs were promoted before the kernel.
 Tensor xf(const VjpArgs& a) { return a.saved[0]; }
 
-// An activation's backward as one fused kernel over (grad, saved), when the
-// backward is not itself recorded (Note [Fused ops and double backward]);
-// an undefined tensor means "use the composite".
-Tensor fused_grad(const VjpArgs& a, cpu::BinaryKernel k) {
+// An activation's backward as one fused kernel over (grad, saved) — the op
+// unary_backward, which a captured graph can fuse further — unless the
+// backward itself is recorded (Note [Fused ops and double backward]); an
+// undefined tensor means "use the composite".
+Tensor fused_grad(const VjpArgs& a, const char* function) {
   const Tensor& g = a.grads[0];
   const Tensor& s = a.saved[0];
-  // Being captured into a graph (recorder()): the composite, which the
-  // graph's elementwise fusion turns into one kernel again.
-  if (GradMode::is_enabled() || recorder() || g.dtype() != s.dtype() || !IntArrayRef(g.shape()).equals(s.shape()))
-    return Tensor();
-  return run_binary(g, s, k, g.dtype());
+  if (GradMode::is_enabled() || g.dtype() != s.dtype() || !IntArrayRef(g.shape()).equals(s.shape())) return Tensor();
+  return unary_backward(g, s, function);
 }
 TensorList zero_grad(const VjpArgs& a) { return {zeros_like(a.grads[0])}; }
 
@@ -150,7 +148,7 @@ Tensor tanh(const Tensor& x) {
   TS_OP_SCOPE(tanh, &x);
   TS_RETURN(unary("tanh", x, K::Tanh, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
-                 if (Tensor f = fused_grad(a, cpu::BinaryKernel::TanhGrad); f.defined()) return {f};
+                 if (Tensor f = fused_grad(a, "tanh"); f.defined()) return {f};
                  return {mul(a.grads[0], sub(1, square(a.saved[0])))};
                },
                false, true));
@@ -168,13 +166,9 @@ Tensor relu(const Tensor& x) {
   TS_OP_SCOPE(relu, &x);
   TS_RETURN(unary("relu", x, K::Relu, Rule::Numeric, {},
                [](const VjpArgs& a) -> TensorList {
-                 const Tensor& g = a.grads[0];
-                 const Tensor& x = a.saved[0];
                  // One fused pass, unless the backward itself is recorded (create_graph).
-                 if (!GradMode::is_enabled() && !recorder() && g.dtype() == x.dtype() &&
-                     IntArrayRef(g.shape()).equals(x.shape()))
-                   return {run_binary(g, x, cpu::BinaryKernel::ReluGrad, g.dtype())};
-                 return {where(gt(x, 0), g, 0)};
+                 if (Tensor f = fused_grad(a, "relu"); f.defined()) return {f};
+                 return {where(gt(a.saved[0], 0), a.grads[0], 0)};
                },
                false, true));
 }
@@ -205,7 +199,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   if (approximate == "none") {
     TS_RETURN(unary("gelu", x, K::Gelu, Rule::Float, {},
                  [](const VjpArgs& a) -> TensorList {
-                   if (Tensor f = fused_grad(a, cpu::BinaryKernel::GeluGrad); f.defined()) return {f};
+                   if (Tensor f = fused_grad(a, "gelu"); f.defined()) return {f};
                    const Tensor& x = a.saved[0];
                    Tensor cdf = mul(add(erf(mul(x, M_SQRT1_2)), 1), 0.5);
                    Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
@@ -215,7 +209,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   }
   TS_RETURN(unary("gelu", x, K::GeluTanh, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
-                 if (Tensor f = fused_grad(a, cpu::BinaryKernel::GeluTanhGrad); f.defined()) return {f};
+                 if (Tensor f = fused_grad(a, "gelu_tanh"); f.defined()) return {f};
                  const Tensor& x = a.saved[0];
                  Tensor x2 = square(x);
                  Tensor inner = mul(mul(x, add(mul(x2, 0.044715), 1)), kSqrt2OverPi);
@@ -230,7 +224,7 @@ Tensor silu(const Tensor& x) {
   TS_OP_SCOPE(silu, &x);
   TS_RETURN(unary("silu", x, K::Silu, Rule::Float, {},
                [](const VjpArgs& a) -> TensorList {
-                 if (Tensor f = fused_grad(a, cpu::BinaryKernel::SiluGrad); f.defined()) return {f};
+                 if (Tensor f = fused_grad(a, "silu"); f.defined()) return {f};
                  const Tensor& x = a.saved[0];
                  Tensor s = sigmoid(x);
                  return {mul(a.grads[0], mul(s, add(mul(x, sub(1, s)), 1)))};
@@ -397,7 +391,28 @@ Tensor nan_to_num(const Tensor& x, std::optional<double> nan, std::optional<doub
                false));
 }
 
+Tensor unary_backward(const Tensor& grad, const Tensor& saved, const std::string& function) {
+  TS_OP_SCOPE(unary_backward, &grad, &saved);
+  TS_OP_ATTRS({"function", function});
+  const char* name = "unary_backward";
+  check_defined(grad, name, "grad");
+  check_defined(saved, name, "saved");
+  using B = cpu::BinaryKernel;
+  B k;
+  if (function == "relu") k = B::ReluGrad;
+  else if (function == "gelu") k = B::GeluGrad;
+  else if (function == "gelu_tanh") k = B::GeluTanhGrad;
+  else if (function == "tanh") k = B::TanhGrad;
+  else if (function == "silu") k = B::SiluGrad;
+  else TS_ERROR(name, ": function must be relu, gelu, gelu_tanh, tanh or silu, got '", function, "'");
+  TS_CHECK(is_floating(grad.dtype()) && grad.dtype() == saved.dtype() && IntArrayRef(grad.shape()).equals(saved.shape()),
+           name, ": grad (", dtype_name(grad.dtype()), " ", shape_str(grad.shape()), ") and saved (",
+           dtype_name(saved.dtype()), " ", shape_str(saved.shape()), ") must be floating tensors of one dtype and shape");
+  TS_RETURN(run_binary(grad.detach(), saved.detach(), k, grad.dtype()));
+}
+
 // ---- invokers (graph nodes run ops through these) ----
+TS_OP_INVOKER(unary_backward) { return {unary_backward(in[0], in[1], a.s("function"))}; }
 TS_OP_INVOKER(neg) { return {neg(in[0])}; }
 TS_OP_INVOKER(abs) { return {abs(in[0])}; }
 TS_OP_INVOKER(exp) { return {exp(in[0])}; }

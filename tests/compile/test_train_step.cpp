@@ -30,6 +30,25 @@ TensorList vjp(const std::function<Tensor(const TensorList&)>& fn, TensorList in
 
 // ---- the backward kernels as ops: each equals the gradient autograd computes ----
 
+TEST(BackwardOps, Activations) {
+  Tensor x = rand_f64({4, 7}, -3, 3, 30), g = rand_f64({4, 7}, -1, 1, 31);
+  struct Case {
+    const char* function;
+    std::function<Tensor(const Tensor&)> f;
+    bool saves_output;
+  };
+  for (const Case& c : {Case{"relu", [](const Tensor& t) { return relu(t); }, true},
+                        Case{"gelu", [](const Tensor& t) { return gelu(t); }, false},
+                        Case{"gelu_tanh", [](const Tensor& t) { return gelu(t, "tanh"); }, false},
+                        Case{"tanh", [](const Tensor& t) { return tanh(t); }, true},
+                        Case{"silu", [](const Tensor& t) { return silu(t); }, false}}) {
+    Tensor want = vjp([&](const TensorList& in) { return c.f(in[0]); }, {x}, g)[0];
+    EXPECT_CLOSE(unary_backward(g, c.saves_output ? c.f(x) : x, c.function), want, 1e-12, 1e-14) << c.function;
+  }
+  EXPECT_NE(testing::error_of([&] { unary_backward(g, x, "softmax"); }).find("function must be relu, gelu"),
+            std::string::npos);
+}
+
 TEST(BackwardOps, SoftmaxAndLogSoftmax) {
   Tensor x = rand_f64({3, 5, 4}, -2, 2, 1), g = rand_f64({3, 5, 4}, -1, 1, 2);
   for (bool log : {false, true})

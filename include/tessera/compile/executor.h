@@ -52,6 +52,8 @@ class Executable {
     std::vector<int> release;  // slots whose last use is this step
   };
   MemoryPlan make_plan(const std::vector<int64_t>& symbols) const;
+  Tensor take_arena(int64_t bytes) const;
+  void give_back_arena(Tensor arena) const;
 
   Graph graph_;
   bool plan_memory_;
@@ -63,6 +65,9 @@ class Executable {
   mutable std::map<std::vector<int64_t>, std::shared_ptr<const MemoryPlan>> plans_;
   mutable std::atomic<int64_t> alias_copies_{0}, planned_taken_{0}, planned_unused_{0};
   std::vector<std::pair<int, Tensor>> fixed_;  // parameter and constant slots
+  mutable std::mutex arena_mu_;
+  mutable std::vector<Tensor> arenas_;  // kept between runs, largest first
+  mutable std::atomic<int> running_{0}, max_concurrent_{0};
   int num_slots_ = 0;
 };
 

@@ -272,6 +272,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // pass can be recorded into a graph (compile_train_step) and replayed. Each
 // recomputes what its forward kept internally (normalization statistics,
 // attention's log-sum-exp) from its inputs. Not differentiable again.
+// An activation's gradient in one pass: function relu (saved = its output),
+// tanh (its output), gelu, gelu_tanh, silu (their input).
+Tensor unary_backward(const Tensor& grad, const Tensor& saved, const std::string& function);
 // output: the forward's result.
 Tensor softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim, bool log = false);
 // {grad_input, grad_weight, grad_bias}; the parameter gradients have
