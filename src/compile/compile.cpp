@@ -1,7 +1,6 @@
 #include "tessera/compile/compile.h"
 
 #include <list>
-#include <sstream>
 
 #include "tessera/autograd/engine.h"
 #include "tessera/autograd/grad_mode.h"
@@ -19,7 +18,14 @@ struct CompiledFunction::State {
   NamedTensors params;
   CompileOptions opts;
   std::mutex mu;
-  std::list<std::pair<std::string, std::shared_ptr<const Executable>>> cache;  // most recent first
+  // The guard: what must be equal for a cached graph to be reused. Built on
+  // every call, so plain integers rather than text.
+  struct Key {
+    std::vector<int64_t> words;
+    std::vector<const void*> params;
+    bool operator==(const Key&) const = default;
+  };
+  std::list<std::pair<Key, std::shared_ptr<const Executable>>> cache;  // most recent first
   std::shared_ptr<const Executable> last;
   int traces = 0;
   // A joint forward+backward graph (compile_train_step): traced with
@@ -32,36 +38,48 @@ struct CompiledFunction::State {
     for (auto& b : module->named_buffers()) p.push_back(b);
     return p;
   }
+  // The same tensors without their names (cheaper: no strings), for the guard.
+  TensorList current_param_tensors() const {
+    if (!module) {
+      TensorList p;
+      for (const auto& [name, t] : params) p.push_back(t);
+      return p;
+    }
+    TensorList p = module->parameters();
+    for (Tensor& b : module->buffers()) p.push_back(std::move(b));
+    return p;
+  }
 
-  // The guard: what must be equal for a cached graph to be reused.
-  std::string key(const TensorList& inputs, const NamedTensors& ps) const {
-    std::ostringstream k;
+  // The guard (see key()).
+  Key key(const TensorList& inputs, const TensorList& ps) const {
+    Key k;
+    k.words.reserve(inputs.size() * 6 + 8 + ps.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Tensor& x = inputs[i];
       TS_CHECK(x.defined(), "compiled function: input ", i, " is an undefined tensor");
-      k << dtype_name(x.dtype()) << "[";
+      k.words.push_back(static_cast<int64_t>(x.dtype()));
+      k.words.push_back(x.dim());
       for (int64_t d = 0; d < x.dim(); ++d) {
         bool dynamic = false;
         for (const DynamicDim& dd : opts.dynamic)
           dynamic = dynamic || (dd.input == static_cast<int>(i) && (dd.dim == d || dd.dim + x.dim() == d));
         int64_t s = x.shape()[d];
-        if (dynamic && s >= 2) k << "*,";
-        else k << s << ",";
+        k.words.push_back(dynamic && s >= 2 ? -2 : s);  // a dynamic size as "2 or more"
       }
-      k << "]";
     }
     auto ac = autocast::state();
-    k << "|grad=" << GradMode::is_enabled() << "|autocast=" << ac.enabled << dtype_name(ac.dtype);
-    if (module) k << "|train=" << module->is_training();
-    if (joint) k << "|joint";
+    k.words.push_back(GradMode::is_enabled());
+    k.words.push_back(ac.enabled ? 1 + static_cast<int64_t>(ac.dtype) : 0);
+    k.words.push_back(module ? module->is_training() : -1);
+    k.words.push_back(joint);
     // Inference graphs fold parameter values (batch norm into weights): an
     // update in place (a version bump) retraces them.
     bool inference = !GradMode::is_enabled() && !joint;
-    for (const auto& [name, t] : ps) {
-      k << "|" << static_cast<const void*>(t.impl());
-      if (inference) k << "@" << t.version();
+    for (const Tensor& t : ps) {
+      k.params.push_back(t.impl());
+      if (inference) k.words.push_back(t.version());
     }
-    return k.str();
+    return k;
   }
 
   // Tracing runs the function several times; what those runs change in place
@@ -123,8 +141,7 @@ struct CompiledFunction::State {
 TensorList CompiledFunction::operator()(const TensorList& inputs) {
   TS_CHECK(state_ != nullptr, "compiled function: not initialized; create it with compile()");
   State& s = *state_;
-  NamedTensors ps = s.current_params();
-  std::string key = s.key(inputs, ps);
+  State::Key key = s.key(inputs, s.current_param_tensors());
   std::shared_ptr<const Executable> exe;
   {
     // Tracing holds the lock: two threads calling with a new signature trace once.
@@ -135,9 +152,9 @@ TensorList CompiledFunction::operator()(const TensorList& inputs) {
     } else {
       if (s.joint) {
         EnableGradGuard grad;
-        s.cache.emplace_front(key, s.build(inputs, ps));
+        s.cache.emplace_front(std::move(key), s.build(inputs, s.current_params()));
       } else {
-        s.cache.emplace_front(key, s.build(inputs, ps));
+        s.cache.emplace_front(std::move(key), s.build(inputs, s.current_params()));
       }
       if (s.cache.size() > std::max<size_t>(1, s.opts.cache_size)) s.cache.pop_back();
     }

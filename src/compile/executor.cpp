@@ -280,10 +280,15 @@ TensorList Executable::run(const TensorList& inputs) const {
         if (plan->offset[id] >= 0) ++(d == base + plan->offset[id] ? planned_taken_ : planned_unused_);
         if (!d || d < base || d >= base + plan->arena_bytes) continue;
         if (plan->offset[id] >= 0 && d == base + plan->offset[id]) continue;
+        // The planned value whose place this is *now* (places are shared over
+        // time: only values live at this step own theirs; an op's scratch may
+        // have taken an output's place, and the output another's).
         int64_t off = d - base;
+        const int step = static_cast<int>(si);
         bool safe = false;
         for (int v = 0; v < num_slots_ && !safe; ++v)
-          if (plan->offset[v] >= 0 && off >= plan->offset[v] && off < plan->offset[v] + plan->bytes[v])
+          if (plan->offset[v] >= 0 && def_step_[v] <= step && end_step_[v] >= step && off >= plan->offset[v] &&
+              off < plan->offset[v] + plan->bytes[v])
             safe = end_step_[v] >= end_step_[id];
         if (!safe) {
           outs[k] = outs[k].clone();

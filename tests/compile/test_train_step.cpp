@@ -253,6 +253,37 @@ TEST(TrainStep, GptMatchesEagerAndTheGraphHoldsTheBackwardOps) {
   EXPECT_TRUE(m->named_parameters()[0].second.grad().defined());
 }
 
+TEST(TrainStep, LeNetResNetsAndLlamaMatchEager) {
+  auto ce = [](nn::Module& m, const TensorList& b) { return cross_entropy(m(b[0]), b[1]); };
+  Tensor img = randn({8, 1, 12, 12}), img3 = randn({8, 3, 16, 16}), cls = randint(0, 10, {8});
+  auto images = [&](const Tensor& x) {
+    return [&, x](int i) { return TensorList{x.slice(0, (i % 2) * 4, (i % 2) * 4 + 4), cls.slice(0, (i % 2) * 4, (i % 2) * 4 + 4)}; };
+  };
+  zoo::LeNetConfig lc;
+  lc.image_size = 12, lc.channels = {4, 8}, lc.hidden = 16;
+  expect_compiled_training_matches([lc] { return std::make_shared<zoo::LeNet>(lc); }, ce, images(img), 10, 1e-4);
+  zoo::ResNetConfig r18;
+  r18.widths = {4, 8, 8, 16};
+  expect_compiled_training_matches([r18] { return std::make_shared<zoo::ResNet>(r18); }, ce, images(img3), 10, 1e-4);
+  zoo::ResNetConfig r50 = zoo::ResNetConfig::resnet50();
+  r50.layers = {1, 1, 1, 1};
+  r50.widths = {4, 8, 8, 16};
+  expect_compiled_training_matches([r50] { return std::make_shared<zoo::ResNet>(r50); }, ce, images(img3), 10, 1e-4);
+
+  zoo::LlamaConfig llc;
+  llc.vocab_size = 16, llc.dim = 16, llc.n_layers = 2, llc.n_heads = 4, llc.n_kv_heads = 2, llc.hidden_dim = 24;
+  llc.max_seq_len = 16;
+  Tensor tokens = randint(0, 16, {3, 10});
+  expect_compiled_training_matches(
+      [llc] { return std::make_shared<zoo::Llama>(llc); },
+      [](nn::Module& m, const TensorList& b) {
+        Tensor logits = m(b[0]);
+        return cross_entropy(logits.reshape({-1, logits.size(-1)}), b[1].reshape({-1}));
+      },
+      [&](int) { return TensorList{tokens.slice(1, 0, 9).contiguous(), tokens.slice(1, 1, 10).contiguous()}; }, 10,
+      1e-4, 1e-3);
+}
+
 TEST(TrainStep, DynamicBatchDoesNotRetraceAndGradientsAccumulate) {
   manual_seed(3);
   auto m = std::make_shared<zoo::MLP>(zoo::MLPConfig{6, {8}, 3, "relu", 0.0});
