@@ -104,6 +104,7 @@ NOTES = {
     "linspace": "symmetric evaluation, both ends exact", "eye": "n, optional m",
     "detach": "shares storage; stops gradients",
     "strided_scatter": "zeros with a strided window written: the gradient of a view (slice, select, diagonal...)",
+    "fused_linear": "made by the compiler's fuse-epilogue pass: linear + activation + residual add as one oneDNN GEMM",
     "unary_backward": "relu, gelu, gelu_tanh, tanh, silu gradients in one pass; fuses in graphs",
     "softmax_backward": "log=true for log_softmax; recorded by training captures",
     "layer_norm_backward": "recomputes the row statistics; rms=true for rms_norm; returns grads of input, weight, bias",

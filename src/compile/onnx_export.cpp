@@ -658,6 +658,9 @@ class Exporter {
       case OpId::fused_elementwise:
         unsupported("is made by the fusion pass; export the graph before fusion (optimize with "
                     "\"fuse-elementwise\" disabled)");
+      case OpId::fused_linear:
+        unsupported("is made by the epilogue fusion pass; export the graph before fusion (optimize with "
+                    "\"fuse-epilogue\" disabled)");
       default: unsupported();
     }
   }

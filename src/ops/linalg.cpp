@@ -363,12 +363,77 @@ Tensor einsum(const std::string& equation, const TensorList& operands) {
   TS_RETURN(permute_to(p, batch + left + right, out).contiguous());
 }
 
+// linear with its activation and residual add run inside the GEMM (oneDNN
+// post-ops) where the backend can; elsewhere the same ops one after another.
+Tensor fused_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                    const std::string& activation) {
+  TS_OP_SCOPE(fused_linear, &x, &w, &bias, &residual);
+  TS_OP_ATTRS({"activation", activation});
+  using E = cpu::Epilogue;
+  E act;
+  if (activation == "none") act = E::None;
+  else if (activation == "relu") act = E::Relu;
+  else if (activation == "gelu") act = E::Gelu;
+  else if (activation == "gelu_tanh") act = E::GeluTanh;
+  else if (activation == "silu") act = E::Silu;
+  else if (activation == "tanh") act = E::Tanh;
+  else TS_ERROR("fused_linear: activation must be none, relu, gelu, gelu_tanh, silu or tanh, got '", activation, "'");
+  auto composite = [&] {
+    Tensor y = linear(x, w, bias);
+    switch (act) {
+      case E::Relu: y = relu(y); break;
+      case E::Gelu: y = gelu(y); break;
+      case E::GeluTanh: y = gelu(y, "tanh"); break;
+      case E::Silu: y = silu(y); break;
+      case E::Tanh: y = tanh(y); break;
+      case E::None: break;
+    }
+    return residual.defined() ? add(y, residual) : y;
+  };
+  check_defined(x, "fused_linear", "input");
+  check_defined(w, "fused_linear", "weight");
+  bool plain = x.dtype() == DType::F32 && w.dtype() == DType::F32 && w.dim() == 2 && x.dim() >= 2 &&
+               x.shape().back() == w.shape()[1] && (!bias.defined() || (bias.dtype() == DType::F32 && bias.dim() == 1 &&
+                                                                         bias.shape()[0] == w.shape()[0])) &&
+               !autograd::any_requires_grad({&x, &w, &bias, &residual});
+  Shape out_shape = x.shape();
+  if (plain) out_shape.back() = w.shape()[0];
+  if (!plain || (residual.defined() && (residual.dtype() != DType::F32 || !IntArrayRef(residual.shape()).equals(out_shape))))
+    TS_RETURN(composite());
+  int64_t in = w.shape()[1], out_f = w.shape()[0];
+  Tensor x2 = gemm_ready(x.detach().reshape({-1, in}));
+  Tensor y = empty(out_shape, DType::F32);
+  Tensor r2 = residual.defined() ? residual.detach().contiguous().view({-1, out_f}) : Tensor();
+  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Tensor wt = w.detach().t(), y2 = y.view({-1, out_f});
+  cpu::GemmArgs g;
+  g.dtype = DType::F32;
+  g.m = y2.shape()[0];
+  g.n = out_f;
+  g.k = in;
+  fill_strides(g.sa, x2);
+  fill_strides(g.sb, wt);
+  fill_strides(g.sc, y2);
+  g.a = x2.raw_data();
+  g.b = wt.raw_data();
+  g.c = y2.raw_data();
+  g.bias = b.defined() ? b.raw_data() : nullptr;
+  g.act = act;
+  g.residual = r2.defined() ? r2.raw_data() : nullptr;
+  if (y.numel() == 0) TS_RETURN(y);
+  if (!cpu::gemm_epilogue_ok(g)) TS_RETURN(composite());
+  trace::add_flops(2 * g.m * g.n * g.k);
+  cpu::gemm(g);
+  TS_RETURN(y);
+}
+
 // ---- invokers (graph nodes run ops through these) ----
 TS_OP_INVOKER(matmul) { return {matmul(in[0], in[1])}; }
 TS_OP_INVOKER(mm) { return {mm(in[0], in[1])}; }
 TS_OP_INVOKER(bmm) { return {bmm(in[0], in[1])}; }
 TS_OP_INVOKER(outer) { return {outer(in[0], in[1])}; }
 TS_OP_INVOKER(linear) { return {linear(in[0], in[1], in[2])}; }
+TS_OP_INVOKER(fused_linear) { return {fused_linear(in[0], in[1], in[2], in[3], a.s("activation"))}; }
 TS_OP_INVOKER(addmm) { return {addmm(in[0], in[1], in[2], a.scalar("beta"), a.scalar("alpha"))}; }
 TS_OP_INVOKER(einsum) { return {einsum(a.s("equation"), in)}; }
 

@@ -1,6 +1,7 @@
 // Elementwise fusion: the rewrite, bitwise agreement with eager for every op
 // that can join a fused kernel, and the fused kernel's own input checks.
 #include "tessera/compile/compile.h"
+#include "tessera/nn/zoo/zoo.h"
 #include "compile/graph_test_util.h"
 #include "test_util.h"
 
@@ -169,6 +170,66 @@ TEST(Fusion, FusedKernelChecksItsProgram) {
   EXPECT_NE(err("r0 = in0; r1 = const x1; out0 = r1").find("expected a number"), std::string::npos);
   EXPECT_NE(testing::error_of([&] { fused_elementwise({x, randn({4})}, "r0 = in0; r1 = in1; r2 = Add r0 r1; out0 = r2"); })
                 .find("broadcast"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// ---- epilogue fusion -------------------------------------------------------------
+
+TEST(EpilogueFusion, LinearActivationAndResidualBecomeOneGemm) {
+  Tensor w1 = randn({16, 8}), b1 = randn({16}), w2 = randn({8, 16}), b2 = randn({8});
+  for (const char* act : {"relu", "gelu", "gelu_tanh", "silu", "tanh"}) {
+    auto fn = [&, act](const TensorList& in) {
+      Tensor h = linear(in[0], w1, b1);
+      std::string a = act;
+      h = a == "relu" ? relu(h) : a == "gelu" ? gelu(h) : a == "gelu_tanh" ? gelu(h, "tanh") : a == "silu" ? silu(h) : tanh(h);
+      return TensorList{add(in[0], linear(h, w2, b2))};  // a residual block
+    };
+    Graph g = capture(fn, {randn({3, 5, 8})});
+    EXPECT_EQ(fuse_epilogues(g), 2) << act;
+    verify(g, "fuse-epilogue");
+    EXPECT_EQ(count_op(g, "fused_linear"), 2) << dump(g);
+    EXPECT_EQ(g.num_nodes(), 2) << dump(g);
+    std::string text = dump(g);
+    EXPECT_NE(text.find("activation='" + std::string(act) + "'"), std::string::npos) << text;
+    Tensor x = randn({3, 5, 8});
+    // oneDNN's activations and summation order differ from the separate ops by rounding only.
+    EXPECT_CLOSE(Executable(std::move(g)).run({x})[0], fn({x})[0], 1e-5, 1e-5) << act;
+  }
+}
+
+TEST(EpilogueFusion, LeavesValuesOtherNodesNeed) {
+  Tensor w = randn({6, 4});
+  // The pre-activation is also an output: fusing would lose it.
+  auto fn = [&](const TensorList& in) {
+    Tensor h = linear(in[0], w);
+    return TensorList{relu(h), h};
+  };
+  Graph g = capture(fn, {randn({2, 4})});
+  EXPECT_EQ(fuse_epilogues(g), 0) << dump(g);
+  // f64 stays as it is; so does a residual of another shape (a broadcast add).
+  Tensor w64 = randn({6, 4}).to(DType::F64), r = randn({6});
+  Graph g64 = capture([&](const TensorList& in) { return TensorList{relu(linear(in[0], w64))}; }, {randn({2, 4}).to(DType::F64)});
+  EXPECT_EQ(fuse_epilogues(g64), 0);
+  Graph gb = capture([&](const TensorList& in) { return TensorList{add(linear(in[0], w), r)}; }, {randn({2, 4})});
+  EXPECT_EQ(fuse_epilogues(gb), 0) << dump(gb);
+}
+
+TEST(EpilogueFusion, CompiledModelsUseItAndAgree) {
+  manual_seed(5);
+  auto m = std::make_shared<nn::zoo::MLP>(nn::zoo::MLPConfig{12, {16, 16}, 4, "gelu", 0.0});
+  m->eval();
+  NoGradGuard ng;
+  auto f = compile::compile(m);
+  Tensor x = randn({5, 12});
+  EXPECT_CLOSE(f(x), (*m)(x), 1e-5, 1e-5);
+  EXPECT_EQ(count_op(f.last()->graph(), "fused_linear"), 2) << dump(f.last()->graph());
+  EXPECT_NE(testing::error_of([&] { fused_linear(x, randn({3, 12}), {}, {}, "softmax"); }).find("activation must be"),
             std::string::npos);
 }
 

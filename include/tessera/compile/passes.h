@@ -48,6 +48,10 @@ int fold_constants(Graph& g);
 // for the parameter values they were folded with; compile() keys its cache on
 // parameter versions for inference graphs so an update retraces.
 int fold_batch_norm(Graph& g);
+// f32 linear followed by its activation (relu, gelu, silu, tanh) and/or a
+// residual add as one fused_linear node (the GEMM's epilogue); graphs run
+// without autograd only.
+int fuse_epilogues(Graph& g);
 // Connected f32 pointwise ops (and the scalars they read) as fused_elementwise
 // nodes; the fused kernel has no backward, so only for graphs run without autograd.
 int fuse_elementwise(Graph& g);

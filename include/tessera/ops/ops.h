@@ -303,6 +303,12 @@ TensorList attention_backward(const Tensor& grad, const Tensor& q, const Tensor&
 // the inputs (broadcast together; float or bool), with f32 outputs of the
 // broadcast shape (docs/compiler.md, "Elementwise fusion"). No backward.
 TensorList fused_elementwise(const TensorList& inputs, const std::string& program);
+// act(linear(x, weight, bias)) + residual as one GEMM with an epilogue
+// (compile/'s fuse-epilogue pass makes it). activation: none, relu, gelu,
+// gelu_tanh, silu or tanh; residual optional, of the output's shape. f32 runs
+// the fused oneDNN product, other cases the ops one after another. No backward.
+Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                    const std::string& activation);
 // The kernel a pointwise op runs on f32 operands, as a fused_elementwise
 // instruction ("Add", "LeakyRelu[0.2]", "where"), or nullopt if the op (with
 // these attributes) cannot join a fused kernel.

@@ -5,10 +5,12 @@
 #include <array>
 #include <bit>
 #include <map>
+#include <unordered_map>
 #include <vector>
 #include <mutex>
 
 #include "tessera/core/allocator.h"
+#include "tessera/core/error.h"
 #include "tessera/core/half.h"
 #include "tessera/core/parallel.h"
 
@@ -18,7 +20,7 @@ namespace {
 using dt = dnnl::memory::data_type;
 
 struct Key {
-  std::array<int64_t, 17> v;
+  std::array<int64_t, 19> v;
   bool operator<(const Key& o) const { return v < o.v; }
 };
 
@@ -48,6 +50,7 @@ void gemm_dnnl(const GemmArgs& g) {
       one.a = static_cast<const char*>(g.a) + b * g.sa[0] * item;
       one.b = static_cast<const char*>(g.b) + b * g.sb[0] * item;
       one.c = static_cast<char*>(g.c) + b * g.sc[0] * item;
+      if (g.residual) one.residual = static_cast<const char*>(g.residual) + b * g.sc[0] * item;
       gemm_dnnl(one);
     }
     return;
@@ -55,7 +58,8 @@ void gemm_dnnl(const GemmArgs& g) {
   Engine& e = engine();
   dt type = g.dtype == DType::BF16 ? dt::bf16 : dt::f32;
   Key key{{g.batch, g.m, g.n, g.k, g.sa[0], g.sa[1], g.sa[2], g.sb[0], g.sb[1], g.sb[2], g.sc[0], g.sc[1],
-           g.sc[2], g.bias ? 1 : 0, static_cast<int64_t>(type), std::bit_cast<int64_t>(g.alpha), g.accumulate}};
+           g.sc[2], g.bias ? 1 : 0, static_cast<int64_t>(type), std::bit_cast<int64_t>(g.alpha), g.accumulate,
+           static_cast<int64_t>(g.act), g.residual ? 1 : 0}};
   bool batched = g.batch > 1;
   auto md = [&](int64_t r, int64_t c, const int64_t* s) {
     return batched ? dnnl::memory::desc({g.batch, r, c}, type, {s[0], s[1], s[2]})
@@ -72,11 +76,19 @@ void gemm_dnnl(const GemmArgs& g) {
       auto desc = g.bias ? dnnl::matmul::desc(amd, bmd, biasmd, cmd) : dnnl::matmul::desc(amd, bmd, cmd);
       dnnl::primitive_attr attr;
       if (g.alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(g.alpha)});
-      if (g.accumulate) {
-        dnnl::post_ops po;
-        po.append_sum(1.0f);
-        attr.set_post_ops(po);
+      dnnl::post_ops po;
+      if (g.accumulate) po.append_sum(1.0f);
+      if (g.act != Epilogue::None) {
+        using A = dnnl::algorithm;
+        A alg = g.act == Epilogue::Relu       ? A::eltwise_relu
+                : g.act == Epilogue::Gelu     ? A::eltwise_gelu_erf
+                : g.act == Epilogue::GeluTanh ? A::eltwise_gelu_tanh
+                : g.act == Epilogue::Silu     ? A::eltwise_swish
+                                              : A::eltwise_tanh;
+        po.append_eltwise(1.0f, alg, g.act == Epilogue::Silu ? 1.0f : 0.0f, 0.0f);
       }
+      if (g.residual) po.append_binary(dnnl::algorithm::binary_add, cmd);
+      if (po.len() > 0) attr.set_post_ops(po);
       dnnl::matmul::primitive_desc pd(desc, attr, e.eng);
       it = e.cache.emplace(key, dnnl::matmul(pd)).first;
     }
@@ -86,12 +98,14 @@ void gemm_dnnl(const GemmArgs& g) {
   dnnl::memory am(amd, e.eng, const_cast<void*>(g.a));
   dnnl::memory bm(bmd, e.eng, const_cast<void*>(g.b));
   dnnl::memory cm(cmd, e.eng, g.c);
-  if (g.bias) {
-    dnnl::memory biasm(biasmd, e.eng, const_cast<void*>(g.bias));
-    prim.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_BIAS, biasm}, {DNNL_ARG_DST, cm}});
-  } else {
-    prim.execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  if (g.bias) args.insert({DNNL_ARG_BIAS, dnnl::memory(biasmd, e.eng, const_cast<void*>(g.bias))});
+  if (g.residual) {
+    int index = (g.accumulate ? 1 : 0) + (g.act != Epilogue::None ? 1 : 0);  // the binary post-op's place
+    args.insert({DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
+                 dnnl::memory(cmd, e.eng, const_cast<void*>(g.residual))});
   }
+  prim.execute(s, args);
   s.wait();
 }
 
@@ -218,8 +232,15 @@ bool has_native_bf16() {
   return ok;
 }
 
+bool gemm_epilogue_ok(const GemmArgs& g) {
+  return (g.dtype == DType::F32 || (g.dtype == DType::BF16 && has_native_bf16())) && g.k > 0 && !g.accumulate &&
+         dnnl_layout_ok(g.sa) && dnnl_layout_ok(g.sb) && g.sc[2] == 1;
+}
+
 void gemm(const GemmArgs& g) {
   if (g.batch == 0 || g.m == 0 || g.n == 0) return;
+  TS_CHECK((g.act == Epilogue::None && !g.residual) || gemm_epilogue_ok(g),
+           "gemm: an epilogue was asked for where it cannot be fused (check gemm_epilogue_ok first)");
   if (g.dtype == DType::F16 || (g.dtype == DType::BF16 && !has_native_bf16())) {
     if (g.dtype == DType::F16) gemm_via_f32<Half>(g);
     else gemm_via_f32<BFloat16>(g);

@@ -8,6 +8,9 @@
 
 namespace tessera::cpu {
 
+// What a GEMM applies to its result before storing it (oneDNN post-ops).
+enum class Epilogue : uint8_t { None, Relu, Gelu, GeluTanh, Silu, Tanh };
+
 struct GemmArgs {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   // Element strides: [batch, row, col] for each operand.
@@ -19,7 +22,15 @@ struct GemmArgs {
   DType dtype = DType::F32;
   double alpha = 1.0;         // C = alpha * A @ B (+ bias)
   bool accumulate = false;    // C += ... instead of C = ...
+  // C = act(alpha * A @ B + bias) + residual, fused into the GEMM: only where
+  // gemm_epilogue_ok() says so. residual has C's shape and strides.
+  Epilogue act = Epilogue::None;
+  const void* residual = nullptr;
 };
+
+// Whether gemm() can apply args' epilogue inside the product (the oneDNN path:
+// f32 or native bf16, a unit stride in each operand, no accumulation).
+bool gemm_epilogue_ok(const GemmArgs& args);
 
 void gemm(const GemmArgs& args);
 
