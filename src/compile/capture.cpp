@@ -458,17 +458,20 @@ void symbolize_size_scalars(const std::vector<Graph*>& gs) {
   for (const Value* c : gs[0]->constants()) {
     if (c->data.dim() != 0) continue;
     std::vector<Value*> same;
-    bool differs = false, integral = true;
+    bool differs = false, integral = true, comparable = true;
     for (Graph* g : gs) {
       auto vs = values_by_id(*g);
       const Value* d = c->id < static_cast<int>(vs.size()) ? vs[c->id] : nullptr;
-      if (!d || d->kind != ValueKind::kConstant || d->data.dim() != 0 || d->dtype != c->dtype) return;
+      if (!d || d->kind != ValueKind::kConstant || d->data.dim() != 0 || d->dtype != c->dtype) {
+        comparable = false;  // the structure check reports it
+        break;
+      }
       double x = d->data.item<double>();
       integral = integral && std::isfinite(x) && x == std::round(x) && std::abs(x) < 9e15;
       differs = differs || !same_tensor(d->data, c->data);
       same.push_back(const_cast<Value*>(d));
     }
-    if (!differs || !integral) continue;
+    if (!comparable || !differs || !integral) continue;
     // A wrapped Python-style number (div(x, 12.0)) promotes weakly: as a
     // tensor it takes the floating dtype of what it is combined into.
     DType dtype = c->dtype;

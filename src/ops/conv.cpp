@@ -223,7 +223,7 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
                             dilation_v).to(x_in.dtype()));
   }
   Tensor x = x_in.detach().contiguous(), w = w_in.detach().contiguous();
-  int64_t N = x.shape()[0], Cin = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  int64_t N = x.shape()[0], H = x.shape()[2], W = x.shape()[3];
   int64_t Cout = w.shape()[1] * groups, KH = w.shape()[2], KW = w.shape()[3];
   int64_t OH = (H - 1) * stride[0] - 2 * pad[0] + dil[0] * (KH - 1) + opad[0] + 1;
   int64_t OW = (W - 1) * stride[1] - 2 * pad[1] + dil[1] * (KW - 1) + opad[1] + 1;
