@@ -105,6 +105,7 @@ NOTES = {
     "detach": "shares storage; stops gradients",
     "strided_scatter": "zeros with a strided window written: the gradient of a view (slice, select, diagonal...)",
     "fused_linear": "made by the compiler's fuse-epilogue pass: linear + activation + residual add as one oneDNN GEMM",
+    "fused_conv2d": "made by the compiler's fuse-epilogue pass: conv2d + residual add + activation as one oneDNN convolution",
     "unary_backward": "relu, gelu, gelu_tanh, tanh, silu gradients in one pass; fuses in graphs",
     "softmax_backward": "log=true for log_softmax; recorded by training captures",
     "layer_norm_backward": "recomputes the row statistics; rms=true for rms_norm; returns grads of input, weight, bias",

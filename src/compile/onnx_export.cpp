@@ -659,6 +659,7 @@ class Exporter {
         unsupported("is made by the fusion pass; export the graph before fusion (optimize with "
                     "\"fuse-elementwise\" disabled)");
       case OpId::fused_linear:
+      case OpId::fused_conv2d:
         unsupported("is made by the epilogue fusion pass; export the graph before fusion (optimize with "
                     "\"fuse-epilogue\" disabled)");
       default: unsupported();

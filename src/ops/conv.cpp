@@ -157,32 +157,77 @@ void check_conv_args(const char* name, const Tensor& x, const Tensor& w, const T
 
 }  // namespace
 
+// conv2d's stride, dilation and padding (top-left, bottom-right), checked.
+struct Conv2dParams {
+  std::vector<int64_t> stride, dil, tl, br;
+};
+Conv2dParams conv2d_params(const Tensor& w, const Conv2dOptions& o, const char* name) {
+  Conv2dParams p;
+  p.stride = pair_of(o.stride, name, "stride");
+  p.dil = pair_of(o.dilation, name, "dilation");
+  for (int i = 0; i < 2; ++i) {
+    TS_CHECK(p.stride[i] > 0, name, ": stride must be positive, got ", shape_str(o.stride));
+    TS_CHECK(p.dil[i] > 0, name, ": dilation must be positive, got ", shape_str(o.dilation));
+  }
+  if (o.padding_same) {
+    TS_CHECK(p.stride[0] == 1 && p.stride[1] == 1, name, ": padding='same' requires stride 1, got ",
+             shape_str(o.stride));
+    // Total padding d*(k-1); PyTorch puts the odd extra element at the end.
+    for (int i = 0; i < 2; ++i) {
+      int64_t total = p.dil[i] * (w.shape()[2 + i] - 1);
+      p.tl.push_back(total / 2);
+      p.br.push_back(total - total / 2);
+    }
+  } else {
+    p.tl = pair_of(o.padding, name, "padding");
+    for (int64_t v : p.tl) TS_CHECK(v >= 0, name, ": padding must be non-negative, got ", shape_str(o.padding));
+    p.br = p.tl;
+  }
+  return p;
+}
+
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& o) {
   TS_OP_SCOPE(conv2d, &x, &w, &b);
   TS_OP_ATTRS({"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation}, {"groups", o.groups}, {"padding_same", o.padding_same});
   TS_AUTOCAST(conv2d, [&](const auto& cast) { return conv2d(cast(x), cast(w), cast(b), o); });
   check_conv_args("conv2d", x, w, b, o.groups, 2, false);
-  auto stride = pair_of(o.stride, "conv2d", "stride");
-  auto dil = pair_of(o.dilation, "conv2d", "dilation");
-  for (int i = 0; i < 2; ++i) {
-    TS_CHECK(stride[i] > 0, "conv2d: stride must be positive, got ", shape_str(o.stride));
-    TS_CHECK(dil[i] > 0, "conv2d: dilation must be positive, got ", shape_str(o.dilation));
-  }
-  std::vector<int64_t> tl, br;
-  if (o.padding_same) {
-    TS_CHECK(stride[0] == 1 && stride[1] == 1, "conv2d: padding='same' requires stride 1, got ", shape_str(o.stride));
-    // Total padding d*(k-1); PyTorch puts the odd extra element at the end.
-    for (int i = 0; i < 2; ++i) {
-      int64_t total = dil[i] * (w.shape()[2 + i] - 1);
-      tl.push_back(total / 2);
-      br.push_back(total - total / 2);
-    }
-  } else {
-    tl = pair_of(o.padding, "conv2d", "padding");
-    for (int64_t p : tl) TS_CHECK(p >= 0, "conv2d: padding must be non-negative, got ", shape_str(o.padding));
-    br = tl;
-  }
-  TS_RETURN(conv2d_impl(x, w, b, stride, tl, br, dil, o.groups));
+  Conv2dParams p = conv2d_params(w, o, "conv2d");
+  TS_RETURN(conv2d_impl(x, w, b, p.stride, p.tl, p.br, p.dil, o.groups));
+}
+
+// conv2d with its residual add and activation inside the primitive (oneDNN
+// post-ops) where the backend can; elsewhere the same ops one after another.
+Tensor fused_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual, const Conv2dOptions& o,
+                    const std::string& activation) {
+  TS_OP_SCOPE(fused_conv2d, &x, &w, &b, &residual);
+  TS_OP_ATTRS({"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation}, {"groups", o.groups},
+              {"padding_same", o.padding_same}, {"activation", activation});
+  const char* name = "fused_conv2d";
+  cpu::Epilogue act = epilogue_of(activation, name);
+  auto composite = [&] {
+    Tensor y = conv2d(x, w, b, o);
+    if (residual.defined()) y = add(y, residual);
+    return apply_epilogue(y, act);
+  };
+  check_conv_args(name, x, w, b, o.groups, 2, false);
+  Conv2dParams p = conv2d_params(w, o, name);
+  if (!cpu::conv_epilogue_ok(x.dtype()) || (x.dtype() == DType::BF16 && !cpu::has_native_bf16()) ||
+      autograd::any_requires_grad({&x, &w, &b, &residual}))
+    TS_RETURN(composite());
+  Tensor xc = x.detach().contiguous(), wc = w.detach().contiguous();
+  cpu::ConvGeometry g = conv_geometry(xc, wc, p.stride, p.tl, p.br, p.dil, o.groups);
+  Shape out_shape{g.N, g.OC, g.OH, g.OW};
+  if (g.OH <= 0 || g.OW <= 0 || xc.numel() == 0 || wc.numel() == 0 ||
+      (residual.defined() && (residual.dtype() != x.dtype() || !IntArrayRef(residual.shape()).equals(out_shape))))
+    TS_RETURN(composite());  // conv2d's own errors and edge cases; broadcast residuals
+  Tensor y = empty(out_shape, x.dtype());
+  if (y.numel() == 0) TS_RETURN(y);
+  Tensor bc = b.defined() ? b.detach().contiguous() : Tensor();
+  Tensor rc = residual.defined() ? residual.detach().contiguous() : Tensor();
+  trace::add_flops(conv_flops(g));
+  cpu::conv2d_forward(g, xc.raw_data(), wc.raw_data(), bc.defined() ? bc.raw_data() : nullptr, y.raw_data(),
+                      rc.defined() ? rc.raw_data() : nullptr, act);
+  TS_RETURN(y);
 }
 
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t padding, int64_t dilation,
@@ -288,6 +333,15 @@ TS_OP_INVOKER(conv2d) {
   o.groups = a.i("groups");
   o.padding_same = a.b("padding_same");
   return {conv2d(in[0], in[1], in[2], o)};
+}
+TS_OP_INVOKER(fused_conv2d) {
+  Conv2dOptions o;
+  o.stride = a.ints("stride");
+  o.padding = a.ints("padding");
+  o.dilation = a.ints("dilation");
+  o.groups = a.i("groups");
+  o.padding_same = a.b("padding_same");
+  return {fused_conv2d(in[0], in[1], in[2], in[3], o, a.s("activation"))};
 }
 TS_OP_INVOKER(convolution_backward) {
   return convolution_backward(in[0], in[1], in[2], a.ints("stride"), a.ints("padding"), a.ints("padding_br"),

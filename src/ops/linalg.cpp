@@ -369,25 +369,9 @@ Tensor fused_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const 
                     const std::string& activation) {
   TS_OP_SCOPE(fused_linear, &x, &w, &bias, &residual);
   TS_OP_ATTRS({"activation", activation});
-  using E = cpu::Epilogue;
-  E act;
-  if (activation == "none") act = E::None;
-  else if (activation == "relu") act = E::Relu;
-  else if (activation == "gelu") act = E::Gelu;
-  else if (activation == "gelu_tanh") act = E::GeluTanh;
-  else if (activation == "silu") act = E::Silu;
-  else if (activation == "tanh") act = E::Tanh;
-  else TS_ERROR("fused_linear: activation must be none, relu, gelu, gelu_tanh, silu or tanh, got '", activation, "'");
+  cpu::Epilogue act = epilogue_of(activation, "fused_linear");
   auto composite = [&] {
-    Tensor y = linear(x, w, bias);
-    switch (act) {
-      case E::Relu: y = relu(y); break;
-      case E::Gelu: y = gelu(y); break;
-      case E::GeluTanh: y = gelu(y, "tanh"); break;
-      case E::Silu: y = silu(y); break;
-      case E::Tanh: y = tanh(y); break;
-      case E::None: break;
-    }
+    Tensor y = apply_epilogue(linear(x, w, bias), act);
     return residual.defined() ? add(y, residual) : y;
   };
   check_defined(x, "fused_linear", "input");

@@ -110,6 +110,29 @@ bool binary_into(Tensor& self, const Tensor& other, cpu::BinaryKernel k) {
 
 namespace tessera::ops {
 
+cpu::Epilogue epilogue_of(const std::string& activation, const char* op) {
+  using E = cpu::Epilogue;
+  if (activation == "none") return E::None;
+  if (activation == "relu") return E::Relu;
+  if (activation == "gelu") return E::Gelu;
+  if (activation == "gelu_tanh") return E::GeluTanh;
+  if (activation == "silu") return E::Silu;
+  if (activation == "tanh") return E::Tanh;
+  TS_ERROR(op, ": activation must be none, relu, gelu, gelu_tanh, silu or tanh, got '", activation, "'");
+}
+
+Tensor apply_epilogue(const Tensor& y, cpu::Epilogue act) {
+  switch (act) {
+    case cpu::Epilogue::Relu: return relu(y);
+    case cpu::Epilogue::Gelu: return gelu(y);
+    case cpu::Epilogue::GeluTanh: return gelu(y, "tanh");
+    case cpu::Epilogue::Silu: return silu(y);
+    case cpu::Epilogue::Tanh: return tanh(y);
+    case cpu::Epilogue::None: break;
+  }
+  return y;
+}
+
 TensorList composite_vjp(const std::function<Tensor(const TensorList&)>& composite, const TensorList& inputs,
                          const std::vector<bool>& needs, const Tensor& grad) {
   TensorList wrt;

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers shared by the op family files: type promotion, output allocation,
 // running CPU kernels, and recording autograd nodes.
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/loops.h"
 #include "tessera/autograd/grad_mode.h"
@@ -136,6 +137,12 @@ inline const char* reduction_name(const std::string& r, const char* op) {
            r, "'");
   return r.c_str();
 }
+
+// A fused op's activation attribute ("none", "relu", "gelu", "gelu_tanh",
+// "silu", "tanh") as the backend's epilogue, and that activation applied by
+// the plain ops (the fused ops' fallback).
+cpu::Epilogue epilogue_of(const std::string& activation, const char* op);
+Tensor apply_epilogue(const Tensor& y, cpu::Epilogue act);
 
 // Grad of a view's input: zeros of `base_shape` with `g` written through the
 // strided window (sizes, strides, offset) of a contiguous tensor of that shape.

@@ -233,5 +233,78 @@ TEST(EpilogueFusion, CompiledModelsUseItAndAgree) {
             std::string::npos);
 }
 
+Tensor activate(const Tensor& h, const std::string& a) {
+  return a == "relu" ? relu(h) : a == "gelu" ? gelu(h) : a == "gelu_tanh" ? gelu(h, "tanh") : a == "silu" ? silu(h) : tanh(h);
+}
+
+TEST(EpilogueFusion, ConvResidualAndActivationBecomeOneConvolution) {
+  Tensor w1 = randn({8, 4, 3, 3}), b1 = randn({8}), w2 = randn({4, 8, 3, 3});
+  Conv2dOptions same;
+  same.padding = {1, 1};
+  for (const char* act : {"relu", "gelu", "gelu_tanh", "silu", "tanh"}) {
+    // A ResNet basic block: conv -> act, conv -> + identity -> act.
+    auto fn = [&, act](const TensorList& in) {
+      Tensor h = activate(conv2d(in[0], w1, b1, same), act);
+      return TensorList{activate(add(conv2d(h, w2, {}, same), in[0]), act)};
+    };
+    Graph g = capture(fn, {randn({2, 4, 9, 7})});
+    EXPECT_EQ(fuse_epilogues(g), 2) << act;
+    verify(g, "fuse-epilogue");
+    EXPECT_EQ(count_op(g, "fused_conv2d"), 2) << dump(g);
+    EXPECT_EQ(g.num_nodes(), 2) << dump(g);
+    Tensor x = randn({2, 4, 9, 7});
+    EXPECT_CLOSE(Executable(std::move(g)).run({x})[0], fn({x})[0], 1e-4, 1e-5) << act;
+  }
+  // Only a residual (no activation), strided and grouped convolutions, no bias.
+  Tensor wg = randn({6, 2, 3, 3}), r = randn({2, 6, 4, 4});
+  Conv2dOptions o;
+  o.stride = {2, 2};
+  o.padding = {1, 1};
+  o.groups = 2;
+  auto fn = [&](const TensorList& in) { return TensorList{add(r, conv2d(in[0], wg, {}, o))}; };
+  Graph g = capture(fn, {randn({2, 4, 8, 8})});
+  EXPECT_EQ(fuse_epilogues(g), 1);
+  EXPECT_EQ(count_op(g, "fused_conv2d"), 1) << dump(g);
+  Tensor x = randn({2, 4, 8, 8});
+  EXPECT_CLOSE(Executable(std::move(g)).run({x})[0], fn({x})[0], 1e-4, 1e-5);
+}
+
+TEST(EpilogueFusion, FusedConvMatchesTheOpsInDouble) {
+  // The fused f32 primitive against the plain ops in f64 (fused_conv2d's own
+  // fallback for dtypes oneDNN does not fuse).
+  Tensor x = randn({2, 3, 10, 10}), w = randn({5, 3, 3, 3}), b = randn({5}), r = randn({2, 5, 8, 8});
+  for (const char* act : {"none", "relu", "silu"}) {
+    Tensor got = fused_conv2d(x, w, b, r, {}, act);
+    Tensor want = fused_conv2d(x.to(DType::F64), w.to(DType::F64), b.to(DType::F64), r.to(DType::F64), {}, act);
+    EXPECT_CLOSE(got, want.to(DType::F32), 1e-4, 1e-5) << act;
+  }
+  // Without a residual, and a broadcast residual (not fusible: the ops run).
+  Tensor rb = randn({5, 1, 1});
+  EXPECT_CLOSE(fused_conv2d(x, w, b, {}, {}, "relu"), relu(conv2d(x, w, b)), 1e-5, 1e-6);
+  EXPECT_CLOSE(fused_conv2d(x, w, b, rb, {}, "none"), add(conv2d(x, w, b), rb), 1e-5, 1e-6);
+  EXPECT_NE(testing::error_of([&] { fused_conv2d(x, w, b, {}, {}, "softmax"); }).find("activation must be"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { fused_conv2d(x, randn({5, 2, 3, 3}), b, {}, {}, "relu"); }).find("input channels"),
+            std::string::npos);
+}
+
+TEST(EpilogueFusion, CompiledResNetFusesEveryBlockTail) {
+  manual_seed(6);
+  nn::zoo::ResNetConfig c;
+  c.widths = {8, 16, 16, 32};
+  auto net = std::make_shared<nn::zoo::ResNet>(c);
+  net->eval();
+  NoGradGuard ng;
+  auto f = compile::compile(net);
+  Tensor x = randn({2, 3, 32, 32});
+  EXPECT_CLOSE(f(x), (*net)(x), 1e-4, 1e-4);
+  const Graph& g = f.last()->graph();
+  // The stem and both convs of each of the 8 basic blocks; the 3 projection
+  // shortcuts (conv + folded BN) have no epilogue.
+  EXPECT_EQ(count_op(g, "fused_conv2d"), 17) << dump(g);
+  EXPECT_EQ(count_op(g, "conv2d"), 3) << dump(g);
+  EXPECT_EQ(count_op(g, "relu"), 0) << dump(g);
+}
+
 }  // namespace
 }  // namespace tessera

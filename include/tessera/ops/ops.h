@@ -309,6 +309,12 @@ TensorList fused_elementwise(const TensorList& inputs, const std::string& progra
 // the fused oneDNN product, other cases the ops one after another. No backward.
 Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
                     const std::string& activation);
+// act(conv2d(x, weight, bias) + residual), with activation as fused_linear's
+// and residual optional (of the output's shape): a ResNet block's tail. f32
+// (and native bf16) runs one oneDNN convolution with post-ops, other cases
+// the ops one after another. No backward. Made by the fuse-epilogue pass.
+Tensor fused_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                    const Conv2dOptions& opts, const std::string& activation);
 // The kernel a pointwise op runs on f32 operands, as a fused_elementwise
 // instruction ("Add", "LeakyRelu[0.2]", "where"), or nullopt if the op (with
 // these attributes) cannot join a fused kernel.

@@ -1,4 +1,5 @@
 #include "backend/cpu/conv.h"
+#include "backend/cpu/dnnl_post_ops.h"
 #include "tessera/core/allocator.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -24,9 +25,16 @@ struct Key {
   std::array<int64_t, 21> v;
   bool operator<(const Key& o) const { return v < o.v; }
 };
-Key key_of(const ConvGeometry& g, int kind) {
+// A forward primitive's epilogue: the residual sum and the activation.
+struct Fused {
+  bool residual = false;
+  Epilogue act = Epilogue::None;
+  bool any() const { return residual || act != Epilogue::None; }
+};
+
+Key key_of(const ConvGeometry& g, int kind, Fused f) {
   return {{g.N, g.C, g.H, g.W, g.OC, g.KH, g.KW, g.OH, g.OW, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.pb, g.pr, g.groups,
-           static_cast<int64_t>(g.dtype), kind, 0}};
+           static_cast<int64_t>(g.dtype), kind, (f.residual ? 16 : 0) + static_cast<int64_t>(f.act)}};
 }
 
 struct Prims {
@@ -52,9 +60,15 @@ struct Buffers {
   }
 };
 
-dnnl::primitive_attr user_scratchpad() {
+dnnl::primitive_attr user_scratchpad(Fused f = {}) {
   dnnl::primitive_attr a;
   a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (f.any()) {
+    dnnl::post_ops po;
+    if (f.residual) po.append_sum(1.0f);  // dst holds the residual when the primitive runs
+    append_activation(po, f.act);
+    a.set_post_ops(po);
+  }
   return a;
 }
 
@@ -93,23 +107,26 @@ Descs descs(const ConvGeometry& g) {
   return d;
 }
 
-dnnl::convolution_forward::primitive_desc forward_pd(const ConvGeometry& g, const Descs& d, dnnl::engine& eng) {
+// A fused forward never has a backward (its op has no gradient): inference.
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvGeometry& g, const Descs& d, dnnl::engine& eng,
+                                                     Fused f = {}) {
   auto t = dt_of(g.dtype);
   memory::desc src(d.src, t, tag::any), wei(d.wei, t, tag::any), dst(d.dst, t, tag::any), bias(d.bias, t, tag::any);
-  dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, wei,
-                                     bias, dst, d.strides, d.dil, d.pl, d.pr);
-  return dnnl::convolution_forward::primitive_desc(fd, user_scratchpad(), eng);
+  auto prop = f.any() ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
+  dnnl::convolution_forward::desc fd(prop, dnnl::algorithm::convolution_direct, src, wei, bias, dst, d.strides, d.dil,
+                                     d.pl, d.pr);
+  return dnnl::convolution_forward::primitive_desc(fd, user_scratchpad(f), eng);
 }
 
 // Builds (once per geometry and kind) the primitive and remembers its layouts.
-Prims& prims(const ConvGeometry& g, int kind) {
+Prims& prims(const ConvGeometry& g, int kind, Fused f = {}) {
   State& s = state();
-  Key k = key_of(g, kind);
+  Key k = key_of(g, kind, f);
   auto it = s.cache.find(k);
   if (it != s.cache.end()) return it->second;
   Descs d = descs(g);
   auto t = dt_of(g.dtype);
-  Prims p{forward_pd(g, d, s.eng), {}, {}, {}, {}, {}, {}};
+  Prims p{forward_pd(g, d, s.eng, f), {}, {}, {}, {}, {}, {}};
   if (kind == 0) {
     p.prim = dnnl::convolution_forward(p.fwd_pd);
     p.scratch = p.fwd_pd.scratchpad_desc();
@@ -250,7 +267,13 @@ void ref_backward_weights(const ConvGeometry& g, const T* x, const T* gy, T* gw,
 
 }  // namespace
 
-void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y) {
+bool conv_epilogue_ok(DType t) { return use_dnnl(t); }
+
+void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
+                    const void* residual, Epilogue act) {
+  Fused f{residual != nullptr, act};
+  TS_CHECK(!f.any() || use_dnnl(g.dtype), "conv2d_forward: a fused epilogue needs f32 or bf16, got ",
+           dtype_name(g.dtype));
   if (!use_dnnl(g.dtype)) {
     visit_floating(g.dtype, [&]<typename T>() {
       ref_forward<T>(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y));
@@ -259,13 +282,17 @@ void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const v
   }
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);  // primitives share scratch: one conv at a time
-  Prims& p = prims(g, 0);
+  Prims& p = prims(g, 0, f);
   Descs d = descs(g);
   dnnl::stream st(s.eng);
   Buffers b;
   memory xm = in_layout(st, s.eng, d.user_src, p.src, x, b);
   memory wm = in_layout(st, s.eng, d.user_wei, p.wei, w, b);
   memory ym = out_layout(s.eng, d.user_dst, p.dst, y, b);
+  if (residual) {  // the sum post-op adds what dst holds: the residual, in dst's layout
+    memory rm(d.user_dst, s.eng, const_cast<void*>(residual));
+    dnnl::reorder(rm, ym).execute(st, rm, ym);
+  }
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym},
                                        {DNNL_ARG_SCRATCHPAD, memory(p.scratch, s.eng, b.get(p.scratch.get_size()))}};
   if (bias) {

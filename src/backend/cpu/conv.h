@@ -5,6 +5,7 @@
 // conv_transpose2d is the same three primitives with roles swapped.
 #include <cstdint>
 
+#include "backend/cpu/gemm.h"
 #include "tessera/core/dtype.h"
 
 namespace tessera::cpu {
@@ -19,7 +20,12 @@ struct ConvGeometry {
   DType dtype;
 };
 
-void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y);
+// y = act(conv(x, w) + bias + residual), the epilogue inside the primitive
+// (oneDNN post-ops: sum, then eltwise). residual (optional) is NCHW of y's
+// shape and must not overlap y; an epilogue needs conv_epilogue_ok(dtype).
+void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
+                    const void* residual = nullptr, Epilogue act = Epilogue::None);
+bool conv_epilogue_ok(DType t);
 void conv2d_backward_data(const ConvGeometry& g, const void* gy, const void* w, void* gx);
 // gw [OC, C/groups, KH, KW]; gbias [OC] (may be null).
 void conv2d_backward_weights(const ConvGeometry& g, const void* x, const void* gy, void* gw, void* gbias);

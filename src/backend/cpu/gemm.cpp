@@ -1,4 +1,5 @@
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/dnnl_post_ops.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -78,15 +79,7 @@ void gemm_dnnl(const GemmArgs& g) {
       if (g.alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(g.alpha)});
       dnnl::post_ops po;
       if (g.accumulate) po.append_sum(1.0f);
-      if (g.act != Epilogue::None) {
-        using A = dnnl::algorithm;
-        A alg = g.act == Epilogue::Relu       ? A::eltwise_relu
-                : g.act == Epilogue::Gelu     ? A::eltwise_gelu_erf
-                : g.act == Epilogue::GeluTanh ? A::eltwise_gelu_tanh
-                : g.act == Epilogue::Silu     ? A::eltwise_swish
-                                              : A::eltwise_tanh;
-        po.append_eltwise(1.0f, alg, g.act == Epilogue::Silu ? 1.0f : 0.0f, 0.0f);
-      }
+      append_activation(po, g.act);
       if (g.residual) po.append_binary(dnnl::algorithm::binary_add, cmd);
       if (po.len() > 0) attr.set_post_ops(po);
       dnnl::matmul::primitive_desc pd(desc, attr, e.eng);
