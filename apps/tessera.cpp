@@ -166,7 +166,7 @@ int cmd_export(const std::string& arg, const std::string& format, std::string ou
   for (auto& b : m.named_buffers()) params.push_back(b);
   compile::Graph g = compile::capture([&](const TensorList& in) { return TensorList{m(in[0])}; }, {x}, params, co);
   compile::PassOptions po;
-  if (format == "onnx") po.disable = {"fuse-epilogue", "fuse-elementwise"};  // ONNX has no fused kernels; runtimes fuse themselves
+  if (format == "onnx") po.disable = compile::tessera_only_passes();  // ONNX has no fused kernels; runtimes fuse themselves
   auto report = compile::optimize(g, po);
   if (output.empty()) output = format == "onnx" ? "model.onnx" : "model.tsr";
   if (format == "onnx") compile::export_onnx(g, output);

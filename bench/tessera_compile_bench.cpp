@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
     co.input_names = {name == "gpt" ? "ids" : "x"};
     compile::Graph g = compile::capture([&](const TensorList& in) { return TensorList{m(in[0])}; }, {c.input},
                                         m.named_parameters(), co);
-    compile::optimize(g, {.disable = {"fuse-epilogue", "fuse-elementwise"}});
+    compile::optimize(g, {.disable = compile::tessera_only_passes()});
     std::string base = std::string(dir) + "/" + name;
     compile::export_onnx(g, base + ".onnx");
     io::save_npy(base + ".input.npy", c.input);

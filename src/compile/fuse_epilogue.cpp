@@ -59,6 +59,8 @@ bool fuse_conv(Graph& g, Node* n, const std::vector<std::vector<Node*>>& uses, c
   if (last == n) return false;
   ops::Attrs attrs = n->attrs;
   attrs.set("activation", act);
+  attrs.set("input_block", int64_t{0});  // NCHW; the layout pass may block them
+  attrs.set("output_block", int64_t{0});
   Node* f = g.add_node(OpId::fused_conv2d, {n->inputs[0], n->inputs[1], n->inputs[2], residual}, attrs,
                        {{last->outputs[0]->dtype, last->outputs[0]->shape}}, last);
   f->scope = n->scope;

@@ -658,6 +658,8 @@ class Exporter {
       case OpId::fused_elementwise:
         unsupported("is made by the fusion pass; export the graph before fusion (optimize with "
                     "\"fuse-elementwise\" disabled)");
+      case OpId::channel_blocks:
+        unsupported("is made by the layout pass; export the graph before it (optimize with \"layout\" disabled)");
       case OpId::fused_linear:
       case OpId::fused_conv2d:
         unsupported("is made by the epilogue fusion pass; export the graph before fusion (optimize with "

@@ -26,11 +26,12 @@ void check_no_create_graph(const char* op) {
            ": double backward (create_graph=true through a convolution) is not supported yet");
 }
 
-cpu::ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, const std::vector<int64_t>& stride,
+// xs: the input's NCHW shape.
+cpu::ConvGeometry conv_geometry(IntArrayRef xs, DType dtype, const Tensor& w, const std::vector<int64_t>& stride,
                                 const std::vector<int64_t>& pad_tl, const std::vector<int64_t>& pad_br,
                                 const std::vector<int64_t>& dil, int64_t groups) {
   cpu::ConvGeometry g;
-  g.N = x.shape()[0]; g.C = x.shape()[1]; g.H = x.shape()[2]; g.W = x.shape()[3];
+  g.N = xs[0]; g.C = xs[1]; g.H = xs[2]; g.W = xs[3];
   g.OC = w.shape()[0]; g.KH = w.shape()[2]; g.KW = w.shape()[3];
   g.sh = stride[0]; g.sw = stride[1];
   g.dh = dil[0]; g.dw = dil[1];
@@ -38,8 +39,13 @@ cpu::ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, const std::vec
   g.groups = groups;
   g.OH = (g.H + g.pt + g.pb - g.dh * (g.KH - 1) - 1) / g.sh + 1;
   g.OW = (g.W + g.pl + g.pr - g.dw * (g.KW - 1) - 1) / g.sw + 1;
-  g.dtype = x.dtype();
+  g.dtype = dtype;
   return g;
+}
+cpu::ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, const std::vector<int64_t>& stride,
+                                const std::vector<int64_t>& pad_tl, const std::vector<int64_t>& pad_br,
+                                const std::vector<int64_t>& dil, int64_t groups) {
+  return conv_geometry(x.shape(), x.dtype(), w, stride, pad_tl, pad_br, dil, groups);
 }
 
 // conv_transpose2d's geometry: the convolution that maps its output
@@ -195,38 +201,67 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOpt
   TS_RETURN(conv2d_impl(x, w, b, p.stride, p.tl, p.br, p.dil, o.groups));
 }
 
+Tensor channel_blocks(const Tensor& x, int64_t block) {
+  TS_OP_SCOPE(channel_blocks, &x);
+  TS_OP_ATTRS({"block", block});
+  check_defined(x, "channel_blocks", "input");
+  TS_CHECK(block > 0, "channel_blocks: block must be positive, got ", block);
+  const Shape& s = x.shape();
+  if (x.dim() == 4) {
+    TS_CHECK(s[1] % block == 0, "channel_blocks: ", s[1], " channels (shape ", shape_str(s),
+             ") are not a multiple of the block ", block);
+    TS_RETURN(x.reshape({s[0], s[1] / block, block, s[2], s[3]}).permute({0, 1, 3, 4, 2}).contiguous());
+  }
+  TS_CHECK(x.dim() == 5 && s[4] == block, "channel_blocks: expected an NCHW tensor or a blocked [N, C/", block,
+           ", H, W, ", block, "] one, got shape ", shape_str(s));
+  TS_RETURN(x.permute({0, 1, 4, 2, 3}).reshape({s[0], s[1] * block, s[2], s[3]}).contiguous());
+}
+
 // conv2d with its residual add and activation inside the primitive (oneDNN
-// post-ops) where the backend can; elsewhere the same ops one after another.
+// post-ops), reading and writing channel-blocked activations if asked, where
+// the backend can; elsewhere (and for any malformed argument, whose error
+// then comes from the plain ops) the same ops one after another.
 Tensor fused_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual, const Conv2dOptions& o,
-                    const std::string& activation) {
+                    const std::string& activation, int64_t input_block, int64_t output_block) {
   TS_OP_SCOPE(fused_conv2d, &x, &w, &b, &residual);
   TS_OP_ATTRS({"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation}, {"groups", o.groups},
-              {"padding_same", o.padding_same}, {"activation", activation});
+              {"padding_same", o.padding_same}, {"activation", activation}, {"input_block", input_block},
+              {"output_block", output_block});
   const char* name = "fused_conv2d";
   cpu::Epilogue act = epilogue_of(activation, name);
+  for (int64_t blk : {input_block, output_block})
+    TS_CHECK(blk == 0 || blk == 8 || blk == 16, name, ": a channel block must be 0 (NCHW), 8 or 16, got ", blk);
   auto composite = [&] {
-    Tensor y = conv2d(x, w, b, o);
-    if (residual.defined()) y = add(y, residual);
-    return apply_epilogue(y, act);
+    Tensor y = conv2d(input_block ? channel_blocks(x, input_block) : x, w, b, o);
+    if (residual.defined()) y = add(y, output_block ? channel_blocks(residual, output_block) : residual);
+    y = apply_epilogue(y, act);
+    return output_block ? channel_blocks(y, output_block) : y;
   };
-  check_conv_args(name, x, w, b, o.groups, 2, false);
-  Conv2dParams p = conv2d_params(w, o, name);
-  if (!cpu::conv_epilogue_ok(x.dtype()) || (x.dtype() == DType::BF16 && !cpu::has_native_bf16()) ||
-      autograd::any_requires_grad({&x, &w, &b, &residual}))
+  bool fast = cpu::conv_epilogue_ok(x.dtype()) && !(x.dtype() == DType::BF16 && !cpu::has_native_bf16()) &&
+              x.defined() && w.defined() && x.dim() == (input_block ? 5 : 4) &&
+              (!input_block || x.shape()[4] == input_block) && w.dim() == 4 && w.dtype() == x.dtype() &&
+              o.groups >= 1 && !autograd::any_requires_grad({&x, &w, &b, &residual});
+  if (!fast) TS_RETURN(composite());
+  Shape xs = x.shape();
+  if (input_block) xs = {xs[0], xs[1] * input_block, xs[2], xs[3]};
+  int64_t OC = w.shape()[0];
+  if (xs[1] != w.shape()[1] * o.groups || OC % o.groups != 0 || (output_block && OC % output_block != 0) ||
+      (b.defined() && (b.dim() != 1 || b.shape()[0] != OC || b.dtype() != x.dtype())))
     TS_RETURN(composite());
+  Conv2dParams p = conv2d_params(w, o, name);
   Tensor xc = x.detach().contiguous(), wc = w.detach().contiguous();
-  cpu::ConvGeometry g = conv_geometry(xc, wc, p.stride, p.tl, p.br, p.dil, o.groups);
-  Shape out_shape{g.N, g.OC, g.OH, g.OW};
+  cpu::ConvGeometry g = conv_geometry(xs, x.dtype(), wc, p.stride, p.tl, p.br, p.dil, o.groups);
+  Shape out_shape = output_block ? Shape{g.N, OC / output_block, g.OH, g.OW, output_block} : Shape{g.N, OC, g.OH, g.OW};
   if (g.OH <= 0 || g.OW <= 0 || xc.numel() == 0 || wc.numel() == 0 ||
       (residual.defined() && (residual.dtype() != x.dtype() || !IntArrayRef(residual.shape()).equals(out_shape))))
     TS_RETURN(composite());  // conv2d's own errors and edge cases; broadcast residuals
   Tensor y = empty(out_shape, x.dtype());
-  if (y.numel() == 0) TS_RETURN(y);
   Tensor bc = b.defined() ? b.detach().contiguous() : Tensor();
   Tensor rc = residual.defined() ? residual.detach().contiguous() : Tensor();
   trace::add_flops(conv_flops(g));
-  cpu::conv2d_forward(g, xc.raw_data(), wc.raw_data(), bc.defined() ? bc.raw_data() : nullptr, y.raw_data(),
-                      rc.defined() ? rc.raw_data() : nullptr, act);
+  cpu::ConvFusion f{rc.defined() ? rc.raw_data() : nullptr, act, static_cast<int>(input_block),
+                    static_cast<int>(output_block)};
+  cpu::conv2d_forward(g, xc.raw_data(), wc.raw_data(), bc.defined() ? bc.raw_data() : nullptr, y.raw_data(), f);
   TS_RETURN(y);
 }
 
@@ -341,7 +376,10 @@ TS_OP_INVOKER(fused_conv2d) {
   o.dilation = a.ints("dilation");
   o.groups = a.i("groups");
   o.padding_same = a.b("padding_same");
-  return {fused_conv2d(in[0], in[1], in[2], in[3], o, a.s("activation"))};
+  return {fused_conv2d(in[0], in[1], in[2], in[3], o, a.s("activation"), a.i("input_block"), a.i("output_block"))};
+}
+TS_OP_INVOKER(channel_blocks) {
+  return {channel_blocks(in[0], a.i("block"))};
 }
 TS_OP_INVOKER(convolution_backward) {
   return convolution_backward(in[0], in[1], in[2], a.ints("stride"), a.ints("padding"), a.ints("padding_br"),

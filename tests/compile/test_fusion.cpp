@@ -1,5 +1,6 @@
 // Elementwise fusion: the rewrite, bitwise agreement with eager for every op
 // that can join a fused kernel, and the fused kernel's own input checks.
+#include "backend/cpu/conv.h"
 #include "tessera/compile/compile.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "compile/graph_test_util.h"
@@ -299,11 +300,103 @@ TEST(EpilogueFusion, CompiledResNetFusesEveryBlockTail) {
   Tensor x = randn({2, 3, 32, 32});
   EXPECT_CLOSE(f(x), (*net)(x), 1e-4, 1e-4);
   const Graph& g = f.last()->graph();
-  // The stem and both convs of each of the 8 basic blocks; the 3 projection
-  // shortcuts (conv + folded BN) have no epilogue.
-  EXPECT_EQ(count_op(g, "fused_conv2d"), 17) << dump(g);
-  EXPECT_EQ(count_op(g, "conv2d"), 3) << dump(g);
+  // The stem and both convs of each of the 8 basic blocks fuse; the 3
+  // projection shortcuts (conv + folded BN) have no epilogue, and become
+  // fused_conv2d too when the layout pass blocks their activations.
+  bool blocked = cpu::conv_activation_block() > 0;
+  EXPECT_EQ(count_op(g, "fused_conv2d"), blocked ? 20 : 17) << dump(g);
+  EXPECT_EQ(count_op(g, "conv2d"), blocked ? 0 : 3) << dump(g);
   EXPECT_EQ(count_op(g, "relu"), 0) << dump(g);
+}
+
+// ---- layout --------------------------------------------------------------------
+
+int blocked_convs(const Graph& g, const char* which) {
+  int n = 0;
+  for (const Node* node : g.nodes()) n += node->op_name() == "fused_conv2d" && node->attrs.i(which) > 0;
+  return n;
+}
+
+TEST(Layout, ResNetConvsHandEachOtherBlockedActivations) {
+  const int64_t b = cpu::conv_activation_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers NCHW on this CPU: the pass has nothing to do";
+  manual_seed(7);
+  nn::zoo::ResNetConfig c;
+  c.widths = {8, 16, 16, 32};
+  nn::zoo::ResNet net(c);
+  net.eval();
+  NoGradGuard ng;
+  CaptureOptions co;
+  co.dynamic = {{0, 0, "N"}};
+  Graph g = capture([&](const TensorList& in) { return TensorList{net(in[0])}; }, {randn({2, 3, 32, 32})},
+                    net.named_parameters(), co);
+  optimize(g, {.disable = {"layout"}});
+  Graph blocked = g.clone();
+  EXPECT_EQ(block_conv_activations(blocked), 20);
+  verify(blocked, "layout");
+  // Every conv but the stem reads blocked input; every output but the last
+  // (read by the pooling) is blocked; the last block's shortcut is converted
+  // back to NCHW for its residual add.
+  EXPECT_EQ(blocked_convs(blocked, "input_block"), 19) << dump(blocked);
+  EXPECT_EQ(blocked_convs(blocked, "output_block"), 19) << dump(blocked);
+  EXPECT_EQ(count_op(blocked, "channel_blocks"), 1) << dump(blocked);
+  Executable plain(std::move(g)), fast(std::move(blocked));
+  for (int n : {2, 3}) {  // a dynamic batch
+    Tensor x = randn({n, 3, 32, 32});
+    EXPECT_CLOSE(fast.run({x})[0], plain.run({x})[0], 1e-5, 1e-5) << n;
+  }
+}
+
+TEST(Layout, LeavesNchwWhereOtherOpsReadAndConvertsForeignResiduals) {
+  const int64_t b = cpu::conv_activation_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers NCHW on this CPU: the pass has nothing to do";
+  Tensor w1 = randn({16, 8, 3, 3}), w2 = randn({16, 16, 3, 3}), w3 = randn({16, 16, 1, 1});
+  Conv2dOptions same;
+  same.padding = {1, 1};
+  // h feeds a conv and is also an output (NCHW); k feeds two convs (blocked);
+  // the residual r comes from a graph input into a blocked output.
+  auto fn = [&](const TensorList& in) {
+    Tensor h = relu(conv2d(in[0], w1, {}, same));
+    Tensor k = conv2d(h, w2, {}, same);
+    Tensor y = relu(add(conv2d(k, w2, {}, same), in[1]));
+    return TensorList{h, add(conv2d(y, w3), conv2d(k, w3))};
+  };
+  TensorList ex{randn({2, 8, 6, 6}), randn({2, 16, 6, 6})};
+  Graph g = capture(fn, ex);
+  optimize(g);
+  verify(g, "layout");
+  EXPECT_EQ(blocked_convs(g, "output_block"), 2) << dump(g);  // k and y
+  EXPECT_EQ(count_op(g, "channel_blocks"), 1) << dump(g);      // r, blocked for y's residual
+  TensorList got = Executable(std::move(g)).run(ex), want = fn(ex);
+  EXPECT_CLOSE(got[0], want[0], 1e-5, 1e-5);
+  EXPECT_CLOSE(got[1], want[1], 1e-4, 1e-4);
+}
+
+TEST(Layout, ChannelBlocksRoundTripsAndChecksShapes) {
+  Tensor x = randn({2, 16, 3, 5});
+  Tensor xb = channel_blocks(x, 8);
+  EXPECT_EQ(xb.shape(), (Shape{2, 2, 3, 5, 8}));
+  // channel c of x sits at [n, c / 8, h, w, c % 8]
+  auto at = [](const Tensor& t, std::initializer_list<int64_t> idx) {
+    Tensor e = t;
+    for (int64_t i : idx) e = e.select(0, i);
+    return e.item<float>();
+  };
+  EXPECT_EQ(at(xb, {1, 1, 2, 4, 3}), at(x, {1, 11, 2, 4}));
+  EXPECT_CLOSE(channel_blocks(xb, 8), x, 0, 0);
+  // A blocked fused_conv2d equals the NCHW one.
+  Tensor w = randn({8, 16, 3, 3}), bias = randn({8}), r = randn({2, 8, 1, 3});
+  Tensor want = fused_conv2d(x, w, bias, r, {}, "relu");
+  Tensor got = fused_conv2d(xb, w, bias, channel_blocks(r, 8), {}, "relu", 8, 8);
+  EXPECT_CLOSE(channel_blocks(got, 8), want, 1e-5, 1e-5);
+  auto err = [](auto f) { return testing::error_of(f); };
+  EXPECT_NE(err([&] { channel_blocks(randn({2, 12, 3, 3}), 8); }).find("not a multiple of the block 8"), std::string::npos);
+  EXPECT_NE(err([&] { channel_blocks(xb, 16); }).find("expected an NCHW tensor or a blocked"), std::string::npos);
+  EXPECT_NE(err([&] { fused_conv2d(xb, w, bias, {}, {}, "relu", 4, 0); }).find("must be 0 (NCHW), 8 or 16"),
+            std::string::npos);
+  // A blocked input of the wrong channel count: the plain ops' error.
+  EXPECT_NE(err([&] { fused_conv2d(xb, randn({8, 8, 3, 3}), bias, {}, {}, "relu", 8, 0); }).find("input channels"),
+            std::string::npos);
 }
 
 }  // namespace

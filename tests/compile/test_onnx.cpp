@@ -51,7 +51,7 @@ void round_trip(const std::shared_ptr<nn::Module>& module, const Tensor& example
   co.dynamic = std::move(dynamic);
   Graph g = capture([&](const TensorList& in) { return TensorList{(*module)(in[0])}; }, {example},
                     module->named_parameters(), co);
-  optimize(g, {.disable = {"fuse-epilogue", "fuse-elementwise"}});
+  optimize(g, {.disable = tessera_only_passes()});
   std::string bytes = onnx_bytes(g);  // runs onnx::checker
   Model m(import_onnx_bytes(bytes));
   // A batch of one runs too (the file's batch dimension is dynamic).

@@ -22,6 +22,10 @@ struct PassOptions {
   bool no_autograd = true;
 };
 
+// The passes whose output only Tessera runs (fused kernels, blocked layouts):
+// disable them for a graph meant for ONNX export.
+inline std::vector<std::string> tessera_only_passes() { return {"fuse-epilogue", "layout", "fuse-elementwise"}; }
+
 struct Pass {
   std::string name;
   std::string description;
@@ -52,6 +56,10 @@ int fold_batch_norm(Graph& g);
 // residual add as one fused_linear node (the GEMM's epilogue); graphs run
 // without autograd only.
 int fuse_epilogues(Graph& g);
+// f32 convolutions pass activations to each other in oneDNN's channel-blocked
+// layout (fused_conv2d input_block/output_block; channel_blocks where a
+// residual comes from elsewhere); graphs without autograd only.
+int block_conv_activations(Graph& g);
 // Connected f32 pointwise ops (and the scalars they read) as fused_elementwise
 // nodes; the fused kernel has no backward, so only for graphs run without autograd.
 int fuse_elementwise(Graph& g);

@@ -313,8 +313,15 @@ Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 // and residual optional (of the output's shape): a ResNet block's tail. f32
 // (and native bf16) runs one oneDNN convolution with post-ops, other cases
 // the ops one after another. No backward. Made by the fuse-epilogue pass.
+// input_block / output_block (0, 8 or 16): x, resp. the output and residual,
+// are channel-blocked (see channel_blocks) instead of NCHW (the layout pass).
 Tensor fused_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
-                    const Conv2dOptions& opts, const std::string& activation);
+                    const Conv2dOptions& opts, const std::string& activation, int64_t input_block = 0,
+                    int64_t output_block = 0);
+// NCHW [N, C, H, W] to channel-blocked [N, C/block, H, W, block] (channel c
+// at [n, c / block, h, w, c % block]: oneDNN's nChw8c / nChw16c), and a 5-D
+// blocked tensor back to NCHW.
+Tensor channel_blocks(const Tensor& x, int64_t block);
 // The kernel a pointwise op runs on f32 operands, as a fused_elementwise
 // instruction ("Add", "LeakyRelu[0.2]", "where"), or nullopt if the op (with
 // these attributes) cannot join a fused kernel.

@@ -269,11 +269,35 @@ void ref_backward_weights(const ConvGeometry& g, const T* x, const T* gy, T* gw,
 
 bool conv_epilogue_ok(DType t) { return use_dnnl(t); }
 
+int conv_activation_block() {
+  static const int block = [] {
+    // A typical mid-network convolution: which layout does the primitive want?
+    ConvGeometry g{1, 64, 8, 8, 64, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1, 1, 1, DType::F32};
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    const memory::desc& dst = prims(g, 0).dst;
+    memory::dims dims{1, 64, 8, 8};
+    if (dst == memory::desc(dims, memory::data_type::f32, tag::nChw8c)) return 8;
+    if (dst == memory::desc(dims, memory::data_type::f32, tag::nChw16c)) return 16;
+    return 0;
+  }();
+  return block;
+}
+
+namespace {
+memory::desc activation_desc(const memory::dims& dims, DType t, int block) {
+  tag layout = block == 0 ? tag::nchw : block == 8 ? tag::nChw8c : tag::nChw16c;
+  TS_CHECK(block == 0 || block == 8 || block == 16, "conv2d_forward: channel block must be 0, 8 or 16, got ", block);
+  return memory::desc(dims, dt_of(t), layout);
+}
+}  // namespace
+
 void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
-                    const void* residual, Epilogue act) {
-  Fused f{residual != nullptr, act};
-  TS_CHECK(!f.any() || use_dnnl(g.dtype), "conv2d_forward: a fused epilogue needs f32 or bf16, got ",
-           dtype_name(g.dtype));
+                    const ConvFusion& fusion) {
+  Fused f{fusion.residual != nullptr, fusion.act};
+  const void* residual = fusion.residual;
+  TS_CHECK((!f.any() && fusion.src_block == 0 && fusion.dst_block == 0) || use_dnnl(g.dtype),
+           "conv2d_forward: a fused epilogue or blocked layout needs f32 or bf16, got ", dtype_name(g.dtype));
   if (!use_dnnl(g.dtype)) {
     visit_floating(g.dtype, [&]<typename T>() {
       ref_forward<T>(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y));
@@ -284,6 +308,8 @@ void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const v
   std::lock_guard<std::mutex> lock(s.mu);  // primitives share scratch: one conv at a time
   Prims& p = prims(g, 0, f);
   Descs d = descs(g);
+  d.user_src = activation_desc(d.src, g.dtype, fusion.src_block);
+  d.user_dst = activation_desc(d.dst, g.dtype, fusion.dst_block);
   dnnl::stream st(s.eng);
   Buffers b;
   memory xm = in_layout(st, s.eng, d.user_src, p.src, x, b);

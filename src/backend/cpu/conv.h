@@ -20,12 +20,23 @@ struct ConvGeometry {
   DType dtype;
 };
 
-// y = act(conv(x, w) + bias + residual), the epilogue inside the primitive
-// (oneDNN post-ops: sum, then eltwise). residual (optional) is NCHW of y's
-// shape and must not overlap y; an epilogue needs conv_epilogue_ok(dtype).
+// What a forward convolution does besides the product, inside the primitive:
+// y = act(conv(x, w) + bias + residual) (oneDNN post-ops: sum, then eltwise),
+// and the layouts of x and y: NCHW, or channel-blocked [N, C/b, H, W, b]
+// (oneDNN's nChw8c / nChw16c, its own layout on this CPU: no reorders between
+// convolutions). The residual (optional) has y's shape and layout and must
+// not overlap y. Anything but the defaults needs conv_epilogue_ok(dtype).
+struct ConvFusion {
+  const void* residual = nullptr;
+  Epilogue act = Epilogue::None;
+  int src_block = 0, dst_block = 0;  // 0: NCHW; 8 or 16: channel-blocked
+};
 void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
-                    const void* residual = nullptr, Epilogue act = Epilogue::None);
+                    const ConvFusion& fusion = {});
 bool conv_epilogue_ok(DType t);
+// The channel block oneDNN's f32 convolutions keep activations in on this CPU
+// (8 with AVX2, 16 with AVX-512), or 0 if they prefer plain NCHW.
+int conv_activation_block();
 void conv2d_backward_data(const ConvGeometry& g, const void* gy, const void* w, void* gx);
 // gw [OC, C/groups, KH, KW]; gbias [OC] (may be null).
 void conv2d_backward_weights(const ConvGeometry& g, const void* x, const void* gy, void* gw, void* gbias);
