@@ -26,8 +26,9 @@ bool is_conv(const Node* n) {
 // weight dimension `dim` (0: output channels, 1: input channels) is a
 // static multiple of `b`, for an f32 ungrouped convolution.
 bool channels_divisible(const Node* n, int dim, int64_t b) {
+  if (!is_conv(n)) return false;
   const Value* w = n->inputs[1];
-  if (!is_conv(n) || n->outputs[0]->dtype != DType::F32 || n->attrs.i("groups") != 1 || !w || w->shape.size() != 4)
+  if (n->outputs[0]->dtype != DType::F32 || n->attrs.i("groups") != 1 || !w || w->shape.size() != 4)
     return false;
   return w->shape[dim].is_static() && w->shape[dim].static_value() % b == 0;
 }
