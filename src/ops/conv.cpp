@@ -360,22 +360,20 @@ TensorList convolution_backward(const Tensor& grad, const Tensor& x, const Tenso
 }
 
 // ---- invokers (graph nodes run ops through these) ----
-TS_OP_INVOKER(conv2d) {
+namespace {
+Conv2dOptions conv2d_options(const Attrs& a) {
   Conv2dOptions o;
   o.stride = a.ints("stride");
   o.padding = a.ints("padding");
   o.dilation = a.ints("dilation");
   o.groups = a.i("groups");
   o.padding_same = a.b("padding_same");
-  return {conv2d(in[0], in[1], in[2], o)};
+  return o;
 }
+}  // namespace
+TS_OP_INVOKER(conv2d) { return {conv2d(in[0], in[1], in[2], conv2d_options(a))}; }
 TS_OP_INVOKER(fused_conv2d) {
-  Conv2dOptions o;
-  o.stride = a.ints("stride");
-  o.padding = a.ints("padding");
-  o.dilation = a.ints("dilation");
-  o.groups = a.i("groups");
-  o.padding_same = a.b("padding_same");
+  Conv2dOptions o = conv2d_options(a);
   return {fused_conv2d(in[0], in[1], in[2], in[3], o, a.s("activation"), a.i("input_block"), a.i("output_block"))};
 }
 TS_OP_INVOKER(channel_blocks) {
