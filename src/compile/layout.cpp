@@ -54,9 +54,13 @@ int block_conv_activations(Graph& g) {
     if (!channels_divisible(n, 0, b) || is_out[v->id] || uses[v->id].empty()) continue;
     bool ok = true;
     for (const Node* u : uses[v->id]) {
+      if (!is_conv(u)) {
+        ok = false;
+        break;
+      }
       bool as_input = u->inputs[0] == v && channels_divisible(u, 1, b);
       bool as_residual = residual_of(u) == v && channels_divisible(u, 0, b);
-      bool elsewhere = u->inputs[1] == v || u->inputs[2] == v;
+      bool elsewhere = u->inputs[1] == v || (u->inputs.size() > 2 && u->inputs[2] == v);
       ok = ok && (as_input || as_residual) && !elsewhere && (u->inputs[0] != v || as_input);
     }
     if (ok) blocked.insert(v);
@@ -102,7 +106,8 @@ int block_conv_activations(Graph& g) {
     if (n->op == OpId::conv2d) attrs.set("activation", std::string("none"));
     attrs.set("input_block", in_b ? b : int64_t{0});
     attrs.set("output_block", out_b ? b : int64_t{0});
-    Node* f = g.add_node(OpId::fused_conv2d, {n->inputs[0], n->inputs[1], n->inputs[2], residual}, attrs,
+    Value* bias = n->inputs.size() > 2 ? n->inputs[2] : nullptr;
+    Node* f = g.add_node(OpId::fused_conv2d, {n->inputs[0], n->inputs[1], bias, residual}, attrs,
                          {{out->dtype, out_b ? blocked_shape(out->shape, b) : out->shape}}, n);
     f->scope = n->scope;
     f->sym_attrs = n->sym_attrs;
