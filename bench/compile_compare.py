@@ -4,6 +4,7 @@
     /usr/bin/python3 bench/compile_compare.py                        # all cases, 1 and 2 threads
     /usr/bin/python3 bench/compile_compare.py --cases resnet18,gpt --iters 10
     /usr/bin/python3 bench/compile_compare.py --quick --cases mlp    # smoke test: 1 timed iteration
+    /usr/bin/python3 bench/compile_compare.py --cases resnet18 --rounds 3  # alternate the sides 3 times
 
 What it measures, for every case (mlp, cnn, resnet18, gpt), batch (1 and 32; gpt
 1 and 8) and thread count T (1 and 2), each as its own process:
@@ -181,11 +182,32 @@ def run_torch_best(case, batch, threads, iters, warmup):
     return best
 
 
-def measure(binary, case, batch, threads, iters, warmup, with_default):
-    """One configuration: Tessera, PyTorch best and (optionally) PyTorch default."""
+def median_of_rounds(recs, keys):
+    """The first successful record, its timing keys replaced by their median over
+    all successful rounds (or the first error if every round failed)."""
+    ok = [r for r in recs if "error" not in r]
+    if not ok:
+        return recs[0]
+    out = dict(ok[0])
+    for k in keys:
+        vals = sorted(r[k] for r in ok)
+        out[k] = vals[len(vals) // 2]
+    out["rounds"] = len(ok)
+    return out
+
+
+def measure(binary, case, batch, threads, iters, warmup, with_default, rounds):
+    """One configuration: Tessera, PyTorch best and (optionally) PyTorch default.
+    With rounds > 1 the two sides alternate (Tessera, PyTorch, Tessera, ...) so that
+    the host's slow and fast spells fall on both; each side's figure is the median
+    of its round medians."""
+    tess, best = [], []
+    for _ in range(rounds):
+        tess.append(run_tessera(binary, case, batch, threads, iters, warmup))
+        best.append(run_torch_best(case, batch, threads, iters, warmup))
     row = {"case": case, "batch": batch, "threads": threads,
-           "tessera": run_tessera(binary, case, batch, threads, iters, warmup),
-           "torch": run_torch_best(case, batch, threads, iters, warmup),
+           "tessera": median_of_rounds(tess, ("eager_ms", "compiled_ms")),
+           "torch": median_of_rounds(best, ("eager_ms", "script_ms")),
            "torch_default": (run_torch("torch_default", case, batch, threads, iters, warmup)
                              if with_default else {"error": "skipped"})}
     t, p, d = row["tessera"], row["torch"], row["torch_default"]
@@ -295,6 +317,9 @@ def parse_args():
                          ", ".join(f"{c} {n}" for c, n in DEFAULT_ITERS.items()) + ")")
     ap.add_argument("--warmup", type=int, default=3, help="untimed iterations first (default 3)")
     ap.add_argument("--quick", action="store_true", help="smoke test: 1 timed iteration, 1 warmup")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate Tessera and PyTorch this many times per configuration and report "
+                         "the median round (default 1)")
     ap.add_argument("--threads", default=",".join(map(str, THREADS)), help="comma-separated thread counts")
     ap.add_argument("--bin", default=DEFAULT_BIN, help="tessera_compile_bench (default %(default)s)")
     ap.add_argument("--no-torch-default", action="store_true",
@@ -309,6 +334,8 @@ def parse_args():
         ap.error(f"unknown case(s) {bad}; choose from {CASES}")
     if args.quick:
         args.iters, args.warmup = 1, 1
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     return args
 
 
@@ -324,9 +351,12 @@ def main():
         iters = args.iters or DEFAULT_ITERS[case]
         for batch in BATCHES[case]:
             for threads in args.threads:
-                rows.append(measure(args.bin, case, batch, threads, iters, args.warmup, not args.no_torch_default))
+                rows.append(measure(args.bin, case, batch, threads, iters, args.warmup, not args.no_torch_default,
+                                    args.rounds))
     iters_note = (f"{args.iters} per measurement" if args.iters else
                   ", ".join(f"{c} {DEFAULT_ITERS[c]}" for c in args.cases)) + f", after {args.warmup} warmup"
+    if args.rounds > 1:
+        iters_note += f"; {args.rounds} alternating rounds per side, median round reported"
     print_report(rows, iters_note)
     return 1 if errors(rows) else 0
 
