@@ -186,6 +186,12 @@ Tensor max_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntAr
                   bool ceil_mode) {
   TS_OP_SCOPE(max_pool2d, &x);
   TS_OP_ATTRS({"kernel_size", kernel}, {"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"ceil_mode", ceil_mode}, {"return_indices", false});
+  if (!autograd::any_requires_grad({&x})) {  // no backward: no argmax to keep (the vectorized kernel)
+    Pool p = make_pool(x, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");
+    Tensor y = empty(p.out_shape, p.x.dtype());
+    if (y.numel() > 0) cpu::max_pool2d_forward(p.g, p.x.raw_data(), y.raw_data(), nullptr);
+    TS_RETURN(y);
+  }
   TS_RETURN(std::get<0>(max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode)));
 }
 

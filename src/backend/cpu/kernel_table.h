@@ -10,6 +10,7 @@
 // (TESSERA_CPU_CAPABILITY=base|avx2|avx512 lowers it, for testing).
 #include <cstdint>
 
+#include "backend/cpu/pool.h"
 #include "tessera/core/dtype.h"
 
 namespace tessera::cpu {
@@ -81,6 +82,9 @@ struct SgdArgs {
 };
 using SgdStep = void (*)(void* p, const void* g, void* buf, int64_t n, const SgdArgs& a);
 
+// Max pooling of planes [p0, p1) of [planes, H, W, g.lanes] data, no indices.
+using MaxPoolPlanes = void (*)(const PoolGeometry& g, const void* x, void* y, int64_t p0, int64_t p1);
+
 using AttnSoftmax = void (*)(void* s, void* lse, int64_t rows, int64_t n);
 using AttnExp = void (*)(void* s, const void* lse, int64_t rows, int64_t n);
 
@@ -103,6 +107,7 @@ struct KernelTable {
   AttnExp attn_exp[kNumDTypes] = {};
   AdamStep adam_step[kNumDTypes] = {};
   SgdStep sgd_step[kNumDTypes] = {};
+  MaxPoolPlanes max_pool_planes[kNumDTypes] = {};
 };
 
 const KernelTable& kernels();

@@ -1,5 +1,7 @@
 #include "backend/cpu/pool.h"
 
+#include "backend/cpu/kernel_table.h"
+
 #include <algorithm>
 
 #include <cmath>
@@ -33,6 +35,14 @@ Window window(const PoolGeometry& g, int64_t oh, int64_t ow) {
 }  // namespace
 
 void max_pool2d_forward(const PoolGeometry& g, const void* xv, void* yv, int64_t* indices) {
+  if (!indices) {
+    auto kernel = kernels().max_pool_planes[idx(g.dtype)];
+    TS_CHECK(kernel, "max_pool2d: no kernel for ", dtype_name(g.dtype));
+    parallel_for(0, g.planes, std::max<int64_t>(1, 16384 / (g.H * g.W * g.lanes)),
+                 [&](int64_t p0, int64_t p1) { kernel(g, xv, yv, p0, p1); });
+    return;
+  }
+  TS_CHECK(g.lanes == 1, "max_pool2d: indices are defined for NCHW planes only");
   // Windows that never leave the plane (no padding, no dilation: the common
   // case) skip the bounds checks.
   const bool inside = g.ph == 0 && g.pw == 0 && g.dh == 1 && g.dw == 1 && (g.OH - 1) * g.sh + g.kh <= g.H &&

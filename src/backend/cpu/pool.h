@@ -1,5 +1,6 @@
 #pragma once
-// 2-D max and average pooling over [planes, H, W] contiguous data.
+// 2-D max and average pooling over [planes, H, W] contiguous data (max
+// pooling without indices also over channel-blocked [planes, H, W, lanes]).
 #include <cstdint>
 
 #include "tessera/core/dtype.h"
@@ -11,9 +12,11 @@ struct PoolGeometry {
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;
   bool count_include_pad = true;  // average pooling only
   DType dtype;
+  int64_t lanes = 1;  // channels interleaved per plane: max pooling without indices only
 };
 
-// indices: flat position in the H*W plane of each maximum (NaN wins).
+// indices: flat position in the H*W plane of each maximum (NaN wins); null
+// when nothing needs them (inference), which takes the vectorized kernel.
 void max_pool2d_forward(const PoolGeometry& g, const void* x, void* y, int64_t* indices);
 // gx (overwritten) = gy summed into the positions `indices` chose.
 void max_pool2d_backward(const PoolGeometry& g, const void* gy, const int64_t* indices, void* gx);

@@ -64,4 +64,5 @@ void fill_elementwise_kernels(KernelTable& t);
 void fill_reduce_kernels(KernelTable& t);
 void fill_norm_kernels(KernelTable& t);
 void fill_optim_kernels(KernelTable& t);
+void fill_pool_kernels(KernelTable& t);
 }  // namespace tessera::cpu::TESSERA_ISA

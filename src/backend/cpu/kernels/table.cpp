@@ -7,6 +7,7 @@ void fill_kernel_table(KernelTable& t) {
   fill_reduce_kernels(t);
   fill_norm_kernels(t);
   fill_optim_kernels(t);
+  fill_pool_kernels(t);
 }
 
 }  // namespace tessera::cpu::TESSERA_ISA
