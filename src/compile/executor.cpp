@@ -52,6 +52,16 @@ bool may_alias(ops::OpId op) {
   }
 }
 
+// The input a node's output may be written over when that input dies at the
+// node, or -1. The kernel must take the two being one buffer: fused_conv2d's
+// f32 path adds its residual with oneDNN's sum post-op, which accumulates into
+// the destination (so in place it also skips copying the residual there).
+int in_place_input(const Node& n) {
+  if (n.op == ops::OpId::fused_conv2d && n.inputs.size() > 3 && n.inputs[3] && n.outputs[0]->dtype == DType::F32)
+    return 3;
+  return -1;
+}
+
 // Hands out the planned places of one node's outputs, by size.
 class NodeBuffers final : public PlannedBuffers {
  public:
@@ -114,6 +124,31 @@ Executable::Executable(Graph g, bool plan_memory) : graph_(std::move(g)), plan_m
         int base = alias_of_[v->id];
         end_step_[base] = std::max(end_step_[base], end_step_[v->id]);
       }
+
+  // In-place chains: an output joins its input's chain when the input is a
+  // plannable node output of the same type that nothing needs after this node
+  // (its views included) and that the node reads through no other operand.
+  chain_head_.resize(num_slots_);
+  for (int id = 0; id < num_slots_; ++id) chain_head_[id] = id;
+  chain_end_ = end_step_;
+  auto plannable = [&](const Value* v) {
+    return def_step_[v->id] >= 0 && alias_of_[v->id] < 0 && end_step_[v->id] < last && !v->data_dependent_shape;
+  };
+  std::vector<bool> taken(num_slots_, false);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = *nodes[i];
+    int k = in_place_input(n);
+    if (k < 0 || n.outputs.size() != 1) continue;
+    const Value *in = n.inputs[k], *out = n.outputs[0];
+    bool read_once = std::count(n.inputs.begin(), n.inputs.end(), in) == 1;
+    if (!plannable(in) || !plannable(out) || taken[in->id] || !read_once || end_step_[in->id] != static_cast<int>(i) ||
+        in->dtype != out->dtype || !(in->shape == out->shape))
+      continue;
+    taken[in->id] = true;
+    int head = chain_head_[in->id];
+    chain_head_[out->id] = head;
+    chain_end_[head] = std::max(chain_end_[head], end_step_[out->id]);
+  }
 }
 
 MemoryPlan Executable::make_plan(const std::vector<int64_t>& syms) const {
@@ -132,13 +167,19 @@ MemoryPlan Executable::make_plan(const std::vector<int64_t>& syms) const {
       if (p.bytes[v->id] > 0) ids.push_back(v->id);
     }
   std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return p.bytes[a] > p.bytes[b]; });
-  std::vector<int> placed;
+  std::vector<int> placed;  // chain heads, placed for their whole chain's lifetime
   for (int id : ids) {
+    p.planned_bytes += p.bytes[id];
+    ++p.planned_values;
+    if (chain_head_[id] != id) {  // takes its chain head's place, below
+      ++p.in_place_values;
+      continue;
+    }
     int64_t size = (p.bytes[id] + kAlignment - 1) / kAlignment * kAlignment;
     // Blocks alive at the same time, by offset; take the first gap that fits.
     std::vector<std::pair<int64_t, int64_t>> busy;
     for (int o : placed)
-      if (def_step_[o] <= end_step_[id] && def_step_[id] <= end_step_[o])
+      if (def_step_[o] <= chain_end_[id] && def_step_[id] <= chain_end_[o])
         busy.push_back({p.offset[o], (p.bytes[o] + kAlignment - 1) / kAlignment * kAlignment});
     std::sort(busy.begin(), busy.end());
     int64_t at = 0;
@@ -148,10 +189,10 @@ MemoryPlan Executable::make_plan(const std::vector<int64_t>& syms) const {
     }
     p.offset[id] = at;
     p.arena_bytes = std::max(p.arena_bytes, at + size);
-    p.planned_bytes += p.bytes[id];
-    ++p.planned_values;
     placed.push_back(id);
   }
+  for (int id : ids)
+    if (chain_head_[id] != id) p.offset[id] = p.offset[chain_head_[id]];
   return p;
 }
 

@@ -6,6 +6,7 @@
 #include "backend/cpu/gemm.h"
 #include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
+#include "tessera/core/allocator.h"
 
 namespace tessera::ops {
 namespace {
@@ -232,6 +233,9 @@ Tensor fused_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
   for (int64_t blk : {input_block, output_block})
     TS_CHECK(blk == 0 || blk == 8 || blk == 16, name, ": a channel block must be 0 (NCHW), 8 or 16, got ", blk);
   auto composite = [&] {
+    // Unplanned: the graph executor may have planned the output in the
+    // residual's place (it dies here), which only the one-primitive path allows.
+    PlannedBuffersGuard unplanned(nullptr);
     Tensor y = conv2d(input_block ? channel_blocks(x, input_block) : x, w, b, o);
     if (residual.defined()) y = add(y, output_block ? channel_blocks(residual, output_block) : residual);
     y = apply_epilogue(y, act);
@@ -249,13 +253,15 @@ Tensor fused_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
       (b.defined() && (b.dim() != 1 || b.shape()[0] != OC || b.dtype() != x.dtype())))
     TS_RETURN(composite());
   Conv2dParams p = conv2d_params(w, o, name);
-  Tensor xc = x.detach().contiguous(), wc = w.detach().contiguous();
-  cpu::ConvGeometry g = conv_geometry(xs, x.dtype(), wc, p.stride, p.tl, p.br, p.dil, o.groups);
+  cpu::ConvGeometry g = conv_geometry(xs, x.dtype(), w, p.stride, p.tl, p.br, p.dil, o.groups);
   Shape out_shape = output_block ? Shape{g.N, OC / output_block, g.OH, g.OW, output_block} : Shape{g.N, OC, g.OH, g.OW};
-  if (g.OH <= 0 || g.OW <= 0 || xc.numel() == 0 || wc.numel() == 0 ||
+  if (g.OH <= 0 || g.OW <= 0 || x.numel() == 0 || w.numel() == 0 ||
       (residual.defined() && (residual.dtype() != x.dtype() || !IntArrayRef(residual.shape()).equals(out_shape))))
     TS_RETURN(composite());  // conv2d's own errors and edge cases; broadcast residuals
+  // The output first: a planned output may be the residual's own buffer (the
+  // sum post-op then accumulates in place), and no copy below may take it.
   Tensor y = empty(out_shape, x.dtype());
+  Tensor xc = x.detach().contiguous(), wc = w.detach().contiguous();
   Tensor bc = b.defined() ? b.detach().contiguous() : Tensor();
   Tensor rc = residual.defined() ? residual.detach().contiguous() : Tensor();
   trace::add_flops(conv_flops(g));

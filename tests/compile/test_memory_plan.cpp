@@ -36,6 +36,8 @@ TEST(MemoryPlan, ResNetReusesTheArenaAndMatchesUnplanned) {
     EXPECT_CLOSE(planned.run({xi})[0], plain.run({xi})[0], 0, 0);
     auto plan = planned.memory_plan({n});
     EXPECT_GT(plan->planned_values, 10);
+    // Each block's tail convolution writes its output over its shortcut.
+    EXPECT_EQ(plan->in_place_values, 8);
     // Liveness reuse: the arena is a fraction of the values added up.
     EXPECT_LT(plan->arena_bytes * 2, plan->planned_bytes) << plan->arena_bytes << " of " << plan->planned_bytes;
   }
@@ -68,6 +70,28 @@ TEST(MemoryPlan, GptWithViewsNeedsNoCopies) {
     EXPECT_CLOSE(planned.run({ids})[0], plain.run({ids})[0], 0, 0);
   }
   EXPECT_EQ(planned.alias_copies(), 0);
+}
+
+TEST(MemoryPlan, AResidualIsOverwrittenOnlyWhenNothingElseNeedsIt) {
+  // fused_conv2d's output may take its residual's place when the residual
+  // dies there; not when a later node or another operand still reads it.
+  Tensor w = ops::randn({8, 8, 3, 3}), b = ops::randn({8});
+  ops::Conv2dOptions o;
+  o.padding = {1, 1};
+  auto fn = [&](const TensorList& in) {
+    Tensor r1 = ops::exp(in[0]);                                   // dies at c1: in place
+    Tensor c1 = ops::fused_conv2d(in[0], w, b, r1, o, "relu");
+    Tensor r2 = ops::sin(c1);                                      // read again below
+    Tensor c2 = ops::fused_conv2d(c1, w, b, r2, o, "none");
+    Tensor c3 = ops::fused_conv2d(c2, w, Tensor(), c2, o, "none");  // its own input
+    return TensorList{ops::add(c3, r2)};
+  };
+  Tensor x = ops::randn({2, 8, 6, 6});
+  Graph g = capture(fn, {x});
+  Executable planned(g.clone(), true), plain(std::move(g), false);
+  EXPECT_CLOSE(planned.run({x})[0], plain.run({x})[0], 0, 0);
+  EXPECT_CLOSE(planned.run({x})[0], fn({x})[0], 1e-5, 1e-5);
+  EXPECT_EQ(planned.memory_plan({})->in_place_values, 1);
 }
 
 TEST(MemoryPlan, AnOpReturningItsInputKeepsThatMemoryAlive) {

@@ -21,6 +21,7 @@ struct MemoryPlan {
   int64_t arena_bytes = 0;      // the planned peak of the arena
   int64_t planned_bytes = 0;    // the planned values' bytes added up (no reuse)
   int planned_values = 0;
+  int in_place_values = 0;      // outputs planned in the place of an input that dies at their node
 };
 
 class Executable {
@@ -61,6 +62,11 @@ class Executable {
   std::vector<int> alias_of_;   // per value id: the value whose memory it may share (-1: fresh)
   std::vector<int> def_step_;   // per value id: the step that defines it (-1: not a node output)
   std::vector<int> end_step_;   // per value id: last step that needs its memory (aliases included)
+  // In-place chains: per value id, the first value of the chain of outputs
+  // written over inputs that die at their node (itself if none), and per chain
+  // head the last step any member needs. A chain shares one place in the plan.
+  std::vector<int> chain_head_;
+  std::vector<int> chain_end_;
   mutable std::mutex plan_mu_;
   mutable std::map<std::vector<int64_t>, std::shared_ptr<const MemoryPlan>> plans_;
   mutable std::atomic<int64_t> alias_copies_{0}, planned_taken_{0}, planned_unused_{0};

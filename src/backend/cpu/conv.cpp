@@ -315,7 +315,9 @@ void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const v
   memory xm = in_layout(st, s.eng, d.user_src, p.src, x, b);
   memory wm = in_layout(st, s.eng, d.user_wei, p.wei, w, b);
   memory ym = out_layout(s.eng, d.user_dst, p.dst, y, b);
-  if (residual) {  // the sum post-op adds what dst holds: the residual, in dst's layout
+  // The sum post-op adds what dst holds: the residual, in dst's layout. In
+  // place (the residual is y, the primitive writes y) it is there already.
+  if (residual && !(residual == y && ym.get_data_handle() == y)) {
     memory rm(d.user_dst, s.eng, const_cast<void*>(residual));
     dnnl::reorder(rm, ym).execute(st, rm, ym);
   }

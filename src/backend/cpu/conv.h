@@ -24,8 +24,8 @@ struct ConvGeometry {
 // y = act(conv(x, w) + bias + residual) (oneDNN post-ops: sum, then eltwise),
 // and the layouts of x and y: NCHW, or channel-blocked [N, C/b, H, W, b]
 // (oneDNN's nChw8c / nChw16c, its own layout on this CPU: no reorders between
-// convolutions). The residual (optional) has y's shape and layout and must
-// not overlap y. Anything but the defaults needs conv_epilogue_ok(dtype).
+// convolutions). The residual (optional) has y's shape and layout; it may be
+// y itself (in place) but must not partly overlap it. Anything but the defaults needs conv_epilogue_ok(dtype).
 struct ConvFusion {
   const void* residual = nullptr;
   Epilogue act = Epilogue::None;
