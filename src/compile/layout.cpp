@@ -1,11 +1,14 @@
 // Layout: convolutions hand each other their activations in oneDNN's
 // channel-blocked layout ([N, C/b, H, W, b], nChw8c with AVX2) instead of
 // NCHW. Each convolution otherwise reorders its input from NCHW and its
-// output back (ResNet-18 at batch 32: 7% of its convolution time). A value
-// stays blocked when a convolution makes it and only convolutions read it
-// (as input or residual); other readers see NCHW as before, so the graph's
-// meaning and its outputs do not change. A residual whose layout differs
-// from its block's output is converted (channel_blocks) where it is added. Runs after fuse-epilogue, on
+// output back (ResNet-18 at batch 32: 7% of its convolution time; the small
+// CNN at batch 64: a third). A value stays blocked when a convolution makes it,
+// or a max pooling of a blocked value, and only convolutions (as input or
+// residual) and max poolings read it. A pooling of a blocked value pools the
+// blocks and, if its readers need NCHW, converts its (smaller) output.
+// Other readers see NCHW as before, so the graph's meaning and its outputs do
+// not change. A residual whose layout differs from its block's output is
+// converted (channel_blocks) where it is added. Runs after fuse-epilogue, on
 // graphs without autograd (fused_conv2d has no backward).
 #include "backend/cpu/conv.h"
 #include "ops/op_utils.h"
@@ -35,6 +38,15 @@ bool channels_divisible(const Node* n, int dim, int64_t b) {
 
 Value* residual_of(const Node* n) { return n->inputs.size() > 3 ? n->inputs[3] : nullptr; }
 
+// An f32 NCHW max pooling (no indices) over channels a multiple of `b`.
+bool is_pool(const Node* n, int64_t b) {
+  if (!n || n->op != OpId::max_pool2d || n->attrs.b("return_indices")) return false;
+  if (n->attrs.has("channel_block") && n->attrs.i("channel_block") != 0) return false;
+  const Value* x = n->inputs[0];
+  return x && x->dtype == DType::F32 && x->shape.size() == 4 && x->shape[1].is_static() &&
+         x->shape[1].static_value() % b == 0;
+}
+
 SymShape blocked_shape(const SymShape& s, int64_t b) {
   return {s[0], SymInt(s[1].static_value() / b), s[2], s[3], SymInt(b)};
 }
@@ -46,38 +58,44 @@ int block_conv_activations(Graph& g) {
   if (b == 0) return 0;
   auto uses = g.uses();
   auto is_out = g.is_output();
-  // The values to keep blocked: a convolution's output read only by
-  // convolutions, as their input or as their residual.
+  // How u may read v blocked: as a convolution's input or residual, or as a
+  // max pooling's input.
+  auto blocked_read = [&](const Node* u, const Value* v) {
+    if (is_pool(u, b)) return u->inputs[0] == v;
+    if (!is_conv(u)) return false;
+    bool as_input = u->inputs[0] == v && channels_divisible(u, 1, b);
+    bool as_residual = residual_of(u) == v && channels_divisible(u, 0, b);
+    bool elsewhere = u->inputs[1] == v || (u->inputs.size() > 2 && u->inputs[2] == v);
+    return (as_input || as_residual) && !elsewhere && (u->inputs[0] != v || as_input);
+  };
+  // The values to keep blocked: made by a convolution, or by a max pooling of
+  // a blocked value, and read only blocked. The largest such set: start with
+  // every candidate and drop the ones that break a rule until none does.
   std::unordered_set<const Value*> blocked;
   for (Node* n : g.nodes()) {
     const Value* v = n->outputs[0];
-    if (!channels_divisible(n, 0, b) || is_out[v->id] || uses[v->id].empty()) continue;
-    bool ok = true;
-    for (const Node* u : uses[v->id]) {
-      if (!is_conv(u)) {
-        ok = false;
-        break;
-      }
-      bool as_input = u->inputs[0] == v && channels_divisible(u, 1, b);
-      bool as_residual = residual_of(u) == v && channels_divisible(u, 0, b);
-      bool elsewhere = u->inputs[1] == v || (u->inputs.size() > 2 && u->inputs[2] == v);
-      ok = ok && (as_input || as_residual) && !elsewhere && (u->inputs[0] != v || as_input);
-    }
-    if (ok) blocked.insert(v);
+    if ((channels_divisible(n, 0, b) || is_pool(n, b)) && !is_out[v->id] && !uses[v->id].empty()) blocked.insert(v);
   }
-  // Blocking a value read only as residuals of NCHW outputs would just move
-  // its reorder into a conversion: leave those NCHW.
+  auto keep = [&](const Value* v) {
+    const Node* n = v->producer;
+    if (is_pool(n, b) && !blocked.count(n->inputs[0])) return false;  // a pool runs blocked only on blocked input
+    bool any_benefit = false;
+    for (const Node* u : uses[v->id]) {
+      if (!blocked_read(u, v)) return false;
+      // Blocking a value read only as residuals of NCHW outputs would just
+      // move its reorder into a conversion.
+      any_benefit = any_benefit || u->inputs[0] == v || blocked.count(u->outputs[0]);
+    }
+    return any_benefit;
+  };
   for (bool again = true; again;) {
     again = false;
     for (auto it = blocked.begin(); it != blocked.end();) {
-      bool only_nchw_residual = true;
-      for (const Node* u : uses[(*it)->id])
-        only_nchw_residual = only_nchw_residual && u->inputs[0] != *it && !blocked.count(u->outputs[0]);
-      if (only_nchw_residual) {
+      if (keep(*it)) {
+        ++it;
+      } else {
         it = blocked.erase(it);
         again = true;
-      } else {
-        ++it;
       }
     }
   }
@@ -85,22 +103,45 @@ int block_conv_activations(Graph& g) {
 
   int changes = 0;
   std::unordered_set<const Value*> now_blocked;  // the rewritten graph's blocked values
+  auto convert = [&](Value* v, const SymShape& shape, Node* before, const Node* like) {
+    Node* c = g.add_node(OpId::channel_blocks, {v}, ops::Attrs{{"block", b}}, {{v->dtype, shape}}, before);
+    c->scope = like->scope;
+    return c->outputs[0];
+  };
   std::vector<Node*> order = g.nodes();
+  std::unordered_set<const Node*> pools;  // before rewriting: their inputs' shapes change
+  for (const Node* n : order)
+    if (is_pool(n, b)) pools.insert(n);
   for (Node* n : order) {
-    if (!is_conv(n)) continue;
     Value* out = n->outputs[0];
+    bool in_b = !n->inputs.empty() && now_blocked.count(n->inputs[0]) > 0, out_b = blocked.count(out) > 0;
+    if (pools.count(n)) {
+      if (!in_b) continue;
+      // Pools its input's blocks; converts back after it unless its readers take blocks.
+      ops::Attrs attrs = n->attrs;
+      attrs.set("channel_block", b);
+      Node* f = g.add_node(OpId::max_pool2d, {n->inputs[0]}, attrs, {{out->dtype, blocked_shape(out->shape, b)}}, n);
+      f->scope = n->scope;
+      f->sym_attrs = n->sym_attrs;
+      Value* r = f->outputs[0];
+      if (out_b) {
+        now_blocked.insert(r);
+      } else {
+        r = convert(r, out->shape, n, n);
+      }
+      g.replace_uses(out, r);
+      ++changes;
+      continue;
+    }
+    if (!is_conv(n)) continue;
     Value* residual = residual_of(n);
-    bool in_b = now_blocked.count(n->inputs[0]) > 0, out_b = blocked.count(out) > 0;
     bool res_b = residual && now_blocked.count(residual) > 0;
     if (!in_b && !out_b && !res_b) continue;
     if (residual && res_b != out_b) {
       // The residual is added in the output's layout: convert it here (a
       // residual from elsewhere into a blocked block, or the last block's
       // shortcut back to NCHW).
-      SymShape shape = out_b ? blocked_shape(residual->shape, b) : out->shape;
-      Node* c = g.add_node(OpId::channel_blocks, {residual}, ops::Attrs{{"block", b}}, {{residual->dtype, shape}}, n);
-      c->scope = n->scope;
-      residual = c->outputs[0];
+      residual = convert(residual, out_b ? blocked_shape(residual->shape, b) : out->shape, n, n);
     }
     ops::Attrs attrs = n->attrs;
     if (n->op == OpId::conv2d) attrs.set("activation", std::string("none"));

@@ -546,6 +546,9 @@ class Exporter {
       case OpId::avg_pool2d: {
         bool mx = n->op == OpId::max_pool2d;
         if (mx && a.b("return_indices")) unsupported("returning indices has no exported form");
+        if (mx && a.has("channel_block") && a.i("channel_block") != 0)
+          unsupported("channel-blocked pooling (the layout pass) has no exported form; export without the passes "
+                      "compile::tessera_only_passes() names");
         auto two = [](std::vector<int64_t> v, std::vector<int64_t> dflt) {
           if (v.empty()) v = dflt;
           if (v.size() == 1) v.push_back(v[0]);

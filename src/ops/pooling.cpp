@@ -183,9 +183,28 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, IntArrayR
 }
 
 Tensor max_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                  bool ceil_mode) {
+                  bool ceil_mode, int64_t channel_block) {
   TS_OP_SCOPE(max_pool2d, &x);
-  TS_OP_ATTRS({"kernel_size", kernel}, {"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"ceil_mode", ceil_mode}, {"return_indices", false});
+  TS_OP_ATTRS({"kernel_size", kernel}, {"stride", stride}, {"padding", padding}, {"dilation", dilation},
+              {"ceil_mode", ceil_mode}, {"return_indices", false}, {"channel_block", channel_block});
+  if (channel_block != 0) {
+    const int64_t b = channel_block;
+    TS_CHECK(b == 8 || b == 16, "max_pool2d: channel_block must be 0 (NCHW), 8 or 16, got ", b);
+    check_defined(x, "max_pool2d", "input");
+    TS_CHECK(x.dim() == 5 && x.shape()[4] == b, "max_pool2d: a channel-blocked input is [N, C/", b, ", H, W, ", b,
+             "], got ", shape_str(x.shape()));
+    if (autograd::any_requires_grad({&x}) || !is_floating(x.dtype()))  // the plain op between conversions
+      TS_RETURN(channel_blocks(max_pool2d(channel_blocks(x, b), kernel, stride, padding, dilation, ceil_mode), b));
+    // Blocked planes [N * C/b, H, W, b]: the geometry of the NCHW planes.
+    Shape s = x.shape(), planes_out;
+    cpu::PoolGeometry g = pool_geometry(Shape{s[0] * s[1], s[2], s[3]}, x.dtype(), kernel, stride, padding, dilation,
+                                        ceil_mode, "max_pool2d", planes_out);
+    g.lanes = b;
+    Tensor y = empty({s[0], s[1], g.OH, g.OW, b}, x.dtype());
+    Tensor xc = x.detach().contiguous();
+    if (y.numel() > 0) cpu::max_pool2d_forward(g, xc.raw_data(), y.raw_data(), nullptr);
+    TS_RETURN(y);
+  }
   if (!autograd::any_requires_grad({&x})) {  // no backward: no argmax to keep (the vectorized kernel)
     Pool p = make_pool(x, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");
     Tensor y = empty(p.out_shape, p.x.dtype());
@@ -321,7 +340,7 @@ TS_OP_INVOKER(max_pool2d) {
     return {y, idx};
   }
   return {max_pool2d(in[0], a.ints("kernel_size"), a.ints("stride"), a.ints("padding"), a.ints("dilation"),
-                     a.b("ceil_mode"))};
+                     a.b("ceil_mode"), a.has("channel_block") ? a.i("channel_block") : 0)};
 }
 TS_OP_INVOKER(avg_pool2d) {
   return {avg_pool2d(in[0], a.ints("kernel_size"), a.ints("stride"), a.ints("padding"), a.b("ceil_mode"),

@@ -347,6 +347,84 @@ TEST(Layout, ResNetConvsHandEachOtherBlockedActivations) {
   }
 }
 
+int blocked_pools(const Graph& g) {
+  int n = 0;
+  for (const Node* node : g.nodes())
+    n += node->op_name() == "max_pool2d" && node->attrs.has("channel_block") && node->attrs.i("channel_block") > 0;
+  return n;
+}
+
+// Captures `net` at inference with a dynamic batch, optimizes it without the
+// layout pass, and returns that graph and a copy the layout pass rewrote.
+std::pair<Graph, Graph> with_and_without_layout(nn::Module& net, Shape in, int expect_changes) {
+  net.eval();
+  NoGradGuard ng;
+  CaptureOptions co;
+  co.dynamic = {{0, 0, "N"}};
+  Graph g = capture([&](const TensorList& x) { return TensorList{net(x[0])}; }, {randn(in)}, net.named_parameters(), co);
+  optimize(g, {.disable = {"layout"}});
+  Graph blocked = g.clone();
+  EXPECT_EQ(block_conv_activations(blocked), expect_changes);
+  verify(blocked, "layout");
+  return {std::move(g), std::move(blocked)};
+}
+
+TEST(Layout, PoolingsPoolBlockedActivations) {
+  const int64_t b = cpu::conv_activation_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers NCHW on this CPU: the pass has nothing to do";
+  NoGradGuard ng;
+  {
+    // LeNet: conv(1->32) -> pool -> conv(32->64) -> pool -> flatten. Both pools
+    // pool blocks; only the last one's (4x smaller) output is converted back.
+    manual_seed(8);
+    nn::zoo::LeNet net({});
+    auto [plain, blocked] = with_and_without_layout(net, {2, 1, 28, 28}, 4);
+    EXPECT_EQ(blocked_pools(blocked), 2) << dump(blocked);
+    EXPECT_EQ(blocked_convs(blocked, "input_block"), 1) << dump(blocked);  // the stem reads 1 channel
+    EXPECT_EQ(blocked_convs(blocked, "output_block"), 2) << dump(blocked);
+    EXPECT_EQ(count_op(blocked, "channel_blocks"), 1) << dump(blocked);
+    Executable a(std::move(plain)), f(std::move(blocked));
+    for (int n : {2, 5}) {
+      Tensor x = randn({n, 1, 28, 28});
+      EXPECT_CLOSE(f.run({x})[0], a.run({x})[0], 1e-5, 1e-5) << n;
+    }
+  }
+  {
+    // ResNet's ImageNet stem: conv 7x7/2 -> 3x3/2 max pool with padding -> blocks.
+    manual_seed(9);
+    nn::zoo::ResNetConfig c;
+    c.widths = {8, 16, 16, 32};
+    c.stem = "imagenet";
+    nn::zoo::ResNet net(c);
+    auto [plain, blocked] = with_and_without_layout(net, {2, 3, 64, 64}, 21);
+    EXPECT_EQ(blocked_pools(blocked), 1) << dump(blocked);
+    // 20 convs: all but the stem read blocks, all but the last write them.
+    EXPECT_EQ(blocked_convs(blocked, "input_block"), 19) << dump(blocked);
+    EXPECT_EQ(blocked_convs(blocked, "output_block"), 19) << dump(blocked);
+    Executable a(std::move(plain)), f(std::move(blocked));
+    Tensor x = randn({3, 3, 64, 64});
+    EXPECT_CLOSE(f.run({x})[0], a.run({x})[0], 1e-5, 1e-5);
+  }
+}
+
+TEST(Layout, BlockedPoolingMatchesNchwAndChecksItsInput) {
+  Tensor x = randn({2, 16, 9, 7});
+  Tensor want = max_pool2d(x, {3, 3}, {2, 2}, {1, 1}, {1, 1}, true);
+  EXPECT_CLOSE(max_pool2d(channel_blocks(x, 8), {3, 3}, {2, 2}, {1, 1}, {1, 1}, true, 8), channel_blocks(want, 8), 0, 0);
+  // With autograd it runs the NCHW op between conversions, and differentiates.
+  Tensor xr = channel_blocks(x, 16).requires_grad_(true);
+  Tensor y = max_pool2d(xr, {2, 2}, {}, {0, 0}, {1, 1}, false, 16);
+  EXPECT_CLOSE(y, channel_blocks(max_pool2d(x, {2, 2}), 16), 0, 0);
+  sum(y).backward();
+  EXPECT_EQ(sum(xr.grad()).item<float>(), static_cast<float>(y.numel()));  // each output passes its 1 back once
+  EXPECT_NE(testing::error_of([&] { max_pool2d(x, {2, 2}, {}, {0, 0}, {1, 1}, false, 8); })
+                .find("a channel-blocked input is [N, C/8, H, W, 8], got [2, 16, 9, 7]"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { max_pool2d(channel_blocks(x, 8), {2, 2}, {}, {0, 0}, {1, 1}, false, 4); })
+                .find("channel_block must be 0 (NCHW), 8 or 16, got 4"),
+            std::string::npos);
+}
+
 TEST(Layout, LeavesNchwWhereOtherOpsReadAndConvertsForeignResiduals) {
   const int64_t b = cpu::conv_activation_block();
   if (b == 0) GTEST_SKIP() << "oneDNN prefers NCHW on this CPU: the pass has nothing to do";

@@ -235,8 +235,11 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, IntArrayRef kernel, IntArrayRef stride = {},
                                                    IntArrayRef padding = {0, 0}, IntArrayRef dilation = {1, 1},
                                                    bool ceil_mode = false);
+// channel_block (0, 8 or 16): x and the result are channel-blocked
+// [N, C/b, H, W, b] (see channel_blocks) instead of NCHW: the layout pass pools
+// convolutions' blocked activations in place of converting them.
 Tensor max_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride = {}, IntArrayRef padding = {0, 0},
-                  IntArrayRef dilation = {1, 1}, bool ceil_mode = false);
+                  IntArrayRef dilation = {1, 1}, bool ceil_mode = false, int64_t channel_block = 0);
 Tensor avg_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride = {}, IntArrayRef padding = {0, 0},
                   bool ceil_mode = false, bool count_include_pad = true);
 Tensor adaptive_avg_pool2d(const Tensor& x, IntArrayRef output_size);
