@@ -190,7 +190,9 @@ int main(int argc, char** argv) {
                       {"batch", batch},
                       {"peak_rss_mib", ru.ru_maxrss / 1024.0},
                       {"step_rss_mib", std::max(0.0, ru.ru_maxrss / 1024.0 - rss_before)},
+                      {"rss_after_mib", rss_mib()},  // resident now, after the timed steps
                       {"peak_tensor_mib", max_memory_allocated() / double(1 << 20)},
+                      {"reserved_mib", memory_stats().reserved_bytes / double(1 << 20)},  // live + cached blocks
                       {"precision", precision},
                       {"compiled", compiled},
                       {"samples_per_s", batch * 1e3 / median},
