@@ -134,17 +134,16 @@ Executable::Executable(Graph g, bool plan_memory) : graph_(std::move(g)), plan_m
   auto plannable = [&](const Value* v) {
     return def_step_[v->id] >= 0 && alias_of_[v->id] < 0 && end_step_[v->id] < last && !v->data_dependent_shape;
   };
-  std::vector<bool> taken(num_slots_, false);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = *nodes[i];
     int k = in_place_input(n);
     if (k < 0 || n.outputs.size() != 1) continue;
     const Value *in = n.inputs[k], *out = n.outputs[0];
     bool read_once = std::count(n.inputs.begin(), n.inputs.end(), in) == 1;
-    if (!plannable(in) || !plannable(out) || taken[in->id] || !read_once || end_step_[in->id] != static_cast<int>(i) ||
+    // An input that dies here can be written over by this node only, once.
+    if (!plannable(in) || !plannable(out) || !read_once || end_step_[in->id] != static_cast<int>(i) ||
         in->dtype != out->dtype || !(in->shape == out->shape))
       continue;
-    taken[in->id] = true;
     int head = chain_head_[in->id];
     chain_head_[out->id] = head;
     chain_end_[head] = std::max(chain_end_[head], end_step_[out->id]);
