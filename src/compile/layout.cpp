@@ -160,4 +160,35 @@ int block_conv_activations(Graph& g) {
   return changes;
 }
 
+int pack_constant_conv_weights(Graph& g) {
+  int changes = 0;
+  for (Node* n : g.nodes()) {
+    bool conv = n->op == OpId::conv2d || n->op == OpId::fused_conv2d;
+    if (!conv || n->inputs.size() < 2 || !n->inputs[1] || n->inputs[1]->kind != ValueKind::kConstant ||
+        n->outputs[0]->dtype != DType::F32)
+      continue;
+    if (n->op == OpId::fused_conv2d) {
+      if (n->attrs.has("constant_weights") && n->attrs.b("constant_weights")) continue;
+      n->attrs.set("constant_weights", true);
+      ++changes;
+      continue;
+    }
+    ops::Attrs attrs = n->attrs;
+    attrs.set("activation", std::string("none"));
+    attrs.set("input_block", int64_t{0});
+    attrs.set("output_block", int64_t{0});
+    attrs.set("constant_weights", true);
+    Value* out = n->outputs[0];
+    Value* bias = n->inputs.size() > 2 ? n->inputs[2] : nullptr;
+    Node* f = g.add_node(OpId::fused_conv2d, {n->inputs[0], n->inputs[1], bias, nullptr}, attrs,
+                         {{out->dtype, out->shape}}, n);
+    f->scope = n->scope;
+    f->sym_attrs = n->sym_attrs;
+    g.replace_uses(out, f->outputs[0]);
+    ++changes;
+  }
+  if (changes) eliminate_dead_code(g);
+  return changes;
+}
+
 }  // namespace tessera::compile

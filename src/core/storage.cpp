@@ -2,6 +2,9 @@
 
 #include "tessera/core/allocator.h"
 
+#include <algorithm>
+#include <mutex>
+
 namespace tessera {
 
 namespace detail {
@@ -27,6 +30,25 @@ Storage::Storage(void* data, size_t nbytes, std::function<void(void*)> deleter)
 Storage::~Storage() {
   if (owned_) cpu_free(data_, nbytes_);
   else if (deleter_) deleter_(data_);
+}
+
+namespace {
+std::mutex g_derived_mu;  // derived data is rare (constant weights): one lock for all
+}
+
+std::shared_ptr<const void> Storage::derived(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(g_derived_mu);
+  if (!derived_) return nullptr;
+  for (const Derived& d : *derived_)
+    if (d.key == key && d.version == version()) return d.value;
+  return nullptr;
+}
+
+void Storage::set_derived(const std::string& key, std::shared_ptr<const void> value) {
+  std::lock_guard<std::mutex> lock(g_derived_mu);
+  if (!derived_) derived_ = std::make_unique<std::vector<Derived>>();
+  std::erase_if(*derived_, [&](const Derived& d) { return d.key == key || d.version != version(); });
+  derived_->push_back({key, version(), std::move(value)});
 }
 
 }  // namespace tessera

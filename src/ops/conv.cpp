@@ -223,11 +223,11 @@ Tensor channel_blocks(const Tensor& x, int64_t block) {
 // the backend can; elsewhere (and for any malformed argument, whose error
 // then comes from the plain ops) the same ops one after another.
 Tensor fused_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual, const Conv2dOptions& o,
-                    const std::string& activation, int64_t input_block, int64_t output_block) {
+                    const std::string& activation, int64_t input_block, int64_t output_block, bool constant_weights) {
   TS_OP_SCOPE(fused_conv2d, &x, &w, &b, &residual);
   TS_OP_ATTRS({"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation}, {"groups", o.groups},
               {"padding_same", o.padding_same}, {"activation", activation}, {"input_block", input_block},
-              {"output_block", output_block});
+              {"output_block", output_block}, {"constant_weights", constant_weights});
   const char* name = "fused_conv2d";
   cpu::Epilogue act = epilogue_of(activation, name);
   for (int64_t blk : {input_block, output_block})
@@ -267,6 +267,18 @@ Tensor fused_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
   trace::add_flops(conv_flops(g));
   cpu::ConvFusion f{rc.defined() ? rc.raw_data() : nullptr, act, static_cast<int>(input_block),
                     static_cast<int>(output_block)};
+  std::shared_ptr<const void> packed;
+  if (constant_weights && wc.storage() == w.storage()) {
+    // Packed once into the primitive's layout and kept with the weights'
+    // storage (a new version packs again): no reorder per call.
+    std::string key = "conv2d_weights@" + std::to_string(wc.offset()) + ":" + cpu::conv_weights_layout(g, f);
+    packed = wc.storage()->derived(key);
+    if (!packed) {
+      packed = cpu::pack_conv_weights(g, f, wc.raw_data());
+      wc.storage()->set_derived(key, packed);
+    }
+    f.packed_weights = packed.get();
+  }
   cpu::conv2d_forward(g, xc.raw_data(), wc.raw_data(), bc.defined() ? bc.raw_data() : nullptr, y.raw_data(), f);
   TS_RETURN(y);
 }
@@ -380,7 +392,8 @@ Conv2dOptions conv2d_options(const Attrs& a) {
 TS_OP_INVOKER(conv2d) { return {conv2d(in[0], in[1], in[2], conv2d_options(a))}; }
 TS_OP_INVOKER(fused_conv2d) {
   Conv2dOptions o = conv2d_options(a);
-  return {fused_conv2d(in[0], in[1], in[2], in[3], o, a.s("activation"), a.i("input_block"), a.i("output_block"))};
+  return {fused_conv2d(in[0], in[1], in[2], in[3], o, a.s("activation"), a.i("input_block"), a.i("output_block"),
+                       a.has("constant_weights") && a.b("constant_weights"))};
 }
 TS_OP_INVOKER(channel_blocks) {
   return {channel_blocks(in[0], a.i("block"))};

@@ -425,6 +425,49 @@ TEST(Layout, BlockedPoolingMatchesNchwAndChecksItsInput) {
             std::string::npos);
 }
 
+TEST(Layout, ConstantConvWeightsArePackedOnce) {
+  // An inference graph's conv weights are constants: every convolution reads
+  // them packed, and the results are those of packing them on every call.
+  manual_seed(10);
+  nn::zoo::ResNetConfig c;
+  c.widths = {8, 16, 16, 32};
+  nn::zoo::ResNet net(c);
+  auto [plain, blocked] = with_and_without_layout(net, {2, 3, 32, 32}, 20);
+  EXPECT_EQ(pack_constant_conv_weights(blocked), 20);
+  int packed = 0;
+  for (const Node* n : blocked.nodes())
+    packed += n->op_name() == "fused_conv2d" && n->attrs.has("constant_weights") && n->attrs.b("constant_weights");
+  EXPECT_EQ(packed, 20) << dump(blocked);
+  EXPECT_EQ(pack_constant_conv_weights(blocked), 0);  // idempotent
+  Graph unpacked = blocked.clone();
+  for (Node* n : unpacked.nodes())
+    if (n->op_name() == "fused_conv2d") n->attrs.set("constant_weights", false);
+  Executable a(std::move(unpacked)), f(std::move(blocked));
+  for (int n : {2, 3, 2}) {  // a new batch size may share the packed layout or pack anew
+    Tensor x = randn({n, 3, 32, 32});
+    EXPECT_CLOSE(f.run({x})[0], a.run({x})[0], 0, 0) << n;
+  }
+}
+
+TEST(Layout, PackedWeightsFollowTheirVersion) {
+  NoGradGuard ng;
+  Tensor x = randn({2, 8, 6, 6}), w = randn({16, 8, 3, 3}), b = randn({16});
+  Conv2dOptions o;
+  o.padding = {1, 1};
+  auto packed = [&] { return fused_conv2d(x, w, b, {}, o, "relu", 0, 0, true); };
+  auto fresh = [&] { return fused_conv2d(x, w, b, {}, o, "relu"); };
+  EXPECT_CLOSE(packed(), fresh(), 0, 0);
+  EXPECT_CLOSE(packed(), fresh(), 0, 0);  // from the kept copy
+  w.mul_(-2.0);                           // a new version: packed again
+  EXPECT_CLOSE(packed(), fresh(), 0, 0);
+  // Two weights that are views of one storage keep separate copies.
+  Tensor both = randn({2, 16, 8, 3, 3});
+  Tensor w0 = both.select(0, 0), w1 = both.select(0, 1);
+  Tensor y0 = fused_conv2d(x, w0, b, {}, o, "none", 0, 0, true), y1 = fused_conv2d(x, w1, b, {}, o, "none", 0, 0, true);
+  EXPECT_CLOSE(y0, fused_conv2d(x, w0, b, {}, o, "none"), 0, 0);
+  EXPECT_CLOSE(y1, fused_conv2d(x, w1, b, {}, o, "none"), 0, 0);
+}
+
 TEST(Layout, LeavesNchwWhereOtherOpsReadAndConvertsForeignResiduals) {
   const int64_t b = cpu::conv_activation_block();
   if (b == 0) GTEST_SKIP() << "oneDNN prefers NCHW on this CPU: the pass has nothing to do";

@@ -4,6 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "tessera/core/intrusive_ptr.h"
 #include "tessera/core/object_pool.h"
@@ -22,14 +25,26 @@ class Storage : public RefCounted {
   size_t nbytes() const { return nbytes_; }
   uint32_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Data derived from these bytes and kept as long as they are (a kernel's
+  // packed copy of constant weights). `key` names the derivation and its
+  // parameters exactly; an entry made at another version is never returned.
+  std::shared_ptr<const void> derived(const std::string& key) const;
+  void set_derived(const std::string& key, std::shared_ptr<const void> value);
   TS_POOLED(Storage)
 
  private:
+  struct Derived {
+    std::string key;
+    uint32_t version;
+    std::shared_ptr<const void> value;
+  };
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   bool owned_ = true;
   std::function<void(void*)> deleter_;
   std::atomic<uint32_t> version_{0};
+  std::unique_ptr<std::vector<Derived>> derived_;  // rare: allocated on first use
 };
 
 using StoragePtr = IntrusivePtr<Storage>;

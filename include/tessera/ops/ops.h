@@ -318,9 +318,12 @@ Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 // the ops one after another. No backward. Made by the fuse-epilogue pass.
 // input_block / output_block (0, 8 or 16): x, resp. the output and residual,
 // are channel-blocked (see channel_blocks) instead of NCHW (the layout pass).
+// constant_weights: the caller promises never to change `weight` other than
+// through Tessera ops (which bump its version); its copy in the convolution's
+// own layout is then made once and kept with it (inference graphs' constants).
 Tensor fused_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
                     const Conv2dOptions& opts, const std::string& activation, int64_t input_block = 0,
-                    int64_t output_block = 0);
+                    int64_t output_block = 0, bool constant_weights = false);
 // NCHW [N, C, H, W] to channel-blocked [N, C/block, H, W, block] (channel c
 // at [n, c / block, h, w, c % block]: oneDNN's nChw8c / nChw16c), and a 5-D
 // blocked tensor back to NCHW.

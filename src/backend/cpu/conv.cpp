@@ -292,6 +292,29 @@ memory::desc activation_desc(const memory::dims& dims, DType t, int block) {
 }
 }  // namespace
 
+std::string conv_weights_layout(const ConvGeometry& g, const ConvFusion& fusion) {
+  TS_CHECK(use_dnnl(g.dtype), "conv_weights_layout: f32 or bf16 only, got ", dtype_name(g.dtype));
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  const memory::desc& wei = prims(g, 0, {fusion.residual != nullptr, fusion.act}).wei;
+  // The descriptor is a plain struct that oneDNN zero-fills before describing.
+  return std::string(reinterpret_cast<const char*>(&wei.data), sizeof(wei.data));
+}
+
+std::shared_ptr<const void> pack_conv_weights(const ConvGeometry& g, const ConvFusion& fusion, const void* w) {
+  TS_CHECK(use_dnnl(g.dtype), "pack_conv_weights: f32 or bf16 only, got ", dtype_name(g.dtype));
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  const memory::desc want = prims(g, 0, {fusion.residual != nullptr, fusion.act}).wei;
+  const size_t n = std::max<size_t>(want.get_size(), 64);
+  std::shared_ptr<void> packed(cpu_allocate(n), [n](void* p) { cpu_free(p, n); });
+  memory um(descs(g).user_wei, s.eng, const_cast<void*>(w)), pm(want, s.eng, packed.get());
+  dnnl::stream st(s.eng);
+  dnnl::reorder(um, pm).execute(st, um, pm);
+  st.wait();
+  return packed;
+}
+
 void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
                     const ConvFusion& fusion) {
   Fused f{fusion.residual != nullptr, fusion.act};
@@ -313,7 +336,8 @@ void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const v
   dnnl::stream st(s.eng);
   Buffers b;
   memory xm = in_layout(st, s.eng, d.user_src, p.src, x, b);
-  memory wm = in_layout(st, s.eng, d.user_wei, p.wei, w, b);
+  memory wm = fusion.packed_weights ? memory(p.wei, s.eng, const_cast<void*>(fusion.packed_weights))
+                                    : in_layout(st, s.eng, d.user_wei, p.wei, w, b);
   memory ym = out_layout(s.eng, d.user_dst, p.dst, y, b);
   // The sum post-op adds what dst holds: the residual, in dst's layout. In
   // place (the residual is y, the primitive writes y) it is there already.

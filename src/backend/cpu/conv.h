@@ -4,6 +4,8 @@
 // primitive's preferred layouts inside); other dtypes use direct loops.
 // conv_transpose2d is the same three primitives with roles swapped.
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "backend/cpu/gemm.h"
 #include "tessera/core/dtype.h"
@@ -30,7 +32,14 @@ struct ConvFusion {
   const void* residual = nullptr;
   Epilogue act = Epilogue::None;
   int src_block = 0, dst_block = 0;  // 0: NCHW; 8 or 16: channel-blocked
+  const void* packed_weights = nullptr;  // w already in the primitive's layout (pack_conv_weights)
 };
+// Constant weights, reordered once: the name of the layout the forward
+// convolution g (with this fusion) reads its weights in, so that geometries
+// sharing a layout share one packed copy, and the weights `w` (OIHW) packed
+// into it. Pass the packed data as ConvFusion::packed_weights. f32/bf16 only.
+std::string conv_weights_layout(const ConvGeometry& g, const ConvFusion& f);
+std::shared_ptr<const void> pack_conv_weights(const ConvGeometry& g, const ConvFusion& f, const void* w);
 void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
                     const ConvFusion& fusion = {});
 bool conv_epilogue_ok(DType t);
