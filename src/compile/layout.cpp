@@ -164,8 +164,11 @@ int pack_constant_conv_weights(Graph& g) {
   int changes = 0;
   for (Node* n : g.nodes()) {
     bool conv = n->op == OpId::conv2d || n->op == OpId::fused_conv2d;
-    if (!conv || n->inputs.size() < 2 || !n->inputs[1] || n->inputs[1]->kind != ValueKind::kConstant ||
-        n->outputs[0]->dtype != DType::F32)
+    // Parameters too: an inference graph retraces when one is updated in
+    // place, and the packed copy follows the weights' version regardless.
+    Value* w = n->inputs.size() >= 2 ? n->inputs[1] : nullptr;
+    bool fixed = w && (w->kind == ValueKind::kConstant || w->kind == ValueKind::kParameter);
+    if (!conv || !fixed || n->outputs[0]->dtype != DType::F32)
       continue;
     if (n->op == OpId::fused_conv2d) {
       if (n->attrs.has("constant_weights") && n->attrs.b("constant_weights")) continue;

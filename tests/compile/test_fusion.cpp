@@ -468,6 +468,35 @@ TEST(Layout, PackedWeightsFollowTheirVersion) {
   EXPECT_CLOSE(y1, fused_conv2d(x, w1, b, {}, o, "none"), 0, 0);
 }
 
+TEST(Layout, ParameterConvWeightsArePackedInInferenceGraphs) {
+  // A module's conv weights are parameters, not constants: an inference
+  // graph packs them too and follows their updates (an optimizer step in
+  // place); a graph that records autograd keeps reading them as they are.
+  manual_seed(11);
+  auto m = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::Conv2d>(3, 8, 3), std::make_shared<nn::ReLU>(), std::make_shared<nn::Conv2d>(8, 4, 3)});
+  m->eval();
+  Tensor x = randn({2, 3, 10, 10});
+  auto packed_convs = [](const Graph& g) {
+    int n = 0;
+    for (const Node* node : g.nodes())
+      n += node->op_name() == "fused_conv2d" && node->attrs.has("constant_weights") && node->attrs.b("constant_weights");
+    return n;
+  };
+  {
+    NoGradGuard ng;
+    auto f = compile::compile(m);
+    EXPECT_CLOSE(f(x), (*m)(x), 1e-5, 1e-6);
+    EXPECT_EQ(packed_convs(f.last()->graph()), 2) << dump(f.last()->graph());
+    for (auto& [name, p] : m->named_parameters()) p.mul_(-0.5);
+    EXPECT_CLOSE(f(x), (*m)(x), 1e-5, 1e-6);
+  }
+  auto g = compile::compile(m);
+  Tensor y = g(x);
+  EXPECT_EQ(packed_convs(g.last()->graph()), 0);
+  EXPECT_CLOSE(y, (*m)(x), 1e-5, 1e-6);
+}
+
 TEST(Layout, LeavesNchwWhereOtherOpsReadAndConvertsForeignResiduals) {
   const int64_t b = cpu::conv_activation_block();
   if (b == 0) GTEST_SKIP() << "oneDNN prefers NCHW on this CPU: the pass has nothing to do";

@@ -60,9 +60,11 @@ int fuse_epilogues(Graph& g);
 // layout (fused_conv2d input_block/output_block; channel_blocks where a
 // residual comes from elsewhere); graphs without autograd only.
 int block_conv_activations(Graph& g);
-// f32 convolutions whose weights are graph constants read them packed into
-// the primitive's layout once (fused_conv2d constant_weights), not reordered
-// on every call; inference graphs only (part of the layout pass).
+// f32 convolutions whose weights are graph constants or parameters read them
+// packed into the primitive's layout once (fused_conv2d constant_weights), not
+// reordered on every call; inference graphs only (part of the layout pass).
+// The packed copy is remade when the weights' version changes (any Tessera op
+// or optimizer step that writes them); raw writes through data_ptr are not seen.
 int pack_constant_conv_weights(Graph& g);
 // Connected f32 pointwise ops (and the scalars they read) as fused_elementwise
 // nodes; the fused kernel has no backward, so only for graphs run without autograd.
