@@ -182,20 +182,6 @@ def run_torch_best(case, batch, threads, iters, warmup):
     return best
 
 
-def median_of_rounds(recs, keys):
-    """The first successful record, its timing keys replaced by their median over
-    all successful rounds (or the first error if every round failed)."""
-    ok = [r for r in recs if "error" not in r]
-    if not ok:
-        return recs[0]
-    out = dict(ok[0])
-    for k in keys:
-        vals = sorted(r[k] for r in ok)
-        out[k] = vals[len(vals) // 2]
-    out["rounds"] = len(ok)
-    return out
-
-
 def measure(binary, case, batch, threads, iters, warmup, with_default, rounds):
     """One configuration: Tessera, PyTorch best and (optionally) PyTorch default.
     With rounds > 1 the two sides alternate (Tessera, PyTorch, Tessera, ...) so that
@@ -206,8 +192,8 @@ def measure(binary, case, batch, threads, iters, warmup, with_default, rounds):
         tess.append(run_tessera(binary, case, batch, threads, iters, warmup))
         best.append(run_torch_best(case, batch, threads, iters, warmup))
     row = {"case": case, "batch": batch, "threads": threads,
-           "tessera": median_of_rounds(tess, ("eager_ms", "compiled_ms")),
-           "torch": median_of_rounds(best, ("eager_ms", "script_ms")),
+           "tessera": tc.median_of_rounds(tess, ("eager_ms", "compiled_ms")),
+           "torch": tc.median_of_rounds(best, ("eager_ms", "script_ms")),
            "torch_default": (run_torch("torch_default", case, batch, threads, iters, warmup)
                              if with_default else {"error": "skipped"})}
     t, p, d = row["tessera"], row["torch"], row["torch_default"]

@@ -3,6 +3,7 @@
 
     /usr/bin/python3 bench/onnx_compat.py                     # all cases, batch 1 and 64 (gpt 1 and 8), 1 and 2 threads
     /usr/bin/python3 bench/onnx_compat.py --cases gpt --iters 5 --dir /tmp/onnx_out
+    /usr/bin/python3 bench/onnx_compat.py --cases resnet18 --rounds 5  # alternate the sides 5 times
     /usr/bin/python3 bench/onnx_compat.py --quick             # smoke test: 1 timed iteration
 
 Needs build-bench/bench/tessera_compile_bench, Debian's python3-onnx and numpy,
@@ -166,14 +167,20 @@ def prepare_case(binary, case, out_dir, tol):
     return res
 
 
-def time_case(binary, prep, threads_list, iters, warmup, tol):
-    """Step 4: Tessera vs ORT per batch and thread count; ORT's output is checked each time."""
+def time_case(binary, prep, threads_list, iters, warmup, tol, rounds):
+    """Step 4: Tessera vs ORT per batch and thread count; ORT's output is checked each time.
+    With rounds > 1 the two sides take turns and each side's median round is kept."""
     rows = []
     for batch in BATCHES[prep["case"]]:
         x, ref = prep["inputs"][batch]
         for threads in threads_list:
-            t = run_tessera(binary, prep["model"], x, threads, iters, warmup)
-            o = run_ort(prep["model"], x, ref, threads, iters, warmup)
+            ts, os_ = [], []
+            for _ in range(rounds):
+                ts.append(run_tessera(binary, prep["model"], x, threads, iters, warmup))
+                os_.append(run_ort(prep["model"], x, ref, threads, iters, warmup))
+            t = tc.median_of_rounds(ts, ("runtime_ms",))
+            o = tc.median_of_rounds(os_, ("median_ms",))
+            o["max_abs_diff"] = max((r["max_abs_diff"] for r in os_ if "max_abs_diff" in r), default=float("nan"))
             row = {"case": prep["case"], "batch": batch, "threads": threads, "tessera": t, "ort": o}
             if "error" in t:
                 prep["problems"].append(f"{prep['case']} batch {batch} threads {threads}: Tessera --onnx failed: "
@@ -241,6 +248,9 @@ def parse_args():
                          ", ".join(f"{c} {n}" for c, n in DEFAULT_ITERS.items()) + ")")
     ap.add_argument("--warmup", type=int, default=3, help="untimed iterations first (default 3)")
     ap.add_argument("--quick", action="store_true", help="smoke test: 1 timed iteration, 1 warmup")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate Tessera and ORT this many times per configuration and report each side's "
+                         "median round (this VM's speed drifts by up to 1.4x within a minute)")
     ap.add_argument("--threads", default=",".join(map(str, THREADS)), help="comma-separated thread counts")
     ap.add_argument("--tol", type=float, default=1e-4, help="max abs diff allowed, ORT vs Tessera eager")
     ap.add_argument("--dir", default=None, help="where the exported files go (default: a fresh temporary folder)")
@@ -253,6 +263,8 @@ def parse_args():
         ap.error(f"unknown case(s) {bad}; choose from {CASES}")
     if args.quick:
         args.iters, args.warmup = 1, 1
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     return args
 
 
@@ -270,7 +282,8 @@ def main():
         prep = prepare_case(args.bin, case, out_dir, args.tol)
         preps.append(prep)
         if "model" in prep:
-            rows += time_case(args.bin, prep, args.threads, args.iters or DEFAULT_ITERS[case], args.warmup, args.tol)
+            rows += time_case(args.bin, prep, args.threads, args.iters or DEFAULT_ITERS[case], args.warmup, args.tol,
+                              args.rounds)
 
     model, flags = tc.cpu_info()
     print(f"CPU: {model} ({os.cpu_count()} logical CPUs; {flags})")
@@ -278,6 +291,8 @@ def main():
           f"{next((r['ort']['ort'] for r in rows if 'ort' in r['ort']), '?')}.\n")
     print(check_table(preps, args.tol))
     iters = f"{args.iters}" if args.iters else ", ".join(f"{c} {DEFAULT_ITERS[c]}" for c in args.cases)
+    if args.rounds > 1:
+        iters += f"; {args.rounds} alternating rounds per side, median round reported"
     print(f"\nLatency, median ms ({iters} timed iterations after {args.warmup} warmup); "
           f"Tessera/ORT < 1 favours Tessera:\n")
     print(timing_table(rows))

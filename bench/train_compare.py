@@ -124,6 +124,20 @@ def better(a, b):
 # machine info
 
 
+def median_of_rounds(recs, keys):
+    """The first successful record, its timing keys replaced by their median over
+    all successful rounds (or the first error if every round failed)."""
+    ok = [r for r in recs if "error" not in r]
+    if not ok:
+        return recs[0]
+    out = dict(ok[0])
+    for k in keys:
+        vals = sorted(r[k] for r in ok)
+        out[k] = vals[len(vals) // 2]
+    out["rounds"] = len(ok)
+    return out
+
+
 def cpu_info():
     """(model name, SIMD flags of interest) from /proc/cpuinfo."""
     model, flags = None, []
