@@ -21,6 +21,7 @@ int64_t node_flops(const Node& n, std::span<const int64_t> syms) {
   const Value* out = n.outputs[0];
   switch (n.op) {
     case OpId::linear:
+    case OpId::fused_linear:
     case OpId::matmul:
     case OpId::mm:
     case OpId::bmm:
@@ -32,6 +33,7 @@ int64_t node_flops(const Node& n, std::span<const int64_t> syms) {
     }
     case OpId::conv1d:
     case OpId::conv2d:
+    case OpId::fused_conv2d:  // a blocked output has the same elements as NCHW
     case OpId::conv_transpose2d: {
       Shape w = dims(n.inputs[1]);
       int64_t per = 1;

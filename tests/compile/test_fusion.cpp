@@ -2,6 +2,7 @@
 // that can join a fused kernel, and the fused kernel's own input checks.
 #include "backend/cpu/conv.h"
 #include "tessera/compile/compile.h"
+#include "tessera/compile/inspect.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "compile/graph_test_util.h"
 #include "test_util.h"
@@ -547,6 +548,33 @@ TEST(Layout, ChannelBlocksRoundTripsAndChecksShapes) {
   // A blocked input of the wrong channel count: the plain ops' error.
   EXPECT_NE(err([&] { fused_conv2d(xb, randn({8, 8, 3, 3}), bias, {}, {}, "relu", 8, 0); }).find("input channels"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+using namespace compile;
+
+TEST(Inspect, FusedOpsKeepTheirFlops) {
+  // conv 3->8, 3x3, on 2x3x8x8: 2*8*6*6 outputs x 27 multiply-adds x 2; the
+  // relu adds one per element until the epilogue pass fuses it.
+  manual_seed(12);
+  auto conv = std::make_shared<nn::Sequential>(
+      std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Conv2d>(3, 8, 3), std::make_shared<nn::ReLU>()});
+  auto lin = std::make_shared<nn::Sequential>(
+      std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(16, 32), std::make_shared<nn::ReLU>()});
+  NoGradGuard ng;
+  for (auto [m, x, dense] : {std::tuple{conv, randn({2, 3, 8, 8}), int64_t{2 * 8 * 6 * 6 * 27 * 2}},
+                             std::tuple{lin, randn({4, 16}), int64_t{2 * 4 * 32 * 16}}}) {
+    Graph g = capture([&](const TensorList& in) { return TensorList{(*m)(in[0])}; }, {x}, m->named_parameters());
+    int64_t outputs = x.shape()[0] * (m == conv ? 8 * 6 * 6 : 32);
+    EXPECT_EQ(summarize(g).flops, dense + outputs) << dump(g);
+    optimize(g);
+    EXPECT_EQ(count_op(g, "relu"), 0) << dump(g);
+    EXPECT_EQ(summarize(g).flops, dense) << dump(g);
+  }
 }
 
 }  // namespace
