@@ -1,8 +1,11 @@
 // Elementwise fusion: the rewrite, bitwise agreement with eager for every op
 // that can join a fused kernel, and the fused kernel's own input checks.
+#include <thread>
+
 #include "backend/cpu/conv.h"
 #include "tessera/compile/compile.h"
 #include "tessera/compile/inspect.h"
+#include "tessera/compile/model.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "compile/graph_test_util.h"
 #include "test_util.h"
@@ -575,6 +578,40 @@ TEST(Inspect, FusedOpsKeepTheirFlops) {
     EXPECT_EQ(count_op(g, "relu"), 0) << dump(g);
     EXPECT_EQ(summarize(g).flops, dense) << dump(g);
   }
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+using namespace compile;
+
+TEST(Layout, ConcurrentRunsOfAPackedBlockedNetwork) {
+  // Four threads run one optimized ResNet (blocked activations, weights packed
+  // on first use, in-place residuals) at different batch sizes at once: each
+  // result is the one eager gives for its own input. Convolutions run outside
+  // the primitive cache's lock, so they really overlap.
+  manual_seed(13);
+  nn::zoo::ResNetConfig c;
+  c.widths = {8, 16, 16, 32};
+  nn::zoo::ResNet net(c);
+  net.eval();
+  NoGradGuard ng;
+  CaptureOptions co;
+  co.dynamic = {{0, 0, "N"}};
+  Model m(capture([&](const TensorList& x) { return TensorList{net(x[0])}; }, {randn({2, 3, 32, 32})},
+                  net.named_parameters(), co));
+  std::vector<Tensor> xs, want(4), got(4);
+  for (int i = 0; i < 4; ++i) xs.push_back(randn({i + 1, 3, 32, 32}));
+  for (int i = 0; i < 4; ++i) want[i] = net(xs[i]);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      for (int r = 0; r < 5; ++r) got[i] = m.run({xs[i]})[0];
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) EXPECT_CLOSE(got[i], want[i], 1e-4, 1e-5) << i;
 }
 
 }  // namespace

@@ -119,8 +119,12 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvGeometry& g, cons
 }
 
 // Builds (once per geometry and kind) the primitive and remembers its layouts.
-Prims& prims(const ConvGeometry& g, int kind, Fused f = {}) {
+// The cache only grows and an entry never changes once made, so the reference
+// stays valid without the lock, and several threads may run one primitive at
+// once: each call brings its own scratchpad (user mode) and buffers.
+const Prims& prims(const ConvGeometry& g, int kind, Fused f = {}) {
   State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
   Key k = key_of(g, kind, f);
   auto it = s.cache.find(k);
   if (it != s.cache.end()) return it->second;
@@ -273,8 +277,6 @@ int conv_activation_block() {
   static const int block = [] {
     // A typical mid-network convolution: which layout does the primitive want?
     ConvGeometry g{1, 64, 8, 8, 64, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1, 1, 1, DType::F32};
-    State& s = state();
-    std::lock_guard<std::mutex> lock(s.mu);
     const memory::desc& dst = prims(g, 0).dst;
     memory::dims dims{1, 64, 8, 8};
     if (dst == memory::desc(dims, memory::data_type::f32, tag::nChw8c)) return 8;
@@ -294,8 +296,6 @@ memory::desc activation_desc(const memory::dims& dims, DType t, int block) {
 
 std::string conv_weights_layout(const ConvGeometry& g, const ConvFusion& fusion) {
   TS_CHECK(use_dnnl(g.dtype), "conv_weights_layout: f32 or bf16 only, got ", dtype_name(g.dtype));
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
   const memory::desc& wei = prims(g, 0, {fusion.residual != nullptr, fusion.act}).wei;
   // The descriptor is a plain struct that oneDNN zero-fills before describing.
   return std::string(reinterpret_cast<const char*>(&wei.data), sizeof(wei.data));
@@ -304,7 +304,6 @@ std::string conv_weights_layout(const ConvGeometry& g, const ConvFusion& fusion)
 std::shared_ptr<const void> pack_conv_weights(const ConvGeometry& g, const ConvFusion& fusion, const void* w) {
   TS_CHECK(use_dnnl(g.dtype), "pack_conv_weights: f32 or bf16 only, got ", dtype_name(g.dtype));
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
   const memory::desc want = prims(g, 0, {fusion.residual != nullptr, fusion.act}).wei;
   const size_t n = std::max<size_t>(want.get_size(), 64);
   std::shared_ptr<void> packed(cpu_allocate(n), [n](void* p) { cpu_free(p, n); });
@@ -328,8 +327,7 @@ void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const v
     return;
   }
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);  // primitives share scratch: one conv at a time
-  Prims& p = prims(g, 0, f);
+  const Prims& p = prims(g, 0, f);
   Descs d = descs(g);
   d.user_src = activation_desc(d.src, g.dtype, fusion.src_block);
   d.user_dst = activation_desc(d.dst, g.dtype, fusion.dst_block);
@@ -368,8 +366,7 @@ void conv2d_backward_data(const ConvGeometry& g, const void* gy, const void* w, 
     return;
   }
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  Prims& p = prims(g, 1);
+  const Prims& p = prims(g, 1);
   Descs d = descs(g);
   dnnl::stream st(s.eng);
   Buffers b;
@@ -391,8 +388,7 @@ void conv2d_backward_weights(const ConvGeometry& g, const void* x, const void* g
     return;
   }
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  Prims& p = prims(g, 2);
+  const Prims& p = prims(g, 2);
   Descs d = descs(g);
   dnnl::stream st(s.eng);
   Buffers b;
