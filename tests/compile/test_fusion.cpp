@@ -321,19 +321,30 @@ int blocked_convs(const Graph& g, const char* which) {
   return n;
 }
 
-TEST(Layout, ResNetConvsHandEachOtherBlockedActivations) {
-  const int64_t b = cpu::conv_activation_block();
-  if (b == 0) GTEST_SKIP() << "oneDNN prefers NCHW on this CPU: the pass has nothing to do";
-  manual_seed(7);
+// A small ResNet (widths 8-32, CIFAR stem, 20 convs) in eval mode, and its
+// inference capture with a dynamic batch.
+std::unique_ptr<nn::zoo::ResNet> small_resnet(uint64_t seed) {
+  manual_seed(seed);
   nn::zoo::ResNetConfig c;
   c.widths = {8, 16, 16, 32};
-  nn::zoo::ResNet net(c);
-  net.eval();
+  auto net = std::make_unique<nn::zoo::ResNet>(c);
+  net->eval();
+  return net;
+}
+Graph capture_dynamic_batch(nn::Module& net) {
   NoGradGuard ng;
   CaptureOptions co;
   co.dynamic = {{0, 0, "N"}};
-  Graph g = capture([&](const TensorList& in) { return TensorList{net(in[0])}; }, {randn({2, 3, 32, 32})},
-                    net.named_parameters(), co);
+  return capture([&](const TensorList& in) { return TensorList{net(in[0])}; }, {randn({2, 3, 32, 32})},
+                 net.named_parameters(), co);
+}
+
+TEST(Layout, ResNetConvsHandEachOtherBlockedActivations) {
+  const int64_t b = cpu::conv_activation_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers NCHW on this CPU: the pass has nothing to do";
+  auto net = small_resnet(7);
+  NoGradGuard ng;
+  Graph g = capture_dynamic_batch(*net);
   optimize(g, {.disable = {"layout"}});
   Graph blocked = g.clone();
   EXPECT_EQ(block_conv_activations(blocked), 20);
@@ -592,19 +603,12 @@ TEST(Layout, ConcurrentRunsOfAPackedBlockedNetwork) {
   // on first use, in-place residuals) at different batch sizes at once: each
   // result is the one eager gives for its own input. Convolutions run outside
   // the primitive cache's lock, so they really overlap.
-  manual_seed(13);
-  nn::zoo::ResNetConfig c;
-  c.widths = {8, 16, 16, 32};
-  nn::zoo::ResNet net(c);
-  net.eval();
+  auto net = small_resnet(13);
   NoGradGuard ng;
-  CaptureOptions co;
-  co.dynamic = {{0, 0, "N"}};
-  Model m(capture([&](const TensorList& x) { return TensorList{net(x[0])}; }, {randn({2, 3, 32, 32})},
-                  net.named_parameters(), co));
+  Model m(capture_dynamic_batch(*net));
   std::vector<Tensor> xs, want(4), got(4);
   for (int i = 0; i < 4; ++i) xs.push_back(randn({i + 1, 3, 32, 32}));
-  for (int i = 0; i < 4; ++i) want[i] = net(xs[i]);
+  for (int i = 0; i < 4; ++i) want[i] = (*net)(xs[i]);
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i)
     threads.emplace_back([&, i] {
