@@ -5,7 +5,9 @@
 
 #include <array>
 #include <bit>
+#include <functional>
 #include <map>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 #include <mutex>
@@ -25,10 +27,19 @@ struct Key {
   bool operator<(const Key& o) const { return v < o.v; }
 };
 
+// A cached product and its scratchpad's size. Each call brings its own
+// scratchpad (user mode): with oneDNN's own, two threads running one
+// primitive at once (attention runs its per-head GEMMs in parallel) share it
+// and overwrite each other's packed operands.
+struct Prim {
+  dnnl::matmul matmul;
+  dnnl::memory::desc scratch;
+};
+
 struct Engine {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   std::mutex mu;
-  std::map<Key, dnnl::matmul> cache;
+  std::map<Key, Prim> cache;
 };
 
 Engine& engine() {
@@ -69,13 +80,14 @@ void gemm_dnnl(const GemmArgs& g) {
   dnnl::memory::desc amd = md(g.m, g.k, g.sa), bmd = md(g.k, g.n, g.sb), cmd = md(g.m, g.n, g.sc);
   dnnl::memory::desc biasmd = batched ? dnnl::memory::desc({1, 1, g.n}, type, {g.n, g.n, 1})
                                       : dnnl::memory::desc({1, g.n}, type, {g.n, 1});
-  dnnl::matmul prim;
+  Prim prim;
   {
     std::lock_guard<std::mutex> lock(e.mu);
     auto it = e.cache.find(key);
     if (it == e.cache.end()) {
       auto desc = g.bias ? dnnl::matmul::desc(amd, bmd, biasmd, cmd) : dnnl::matmul::desc(amd, bmd, cmd);
       dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       if (g.alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(g.alpha)});
       dnnl::post_ops po;
       if (g.accumulate) po.append_sum(1.0f);
@@ -83,7 +95,7 @@ void gemm_dnnl(const GemmArgs& g) {
       if (g.residual) po.append_binary(dnnl::algorithm::binary_add, cmd);
       if (po.len() > 0) attr.set_post_ops(po);
       dnnl::matmul::primitive_desc pd(desc, attr, e.eng);
-      it = e.cache.emplace(key, dnnl::matmul(pd)).first;
+      it = e.cache.emplace(key, Prim{dnnl::matmul(pd), pd.scratchpad_desc()}).first;
     }
     prim = it->second;
   }
@@ -98,7 +110,11 @@ void gemm_dnnl(const GemmArgs& g) {
     args.insert({DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
                  dnnl::memory(cmd, e.eng, const_cast<void*>(g.residual))});
   }
-  prim.execute(s, args);
+  const size_t scratch_bytes = prim.scratch.get_size();
+  std::unique_ptr<void, std::function<void(void*)>> scratch(
+      scratch_bytes ? cpu_allocate(scratch_bytes) : nullptr, [scratch_bytes](void* p) { cpu_free(p, scratch_bytes); });
+  if (scratch) args.insert({DNNL_ARG_SCRATCHPAD, dnnl::memory(prim.scratch, e.eng, scratch.get())});
+  prim.matmul.execute(s, args);
   s.wait();
 }
 
