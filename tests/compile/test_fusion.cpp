@@ -321,12 +321,12 @@ int blocked_convs(const Graph& g, const char* which) {
   return n;
 }
 
-// A small ResNet (widths 8-32, CIFAR stem, 20 convs) in eval mode, and its
+// A small ResNet (widths 16-32: whole channel blocks at 8 (AVX2) and 16 (AVX-512); CIFAR stem, 20 convs) in eval mode, and its
 // inference capture with a dynamic batch.
 std::unique_ptr<nn::zoo::ResNet> small_resnet(uint64_t seed) {
   manual_seed(seed);
   nn::zoo::ResNetConfig c;
-  c.widths = {8, 16, 16, 32};
+  c.widths = {16, 16, 32, 32};
   auto net = std::make_unique<nn::zoo::ResNet>(c);
   net->eval();
   return net;
@@ -408,7 +408,7 @@ TEST(Layout, PoolingsPoolBlockedActivations) {
     // ResNet's ImageNet stem: conv 7x7/2 -> 3x3/2 max pool with padding -> blocks.
     manual_seed(9);
     nn::zoo::ResNetConfig c;
-    c.widths = {8, 16, 16, 32};
+    c.widths = {16, 16, 32, 32};
     c.stem = "imagenet";
     nn::zoo::ResNet net(c);
     auto [plain, blocked] = with_and_without_layout(net, {2, 3, 64, 64}, 21);
@@ -445,7 +445,7 @@ TEST(Layout, ConstantConvWeightsArePackedOnce) {
   // them packed, and the results are those of packing them on every call.
   manual_seed(10);
   nn::zoo::ResNetConfig c;
-  c.widths = {8, 16, 16, 32};
+  c.widths = {16, 16, 32, 32};
   nn::zoo::ResNet net(c);
   auto [plain, blocked] = with_and_without_layout(net, {2, 3, 32, 32}, 20);
   EXPECT_EQ(pack_constant_conv_weights(blocked), 20);
