@@ -27,11 +27,33 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias) : Module("Linear"), in_f
 Tensor Linear::forward(const Tensor& x) {
   TS_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear(", in_features, " -> ", out_features,
            "): expected input with last dimension ", in_features, ", got shape ", shape_str(x.shape()));
+  if (quantized)
+    return ops::quantized_linear(x, quantized->qweight, quantized->scales, quantized->mins, bias, quantized->format,
+                                 quantized->group, quantized->activations);
   return ops::linear(x, weight, bias);
 }
 
+void Linear::set_quantized(Quantized q) {
+  TS_CHECK(!quantized, "Linear: the weight is already quantized (", quantized->format, ")");
+  TS_CHECK(q.qweight.defined() && q.qweight.dim() == 2 && q.qweight.size(0) == out_features, "Linear(", in_features,
+           " -> ", out_features, "): a quantized weight needs ", out_features, " packed rows");
+  unregister("weight");
+  weight = Tensor();
+  register_buffer("qweight", q.qweight, true, true);
+  if (q.scales.defined()) register_buffer("weight_scales", q.scales, true, true);
+  if (q.mins.defined()) register_buffer("weight_mins", q.mins, true, true);
+  quantized = std::move(q);
+}
+
 std::string Linear::extra_repr() const {
-  return detail::str("in_features=", in_features, ", out_features=", out_features, ", bias=", bias.defined() ? "True" : "False");
+  std::string s = detail::str("in_features=", in_features, ", out_features=", out_features, ", bias=",
+                              bias.defined() ? "True" : "False");
+  if (quantized) {
+    s += ", weight=" + quantized->format;
+    if (quantized->group) s += detail::str(", group=", quantized->group);
+    if (quantized->activations != "float") s += ", activations=" + quantized->activations;
+  }
+  return s;
 }
 
 Bilinear::Bilinear(int64_t in1, int64_t in2, int64_t out, bool with_bias)

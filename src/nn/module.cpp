@@ -82,11 +82,27 @@ Tensor Module::register_parameter(const std::string& name, Tensor t, bool requir
   return t;
 }
 
-Tensor Module::register_buffer(const std::string& name, Tensor t, bool persistent) {
+Tensor Module::register_buffer(const std::string& name, Tensor t, bool persistent, bool fixed_dtype) {
   check_new_name(name);
   TS_CHECK(t.defined(), type_name_, ": buffer '", name, "' is undefined");
-  buffers_.push_back({name, t, persistent});
+  buffers_.push_back({name, t, persistent, fixed_dtype});
   return t;
+}
+
+Tensor Module::unregister(const std::string& name) {
+  for (auto it = params_.begin(); it != params_.end(); ++it)
+    if (it->name == name) {
+      Tensor t = it->t;
+      params_.erase(it);
+      return t;
+    }
+  for (auto it = buffers_.begin(); it != buffers_.end(); ++it)
+    if (it->name == name) {
+      Tensor t = it->t;
+      buffers_.erase(it);
+      return t;
+    }
+  TS_ERROR(type_name_, ": no parameter or buffer named '", name, "' to unregister");
 }
 
 void Module::add_child(const std::string& name, ModulePtr m) {
@@ -220,7 +236,8 @@ void Module::to(DType dtype) {
   };
   for (auto& m : modules()) {
     for (auto& p : m->params_) convert(p.t);
-    for (auto& b : m->buffers_) convert(b.t);
+    for (auto& b : m->buffers_)
+      if (!b.fixed_dtype) convert(b.t);
   }
 }
 

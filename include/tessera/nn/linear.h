@@ -16,7 +16,20 @@ struct Identity : Module {
 struct Linear : Module {
   int64_t in_features, out_features;
   Tensor weight, bias;  // bias undefined when bias=false
+  // A weight stored quantized (quant::quantize_weights): the f32 "weight" is
+  // gone and buffers "qweight", "weight_scales", "weight_mins" (those the
+  // format has) take its place; forward runs ops::quantized_linear.
+  struct Quantized {
+    std::string format;                 // q8_0, q4_0, int8, int4
+    int64_t group = 0;                  // int4 only
+    std::string activations = "float";  // or "int8"
+    Tensor qweight, scales, mins;
+  };
+  std::optional<Quantized> quantized;
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  // Swaps the f32 weight for q (its shapes are checked by quantized_linear on
+  // the first forward); the bias stays a float parameter.
+  void set_quantized(Quantized q);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 };

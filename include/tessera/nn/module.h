@@ -71,7 +71,12 @@ class Module : public std::enable_shared_from_this<Module> {
 
   // ---- registration ---------------------------------------------------------
   Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
-  Tensor register_buffer(const std::string& name, Tensor t, bool persistent = true);
+  // fixed_dtype: to(dtype) leaves the buffer alone (quantization scales, whose
+  // dtype is part of their format).
+  Tensor register_buffer(const std::string& name, Tensor t, bool persistent = true, bool fixed_dtype = false);
+  // Removes this module's own parameter or buffer `name` and returns it (e.g.
+  // when quantization replaces a weight); error when there is none.
+  Tensor unregister(const std::string& name);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     add_child(name, m);
@@ -136,6 +141,7 @@ class Module : public std::enable_shared_from_this<Module> {
     std::string name;
     Tensor t;
     bool persistent;
+    bool fixed_dtype;
   };
   void check_new_name(const std::string& name) const;
   void collect(const std::string& prefix, NamedTensors& out, bool params, bool persistent_only, bool dedupe,

@@ -301,6 +301,23 @@ Tensor avg_pool2d_backward(const Tensor& grad, IntArrayRef input_size, IntArrayR
 TensorList attention_backward(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& attn_mask, bool is_causal, std::optional<double> scale);
 
+// ---- quantized weights (quant/, docs/quantization.md) -----------------------------
+// y = x @ W^T + bias with W stored quantized: qweight is a u8 tensor of packed
+// rows [out_features, bytes per row] in `format` (q8_0, q4_0, int8, int4; see
+// Note [Quantized weight formats] in backend/cpu/quant.h); scales is f32
+// [out] for int8 and f16 [out, in/group] for int4 (undefined for the block
+// formats, which carry their scales); mins is f16 [out, in/group] for int4 only.
+// activations: "float" multiplies by the weights decoded in registers (batches
+// above 16 rows: dequantized tiles and the f32 GEMM); "int8" quantizes x per 32
+// values and runs int8 dot products (faster; one more rounding). Differentiable
+// in x and bias (dx = dy @ dequantized W); the weight is not trained.
+Tensor quantized_linear(const Tensor& x, const Tensor& qweight, const Tensor& scales, const Tensor& mins,
+                        const Tensor& bias, const std::string& format, int64_t group = 0,
+                        const std::string& activations = "float");
+// The f32 weight [out_features, in_features] a quantized one stands for.
+Tensor dequantize_weight(const Tensor& qweight, const Tensor& scales, const Tensor& mins, const std::string& format,
+                         int64_t group = 0);
+
 // ---- made by the graph compiler (compile/) ----------------------------------------
 // A chain of pointwise ops as one kernel: `program` is a register program over
 // the inputs (broadcast together; float or bool), with f32 outputs of the

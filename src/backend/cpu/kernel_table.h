@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/cpu/pool.h"
+#include "backend/cpu/quant.h"
 #include "tessera/core/dtype.h"
 
 namespace tessera::cpu {
@@ -88,6 +89,16 @@ using MaxPoolPlanes = void (*)(const PoolGeometry& g, const void* x, void* y, in
 using AttnSoftmax = void (*)(void* s, void* lse, int64_t rows, int64_t n);
 using AttnExp = void (*)(void* s, const void* lse, int64_t rows, int64_t n);
 
+// Quantized matrices (backend/cpu/quant.h). y[i * ldy + r] for activation rows
+// i < m and weight rows r in [r0, r1).
+using QMatmulRows = void (*)(const QuantMatrix& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy,
+                             int64_t r0, int64_t r1);
+using QDotRows = void (*)(const QuantMatrix& w, const BlockQ8Act* xq, int64_t m, float* y, int64_t ldy, int64_t r0,
+                          int64_t r1);
+// Rows [r0, r1) dequantized to out [r1 - r0, cols].
+using QDequantRows = void (*)(const QuantMatrix& w, int64_t r0, int64_t r1, float* out);
+using QuantizeAct = void (*)(const float* x, int64_t cols, BlockQ8Act* out);
+
 struct KernelTable {
   const char* isa = "";
   Loop1d unary[kNumUnary][kNumDTypes] = {};
@@ -108,6 +119,10 @@ struct KernelTable {
   AdamStep adam_step[kNumDTypes] = {};
   SgdStep sgd_step[kNumDTypes] = {};
   MaxPoolPlanes max_pool_planes[kNumDTypes] = {};
+  QMatmulRows qmatmul_rows[kNumQFormats] = {};
+  QDotRows qdot_rows[kNumQFormats] = {};
+  QDequantRows qdequant_rows[kNumQFormats] = {};
+  QuantizeAct quantize_act = nullptr;
 };
 
 const KernelTable& kernels();

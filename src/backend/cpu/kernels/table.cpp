@@ -8,6 +8,7 @@ void fill_kernel_table(KernelTable& t) {
   fill_norm_kernels(t);
   fill_optim_kernels(t);
   fill_pool_kernels(t);
+  fill_quant_kernels(t);
 }
 
 }  // namespace tessera::cpu::TESSERA_ISA

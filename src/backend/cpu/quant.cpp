@@ -1,0 +1,310 @@
+// Quantized formats: sizes, quantizers, the portable references, and the
+// dispatch of qmatmul onto the per-ISA kernels (kernels/quant.cpp).
+#include "backend/cpu/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/kernel_table.h"
+#include "tessera/core/allocator.h"
+#include "tessera/core/error.h"
+#include "tessera/core/half.h"
+#include "tessera/core/parallel.h"
+
+namespace tessera::cpu {
+
+const char* qformat_name(QFormat f) {
+  switch (f) {
+    case QFormat::Q8_0: return "q8_0";
+    case QFormat::Q4_0: return "q4_0";
+    case QFormat::Int8: return "int8";
+    case QFormat::Int4: return "int4";
+  }
+  return "?";
+}
+
+QFormat qformat_from_name(const std::string& name) {
+  for (int i = 0; i < kNumQFormats; ++i)
+    if (name == qformat_name(static_cast<QFormat>(i))) return static_cast<QFormat>(i);
+  TS_ERROR("unknown quantized format '", name, "': expected one of q8_0, q4_0, int8, int4");
+}
+
+int64_t qrow_bytes(QFormat f, int64_t cols) {
+  switch (f) {
+    case QFormat::Q8_0: return cols / kQBlock * static_cast<int64_t>(sizeof(BlockQ8_0));
+    case QFormat::Q4_0: return cols / kQBlock * static_cast<int64_t>(sizeof(BlockQ4_0));
+    case QFormat::Int8: return cols;
+    case QFormat::Int4: return cols / 2;
+  }
+  return 0;
+}
+
+void check_qshape(QFormat f, int64_t cols, int64_t group) {
+  TS_CHECK(cols > 0, qformat_name(f), ": the input dimension must be positive, got ", cols);
+  if (f == QFormat::Q8_0 || f == QFormat::Q4_0)
+    TS_CHECK(cols % kQBlock == 0, qformat_name(f), " packs 32-element blocks along the input dimension, which is ",
+             cols, " (not a multiple of 32); use int8 or int4 with a group that divides it, or keep the layer in float");
+  if (f == QFormat::Int4) {
+    TS_CHECK(group >= 32 && group <= 256 && group % 32 == 0, "int4: group size must be 32, 64, 96, ..., 256 (a "
+             "multiple of 32), got ", group);
+    TS_CHECK(cols % group == 0, "int4: group size ", group, " does not divide the input dimension ", cols,
+             "; choose a group that does (e.g. 32 when it is a multiple of 32) or keep the layer in float");
+  }
+}
+
+namespace {
+
+uint16_t to_h(float f) { return Half::from_float(f); }
+float from_h(uint16_t h) { return Half::to_float(h); }
+
+template <typename T>
+void put(std::vector<uint8_t>& bytes, int64_t i, T v) {
+  std::memcpy(bytes.data() + i * sizeof(T), &v, sizeof(T));
+}
+
+// Reads weight (r, k) through the format's definition; the scalar ground truth.
+float weight_at(const QuantMatrix& w, int64_t r, int64_t k) {
+  const uint8_t* row = w.data + r * qrow_bytes(w.format, w.cols);
+  switch (w.format) {
+    case QFormat::Q8_0: {
+      const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + k / kQBlock;
+      return from_h(b->d) * static_cast<float>(b->qs[k % kQBlock]);
+    }
+    case QFormat::Q4_0: {
+      const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + k / kQBlock;
+      int j = static_cast<int>(k % kQBlock);
+      int q = j < 16 ? (b->qs[j] & 15) : (b->qs[j - 16] >> 4);
+      return from_h(b->d) * static_cast<float>(q - 8);
+    }
+    case QFormat::Int8:
+      return static_cast<const float*>(w.scales)[r] * static_cast<float>(reinterpret_cast<const int8_t*>(row)[k]);
+    case QFormat::Int4: {
+      const int64_t g = k / w.group, j = k % w.group, half = w.group / 2, groups = w.cols / w.group;
+      const uint8_t* q = row + g * half;
+      int v = j < half ? (q[j] & 15) : (q[j - half] >> 4);
+      float s = from_h(static_cast<const uint16_t*>(w.scales)[r * groups + g]);
+      float m = from_h(static_cast<const uint16_t*>(w.mins)[r * groups + g]);
+      return s * static_cast<float>(v) + m;
+    }
+  }
+  return 0.f;
+}
+
+}  // namespace
+
+QuantizedWeights quantize_ref(QFormat f, const float* w, int64_t rows, int64_t cols, int64_t group) {
+  check_qshape(f, cols, group);
+  TS_CHECK(rows >= 0, "quantize: negative row count ", rows);
+  for (int64_t i = 0; i < rows * cols; ++i)
+    TS_CHECK(std::isfinite(w[i]), "quantize (", qformat_name(f), "): weight [", i / cols, ", ", i % cols, "] is ", w[i],
+             "; quantization needs finite weights");
+  QuantizedWeights q;
+  const int64_t rb = qrow_bytes(f, cols);
+  q.data.resize(rows * rb);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = w + r * cols;
+    uint8_t* out = q.data.data() + r * rb;
+    if (f == QFormat::Q8_0) {  // ggml quantize_row_q8_0_ref
+      for (int64_t b = 0; b < cols / kQBlock; ++b) {
+        const float* v = x + b * kQBlock;
+        float amax = 0.f;
+        for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
+        float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+        BlockQ8_0 blk;
+        blk.d = to_h(d);
+        for (int j = 0; j < kQBlock; ++j) blk.qs[j] = static_cast<int8_t>(std::roundf(v[j] * id));
+        std::memcpy(out + b * sizeof(BlockQ8_0), &blk, sizeof blk);
+      }
+    } else if (f == QFormat::Q4_0) {  // ggml quantize_row_q4_0_ref
+      for (int64_t b = 0; b < cols / kQBlock; ++b) {
+        const float* v = x + b * kQBlock;
+        float amax = 0.f, mx = 0.f;
+        for (int j = 0; j < kQBlock; ++j)
+          if (amax < std::fabs(v[j])) {
+            amax = std::fabs(v[j]);
+            mx = v[j];
+          }
+        float d = mx / -8.f, id = d != 0.f ? 1.f / d : 0.f;
+        BlockQ4_0 blk;
+        blk.d = to_h(d);
+        for (int j = 0; j < 16; ++j) {
+          auto q0 = static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(v[j] * id + 8.5f))));
+          auto q1 = static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(v[j + 16] * id + 8.5f))));
+          blk.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+        }
+        std::memcpy(out + b * sizeof(BlockQ4_0), &blk, sizeof blk);
+      }
+    } else if (f == QFormat::Int8) {
+      if (r == 0) q.scales.resize(rows * sizeof(float));
+      float amax = 0.f;
+      for (int64_t k = 0; k < cols; ++k) amax = std::max(amax, std::fabs(x[k]));
+      float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+      put<float>(q.scales, r, d);
+      for (int64_t k = 0; k < cols; ++k)
+        out[k] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(x[k] * id), -127.f, 127.f)));
+    } else {  // Int4: per group, scale and min rounded to f16 first, then q against them
+      const int64_t groups = cols / group, half = group / 2;
+      if (r == 0) {
+        q.scales.resize(rows * groups * 2);
+        q.mins.resize(rows * groups * 2);
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        const float* v = x + g * group;
+        float lo = v[0], hi = v[0];
+        for (int64_t j = 1; j < group; ++j) {
+          lo = std::min(lo, v[j]);
+          hi = std::max(hi, v[j]);
+        }
+        uint16_t sh = to_h((hi - lo) / 15.f), mh = to_h(lo);
+        put<uint16_t>(q.scales, r * groups + g, sh);
+        put<uint16_t>(q.mins, r * groups + g, mh);
+        float s = from_h(sh), m = from_h(mh), is = s != 0.f ? 1.f / s : 0.f;
+        auto qv = [&](float val) { return static_cast<int>(std::clamp(std::nearbyint((val - m) * is), 0.f, 15.f)); };
+        uint8_t* o = out + g * half;
+        for (int64_t j = 0; j < half; ++j) o[j] = static_cast<uint8_t>(qv(v[j]) | (qv(v[j + half]) << 4));
+      }
+    }
+  }
+  return q;
+}
+
+QuantMatrix view_of(const QuantizedWeights& q, QFormat f, int64_t rows, int64_t cols, int64_t group) {
+  QuantMatrix m;
+  m.format = f;
+  m.rows = rows;
+  m.cols = cols;
+  m.group = f == QFormat::Int4 ? group : 0;
+  m.data = q.data.data();
+  m.scales = q.scales.empty() ? nullptr : q.scales.data();
+  m.mins = q.mins.empty() ? nullptr : q.mins.data();
+  return m;
+}
+
+void dequantize_ref(const QuantMatrix& w, int64_t r0, int64_t r1, float* out) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t k = 0; k < w.cols; ++k) out[(r - r0) * w.cols + k] = weight_at(w, r, k);
+}
+
+void qmatmul_ref(const QuantMatrix& w, const float* x, int64_t m, float* y) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t r = 0; r < w.rows; ++r) {
+      double s = 0;
+      for (int64_t k = 0; k < w.cols; ++k) s += static_cast<double>(x[i * w.cols + k]) * weight_at(w, r, k);
+      y[i * w.rows + r] = static_cast<float>(s);
+    }
+}
+
+void quantize_act_ref(const float* x, int64_t cols, BlockQ8Act* out) {
+  for (int64_t b = 0; b < cols / kQBlock; ++b) {
+    const float* v = x + b * kQBlock;
+    float amax = 0.f;
+    for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
+    float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+    int32_t sum = 0;
+    for (int j = 0; j < kQBlock; ++j) {
+      out[b].qs[j] = static_cast<int8_t>(std::nearbyint(v[j] * id));
+      sum += out[b].qs[j];
+    }
+    out[b].d = d;
+    out[b].sum = sum;
+  }
+}
+
+bool qdot_supported(const QuantMatrix& w) { return w.cols % kQBlock == 0; }
+
+void qdot_ref(const QuantMatrix& w, const BlockQ8Act* xq, int64_t m, float* y) {
+  TS_CHECK(qdot_supported(w), "qdot: the input dimension ", w.cols, " is not a multiple of 32");
+  const int64_t nb = w.cols / kQBlock;
+  for (int64_t r = 0; r < w.rows; ++r) {
+    // Recover each weight's integer code and its block factor from the format.
+    for (int64_t i = 0; i < m; ++i) {
+      float acc = 0.f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const BlockQ8Act& a = xq[i * nb + b];
+        int32_t isum = 0;
+        float d = 1.f, mn = 0.f;
+        const uint8_t* rp = w.data + r * qrow_bytes(w.format, w.cols);
+        for (int j = 0; j < kQBlock; ++j) {
+          const int64_t k = b * kQBlock + j;
+          int q = 0;
+          switch (w.format) {
+            case QFormat::Q8_0: {
+              const auto* blk = reinterpret_cast<const BlockQ8_0*>(rp) + b;
+              q = blk->qs[j];
+              d = from_h(blk->d);
+              break;
+            }
+            case QFormat::Q4_0: {
+              const auto* blk = reinterpret_cast<const BlockQ4_0*>(rp) + b;
+              q = (j < 16 ? (blk->qs[j] & 15) : (blk->qs[j - 16] >> 4)) - 8;
+              d = from_h(blk->d);
+              break;
+            }
+            case QFormat::Int8: q = reinterpret_cast<const int8_t*>(rp)[k]; break;
+            case QFormat::Int4: {
+              const int64_t g = k / w.group, jj = k % w.group, half = w.group / 2, groups = w.cols / w.group;
+              const uint8_t* qp = rp + g * half;
+              q = jj < half ? (qp[jj] & 15) : (qp[jj - half] >> 4);
+              d = from_h(static_cast<const uint16_t*>(w.scales)[r * groups + g]);
+              mn = from_h(static_cast<const uint16_t*>(w.mins)[r * groups + g]);
+              break;
+            }
+          }
+          isum += q * a.qs[j];
+        }
+        acc += static_cast<float>(isum) * (d * a.d);
+        if (w.format == QFormat::Int4) acc += mn * a.d * static_cast<float>(a.sum);
+      }
+      if (w.format == QFormat::Int8) acc *= static_cast<const float*>(w.scales)[r];
+      y[i * w.rows + r] = acc;
+    }
+  }
+}
+
+void qmatmul(const QuantMatrix& w, const float* x, int64_t m, float* y, bool integer) {
+  if (m <= 0 || w.rows <= 0) return;
+  const KernelTable& kt = kernels();
+  const int f = static_cast<int>(w.format);
+  // Enough rows per thread that waking the pool pays off (~64k multiply-adds).
+  const int64_t grain = std::max<int64_t>(4, 65536 / std::max<int64_t>(1, w.cols * m));
+  if (integer && qdot_supported(w)) {
+    const int64_t nb = w.cols / kQBlock;
+    std::vector<BlockQ8Act> xq(m * nb);
+    parallel_for(0, m, std::max<int64_t>(1, 16384 / w.cols),
+                 [&](int64_t i0, int64_t i1) {
+                   for (int64_t i = i0; i < i1; ++i) kt.quantize_act(x + i * w.cols, w.cols, xq.data() + i * nb);
+                 });
+    parallel_for(0, w.rows, grain, [&](int64_t r0, int64_t r1) { kt.qdot_rows[f](w, xq.data(), m, y, w.rows, r0, r1); });
+    return;
+  }
+  if (m <= 16) {
+    parallel_for(0, w.rows, grain,
+                 [&](int64_t r0, int64_t r1) { kt.qmatmul_rows[f](w, x, w.cols, m, y, w.rows, r0, r1); });
+    return;
+  }
+  // Larger batches: dequantize ~1 MiB of rows at a time and run the f32 GEMM.
+  const int64_t tile = std::clamp<int64_t>(262144 / w.cols, 16, w.rows);
+  std::vector<float> buf(tile * w.cols);
+  for (int64_t t0 = 0; t0 < w.rows; t0 += tile) {
+    const int64_t tr = std::min(tile, w.rows - t0);
+    parallel_for(0, tr, std::max<int64_t>(1, 16384 / w.cols), [&](int64_t a, int64_t b) {
+      kt.qdequant_rows[f](w, t0 + a, t0 + b, buf.data() + a * w.cols);
+    });
+    GemmArgs g;
+    g.dtype = DType::F32;
+    g.m = m;
+    g.n = tr;
+    g.k = w.cols;
+    g.sa[0] = 0, g.sa[1] = w.cols, g.sa[2] = 1;
+    g.sb[0] = 0, g.sb[1] = 1, g.sb[2] = w.cols;
+    g.sc[0] = 0, g.sc[1] = w.rows, g.sc[2] = 1;
+    g.a = x;
+    g.b = buf.data();
+    g.c = y + t0;
+    gemm(g);
+  }
+}
+
+}  // namespace tessera::cpu

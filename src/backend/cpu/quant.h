@@ -1,0 +1,103 @@
+#pragma once
+// Quantized weight formats and their matrix products.
+//
+// Note [Quantized weight formats]
+// A quantized weight matrix [rows, cols] (rows = output features) is one of:
+//   Q8_0  GGUF block format: per 32 weights, an f16 scale d and 32 int8 q;
+//         w = d * q. 34 bytes per block, byte-identical to ggml's block_q8_0.
+//   Q4_0  GGUF block format: per 32 weights, an f16 scale d and 16 bytes of
+//         nibbles (weight j in the low nibble of byte j, weight j+16 in the
+//         high one); w = d * (q - 8). 18 bytes per block, ggml's block_q4_0.
+//   Int8  per-row symmetric int8: data [rows, cols] int8, f32 scales [rows];
+//         w = scale[r] * q. Any cols.
+//   Int4  group-wise asymmetric int4: per `group` weights of a row (group a
+//         multiple of 32 dividing cols), f16 scale s and f16 min m; w = s*q + m
+//         with q in [0, 15]. data [rows, cols/2] bytes, each group's nibbles
+//         packed like Q4_0 (weight j low, weight j + group/2 high); scales and
+//         mins [rows, cols/group].
+// The bytes live in plain u8 / f16 / f32 tensors and the format travels as an
+// attribute of the op that reads them (ops::quantized_linear); see
+// docs/quantization.md for why these are not DType entries.
+//
+// Every kernel has a portable reference here (quantize_ref, dequantize_ref,
+// qmatmul_ref, qdot_ref) that the per-ISA kernels are tested against.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::cpu {
+
+enum class QFormat : uint8_t { Q8_0, Q4_0, Int8, Int4 };
+constexpr int kNumQFormats = 4;
+
+constexpr int64_t kQBlock = 32;  // elements per GGUF block and per activation block
+
+struct BlockQ8_0 {
+  uint16_t d;  // f16 bits
+  int8_t qs[kQBlock];
+};
+struct BlockQ4_0 {
+  uint16_t d;  // f16 bits
+  uint8_t qs[kQBlock / 2];
+};
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18, "GGUF block sizes");
+
+// Activations quantized for the integer products: per 32 values an f32 scale,
+// the int8 values and their sum (the Int4 format's mins need it).
+struct BlockQ8Act {
+  float d;
+  int32_t sum;
+  int8_t qs[kQBlock];
+};
+
+const char* qformat_name(QFormat f);
+// "q8_0", "q4_0", "int8", "int4"; error naming the accepted spellings otherwise.
+QFormat qformat_from_name(const std::string& name);
+
+// A read-only view of one quantized matrix.
+struct QuantMatrix {
+  QFormat format = QFormat::Q8_0;
+  int64_t rows = 0, cols = 0;
+  int64_t group = 0;              // Int4 only
+  const uint8_t* data = nullptr;  // rows * qrow_bytes(...) bytes
+  const void* scales = nullptr;   // Int8: f32 [rows]; Int4: f16 [rows, cols/group]; else null
+  const void* mins = nullptr;     // Int4: f16 [rows, cols/group]; else null
+};
+
+// Bytes of `data` per row.
+int64_t qrow_bytes(QFormat f, int64_t cols);
+// Checks cols (and group) fit the format; the error says what would.
+void check_qshape(QFormat f, int64_t cols, int64_t group);
+
+// The quantized form of a row-major f32 matrix [rows, cols].
+struct QuantizedWeights {
+  std::vector<uint8_t> data;
+  std::vector<uint8_t> scales;  // raw bytes of the f32 / f16 scales
+  std::vector<uint8_t> mins;
+};
+// Rounding follows ggml's quantize_row_q8_0_ref / q4_0_ref exactly, so Q8_0
+// and Q4_0 bytes match GGUF files made from the same weights. Non-finite
+// weights are an error (they would poison a whole block's scale).
+QuantizedWeights quantize_ref(QFormat f, const float* w, int64_t rows, int64_t cols, int64_t group = 0);
+QuantMatrix view_of(const QuantizedWeights& q, QFormat f, int64_t rows, int64_t cols, int64_t group = 0);
+// Rows [r0, r1) back to f32, written to out [r1 - r0, cols].
+void dequantize_ref(const QuantMatrix& w, int64_t r0, int64_t r1, float* out);
+// y[i, r] = sum_k x[i, k] * w[r, k] for i < m, every row r; double accumulation.
+void qmatmul_ref(const QuantMatrix& w, const float* x, int64_t m, float* y);
+
+// Integer path: activations quantized per 32-block (round to nearest,
+// symmetric); cols % 32 == 0. qdot_ref computes each block's product exactly in
+// int32 and combines blocks in float, block by block.
+void quantize_act_ref(const float* x, int64_t cols, BlockQ8Act* out);
+void qdot_ref(const QuantMatrix& w, const BlockQ8Act* xq, int64_t m, float* y);
+// Whether the integer path applies to this matrix.
+bool qdot_supported(const QuantMatrix& w);
+
+// y [m, rows] = x [m, cols] @ w^T, f32 activations: the fast path. Small m
+// decodes weights in registers (matrix-vector products, batch-1 decoding);
+// larger m dequantizes tiles of rows and runs the f32 GEMM. With `integer`, small
+// m quantizes x per 32-block and runs int8 dot products instead (faster, and an
+// extra activation rounding: see docs/quantization.md).
+void qmatmul(const QuantMatrix& w, const float* x, int64_t m, float* y, bool integer);
+
+}  // namespace tessera::cpu

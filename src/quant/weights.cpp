@@ -1,0 +1,113 @@
+// Weight-only quantization of Linear layers.
+#include "tessera/quant/weights.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "backend/cpu/quant.h"
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/nn/linear.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera::quant {
+namespace {
+
+Tensor bytes_to(const std::vector<uint8_t>& bytes, DType dt, Shape shape) {
+  Tensor t = empty(shape, dt);
+  TS_CHECK(static_cast<size_t>(t.numel()) * dtype_size(dt) == bytes.size(), "quantize: internal size mismatch");
+  std::memcpy(t.raw_data(), bytes.data(), bytes.size());
+  return t;
+}
+
+bool skipped(const std::string& path, const std::vector<std::string>& skip) {
+  for (const auto& s : skip)
+    if (path == s || path.starts_with(s + ".")) return true;
+  return false;
+}
+
+}  // namespace
+
+QuantizedWeight quantize_weight(const Tensor& weight, const std::string& format, int64_t group) {
+  const cpu::QFormat f = cpu::qformat_from_name(format);
+  TS_CHECK(weight.defined() && weight.dim() == 2 && is_floating(weight.dtype()), "quantize_weight: expected a 2-D "
+           "float weight [out_features, in_features], got ",
+           weight.defined() ? dtype_name(weight.dtype()) + (" " + shape_str(weight.shape())) : std::string("none"));
+  NoGradGuard no_grad;
+  Tensor w = weight.detach().to(DType::F32).contiguous();
+  const int64_t rows = w.size(0), cols = w.size(1);
+  const int64_t g = f == cpu::QFormat::Int4 ? group : 0;
+  cpu::QuantizedWeights q = cpu::quantize_ref(f, static_cast<const float*>(w.raw_data()), rows, cols, g);
+  QuantizedWeight out;
+  out.qweight = bytes_to(q.data, DType::U8, {rows, cpu::qrow_bytes(f, cols)});
+  if (f == cpu::QFormat::Int8) out.scales = bytes_to(q.scales, DType::F32, {rows});
+  if (f == cpu::QFormat::Int4) {
+    out.scales = bytes_to(q.scales, DType::F16, {rows, cols / g});
+    out.mins = bytes_to(q.mins, DType::F16, {rows, cols / g});
+  }
+  return out;
+}
+
+WeightQuantReport quantize_weights(nn::Module& model, const WeightQuantConfig& cfg) {
+  const cpu::QFormat f = cpu::qformat_from_name(cfg.format);
+  TS_CHECK(cfg.activations == "float" || cfg.activations == "int8", "quantize_weights: activations must be 'float' "
+           "or 'int8', got '", cfg.activations, "'");
+  if (f == cpu::QFormat::Int4)
+    TS_CHECK(cfg.group >= 32 && cfg.group <= 256 && cfg.group % 32 == 0, "quantize_weights: int4 group must be a "
+             "multiple of 32 from 32 to 256, got ", cfg.group);
+  for (const auto& s : cfg.skip) {
+    bool found = false;
+    for (auto& [path, m] : model.named_modules()) found = found || path == s;
+    TS_CHECK(found, "quantize_weights: skip entry '", s, "' names no module of the model");
+  }
+  WeightQuantReport rep;
+  for (auto& [path, m] : model.named_modules()) {
+    auto* lin = dynamic_cast<nn::Linear*>(m);
+    if (!lin) continue;
+    const std::string name = path.empty() ? "(root)" : path;
+    if (lin->quantized) {
+      rep.kept.emplace_back(name, "already quantized (" + lin->quantized->format + ")");
+      continue;
+    }
+    const int64_t f32_bytes = lin->weight.numel() * 4;
+    rep.bytes_before += f32_bytes;
+    auto keep = [&](std::string why) {
+      rep.kept.emplace_back(name, std::move(why));
+      rep.bytes_after += f32_bytes;
+    };
+    if (skipped(path, cfg.skip)) {
+      keep("skipped by the config");
+      continue;
+    }
+    try {
+      cpu::check_qshape(f, lin->in_features, f == cpu::QFormat::Int4 ? cfg.group : 0);
+    } catch (const Error& e) {
+      keep(e.what());
+      continue;
+    }
+    QuantizedWeight q = quantize_weight(lin->weight, cfg.format, cfg.group);
+    nn::Linear::Quantized lq;
+    lq.format = cfg.format;
+    lq.group = f == cpu::QFormat::Int4 ? cfg.group : 0;
+    lq.activations = cfg.activations;
+    lq.qweight = q.qweight;
+    lq.scales = q.scales;
+    lq.mins = q.mins;
+    for (const Tensor* t : {&q.qweight, &q.scales, &q.mins})
+      if (t->defined()) rep.bytes_after += t->numel() * static_cast<int64_t>(dtype_size(t->dtype()));
+    lin->set_quantized(std::move(lq));
+    rep.quantized.push_back(name);
+  }
+  return rep;
+}
+
+std::string WeightQuantReport::str() const {
+  std::ostringstream os;
+  os << "quantized " << quantized.size() << " Linear layers; kept " << kept.size() << " in float\n";
+  for (const auto& [name, why] : kept) os << "  float: " << name << " (" << why << ")\n";
+  os << "Linear weights: " << bytes_before << " bytes -> " << bytes_after << " bytes";
+  if (bytes_before > 0) os << " (" << (100.0 * static_cast<double>(bytes_after) / static_cast<double>(bytes_before)) << "%)";
+  os << "\n";
+  return os.str();
+}
+
+}  // namespace tessera::quant
