@@ -8,12 +8,16 @@
 //   tessera export runs/fashion_mnist_cnn --format onnx|tessera [--output model.onnx] [--dump]
 //   tessera run model.onnx --input x.npy [--output y.npy] [--repeat 100]
 //   tessera inspect model.tsr [--dump]
+//   tessera quantize runs/char_gpt --method q4_0 [--activations int8] [--output DIR]
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
 
+#include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/capture.h"
 #include "tessera/compile/inspect.h"
 #include "tessera/compile/model.h"
@@ -25,6 +29,7 @@
 #include "tessera/core/parallel.h"
 #include "tessera/io/checkpoint.h"
 #include "tessera/io/config.h"
+#include "tessera/quant/weights.h"
 #include "tessera/train/trainer.h"
 
 using namespace tessera;
@@ -47,6 +52,30 @@ std::string checkpoint_dir(const std::string& arg) {
   if (fs::exists(fs::path(arg) / "state.json")) return arg;
   if (fs::is_directory(fs::path(arg) / "checkpoints")) return io::resolve_checkpoint("latest", arg + "/checkpoints");
   return io::resolve_checkpoint("latest", arg);
+}
+
+// A checkpoint's model with its weights, rebuilt from the config in its
+// state.json; a quantized checkpoint (state.json "quantization") gets the same
+// quantized layers first. model_only: the data is not loaded.
+struct Loaded {
+  std::string dir;
+  io::Checkpoint ckpt;
+  train::Recipe recipe;
+};
+Loaded load_model(const std::string& arg, bool model_only = false) {
+  Loaded l;
+  l.dir = checkpoint_dir(arg);
+  l.ckpt = io::load_checkpoint(l.dir);
+  TS_CHECK(l.ckpt.state.contains("config"), l.dir, "/state.json has no config: cannot rebuild the model");
+  l.recipe = train::build_recipe(l.ckpt.state["config"], l.dir + "/state.json (config)", model_only);
+  if (l.ckpt.state.contains("quantization"))
+    quant::quantize_weights(*l.recipe.model, quant::weight_quant_config_from_json(l.ckpt.state["quantization"]));
+  try {
+    l.recipe.model->load_state_dict(nn::StateDict{l.ckpt.model}, true);
+  } catch (const Error& e) {
+    TS_ERROR("checkpoint ", l.dir, " does not fit the model its config describes: ", e.what());
+  }
+  return l;
 }
 
 int cmd_train(const std::string& config_path, const std::string& resume, const std::vector<std::string>& sets,
@@ -78,16 +107,10 @@ int cmd_train(const std::string& config_path, const std::string& resume, const s
 }
 
 int cmd_eval(const std::string& arg, int64_t batches) {
-  std::string dir = checkpoint_dir(arg);
-  io::Checkpoint c = io::load_checkpoint(dir);
-  TS_CHECK(c.state.contains("config"), dir, "/state.json has no config: cannot rebuild the model");
-  train::Recipe r = train::build_recipe(c.state["config"], dir + "/state.json (config)");
-  nn::StateDict sd{c.model};
-  try {
-    r.model->load_state_dict(sd, true);
-  } catch (const Error& e) {
-    TS_ERROR("checkpoint ", dir, " does not fit the model its config describes: ", e.what());
-  }
+  Loaded l = load_model(arg);
+  const std::string& dir = l.dir;
+  const io::Checkpoint& c = l.ckpt;
+  train::Recipe& r = l.recipe;
   TS_CHECK(r.eval_data, "the config has no evaluation data");
   train::TrainerOptions o;
   o.quiet = true;
@@ -108,13 +131,13 @@ int cmd_eval(const std::string& arg, int64_t batches) {
 
 int cmd_info(const std::string& arg) {
   namespace fs = std::filesystem;
-  std::string dir = checkpoint_dir(arg);
-  io::Checkpoint c = io::load_checkpoint(dir);
+  Loaded l = load_model(arg, true);
+  const std::string& dir = l.dir;
+  const io::Checkpoint& c = l.ckpt;
   const json& s = c.state;
-  train::Recipe r = train::build_recipe(s.value("config", json::object()), dir + "/state.json (config)", true);
-  nn::StateDict sd{c.model};
-  r.model->load_state_dict(sd, true);
+  train::Recipe& r = l.recipe;
   std::printf("checkpoint %s\n", dir.c_str());
+  if (s.contains("quantization")) std::printf("quantized  %s\n", s["quantization"].dump().c_str());
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "state.json"})
     std::printf("  %-22s %s\n", f, human_bytes(fs::file_size(fs::path(dir) / f)).c_str());
   std::printf("\nmodel: %s, %lld parameters (%lld tensors)\n%s\n", s.value("model", "?").c_str(),
@@ -142,12 +165,10 @@ int cmd_info(const std::string& arg) {
 // with the batch (and, for language models, the sequence) dimension dynamic.
 int cmd_export(const std::string& arg, const std::string& format, std::string output, int64_t batch, bool fixed,
                bool dump) {
-  std::string dir = checkpoint_dir(arg);
-  io::Checkpoint c = io::load_checkpoint(dir);
-  TS_CHECK(c.state.contains("config"), dir, "/state.json has no config: cannot rebuild the model");
-  train::Recipe r = train::build_recipe(c.state["config"], dir + "/state.json (config)");
-  nn::StateDict sd{c.model};
-  r.model->load_state_dict(sd, true);
+  Loaded l = load_model(arg);
+  const std::string& dir = l.dir;
+  const io::Checkpoint& c = l.ckpt;
+  train::Recipe& r = l.recipe;
   r.model->eval();
   TS_CHECK(r.eval_data || r.train_data, "the config has no data to trace the model with");
   data::DatasetPtr d = r.eval_data ? r.eval_data : r.train_data;
@@ -215,6 +236,93 @@ int cmd_inspect(const std::string& path, bool dump, int64_t size) {
   return 0;
 }
 
+// Quality, size and batch-1 latency of a loaded model, for quantize's table.
+struct Measured {
+  train::EvalMetrics metrics;
+  double latency_ms = 0;
+};
+Measured measure(Loaded& l, int64_t batches, int repeat) {
+  TS_CHECK(l.recipe.eval_data && l.recipe.eval_data->size() > 0, "the checkpoint's config has no evaluation data "
+           "to measure accuracy on");
+  Measured m;
+  nn::ModulePtr model = l.recipe.model;
+  model->eval();
+  Tensor x = l.recipe.eval_data->get_batch({0}).at(0);
+  NoGradGuard ng;
+  std::vector<double> ms;
+  (*model)(x);
+  for (int i = 0; i < repeat; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    (*model)(x);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  m.latency_ms = ms[ms.size() / 2];
+  train::TrainerOptions o;
+  o.quiet = true;
+  o.handle_signals = false;
+  train::Trainer t(std::move(l.recipe), o);
+  m.metrics = t.evaluate(batches);
+  return m;
+}
+
+// Quantizes a checkpoint's Linear layers and writes the result as a new
+// checkpoint (its state.json records how, so eval/info/export rebuild it).
+int cmd_quantize(const std::string& arg, const std::string& method, int64_t group, const std::string& activations,
+                 const std::vector<std::string>& skip, std::string output, int64_t batches, int repeat) {
+  namespace fs = std::filesystem;
+  TS_CHECK(method != "ptq-int8", "--method ptq-int8 (static int8 with calibration) is not available yet; use "
+           "weight-int8, weight-int4, q8_0 or q4_0 (Linear layers, docs/quantization.md)");
+  quant::WeightQuantConfig cfg;
+  cfg.format = method == "weight-int8" ? "int8" : method == "weight-int4" ? "int4" : method;
+  cfg.group = group;
+  cfg.activations = activations;
+  cfg.skip = skip;
+  Loaded before = load_model(arg);
+  TS_CHECK(!before.ckpt.state.contains("quantization"), before.dir, " is already quantized (",
+           before.ckpt.state["quantization"].dump(), "); quantize the float checkpoint it came from");
+  const std::string dir = before.dir;
+  io::Checkpoint ck = before.ckpt;
+  Loaded after = load_model(dir);
+  quant::WeightQuantReport rep = quant::quantize_weights(*after.recipe.model, cfg);
+  std::printf("%s", rep.str().c_str());
+  TS_CHECK(!rep.quantized.empty(), "no Linear layer could be quantized as ", cfg.format, "; nothing written");
+  io::Checkpoint out;
+  out.model = after.recipe.model->state_dict().entries;
+  out.optimizer_groups = json::array();  // an inference checkpoint: no optimizer state
+  out.state = ck.state;
+  out.state["quantization"] = quant::to_json(cfg);
+  out.state["quantized_from"] = dir;
+  if (output.empty()) {
+    fs::path d = fs::path(dir);
+    fs::path run = d.parent_path().filename() == "checkpoints" ? d.parent_path().parent_path() : d.parent_path();
+    output = (run / "quantized" / method).string();
+  }
+  fs::path op = fs::path(output);
+  Measured mb = measure(before, batches, repeat), ma = measure(after, batches, repeat);
+  const bool lm = mb.metrics.perplexity > 0;
+  out.state["metrics"] = lm ? json{{"loss", ma.metrics.loss}, {"perplexity", ma.metrics.perplexity}}
+                            : json{{"loss", ma.metrics.loss}, {"accuracy", ma.metrics.accuracy}};
+  std::string written = io::save_checkpoint(op.parent_path().empty() ? "." : op.parent_path().string(),
+                                            op.filename().string(), out);
+  auto size = [](const std::string& d) { return fs::file_size(fs::path(d) / "model.safetensors"); };
+  std::printf("\n%-22s %16s %16s %10s\n", "", "before (f32)", ("after (" + method + ")").c_str(), "change");
+  std::printf("%-22s %16s %16s %9.2fx\n", "model file", human_bytes(size(dir)).c_str(),
+              human_bytes(size(written)).c_str(), static_cast<double>(size(written)) / static_cast<double>(size(dir)));
+  if (lm)
+    std::printf("%-22s %16.4f %16.4f %+9.2f%%\n", "perplexity", mb.metrics.perplexity, ma.metrics.perplexity,
+                100.0 * (ma.metrics.perplexity / mb.metrics.perplexity - 1.0));
+  else
+    std::printf("%-22s %15.2f%% %15.2f%% %+8.2f pt\n", "accuracy", 100 * mb.metrics.accuracy,
+                100 * ma.metrics.accuracy, 100 * (ma.metrics.accuracy - mb.metrics.accuracy));
+  std::printf("%-22s %16.4f %16.4f %+9.4f\n", "loss", mb.metrics.loss, ma.metrics.loss,
+              ma.metrics.loss - mb.metrics.loss);
+  std::printf("%-22s %16.3f %16.3f %9.2fx\n", "latency, batch 1 (ms)", mb.latency_ms, ma.latency_ms,
+              ma.latency_ms / mb.latency_ms);
+  std::printf("\nwrote %s  (tessera eval %s)\n", written.c_str(), written.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -278,6 +386,26 @@ int main(int argc, char** argv) {
   inspect->add_option("--size", insp_size, "the value of the dynamic dimensions for the FLOPs estimate")
       ->check(CLI::PositiveNumber);
 
+  auto* quantize = app.add_subcommand("quantize", "quantize a checkpoint's Linear layers; prints size, accuracy and "
+                                      "latency before and after, and writes the quantized checkpoint");
+  std::string q_ckpt, q_method, q_act = "float", q_out;
+  std::vector<std::string> q_skip;
+  int64_t q_group = 32, q_batches = 0;
+  int q_repeat = 50;
+  quantize->add_option("checkpoint", q_ckpt, "a checkpoint directory, or a run directory (its latest)")->required();
+  quantize->add_option("--method", q_method, "weight-int8 (per-row int8), weight-int4 (int4 groups), q8_0, q4_0 "
+                       "(GGUF blocks); ptq-int8 is not built yet")
+      ->required()
+      ->check(CLI::IsMember({"weight-int8", "weight-int4", "q8_0", "q4_0", "ptq-int8"}));
+  quantize->add_option("--group", q_group, "weights per scale for weight-int4 (32, 64, 128, 256)");
+  quantize->add_option("--activations", q_act, "float (weight-only) or int8 (activations quantized on the fly)")
+      ->check(CLI::IsMember({"float", "int8"}));
+  quantize->add_option("--skip", q_skip, "a module path to keep in float, e.g. lm_head (repeatable)");
+  quantize->add_option("--output", q_out, "the checkpoint directory to write (default <run>/quantized/<method>)");
+  quantize->add_option("--batches", q_batches, "evaluate only this many batches (default: all)");
+  quantize->add_option("--repeat", q_repeat, "batch-1 forwards timed for the latency (median)")
+      ->check(CLI::PositiveNumber);
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train) return cmd_train(config, resume, sets, output, plain ? 0 : -1, profile, precision);
@@ -286,6 +414,7 @@ int main(int argc, char** argv) {
     if (*exp) return cmd_export(exp_ckpt, exp_format, exp_out, exp_batch, exp_fixed, exp_dump);
     if (*run) return cmd_run(run_model, run_inputs, run_out, run_repeat);
     if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);
+    if (*quantize) return cmd_quantize(q_ckpt, q_method, q_group, q_act, q_skip, q_out, q_batches, q_repeat);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -1,6 +1,9 @@
 #include "test_util.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <cmath>
 #include <filesystem>
@@ -148,6 +151,17 @@ void requiring_grad(const TensorList& inputs, TensorList& wrt, std::vector<size_
     if (!r) return ::testing::AssertionFailure() << "second derivative w.r.t. input " << idx[k] << " differs: " << r.message();
   }
   return ::testing::AssertionSuccess();
+}
+
+int cli(const std::string& args, std::string* out) {
+  std::string cmd = std::string(TESSERA_CLI) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  out->clear();
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out->append(buf, n);
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 }  // namespace tessera::testing

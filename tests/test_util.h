@@ -35,6 +35,10 @@ inline std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// Runs the tessera CLI with `args`; returns its exit status, and its stdout and
+// stderr in *out.
+int cli(const std::string& args, std::string* out);
+
 // f64 random inputs, reproducible.
 Tensor rand_f64(IntArrayRef shape, double lo = -1.0, double hi = 1.0, uint64_t seed = 0);
 

@@ -100,6 +100,38 @@ WeightQuantReport quantize_weights(nn::Module& model, const WeightQuantConfig& c
   return rep;
 }
 
+nlohmann::json to_json(const WeightQuantConfig& c) {
+  return {{"format", c.format}, {"group", c.group}, {"activations", c.activations}, {"skip", c.skip}};
+}
+
+WeightQuantConfig weight_quant_config_from_json(const nlohmann::json& j) {
+  TS_CHECK(j.is_object(), "quantization: expected an object {format, group, activations, skip}, got ", j.dump());
+  WeightQuantConfig c;
+  for (const auto& [k, v] : j.items()) {
+    if (k == "format") {
+      TS_CHECK(v.is_string(), "quantization.format: expected a string (q8_0, q4_0, int8, int4), got ", v.dump());
+      c.format = v.get<std::string>();
+      cpu::qformat_from_name(c.format);
+    } else if (k == "group") {
+      TS_CHECK(v.is_number_integer(), "quantization.group: expected an integer, got ", v.dump());
+      c.group = v.get<int64_t>();
+    } else if (k == "activations") {
+      TS_CHECK(v.is_string() && (v == "float" || v == "int8"), "quantization.activations: expected 'float' or "
+               "'int8', got ", v.dump());
+      c.activations = v.get<std::string>();
+    } else if (k == "skip") {
+      TS_CHECK(v.is_array(), "quantization.skip: expected a list of module paths, got ", v.dump());
+      for (const auto& e : v) {
+        TS_CHECK(e.is_string(), "quantization.skip: expected module paths (strings), got ", e.dump());
+        c.skip.push_back(e.get<std::string>());
+      }
+    } else {
+      TS_ERROR("quantization: unknown key '", k, "' (expected format, group, activations, skip)");
+    }
+  }
+  return c;
+}
+
 std::string WeightQuantReport::str() const {
   std::ostringstream os;
   os << "quantized " << quantized.size() << " Linear layers; kept " << kept.size() << " in float\n";

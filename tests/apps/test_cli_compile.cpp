@@ -11,17 +11,7 @@
 namespace tessera {
 namespace {
 
-// Runs the CLI; returns its exit status and output.
-int cli(const std::string& args, std::string* out) {
-  std::string cmd = std::string(TESSERA_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  out->clear();
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out->append(buf, n);
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+using testing::cli;
 
 TEST(CliCompile, ExportInspectRun) {
   std::string dir = testing::scratch_dir("cli_compile"), out;

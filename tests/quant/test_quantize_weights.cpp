@@ -158,3 +158,26 @@ TEST(QuantizeWeights, BadConfigsAreClearErrors) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(QuantizeWeights, ConfigRoundTripsThroughJsonAndRejectsBadFields) {
+  quant::WeightQuantConfig c{.format = "int4", .group = 64, .activations = "int8", .skip = {"lm_head"}};
+  quant::WeightQuantConfig d = quant::weight_quant_config_from_json(quant::to_json(c));
+  EXPECT_EQ(d.format, "int4");
+  EXPECT_EQ(d.group, 64);
+  EXPECT_EQ(d.activations, "int8");
+  EXPECT_EQ(d.skip, std::vector<std::string>{"lm_head"});
+  using nlohmann::json;
+  EXPECT_NE(error_of([] { quant::weight_quant_config_from_json(json{{"format", "q3"}}); }).find("q3"), std::string::npos);
+  EXPECT_NE(error_of([] { quant::weight_quant_config_from_json(json{{"bits", 4}}); }).find("unknown key 'bits'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { quant::weight_quant_config_from_json(json{{"group", "32"}}); }).find("quantization.group"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { quant::weight_quant_config_from_json(json::array()); }).find("expected an object"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera

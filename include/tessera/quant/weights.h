@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tessera/core/tensor.h"
 #include "tessera/nn/module.h"
 
@@ -21,6 +23,12 @@ struct WeightQuantConfig {
   // path also covers everything below it.
   std::vector<std::string> skip;
 };
+
+// {"format", "group", "activations", "skip"}: how a quantized checkpoint
+// records it (state.json "quantization"), so loading rebuilds the same layers.
+nlohmann::json to_json(const WeightQuantConfig& c);
+// Validates every field; errors name the field and what it accepts.
+WeightQuantConfig weight_quant_config_from_json(const nlohmann::json& j);
 
 // What quantize_weights did, layer by layer.
 struct WeightQuantReport {

@@ -1,0 +1,161 @@
+#!/usr/bin/python3
+"""Quantized GPT inference, Tessera vs PyTorch, side by side.
+
+    /usr/bin/python3 bench/quant_compare.py RUN_DIR [--threads 1] [--rounds 3] [--eval-batches 50] [--skip-kernels]
+
+RUN_DIR is a `tessera train examples/configs/char_gpt.yaml` run (or one of its
+checkpoints). The script runs, in one go:
+  1. build-bench/bench/tessera_quant_bench kernels: each quantized format's
+     matrix product against f32 at char-GPT and LLM-sized shapes;
+  2. tessera_quant_bench gpt RUN_DIR: perplexity on the run's validation split
+     and [1, 1] / [1, 128] forward latency, f32 and each format;
+  3. PyTorch (Debian's 1.13, bench/train_torch.py's GPT) loaded with the same
+     weights: f32 and torch.ao.quantization.quantize_dynamic (int8 weights per
+     tensor, int8 activations per tensor) on the oneDNN engine, the same
+     forwards, timed in alternating rounds with the same harness shape.
+PyTorch runs in its best configuration here (bench/train_compare.py: malloc
+thresholds raised). The tied lm_head stays f32 on both sides.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def checkpoint_dir(arg):
+    if os.path.exists(os.path.join(arg, "model.safetensors")):
+        return arg
+    d = os.path.join(arg, "checkpoints") if os.path.isdir(os.path.join(arg, "checkpoints")) else arg
+    latest = os.path.join(d, "latest")
+    if os.path.exists(latest):
+        return os.path.realpath(latest)
+    steps = sorted(x for x in os.listdir(d) if x.startswith("step-"))
+    if not steps:
+        sys.exit(f"no checkpoint under {arg}")
+    return os.path.join(d, steps[-1])
+
+
+def read_safetensors(path, torch):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        if meta["dtype"] != "F32":
+            sys.exit(f"{name}: dtype {meta['dtype']}, expected F32 (an f32 training checkpoint)")
+        a, b = meta["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(data[a:b]), dtype=torch.float32).reshape(meta["shape"])
+    return out
+
+
+def torch_side(ckpt, threads, rounds):
+    """Runs in a child process with PyTorch's environment; prints one JSON line."""
+    import torch
+    sys.path.insert(0, HERE)
+    from train_torch import GPT
+
+    torch.set_num_threads(threads)
+    state = json.load(open(os.path.join(ckpt, "state.json")))
+    mc = state["config"]["model"]
+    sd = read_safetensors(os.path.join(ckpt, "model.safetensors"), torch)
+    sd = {k.removeprefix("transformer."): v for k, v in sd.items()}
+    vocab = sd["wte.weight"].shape[0]
+    model = GPT(vocab_size=vocab, block_size=mc["block_size"], n_layer=mc["n_layer"], n_head=mc["n_head"],
+                n_embd=mc["n_embd"], bias=mc.get("bias", True))
+    sd["lm_head.weight"] = sd["wte.weight"]
+    model.load_state_dict(sd, strict=True)
+    model.eval()
+    torch.backends.quantized.engine = "onednn"
+    linears = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"}
+    qmodel = GPT(vocab_size=vocab, block_size=mc["block_size"], n_layer=mc["n_layer"], n_head=mc["n_head"],
+                 n_embd=mc["n_embd"], bias=mc.get("bias", True))
+    qmodel.load_state_dict(sd, strict=True)
+    qmodel.eval()
+    qmodel = torch.ao.quantization.quantize_dynamic(
+        qmodel, {n: torch.ao.quantization.default_dynamic_qconfig for n in linears}, dtype=torch.qint8)
+    g = torch.Generator().manual_seed(0)
+    one = torch.randint(0, vocab, (1, 1), generator=g)
+    prompt = torch.randint(0, vocab, (1, 128), generator=g)
+
+    def time_call(f, budget):
+        f()
+        reps, t0 = 0, time.perf_counter()
+        while True:
+            f()
+            reps += 1
+            t = time.perf_counter()
+            if t - t0 >= budget:
+                return (t - t0) / reps
+
+    res = {"f32": {"t1": [], "t128": []}, "dynamic_int8": {"t1": [], "t128": []}}
+    with torch.inference_mode():
+        diff = (qmodel(prompt) - model(prompt)).abs().max().item()
+        for _ in range(rounds):
+            for name, m in (("f32", model), ("dynamic_int8", qmodel)):
+                res[name]["t1"].append(time_call(lambda: m(one), 0.2))
+                res[name]["t128"].append(time_call(lambda: m(prompt), 0.3))
+    med = lambda v: sorted(v)[len(v) // 2] * 1e6
+    print(json.dumps({k: {"us_1": med(v["t1"]), "us_128": med(v["t128"])} for k, v in res.items()} |
+                     {"max_logit_diff": diff, "torch": torch.__version__}))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("run")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--eval-batches", type=int, default=50)
+    ap.add_argument("--skip-kernels", action="store_true")
+    ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    ckpt = checkpoint_dir(a.run)
+    if a.torch_child:
+        torch_side(ckpt, a.threads, a.rounds)
+        return
+    binary = os.path.join(ROOT, "build-bench", "bench", "tessera_quant_bench")
+    if not os.path.exists(binary):
+        sys.exit(f"{binary} is missing: cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release "
+                 "-DTESSERA_BUILD_TESTS=OFF && ninja -C build-bench tessera_quant_bench")
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, CPU {cpu}, {os.cpu_count()} cores, "
+          f"{a.threads} thread(s), {a.rounds} rounds")
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    common = ["--threads", str(a.threads), "--rounds", str(a.rounds)]
+    if not a.skip_kernels:
+        print("\n## Matrix products (Tessera), us per call\n", flush=True)
+        subprocess.run([binary, "kernels"] + common, env=env, check=True)
+    print("\n## Char GPT (Tessera)\n", flush=True)
+    out = subprocess.run([binary, "gpt", ckpt, "--eval-batches", str(a.eval_batches)] + common, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    print(out)
+    tess = {}
+    for line in out.splitlines():
+        if line.startswith("RESULT gpt"):
+            kv = dict(p.split("=", 1) for p in line.split()[2:])
+            tess[kv["variant"]] = kv
+    tenv = dict(env, MALLOC_MMAP_THRESHOLD_="1000000000", MALLOC_TRIM_THRESHOLD_="1000000000",
+                OPENBLAS_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
+    r = subprocess.run([sys.executable, __file__, a.run, "--torch-child"] + common, env=tenv, check=True,
+                       capture_output=True, text=True)
+    t = json.loads(r.stdout.strip().splitlines()[-1])
+    print(f"## Char GPT (PyTorch {t['torch']}, quantize_dynamic on oneDNN; max logit change {t['max_logit_diff']:.4f})\n")
+    print("| forward | PyTorch f32 us | PyTorch dynamic int8 us | its speed-up | Tessera f32 us | Tessera int8/int8 us "
+          "| Tessera q8_0/int8 us | Tessera int8/int8 / PyTorch dynamic |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for key, label in (("us_1", "[1, 1]"), ("us_128", "[1, 128]")):
+        pf, pq = t["f32"][key], t["dynamic_int8"][key]
+        tf, ti, tq = (float(tess[v][key]) for v in ("f32", "int8/int8", "q8_0/int8"))
+        print(f"| {label} | {pf:.1f} | {pq:.1f} | {pf / pq:.2f}x | {tf:.1f} | {ti:.1f} | {tq:.1f} | {ti / pq:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+// Weight-only quantization: speed of the quantized matrix products against
+// f32, and the accuracy and speed of a trained GPT with its Linear layers
+// quantized. Driven by bench/quant_compare.py (which runs PyTorch beside it);
+// usable alone:
+//   tessera_quant_bench kernels [--threads N] [--rounds R]
+//   tessera_quant_bench gpt RUN_OR_CHECKPOINT [--threads N] [--eval-batches B] [--rounds R]
+// Every figure is a median over R rounds that alternate the variants, so slow
+// phases of a shared host land on all of them alike.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/parallel.h"
+#include "tessera/io/checkpoint.h"
+#include "tessera/nn/module.h"
+#include "tessera/ops/ops.h"
+#include "tessera/quant/weights.h"
+#include "tessera/train/recipe.h"
+#include "tessera/train/trainer.h"
+
+using namespace tessera;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Seconds per call of f: repeated for at least `budget` seconds.
+double time_call(const std::function<void()>& f, double budget) {
+  f();  // warm: primitives, caches
+  int reps = 0;
+  double t0 = now(), t;
+  do {
+    f();
+    ++reps;
+    t = now();
+  } while (t - t0 < budget);
+  return (t - t0) / reps;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Variant {
+  std::string name;  // f32, or format[/int8]
+  std::string format;
+  int64_t group = 0;
+  std::string activations = "float";
+};
+
+std::vector<Variant> variants() {
+  return {{"f32", "", 0, ""},
+          {"q8_0", "q8_0", 0, "float"},   {"q8_0/int8", "q8_0", 0, "int8"}, {"int8", "int8", 0, "float"},
+          {"int8/int8", "int8", 0, "int8"}, {"q4_0", "q4_0", 0, "float"},   {"q4_0/int8", "q4_0", 0, "int8"},
+          {"int4g32", "int4", 32, "float"}, {"int4g32/int8", "int4", 32, "int8"},
+          {"int4g128/int8", "int4", 128, "int8"}};
+}
+
+int run_kernels(int rounds) {
+  NoGradGuard ng;
+  struct Shape2 {
+    int64_t out, in;
+    const char* what;
+  };
+  const Shape2 shapes[] = {{384, 128, "char GPT c_attn"}, {128, 512, "char GPT mlp c_proj"},
+                           {4096, 4096, "LLM-size square"}, {11008, 4096, "LLM-size MLP up"}};
+  std::printf("%-22s %-11s %4s %-14s %10s %8s\n", "shape", "out x in", "m", "variant", "us/call", "f32/this");
+  for (const Shape2& s : shapes)
+    for (int64_t m : {1, 16, 64}) {
+      if (s.out * s.in > 16 * 1024 * 1024 && m == 64) continue;  // the GEMM path; covered by the smaller shapes
+      manual_seed(1);
+      Tensor w = ops::randn({s.out, s.in}, {}) * 0.02;
+      Tensor x = ops::randn({m, s.in});
+      std::vector<Variant> vs = variants();
+      std::vector<quant::QuantizedWeight> qs(vs.size());
+      for (size_t i = 1; i < vs.size(); ++i) qs[i] = quant::quantize_weight(w, vs[i].format, vs[i].group);
+      std::vector<std::vector<double>> t(vs.size());
+      const double budget = s.out * s.in > 1e6 ? 0.3 : 0.1;
+      for (int r = 0; r < rounds; ++r)
+        for (size_t i = 0; i < vs.size(); ++i) {
+          if (i == 0)
+            t[i].push_back(time_call([&] { ops::linear(x, w); }, budget));
+          else
+            t[i].push_back(time_call([&] {
+              ops::quantized_linear(x, qs[i].qweight, qs[i].scales, qs[i].mins, Tensor(), vs[i].format, vs[i].group,
+                                    vs[i].activations);
+            }, budget));
+        }
+      const double f32 = median(t[0]);
+      for (size_t i = 0; i < vs.size(); ++i) {
+        double us = median(t[i]) * 1e6;
+        std::printf("%-22s %5lldx%-5lld %4lld %-14s %10.1f %8.2f\n", s.what, static_cast<long long>(s.out),
+                    static_cast<long long>(s.in), static_cast<long long>(m), vs[i].name.c_str(), us, f32 * 1e6 / us);
+        std::printf("RESULT kernel shape=%lldx%lld m=%lld variant=%s us=%.2f speedup=%.3f\n",
+                    static_cast<long long>(s.out), static_cast<long long>(s.in), static_cast<long long>(m),
+                    vs[i].name.c_str(), us, f32 * 1e6 / us);
+      }
+      std::fflush(stdout);
+    }
+  return 0;
+}
+
+std::string checkpoint_dir(const std::string& arg) {
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::path(arg) / "model.safetensors")) return arg;
+  if (fs::is_directory(fs::path(arg) / "checkpoints")) return io::resolve_checkpoint("latest", arg + "/checkpoints");
+  return io::resolve_checkpoint("latest", arg);
+}
+
+int run_gpt(const std::string& arg, int64_t eval_batches, int rounds) {
+  const std::string dir = checkpoint_dir(arg);
+  io::Checkpoint ck = io::load_checkpoint(dir);
+  std::printf("checkpoint %s\n", dir.c_str());
+  struct Row {
+    Variant v;
+    double ppl = 0, loss = 0;
+    int64_t bytes = 0;
+    std::vector<double> t1, t128;
+  };
+  std::vector<Row> rows;
+  for (const Variant& v : variants()) rows.push_back({v});
+  std::vector<std::shared_ptr<nn::Module>> models;
+  for (Row& r : rows) {
+    train::Recipe rec = train::build_recipe(ck.state["config"], dir + "/state.json (config)");
+    rec.model->load_state_dict(nn::StateDict{ck.model}, true);
+    rec.model->eval();
+    if (!r.v.format.empty()) {
+      auto rep = quant::quantize_weights(*rec.model, {.format = r.v.format, .group = r.v.group ? r.v.group : 32,
+                                                      .activations = r.v.activations});
+      r.bytes = rep.bytes_after;
+      rows[0].bytes = rep.bytes_before;
+    }
+    models.push_back(rec.model);
+    train::TrainerOptions o;
+    o.quiet = true;
+    o.handle_signals = false;
+    train::Trainer tr(std::move(rec), o);
+    train::EvalMetrics m = tr.evaluate(eval_batches);
+    r.ppl = m.perplexity;
+    r.loss = m.loss;
+    std::fprintf(stderr, "%s: perplexity %.4f\n", r.v.name.c_str(), r.ppl);
+  }
+  // Latency: one new token (a [1, 1] forward: every Linear a matrix-vector
+  // product) and a 128-token prompt ([1, 128]).
+  NoGradGuard ng;
+  Tensor one = ops::randint(0, 60, {1, 1}, DType::I64), prompt = ops::randint(0, 60, {1, 128}, DType::I64);
+  for (int round = 0; round < rounds; ++round)
+    for (size_t i = 0; i < rows.size(); ++i) {
+      nn::Module& m = *models[i];
+      rows[i].t1.push_back(time_call([&] { m(one); }, 0.2));
+      rows[i].t128.push_back(time_call([&] { m(prompt); }, 0.3));
+    }
+  const Row& base = rows[0];
+  std::printf("%-14s %10s %10s %9s %12s %9s %12s %9s\n", "variant", "Linear KiB", "perplexity", "increase",
+              "[1,1] us", "f32/this", "[1,128] us", "f32/this");
+  for (const Row& r : rows) {
+    double t1 = median(r.t1) * 1e6, t128 = median(r.t128) * 1e6;
+    double b1 = median(base.t1) * 1e6, b128 = median(base.t128) * 1e6;
+    std::printf("%-14s %10.1f %10.4f %8.2f%% %12.1f %9.2f %12.1f %9.2f\n", r.v.name.c_str(), r.bytes / 1024.0, r.ppl,
+                100.0 * (r.ppl / base.ppl - 1.0), t1, b1 / t1, t128, b128 / t128);
+    std::printf("RESULT gpt variant=%s perplexity=%.5f increase_pct=%.3f us_1=%.2f us_128=%.2f\n", r.v.name.c_str(),
+                r.ppl, 100.0 * (r.ppl / base.ppl - 1.0), t1, t128);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s kernels|gpt [RUN] [--threads N] [--rounds R] [--eval-batches B]\n", argv[0]);
+    return 2;
+  }
+  std::string mode = argv[1], run;
+  int threads = 1, rounds = 3;
+  int64_t eval_batches = 50;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "missing value after %s\n", a.c_str());
+        std::exit(2);
+      }
+      return std::string(argv[++i]);
+    };
+    if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "--rounds") rounds = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--eval-batches") eval_batches = std::atoll(next().c_str());
+    else run = a;
+  }
+  set_num_threads(threads);
+  std::printf("threads %d, rounds %d\n", threads, rounds);
+  try {
+    if (mode == "kernels") return run_kernels(rounds);
+    if (mode == "gpt") return run_gpt(run, eval_batches, rounds);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "unknown mode '%s': expected kernels or gpt\n", mode.c_str());
+  return 2;
+}

@@ -1,0 +1,54 @@
+// `tessera quantize` end to end: a trained checkpoint becomes a quantized one
+// that eval, info and the table agree on; layers the format cannot hold stay
+// float and are listed; misuse is a clear error.
+#include <filesystem>
+
+#include "tessera/io/checkpoint.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+using testing::cli;
+
+TEST(CliQuantize, WritesAQuantizedCheckpointThatEvalReads) {
+  std::string dir = testing::scratch_dir("cli_quantize"), out;
+  std::string cfg = std::string(TESSERA_SOURCE_DIR) + "/examples/configs/fashion_mnist_mlp.yaml";
+  ASSERT_EQ(cli("train " + cfg + " --output " + dir + "/run --set train.steps=20 --set train.eval_batches=2 --plain",
+                &out), 0) << out;
+  ASSERT_EQ(cli("quantize " + dir + "/run --method q4_0 --batches 4 --repeat 3", &out), 0) << out;
+  // 784 inputs are 24.5 blocks of 32: the first layer stays float.
+  EXPECT_NE(out.find("float: net.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("not a multiple of 32"), std::string::npos) << out;
+  for (const char* row : {"model file", "accuracy", "loss", "latency, batch 1"})
+    EXPECT_NE(out.find(row), std::string::npos) << row << "\n" << out;
+  const std::string q = dir + "/run/quantized/q4_0";
+  ASSERT_TRUE(std::filesystem::exists(q + "/model.safetensors")) << out;
+  EXPECT_LT(std::filesystem::file_size(q + "/model.safetensors"),
+            std::filesystem::file_size(io::resolve_checkpoint("latest", dir + "/run/checkpoints") + "/model.safetensors"));
+  ASSERT_EQ(cli("eval " + q + " --batches 4", &out), 0) << out;
+  EXPECT_NE(out.find("accuracy"), std::string::npos) << out;
+  ASSERT_EQ(cli("info " + q, &out), 0) << out;
+  EXPECT_NE(out.find("\"format\":\"q4_0\""), std::string::npos) << out;
+  EXPECT_NE(out.find("weight=q4_0"), std::string::npos) << out;  // the module tree shows the quantized layers
+
+  // int4 groups with int8 activations, written where asked.
+  ASSERT_EQ(cli("quantize " + dir + "/run --method weight-int4 --group 64 --activations int8 --batches 2 --repeat 2 "
+                "--output " + dir + "/int4",
+                &out), 0) << out;
+  ASSERT_EQ(cli("eval " + dir + "/int4 --batches 2", &out), 0) << out;
+
+  // Misuse.
+  EXPECT_EQ(cli("quantize " + q + " --method q8_0", &out), 1);
+  EXPECT_NE(out.find("already quantized"), std::string::npos) << out;
+  EXPECT_EQ(cli("quantize " + dir + "/run --method ptq-int8", &out), 1);
+  EXPECT_NE(out.find("not available yet"), std::string::npos) << out;
+  EXPECT_EQ(cli("quantize " + dir + "/run --method weight-int4 --group 48", &out), 1);
+  EXPECT_NE(out.find("multiple of 32"), std::string::npos) << out;
+  EXPECT_EQ(cli("quantize " + dir + "/run --method q8_0 --skip net.9", &out), 1);
+  EXPECT_NE(out.find("'net.9'"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera
