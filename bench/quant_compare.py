@@ -32,9 +32,9 @@ def checkpoint_dir(arg):
     if os.path.exists(os.path.join(arg, "model.safetensors")):
         return arg
     d = os.path.join(arg, "checkpoints") if os.path.isdir(os.path.join(arg, "checkpoints")) else arg
-    latest = os.path.join(d, "latest")
-    if os.path.exists(latest):
-        return os.path.realpath(latest)
+    latest = os.path.join(d, "latest")  # a file naming the newest checkpoint
+    if os.path.isfile(latest):
+        return os.path.join(d, open(latest).read().strip())
     steps = sorted(x for x in os.listdir(d) if x.startswith("step-"))
     if not steps:
         sys.exit(f"no checkpoint under {arg}")
@@ -72,14 +72,20 @@ def torch_side(ckpt, threads, rounds):
     model = GPT(vocab_size=vocab, block_size=mc["block_size"], n_layer=mc["n_layer"], n_head=mc["n_head"],
                 n_embd=mc["n_embd"], bias=mc.get("bias", True))
     sd["lm_head.weight"] = sd["wte.weight"]
-    model.load_state_dict(sd, strict=True)
-    model.eval()
+
+    def load(m):  # torch 1.13 has no fused attention: its causal mask buffers are not in the checkpoint
+        r = m.load_state_dict(sd, strict=False)
+        bad = [k for k in r.missing_keys if not k.endswith(".attn.mask")] + list(r.unexpected_keys)
+        if bad:
+            sys.exit(f"checkpoint does not fit bench/train_torch.py's GPT: {bad}")
+        return m.eval()
+
+    load(model)
     torch.backends.quantized.engine = "onednn"
     linears = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"}
     qmodel = GPT(vocab_size=vocab, block_size=mc["block_size"], n_layer=mc["n_layer"], n_head=mc["n_head"],
                  n_embd=mc["n_embd"], bias=mc.get("bias", True))
-    qmodel.load_state_dict(sd, strict=True)
-    qmodel.eval()
+    load(qmodel)
     qmodel = torch.ao.quantization.quantize_dynamic(
         qmodel, {n: torch.ao.quantization.default_dynamic_qconfig for n in linears}, dtype=torch.qint8)
     g = torch.Generator().manual_seed(0)

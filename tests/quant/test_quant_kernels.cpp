@@ -224,3 +224,28 @@ TEST(QuantKernels, DispatchMatchesTheReferenceAtEveryBatch) {
     }
   }
 }
+
+// Int8 weights at batch > 4 with int8 activations: one int8 GEMM, activations
+// quantized per tensor; exact int32 products times the two scales.
+TEST(QuantKernels, Int8BatchesRunAnExactInt8Gemm) {
+  const int64_t rows = 48, cols = 80, m = 9;
+  auto w = randn(rows * cols, 31);
+  auto q = quantize_ref(QFormat::Int8, w.data(), rows, cols);
+  QuantMatrix qm = view_of(q, QFormat::Int8, rows, cols);
+  auto x = randn(m * cols, 37, 2.f);
+  float amax = 0.f;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  const float d = amax / 127.f;
+  std::vector<float> y(m * rows);
+  qmatmul(qm, x.data(), m, y.data(), true);
+  const auto* codes = reinterpret_cast<const int8_t*>(q.data.data());
+  const auto* ws = reinterpret_cast<const float*>(q.scales.data());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t isum = 0;
+      for (int64_t k = 0; k < cols; ++k)
+        isum += static_cast<int64_t>(std::nearbyint(x[i * cols + k] / d)) * codes[r * cols + k];
+      const float want = static_cast<float>(isum) * (ws[r] * d);
+      ASSERT_NEAR(y[i * rows + r], want, 1e-5f * (1.f + std::fabs(want))) << i << "," << r;
+    }
+}

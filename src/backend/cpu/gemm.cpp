@@ -266,6 +266,40 @@ void gemm(const GemmArgs& g) {
   });
 }
 
+void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, const int8_t* b_rows, const float* scales, float* c) {
+  if (m == 0 || n == 0) return;
+  Engine& e = engine();
+  // Keyed apart from the f32 products by a dtype tag no GemmArgs carries.
+  Key key{{1, m, n, k, -8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}};
+  dnnl::memory::desc amd({m, k}, dt::s8, {k, 1}), bmd({k, n}, dt::s8, {1, k}), cmd({m, n}, dt::f32, {n, 1});
+  dnnl::memory::desc smd({n}, dt::f32, {1});
+  Prim prim;
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    auto it = e.cache.find(key);
+    if (it == e.cache.end()) {
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});  // one scale per output column, given per call
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, e.eng);
+      it = e.cache.emplace(key, Prim{dnnl::matmul(pd), pd.scratchpad_desc()}).first;
+    }
+    prim = it->second;
+  }
+  dnnl::stream s(e.eng);
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, dnnl::memory(amd, e.eng, const_cast<int8_t*>(a))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(bmd, e.eng, const_cast<int8_t*>(b_rows))},
+      {DNNL_ARG_DST, dnnl::memory(cmd, e.eng, c)},
+      {DNNL_ARG_ATTR_OUTPUT_SCALES, dnnl::memory(smd, e.eng, const_cast<float*>(scales))}};
+  const size_t scratch_bytes = prim.scratch.get_size();
+  std::unique_ptr<void, std::function<void(void*)>> scratch(
+      scratch_bytes ? cpu_allocate(scratch_bytes) : nullptr, [scratch_bytes](void* p) { cpu_free(p, scratch_bytes); });
+  if (scratch) args.insert({DNNL_ARG_SCRATCHPAD, dnnl::memory(prim.scratch, e.eng, scratch.get())});
+  prim.matmul.execute(s, args);
+  s.wait();
+}
+
 int64_t gemm_cache_size() {
   Engine& e = engine();
   std::lock_guard<std::mutex> lock(e.mu);

@@ -34,6 +34,12 @@ bool gemm_epilogue_ok(const GemmArgs& args);
 
 void gemm(const GemmArgs& args);
 
+// C [m, n] (f32) = (A [m, k] @ B^T) * scales[j] with int8 operands and int32
+// accumulation (oneDNN; VNNI where the CPU has it). B is given as its rows
+// [n, k] (a quantized weight's int8 codes); scales has n entries (weight scale
+// times activation scale).
+void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, const int8_t* b_rows, const float* scales, float* c);
+
 // Whether the CPU runs bf16 matrix products natively (AVX512-BF16 or AMX, as
 // oneDNN reports); elsewhere 16-bit products are computed in f32.
 bool has_native_bf16();

@@ -42,11 +42,12 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18, "GGUF block sizes");
 
-// Activations quantized for the integer products: per 32 values an f32 scale,
-// the int8 values and their sum (the Int4 format's mins need it).
+// Activations quantized for the integer products: per 32 values an f32 scale
+// d, d times the sum of the codes (the Int4 mins and Q4_0's offset need it),
+// and the int8 codes.
 struct BlockQ8Act {
   float d;
-  int32_t sum;
+  float s;
   int8_t qs[kQBlock];
 };
 
@@ -93,11 +94,13 @@ void qdot_ref(const QuantMatrix& w, const BlockQ8Act* xq, int64_t m, float* y);
 // Whether the integer path applies to this matrix.
 bool qdot_supported(const QuantMatrix& w);
 
-// y [m, rows] = x [m, cols] @ w^T, f32 activations: the fast path. Small m
-// decodes weights in registers (matrix-vector products, batch-1 decoding);
-// larger m dequantizes tiles of rows and runs the f32 GEMM. With `integer`, small
-// m quantizes x per 32-block and runs int8 dot products instead (faster, and an
-// extra activation rounding: see docs/quantization.md).
+// y [m, rows] = x [m, cols] @ w^T, f32 activations: the fast path.
+//   float (integer = false): m <= 4 decodes weights in registers; larger m
+//     dequantizes tiles of rows for the f32 GEMM.
+//   integer: the block formats (and Int8 at m <= 4) quantize x per 32 values
+//     and run int8 dot products, up to 16 rows (above, the float GEMM path);
+//     Int8 at m > 4 quantizes x per tensor and runs oneDNN's int8 GEMM.
+// See docs/quantization.md for the measurements behind the thresholds.
 void qmatmul(const QuantMatrix& w, const float* x, int64_t m, float* y, bool integer);
 
 }  // namespace tessera::cpu

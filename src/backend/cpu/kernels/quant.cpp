@@ -23,6 +23,15 @@ namespace {
 
 constexpr int kLanes = 8;
 
+// f16 scale to float: one instruction where the ISA has F16C.
+inline float f16(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  return h2f(h);
+#endif
+}
+
 // The decoding unit: 32 weights, or a whole Int4 group (its two nibble halves).
 inline int64_t unit_of(const QuantMatrix& w) { return w.format == QFormat::Int4 ? w.group : kQBlock; }
 
@@ -31,11 +40,11 @@ template <QFormat F>
 inline void decode_unit(const QuantMatrix& w, const uint8_t* row, int64_t r, int64_t u, int64_t n, float* out) {
   if constexpr (F == QFormat::Q8_0) {
     const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + u;
-    float d = h2f(b->d);
+    float d = f16(b->d);
     for (int j = 0; j < kQBlock; ++j) out[j] = d * static_cast<float>(b->qs[j]);
   } else if constexpr (F == QFormat::Q4_0) {
     const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + u;
-    float d = h2f(b->d);
+    float d = f16(b->d);
     for (int j = 0; j < kQBlock / 2; ++j) {
       out[j] = d * static_cast<float>((b->qs[j] & 15) - 8);
       out[j + 16] = d * static_cast<float>((b->qs[j] >> 4) - 8);
@@ -47,8 +56,8 @@ inline void decode_unit(const QuantMatrix& w, const uint8_t* row, int64_t r, int
   } else {
     const int64_t groups = w.cols / w.group, half = w.group / 2;
     const uint8_t* q = row + u * half;
-    float s = h2f(static_cast<const uint16_t*>(w.scales)[r * groups + u]);
-    float m = h2f(static_cast<const uint16_t*>(w.mins)[r * groups + u]);
+    float s = f16(static_cast<const uint16_t*>(w.scales)[r * groups + u]);
+    float m = f16(static_cast<const uint16_t*>(w.mins)[r * groups + u]);
     for (int64_t j = 0; j < half; ++j) {
       out[j] = s * static_cast<float>(q[j] & 15) + m;
       out[j + half] = s * static_cast<float>(q[j] >> 4) + m;
@@ -71,44 +80,56 @@ void dequant_rows(const QuantMatrix& w, int64_t r0, int64_t r1, float* out) {
   }
 }
 
-// y[i * ldy + r] = sum_k x[i * ldx + k] * w[r, k] for i < m, r in [r0, r1).
-// Lane-wise partial sums (kLanes per activation row) keep the loop vectorizable
-// without reassociating a scalar sum.
+// One weight row against MI activation rows: lane-wise partial sums (kLanes
+// per activation row, held in registers) keep the loop vectorizable without
+// reassociating a scalar sum.
+template <QFormat F, int MI>
+inline void matmul_row(const QuantMatrix& w, const uint8_t* row, int64_t r, const float* const* xs, float* out) {
+  const int64_t U = unit_of(w), full = w.cols / U;
+  const int64_t tail = w.cols - full * U;  // Int8 only
+  alignas(64) float buf[256];
+  float acc[MI][kLanes] = {};
+  for (int64_t u = 0; u < full; ++u) {
+    decode_unit<F>(w, row, r, u, U, buf);
+    for (int i = 0; i < MI; ++i) {
+      const float* xi = xs[i] + u * U;
+      for (int64_t j = 0; j < U; j += kLanes)
+        for (int l = 0; l < kLanes; ++l) acc[i][l] += buf[j + l] * xi[j + l];
+    }
+  }
+  float extra[MI] = {};
+  if (tail) {
+    decode_unit<F>(w, row, r, full, tail, buf);
+    for (int i = 0; i < MI; ++i)
+      for (int64_t j = 0; j < tail; ++j) extra[i] += buf[j] * xs[i][full * U + j];
+  }
+  for (int i = 0; i < MI; ++i) {
+    float s = extra[i];
+    for (int l = 0; l < kLanes; ++l) s += acc[i][l];
+    out[i] = s;
+  }
+}
+
+// y[i * ldy + r] = sum_k x[i * ldx + k] * w[r, k] for i < m, r in [r0, r1),
+// weights decoded once per 4 activation rows.
 template <QFormat F>
 void matmul_rows(const QuantMatrix& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy, int64_t r0,
                  int64_t r1) {
-  const int64_t U = unit_of(w), full = w.cols / U, rb = qrow_bytes(F, w.cols);
-  const int64_t tail = w.cols - full * U;  // Int8 only
-  alignas(64) float buf[256];
-  alignas(64) float acc[16][kLanes];
-  for (int64_t i0 = 0; i0 < m; i0 += 16) {
-    const int64_t mi = std::min<int64_t>(16, m - i0);
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* row = w.data + r * rb;
-      for (int64_t i = 0; i < mi; ++i)
-        for (int l = 0; l < kLanes; ++l) acc[i][l] = 0.f;
-      for (int64_t u = 0; u < full; ++u) {
-        decode_unit<F>(w, row, r, u, U, buf);
-        for (int64_t i = 0; i < mi; ++i) {
-          const float* xi = x + (i0 + i) * ldx + u * U;
-          float* a = acc[i];
-          for (int64_t j = 0; j < U; j += kLanes)
-            for (int l = 0; l < kLanes; ++l) a[l] += buf[j + l] * xi[j + l];
-        }
+  const int64_t rb = qrow_bytes(F, w.cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * rb;
+    for (int64_t i0 = 0; i0 < m; i0 += 4) {
+      const float* xs[4];
+      float out[4];
+      const int mi = static_cast<int>(std::min<int64_t>(4, m - i0));
+      for (int i = 0; i < mi; ++i) xs[i] = x + (i0 + i) * ldx;
+      switch (mi) {
+        case 1: matmul_row<F, 1>(w, row, r, xs, out); break;
+        case 2: matmul_row<F, 2>(w, row, r, xs, out); break;
+        case 3: matmul_row<F, 3>(w, row, r, xs, out); break;
+        default: matmul_row<F, 4>(w, row, r, xs, out); break;
       }
-      float extra[16] = {};
-      if (tail) {
-        decode_unit<F>(w, row, r, full, tail, buf);
-        for (int64_t i = 0; i < mi; ++i) {
-          const float* xi = x + (i0 + i) * ldx + full * U;
-          for (int64_t j = 0; j < tail; ++j) extra[i] += buf[j] * xi[j];
-        }
-      }
-      for (int64_t i = 0; i < mi; ++i) {
-        float s = extra[i];
-        for (int l = 0; l < kLanes; ++l) s += acc[i][l];
-        y[(i0 + i) * ldy + r] = s;
-      }
+      for (int i = 0; i < mi; ++i) y[(i0 + i) * ldy + r] = out[i];
     }
   }
 }
@@ -131,7 +152,7 @@ void quantize_act(const float* x, int64_t cols, BlockQ8Act* out) {
       sum += q;
     }
     out[b].d = d;
-    out[b].sum = sum;
+    out[b].s = d * static_cast<float>(sum);
   }
 }
 
@@ -143,7 +164,7 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 // Eight int32 partial sums of w . x over 32 bytes. Signed weights use the sign
-// trick (|w| as unsigned, x carrying w's sign); Int4's nibbles are unsigned already.
+// trick (|w| as unsigned, x carrying w's sign); 4-bit codes are unsigned already.
 template <bool kSigned>
 inline __m256i dot32(__m256i w, __m256i x) {
   const __m256i ones = _mm256_set1_epi16(1);
@@ -158,114 +179,126 @@ inline __m256i unpack_nibbles16(const uint8_t* p) {
   __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
   return _mm256_and_si256(b, _mm256_set1_epi8(15));
 }
+
+// One weight row against MI activation rows. Each 32-block contributes
+// d_w * d_x * isum (as a vector of 8 partial sums) plus a scalar per-block
+// term: Q4_0's
+// codes are stored unsigned, so -8 * d_w * s_x; Int4's min, m * s_x.
+template <QFormat F, int MI>
+inline void dot_row(const QuantMatrix& w, const uint8_t* row, int64_t r, const BlockQ8Act* const* xs, float* out) {
+  const int64_t nb = w.cols / kQBlock;
+  __m256 acc[MI];
+  float extra[MI];
+  for (int i = 0; i < MI; ++i) acc[i] = _mm256_setzero_ps(), extra[i] = 0.f;
+  auto block = [&](int64_t b, __m256i qw, float d, float e) {
+    for (int i = 0; i < MI; ++i) {
+      const BlockQ8Act& a = xs[i][b];
+      __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+      __m256 p = _mm256_cvtepi32_ps(dot32<F == QFormat::Q8_0 || F == QFormat::Int8>(qw, qx));
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), p, acc[i]);
+      if constexpr (F == QFormat::Q4_0 || F == QFormat::Int4) extra[i] += e * a.s;
+    }
+  };
+  if constexpr (F == QFormat::Q8_0) {
+    const auto* blk = reinterpret_cast<const BlockQ8_0*>(row);
+    for (int64_t b = 0; b < nb; ++b)
+      block(b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[b].qs)), f16(blk[b].d), 0.f);
+  } else if constexpr (F == QFormat::Q4_0) {
+    const auto* blk = reinterpret_cast<const BlockQ4_0*>(row);
+    for (int64_t b = 0; b < nb; ++b) {
+      float d = f16(blk[b].d);
+      block(b, unpack_nibbles16(blk[b].qs), d, -8.f * d);
+    }
+  } else if constexpr (F == QFormat::Int8) {
+    for (int64_t b = 0; b < nb; ++b) block(b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * kQBlock)), 1.f, 0.f);
+  } else {
+    const int64_t groups = w.cols / w.group, half = w.group / 2, bpg = w.group / kQBlock;
+    const auto* sc = static_cast<const uint16_t*>(w.scales) + r * groups;
+    const auto* mn = static_cast<const uint16_t*>(w.mins) + r * groups;
+    const __m256i lo = _mm256_set1_epi8(15);
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t* q = row + g * half;
+      const float s = f16(sc[g]), m = f16(mn[g]);
+      const int64_t b0 = g * bpg;
+      if (half == 16) {
+        block(b0, unpack_nibbles16(q), s, m);
+        continue;
+      }
+      for (int64_t c = 0; c < half; c += 32) {  // bytes c..c+31 hold weights c.. (low) and half + c.. (high)
+        __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c));
+        block(b0 + c / kQBlock, _mm256_and_si256(v, lo), s, m);
+        block(b0 + (half + c) / kQBlock, _mm256_and_si256(_mm256_srli_epi16(v, 4), lo), s, m);
+      }
+    }
+  }
+  const float rs = F == QFormat::Int8 ? static_cast<const float*>(w.scales)[r] : 1.f;
+  for (int i = 0; i < MI; ++i) out[i] = (hsum(acc[i]) + extra[i]) * rs;
+}
+#else
+// Portable: the same sums, one code at a time.
+template <QFormat F, int MI>
+inline void dot_row(const QuantMatrix& w, const uint8_t* row, int64_t r, const BlockQ8Act* const* xs, float* out) {
+  const int64_t nb = w.cols / kQBlock;
+  const int64_t groups = F == QFormat::Int4 ? w.cols / w.group : 0, half = w.group / 2;
+  float acc[MI] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    int8_t qw[kQBlock];
+    float d = 1.f, mn = 0.f;
+    if constexpr (F == QFormat::Q8_0) {
+      const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+      std::memcpy(qw, blk->qs, kQBlock);
+      d = f16(blk->d);
+    } else if constexpr (F == QFormat::Q4_0) {
+      const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+      for (int j = 0; j < 16; ++j) {
+        qw[j] = static_cast<int8_t>((blk->qs[j] & 15) - 8);
+        qw[j + 16] = static_cast<int8_t>((blk->qs[j] >> 4) - 8);
+      }
+      d = f16(blk->d);
+    } else if constexpr (F == QFormat::Int8) {
+      std::memcpy(qw, row + b * kQBlock, kQBlock);
+    } else {
+      const int64_t k0 = b * kQBlock, g = k0 / w.group;
+      const uint8_t* q = row + g * half;
+      for (int j = 0; j < kQBlock; ++j) {
+        const int64_t jj = k0 % w.group + j;
+        qw[j] = static_cast<int8_t>(jj < half ? (q[jj] & 15) : (q[jj - half] >> 4));
+      }
+      d = f16(static_cast<const uint16_t*>(w.scales)[r * groups + g]);
+      mn = f16(static_cast<const uint16_t*>(w.mins)[r * groups + g]);
+    }
+    for (int i = 0; i < MI; ++i) {
+      const BlockQ8Act& a = xs[i][b];
+      int32_t s = 0;
+      for (int j = 0; j < kQBlock; ++j) s += static_cast<int32_t>(qw[j]) * a.qs[j];
+      acc[i] += static_cast<float>(s) * (d * a.d);
+      if constexpr (F == QFormat::Int4) acc[i] += mn * a.s;
+    }
+  }
+  const float rs = F == QFormat::Int8 ? static_cast<const float*>(w.scales)[r] : 1.f;
+  for (int i = 0; i < MI; ++i) out[i] = acc[i] * rs;
+}
 #endif
 
-// y rows [r0, r1) for activation rows [0, m): sum over blocks of
-// isum * d_w * d_x (+ min * d_x * sum(x_q) for Int4).
+// y rows [r0, r1) for activation rows [0, m), up to 4 activation rows per pass
+// over a weight row (the weights are decoded once for all of them).
 template <QFormat F>
 void dot_rows(const QuantMatrix& w, const BlockQ8Act* xq, int64_t m, float* y, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = w.cols / kQBlock, rb = qrow_bytes(F, w.cols);
-  const int64_t groups = F == QFormat::Int4 ? w.cols / w.group : 0;
-  const int64_t bpg = F == QFormat::Int4 ? w.group / kQBlock : 1;  // blocks per group
-  constexpr int MI = 4;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data + r * rb;
-    for (int64_t i0 = 0; i0 < m; i0 += MI) {
-      const int mi = static_cast<int>(std::min<int64_t>(MI, m - i0));
-      const BlockQ8Act* xs[MI];
-      for (int i = 0; i < MI; ++i) xs[i] = xq + (i0 + std::min(i, mi - 1)) * nb;
-      float out[MI];
-#if defined(__AVX2__)
-      __m256 acc[MI];
-      float macc[MI] = {};
-      for (int i = 0; i < MI; ++i) acc[i] = _mm256_setzero_ps();
-      alignas(32) uint8_t unpacked[256];
-      for (int64_t b = 0; b < nb; ++b) {
-        __m256i qw;
-        float d = 1.f, mn = 0.f;
-        if constexpr (F == QFormat::Q8_0) {
-          const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
-          qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-          d = h2f(blk->d);
-        } else if constexpr (F == QFormat::Q4_0) {
-          const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
-          qw = _mm256_sub_epi8(unpack_nibbles16(blk->qs), _mm256_set1_epi8(8));
-          d = h2f(blk->d);
-        } else if constexpr (F == QFormat::Int8) {
-          qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * kQBlock));
-        } else {
-          const int64_t g = b / bpg, half = w.group / 2;
-          if (b % bpg == 0) {  // unpack the group's nibbles once: low halves, then high halves
-            const uint8_t* q = row + g * half;
-            if (half == 16) {
-              _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked), unpack_nibbles16(q));
-            } else {
-              const __m256i lo = _mm256_set1_epi8(15);
-              for (int64_t c = 0; c < half; c += 32) {
-                __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c));
-                _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked + c), _mm256_and_si256(v, lo));
-                _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked + half + c),
-                                   _mm256_and_si256(_mm256_srli_epi16(v, 4), lo));
-              }
-            }
-          }
-          qw = _mm256_load_si256(reinterpret_cast<const __m256i*>(unpacked + (b % bpg) * kQBlock));
-          d = h2f(static_cast<const uint16_t*>(w.scales)[r * groups + g]);
-          mn = h2f(static_cast<const uint16_t*>(w.mins)[r * groups + g]);
-        }
-        for (int i = 0; i < MI; ++i) {
-          const BlockQ8Act& a = xs[i][b];
-          __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
-          __m256 p = _mm256_cvtepi32_ps(dot32<F != QFormat::Int4>(qw, qx));
-          acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), p, acc[i]);
-          if constexpr (F == QFormat::Int4) macc[i] += mn * a.d * static_cast<float>(a.sum);
-        }
+    for (int64_t i0 = 0; i0 < m; i0 += 4) {
+      const BlockQ8Act* xs[4];
+      float out[4];
+      const int mi = static_cast<int>(std::min<int64_t>(4, m - i0));
+      for (int i = 0; i < mi; ++i) xs[i] = xq + (i0 + i) * nb;
+      switch (mi) {
+        case 1: dot_row<F, 1>(w, row, r, xs, out); break;
+        case 2: dot_row<F, 2>(w, row, r, xs, out); break;
+        case 3: dot_row<F, 3>(w, row, r, xs, out); break;
+        default: dot_row<F, 4>(w, row, r, xs, out); break;
       }
-      for (int i = 0; i < MI; ++i) out[i] = hsum(acc[i]) + macc[i];
-#else
-      float acc[MI] = {};
-      int8_t unpacked[256];
-      for (int64_t b = 0; b < nb; ++b) {
-        int8_t qw[kQBlock];
-        float d = 1.f, mn = 0.f;
-        if constexpr (F == QFormat::Q8_0) {
-          const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
-          std::memcpy(qw, blk->qs, kQBlock);
-          d = h2f(blk->d);
-        } else if constexpr (F == QFormat::Q4_0) {
-          const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
-          for (int j = 0; j < 16; ++j) {
-            qw[j] = static_cast<int8_t>((blk->qs[j] & 15) - 8);
-            qw[j + 16] = static_cast<int8_t>((blk->qs[j] >> 4) - 8);
-          }
-          d = h2f(blk->d);
-        } else if constexpr (F == QFormat::Int8) {
-          std::memcpy(qw, row + b * kQBlock, kQBlock);
-        } else {
-          const int64_t g = b / bpg, half = w.group / 2;
-          if (b % bpg == 0) {
-            const uint8_t* q = row + g * half;
-            for (int64_t j = 0; j < half; ++j) {
-              unpacked[j] = static_cast<int8_t>(q[j] & 15);
-              unpacked[j + half] = static_cast<int8_t>(q[j] >> 4);
-            }
-          }
-          std::memcpy(qw, unpacked + (b % bpg) * kQBlock, kQBlock);
-          d = h2f(static_cast<const uint16_t*>(w.scales)[r * groups + g]);
-          mn = h2f(static_cast<const uint16_t*>(w.mins)[r * groups + g]);
-        }
-        for (int i = 0; i < MI; ++i) {
-          const BlockQ8Act& a = xs[i][b];
-          int32_t s = 0;
-          for (int j = 0; j < kQBlock; ++j) s += static_cast<int32_t>(qw[j]) * a.qs[j];
-          acc[i] += static_cast<float>(s) * (d * a.d);
-          if constexpr (F == QFormat::Int4) acc[i] += mn * a.d * static_cast<float>(a.sum);
-        }
-      }
-      for (int i = 0; i < MI; ++i) out[i] = acc[i];
-#endif
-      float rs = F == QFormat::Int8 ? static_cast<const float*>(w.scales)[r] : 1.f;
-      for (int i = 0; i < mi; ++i) y[(i0 + i) * ldy + r] = out[i] * rs;
+      for (int i = 0; i < mi; ++i) y[(i0 + i) * ldy + r] = out[i];
     }
   }
 }
