@@ -63,6 +63,9 @@ std::vector<Variant> variants() {
           {"int4g128/int8", "int4", 128, "int8"}};
 }
 
+// --only NAME: time f32 and that variant alone (for profiling one kernel).
+std::string g_only;
+
 int run_kernels(int rounds) {
   NoGradGuard ng;
   struct Shape2 {
@@ -79,6 +82,8 @@ int run_kernels(int rounds) {
       Tensor w = ops::randn({s.out, s.in}, {}) * 0.02;
       Tensor x = ops::randn({m, s.in});
       std::vector<Variant> vs = variants();
+      if (!g_only.empty())
+        std::erase_if(vs, [](const Variant& v) { return v.name != "f32" && v.name != g_only; });
       std::vector<quant::QuantizedWeight> qs(vs.size());
       for (size_t i = 1; i < vs.size(); ++i) qs[i] = quant::quantize_weight(w, vs[i].format, vs[i].group);
       std::vector<std::vector<double>> t(vs.size());
@@ -193,6 +198,7 @@ int main(int argc, char** argv) {
     if (a == "--threads") threads = std::atoi(next().c_str());
     else if (a == "--rounds") rounds = std::max(1, std::atoi(next().c_str()));
     else if (a == "--eval-batches") eval_batches = std::atoll(next().c_str());
+    else if (a == "--only") g_only = next();
     else run = a;
   }
   set_num_threads(threads);

@@ -35,6 +35,17 @@ inline float f16(uint16_t h) {
 // The decoding unit: 32 weights, or a whole Int4 group (its two nibble halves).
 inline int64_t unit_of(const QuantMatrix& w) { return w.format == QFormat::Int4 ? w.group : kQBlock; }
 
+// 16 bytes of an int4 group: low nibbles to lo, high ones to hi. A constant
+// trip count and restrict pointers let it vectorize (a loop over the group's
+// unknown half-size with two store streams stayed scalar).
+inline void decode_nibbles16(const uint8_t* __restrict q, float* __restrict lo, float* __restrict hi, float s,
+                             float m) {
+  for (int j = 0; j < 16; ++j) {
+    lo[j] = s * static_cast<float>(q[j] & 15) + m;
+    hi[j] = s * static_cast<float>(q[j] >> 4) + m;
+  }
+}
+
 // Weights [u*U, u*U + n) of row r into out (n = U except Int8's last unit).
 template <QFormat F>
 inline void decode_unit(const QuantMatrix& w, const uint8_t* row, int64_t r, int64_t u, int64_t n, float* out) {
@@ -58,10 +69,7 @@ inline void decode_unit(const QuantMatrix& w, const uint8_t* row, int64_t r, int
     const uint8_t* q = row + u * half;
     float s = f16(static_cast<const uint16_t*>(w.scales)[r * groups + u]);
     float m = f16(static_cast<const uint16_t*>(w.mins)[r * groups + u]);
-    for (int64_t j = 0; j < half; ++j) {
-      out[j] = s * static_cast<float>(q[j] & 15) + m;
-      out[j + half] = s * static_cast<float>(q[j] >> 4) + m;
-    }
+    for (int64_t c = 0; c < half; c += 16) decode_nibbles16(q + c, out + c, out + half + c, s, m);
   }
 }
 
