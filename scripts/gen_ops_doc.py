@@ -64,6 +64,9 @@ def dtypes(n, f):
         return "f32 (oneDNN), f16/bf16 (computed in f32), f64 (direct loop)"
     if f == "attention":
         return "f32, f64 (f16/bf16 computed in f32)"
+    if f == "quant":
+        return {"quantized_linear": "x: f32 (f16/bf16/f64 computed in f32); weight: q8_0, q4_0, int8 (per row), int4 "
+                "(groups of 32-256)", "dequantize_weight": "q8_0, q4_0, int8, int4 → f32"}[n]
     if n == "embedding":
         return "weight: " + F + "; indices: i32, i64"
     return F
@@ -115,6 +118,9 @@ NOTES = {
     "max_pool2d_backward": "from the indices max_pool2d returned (checked against the input plane)",
     "avg_pool2d_backward": "the adjoint of avg_pool2d",
     "attention_backward": "recomputes the log-sum-exp; no dropout",
+    "quantized_linear": "weight-only quantized linear; activations \"float\" (decoded in registers) or \"int8\" "
+                        "(int8 dot products, or oneDNN's int8 GEMM); docs/quantization.md",
+    "dequantize_weight": "the f32 weight a quantized one stands for",
     "fused_elementwise": "made by the compiler's fusion pass: a register program over pointwise kernels, run in tiles", "matmul": "1-D promotion and batch broadcasting as PyTorch",
 }
 TITLES = {"unary": "Unary elementwise", "binary": "Binary elementwise (broadcasting, PyTorch type promotion, Scalar forms)",
@@ -123,6 +129,7 @@ TITLES = {"unary": "Unary elementwise", "binary": "Binary elementwise (broadcast
           "random": "Random (counter-based Philox: same seed, same numbers for any thread count)",
           "normalization": "Normalization", "loss": "Losses, dropout and embedding", "conv": "Convolution",
           "pooling": "Pooling and resizing", "attention": "Attention",
+          "quant": "Quantized weights (docs/quantization.md)",
           "fused": "Fused kernels (made by the graph compiler)",
           "factory": "Factories (ops so that a captured graph rebuilds them at a new dynamic size)"}
 
