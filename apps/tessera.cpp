@@ -180,7 +180,12 @@ int cmd_export(const std::string& arg, const std::string& format, std::string ou
   co.input_names = {r.task == train::Task::LanguageModel ? "ids" : "x"};
   if (!fixed) {
     co.dynamic.push_back({0, 0, "N"});
-    if (r.task == train::Task::LanguageModel && x.dim() >= 2 && x.shape()[1] >= 2) co.dynamic.push_back({0, 1, "T"});
+    if (r.task == train::Task::LanguageModel && x.dim() >= 2 && x.shape()[1] >= 5) {
+      // Capture also traces at T + 1 and T + 3 to find how shapes follow T; a
+      // language model's data is as long as its context, so trace 3 shorter.
+      x = x.narrow(1, 0, x.shape()[1] - 3).contiguous();
+      co.dynamic.push_back({0, 1, "T"});
+    }
   }
   nn::Module& m = *r.model;
   compile::NamedTensors params = m.named_parameters();

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "tessera/io/checkpoint.h"
+#include "tessera/io/npy.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -47,6 +48,27 @@ TEST(CliQuantize, WritesAQuantizedCheckpointThatEvalReads) {
   EXPECT_NE(out.find("multiple of 32"), std::string::npos) << out;
   EXPECT_EQ(cli("quantize " + dir + "/run --method q8_0 --skip net.9", &out), 1);
   EXPECT_NE(out.find("'net.9'"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+// A language model end to end: its quantized checkpoint exports as a compiled
+// graph (context dimension dynamic) that runs; ONNX names the op it cannot map.
+TEST(CliQuantize, QuantizedGptExportsAndRuns) {
+  std::string dir = testing::scratch_dir("cli_quantize_gpt"), out;
+  std::string cfg = std::string(TESSERA_SOURCE_DIR) + "/examples/configs/char_gpt.yaml";
+  ASSERT_EQ(cli("train " + cfg + " --output " + dir + "/run --set train.steps=2 --set scheduler.warmup_steps=1 --set train.eval_batches=1 --set "
+                "model.n_layer=1 --set model.n_embd=64 --set model.n_head=2 --plain",
+                &out), 0) << out;
+  ASSERT_EQ(cli("quantize " + dir + "/run --method q8_0 --activations int8 --batches 2 --repeat 2", &out), 0) << out;
+  EXPECT_NE(out.find("perplexity"), std::string::npos) << out;
+  const std::string q = dir + "/run/quantized/q8_0";
+  ASSERT_EQ(cli("export " + q + " --format tessera --output " + dir + "/q.tsr --dump", &out), 0) << out;
+  EXPECT_NE(out.find("quantized_linear("), std::string::npos) << out;
+  io::save_npy(dir + "/ids.npy", ops::randint(0, 20, {2, 40}, DType::I64));
+  ASSERT_EQ(cli("run " + dir + "/q.tsr --input " + dir + "/ids.npy --output " + dir + "/y.npy", &out), 0) << out;
+  EXPECT_EQ(io::load_npy(dir + "/y.npy").size(1), 40);
+  EXPECT_EQ(cli("export " + q + " --format onnx --output " + dir + "/q.onnx", &out), 1);
+  EXPECT_NE(out.find("'quantized_linear'"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
 }
 
