@@ -75,6 +75,7 @@ Loaded load_model(const std::string& arg, bool model_only = false) {
   } catch (const Error& e) {
     TS_ERROR("checkpoint ", l.dir, " does not fit the model its config describes: ", e.what());
   }
+  if (l.ckpt.state.contains("quantization")) quant::check_quantized_weights(*l.recipe.model);
   return l;
 }
 

@@ -1,11 +1,13 @@
 // Weight-only quantization of Linear layers.
 #include "tessera/quant/weights.h"
 
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
 #include "backend/cpu/quant.h"
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/core/half.h"
 #include "tessera/nn/linear.h"
 #include "tessera/ops/ops.h"
 
@@ -98,6 +100,41 @@ WeightQuantReport quantize_weights(nn::Module& model, const WeightQuantConfig& c
     rep.quantized.push_back(name);
   }
   return rep;
+}
+
+void check_quantized_weights(nn::Module& model) {
+  for (auto& [path, m] : model.named_modules()) {
+    auto* lin = dynamic_cast<nn::Linear*>(m);
+    if (!lin || !lin->quantized) continue;
+    const auto& q = *lin->quantized;
+    const cpu::QFormat f = cpu::qformat_from_name(q.format);
+    auto fail = [&](const char* what, int64_t row, float v) {
+      TS_ERROR("quantized weights of '", path, "' (", q.format, "): ", what, " of row ", row, " is ", v,
+               "; scales must be finite (the file is damaged, or was not written by quantize_weights)");
+    };
+    TS_CHECK(q.qweight.defined() && q.qweight.dtype() == DType::U8 && q.qweight.dim() == 2 && q.qweight.is_contiguous(),
+             "quantized weights of '", path, "': qweight must be a contiguous 2-D u8 tensor");
+    const int64_t rows = q.qweight.size(0), rb = q.qweight.size(1);
+    const auto* data = static_cast<const uint8_t*>(q.qweight.raw_data());
+    if (f == cpu::QFormat::Q8_0 || f == cpu::QFormat::Q4_0) {
+      const int64_t bs = f == cpu::QFormat::Q8_0 ? sizeof(cpu::BlockQ8_0) : sizeof(cpu::BlockQ4_0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t b = 0; b + bs <= rb; b += bs) {
+          uint16_t h;
+          std::memcpy(&h, data + r * rb + b, 2);
+          float d = Half::to_float(h);
+          if (!std::isfinite(d)) fail("a block scale", r, d);
+        }
+    }
+    for (const Tensor* t : {&q.scales, &q.mins}) {
+      if (!t->defined()) continue;
+      Tensor v = t->to(DType::F32).contiguous();
+      const float* p = static_cast<const float*>(v.raw_data());
+      const int64_t per_row = v.numel() / std::max<int64_t>(rows, 1);
+      for (int64_t i = 0; i < v.numel(); ++i)
+        if (!std::isfinite(p[i])) fail(t == &q.scales ? "a scale" : "a min", i / std::max<int64_t>(per_row, 1), p[i]);
+    }
+  }
 }
 
 nlohmann::json to_json(const WeightQuantConfig& c) {

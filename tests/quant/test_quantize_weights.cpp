@@ -2,7 +2,10 @@
 // weight, gradients, state dicts, graph capture, and the layers that stay float.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "tessera/compile/compile.h"
+#include "tessera/core/half.h"
 #include "tessera/nn/nn.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/quant/weights.h"
@@ -177,6 +180,35 @@ TEST(QuantizeWeights, ConfigRoundTripsThroughJsonAndRejectsBadFields) {
             std::string::npos);
   EXPECT_NE(error_of([] { quant::weight_quant_config_from_json(json::array()); }).find("expected an object"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A damaged file: a NaN scale is an error naming the layer, not NaN logits.
+TEST(QuantizeWeights, NonFiniteScalesAreFoundAfterLoading) {
+  for (const char* format : {"q8_0", "int8", "int4"}) {
+    SCOPED_TRACE(format);
+    nn::Sequential s;
+    s.push_back(std::make_shared<nn::Linear>(64, 8));
+    quant::quantize_weights(s, {.format = format});
+    quant::check_quantized_weights(s);  // fresh weights pass
+    auto& q = *dynamic_cast<nn::Linear&>(s.submodule("0")).quantized;
+    if (q.scales.defined()) {
+      Tensor bad = q.scales.to(DType::F32);
+      bad.data_ptr<float>()[3] = NAN;
+      q.scales.copy_(bad);
+    } else {
+      uint16_t nan_h = Half::from_float(NAN);
+      std::memcpy(static_cast<uint8_t*>(q.qweight.raw_data()) + 2 * q.qweight.size(1), &nan_h, 2);  // row 2, block 0
+    }
+    std::string e = error_of([&] { quant::check_quantized_weights(s); });
+    EXPECT_NE(e.find("quantized weights of '0'"), std::string::npos) << e;
+    EXPECT_NE(e.find("must be finite"), std::string::npos) << e;
+  }
 }
 
 }  // namespace

@@ -49,4 +49,10 @@ QuantizedWeight quantize_weight(const Tensor& weight, const std::string& format,
 // The model should be in eval mode for inference; the biases stay trainable.
 WeightQuantReport quantize_weights(nn::Module& model, const WeightQuantConfig& cfg);
 
+// Checks every quantized Linear's scales (and mins, and the scales inside
+// q8_0/q4_0 blocks) are finite: a file with a NaN or infinite scale would
+// otherwise give NaN outputs silently. The error names the layer and the row.
+// `tessera eval/info/export` run it after loading a quantized checkpoint.
+void check_quantized_weights(nn::Module& model);
+
 }  // namespace tessera::quant
