@@ -249,3 +249,24 @@ TEST(QuantKernels, Int8BatchesRunAnExactInt8Gemm) {
       ASSERT_NEAR(y[i * rows + r], want, 1e-5f * (1.f + std::fabs(want))) << i << "," << r;
     }
 }
+
+// A NaN or infinity in the activations gives NaN (or infinite) outputs on the
+// integer paths too, never finite garbage from rounding a NaN to int8.
+TEST(QuantKernels, NonFiniteActivationsPropagate) {
+  for (const Case& c : cases()) {
+    if (c.cols % 32) continue;
+    SCOPED_TRACE(name_of(c));
+    auto w = randn(c.rows * c.cols, 41);
+    auto q = quantize_ref(c.f, w.data(), c.rows, c.cols, c.group);
+    QuantMatrix m = view_of(q, c.f, c.rows, c.cols, c.group);
+    for (int64_t mm : {1, 9}) {
+      auto x = randn(mm * c.cols, 43);
+      x[5] = NAN;  // row 0
+      std::vector<float> y(mm * c.rows);
+      qmatmul(m, x.data(), mm, y.data(), true);
+      for (int64_t r = 0; r < c.rows; ++r) EXPECT_TRUE(std::isnan(y[r])) << "row 0 col " << r << " = " << y[r];
+      if (mm > 1 && c.f != QFormat::Int8)  // per-32 scales: the other rows are untouched
+        for (int64_t r = 0; r < c.rows; ++r) EXPECT_TRUE(std::isfinite(y[c.rows + r]));
+    }
+  }
+}

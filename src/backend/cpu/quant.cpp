@@ -202,11 +202,15 @@ void quantize_act_ref(const float* x, int64_t cols, BlockQ8Act* out) {
   for (int64_t b = 0; b < cols / kQBlock; ++b) {
     const float* v = x + b * kQBlock;
     float amax = 0.f;
-    for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
-    float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+    bool finite = true;
+    for (int j = 0; j < kQBlock; ++j) {
+      amax = std::max(amax, std::fabs(v[j]));
+      finite = finite && std::isfinite(v[j]);
+    }
+    float d = finite ? amax / 127.f : NAN, id = finite && d != 0.f ? 1.f / d : 0.f;
     int32_t sum = 0;
     for (int j = 0; j < kQBlock; ++j) {
-      out[b].qs[j] = static_cast<int8_t>(std::nearbyint(v[j] * id));
+      out[b].qs[j] = static_cast<int8_t>(finite ? std::nearbyint(v[j] * id) : 0.f);
       sum += out[b].qs[j];
     }
     out[b].d = d;
@@ -282,7 +286,12 @@ void qmatmul(const QuantMatrix& w, const float* x, int64_t m, float* y, bool int
     // Batches: one int8 GEMM (oneDNN), activations quantized per tensor (one
     // scale for the whole batch, as PyTorch's dynamic quantization does).
     float amax = 0.f;
-    for (int64_t i = 0; i < m * w.cols; ++i) amax = std::max(amax, std::fabs(x[i]));
+    bool finite = true;
+    for (int64_t i = 0; i < m * w.cols; ++i) {
+      amax = std::max(amax, std::fabs(x[i]));
+      finite = finite && std::isfinite(x[i]);
+    }
+    if (!finite) return qmatmul(w, x, m, y, false);  // NaN/Inf propagate through the float path
     const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
     std::vector<int8_t> xq(m * w.cols);
     for (int64_t i = 0; i < m * w.cols; ++i) xq[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));

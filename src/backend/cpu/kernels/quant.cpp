@@ -148,14 +148,18 @@ void quantize_act(const float* x, int64_t cols, BlockQ8Act* out) {
   for (int64_t b = 0; b < cols / kQBlock; ++b) {
     const float* v = x + b * kQBlock;
     float amax = 0.f;
+    bool finite = true;
     for (int j = 0; j < kQBlock; ++j) {
       float a = v[j] < 0.f ? -v[j] : v[j];
       amax = a > amax ? a : amax;
+      finite = finite && a <= 3.4e38f;  // false for NaN and infinities
     }
-    float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+    // A non-finite input makes the block's scale NaN, so the outputs it feeds
+    // are NaN (as the float product's would be), never a rounded garbage value.
+    float d = finite ? amax / 127.f : NAN, id = finite && d != 0.f ? 1.f / d : 0.f;
     int32_t sum = 0;
     for (int j = 0; j < kQBlock; ++j) {
-      auto q = static_cast<int8_t>(std::nearbyint(v[j] * id));
+      auto q = static_cast<int8_t>(finite ? std::nearbyint(v[j] * id) : 0.f);
       out[b].qs[j] = q;
       sum += q;
     }
