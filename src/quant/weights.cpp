@@ -80,6 +80,12 @@ WeightQuantReport quantize_weights(nn::Module& model, const WeightQuantConfig& c
       keep("skipped by the config");
       continue;
     }
+    bool pruned = false;
+    for (const auto& [n, t] : lin->named_parameters(false)) pruned = pruned || n == "weight_orig";
+    if (pruned) {
+      keep("pruned: call make_pruning_permanent first");
+      continue;
+    }
     try {
       cpu::check_qshape(f, lin->in_features, f == cpu::QFormat::Int4 ? cfg.group : 0);
     } catch (const Error& e) {
