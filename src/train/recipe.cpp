@@ -5,6 +5,7 @@
 #include "tessera/data/datasets.h"
 #include "tessera/data/shards.h"
 #include "tessera/nn/zoo/zoo.h"
+#include "tessera/quant/prune.h"
 
 namespace tessera::train {
 
@@ -286,6 +287,18 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
       }
     }
     r.model = build_model(model_cfg, &r.model_name);
+    if (root.has("prune")) {
+      // A pruned model (tessera prune writes this): the layers carry masks
+      // (Note [Pruning masks]); a checkpoint loaded next replaces them.
+      Config pc = root.section("prune");
+      quant::PruneConfig p;
+      p.sparsity = pc.get<double>("sparsity", p.sparsity);
+      p.method = pc.get<std::string>("method", p.method);
+      p.global = pc.get<bool>("global", p.global);
+      p.skip = pc.get<std::vector<std::string>>("skip", p.skip);
+      pc.finish();
+      quant::prune(*r.model, p);
+    }
 
     Config oc = root.section("optimizer");
     const std::string opt_name = oc.get<std::string>("name", "adam");

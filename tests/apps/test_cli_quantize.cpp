@@ -72,5 +72,30 @@ TEST(CliQuantize, QuantizedGptExportsAndRuns) {
   std::filesystem::remove_all(dir);
 }
 
+// `tessera prune`: rounds along the schedule, fine-tuning, and a pruned run
+// whose checkpoints eval reads back with their masks.
+TEST(CliPrune, PrunesFineTunesAndWritesARunEvalReads) {
+  std::string dir = testing::scratch_dir("cli_prune"), out;
+  std::string cfg = std::string(TESSERA_SOURCE_DIR) + "/examples/configs/fashion_mnist_mlp.yaml";
+  ASSERT_EQ(cli("train " + cfg + " --output " + dir + "/run --set train.steps=20 --set train.eval_batches=2 --plain",
+                &out), 0) << out;
+  ASSERT_EQ(cli("prune " + dir + "/run --sparsity 0.8 --finetune-steps 10 --rounds 2 --global --batches 2 --repeat 2 "
+                "--output " + dir + "/pruned",
+                &out), 0) << out;
+  EXPECT_NE(out.find("round 1/2: sparsity 0.7000"), std::string::npos) << out;  // 0.8 * (1 - 1/8)
+  EXPECT_NE(out.find("round 2/2: sparsity 0.8000"), std::string::npos) << out;
+  for (const char* row : {"nonzero weights", "accuracy", "latency, batch 1"})
+    EXPECT_NE(out.find(row), std::string::npos) << row << "\n" << out;
+  ASSERT_EQ(cli("eval " + dir + "/pruned --batches 2", &out), 0) << out;
+  ASSERT_EQ(cli("info " + dir + "/pruned", &out), 0) << out;
+  // Structured pruning without fine-tuning writes a checkpoint directly.
+  ASSERT_EQ(cli("prune " + dir + "/run --sparsity 0.5 --method structured --batches 2 --repeat 2 --output " + dir +
+                "/structured", &out), 0) << out;
+  ASSERT_EQ(cli("eval " + dir + "/structured --batches 2", &out), 0) << out;
+  EXPECT_EQ(cli("prune " + dir + "/run --sparsity 1.5", &out), 1);
+  EXPECT_NE(out.find("[0, 1)"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tessera
