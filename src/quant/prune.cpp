@@ -25,10 +25,12 @@ Tensor* weight_member(nn::Module& m) {
   return nullptr;
 }
 
-const Tensor* own(const nn::NamedTensors& ts, const std::string& name) {
+// The module's own tensor `name` (undefined when it has none). By value: the
+// lists named_parameters/named_buffers return are temporaries.
+Tensor own(const nn::NamedTensors& ts, const std::string& name) {
   for (const auto& [n, t] : ts)
-    if (n == name) return &t;
-  return nullptr;
+    if (n == name) return t;
+  return Tensor();
 }
 
 // The forward pre-hook of each pruned module, to remove it when the masks are
@@ -51,9 +53,9 @@ bool skipped(const std::string& path, const std::vector<std::string>& skip) {
 // Re-registers the weight as weight_orig + weight_mask with the hook, once.
 void ensure_pruned(Target& t) {
   nn::Module& m = *t.module;
-  if (const Tensor* o = own(m.named_parameters(false), "weight_orig")) {
-    t.orig = *o;
-    t.mask = *own(m.named_buffers(false), "weight_mask");
+  if (Tensor o = own(m.named_parameters(false), "weight_orig"); o.defined()) {
+    t.orig = o;
+    t.mask = own(m.named_buffers(false), "weight_mask");
     return;
   }
   Tensor w = m.unregister("weight");
@@ -142,8 +144,8 @@ PruneReport prune(nn::Module& model, const PruneConfig& cfg) {
   const bool rows = cfg.method == "structured";
   // The sparsity may only grow: the masks keep what they pruned.
   for (Target& t : targets) {
-    if (!own(t.module->named_buffers(false), "weight_mask")) continue;
-    const Tensor& mk = *own(t.module->named_buffers(false), "weight_mask");
+    const Tensor mk = own(t.module->named_buffers(false), "weight_mask");
+    if (!mk.defined()) continue;
     double now = static_cast<double>(count_zeros(mk)) / static_cast<double>(mk.numel());
     if (!rows)
       TS_CHECK(cfg.global || cfg.sparsity + 1e-9 >= now, "prune: '", t.name, "' is already ", now, " sparse; pruning to ",
@@ -185,8 +187,8 @@ PruneReport sparsity_report(nn::Module& model) {
     PruneReport::Layer l;
     l.name = path.empty() ? "(root)" : path;
     l.total = w->numel();
-    const Tensor* mk = own(m->named_buffers(false), "weight_mask");
-    l.zeros = mk ? count_zeros(*mk) : 0;
+    const Tensor mk = own(m->named_buffers(false), "weight_mask");
+    l.zeros = mk.defined() ? count_zeros(mk) : 0;
     r.total += l.total;
     r.zeros += l.zeros;
     r.layers.push_back(l);
@@ -197,7 +199,7 @@ PruneReport sparsity_report(nn::Module& model) {
 void make_pruning_permanent(nn::Module& model) {
   NoGradGuard ng;
   for (auto& [path, m] : model.named_modules()) {
-    if (!own(m->named_parameters(false), "weight_orig")) continue;
+    if (!own(m->named_parameters(false), "weight_orig").defined()) continue;
     Tensor orig = m->unregister("weight_orig");
     Tensor mask = m->unregister("weight_mask");
     Tensor w = ops::mul(orig, mask).detach();
