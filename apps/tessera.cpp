@@ -274,6 +274,21 @@ Measured measure(Loaded& l, int64_t batches, int repeat) {
   return m;
 }
 
+// The rows quantize's and prune's tables share: perplexity or accuracy, loss,
+// and batch-1 latency, before and after.
+void print_quality_rows(const Measured& mb, const Measured& ma) {
+  if (mb.metrics.perplexity > 0)
+    std::printf("%-22s %16.4f %16.4f %+9.2f%%\n", "perplexity", mb.metrics.perplexity, ma.metrics.perplexity,
+                100.0 * (ma.metrics.perplexity / mb.metrics.perplexity - 1.0));
+  else
+    std::printf("%-22s %15.2f%% %15.2f%% %+8.2f pt\n", "accuracy", 100 * mb.metrics.accuracy,
+                100 * ma.metrics.accuracy, 100 * (ma.metrics.accuracy - mb.metrics.accuracy));
+  std::printf("%-22s %16.4f %16.4f %+9.4f\n", "loss", mb.metrics.loss, ma.metrics.loss,
+              ma.metrics.loss - mb.metrics.loss);
+  std::printf("%-22s %16.3f %16.3f %9.2fx\n", "latency, batch 1 (ms)", mb.latency_ms, ma.latency_ms,
+              ma.latency_ms / mb.latency_ms);
+}
+
 // Quantizes a checkpoint's Linear layers and writes the result as a new
 // checkpoint (its state.json records how, so eval/info/export rebuild it).
 int cmd_quantize(const std::string& arg, const std::string& method, int64_t group, const std::string& activations,
@@ -317,16 +332,7 @@ int cmd_quantize(const std::string& arg, const std::string& method, int64_t grou
   std::printf("\n%-22s %16s %16s %10s\n", "", "before (f32)", ("after (" + method + ")").c_str(), "change");
   std::printf("%-22s %16s %16s %9.2fx\n", "model file", human_bytes(size(dir)).c_str(),
               human_bytes(size(written)).c_str(), static_cast<double>(size(written)) / static_cast<double>(size(dir)));
-  if (lm)
-    std::printf("%-22s %16.4f %16.4f %+9.2f%%\n", "perplexity", mb.metrics.perplexity, ma.metrics.perplexity,
-                100.0 * (ma.metrics.perplexity / mb.metrics.perplexity - 1.0));
-  else
-    std::printf("%-22s %15.2f%% %15.2f%% %+8.2f pt\n", "accuracy", 100 * mb.metrics.accuracy,
-                100 * ma.metrics.accuracy, 100 * (ma.metrics.accuracy - mb.metrics.accuracy));
-  std::printf("%-22s %16.4f %16.4f %+9.4f\n", "loss", mb.metrics.loss, ma.metrics.loss,
-              ma.metrics.loss - mb.metrics.loss);
-  std::printf("%-22s %16.3f %16.3f %9.2fx\n", "latency, batch 1 (ms)", mb.latency_ms, ma.latency_ms,
-              ma.latency_ms / mb.latency_ms);
+  print_quality_rows(mb, ma);
   std::printf("\nwrote %s  (tessera eval %s)\n", written.c_str(), written.c_str());
   return 0;
 }
@@ -393,21 +399,11 @@ int cmd_prune(const std::string& arg, double sparsity, const std::string& method
   quant::PruneReport final_rep = quant::sparsity_report(*after_l.recipe.model);
   quant::make_pruning_permanent(*after_l.recipe.model);  // time the deployed model, not the mask multiply
   Measured ma = measure(after_l, batches, repeat);
-  const bool lm = mb.metrics.perplexity > 0;
   std::printf("\n%-22s %16s %16s %10s\n", "", "before", "after", "change");
   std::printf("%-22s %16lld %16lld %9.2fx\n", "nonzero weights", static_cast<long long>(final_rep.total),
               static_cast<long long>(final_rep.total - final_rep.zeros),
               static_cast<double>(final_rep.total - final_rep.zeros) / static_cast<double>(final_rep.total));
-  if (lm)
-    std::printf("%-22s %16.4f %16.4f %+9.2f%%\n", "perplexity", mb.metrics.perplexity, ma.metrics.perplexity,
-                100.0 * (ma.metrics.perplexity / mb.metrics.perplexity - 1.0));
-  else
-    std::printf("%-22s %15.2f%% %15.2f%% %+8.2f pt\n", "accuracy", 100 * mb.metrics.accuracy,
-                100 * ma.metrics.accuracy, 100 * (ma.metrics.accuracy - mb.metrics.accuracy));
-  std::printf("%-22s %16.4f %16.4f %+9.4f\n", "loss", mb.metrics.loss, ma.metrics.loss,
-              ma.metrics.loss - mb.metrics.loss);
-  std::printf("%-22s %16.3f %16.3f %9.2fx\n", "latency, batch 1 (ms)", mb.latency_ms, ma.latency_ms,
-              ma.latency_ms / mb.latency_ms);
+  print_quality_rows(mb, ma);
   std::printf("\nwrote %s  (masked weights are still stored dense: unstructured zeros save no time or space "
               "until a sparse kernel or structured removal uses them)\n", last.c_str());
   return 0;

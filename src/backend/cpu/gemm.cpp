@@ -47,6 +47,17 @@ Engine& engine() {
   return *e;
 }
 
+// Runs a cached product with a scratchpad of its own from the caching allocator.
+void run(const Prim& prim, Engine& e, std::unordered_map<int, dnnl::memory>& args) {
+  const size_t scratch_bytes = prim.scratch.get_size();
+  std::unique_ptr<void, std::function<void(void*)>> scratch(
+      scratch_bytes ? cpu_allocate(scratch_bytes) : nullptr, [scratch_bytes](void* p) { cpu_free(p, scratch_bytes); });
+  if (scratch) args.insert({DNNL_ARG_SCRATCHPAD, dnnl::memory(prim.scratch, e.eng, scratch.get())});
+  dnnl::stream s(e.eng);
+  prim.matmul.execute(s, args);
+  s.wait();
+}
+
 // oneDNN needs one of the two inner strides of every operand to be 1.
 bool dnnl_layout_ok(const int64_t* s) { return s[1] == 1 || s[2] == 1; }
 
@@ -99,7 +110,6 @@ void gemm_dnnl(const GemmArgs& g) {
     }
     prim = it->second;
   }
-  dnnl::stream s(e.eng);
   dnnl::memory am(amd, e.eng, const_cast<void*>(g.a));
   dnnl::memory bm(bmd, e.eng, const_cast<void*>(g.b));
   dnnl::memory cm(cmd, e.eng, g.c);
@@ -110,12 +120,7 @@ void gemm_dnnl(const GemmArgs& g) {
     args.insert({DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
                  dnnl::memory(cmd, e.eng, const_cast<void*>(g.residual))});
   }
-  const size_t scratch_bytes = prim.scratch.get_size();
-  std::unique_ptr<void, std::function<void(void*)>> scratch(
-      scratch_bytes ? cpu_allocate(scratch_bytes) : nullptr, [scratch_bytes](void* p) { cpu_free(p, scratch_bytes); });
-  if (scratch) args.insert({DNNL_ARG_SCRATCHPAD, dnnl::memory(prim.scratch, e.eng, scratch.get())});
-  prim.matmul.execute(s, args);
-  s.wait();
+  run(prim, e, args);
 }
 
 // Portable path: accumulate in acc_t (double for f64, float for 16-bit floats,
@@ -286,18 +291,12 @@ void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, const int8_t* b_r
     }
     prim = it->second;
   }
-  dnnl::stream s(e.eng);
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, dnnl::memory(amd, e.eng, const_cast<int8_t*>(a))},
       {DNNL_ARG_WEIGHTS, dnnl::memory(bmd, e.eng, const_cast<int8_t*>(b_rows))},
       {DNNL_ARG_DST, dnnl::memory(cmd, e.eng, c)},
       {DNNL_ARG_ATTR_OUTPUT_SCALES, dnnl::memory(smd, e.eng, const_cast<float*>(scales))}};
-  const size_t scratch_bytes = prim.scratch.get_size();
-  std::unique_ptr<void, std::function<void(void*)>> scratch(
-      scratch_bytes ? cpu_allocate(scratch_bytes) : nullptr, [scratch_bytes](void* p) { cpu_free(p, scratch_bytes); });
-  if (scratch) args.insert({DNNL_ARG_SCRATCHPAD, dnnl::memory(prim.scratch, e.eng, scratch.get())});
-  prim.matmul.execute(s, args);
-  s.wait();
+  run(prim, e, args);
 }
 
 int64_t gemm_cache_size() {
