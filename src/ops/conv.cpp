@@ -4,6 +4,7 @@
 // raises an error under create_graph instead of returning wrong gradients.
 #include "backend/cpu/conv.h"
 #include "backend/cpu/gemm.h"
+#include "ops/conv_params.h"
 #include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 #include "tessera/core/allocator.h"
@@ -27,6 +28,8 @@ void check_no_create_graph(const char* op) {
            ": double backward (create_graph=true through a convolution) is not supported yet");
 }
 
+}  // namespace
+
 // xs: the input's NCHW shape.
 cpu::ConvGeometry conv_geometry(IntArrayRef xs, DType dtype, const Tensor& w, const std::vector<int64_t>& stride,
                                 const std::vector<int64_t>& pad_tl, const std::vector<int64_t>& pad_br,
@@ -43,10 +46,12 @@ cpu::ConvGeometry conv_geometry(IntArrayRef xs, DType dtype, const Tensor& w, co
   g.dtype = dtype;
   return g;
 }
+namespace {
+
 cpu::ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, const std::vector<int64_t>& stride,
                                 const std::vector<int64_t>& pad_tl, const std::vector<int64_t>& pad_br,
                                 const std::vector<int64_t>& dil, int64_t groups) {
-  return conv_geometry(x.shape(), x.dtype(), w, stride, pad_tl, pad_br, dil, groups);
+  return ::tessera::ops::conv_geometry(x.shape(), x.dtype(), w, stride, pad_tl, pad_br, dil, groups);
 }
 
 // conv_transpose2d's geometry: the convolution that maps its output
@@ -164,10 +169,6 @@ void check_conv_args(const char* name, const Tensor& x, const Tensor& w, const T
 
 }  // namespace
 
-// conv2d's stride, dilation and padding (top-left, bottom-right), checked.
-struct Conv2dParams {
-  std::vector<int64_t> stride, dil, tl, br;
-};
 Conv2dParams conv2d_params(const Tensor& w, const Conv2dOptions& o, const char* name) {
   Conv2dParams p;
   p.stride = pair_of(o.stride, name, "stride");
@@ -378,7 +379,6 @@ TensorList convolution_backward(const Tensor& grad, const Tensor& x, const Tenso
 }
 
 // ---- invokers (graph nodes run ops through these) ----
-namespace {
 Conv2dOptions conv2d_options(const Attrs& a) {
   Conv2dOptions o;
   o.stride = a.ints("stride");
@@ -388,7 +388,6 @@ Conv2dOptions conv2d_options(const Attrs& a) {
   o.padding_same = a.b("padding_same");
   return o;
 }
-}  // namespace
 TS_OP_INVOKER(conv2d) { return {conv2d(in[0], in[1], in[2], conv2d_options(a))}; }
 TS_OP_INVOKER(fused_conv2d) {
   Conv2dOptions o = conv2d_options(a);

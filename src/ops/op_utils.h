@@ -119,6 +119,17 @@ inline void check_floating(const Tensor& t, const char* op, const char* arg) {
            dtype_name(t.dtype()));
 }
 void check_same_device(const Tensor& a, const Tensor& b, const char* op);
+// Whether a 4-D tensor's memory is laid out [N, H, W, C] (channels-last; the
+// strides of sizes of 1 do not matter).
+inline bool is_channels_last(const Tensor& x) {
+  if (x.dim() != 4) return false;
+  int64_t expect = 1;
+  for (int d : {1, 3, 2, 0}) {
+    if (x.shape()[d] != 1 && x.strides()[d] != expect) return false;
+    expect *= x.shape()[d];
+  }
+  return true;
+}
 
 // Runs a unary kernel into a new tensor of dtype `out_dtype` (input already in
 // the kernel's dtype).

@@ -205,6 +205,29 @@ Tensor max_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntAr
     if (y.numel() > 0) cpu::max_pool2d_forward(g, xc.raw_data(), y.raw_data(), nullptr);
     TS_RETURN(y);
   }
+  check_defined(x, "max_pool2d", "input");
+  const bool codes = x.dtype() == DType::U8 || x.dtype() == DType::I8;
+  if (codes || (is_channels_last(x) && !x.is_contiguous() && !autograd::any_requires_grad({&x}))) {
+    // int8 codes (an int8 graph pools its activations without dequantizing
+    // them), and channels-last inputs, pooled in their own layout: planes of
+    // [H, W, C] (NCHW u8 codes go through the same kernel with one lane).
+    Shape planes_out;
+    cpu::PoolGeometry g = pool_geometry(x.shape(), x.dtype(), kernel, stride, padding, dilation, ceil_mode,
+                                        "max_pool2d", planes_out);
+    if (x.dim() == 4 && is_channels_last(x)) {
+      const int64_t N = x.shape()[0], C = x.shape()[1];
+      g.planes = N;
+      g.lanes = C;
+      Tensor xc = x.detach().permute({0, 2, 3, 1}).contiguous();
+      Tensor y = empty({N, g.OH, g.OW, C}, x.dtype());
+      if (y.numel() > 0) cpu::max_pool2d_forward(g, xc.raw_data(), y.raw_data(), nullptr);
+      TS_RETURN(y.permute({0, 3, 1, 2}));
+    }
+    Tensor xc = x.contiguous();
+    Tensor y = empty(planes_out, x.dtype());
+    if (y.numel() > 0) cpu::max_pool2d_forward(g, xc.raw_data(), y.raw_data(), nullptr);
+    TS_RETURN(y);
+  }
   if (!autograd::any_requires_grad({&x})) {  // no backward: no argmax to keep (the vectorized kernel)
     Pool p = make_pool(x, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");
     Tensor y = empty(p.out_shape, p.x.dtype());

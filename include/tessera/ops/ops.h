@@ -318,6 +318,29 @@ Tensor quantized_linear(const Tensor& x, const Tensor& qweight, const Tensor& sc
 Tensor dequantize_weight(const Tensor& qweight, const Tensor& scales, const Tensor& mins, const std::string& format,
                          int64_t group = 0);
 
+// ---- static int8 (post-training quantization: quant/ptq.h, docs/quantization.md) ----
+// Activations are u8 codes of one affine scale per tensor, x = (q - zero_point)
+// * scale; weights are s8 codes with one symmetric scale per output channel.
+// q = saturate(round_half_even(x / scale) + zero_point) into u8 [0, 255] or
+// s8 [-128, 127], as ONNX QuantizeLinear. x must be floating; scale > 0.
+Tensor quantize_per_tensor(const Tensor& x, double scale, int64_t zero_point, DType dtype = DType::U8);
+// (q - zero_point) * scale as f32, as ONNX DequantizeLinear (q: u8 or s8).
+Tensor dequantize_per_tensor(const Tensor& q, double scale, int64_t zero_point);
+// The int8 convolution: x u8 [N, C, H, W] (x_scale, x_zero_point), weight s8
+// [OC, C/groups, KH, KW] with w_scales f32 [OC], bias f32 [OC] (optional);
+// y = act(conv(x, w) + bias) (activation "none" or "relu") as u8 codes of
+// (y_scale, y_zero_point), or as f32 when out_dtype is F32. The u8 result is
+// channels-last in memory (strides of [N, H, W, C]), the layout the int8
+// kernels read; a channels-last input is read without a copy. Inference only.
+Tensor int8_conv2d(const Tensor& x, const Tensor& weight, const Tensor& w_scales, const Tensor& bias,
+                   const Conv2dOptions& opts, double x_scale, int64_t x_zero_point, double y_scale,
+                   int64_t y_zero_point, const std::string& activation = "none", DType out_dtype = DType::U8);
+// The int8 linear layer: x u8 [..., K], weight s8 [N, K] with w_scales f32
+// [N]; otherwise as int8_conv2d. Inference only.
+Tensor int8_linear(const Tensor& x, const Tensor& weight, const Tensor& w_scales, const Tensor& bias, double x_scale,
+                   int64_t x_zero_point, double y_scale, int64_t y_zero_point, const std::string& activation = "none",
+                   DType out_dtype = DType::U8);
+
 // ---- made by the graph compiler (compile/) ----------------------------------------
 // A chain of pointwise ops as one kernel: `program` is a register program over
 // the inputs (broadcast together; float or bool), with f32 outputs of the

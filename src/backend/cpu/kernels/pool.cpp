@@ -3,7 +3,7 @@
 // activation [N, C/lanes, H, W, lanes]. Separable: each output row first takes
 // the elementwise max of the window's input rows (contiguous, vector-wide),
 // then the max across each window's columns. A NaN anywhere in a window wins,
-// as in PyTorch.
+// as in PyTorch. Also over u8/s8 codes (lanes = C: channels-last [N, H, W, C]).
 #include <limits>
 #include <vector>
 
@@ -25,7 +25,8 @@ void max_pool_planes(const PoolGeometry& g, const void* xv, void* yv, int64_t p0
   // run past the edges (padding never wins, as in PyTorch).
   const int64_t left = g.pw;
   const int64_t right = std::max<int64_t>(0, (g.OW - 1) * g.sw + (g.kw - 1) * g.dw - g.pw + 1 - g.W);
-  const A lowest = -std::numeric_limits<A>::infinity();
+  const A lowest = std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
+                                                        : std::numeric_limits<A>::lowest();
   std::vector<A> padded((left + g.W + right) * L, lowest), out(OW);
   A* row = padded.data() + left * L;
   const A* col0 = padded.data();  // column c of the padded row starts at c * L
@@ -72,7 +73,10 @@ void max_pool_planes(const PoolGeometry& g, const void* xv, void* yv, int64_t p0
 }  // namespace
 
 void fill_pool_kernels(KernelTable& t) {
-  for_types<TS_FLOAT_TYPES>([&]<typename T>() { t.max_pool_planes[idx(dtype_v<T>)] = &max_pool_planes<T>; });
+  // Integer codes too: max pooling commutes with a monotone quantization, so
+  // an int8 graph pools its u8 activations directly.
+  for_types<TS_FLOAT_TYPES, uint8_t, int8_t>(
+      [&]<typename T>() { t.max_pool_planes[idx(dtype_v<T>)] = &max_pool_planes<T>; });
 }
 
 }  // namespace tessera::cpu::TESSERA_ISA

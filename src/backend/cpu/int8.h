@@ -1,0 +1,60 @@
+#pragma once
+// Static int8 products: u8 activations (affine, per tensor), s8 weights
+// (symmetric, per output channel), int32 accumulation, and the requantizing
+// epilogue inside the primitive:
+//
+//   acc[oc]  = sum (x_q - x_zp) * w_q[oc]                      (int32)
+//   v[oc]    = act(x_scale * w_scale[oc] * acc[oc] + bias[oc])  (f32)
+//   y        = v                                   (f32 output), or
+//   y_q      = saturate_u8(round_half_even(v / y_scale) + y_zp)   (u8 output)
+//
+// The convolution reads and writes channels-last activations (NHWC: oneDNN's
+// int8 kernels work in that layout); the linear reads [m, k] rows. The fast
+// paths are oneDNN primitives (VNNI where the CPU has it); the _ref functions
+// are the portable definition they are tested against.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/cpu/conv.h"
+#include "backend/cpu/gemm.h"
+
+namespace tessera::cpu {
+
+struct Int8Epilogue {
+  float x_scale = 1.0f;
+  int32_t x_zero_point = 0;
+  const float* w_scales = nullptr;  // one per output channel, all > 0
+  const float* bias = nullptr;      // f32, one per output channel; may be null
+  Epilogue act = Epilogue::None;    // None or Relu
+  bool out_u8 = true;               // else f32
+  float y_scale = 1.0f;             // u8 output only
+  int32_t y_zero_point = 0;
+};
+
+// x: u8 [N, H, W, C]; w: s8 [OC, C / groups, KH, KW]; y: [N, OH, OW, OC], u8
+// or f32 as e.out_u8 says. g.dtype is ignored. `packed`: the weights already
+// in the primitive's layout (pack_int8_conv_weights), or null.
+void int8_conv2d(const ConvGeometry& g, const uint8_t* x, const int8_t* w, const Int8Epilogue& e, void* y,
+                 const void* packed = nullptr);
+void int8_conv2d_ref(const ConvGeometry& g, const uint8_t* x, const int8_t* w, const Int8Epilogue& e, void* y);
+// The layout the convolution reads its weights in (a key for a packed copy),
+// and the weights packed into it (with the sums oneDNN's kernels need).
+std::string int8_conv_weights_layout(const ConvGeometry& g, const Int8Epilogue& e);
+std::shared_ptr<const void> pack_int8_conv_weights(const ConvGeometry& g, const Int8Epilogue& e, const int8_t* w);
+
+// x: u8 [m, k]; w: s8 rows [n, k]; y: [m, n].
+void int8_linear(int64_t m, int64_t n, int64_t k, const uint8_t* x, const int8_t* w, const Int8Epilogue& e, void* y);
+void int8_linear_ref(int64_t m, int64_t n, int64_t k, const uint8_t* x, const int8_t* w, const Int8Epilogue& e,
+                     void* y);
+
+// The largest u8 activation code the products may be given: 255, or 127 on
+// CPUs without VNNI, whose u8 x s8 instruction (vpmaddubsw) adds pairs of
+// products in saturating int16 (255 * 127 * 2 overflows it; 127 * 127 * 2 does not).
+int int8_activation_max();
+
+// The oneDNN implementation the products run ("brgconv:avx512_core_vnni"),
+// for tests that must not fall back to oneDNN's reference loops.
+std::string int8_conv2d_impl(const ConvGeometry& g, const Int8Epilogue& e);
+
+}  // namespace tessera::cpu

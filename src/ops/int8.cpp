@@ -1,0 +1,204 @@
+// Static int8: per-tensor activation quantization and the int8 convolution and
+// linear layer with requantizing epilogues (backend/cpu/int8.h). These are the
+// ops a post-training-quantized graph runs (quant/ptq.h).
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/int8.h"
+#include "ops/conv_params.h"
+#include "ops/op_utils.h"
+#include "tessera/core/parallel.h"
+
+namespace tessera::ops {
+namespace {
+
+void check_scale(double scale, const char* op, const char* what) {
+  TS_CHECK(std::isfinite(scale) && scale > 0 && scale < std::numeric_limits<float>::max(), op, ": ", what,
+           " must be a positive finite number, got ", scale);
+}
+
+void check_zero_point(int64_t zp, DType t, const char* op, const char* what) {
+  const int64_t lo = t == DType::U8 ? 0 : -128, hi = t == DType::U8 ? 255 : 127;
+  TS_CHECK(zp >= lo && zp <= hi, op, ": ", what, " must lie in [", lo, ", ", hi, "] for ", dtype_name(t), ", got ",
+           zp);
+}
+
+// The shared checks of the weight side and the epilogue; returns it (pointers
+// into the tensors, which must stay alive while it is used).
+cpu::Int8Epilogue epilogue_of(const char* op, const Tensor& w, const Tensor& w_scales, const Tensor& bias,
+                              int64_t out_channels, double x_scale, int64_t x_zp, double y_scale, int64_t y_zp,
+                              const std::string& activation, DType out_dtype) {
+  check_defined(w, op, "weight");
+  TS_CHECK(w.dtype() == DType::I8 && w.is_contiguous(), op, ": weight must be a contiguous i8 tensor, got ",
+           dtype_name(w.dtype()), w.is_contiguous() ? "" : " (not contiguous)");
+  TS_CHECK(w_scales.defined() && w_scales.dtype() == DType::F32 && w_scales.dim() == 1 &&
+               w_scales.size(0) == out_channels && w_scales.is_contiguous(),
+           op, ": w_scales must be a contiguous f32 tensor [", out_channels, "] (one per output channel), got ",
+           w_scales.defined() ? std::string(dtype_name(w_scales.dtype())) + " " + shape_str(w_scales.shape()) : std::string("none"));
+  const float* ws = static_cast<const float*>(w_scales.raw_data());
+  for (int64_t i = 0; i < out_channels; ++i)
+    TS_CHECK(std::isfinite(ws[i]) && ws[i] > 0, op, ": w_scales[", i, "] must be positive and finite, got ", ws[i]);
+  if (bias.defined())
+    TS_CHECK(bias.dtype() == DType::F32 && bias.dim() == 1 && bias.size(0) == out_channels && bias.is_contiguous(), op,
+             ": bias must be a contiguous f32 tensor [", out_channels, "], got ", dtype_name(bias.dtype()), " ",
+             shape_str(bias.shape()));
+  check_scale(x_scale, op, "x_scale");
+  check_zero_point(x_zp, DType::U8, op, "x_zero_point");
+  TS_CHECK(out_dtype == DType::U8 || out_dtype == DType::F32, op, ": out_dtype must be u8 or f32, got ",
+           dtype_name(out_dtype));
+  if (out_dtype == DType::U8) {
+    check_scale(y_scale, op, "y_scale");
+    check_zero_point(y_zp, DType::U8, op, "y_zero_point");
+  }
+  TS_CHECK(activation == "none" || activation == "relu", op, ": activation must be 'none' or 'relu', got '",
+           activation, "'");
+  cpu::Int8Epilogue e;
+  e.x_scale = static_cast<float>(x_scale);
+  e.x_zero_point = static_cast<int32_t>(x_zp);
+  e.w_scales = ws;
+  e.bias = bias.defined() ? static_cast<const float*>(bias.raw_data()) : nullptr;
+  e.act = activation == "relu" ? cpu::Epilogue::Relu : cpu::Epilogue::None;
+  e.out_u8 = out_dtype == DType::U8;
+  e.y_scale = static_cast<float>(y_scale);
+  e.y_zero_point = static_cast<int32_t>(y_zp);
+  return e;
+}
+
+}  // namespace
+
+Tensor quantize_per_tensor(const Tensor& x, double scale, int64_t zero_point, DType dtype) {
+  TS_OP_SCOPE(quantize_per_tensor, &x);
+  TS_OP_ATTRS({"scale", scale}, {"zero_point", zero_point}, {"dtype", dtype});
+  const char* op = "quantize_per_tensor";
+  check_defined(x, op, "input");
+  check_floating(x, op, "input");
+  check_scale(scale, op, "scale");
+  TS_CHECK(dtype == DType::U8 || dtype == DType::I8, op, ": dtype must be u8 or i8, got ", dtype_name(dtype));
+  check_zero_point(zero_point, dtype, op, "zero_point");
+  Tensor xf = cast(x.detach(), DType::F32).contiguous();
+  Tensor q = empty(x.shape(), dtype);
+  const float* in = static_cast<const float*>(xf.raw_data());
+  const float inv = static_cast<float>(1.0 / scale), zp = static_cast<float>(zero_point);
+  const float lo = dtype == DType::U8 ? 0.0f : -128.0f, hi = dtype == DType::U8 ? 255.0f : 127.0f;
+  std::atomic<bool> nan{false};
+  parallel_for(0, xf.numel(), 16384, [&](int64_t i0, int64_t i1) {
+    auto run = [&]<typename Q>(Q* out) {
+      for (int64_t i = i0; i < i1; ++i) {
+        float v = in[i];
+        if (v != v) nan = true;
+        out[i] = static_cast<Q>(std::clamp(std::nearbyint(v * inv) + zp, lo, hi));
+      }
+    };
+    if (dtype == DType::U8) run(static_cast<uint8_t*>(q.raw_data()));
+    else run(static_cast<int8_t*>(q.raw_data()));
+  });
+  TS_CHECK(!nan, op, ": the input has NaN values, which int8 cannot represent");
+  TS_RETURN(q);
+}
+
+Tensor dequantize_per_tensor(const Tensor& q, double scale, int64_t zero_point) {
+  TS_OP_SCOPE(dequantize_per_tensor, &q);
+  TS_OP_ATTRS({"scale", scale}, {"zero_point", zero_point});
+  const char* op = "dequantize_per_tensor";
+  check_defined(q, op, "input");
+  TS_CHECK(q.dtype() == DType::U8 || q.dtype() == DType::I8, op, ": the input must be u8 or i8 codes, got ",
+           dtype_name(q.dtype()));
+  check_scale(scale, op, "scale");
+  check_zero_point(zero_point, q.dtype(), op, "zero_point");
+  Tensor qc = q.contiguous();
+  Tensor y = empty(q.shape(), DType::F32);
+  float* out = static_cast<float*>(y.raw_data());
+  const float s = static_cast<float>(scale);
+  const int32_t zp = static_cast<int32_t>(zero_point);
+  parallel_for(0, qc.numel(), 16384, [&](int64_t i0, int64_t i1) {
+    auto run = [&]<typename Q>(const Q* in) {
+      for (int64_t i = i0; i < i1; ++i) out[i] = static_cast<float>(static_cast<int32_t>(in[i]) - zp) * s;
+    };
+    if (q.dtype() == DType::U8) run(static_cast<const uint8_t*>(qc.raw_data()));
+    else run(static_cast<const int8_t*>(qc.raw_data()));
+  });
+  TS_RETURN(y);
+}
+
+Tensor int8_conv2d(const Tensor& x, const Tensor& w, const Tensor& w_scales, const Tensor& bias,
+                   const Conv2dOptions& o, double x_scale, int64_t x_zero_point, double y_scale, int64_t y_zero_point,
+                   const std::string& activation, DType out_dtype) {
+  TS_OP_SCOPE(int8_conv2d, &x, &w, &w_scales, &bias);
+  TS_OP_ATTRS({"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation}, {"groups", o.groups},
+              {"padding_same", o.padding_same}, {"x_scale", x_scale}, {"x_zero_point", x_zero_point},
+              {"y_scale", y_scale}, {"y_zero_point", y_zero_point}, {"activation", activation},
+              {"out_dtype", out_dtype});
+  const char* op = "int8_conv2d";
+  check_defined(x, op, "input");
+  TS_CHECK(x.dtype() == DType::U8 && x.dim() == 4, op, ": the input must be a 4-D u8 tensor [N, C, H, W], got ",
+           dtype_name(x.dtype()), " ", shape_str(x.shape()));
+  check_defined(w, op, "weight");
+  TS_CHECK(w.dim() == 4, op, ": weight must be 4-D [OC, C/groups, KH, KW], got ", shape_str(w.shape()));
+  TS_CHECK(o.groups >= 1 && x.size(1) == w.size(1) * o.groups && w.size(0) % o.groups == 0, op, ": input ",
+           shape_str(x.shape()), " with ", o.groups, " groups does not match weight ", shape_str(w.shape()));
+  const int64_t OC = w.size(0);
+  cpu::Int8Epilogue e = epilogue_of(op, w, w_scales, bias, OC, x_scale, x_zero_point, y_scale, y_zero_point,
+                                    activation, out_dtype);
+  Conv2dParams p = conv2d_params(w, o, op);
+  cpu::ConvGeometry g = conv_geometry(x.shape(), DType::U8, w, p.stride, p.tl, p.br, p.dil, o.groups);
+  TS_CHECK(g.OH > 0 && g.OW > 0, op, ": input ", shape_str(x.shape()), " is smaller than the kernel ",
+           shape_str(w.shape()), " after padding");
+  // [N, H, W, C] memory, read in place when it already is.
+  Tensor xl = is_channels_last(x) ? x : x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+  Tensor y = empty({g.N, g.OH, g.OW, OC}, out_dtype);
+  trace::add_flops(2 * g.N * OC * g.OH * g.OW * (g.C / g.groups) * g.KH * g.KW);
+  if (y.numel() > 0) {
+    // Packed once per layout and kept with the weights' storage.
+    std::string key = "int8_conv2d_weights@" + std::to_string(w.offset()) + ":" + cpu::int8_conv_weights_layout(g, e);
+    std::shared_ptr<const void> packed = w.storage()->derived(key);
+    if (!packed) {
+      packed = cpu::pack_int8_conv_weights(g, e, static_cast<const int8_t*>(w.raw_data()));
+      w.storage()->set_derived(key, packed);
+    }
+    cpu::int8_conv2d(g, static_cast<const uint8_t*>(xl.raw_data()), static_cast<const int8_t*>(w.raw_data()), e,
+                     y.raw_data(), packed.get());
+  }
+  TS_RETURN(y.permute({0, 3, 1, 2}));
+}
+
+Tensor int8_linear(const Tensor& x, const Tensor& w, const Tensor& w_scales, const Tensor& bias, double x_scale,
+                   int64_t x_zero_point, double y_scale, int64_t y_zero_point, const std::string& activation,
+                   DType out_dtype) {
+  TS_OP_SCOPE(int8_linear, &x, &w, &w_scales, &bias);
+  TS_OP_ATTRS({"x_scale", x_scale}, {"x_zero_point", x_zero_point}, {"y_scale", y_scale},
+              {"y_zero_point", y_zero_point}, {"activation", activation}, {"out_dtype", out_dtype});
+  const char* op = "int8_linear";
+  check_defined(x, op, "input");
+  check_defined(w, op, "weight");
+  TS_CHECK(w.dim() == 2, op, ": weight must be 2-D [out_features, in_features], got ", shape_str(w.shape()));
+  TS_CHECK(x.dtype() == DType::U8 && x.dim() >= 1 && x.shape().back() == w.size(1), op, ": the input must be u8 "
+           "[..., ", w.size(1), "], got ", dtype_name(x.dtype()), " ", shape_str(x.shape()));
+  const int64_t N = w.size(0), K = w.size(1);
+  cpu::Int8Epilogue e = epilogue_of(op, w, w_scales, bias, N, x_scale, x_zero_point, y_scale, y_zero_point,
+                                    activation, out_dtype);
+  Tensor xc = x.contiguous();
+  const int64_t M = K ? xc.numel() / K : 0;
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor y = empty(out_shape, out_dtype);
+  trace::add_flops(2 * M * N * K);
+  cpu::int8_linear(M, N, K, static_cast<const uint8_t*>(xc.raw_data()), static_cast<const int8_t*>(w.raw_data()), e,
+                   y.raw_data());
+  TS_RETURN(y);
+}
+
+TS_OP_INVOKER(quantize_per_tensor) {
+  return {quantize_per_tensor(in[0], a.f("scale"), a.i("zero_point"), a.dtype("dtype"))};
+}
+TS_OP_INVOKER(dequantize_per_tensor) { return {dequantize_per_tensor(in[0], a.f("scale"), a.i("zero_point"))}; }
+TS_OP_INVOKER(int8_conv2d) {
+  return {int8_conv2d(in[0], in[1], in[2], in[3], conv2d_options(a), a.f("x_scale"), a.i("x_zero_point"),
+                      a.f("y_scale"), a.i("y_zero_point"), a.s("activation"), a.dtype("out_dtype"))};
+}
+TS_OP_INVOKER(int8_linear) {
+  return {int8_linear(in[0], in[1], in[2], in[3], a.f("x_scale"), a.i("x_zero_point"), a.f("y_scale"),
+                      a.i("y_zero_point"), a.s("activation"), a.dtype("out_dtype"))};
+}
+
+}  // namespace tessera::ops
