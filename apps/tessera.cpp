@@ -20,6 +20,7 @@
 
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/capture.h"
+#include "tessera/compile/compile.h"
 #include "tessera/compile/inspect.h"
 #include "tessera/compile/model.h"
 #include "tessera/compile/onnx.h"
@@ -190,10 +191,7 @@ int cmd_export(const std::string& arg, const std::string& format, std::string ou
       co.dynamic.push_back({0, 1, "T"});
     }
   }
-  nn::Module& m = *r.model;
-  compile::NamedTensors params = m.named_parameters();
-  for (auto& b : m.named_buffers()) params.push_back(b);
-  compile::Graph g = compile::capture([&](const TensorList& in) { return TensorList{m(in[0])}; }, {x}, params, co);
+  compile::Graph g = compile::capture_module(*r.model, x, co);
   compile::PassOptions po;
   if (format == "onnx") po.disable = compile::tessera_only_passes();  // ONNX has no fused kernels; runtimes fuse themselves
   auto report = compile::optimize(g, po);

@@ -294,4 +294,10 @@ TrainStep compile_train_step(std::shared_ptr<nn::Module> module, std::function<T
   return t;
 }
 
+Graph capture_module(nn::Module& module, const Tensor& example, const CaptureOptions& opts) {
+  NamedTensors params = module.named_parameters();
+  for (auto& b : module.named_buffers()) params.push_back(b);
+  return capture([&](const TensorList& in) { return TensorList{module(in[0])}; }, {example}, params, opts);
+}
+
 }  // namespace tessera::compile

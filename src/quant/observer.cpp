@@ -159,18 +159,20 @@ class Entropy : public Histogram {
       // P: the first i bins, everything beyond folded into the last one.
       p.assign(counts_.begin(), counts_.begin() + i);
       for (int64_t k = i; k < B; ++k) p[i - 1] += counts_[k];
-      // Q: P merged into kLevels groups, each group's mass spread over its non-empty bins.
+      // Q: the first i bins without the tail, merged into kLevels groups, each
+      // group's mass spread over its non-empty bins. The folded tail is what
+      // Q lacks: clipping a heavy tail costs, clipping a sparse one does not.
       q.assign(i, 0.0);
       for (int64_t g = 0; g < kLevels; ++g) {
         const int64_t a = g * i / kLevels, b = (g + 1) * i / kLevels;
         double mass = 0;
         int64_t used = 0;
         for (int64_t k = a; k < b; ++k) {
-          mass += p[k];
-          used += p[k] > 0;
+          mass += counts_[k];
+          used += counts_[k] > 0;
         }
         for (int64_t k = a; k < b; ++k)
-          if (p[k] > 0) q[k] = used ? mass / static_cast<double>(used) : 0.0;
+          if (counts_[k] > 0) q[k] = mass / static_cast<double>(used);
       }
       double sp = 0, sq = 0;
       for (int64_t k = 0; k < i; ++k) {

@@ -61,6 +61,10 @@ CompiledFunction compile(Function fn, CompileOptions opts = {}, NamedTensors par
 // The module's forward (one tensor in, one out) with its parameters and buffers.
 CompiledFunction compile(std::shared_ptr<nn::Module> module, CompileOptions opts = {});
 
+// A module's forward (one tensor in, one out) traced into a graph whose
+// parameters are the module's parameters and buffers (live references).
+Graph capture_module(nn::Module& module, const Tensor& example, const CaptureOptions& opts = {});
+
 // A training step as one graph: the forward, the loss and the backward to
 // every parameter are captured together (a joint graph, like AOTAutograd) and
 // optimized as a whole — elementwise chains of the backward fuse like those of
