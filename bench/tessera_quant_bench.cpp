@@ -1,9 +1,12 @@
-// Weight-only quantization: speed of the quantized matrix products against
-// f32, and the accuracy and speed of a trained GPT with its Linear layers
-// quantized. Driven by bench/quant_compare.py (which runs PyTorch beside it);
-// usable alone:
+// Quantization: speed of the weight-only quantized matrix products against
+// f32, the accuracy and speed of a trained GPT with its Linear layers
+// quantized, and of a trained CNN quantized to static int8 (PTQ). Driven by
+// bench/quant_compare.py and bench/ptq_compare.py (which run PyTorch and ONNX
+// Runtime beside it); usable alone:
 //   tessera_quant_bench kernels [--threads N] [--rounds R]
 //   tessera_quant_bench gpt RUN_OR_CHECKPOINT [--threads N] [--eval-batches B] [--rounds R]
+//   tessera_quant_bench cnn RUN_OR_CHECKPOINT [--threads N] [--rounds R] [--calibration-batches B]
+//                       [--observer KIND] [--export DIR]
 // Every figure is a median over R rounds that alternate the variants, so slow
 // phases of a shared host land on all of them alike.
 #include <algorithm>
@@ -17,11 +20,16 @@
 #include <vector>
 
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/compile/compile.h"
+#include "tessera/compile/model.h"
+#include "tessera/compile/serialize.h"
 #include "tessera/core/parallel.h"
 #include "tessera/data/dataset.h"
 #include "tessera/io/checkpoint.h"
 #include "tessera/nn/module.h"
 #include "tessera/ops/ops.h"
+#include "tessera/profiler/profiler.h"
+#include "tessera/quant/ptq.h"
 #include "tessera/quant/weights.h"
 #include "tessera/train/recipe.h"
 #include "tessera/train/trainer.h"
@@ -205,14 +213,86 @@ int run_gpt(const std::string& arg, int64_t eval_batches, int rounds) {
   return 0;
 }
 
+
+// A classifier checkpoint (the Fashion-MNIST CNN): PTQ int8 with calibration
+// on training batches, accuracy on the whole evaluation split, and batch-1 /
+// batch-64 latency of the compiled f32 graph and the int8 graph.
+int run_cnn(const std::string& arg, int64_t calib_batches, const std::string& observer, const std::string& export_dir,
+            int rounds) {
+  const std::string dir = checkpoint_dir(arg);
+  io::Checkpoint ck = io::load_checkpoint(dir);
+  std::printf("checkpoint %s\n", dir.c_str());
+  train::Recipe rec = train::build_recipe(ck.state["config"], dir + "/state.json (config)");
+  rec.model->load_state_dict(nn::StateDict{ck.model}, true);
+  rec.model->eval();
+  NoGradGuard ng;
+  auto batch = [](const data::DatasetPtr& d, int64_t start, int64_t n) {
+    std::vector<int64_t> idx(n);
+    for (int64_t i = 0; i < n; ++i) idx[i] = (start + i) % d->size();
+    return d->get_batch(idx);
+  };
+  compile::CaptureOptions co;
+  co.dynamic.push_back({0, 0, "N"});
+  co.input_names = {"x"};
+  compile::Graph g = compile::capture_module(*rec.model, batch(rec.eval_data, 0, 64).at(0), co);
+  std::vector<TensorList> calib;
+  for (int64_t b = 0; b < calib_batches; ++b) calib.push_back({batch(rec.train_data, b * 64, 64).at(0)});
+  quant::PtqConfig cfg;
+  cfg.observer.kind = observer;
+  double t0 = now();
+  quant::PtqResult q = quant::quantize_static(g, calib, cfg);
+  std::printf("quantized in %.2f s\n%s", now() - t0, q.report.text().c_str());
+  if (!export_dir.empty()) {
+    compile::save(q.graph, export_dir + "/int8.tsr");
+    std::printf("wrote %s/int8.tsr\n", export_dir.c_str());
+  }
+  Model f32(g.clone()), i8(q.graph.clone());
+  auto accuracy = [&](const Model& m) {
+    int64_t right = 0, n = rec.eval_data->size();
+    for (int64_t s = 0; s < n; s += 500) {
+      TensorList b = batch(rec.eval_data, s, std::min<int64_t>(500, n - s));
+      auto want = b.at(1).to(DType::I64).to_vector<int64_t>();
+      auto got = ops::argmax(m(b[0]), 1).to_vector<int64_t>();
+      for (size_t i = 0; i < want.size(); ++i) right += got[i] == want[i];
+    }
+    return 100.0 * static_cast<double>(right) / static_cast<double>(n);
+  };
+  const double acc_f = accuracy(f32), acc_q = accuracy(i8);
+  Tensor x1 = batch(rec.eval_data, 0, 1).at(0), x64 = batch(rec.eval_data, 0, 64).at(0);
+  std::vector<double> f1, q1, f64, q64;
+  for (int r = 0; r < rounds; ++r) {
+    f1.push_back(time_call([&] { f32(x1); }, 0.3));
+    q1.push_back(time_call([&] { i8(x1); }, 0.3));
+    f64.push_back(time_call([&] { f32(x64); }, 0.5));
+    q64.push_back(time_call([&] { i8(x64); }, 0.5));
+  }
+  if (std::getenv("TESSERA_BENCH_PROFILE")) {
+    for (const Model* m : {&i8, &f32}) {  // where the time of 20 batch-64 calls goes
+      profiler::Profiler prof;
+      for (int i = 0; i < 20; ++i) (*m)(x64);
+      prof.stop();
+      std::printf("%s\n", prof.table().c_str());
+    }
+  }
+  const double a = median(f1) * 1e6, b = median(q1) * 1e6, c = median(f64) * 1e6, d = median(q64) * 1e6;
+  std::printf("%-6s %9s %12s %12s\n", "", "accuracy", "batch 1 us", "batch 64 us");
+  std::printf("%-6s %8.2f%% %12.1f %12.1f\n", "f32", acc_f, a, c);
+  std::printf("%-6s %8.2f%% %12.1f %12.1f\n", "int8", acc_q, b, d);
+  std::printf("int8/f32 latency: batch 1 %.3f, batch 64 %.3f; accuracy drop %.2f pt\n", b / a, d / c, acc_f - acc_q);
+  std::printf("RESULT cnn observer=%s acc_f32=%.2f acc_int8=%.2f us1_f32=%.1f us1_int8=%.1f us64_f32=%.1f "
+              "us64_int8=%.1f\n", observer.c_str(), acc_f, acc_q, a, b, c, d);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s kernels|gpt [RUN] [--threads N] [--rounds R] [--eval-batches B]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s kernels|gpt|cnn [RUN] [--threads N] [--rounds R] [--eval-batches B] [--calibration-batches B] [--observer KIND] [--export DIR]\n", argv[0]);
     return 2;
   }
-  std::string mode = argv[1], run;
+  std::string mode = argv[1], run, observer = "minmax", export_dir;
+  int64_t calib_batches = 16;
   int threads = 1, rounds = 3;
   int64_t eval_batches = 50;
   for (int i = 2; i < argc; ++i) {
@@ -228,6 +308,9 @@ int main(int argc, char** argv) {
     else if (a == "--rounds") rounds = std::max(1, std::atoi(next().c_str()));
     else if (a == "--eval-batches") eval_batches = std::atoll(next().c_str());
     else if (a == "--only") g_only = next();
+    else if (a == "--calibration-batches") calib_batches = std::atoll(next().c_str());
+    else if (a == "--observer") observer = next();
+    else if (a == "--export") export_dir = next();
     else run = a;
   }
   set_num_threads(threads);
@@ -235,10 +318,11 @@ int main(int argc, char** argv) {
   try {
     if (mode == "kernels") return run_kernels(rounds);
     if (mode == "gpt") return run_gpt(run, eval_batches, rounds);
+    if (mode == "cnn") return run_cnn(run, calib_batches, observer, export_dir, rounds);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "unknown mode '%s': expected kernels or gpt\n", mode.c_str());
+  std::fprintf(stderr, "unknown mode '%s': expected kernels, gpt or cnn\n", mode.c_str());
   return 2;
 }

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "backend/cpu/int8.h"
+#include "backend/cpu/kernel_table.h"
 #include "ops/conv_params.h"
 #include "ops/op_utils.h"
 #include "tessera/core/parallel.h"
@@ -82,16 +83,10 @@ Tensor quantize_per_tensor(const Tensor& x, double scale, int64_t zero_point, DT
   const float inv = static_cast<float>(1.0 / scale), zp = static_cast<float>(zero_point);
   const float lo = dtype == DType::U8 ? 0.0f : -128.0f, hi = dtype == DType::U8 ? 255.0f : 127.0f;
   std::atomic<bool> nan{false};
+  auto kernel = cpu::kernels().quantize_affine;
+  char* out = static_cast<char*>(q.raw_data());
   parallel_for(0, xf.numel(), 16384, [&](int64_t i0, int64_t i1) {
-    auto run = [&]<typename Q>(Q* out) {
-      for (int64_t i = i0; i < i1; ++i) {
-        float v = in[i];
-        if (v != v) nan = true;
-        out[i] = static_cast<Q>(std::clamp(std::nearbyint(v * inv) + zp, lo, hi));
-      }
-    };
-    if (dtype == DType::U8) run(static_cast<uint8_t*>(q.raw_data()));
-    else run(static_cast<int8_t*>(q.raw_data()));
+    if (kernel(in + i0, i1 - i0, inv, zp, lo, hi, out + i0, dtype == DType::U8)) nan = true;
   });
   TS_CHECK(!nan, op, ": the input has NaN values, which int8 cannot represent");
   TS_RETURN(q);

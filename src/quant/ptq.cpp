@@ -2,6 +2,7 @@
 // layers, calibrate their activations, rewrite them as int8 ops.
 #include "tessera/quant/ptq.h"
 
+#include <array>
 #include <map>
 #include <sstream>
 
@@ -56,6 +57,24 @@ std::string unsupported(const Node* n) {
 bool passes_codes(const Node* n) {
   if (n->op == OpId::max_pool2d) return !n->attrs.has("channel_block") || n->attrs.i("channel_block") == 0;
   return n->op == OpId::reshape;
+}
+
+// A reshape of a static [N, C, H, W] to [N, C*H*W] whose every reader is an
+// int8 linear layer.
+bool flattens_for_int8_linear(const Node* n, const std::vector<std::vector<Node*>>& uses,
+                              const std::map<const Node*, const struct Candidate*>& cands) {
+  if (n->op != OpId::reshape || n->inputs.empty() || !n->inputs[0]) return false;
+  const compile::SymShape &in = n->inputs[0]->shape, &out = n->outputs[0]->shape;
+  if (in.size() != 4 || out.size() != 2 || !(in[0] == out[0])) return false;
+  for (int d = 1; d < 4; ++d)
+    if (!in[d].is_static()) return false;
+  if (!out[1].is_static() || out[1].static_value() != in[1].static_value() * in[2].static_value() * in[3].static_value())
+    return false;
+  const auto& readers = uses[n->outputs[0]->id];
+  if (readers.empty()) return false;
+  for (const Node* u : readers)
+    if (u->op != OpId::linear || !cands.count(u) || u->inputs[0] != n->outputs[0]) return false;
+  return true;
 }
 
 std::string layer_name(const Node* n) { return n->scope.empty() ? compile::value_str(n->outputs[0]) : n->scope; }
@@ -180,6 +199,7 @@ PtqResult quantize_static(const Graph& graph, const std::vector<TensorList>& cal
     qn->scope = before->scope;
     return codes[x->id] = qn->outputs[0];
   };
+  std::map<int, std::array<int64_t, 3>> hwc_order;  // flattened codes in [N, H, W, C] order: {C, H, W}
   std::map<const Node*, const Candidate*> cand_of;
   for (const Candidate& c : cands) cand_of[c.node] = &c;
   for (Node* n : g.nodes()) {
@@ -187,7 +207,12 @@ PtqResult quantize_static(const Graph& graph, const std::vector<TensorList>& cal
       const Candidate& c = *it->second;
       Node* last = c.relu ? c.relu : n;
       Value* xq = code_of(c.x, n);
-      auto [wq, ws] = quantize_weight_per_channel(n->inputs[1]->data);
+      Tensor w = n->inputs[1]->data;
+      if (auto h = hwc_order.find(c.x->id); h != hwc_order.end()) {
+        const auto& [C, H, W] = h->second;
+        w = w.reshape({w.size(0), C, H, W}).permute({0, 2, 3, 1}).reshape({w.size(0), -1}).contiguous();
+      }
+      auto [wq, ws] = quantize_weight_per_channel(w);
       const QParams &in = qp.at(c.x->id), &out = qp.at(c.y->id);
       ops::Attrs a = n->op == OpId::conv2d ? n->attrs : ops::Attrs{};
       a.set("x_scale", in.scale);
@@ -206,6 +231,20 @@ PtqResult quantize_static(const Graph& graph, const std::vector<TensorList>& cal
       l.quantized = true;
       l.input = in;
       l.output = out;
+    } else if (Value* v = n->inputs.empty() ? nullptr : n->inputs[0]; flattens_for_int8_linear(n, uses, cand_of) &&
+                                                                      v && codes.count(v->id)) {
+      // flatten [N, C, H, W] -> [N, C*H*W] read only by int8 linear layers:
+      // flattened in [N, H, W, C] order instead (a free view of the
+      // channels-last codes, no transposing copy), and the layers' weight
+      // columns permuted to match (hwc_order).
+      const compile::SymShape& s = v->shape;
+      Node* p = g.add_node(OpId::permute, {codes[v->id]}, ops::Attrs{{"dims", std::vector<int64_t>{0, 2, 3, 1}}},
+                           {{DType::U8, {s[0], s[2], s[3], s[1]}}}, n);
+      Node* q = g.add_node(n->op, {p->outputs[0]}, n->attrs, {{DType::U8, n->outputs[0]->shape}}, n);
+      p->scope = q->scope = n->scope;
+      q->sym_attrs = n->sym_attrs;
+      codes[n->outputs[0]->id] = q->outputs[0];
+      hwc_order[n->outputs[0]->id] = {s[1].static_value(), s[2].static_value(), s[3].static_value()};
     } else if (passes_codes(n) && n->inputs[0] && codes.count(n->inputs[0]->id)) {
       Value* y = n->outputs[0];
       Node* q = g.add_node(n->op, {codes[n->inputs[0]->id]}, n->attrs, {{DType::U8, y->shape}}, n);

@@ -2,6 +2,7 @@
 // and every ISA's fast kernels against the portable references.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -268,5 +269,27 @@ TEST(QuantKernels, NonFiniteActivationsPropagate) {
       if (mm > 1 && c.f != QFormat::Int8)  // per-32 scales: the other rows are untouched
         for (int64_t r = 0; r < c.rows; ++r) EXPECT_TRUE(std::isfinite(y[c.rows + r]));
     }
+  }
+}
+
+// The static-int8 activation quantizer of every table against nearbyint
+// (round half to even), bitwise, with ties, saturation and NaN.
+TEST(QuantKernels, AffineQuantizerMatchesNearbyint) {
+  std::vector<float> x = randn(1000, 11, 3.f);
+  for (float v : {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 127.5f, 300.f, -300.f, 1e30f, -1e30f}) x.push_back(v / 0.1f * 0.1f);
+  for (const KernelTable& t : tables()) {
+    for (bool u8 : {true, false}) {
+      const float zp = u8 ? 100.f : -3.f, lo = u8 ? 0.f : -128.f, hi = u8 ? 255.f : 127.f, inv = 10.f;
+      std::vector<uint8_t> got(x.size());
+      EXPECT_FALSE(t.quantize_affine(x.data(), static_cast<int64_t>(x.size()), inv, zp, lo, hi, got.data(), u8));
+      for (size_t i = 0; i < x.size(); ++i) {
+        const int want = static_cast<int>(std::clamp(std::nearbyint(x[i] * inv + zp), lo, hi));
+        const int have = u8 ? got[i] : static_cast<int8_t>(got[i]);
+        ASSERT_EQ(have, want) << t.isa << (u8 ? " u8 " : " s8 ") << "x = " << x[i];
+      }
+    }
+    std::vector<float> nan = {1.f, NAN, 2.f};
+    std::vector<uint8_t> out(3);
+    EXPECT_TRUE(t.quantize_affine(nan.data(), 3, 1.f, 0.f, 0.f, 255.f, out.data(), true)) << t.isa;
   }
 }

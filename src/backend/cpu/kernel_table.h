@@ -98,6 +98,11 @@ using QDotRows = void (*)(const QuantMatrix& w, const BlockQ8Act* xq, int64_t m,
 // Rows [r0, r1) dequantized to out [r1 - r0, cols].
 using QDequantRows = void (*)(const QuantMatrix& w, int64_t r0, int64_t r1, float* out);
 using QuantizeAct = void (*)(const float* x, int64_t cols, BlockQ8Act* out);
+// Per-tensor affine codes (static int8): out[i] = clamp(round_half_even(x[i] *
+// inv_scale + zero_point), lo, hi) as u8 (or s8 when !u8). Returns whether any
+// x[i] was NaN (its code is then meaningless).
+using QuantizeAffine = bool (*)(const float* x, int64_t n, float inv_scale, float zero_point, float lo, float hi,
+                                void* out, bool u8);
 
 struct KernelTable {
   const char* isa = "";
@@ -123,6 +128,7 @@ struct KernelTable {
   QDotRows qdot_rows[kNumQFormats] = {};
   QDequantRows qdequant_rows[kNumQFormats] = {};
   QuantizeAct quantize_act = nullptr;
+  QuantizeAffine quantize_affine = nullptr;
 };
 
 const KernelTable& kernels();

@@ -317,8 +317,29 @@ void dot_rows(const QuantMatrix& w, const BlockQ8Act* xq, int64_t m, float* y, i
 
 }  // namespace
 
+// Rounds half to even by adding and subtracting 1.5 * 2^23 (the FPU's own
+// rounding, exact for the clamped codes): plain arithmetic that vectorizes,
+// unlike nearbyint.
+template <typename Q>
+bool quantize_affine_to(const float* x, int64_t n, float inv, float zp, float lo, float hi, Q* out) {
+  constexpr float kMagic = 12582912.0f;
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] * inv + zp;
+    bad |= v != v;
+    const float c = std::min(std::max(v, lo), hi);
+    out[i] = static_cast<Q>(static_cast<int>((c + kMagic) - kMagic));
+  }
+  return bad != 0;
+}
+bool quantize_affine(const float* x, int64_t n, float inv, float zp, float lo, float hi, void* out, bool u8) {
+  return u8 ? quantize_affine_to(x, n, inv, zp, lo, hi, static_cast<uint8_t*>(out))
+            : quantize_affine_to(x, n, inv, zp, lo, hi, static_cast<int8_t*>(out));
+}
+
 void fill_quant_kernels(KernelTable& t) {
   t.quantize_act = quantize_act;
+  t.quantize_affine = quantize_affine;
 #define TS_Q(F)                                                          \
   t.qmatmul_rows[static_cast<int>(QFormat::F)] = matmul_rows<QFormat::F>; \
   t.qdequant_rows[static_cast<int>(QFormat::F)] = dequant_rows<QFormat::F>; \
