@@ -220,6 +220,56 @@ class Exporter {
              why.empty() ? "has no mapping to ONNX opset " + std::to_string(kOnnxOpset) : why);
   }
 
+  // An int8 layer as QDQ: DequantizeLinear of its input, weights (per output
+  // channel) and int32 bias, the float Conv / Gemm, its ReLU, and
+  // QuantizeLinear of the result (when it stays u8) — the pattern ONNX
+  // Runtime fuses back into QLinearConv / QGemm.
+  void int8_layer(const Node* n, const std::string& out) {
+    const ops::Attrs& a = n->attrs;
+    const auto& in = n->inputs;
+    const bool conv = n->op == OpId::int8_conv2d;
+    const double xs = a.f("x_scale");
+    const Tensor ws = in[2]->data.contiguous();
+    const int64_t oc = ws.numel();
+    auto dq = [&](const std::string& q, const std::string& scale, const std::string& zp, bool per_channel) {
+      return op("DequantizeLinear", {q, scale, zp}, [&](auto& nd) {
+        if (per_channel) attr_i(nd, "axis", 0);
+      });
+    };
+    std::vector<std::string> ins{dq(name(in[0]), scalar(xs, DType::F32),
+                                    scalar(static_cast<double>(a.i("x_zero_point")), DType::U8), false),
+                                 dq(name(in[1]), name(in[2]), constant(zeros({oc}, DType::I8)), true)};
+    if (in[3]) {
+      // The bias in units of the product (x_scale * w_scale), as QDQ wants it.
+      Tensor bs = ops::mul(ws, xs);
+      Tensor bq = ops::round(ops::div(in[3]->data.to(DType::F32), bs)).to(DType::I32);
+      ins.push_back(dq(constant(bq), constant(bs), constant(zeros({oc}, DType::I32)), true));
+    }
+    std::string y;
+    if (conv) {
+      std::vector<int64_t> pad = a.ints("padding");
+      TS_CHECK(!a.b("padding_same"), "ONNX export: int8_conv2d with padding='same' is not exported");
+      pad.insert(pad.end(), pad.begin(), pad.end());
+      y = op("Conv", ins, [&](auto& nd) {
+        attr_ints(nd, "strides", a.ints("stride"));
+        attr_ints(nd, "dilations", a.ints("dilation"));
+        attr_ints(nd, "pads", pad);
+        attr_i(nd, "group", a.i("groups"));
+      });
+    } else if (in[0]->shape.size() == 2) {
+      y = op("Gemm", ins, [](auto& nd) { attr_i(nd, "transB", 1); });
+    } else {
+      y = op("MatMul", {ins[0], op("Transpose", {ins[1]})});
+      if (in[3]) y = op("Add", {y, ins[2]});
+    }
+    if (a.s("activation") == "relu") y = op("Relu", {y});
+    if (a.dtype("out_dtype") == DType::U8)
+      op("QuantizeLinear", {y, scalar(a.f("y_scale"), DType::F32),
+                            scalar(static_cast<double>(a.i("y_zero_point")), DType::U8)}, {}, out);
+    else
+      op("Identity", {y}, {}, out);
+  }
+
   // ---- the op table ----------------------------------------------------------------------
 
   void emit(const Node* n) {
@@ -511,6 +561,16 @@ class Exporter {
       }
       case OpId::embedding: op("Gather", {x(0), x(1)}, [](auto& nd) { attr_i(nd, "axis", 0); }, out); return;
       case OpId::conv1d:
+      case OpId::quantize_per_tensor:
+        op("QuantizeLinear", {as(in[0], DType::F32), scalar(a.f("scale"), DType::F32),
+                              scalar(static_cast<double>(a.i("zero_point")), a.dtype("dtype"))}, {}, out);
+        return;
+      case OpId::dequantize_per_tensor:
+        op("DequantizeLinear", {x(0), scalar(a.f("scale"), DType::F32),
+                                scalar(static_cast<double>(a.i("zero_point")), in[0]->dtype)}, {}, out);
+        return;
+      case OpId::int8_conv2d:
+      case OpId::int8_linear: return int8_layer(n, out);
       case OpId::conv2d: {
         bool one = n->op == OpId::conv1d;
         std::vector<int64_t> stride = one ? std::vector<int64_t>{a.i("stride")} : a.ints("stride");

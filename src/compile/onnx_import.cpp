@@ -492,12 +492,46 @@ class Interpreter {
       return set(0, batch_norm(in(0), in(3), in(4), in(1), in(2), false, 0.1, attr_f("epsilon", 1e-5)));
     }
     if (op == "Conv" || op == "MaxPool" || op == "AveragePool") return conv_or_pool(op);
+    if (op == "QuantizeLinear" || op == "DequantizeLinear") return qdq(op == "QuantizeLinear");
     if (op == "GlobalAveragePool") {
       Tensor x = in(0);
       if (x.dim() != 4) fail("only 4-D inputs are supported");
       return set(0, adaptive_avg_pool2d(x, {1, 1}));
     }
     fail("this operator is not supported by Tessera's importer");
+  }
+
+  // QDQ: per-tensor (de)quantization of u8/s8 activations as Tessera's ops;
+  // per-axis or int32 dequantization (weights, biases: initializers, folded to
+  // constants) as float arithmetic.
+  void qdq(bool quantize) {
+    Tensor x = in(0), scale = in(1);
+    Tensor zp = has_in(2) ? in(2) : Tensor();
+    if (scale.dtype() != DType::F32) fail("only f32 scales are supported");
+    if (zp.defined() && zp.numel() != scale.numel()) fail("the zero point and the scale differ in size");
+    if (scale.numel() == 1) {
+      // Initializers: read here (they are not computed from the inputs).
+      const double s = scale.to_vector<float>()[0];
+      int64_t z = 0;
+      if (zp.defined() && zp.dtype() == DType::U8) z = zp.to_vector<uint8_t>()[0];
+      else if (zp.defined() && zp.dtype() == DType::I8) z = zp.to_vector<int8_t>()[0];
+      else if (zp.defined()) fail("a per-tensor zero point must be u8 or s8");
+      if (quantize) {
+        DType t = zp.defined() ? zp.dtype() : DType::U8;
+        if (t != DType::U8 && t != DType::I8) fail("only u8 and s8 quantization is supported");
+        return set(0, ops::quantize_per_tensor(x, s, z, t));
+      }
+      if (x.dtype() == DType::U8 || x.dtype() == DType::I8) return set(0, ops::dequantize_per_tensor(x, s, z));
+    }
+    if (quantize) fail("per-axis QuantizeLinear is not supported (only per-tensor activations)");
+    const int64_t ax = axis(attr_i("axis", 1), x.dim());
+    if (scale.dim() != 1 || scale.size(0) != x.size(ax))
+      fail("a per-axis scale must be 1-D with one value per index of the axis");
+    Shape b(x.dim(), 1);
+    b[ax] = scale.size(0);
+    Tensor v = x.to(DType::F32);
+    if (zp.defined()) v = ops::sub(v, zp.to(DType::F32).reshape(b));
+    set(0, ops::mul(v, scale.reshape(b)));
   }
 
   void conv_or_pool(const std::string& op) {

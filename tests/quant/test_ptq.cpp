@@ -7,6 +7,7 @@
 
 #include "tessera/compile/compile.h"
 #include "tessera/compile/model.h"
+#include "tessera/compile/onnx.h"
 #include "tessera/compile/serialize.h"
 #include "tessera/data/datasets.h"
 #include "tessera/nn/nn.h"
@@ -193,4 +194,30 @@ TEST(Ptq, FashionMnistCnnKeepsItsAccuracy) {
   EXPECT_GT(af, 80.0);
   EXPECT_GE(aq, af - 0.5);
   fs::remove_all(d);
+}
+
+// QDQ export: the int8 graph as QuantizeLinear/DequantizeLinear around float
+// Conv/Gemm (what ONNX Runtime fuses into QLinearConv/QGemm); Tessera's own
+// importer reads it back and computes the same logits within a code or two.
+// (bench/ptq_compare.py runs the file in ONNX Runtime.)
+TEST(Ptq, QdqOnnxExportRoundTrips) {
+  auto m = small_cnn();
+  auto calib = batches(2, 8, 60);
+  auto r = quant::quantize_static(trace_cnn(*m, calib[0][0]), calib);
+  std::string dir = tessera::testing::scratch_dir("ptq_qdq");
+  fs::create_directories(dir);
+  compile::export_onnx(r.graph, dir + "/int8.onnx");
+  Model onnx = load(dir + "/int8.onnx"), i8(std::move(r.graph));
+  int q = 0, dq = 0;
+  for (const compile::Node* n : onnx.graph().nodes()) {
+    q += n->op_name() == "quantize_per_tensor";
+    dq += n->op_name() == "dequantize_per_tensor";
+  }
+  EXPECT_GE(q, 4);  // the input and each u8 activation
+  EXPECT_GE(dq, 4);
+  Tensor x = tessera::testing::rand_f64({16, 3, 16, 16}, -1, 1, 61).to(DType::F32);
+  Tensor a = i8(x), b = onnx(x);
+  const float range = ops::sub(a.max(), a.min()).item<float>();
+  EXPECT_LT(ops::abs(ops::sub(a, b)).max().item<float>(), 0.02f * range);
+  fs::remove_all(dir);
 }
