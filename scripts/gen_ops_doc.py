@@ -66,7 +66,10 @@ def dtypes(n, f):
         return "f32, f64 (f16/bf16 computed in f32)"
     if f == "quant":
         return {"quantized_linear": "x: f32 (f16/bf16/f64 computed in f32); weight: q8_0, q4_0, int8 (per row), int4 "
-                "(groups of 32-256)", "dequantize_weight": "q8_0, q4_0, int8, int4 → f32"}[n]
+                "(groups of 32-256)", "dequantize_weight": "q8_0, q4_0, int8, int4 → f32",
+                "quantize_per_tensor": "floats → u8, s8", "dequantize_per_tensor": "u8, s8 → f32",
+                "int8_conv2d": "x: u8 (channels-last); weight: s8 per-channel; → u8 or f32",
+                "int8_linear": "x: u8; weight: s8 per-channel; → u8 or f32"}[n]
     if n == "embedding":
         return "weight: " + F + "; indices: i32, i64"
     return F
@@ -121,6 +124,12 @@ NOTES = {
     "quantized_linear": "weight-only quantized linear; activations \"float\" (decoded in registers) or \"int8\" "
                         "(int8 dot products, or oneDNN's int8 GEMM); docs/quantization.md",
     "dequantize_weight": "the f32 weight a quantized one stands for",
+    "quantize_per_tensor": "affine codes, round half to even, saturating (ONNX QuantizeLinear); NaN is an error",
+    "dequantize_per_tensor": "(q - zero_point) * scale (ONNX DequantizeLinear)",
+    "int8_conv2d": "static int8 convolution (oneDNN, VNNI) with bias, ReLU and requantization in its epilogue; "
+                   "inference only; made by quant::quantize_static",
+    "int8_linear": "static int8 linear layer (oneDNN) with bias, ReLU and requantization in its epilogue; inference "
+                   "only; made by quant::quantize_static",
     "fused_elementwise": "made by the compiler's fusion pass: a register program over pointwise kernels, run in tiles", "matmul": "1-D promotion and batch broadcasting as PyTorch",
 }
 TITLES = {"unary": "Unary elementwise", "binary": "Binary elementwise (broadcasting, PyTorch type promotion, Scalar forms)",
