@@ -22,10 +22,12 @@
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/compile.h"
 #include "tessera/compile/model.h"
+#include "tessera/compile/onnx.h"
 #include "tessera/compile/serialize.h"
 #include "tessera/core/parallel.h"
 #include "tessera/data/dataset.h"
 #include "tessera/io/checkpoint.h"
+#include "tessera/io/npy.h"
 #include "tessera/nn/module.h"
 #include "tessera/ops/ops.h"
 #include "tessera/profiler/profiler.h"
@@ -243,8 +245,25 @@ int run_cnn(const std::string& arg, int64_t calib_batches, const std::string& ob
   quant::PtqResult q = quant::quantize_static(g, calib, cfg);
   std::printf("quantized in %.2f s\n%s", now() - t0, q.report.text().c_str());
   if (!export_dir.empty()) {
+    // For bench/ptq_compare.py: the int8 graph (Tessera's format and QDQ
+    // ONNX), the f32 graph as ONNX, the inputs timed, the evaluation split
+    // and its labels, and Tessera's int8 logits of the batch-64 input.
+    std::filesystem::create_directories(export_dir);
     compile::save(q.graph, export_dir + "/int8.tsr");
-    std::printf("wrote %s/int8.tsr\n", export_dir.c_str());
+    compile::export_onnx(q.graph, export_dir + "/int8.onnx");
+    compile::export_onnx(g, export_dir + "/f32.onnx");
+    const int64_t n = rec.eval_data->size();
+    TensorList all = batch(rec.eval_data, 0, n);
+    io::save_npy(export_dir + "/eval_x.npy", all.at(0));
+    io::save_npy(export_dir + "/eval_y.npy", all.at(1).to(DType::I64));
+    std::vector<Tensor> cx;
+    for (const TensorList& b : calib) cx.push_back(b[0]);
+    io::save_npy(export_dir + "/calib_x.npy", ops::cat(cx, 0));
+    io::save_npy(export_dir + "/x1.npy", batch(rec.eval_data, 0, 1).at(0));
+    io::save_npy(export_dir + "/x64.npy", batch(rec.eval_data, 0, 64).at(0));
+    io::save_npy(export_dir + "/y64_int8.npy", Model(q.graph.clone())(batch(rec.eval_data, 0, 64).at(0)));
+    std::printf("wrote %s/{int8.tsr, int8.onnx, f32.onnx, eval_x.npy, eval_y.npy, calib_x.npy, x1.npy, x64.npy, y64_int8.npy}\n",
+                export_dir.c_str());
   }
   Model f32(g.clone()), i8(q.graph.clone());
   auto accuracy = [&](const Model& m) {

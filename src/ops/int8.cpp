@@ -27,7 +27,7 @@ void check_zero_point(int64_t zp, DType t, const char* op, const char* what) {
 
 // The shared checks of the weight side and the epilogue; returns it (pointers
 // into the tensors, which must stay alive while it is used).
-cpu::Int8Epilogue epilogue_of(const char* op, const Tensor& w, const Tensor& w_scales, const Tensor& bias,
+cpu::Int8Epilogue epilogue_of(const char* op, DType x_dtype, const Tensor& w, const Tensor& w_scales, const Tensor& bias,
                               int64_t out_channels, double x_scale, int64_t x_zp, double y_scale, int64_t y_zp,
                               const std::string& activation, DType out_dtype) {
   check_defined(w, op, "weight");
@@ -45,7 +45,7 @@ cpu::Int8Epilogue epilogue_of(const char* op, const Tensor& w, const Tensor& w_s
              ": bias must be a contiguous f32 tensor [", out_channels, "], got ", dtype_name(bias.dtype()), " ",
              shape_str(bias.shape()));
   check_scale(x_scale, op, "x_scale");
-  check_zero_point(x_zp, DType::U8, op, "x_zero_point");
+  check_zero_point(x_zp, x_dtype, op, "x_zero_point");
   TS_CHECK(out_dtype == DType::U8 || out_dtype == DType::F32, op, ": out_dtype must be u8 or f32, got ",
            dtype_name(out_dtype));
   if (out_dtype == DType::U8) {
@@ -57,6 +57,7 @@ cpu::Int8Epilogue epilogue_of(const char* op, const Tensor& w, const Tensor& w_s
   cpu::Int8Epilogue e;
   e.x_scale = static_cast<float>(x_scale);
   e.x_zero_point = static_cast<int32_t>(x_zp);
+  e.x_s8 = x_dtype == DType::I8;
   e.w_scales = ws;
   e.bias = bias.defined() ? static_cast<const float*>(bias.raw_data()) : nullptr;
   e.act = activation == "relu" ? cpu::Epilogue::Relu : cpu::Epilogue::None;
@@ -126,14 +127,15 @@ Tensor int8_conv2d(const Tensor& x, const Tensor& w, const Tensor& w_scales, con
               {"out_dtype", out_dtype});
   const char* op = "int8_conv2d";
   check_defined(x, op, "input");
-  TS_CHECK(x.dtype() == DType::U8 && x.dim() == 4, op, ": the input must be a 4-D u8 tensor [N, C, H, W], got ",
+  TS_CHECK((x.dtype() == DType::U8 || x.dtype() == DType::I8) && x.dim() == 4, op,
+           ": the input must be a 4-D u8 or i8 tensor [N, C, H, W], got ",
            dtype_name(x.dtype()), " ", shape_str(x.shape()));
   check_defined(w, op, "weight");
   TS_CHECK(w.dim() == 4, op, ": weight must be 4-D [OC, C/groups, KH, KW], got ", shape_str(w.shape()));
   TS_CHECK(o.groups >= 1 && x.size(1) == w.size(1) * o.groups && w.size(0) % o.groups == 0, op, ": input ",
            shape_str(x.shape()), " with ", o.groups, " groups does not match weight ", shape_str(w.shape()));
   const int64_t OC = w.size(0);
-  cpu::Int8Epilogue e = epilogue_of(op, w, w_scales, bias, OC, x_scale, x_zero_point, y_scale, y_zero_point,
+  cpu::Int8Epilogue e = epilogue_of(op, x.dtype(), w, w_scales, bias, OC, x_scale, x_zero_point, y_scale, y_zero_point,
                                     activation, out_dtype);
   Conv2dParams p = conv2d_params(w, o, op);
   cpu::ConvGeometry g = conv_geometry(x.shape(), DType::U8, w, p.stride, p.tl, p.br, p.dil, o.groups);
@@ -151,7 +153,7 @@ Tensor int8_conv2d(const Tensor& x, const Tensor& w, const Tensor& w_scales, con
       packed = cpu::pack_int8_conv_weights(g, e, static_cast<const int8_t*>(w.raw_data()));
       w.storage()->set_derived(key, packed);
     }
-    cpu::int8_conv2d(g, static_cast<const uint8_t*>(xl.raw_data()), static_cast<const int8_t*>(w.raw_data()), e,
+    cpu::int8_conv2d(g, xl.raw_data(), static_cast<const int8_t*>(w.raw_data()), e,
                      y.raw_data(), packed.get());
   }
   TS_RETURN(y.permute({0, 3, 1, 2}));
@@ -167,10 +169,11 @@ Tensor int8_linear(const Tensor& x, const Tensor& w, const Tensor& w_scales, con
   check_defined(x, op, "input");
   check_defined(w, op, "weight");
   TS_CHECK(w.dim() == 2, op, ": weight must be 2-D [out_features, in_features], got ", shape_str(w.shape()));
-  TS_CHECK(x.dtype() == DType::U8 && x.dim() >= 1 && x.shape().back() == w.size(1), op, ": the input must be u8 "
+  TS_CHECK((x.dtype() == DType::U8 || x.dtype() == DType::I8) && x.dim() >= 1 && x.shape().back() == w.size(1), op,
+           ": the input must be u8 or i8 "
            "[..., ", w.size(1), "], got ", dtype_name(x.dtype()), " ", shape_str(x.shape()));
   const int64_t N = w.size(0), K = w.size(1);
-  cpu::Int8Epilogue e = epilogue_of(op, w, w_scales, bias, N, x_scale, x_zero_point, y_scale, y_zero_point,
+  cpu::Int8Epilogue e = epilogue_of(op, x.dtype(), w, w_scales, bias, N, x_scale, x_zero_point, y_scale, y_zero_point,
                                     activation, out_dtype);
   Tensor xc = x.contiguous();
   const int64_t M = K ? xc.numel() / K : 0;
@@ -178,7 +181,7 @@ Tensor int8_linear(const Tensor& x, const Tensor& w, const Tensor& w_scales, con
   out_shape.back() = N;
   Tensor y = empty(out_shape, out_dtype);
   trace::add_flops(2 * M * N * K);
-  cpu::int8_linear(M, N, K, static_cast<const uint8_t*>(xc.raw_data()), static_cast<const int8_t*>(w.raw_data()), e,
+  cpu::int8_linear(M, N, K, xc.raw_data(), static_cast<const int8_t*>(w.raw_data()), e,
                    y.raw_data());
   TS_RETURN(y);
 }

@@ -222,6 +222,13 @@ QParams affine_qparams(double lo, double hi, int qmax) {
   return p;
 }
 
+QParams symmetric_qparams(double lo, double hi) {
+  TS_CHECK(std::isfinite(lo) && std::isfinite(hi) && lo <= hi, "quantization range [", lo, ", ", hi,
+           "] is not a finite interval");
+  const double amax = std::max(std::fabs(lo), std::fabs(hi));
+  return {amax > 0 ? amax / 127 : 1.0, 0};
+}
+
 std::pair<Tensor, Tensor> quantize_weight_per_channel(const Tensor& w) {
   TS_CHECK(w.defined() && is_floating(w.dtype()) && w.dim() >= 1 && w.size(0) > 0,
            "quantize_weight_per_channel: expected a floating tensor [out_channels, ...], got ",

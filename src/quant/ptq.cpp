@@ -182,20 +182,29 @@ PtqResult quantize_static(const Graph& graph, const std::vector<TensorList>& cal
   }
   r.report.batches = static_cast<int64_t>(calibration.size());
   std::map<int, QParams> qp;
+  std::map<int, std::pair<double, double>> ranges;
   for (auto& [id, o] : observers) {
-    auto [lo, hi] = o->range();
-    qp[id] = affine_qparams(lo, hi, qmax);
+    ranges[id] = o->range();
+    qp[id] = affine_qparams(ranges[id].first, ranges[id].second, qmax);
   }
 
   // 3. The rewrite. codes[v]: the u8 value standing for float value v.
   std::map<int, Value*> codes;
   std::vector<std::pair<Value*, Node*>> leaves;  // (float value, the node before which its codes exist)
+  // Where float enters int8, a signed range becomes symmetric s8 codes when
+  // the config says so (oneDNN's s8 kernels run without the zero-point
+  // compensation u8 needs; see PtqConfig::signed_inputs).
   auto code_of = [&](Value* x, Node* before) -> Value* {
     if (auto it = codes.find(x->id); it != codes.end()) return it->second;
+    DType t = DType::U8;
+    if (auto [lo, hi] = ranges.at(x->id); config.signed_inputs && lo < 0) {
+      t = DType::I8;
+      qp[x->id] = symmetric_qparams(lo, hi);
+    }
     const QParams& p = qp.at(x->id);
     Node* qn = g.add_node(OpId::quantize_per_tensor, {x},
-                          ops::Attrs{{"scale", p.scale}, {"zero_point", p.zero_point}, {"dtype", DType::U8}},
-                          {{DType::U8, x->shape}}, before);
+                          ops::Attrs{{"scale", p.scale}, {"zero_point", p.zero_point}, {"dtype", t}},
+                          {{t, x->shape}}, before);
     qn->scope = before->scope;
     return codes[x->id] = qn->outputs[0];
   };

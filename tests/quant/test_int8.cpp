@@ -69,14 +69,16 @@ TEST(Int8Kernels, ConvolutionMatchesReference) {
                         c.pad, c.pad, c.pad, c.pad, c.groups, DType::U8};
     g.OH = (c.H + 2 * c.pad - c.K) / c.stride + 1;
     g.OW = (c.W + 2 * c.pad - c.K) / c.stride + 1;
-    auto x = random_codes<uint8_t>(c.N * c.H * c.W * c.C, 0, amax, 1);
+   for (bool s8 : {false, true}) {  // u8 codes with a zero point, or symmetric s8 codes (a signed model input)
+    auto x = s8 ? random_codes<uint8_t>(c.N * c.H * c.W * c.C, 0, 255, 1)  // the bytes of s8 codes
+                : random_codes<uint8_t>(c.N * c.H * c.W * c.C, 0, amax, 1);
     auto w = random_codes<int8_t>(c.OC * (c.C / c.groups) * c.K * c.K, -127, 127, 2);
     auto ws = random_floats(c.OC, 0.001f, 0.01f, 3), bias = random_floats(c.OC, -2, 2, 4);
-    cpu::Int8Epilogue e{0.02f, c.x_zp, ws.data(), bias.data(), c.relu ? cpu::Epilogue::Relu : cpu::Epilogue::None,
-                        c.out_u8, 0.05f, c.relu ? 0 : 128};
+    cpu::Int8Epilogue e{0.02f, s8 ? 0 : c.x_zp, s8, ws.data(), bias.data(),
+                        c.relu ? cpu::Epilogue::Relu : cpu::Epilogue::None, c.out_u8, 0.05f, c.relu ? 0 : 128};
     const int64_t n_out = c.N * g.OH * g.OW * c.OC;
     std::string what = "conv " + std::to_string(c.C) + "->" + std::to_string(c.OC) + " k" + std::to_string(c.K) +
-                       " g" + std::to_string(c.groups) + " (" + cpu::int8_conv2d_impl(g, e) + ")";
+                       " g" + std::to_string(c.groups) + (s8 ? " s8" : " u8") + " (" + cpu::int8_conv2d_impl(g, e) + ")";
     if (c.out_u8) {
       std::vector<uint8_t> got(n_out), want(n_out);
       cpu::int8_conv2d(g, x.data(), w.data(), e, got.data());
@@ -88,6 +90,7 @@ TEST(Int8Kernels, ConvolutionMatchesReference) {
       cpu::int8_conv2d_ref(g, x.data(), w.data(), e, want.data());
       expect_close(got, want, what);
     }
+   }
   }
 }
 
@@ -95,9 +98,12 @@ TEST(Int8Kernels, FastConvolutionIsNotOneDnnsReferenceLoop) {
   // The CNN's layers must run oneDNN's JIT kernels, not its (very slow) reference.
   std::vector<float> ws(64, 0.01f);
   cpu::ConvGeometry g{64, 32, 14, 14, 64, 3, 3, 14, 14, 1, 1, 1, 1, 1, 1, 1, 1, 1, DType::U8};
-  cpu::Int8Epilogue e{0.02f, 0, ws.data(), nullptr, cpu::Epilogue::Relu, true, 0.05f, 0};
+  cpu::Int8Epilogue e{0.02f, 0, false, ws.data(), nullptr, cpu::Epilogue::Relu, true, 0.05f, 0};
   EXPECT_EQ(cpu::int8_conv2d_impl(g, e).find("ref"), std::string::npos) << cpu::int8_conv2d_impl(g, e);
   e.x_zero_point = 37;
+  EXPECT_EQ(cpu::int8_conv2d_impl(g, e).find("ref"), std::string::npos) << cpu::int8_conv2d_impl(g, e);
+  e.x_zero_point = 0;
+  e.x_s8 = true;
   EXPECT_EQ(cpu::int8_conv2d_impl(g, e).find("ref"), std::string::npos) << cpu::int8_conv2d_impl(g, e);
 }
 
@@ -108,8 +114,8 @@ TEST(Int8Kernels, LinearMatchesReference) {
     auto x = random_codes<uint8_t>(m * k, 0, amax, 5);
     auto w = random_codes<int8_t>(n * k, -127, 127, 6);
     auto ws = random_floats(n, 0.0005f, 0.002f, 7), bias = random_floats(n, -1, 1, 8);
-    cpu::Int8Epilogue e{0.01f, zp, ws.data(), bias.data(), relu ? cpu::Epilogue::Relu : cpu::Epilogue::None, u8,
-                        0.1f, relu ? 0 : 100};
+    cpu::Int8Epilogue e{0.01f, zp, false, ws.data(), bias.data(), relu ? cpu::Epilogue::Relu : cpu::Epilogue::None,
+                        u8, 0.1f, relu ? 0 : 100};
     std::string what = "linear " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
     if (u8) {
       std::vector<uint8_t> got(m * n), want(m * n);
@@ -123,6 +129,18 @@ TEST(Int8Kernels, LinearMatchesReference) {
       expect_close(got, want, what);
     }
   }
+}
+
+TEST(Int8Kernels, LinearWithS8InputMatchesReference) {
+  const int64_t m = 9, n = 20, k = 70;
+  auto x = random_codes<uint8_t>(m * k, 0, 255, 9);  // the bytes of s8 codes
+  auto w = random_codes<int8_t>(n * k, -127, 127, 10);
+  auto ws = random_floats(n, 0.0005f, 0.002f, 11);
+  cpu::Int8Epilogue e{0.01f, 0, true, ws.data(), nullptr, cpu::Epilogue::None, false, 1.0f, 0};
+  std::vector<float> got(m * n), want(m * n);
+  cpu::int8_linear(m, n, k, x.data(), w.data(), e, got.data());
+  cpu::int8_linear_ref(m, n, k, x.data(), w.data(), e, want.data());
+  expect_close(got, want, "s8 linear");
 }
 
 TEST(Int8Ops, QuantizeDequantizeRoundTrip) {

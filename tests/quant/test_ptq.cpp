@@ -68,7 +68,9 @@ TEST(Ptq, SmallCnnBecomesInt8AndAgreesWithFloat) {
   EXPECT_EQ(r.report.batches, 4);
   EXPECT_EQ(count(r.graph, "int8_conv2d"), 2);
   EXPECT_EQ(count(r.graph, "int8_linear"), 2);
-  EXPECT_EQ(count(r.graph, "quantize_per_tensor"), 1);  // enters int8 once...
+  EXPECT_EQ(count(r.graph, "quantize_per_tensor"), 1);  // enters int8 once (the signed input as s8)...
+  for (const compile::Node* n : r.graph.nodes())
+    if (n->op_name() == "quantize_per_tensor") EXPECT_EQ(n->attrs.dtype("dtype"), DType::I8);
   EXPECT_EQ(count(r.graph, "dequantize_per_tensor"), 0);  // ...and the last layer stores f32 itself
   EXPECT_EQ(count(r.graph, "batch_norm"), 0);
   EXPECT_EQ(count(r.graph, "max_pool2d"), 2);  // on u8 codes

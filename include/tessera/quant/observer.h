@@ -54,6 +54,10 @@ struct QParams {
 // 0) gets scale 1: every code of it is exact. NaN or infinite bounds are an error.
 QParams affine_qparams(double lo, double hi, int qmax = 255);
 
+// Symmetric s8 parameters covering [lo, hi]: zero point 0, codes in
+// [-127, 127]. A range of width 0 gets scale 1.
+QParams symmetric_qparams(double lo, double hi);
+
 // Per output channel symmetric s8 weights: w ≈ q * scale[oc], q in [-127, 127].
 // A channel of zeros gets scale 1. Returns {codes (i8, w's shape), scales (f32 [OC])}.
 std::pair<Tensor, Tensor> quantize_weight_per_channel(const Tensor& w);

@@ -34,6 +34,12 @@ struct PtqConfig {
   // The largest activation code; 0: 255, or 127 on CPUs without VNNI (see
   // cpu::int8_activation_max: their u8 x s8 instruction saturates).
   int activation_max = 0;
+  // A value entering int8 from float (the model's input) whose range is
+  // signed is quantized symmetric s8 instead of u8 with a zero point: oneDNN
+  // runs s8 convolutions without the zero-point compensation, faster on
+  // narrow first layers (measured in docs/benchmarks.md), at twice the step
+  // for a range that is far from symmetric.
+  bool signed_inputs = true;
 };
 
 struct PtqLayer {

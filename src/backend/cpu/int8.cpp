@@ -78,7 +78,7 @@ dnnl::primitive_attr attr_of(const Int8Epilogue& e, const std::vector<float>& sc
 }
 
 std::vector<int64_t> epilogue_key(const Int8Epilogue& e) {
-  return {e.x_zero_point, e.out_u8 ? e.y_zero_point : -1, static_cast<int64_t>(e.act), e.out_u8};
+  return {e.x_zero_point, e.out_u8 ? e.y_zero_point : -1, static_cast<int64_t>(e.act), e.out_u8, e.x_s8};
 }
 
 const Prim& conv_prim(const ConvGeometry& g, const Int8Epilogue& e, const std::vector<float>& scales) {
@@ -92,7 +92,7 @@ const Prim& conv_prim(const ConvGeometry& g, const Int8Epilogue& e, const std::v
   if (it != s.cache.end()) return it->second;
   memory::dims wd = g.groups > 1 ? memory::dims{g.groups, g.OC / g.groups, g.C / g.groups, g.KH, g.KW}
                                  : memory::dims{g.OC, g.C, g.KH, g.KW};
-  memory::desc src({g.N, g.C, g.H, g.W}, dt::u8, tag::nhwc), wei(wd, dt::s8, tag::any), bias({g.OC}, dt::f32, tag::x),
+  memory::desc src({g.N, g.C, g.H, g.W}, e.x_s8 ? dt::s8 : dt::u8, tag::nhwc), wei(wd, dt::s8, tag::any), bias({g.OC}, dt::f32, tag::x),
       dst({g.N, g.OC, g.OH, g.OW}, e.out_u8 ? dt::u8 : dt::f32, tag::nhwc);
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, wei,
                                     bias, dst, {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
@@ -109,7 +109,7 @@ const Prim& linear_prim(int64_t m, int64_t n, int64_t k, const Int8Epilogue& e, 
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.cache.find(key);
   if (it != s.cache.end()) return it->second;
-  memory::desc src({m, k}, dt::u8, {k, 1}), wei({k, n}, dt::s8, {1, k}), bias({1, n}, dt::f32, {n, 1}),
+  memory::desc src({m, k}, e.x_s8 ? dt::s8 : dt::u8, {k, 1}), wei({k, n}, dt::s8, {1, k}), bias({1, n}, dt::f32, {n, 1}),
       dst({m, n}, e.out_u8 ? dt::u8 : dt::f32, {n, 1});
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, bias, dst), attr_of(e, scales), s.eng);
   Prim p{dnnl::matmul(pd), src, wei, bias, dst, pd.scratchpad_desc(), pd.impl_info_str()};
@@ -155,6 +155,13 @@ inline void store(const Int8Epilogue& e, int64_t oc, int32_t acc, void* y, int64
   static_cast<uint8_t*>(y)[at] = static_cast<uint8_t>(std::clamp(q, 0.0f, 255.0f));
 }
 
+// Activation code i of x (u8 or s8) minus its zero point.
+inline int32_t code(const void* x, int64_t i, const Int8Epilogue& e) {
+  return (e.x_s8 ? static_cast<int32_t>(static_cast<const int8_t*>(x)[i])
+                 : static_cast<int32_t>(static_cast<const uint8_t*>(x)[i])) -
+         e.x_zero_point;
+}
+
 }  // namespace
 
 int int8_activation_max() {
@@ -186,7 +193,7 @@ std::shared_ptr<const void> pack_int8_conv_weights(const ConvGeometry& g, const 
   return buf;
 }
 
-void int8_conv2d(const ConvGeometry& g, const uint8_t* x, const int8_t* w, const Int8Epilogue& e, void* y,
+void int8_conv2d(const ConvGeometry& g, const void* x, const int8_t* w, const Int8Epilogue& e, void* y,
                  const void* packed) {
   if (g.N == 0 || g.OC == 0 || g.OH <= 0 || g.OW <= 0) return;
   State& s = state();
@@ -197,26 +204,26 @@ void int8_conv2d(const ConvGeometry& g, const uint8_t* x, const int8_t* w, const
     own = pack_int8_conv_weights(g, e, w);
     packed = own.get();
   }
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.src, s.eng, const_cast<uint8_t*>(x))},
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.src, s.eng, const_cast<void*>(x))},
                                        {DNNL_ARG_WEIGHTS, memory(p.wei, s.eng, const_cast<void*>(packed))},
                                        {DNNL_ARG_BIAS, memory(p.bias, s.eng, bias.data())},
                                        {DNNL_ARG_DST, memory(p.dst, s.eng, y)}};
   execute(p, args);
 }
 
-void int8_linear(int64_t m, int64_t n, int64_t k, const uint8_t* x, const int8_t* w, const Int8Epilogue& e, void* y) {
+void int8_linear(int64_t m, int64_t n, int64_t k, const void* x, const int8_t* w, const Int8Epilogue& e, void* y) {
   if (m == 0 || n == 0) return;
   State& s = state();
   std::vector<float> scales = output_scales(n, e), bias = scaled_bias(n, e);
   const Prim& p = linear_prim(m, n, k, e, scales);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.src, s.eng, const_cast<uint8_t*>(x))},
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.src, s.eng, const_cast<void*>(x))},
                                        {DNNL_ARG_WEIGHTS, memory(p.wei, s.eng, const_cast<int8_t*>(w))},
                                        {DNNL_ARG_BIAS, memory(p.bias, s.eng, bias.data())},
                                        {DNNL_ARG_DST, memory(p.dst, s.eng, y)}};
   execute(p, args);
 }
 
-void int8_conv2d_ref(const ConvGeometry& g, const uint8_t* x, const int8_t* w, const Int8Epilogue& e, void* y) {
+void int8_conv2d_ref(const ConvGeometry& g, const void* x, const int8_t* w, const Int8Epilogue& e, void* y) {
   const int64_t cg = g.C / g.groups, og = g.OC / g.groups;
   parallel_for(0, g.N * g.OH, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -231,10 +238,9 @@ void int8_conv2d_ref(const ConvGeometry& g, const uint8_t* x, const int8_t* w, c
             for (int64_t kw = 0; kw < g.KW; ++kw) {
               const int64_t iw = ow * g.sw - g.pl + kw * g.dw;
               if (iw < 0 || iw >= g.W) continue;
-              const uint8_t* xp = x + ((n * g.H + ih) * g.W + iw) * g.C + grp * cg;
+              const int64_t xp = ((n * g.H + ih) * g.W + iw) * g.C + grp * cg;
               const int8_t* wp = w + oc * cg * g.KH * g.KW + kh * g.KW + kw;
-              for (int64_t c = 0; c < cg; ++c)
-                acc += (static_cast<int32_t>(xp[c]) - e.x_zero_point) * static_cast<int32_t>(wp[c * g.KH * g.KW]);
+              for (int64_t c = 0; c < cg; ++c) acc += code(x, xp + c, e) * static_cast<int32_t>(wp[c * g.KH * g.KW]);
             }
           }
           store(e, oc, acc, y, ((n * g.OH + oh) * g.OW + ow) * g.OC + oc);
@@ -243,14 +249,13 @@ void int8_conv2d_ref(const ConvGeometry& g, const uint8_t* x, const int8_t* w, c
   });
 }
 
-void int8_linear_ref(int64_t m, int64_t n, int64_t k, const uint8_t* x, const int8_t* w, const Int8Epilogue& e,
+void int8_linear_ref(int64_t m, int64_t n, int64_t k, const void* x, const int8_t* w, const Int8Epilogue& e,
                      void* y) {
   parallel_for(0, m, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
       for (int64_t j = 0; j < n; ++j) {
         int32_t acc = 0;
-        for (int64_t c = 0; c < k; ++c)
-          acc += (static_cast<int32_t>(x[i * k + c]) - e.x_zero_point) * static_cast<int32_t>(w[j * k + c]);
+        for (int64_t c = 0; c < k; ++c) acc += code(x, i * k + c, e) * static_cast<int32_t>(w[j * k + c]);
         store(e, j, acc, y, i * n + j);
       }
   });

@@ -24,6 +24,7 @@ namespace tessera::cpu {
 struct Int8Epilogue {
   float x_scale = 1.0f;
   int32_t x_zero_point = 0;
+  bool x_s8 = false;                // x holds s8 codes (else u8)
   const float* w_scales = nullptr;  // one per output channel, all > 0
   const float* bias = nullptr;      // f32, one per output channel; may be null
   Epilogue act = Epilogue::None;    // None or Relu
@@ -32,20 +33,20 @@ struct Int8Epilogue {
   int32_t y_zero_point = 0;
 };
 
-// x: u8 [N, H, W, C]; w: s8 [OC, C / groups, KH, KW]; y: [N, OH, OW, OC], u8
+// x: u8 (or s8: e.x_s8) [N, H, W, C]; w: s8 [OC, C / groups, KH, KW]; y: [N, OH, OW, OC], u8
 // or f32 as e.out_u8 says. g.dtype is ignored. `packed`: the weights already
 // in the primitive's layout (pack_int8_conv_weights), or null.
-void int8_conv2d(const ConvGeometry& g, const uint8_t* x, const int8_t* w, const Int8Epilogue& e, void* y,
+void int8_conv2d(const ConvGeometry& g, const void* x, const int8_t* w, const Int8Epilogue& e, void* y,
                  const void* packed = nullptr);
-void int8_conv2d_ref(const ConvGeometry& g, const uint8_t* x, const int8_t* w, const Int8Epilogue& e, void* y);
+void int8_conv2d_ref(const ConvGeometry& g, const void* x, const int8_t* w, const Int8Epilogue& e, void* y);
 // The layout the convolution reads its weights in (a key for a packed copy),
 // and the weights packed into it (with the sums oneDNN's kernels need).
 std::string int8_conv_weights_layout(const ConvGeometry& g, const Int8Epilogue& e);
 std::shared_ptr<const void> pack_int8_conv_weights(const ConvGeometry& g, const Int8Epilogue& e, const int8_t* w);
 
-// x: u8 [m, k]; w: s8 rows [n, k]; y: [m, n].
-void int8_linear(int64_t m, int64_t n, int64_t k, const uint8_t* x, const int8_t* w, const Int8Epilogue& e, void* y);
-void int8_linear_ref(int64_t m, int64_t n, int64_t k, const uint8_t* x, const int8_t* w, const Int8Epilogue& e,
+// x: u8 (or s8) [m, k]; w: s8 rows [n, k]; y: [m, n].
+void int8_linear(int64_t m, int64_t n, int64_t k, const void* x, const int8_t* w, const Int8Epilogue& e, void* y);
+void int8_linear_ref(int64_t m, int64_t n, int64_t k, const void* x, const int8_t* w, const Int8Epilogue& e,
                      void* y);
 
 // The largest u8 activation code the products may be given: 255, or 127 on
