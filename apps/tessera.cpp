@@ -32,6 +32,8 @@
 #include "tessera/io/checkpoint.h"
 #include "tessera/io/config.h"
 #include "tessera/quant/prune.h"
+#include "tessera/ops/ops.h"
+#include "tessera/quant/ptq.h"
 #include "tessera/quant/weights.h"
 #include "tessera/train/trainer.h"
 
@@ -167,11 +169,7 @@ int cmd_info(const std::string& arg) {
 
 // A checkpoint's model as a graph: traced on a batch of its evaluation data,
 // with the batch (and, for language models, the sequence) dimension dynamic.
-int cmd_export(const std::string& arg, const std::string& format, std::string output, int64_t batch, bool fixed,
-               bool dump) {
-  Loaded l = load_model(arg);
-  const std::string& dir = l.dir;
-  const io::Checkpoint& c = l.ckpt;
+compile::Graph trace_model(Loaded& l, int64_t batch, bool fixed) {
   train::Recipe& r = l.recipe;
   r.model->eval();
   TS_CHECK(r.eval_data || r.train_data, "the config has no data to trace the model with");
@@ -191,7 +189,13 @@ int cmd_export(const std::string& arg, const std::string& format, std::string ou
       co.dynamic.push_back({0, 1, "T"});
     }
   }
-  compile::Graph g = compile::capture_module(*r.model, x, co);
+  return compile::capture_module(*r.model, x, co);
+}
+
+int cmd_export(const std::string& arg, const std::string& format, std::string output, int64_t batch, bool fixed,
+               bool dump) {
+  Loaded l = load_model(arg);
+  compile::Graph g = trace_model(l, batch, fixed);
   compile::PassOptions po;
   if (format == "onnx") po.disable = compile::tessera_only_passes();  // ONNX has no fused kernels; runtimes fuse themselves
   auto report = compile::optimize(g, po);
@@ -199,7 +203,7 @@ int cmd_export(const std::string& arg, const std::string& format, std::string ou
   if (format == "onnx") compile::export_onnx(g, output);
   else compile::save(g, output);
   if (dump) std::printf("%s\n", compile::dump(g).c_str());
-  std::printf("exported %s (step %lld) to %s\n", dir.c_str(), static_cast<long long>(c.state.value("step", 0)),
+  std::printf("exported %s (step %lld) to %s\n", l.dir.c_str(), static_cast<long long>(l.ckpt.state.value("step", 0)),
               output.c_str());
   std::printf("passes:");
   for (const auto& p : report) std::printf(" %s (%d)", p.name.c_str(), p.changes);
@@ -287,13 +291,111 @@ void print_quality_rows(const Measured& mb, const Measured& ma) {
               ma.latency_ms / mb.latency_ms);
 }
 
+// A compiled classifier on (at most `batches` batches of 64 of) a dataset:
+// accuracy, mean cross-entropy, and its batch-1 and batch-64 latency.
+struct GraphMeasured {
+  double accuracy = 0, loss = 0, ms1 = 0, ms64 = 0;
+};
+GraphMeasured measure_graph(const Model& m, const data::Dataset& d, int64_t batches, int repeat) {
+  GraphMeasured r;
+  const int64_t n = batches > 0 ? std::min(d.size(), batches * 64) : d.size();
+  int64_t right = 0;
+  double loss = 0;
+  auto batch = [&](int64_t s, int64_t k) {
+    std::vector<int64_t> idx(k);
+    for (int64_t i = 0; i < k; ++i) idx[i] = s + i;
+    return d.get_batch(idx);
+  };
+  for (int64_t s = 0; s < n; s += 256) {
+    TensorList b = batch(s, std::min<int64_t>(256, n - s));
+    Tensor logits = m(b.at(0)), labels = b.at(1).to(DType::I64);
+    loss += ops::cross_entropy(logits, labels).item<float>() * static_cast<double>(labels.numel());
+    auto got = ops::argmax(logits, 1).to_vector<int64_t>(), want = labels.to_vector<int64_t>();
+    for (size_t i = 0; i < want.size(); ++i) right += got[i] == want[i];
+  }
+  r.accuracy = static_cast<double>(right) / static_cast<double>(n);
+  r.loss = loss / static_cast<double>(n);
+  auto latency = [&](const Tensor& x) {
+    m(x);
+    std::vector<double> ms;
+    for (int i = 0; i < repeat; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      m(x);
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  r.ms1 = latency(batch(0, 1).at(0));
+  r.ms64 = latency(batch(0, std::min<int64_t>(64, d.size())).at(0));
+  return r;
+}
+
+// Static int8 of a classifier checkpoint: its model traced to a graph,
+// calibrated on training batches, every conv/linear layer int8
+// (quant::quantize_static); writes the int8 graph (tessera run / inspect /
+// tessera::load) and prints both graphs' accuracy, loss, size and latency.
+int cmd_ptq(const std::string& arg, const std::string& calibration, const std::vector<std::string>& skip,
+            std::string output, int64_t batches, int repeat) {
+  namespace fs = std::filesystem;
+  quant::PtqConfig cfg;
+  int64_t calib_batches = 16;
+  if (!calibration.empty()) {
+    json c = io::load_yaml(calibration);
+    cfg = quant::ptq_config_from_json(c);
+    if (c.contains("batches")) {
+      TS_CHECK(c["batches"].is_number_integer() && c["batches"].get<int64_t>() >= 1, calibration,
+               ": batches must be a positive integer (calibration batches of 64), got ", c["batches"].dump());
+      calib_batches = c["batches"].get<int64_t>();
+    }
+  }
+  for (const auto& s : skip) cfg.skip.push_back(s);
+  Loaded l = load_model(arg);
+  TS_CHECK(!l.ckpt.state.contains("quantization"), l.dir, " is already quantized; start from the float checkpoint");
+  TS_CHECK(l.recipe.task == train::Task::Classification, "--method ptq-int8 quantizes classifiers (conv and linear "
+           "layers); for a language model use weight-int8, weight-int4, q8_0 or q4_0");
+  TS_CHECK(l.recipe.eval_data && l.recipe.eval_data->size() >= 2, "the checkpoint's config has no evaluation data");
+  data::DatasetPtr cd = l.recipe.train_data ? l.recipe.train_data : l.recipe.eval_data;
+  compile::Graph g = trace_model(l, std::min<int64_t>(64, l.recipe.eval_data->size()), false);
+  std::vector<TensorList> calib;
+  for (int64_t b = 0; b < calib_batches && b * 64 < cd->size(); ++b) {
+    std::vector<int64_t> idx;
+    for (int64_t i = b * 64; i < std::min(cd->size(), (b + 1) * 64); ++i) idx.push_back(i);
+    calib.push_back({cd->get_batch(idx).at(0)});
+  }
+  std::printf("calibrating on %zu batches (%s observer)\n", calib.size(), cfg.observer.kind.c_str());
+  quant::PtqResult r = quant::quantize_static(g, calib, cfg);
+  std::printf("%s", r.report.text().c_str());
+  if (output.empty()) {
+    fs::path d = fs::path(l.dir);
+    fs::path run = d.parent_path().filename() == "checkpoints" ? d.parent_path().parent_path() : d.parent_path();
+    output = (run / "quantized" / "ptq-int8.tsr").string();
+  }
+  fs::create_directories(fs::path(output).parent_path().empty() ? "." : fs::path(output).parent_path());
+  compile::save(r.graph, output);
+  Model f32(std::move(g)), i8 = load(output);  // the int8 model as written
+  GraphMeasured mb = measure_graph(f32, *l.recipe.eval_data, batches, repeat);
+  GraphMeasured ma = measure_graph(i8, *l.recipe.eval_data, batches, repeat);
+  auto size = [](const fs::path& f) { return fs::file_size(f); };
+  const auto sb = size(fs::path(l.dir) / "model.safetensors"), sa = size(fs::path(output) / "weights.safetensors");
+  std::printf("\n%-22s %16s %16s %10s\n", "", "before (f32)", "after (ptq-int8)", "change");
+  std::printf("%-22s %16s %16s %9.2fx\n", "model weights", human_bytes(sb).c_str(), human_bytes(sa).c_str(),
+              static_cast<double>(sa) / static_cast<double>(sb));
+  std::printf("%-22s %15.2f%% %15.2f%% %+8.2f pt\n", "accuracy", 100 * mb.accuracy, 100 * ma.accuracy,
+              100 * (ma.accuracy - mb.accuracy));
+  std::printf("%-22s %16.4f %16.4f %+9.4f\n", "loss", mb.loss, ma.loss, ma.loss - mb.loss);
+  std::printf("%-22s %16.3f %16.3f %9.2fx\n", "latency, batch 1 (ms)", mb.ms1, ma.ms1, ma.ms1 / mb.ms1);
+  std::printf("%-22s %16.3f %16.3f %9.2fx\n", "latency, batch 64 (ms)", mb.ms64, ma.ms64, ma.ms64 / mb.ms64);
+  std::printf("(both compiled graphs; before: the f32 graph with all passes)\n\nwrote %s  (tessera run %s --input "
+              "X.npy)\n", output.c_str(), output.c_str());
+  return 0;
+}
+
 // Quantizes a checkpoint's Linear layers and writes the result as a new
 // checkpoint (its state.json records how, so eval/info/export rebuild it).
 int cmd_quantize(const std::string& arg, const std::string& method, int64_t group, const std::string& activations,
                  const std::vector<std::string>& skip, std::string output, int64_t batches, int repeat) {
   namespace fs = std::filesystem;
-  TS_CHECK(method != "ptq-int8", "--method ptq-int8 (static int8 with calibration) is not available yet; use "
-           "weight-int8, weight-int4, q8_0 or q4_0 (Linear layers, docs/quantization.md)");
   quant::WeightQuantConfig cfg;
   cfg.format = method == "weight-int8" ? "int8" : method == "weight-int4" ? "int4" : method;
   cfg.group = group;
@@ -470,22 +572,26 @@ int main(int argc, char** argv) {
   inspect->add_option("--size", insp_size, "the value of the dynamic dimensions for the FLOPs estimate")
       ->check(CLI::PositiveNumber);
 
-  auto* quantize = app.add_subcommand("quantize", "quantize a checkpoint's Linear layers; prints size, accuracy and "
-                                      "latency before and after, and writes the quantized checkpoint");
-  std::string q_ckpt, q_method, q_act = "float", q_out;
+  auto* quantize = app.add_subcommand("quantize", "quantize a checkpoint: static int8 of a classifier's graph "
+                                      "(ptq-int8), or its Linear layers' weights; prints size, accuracy and latency "
+                                      "before and after, and writes the quantized model");
+  std::string q_ckpt, q_method, q_act = "float", q_out, q_calib;
   std::vector<std::string> q_skip;
   int64_t q_group = 32, q_batches = 0;
   int q_repeat = 50;
   quantize->add_option("checkpoint", q_ckpt, "a checkpoint directory, or a run directory (its latest)")->required();
-  quantize->add_option("--method", q_method, "weight-int8 (per-row int8), weight-int4 (int4 groups), q8_0, q4_0 "
-                       "(GGUF blocks); ptq-int8 is not built yet")
+  quantize->add_option("--method", q_method, "ptq-int8 (static int8 graph, calibrated), weight-int8 (per-row "
+                       "int8), weight-int4 (int4 groups), q8_0, q4_0 (GGUF blocks)")
       ->required()
       ->check(CLI::IsMember({"weight-int8", "weight-int4", "q8_0", "q4_0", "ptq-int8"}));
+  quantize->add_option("--calibration", q_calib, "ptq-int8: a YAML file {observer: minmax|moving_average|percentile|"
+                       "entropy, percentile, batches, skip, ...} (default: minmax over 16 batches)");
   quantize->add_option("--group", q_group, "weights per scale for weight-int4 (32, 64, 128, 256)");
   quantize->add_option("--activations", q_act, "float (weight-only) or int8 (activations quantized on the fly)")
       ->check(CLI::IsMember({"float", "int8"}));
   quantize->add_option("--skip", q_skip, "a module path to keep in float, e.g. lm_head (repeatable)");
-  quantize->add_option("--output", q_out, "the checkpoint directory to write (default <run>/quantized/<method>)");
+  quantize->add_option("--output", q_out, "the checkpoint directory to write (default <run>/quantized/<method>; "
+                       "ptq-int8: the graph directory <run>/quantized/ptq-int8.tsr)");
   quantize->add_option("--batches", q_batches, "evaluate only this many batches (default: all)");
   quantize->add_option("--repeat", q_repeat, "batch-1 forwards timed for the latency (median)")
       ->check(CLI::PositiveNumber);
@@ -520,6 +626,7 @@ int main(int argc, char** argv) {
     if (*exp) return cmd_export(exp_ckpt, exp_format, exp_out, exp_batch, exp_fixed, exp_dump);
     if (*run) return cmd_run(run_model, run_inputs, run_out, run_repeat);
     if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);
+    if (*quantize && q_method == "ptq-int8") return cmd_ptq(q_ckpt, q_calib, q_skip, q_out, q_batches, q_repeat);
     if (*quantize) return cmd_quantize(q_ckpt, q_method, q_group, q_act, q_skip, q_out, q_batches, q_repeat);
     if (*prune)
       return cmd_prune(p_ckpt, p_sparsity, p_method, p_global, p_skip, p_steps, p_rounds, p_lr, p_out, p_batches,

@@ -100,7 +100,7 @@ std::string PtqReport::text() const {
   for (const auto& l : layers) {
     os << "  " << (l.quantized ? "int8 " : "f32  ") << l.scope << " (" << l.op << ")";
     if (l.quantized)
-      os << "  in " << qstr(l.input) << ", out " << (l.output_u8 ? "u8 " + qstr(l.output) : std::string("f32"));
+      os << "  in " << (l.input_s8 ? "s8 " : "u8 ") << qstr(l.input) << ", out " << (l.output_u8 ? "u8 " + qstr(l.output) : std::string("f32"));
     else
       os << "  kept float: " << l.reason;
     os << "\n";
@@ -239,6 +239,7 @@ PtqResult quantize_static(const Graph& graph, const std::vector<TensorList>& cal
       PtqLayer& l = r.report.layers[c.layer];
       l.quantized = true;
       l.input = in;
+      l.input_s8 = xq->dtype == DType::I8;
       l.output = out;
     } else if (Value* v = n->inputs.empty() ? nullptr : n->inputs[0]; flattens_for_int8_linear(n, uses, cand_of) &&
                                                                       v && codes.count(v->id)) {

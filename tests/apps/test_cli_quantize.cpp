@@ -2,6 +2,7 @@
 // that eval, info and the table agree on; layers the format cannot hold stay
 // float and are listed; misuse is a clear error.
 #include <filesystem>
+#include <fstream>
 
 #include "tessera/io/checkpoint.h"
 #include "tessera/io/npy.h"
@@ -42,8 +43,22 @@ TEST(CliQuantize, WritesAQuantizedCheckpointThatEvalReads) {
   // Misuse.
   EXPECT_EQ(cli("quantize " + q + " --method q8_0", &out), 1);
   EXPECT_NE(out.find("already quantized"), std::string::npos) << out;
-  EXPECT_EQ(cli("quantize " + dir + "/run --method ptq-int8", &out), 1);
-  EXPECT_NE(out.find("not available yet"), std::string::npos) << out;
+
+  // Static int8: an int8 graph that tessera run executes; a bad calibration file is an error naming the key.
+  ASSERT_EQ(cli("quantize " + dir + "/run --method ptq-int8 --batches 4 --repeat 2", &out), 0) << out;
+  EXPECT_NE(out.find("int8: 3 of 3 layers"), std::string::npos) << out;
+  for (const char* row : {"model weights", "accuracy", "latency, batch 64"})
+    EXPECT_NE(out.find(row), std::string::npos) << row << "\n" << out;
+  const std::string g = dir + "/run/quantized/ptq-int8.tsr";
+  io::save_npy(dir + "/x.npy", zeros({3, 1, 28, 28}));
+  ASSERT_EQ(cli("run " + g + " --input " + dir + "/x.npy --output " + dir + "/y.npy", &out), 0) << out;
+  EXPECT_EQ(io::load_npy(dir + "/y.npy").shape(), (Shape{3, 10}));
+  {
+    std::ofstream f(dir + "/calib.yaml");
+    f << "observer: percentile\npercentil: 99\n";
+  }
+  EXPECT_EQ(cli("quantize " + dir + "/run --method ptq-int8 --calibration " + dir + "/calib.yaml", &out), 1);
+  EXPECT_NE(out.find("unknown key 'percentil'"), std::string::npos) << out;
   EXPECT_EQ(cli("quantize " + dir + "/run --method weight-int4 --group 48", &out), 1);
   EXPECT_NE(out.find("multiple of 32"), std::string::npos) << out;
   EXPECT_EQ(cli("quantize " + dir + "/run --method q8_0 --skip net.9", &out), 1);

@@ -48,6 +48,7 @@ struct PtqLayer {
   bool quantized = false;
   std::string reason;         // why it stayed float
   QParams input, output;      // quantized layers: their activations' parameters
+  bool input_s8 = false;      // the input is symmetric s8 codes (a signed model input), else u8
   bool output_u8 = true;      // false: the layer dequantizes into f32 (its users are float)
 };
 
