@@ -237,7 +237,7 @@ class Exporter {
       });
     };
     std::vector<std::string> ins{dq(name(in[0]), scalar(xs, DType::F32),
-                                    scalar(static_cast<double>(a.i("x_zero_point")), DType::U8), false),
+                                    scalar(static_cast<double>(a.i("x_zero_point")), in[0]->dtype), false),
                                  dq(name(in[1]), name(in[2]), constant(zeros({oc}, DType::I8)), true)};
     if (in[3]) {
       // The bias in units of the product (x_scale * w_scale), as QDQ wants it.

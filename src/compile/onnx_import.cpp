@@ -509,6 +509,9 @@ class Interpreter {
     Tensor zp = has_in(2) ? in(2) : Tensor();
     if (scale.dtype() != DType::F32) fail("only f32 scales are supported");
     if (zp.defined() && zp.numel() != scale.numel()) fail("the zero point and the scale differ in size");
+    if (!quantize && zp.defined() && zp.dtype() != x.dtype())
+      fail(std::string("the zero point is ") + dtype_name(zp.dtype()) + " but the input is " + dtype_name(x.dtype()) +
+           "; they must be of one type");
     if (scale.numel() == 1) {
       // Initializers: read here (they are not computed from the inputs).
       const double s = scale.to_vector<float>()[0];
