@@ -34,6 +34,7 @@
 #include "tessera/quant/prune.h"
 #include "tessera/ops/ops.h"
 #include "tessera/quant/ptq.h"
+#include "tessera/quant/qat.h"
 #include "tessera/quant/weights.h"
 #include "tessera/train/trainer.h"
 
@@ -356,6 +357,9 @@ int cmd_ptq(const std::string& arg, const std::string& calibration, const std::v
            "layers); for a language model use weight-int8, weight-int4, q8_0 or q4_0");
   TS_CHECK(l.recipe.eval_data && l.recipe.eval_data->size() >= 2, "the checkpoint's config has no evaluation data");
   data::DatasetPtr cd = l.recipe.train_data ? l.recipe.train_data : l.recipe.eval_data;
+  // A quantization-aware run (config "qat") is compared with its
+  // fake-quantized self and converted with the ranges it learned.
+  const bool qat = quant::is_qat_prepared(*l.recipe.model);
   compile::Graph g = trace_model(l, std::min<int64_t>(64, l.recipe.eval_data->size()), false);
   std::vector<TensorList> calib;
   for (int64_t b = 0; b < calib_batches && b * 64 < cd->size(); ++b) {
@@ -363,8 +367,17 @@ int cmd_ptq(const std::string& arg, const std::string& calibration, const std::v
     for (int64_t i = b * 64; i < std::min(cd->size(), (b + 1) * 64); ++i) idx.push_back(i);
     calib.push_back({cd->get_batch(idx).at(0)});
   }
-  std::printf("calibrating on %zu batches (%s observer)\n", calib.size(), cfg.observer.kind.c_str());
-  quant::PtqResult r = quant::quantize_static(g, calib, cfg);
+  quant::PtqResult r;
+  if (qat) {
+    std::printf("a quantization-aware run: converting with the ranges it learned (%zu batches calibrate the rest)\n",
+                calib.size());
+    std::vector<int64_t> idx(std::min<int64_t>(64, l.recipe.eval_data->size()));
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>(i);
+    r = quant::convert_qat(*l.recipe.model, l.recipe.eval_data->get_batch(idx).at(0), calib, cfg);
+  } else {
+    std::printf("calibrating on %zu batches (%s observer)\n", calib.size(), cfg.observer.kind.c_str());
+    r = quant::quantize_static(g, calib, cfg);
+  }
   std::printf("%s", r.report.text().c_str());
   if (output.empty()) {
     fs::path d = fs::path(l.dir);
@@ -378,7 +391,8 @@ int cmd_ptq(const std::string& arg, const std::string& calibration, const std::v
   GraphMeasured ma = measure_graph(i8, *l.recipe.eval_data, batches, repeat);
   auto size = [](const fs::path& f) { return fs::file_size(f); };
   const auto sb = size(fs::path(l.dir) / "model.safetensors"), sa = size(fs::path(output) / "weights.safetensors");
-  std::printf("\n%-22s %16s %16s %10s\n", "", "before (f32)", "after (ptq-int8)", "change");
+  std::printf("\n%-22s %16s %16s %10s\n", "", qat ? "before (QAT f32)" : "before (f32)", "after (ptq-int8)",
+              "change");
   std::printf("%-22s %16s %16s %9.2fx\n", "model weights", human_bytes(sb).c_str(), human_bytes(sa).c_str(),
               static_cast<double>(sa) / static_cast<double>(sb));
   std::printf("%-22s %15.2f%% %15.2f%% %+8.2f pt\n", "accuracy", 100 * mb.accuracy, 100 * ma.accuracy,

@@ -69,7 +69,8 @@ def dtypes(n, f):
                 "(groups of 32-256)", "dequantize_weight": "q8_0, q4_0, int8, int4 → f32",
                 "quantize_per_tensor": "floats → u8, s8", "dequantize_per_tensor": "u8, s8 → f32",
                 "int8_conv2d": "x: u8 (channels-last); weight: s8 per-channel; → u8 or f32",
-                "int8_linear": "x: u8; weight: s8 per-channel; → u8 or f32"}[n]
+                "int8_linear": "x: u8; weight: s8 per-channel; → u8 or f32",
+                "fake_quantize": "f16, bf16, f32, f64 (scale f32)"}[n]
     if n == "embedding":
         return "weight: " + F + "; indices: i32, i64"
     return F
@@ -128,6 +129,8 @@ NOTES = {
     "dequantize_per_tensor": "(q - zero_point) * scale (ONNX DequantizeLinear)",
     "int8_conv2d": "static int8 convolution (oneDNN, VNNI) with bias, ReLU and requantization in its epilogue; "
                    "inference only; made by quant::quantize_static",
+    "fake_quantize": "quantization-aware training: straight-through for x, LSQ for a learnable scale; "
+                     "quant/qat.h",
     "int8_linear": "static int8 linear layer (oneDNN) with bias, ReLU and requantization in its epilogue; inference "
                    "only; made by quant::quantize_static",
     "fused_elementwise": "made by the compiler's fusion pass: a register program over pointwise kernels, run in tiles", "matmul": "1-D promotion and batch broadcasting as PyTorch",

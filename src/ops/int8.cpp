@@ -9,6 +9,7 @@
 #include "backend/cpu/kernel_table.h"
 #include "ops/conv_params.h"
 #include "ops/op_utils.h"
+#include "tessera/autograd/node.h"
 #include "tessera/core/parallel.h"
 
 namespace tessera::ops {
@@ -186,6 +187,63 @@ Tensor int8_linear(const Tensor& x, const Tensor& w, const Tensor& w_scales, con
   TS_RETURN(y);
 }
 
+Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, int64_t axis, int64_t quant_min,
+                     int64_t quant_max) {
+  TS_OP_SCOPE(fake_quantize, &x, &scale, &zero_point);
+  TS_OP_ATTRS({"axis", axis}, {"quant_min", quant_min}, {"quant_max", quant_max});
+  const char* op = "fake_quantize";
+  check_defined(x, op, "input");
+  check_floating(x, op, "input");
+  TS_CHECK(quant_min < quant_max && quant_min >= -128 && quant_max <= 255, op, ": [quant_min, quant_max] must be an "
+           "int8 or uint8 range, got [", quant_min, ", ", quant_max, "]");
+  TS_CHECK(scale.defined() && scale.dtype() == DType::F32 && scale.dim() <= 1, op, ": scale must be an f32 scalar "
+           "or 1-D tensor");
+  TS_CHECK(zero_point.defined() && zero_point.dtype() == DType::F32 && zero_point.numel() == scale.numel(), op,
+           ": zero_point must be f32 with as many values as scale (", scale.numel(), ")");
+  const bool per_channel = scale.numel() != 1;
+  Shape b(x.dim(), 1);
+  if (per_channel) {
+    const int64_t ax = axis < 0 ? axis + x.dim() : axis;
+    TS_CHECK(ax >= 0 && ax < x.dim() && x.size(ax) == scale.numel(), op, ": ", scale.numel(), " scales need axis ",
+             axis, " of input ", shape_str(x.shape()), " to have that size");
+    b[ax] = scale.numel();
+  }
+  const double qmin = static_cast<double>(quant_min), qmax = static_cast<double>(quant_max);
+  Tensor xd = x.detach(), s = scale.detach().reshape(b), z = zero_point.detach().reshape(b);
+  Tensor y;
+  {
+    NoGradGuard ng;
+    Tensor inv = reciprocal(s);
+    y = mul(sub(clamp(add(round(mul(xd, inv)), z), qmin, qmax), z), s);
+    if (y.dtype() != x.dtype()) y = cast(y, x.dtype());
+  }
+  if (!autograd::any_requires_grad({&x, &scale})) TS_RETURN(y);
+  TensorList outs{y};
+  const bool learn = scale.requires_grad();
+  const Shape scale_shape = scale.shape();
+  autograd::record("fake_quantize", {x, scale}, outs, [xd, s, z, qmin, qmax, learn, b, scale_shape,
+                                                       per_channel](const autograd::VjpArgs& a) {
+    const Tensor& g = a.grads[0];
+    Tensor xs = mul(xd, reciprocal(s)), r = round(xs), qu = add(r, z);
+    Tensor inside = logical_and(ge(qu, qmin), le(qu, qmax));
+    Tensor dx = where(inside, g, 0.0);
+    Tensor ds;
+    if (learn) {
+      Tensor e = where(inside, sub(r, xs), sub(clamp(qu, qmin, qmax), z));
+      std::vector<int64_t> dims;
+      for (int64_t d = 0; d < g.dim(); ++d)
+        if (!per_channel || b[d] == 1) dims.push_back(d);
+      const double per_scale = static_cast<double>(g.numel()) / static_cast<double>(s.numel());
+      ds = mul(sum(mul(g, e), dims), 1.0 / std::sqrt(per_scale * qmax)).reshape(scale_shape);
+    }
+    return TensorList{dx, ds};
+  });
+  TS_RETURN(outs[0]);
+}
+
+TS_OP_INVOKER(fake_quantize) {
+  return {fake_quantize(in[0], in[1], in[2], a.i("axis"), a.i("quant_min"), a.i("quant_max"))};
+}
 TS_OP_INVOKER(quantize_per_tensor) {
   return {quantize_per_tensor(in[0], a.f("scale"), a.i("zero_point"), a.dtype("dtype"))};
 }

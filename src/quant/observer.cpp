@@ -226,7 +226,7 @@ QParams symmetric_qparams(double lo, double hi) {
   TS_CHECK(std::isfinite(lo) && std::isfinite(hi) && lo <= hi, "quantization range [", lo, ", ", hi,
            "] is not a finite interval");
   const double amax = std::max(std::fabs(lo), std::fabs(hi));
-  return {amax > 0 ? amax / 127 : 1.0, 0};
+  return {amax > 0 ? amax / 127 : 1.0, 0, true};
 }
 
 std::pair<Tensor, Tensor> quantize_weight_per_channel(const Tensor& w) {

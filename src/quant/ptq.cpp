@@ -100,7 +100,7 @@ std::string PtqReport::text() const {
   for (const auto& l : layers) {
     os << "  " << (l.quantized ? "int8 " : "f32  ") << l.scope << " (" << l.op << ")";
     if (l.quantized)
-      os << "  in " << (l.input_s8 ? "s8 " : "u8 ") << qstr(l.input) << ", out " << (l.output_u8 ? "u8 " + qstr(l.output) : std::string("f32"));
+      os << "  in " << (l.input.s8 ? "s8 " : "u8 ") << qstr(l.input) << ", out " << (l.output_u8 ? "u8 " + qstr(l.output) : std::string("f32"));
     else
       os << "  kept float: " << l.reason;
     os << "\n";
@@ -115,7 +115,6 @@ std::string PtqReport::text() const {
 
 PtqResult quantize_static(const Graph& graph, const std::vector<TensorList>& calibration, const PtqConfig& config) {
   check(config.observer);
-  TS_CHECK(!calibration.empty(), "quantize_static: calibration needs at least one batch of inputs, got none");
   const int qmax = config.activation_max ? config.activation_max : cpu::int8_activation_max();
   TS_CHECK(qmax >= 15 && qmax <= 255, "quantize_static: activation_max must be in [15, 255], got ", qmax);
   NoGradGuard no_grad;
@@ -154,15 +153,29 @@ PtqResult quantize_static(const Graph& graph, const std::vector<TensorList>& cal
   }
   for (const auto& [op, count] : other) r.report.float_ops.push_back(op + " x" + std::to_string(count));
 
-  // 2. Calibration: the f32 graph with every activation to observe as an output.
+  // 2. Parameters learned by QAT (convert_qat), for a layer's input and for
+  // whatever reaches it through pooling and reshapes (the previous layer's
+  // output).
+  std::map<int, QParams> qp;
+  for (const Candidate& c : cands) {
+    auto it = config.fixed_inputs.find(c.node->scope);
+    if (it == config.fixed_inputs.end()) continue;
+    for (Value* v = c.x;; v = v->producer->inputs[0]) {
+      qp[v->id] = it->second;
+      if (v->kind != ValueKind::kNode || !passes_codes(v->producer)) break;
+    }
+  }
+  // 3. Calibration: the f32 graph with every other activation to observe as an output.
   std::map<int, std::unique_ptr<Observer>> observers;  // by value id
   std::vector<int> watched;
   for (const Candidate& c : cands)
     for (Value* v : {c.x, c.y})
-      if (!observers.count(v->id)) {
+      if (!observers.count(v->id) && !qp.count(v->id)) {
         observers[v->id] = make_observer(config.observer);
         watched.push_back(v->id);
       }
+  TS_CHECK(!calibration.empty() || watched.empty(), "quantize_static: calibration needs at least one batch of "
+           "inputs, got none");
   {
     Graph obs = g.clone();
     std::map<int, Value*> by_id;
@@ -181,14 +194,13 @@ PtqResult quantize_static(const Graph& graph, const std::vector<TensorList>& cal
     }
   }
   r.report.batches = static_cast<int64_t>(calibration.size());
-  std::map<int, QParams> qp;
   std::map<int, std::pair<double, double>> ranges;
   for (auto& [id, o] : observers) {
     ranges[id] = o->range();
     qp[id] = affine_qparams(ranges[id].first, ranges[id].second, qmax);
   }
 
-  // 3. The rewrite. codes[v]: the u8 value standing for float value v.
+  // 4. The rewrite. codes[v]: the u8 value standing for float value v.
   std::map<int, Value*> codes;
   std::vector<std::pair<Value*, Node*>> leaves;  // (float value, the node before which its codes exist)
   // Where float enters int8, a signed range becomes symmetric s8 codes when
@@ -197,10 +209,9 @@ PtqResult quantize_static(const Graph& graph, const std::vector<TensorList>& cal
   auto code_of = [&](Value* x, Node* before) -> Value* {
     if (auto it = codes.find(x->id); it != codes.end()) return it->second;
     DType t = DType::U8;
-    if (auto [lo, hi] = ranges.at(x->id); config.signed_inputs && lo < 0) {
-      t = DType::I8;
-      qp[x->id] = symmetric_qparams(lo, hi);
-    }
+    if (auto r = ranges.find(x->id); r != ranges.end() && config.signed_inputs && r->second.first < 0)
+      qp[x->id] = symmetric_qparams(r->second.first, r->second.second);
+    if (qp.at(x->id).s8) t = DType::I8;
     const QParams& p = qp.at(x->id);
     Node* qn = g.add_node(OpId::quantize_per_tensor, {x},
                           ops::Attrs{{"scale", p.scale}, {"zero_point", p.zero_point}, {"dtype", t}},
@@ -239,7 +250,6 @@ PtqResult quantize_static(const Graph& graph, const std::vector<TensorList>& cal
       PtqLayer& l = r.report.layers[c.layer];
       l.quantized = true;
       l.input = in;
-      l.input_s8 = xq->dtype == DType::I8;
       l.output = out;
     } else if (Value* v = n->inputs.empty() ? nullptr : n->inputs[0]; flattens_for_int8_linear(n, uses, cand_of) &&
                                                                       v && codes.count(v->id)) {

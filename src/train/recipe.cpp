@@ -6,6 +6,7 @@
 #include "tessera/data/shards.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/quant/prune.h"
+#include "tessera/quant/qat.h"
 
 namespace tessera::train {
 
@@ -298,6 +299,12 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
       p.skip = pc.get<std::vector<std::string>>("skip", p.skip);
       pc.finish();
       quant::prune(*r.model, p);
+    }
+    if (root.has("qat")) {
+      // Quantization-aware training (Note [QAT layers]): the layers train
+      // with fake quantization; a checkpoint loaded next restores the ranges
+      // they learned. After the pruning masks, so pruned weights stay pruned.
+      quant::prepare_qat(*r.model, quant::qat_config_from_json(root.section("qat").json()));
     }
 
     Config oc = root.section("optimizer");

@@ -341,6 +341,18 @@ Tensor int8_linear(const Tensor& x, const Tensor& weight, const Tensor& w_scales
                    int64_t x_zero_point, double y_scale, int64_t y_zero_point, const std::string& activation = "none",
                    DType out_dtype = DType::U8);
 
+// Quantization-aware training: x rounded to the int8 grid and back,
+// (clamp(round(x / scale) + zero_point, quant_min, quant_max) - zero_point) *
+// scale, rounding half to even as quantize_per_tensor does. scale and
+// zero_point (f32, integer values) hold one value (per tensor) or one per
+// index of dimension `axis` (per channel). Gradients: straight-through for x
+// (dy where the code is inside [quant_min, quant_max], 0 where it was
+// clamped); for a scale that requires grad, LSQ's (Esser et al., 2020):
+// round(x/s) - x/s inside, quant_min/max - zero_point where clamped, scaled by
+// 1 / sqrt(elements per scale * quant_max).
+Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, int64_t axis, int64_t quant_min,
+                     int64_t quant_max);
+
 // ---- made by the graph compiler (compile/) ----------------------------------------
 // A chain of pointwise ops as one kernel: `program` is a register program over
 // the inputs (broadcast together; float or bool), with f32 outputs of the

@@ -48,14 +48,15 @@ std::unique_ptr<Observer> make_observer(const ObserverConfig& c);
 struct QParams {
   double scale = 1.0;
   int64_t zero_point = 0;
+  bool s8 = false;  // symmetric s8 codes instead (zero point 0; a signed model input)
 };
 // The parameters covering [lo, hi] widened to hold 0 (so zero, padding and
 // ReLU's floor are exact). A range of width 0 (an activation that was always
 // 0) gets scale 1: every code of it is exact. NaN or infinite bounds are an error.
 QParams affine_qparams(double lo, double hi, int qmax = 255);
 
-// Symmetric s8 parameters covering [lo, hi]: zero point 0, codes in
-// [-127, 127]. A range of width 0 gets scale 1.
+// Symmetric s8 parameters covering [lo, hi] (s8 set): zero point 0, codes
+// in [-127, 127]. A range of width 0 gets scale 1.
 QParams symmetric_qparams(double lo, double hi);
 
 // Per output channel symmetric s8 weights: w ≈ q * scale[oc], q in [-127, 127].

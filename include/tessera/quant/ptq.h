@@ -17,6 +17,7 @@
 // quantize_per_tensor / dequantize_per_tensor pair is placed only where the
 // graph enters or leaves int8. Layers named in `skip`, and ops int8 has no
 // kernel for, stay f32 and are listed in the report with the reason.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,10 @@ struct PtqConfig {
   // narrow first layers (measured in docs/benchmarks.md), at twice the step
   // for a range that is far from symmetric.
   bool signed_inputs = true;
+  // Input parameters learned by quantization-aware training, by layer (module
+  // path): used instead of observed ranges for those inputs, and for the
+  // outputs that reach them through pooling and reshapes (convert_qat).
+  std::map<std::string, QParams> fixed_inputs;
 };
 
 struct PtqLayer {
@@ -48,7 +53,6 @@ struct PtqLayer {
   bool quantized = false;
   std::string reason;         // why it stayed float
   QParams input, output;      // quantized layers: their activations' parameters
-  bool input_s8 = false;      // the input is symmetric s8 codes (a signed model input), else u8
   bool output_u8 = true;      // false: the layer dequantizes into f32 (its users are float)
 };
 
