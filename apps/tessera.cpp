@@ -145,6 +145,9 @@ int cmd_info(const std::string& arg) {
   train::Recipe& r = l.recipe;
   std::printf("checkpoint %s\n", dir.c_str());
   if (s.contains("quantization")) std::printf("quantized  %s\n", s["quantization"].dump().c_str());
+  for (const char* section : {"qat", "prune"})
+    if (s.contains("config") && s["config"].contains(section))
+      std::printf("%-10s %s\n", section, s["config"][section].dump().c_str());
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "state.json"})
     std::printf("  %-22s %s\n", f, human_bytes(fs::file_size(fs::path(dir) / f)).c_str());
   std::printf("\nmodel: %s, %lld parameters (%lld tensors)\n%s\n", s.value("model", "?").c_str(),

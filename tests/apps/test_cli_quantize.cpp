@@ -114,3 +114,33 @@ TEST(CliPrune, PrunesFineTunesAndWritesARunEvalReads) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Quantization-aware training from the config, resumed, evaluated, and
+// converted: the int8 graph scores what the fake-quantized model scored.
+TEST(CliQuantize, QatRunTrainsResumesAndConverts) {
+  std::string dir = testing::scratch_dir("cli_qat"), out;
+  std::string cfg = std::string(TESSERA_SOURCE_DIR) + "/examples/configs/fashion_mnist_mlp.yaml";
+  const std::string common = " --output " + dir + "/run --set train.eval_batches=2 --set qat.learn_scales=true --plain";
+  ASSERT_EQ(cli("train " + cfg + common + " --set train.steps=10", &out), 0) << out;
+  ASSERT_EQ(cli("train " + cfg + common + " --set train.steps=20 --resume latest", &out), 0) << out;
+  ASSERT_EQ(cli("info " + dir + "/run", &out), 0) << out;
+  EXPECT_NE(out.find("qat        {\"learn_scales\":true}"), std::string::npos) << out;
+  ASSERT_EQ(cli("quantize " + dir + "/run --method ptq-int8 --batches 8 --repeat 2", &out), 0) << out;
+  EXPECT_NE(out.find("quantization-aware run"), std::string::npos) << out;
+  EXPECT_NE(out.find("before (QAT f32)"), std::string::npos) << out;
+  // The accuracy row: QAT and int8 within a few images of 512.
+  auto row = out.substr(out.find("accuracy"));
+  double before = 0, after = 0;
+  ASSERT_EQ(std::sscanf(row.c_str(), "accuracy %lf%% %lf%%", &before, &after), 2) << row;
+  EXPECT_NEAR(after, before, 1.0) << out;
+  EXPECT_EQ(cli("train " + cfg + " --output " + dir + "/bad --set train.steps=1 --set qat.observer=minmax --plain",
+                &out), 1);
+  EXPECT_NE(out.find("unknown key 'observer'"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera
