@@ -93,11 +93,13 @@ def torch_side(run, export_dir, threads, rounds):
     print(json.dumps(out))
 
 
-def ort(export_dir, model, x, threads, iters, save=None):
+def ort(export_dir, model, x, threads, iters, save=None, ref=None):
     cmd = ["node", os.path.join(HERE, "onnx_ort", "ort_run.js"), "--model", os.path.join(export_dir, model),
            "--input", os.path.join(export_dir, x), "--threads", str(threads), "--iters", str(iters), "--warmup", "5"]
     if save:
         cmd += ["--save-output", save]
+    if ref:
+        cmd += ["--ref", ref]
     r = subprocess.run(cmd, check=True, capture_output=True, text=True,
                        env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -151,6 +153,12 @@ def main():
         o = {m: {b: ort(a.dir, m + ".onnx", f"x{b}.npy", t, 50 if b == 1 else 20)["median_ms"] * 1e3 for b in (1, 64)}
              for m in ("f32", "int8")}
         o_acc = {m: ort_accuracy(a.dir, m + ".onnx", t) for m in ("f32", "int8")}
+        # ORT's int8 logits against Tessera's int8 graph's on the batch-64 input.
+        chk = ort(a.dir, "int8.onnx", "x64.npy", t, 1, ref=os.path.join(a.dir, "y64_int8.npy"))
+        if chk["max_abs_diff"] > 0.05 * chk["ref_max_abs"]:
+            sys.exit(f"ORT's int8 logits differ from Tessera's by {chk['max_abs_diff']:.4f} "
+                     f"(logits up to {chk['ref_max_abs']:.2f})")
+        o_acc["diff"] = chk["max_abs_diff"]
         rows.append((t, tess, pt, o, o_acc))
     print(f"## Fashion-MNIST CNN, static int8 (PyTorch {rows[0][2]['torch']} on oneDNN, ONNX Runtime on the QDQ file)\n")
     print("| threads | | Tessera f32 | Tessera int8 | PyTorch f32 | PyTorch int8 | ORT f32 | ORT int8 (QDQ) |")
@@ -161,6 +169,8 @@ def main():
         for b in (1, 64):
             print(f"| {t} | batch {b} us | {ts[f'us{b}_f32']:.1f} | {ts[f'us{b}_int8']:.1f} | {pt['f32'][f'us_{b}']:.1f} | "
                   f"{pt['int8'][f'us_{b}']:.1f} | {o['f32'][b]:.1f} | {o['int8'][b]:.1f} |")
+    print("\nmax |ORT int8 logits - Tessera int8 logits| on the batch-64 input: " +
+          ", ".join(f"{r[4]['diff']:.4f} ({r[0]} thread{'s' if r[0] > 1 else ''})" for r in rows))
     print("\n| threads | batch | Tessera int8 / its f32 | PyTorch int8 / its f32 | Tessera int8 / PyTorch int8 "
           "| Tessera int8 / ORT int8 |")
     print("|---|---|---:|---:|---:|---:|")

@@ -226,6 +226,9 @@ const std::vector<Pass>& default_passes() {
        [](Graph& g, const PassOptions& o) { return simplify(g, o.no_autograd); }},
       {"fold-batch-norm", "conv/linear + batch_norm into new weights (inference graphs)",
        [](Graph& g, const PassOptions& o) { return o.inference ? fold_batch_norm(g) : 0; }},
+      {"remove-pruned-channels", "output channels a layer computes as exactly 0 (structurally pruned filters) "
+                                 "leave it and the layer that reads them (inference graphs)",
+       [](Graph& g, const PassOptions& o) { return o.inference ? remove_pruned_channels(g) : 0; }},
       {"fold", "evaluates nodes whose inputs are all constants",
        [](Graph& g, const PassOptions&) { return fold_constants(g); }},
       {"cse", "merges nodes with the same op, inputs and attributes",

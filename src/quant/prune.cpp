@@ -25,6 +25,14 @@ Tensor* weight_member(nn::Module& m) {
   return nullptr;
 }
 
+// The layer's `bias` member (undefined tensor when it has none).
+Tensor* bias_member(nn::Module& m) {
+  if (auto* l = dynamic_cast<nn::Linear*>(&m)) return &l->bias;
+  if (auto* c = dynamic_cast<nn::Conv2d*>(&m)) return &c->bias;
+  if (auto* c = dynamic_cast<nn::Conv1d*>(&m)) return &c->bias;
+  return nullptr;
+}
+
 // The module's own tensor `name` (undefined when it has none). By value: the
 // lists named_parameters/named_buffers return are temporaries.
 Tensor own(const nn::NamedTensors& ts, const std::string& name) {
@@ -33,15 +41,17 @@ Tensor own(const nn::NamedTensors& ts, const std::string& name) {
   return Tensor();
 }
 
-// The forward pre-hook of each pruned module, to remove it when the masks are
-// folded in (Module hooks are removed by handle).
+// The forward pre-hooks of each pruned module (weight, and bias when pruned
+// structurally), to remove them when the masks are folded in (Module hooks are
+// removed by handle).
 std::mutex g_hooks_mu;
-std::unordered_map<const nn::Module*, size_t> g_hooks;
+std::unordered_map<const nn::Module*, std::vector<size_t>> g_hooks;
 
 struct Target {
   std::string name;
   nn::Module* module;
-  Tensor orig, mask;  // after ensure_pruned
+  Tensor orig, mask;            // after ensure_pruned
+  Tensor bias_orig, bias_mask;  // after ensure_bias_pruned (structured pruning of a layer with a bias)
 };
 
 bool skipped(const std::string& path, const std::vector<std::string>& skip) {
@@ -65,7 +75,28 @@ void ensure_pruned(Target& t) {
   size_t h = m.register_forward_pre_hook(
       [orig, mask](nn::Module& mod, Tensor&) { *weight_member(mod) = ops::mul(orig, mask); });
   std::lock_guard<std::mutex> lock(g_hooks_mu);
-  g_hooks[&m] = h;
+  g_hooks[&m].push_back(h);
+}
+
+// Structured pruning removes whole filters: the bias of a pruned row is
+// masked too (bias_orig + bias_mask), so the row's output is exactly 0 and
+// the compiler can take it out of the layer (compile::remove_pruned_channels).
+void ensure_bias_pruned(Target& t) {
+  nn::Module& m = *t.module;
+  if (Tensor o = own(m.named_parameters(false), "bias_orig"); o.defined()) {
+    t.bias_orig = o;
+    t.bias_mask = own(m.named_buffers(false), "bias_mask");
+    return;
+  }
+  if (!own(m.named_parameters(false), "bias").defined()) return;
+  Tensor b = m.unregister("bias");
+  t.bias_orig = m.register_parameter("bias_orig", b, b.requires_grad());
+  t.bias_mask = m.register_buffer("bias_mask", ones_like(b.detach()));
+  Tensor orig = t.bias_orig, mask = t.bias_mask;
+  size_t h = m.register_forward_pre_hook(
+      [orig, mask](nn::Module& mod, Tensor&) { *bias_member(mod) = ops::mul(orig, mask); });
+  std::lock_guard<std::mutex> lock(g_hooks_mu);
+  g_hooks[&m].push_back(h);
 }
 
 // Scores of the entries (or rows) of one layer: |w| (or the row's L2 norm) of
@@ -116,6 +147,12 @@ void apply(Target& t, const std::vector<int64_t>& which, bool rows) {
     for (int64_t j = 0; j < per; ++j) q[i * per + j] = 0.0;
   t.mask.copy_(mk.to(t.mask.dtype()));
   *weight_member(*t.module) = ops::mul(t.orig, t.mask);
+  if (rows && t.bias_mask.defined()) {
+    Tensor bm = t.bias_mask.to(DType::F64).contiguous();
+    for (int64_t i : which) bm.data_ptr<double>()[i] = 0.0;
+    t.bias_mask.copy_(bm.to(t.bias_mask.dtype()));
+    *bias_member(*t.module) = ops::mul(t.bias_orig, t.bias_mask);
+  }
 }
 
 int64_t count_zeros(const Tensor& mask) {
@@ -151,7 +188,10 @@ PruneReport prune(nn::Module& model, const PruneConfig& cfg) {
       TS_CHECK(cfg.global || cfg.sparsity + 1e-9 >= now, "prune: '", t.name, "' is already ", now, " sparse; pruning to ",
                cfg.sparsity, " would revive weights (masks only grow)");
   }
-  for (Target& t : targets) ensure_pruned(t);
+  for (Target& t : targets) {
+    ensure_pruned(t);
+    if (rows) ensure_bias_pruned(t);
+  }
   if (cfg.global && !rows) {
     std::vector<double> all;
     std::vector<size_t> start;
@@ -205,10 +245,15 @@ void make_pruning_permanent(nn::Module& model) {
     Tensor w = ops::mul(orig, mask).detach();
     w.requires_grad_(orig.requires_grad());
     *weight_member(*m) = m->register_parameter("weight", w, orig.requires_grad());
+    if (own(m->named_parameters(false), "bias_orig").defined()) {
+      Tensor borig = m->unregister("bias_orig");
+      Tensor b = ops::mul(borig, m->unregister("bias_mask")).detach();
+      *bias_member(*m) = m->register_parameter("bias", b, borig.requires_grad());
+    }
     std::lock_guard<std::mutex> lock(g_hooks_mu);
     auto it = g_hooks.find(m);
     if (it != g_hooks.end()) {
-      m->remove_hook(it->second);
+      for (size_t h : it->second) m->remove_hook(h);
       g_hooks.erase(it);
     }
   }

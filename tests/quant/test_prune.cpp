@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "tessera/compile/compile.h"
+#include "tessera/compile/model.h"
 #include "tessera/nn/nn.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/quant/prune.h"
@@ -65,6 +67,51 @@ TEST(Prune, StructuredZeroesWholeRowsByNorm) {
   double max_pruned = ops::amax(ops::where(row_zero, norms, full({}, -1.0))).item<double>();
   double min_kept = ops::amin(ops::where(row_zero, full({}, 1e9), norms)).item<double>();
   EXPECT_LE(max_pruned, min_kept);
+}
+
+// Structured pruning masks whole filters, bias included, so the compiler
+// takes them out of the graph: smaller layers, the same outputs.
+TEST(Prune, CompiledGraphDropsStructurallyPrunedChannels) {
+  manual_seed(4);
+  auto m = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::Conv2d>(3, 8, 3, 1, 1), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+      std::make_shared<nn::Conv2d>(8, 16, 3, 1, 1), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(16 * 2 * 2, 12), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(12, 5)});
+  quant::prune(*m, {.sparsity = 0.5, .method = "structured", .skip = {"9"}});
+  m->eval();
+  Tensor x = ops::randn({6, 3, 8, 8});
+  Tensor want;
+  {
+    NoGradGuard ng;
+    want = (*m)(x);
+  }
+  compile::CaptureOptions co;
+  co.dynamic.push_back({0, 0, "N"});
+  compile::Graph g = compile::capture_module(*m, x, co);
+  compile::PassOptions po;
+  po.disable = compile::tessera_only_passes();
+  auto report = compile::optimize(g, po);
+  int removed = 0;
+  for (const auto& r : report) removed += r.name == "remove-pruned-channels" ? r.changes : 0;
+  // Three masked weights and biases made constants, then three removals:
+  // conv 0 -> conv 3, conv 3 -> (flatten) linear 7, linear 7 -> linear 9.
+  EXPECT_EQ(removed, 6 + 3);
+  std::vector<Shape> weights;
+  for (const compile::Node* n : g.nodes())
+    if (n->op_name() == "conv2d" || n->op_name() == "linear") weights.push_back(n->inputs[1]->data.shape());
+  ASSERT_EQ(weights.size(), 4u);
+  EXPECT_EQ(weights[0], (Shape{4, 3, 3, 3}));
+  EXPECT_EQ(weights[1], (Shape{8, 4, 3, 3}));
+  EXPECT_EQ(weights[2], (Shape{6, 8 * 2 * 2}));
+  EXPECT_EQ(weights[3], (Shape{5, 6}));
+  Tensor got = Model(std::move(g))(x);
+  EXPECT_LT(ops::abs(ops::sub(got, want)).max().item<float>(), 1e-5);
+  // Reloading the pruned model keeps the bias masks.
+  auto sd = m->state_dict();
+  EXPECT_NE(sd.find("0.bias_mask"), nullptr);
+  quant::make_pruning_permanent(*m);
+  EXPECT_NE(m->state_dict().find("0.bias"), nullptr);
 }
 
 TEST(Prune, MasksSurviveOptimizerStepsAndReloading) {

@@ -52,6 +52,12 @@ int fold_constants(Graph& g);
 // for the parameter values they were folded with; compile() keys its cache on
 // parameter versions for inference graphs so an update retraces.
 int fold_batch_norm(Graph& g);
+// Output channels of a conv2d/linear whose weights and bias are all zero
+// (filters removed by structured pruning, quant/prune.h) are taken out of the
+// layer and out of the conv2d/linear reading them (through ReLU, pooling,
+// dropout, a flatten); the values computed are the same. Inference graphs
+// only (the weights become constants, as with fold_batch_norm).
+int remove_pruned_channels(Graph& g);
 // f32 linear followed by its activation (relu, gelu, silu, tanh) and/or a
 // residual add as one fused_linear node (the GEMM's epilogue); graphs run
 // without autograd only.

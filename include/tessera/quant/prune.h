@@ -10,7 +10,10 @@
 // optimizer does, and state_dict() / checkpoints carry the mask. PyTorch's
 // torch.nn.utils.prune works the same way and uses the same names. Loading a
 // pruned checkpoint: prune the fresh model first (any sparsity; the loaded
-// masks replace its masks), then load_state_dict.
+// masks replace its masks), then load_state_dict. Structured pruning removes
+// whole filters, so it masks the bias of each pruned row as well (bias_orig +
+// bias_mask): a pruned row's output is exactly 0 and the compiler takes it
+// out of the layer and out of the next one (compile::remove_pruned_channels).
 #include <string>
 #include <utility>
 #include <vector>
