@@ -7,6 +7,7 @@
 //   tessera_quant_bench gpt RUN_OR_CHECKPOINT [--threads N] [--eval-batches B] [--rounds R]
 //   tessera_quant_bench cnn RUN_OR_CHECKPOINT [--threads N] [--rounds R] [--calibration-batches B]
 //                       [--observer KIND] [--export DIR]
+//   tessera_quant_bench sparse [--threads N] [--rounds R]    (sparse_linear vs the dense GEMM by sparsity)
 // Every figure is a median over R rounds that alternate the variants, so slow
 // phases of a shared host land on all of them alike.
 #include <algorithm>
@@ -303,11 +304,53 @@ int run_cnn(const std::string& arg, int64_t calib_batches, const std::string& ob
   return 0;
 }
 
+// Unstructured sparsity: ops::sparse_linear (CSR) against ops::linear (oneDNN
+// f32 GEMM) on the same randomly pruned weights, by sparsity: where the
+// sparse kernel starts to win.
+int run_sparse(int rounds) {
+  NoGradGuard ng;
+  const std::vector<std::pair<int64_t, int64_t>> shapes{{256, 784}, {1024, 1024}, {4096, 4096}};
+  const std::vector<double> sparsities{0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99};
+  std::printf("%-12s %5s %9s %12s %12s %10s\n", "shape", "m", "sparsity", "dense us", "sparse us", "dense/sp");
+  for (auto [n, k] : shapes)
+    for (int64_t m : {int64_t{1}, int64_t{64}}) {
+      Tensor x = ops::randn({m, k});
+      for (double sp : sparsities) {
+        Tensor w = ops::randn({n, k});
+        w = ops::mul(w, ops::gt(ops::rand({n, k}), sp).to(DType::F32)).contiguous();
+        std::vector<float> values;
+        std::vector<int32_t> col_idx;
+        std::vector<int64_t> row_ptr{0};
+        const float* wp = w.data_ptr<float>();
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t j = 0; j < k; ++j)
+            if (wp[r * k + j] != 0.0f) {
+              values.push_back(wp[r * k + j]);
+              col_idx.push_back(static_cast<int32_t>(j));
+            }
+          row_ptr.push_back(static_cast<int64_t>(values.size()));
+        }
+        Tensor vals = tensor(values), cols = tensor(col_idx), rows = tensor(row_ptr);
+        std::vector<double> td, ts;
+        for (int r = 0; r < rounds; ++r) {
+          td.push_back(time_call([&] { ops::linear(x, w); }, 0.2));
+          ts.push_back(time_call([&] { ops::sparse_linear(x, vals, cols, rows, Tensor(), k); }, 0.2));
+        }
+        const double d = median(td) * 1e6, sp_us = median(ts) * 1e6;
+        std::printf("%5lldx%-6lld %5lld %8.0f%% %12.1f %12.1f %9.2fx\n", static_cast<long long>(n),
+                    static_cast<long long>(k), static_cast<long long>(m), 100 * sp, d, sp_us, d / sp_us);
+        std::printf("RESULT sparse n=%lld k=%lld m=%lld sparsity=%.2f dense_us=%.2f sparse_us=%.2f\n",
+                    static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(m), sp, d, sp_us);
+      }
+    }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s kernels|gpt|cnn [RUN] [--threads N] [--rounds R] [--eval-batches B] [--calibration-batches B] [--observer KIND] [--export DIR]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s kernels|gpt|cnn|sparse [RUN] [--threads N] [--rounds R] [--eval-batches B] [--calibration-batches B] [--observer KIND] [--export DIR]\n", argv[0]);
     return 2;
   }
   std::string mode = argv[1], run, observer = "minmax", export_dir;
@@ -337,11 +380,12 @@ int main(int argc, char** argv) {
   try {
     if (mode == "kernels") return run_kernels(rounds);
     if (mode == "gpt") return run_gpt(run, eval_batches, rounds);
+    if (mode == "sparse") return run_sparse(rounds);
     if (mode == "cnn") return run_cnn(run, calib_batches, observer, export_dir, rounds);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "unknown mode '%s': expected kernels, gpt or cnn\n", mode.c_str());
+  std::fprintf(stderr, "unknown mode '%s': expected kernels, gpt, cnn or sparse\n", mode.c_str());
   return 2;
 }

@@ -64,6 +64,8 @@ def dtypes(n, f):
         return "f32 (oneDNN), f16/bf16 (computed in f32), f64 (direct loop)"
     if f == "attention":
         return "f32, f64 (f16/bf16 computed in f32)"
+    if f == "sparse":
+        return "x: floats (computed in f32); weight: f32 CSR"
     if f == "quant":
         return {"quantized_linear": "x: f32 (f16/bf16/f64 computed in f32); weight: q8_0, q4_0, int8 (per row), int4 "
                 "(groups of 32-256)", "dequantize_weight": "q8_0, q4_0, int8, int4 → f32",
@@ -129,6 +131,7 @@ NOTES = {
     "dequantize_per_tensor": "(q - zero_point) * scale (ONNX DequantizeLinear)",
     "int8_conv2d": "static int8 convolution (oneDNN, VNNI) with bias, ReLU and requantization in its epilogue; "
                    "inference only; made by quant::quantize_static",
+    "sparse_linear": "CSR weight (made by the sparse-weights pass from very sparse constant weights); inference only",
     "fake_quantize": "quantization-aware training: straight-through for x, LSQ for a learnable scale; "
                      "quant/qat.h",
     "int8_linear": "static int8 linear layer (oneDNN) with bias, ReLU and requantization in its epilogue; inference "
@@ -141,7 +144,8 @@ TITLES = {"unary": "Unary elementwise", "binary": "Binary elementwise (broadcast
           "random": "Random (counter-based Philox: same seed, same numbers for any thread count)",
           "normalization": "Normalization", "loss": "Losses, dropout and embedding", "conv": "Convolution",
           "pooling": "Pooling and resizing", "attention": "Attention",
-          "quant": "Quantized weights (docs/quantization.md)",
+          "quant": "Quantization: weight-only, static int8, fake quantization (docs/quantization.md)",
+          "sparse": "Sparse weights (pruned layers)",
           "fused": "Fused kernels (made by the graph compiler)",
           "factory": "Factories (ops so that a captured graph rebuilds them at a new dynamic size)"}
 

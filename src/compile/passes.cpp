@@ -229,6 +229,9 @@ const std::vector<Pass>& default_passes() {
       {"remove-pruned-channels", "output channels a layer computes as exactly 0 (structurally pruned filters) "
                                  "leave it and the layer that reads them (inference graphs)",
        [](Graph& g, const PassOptions& o) { return o.inference ? remove_pruned_channels(g) : 0; }},
+      {"sparse-weights", "a linear layer whose constant weight has at most 5% nonzeros runs sparse_linear over it "
+                         "in CSR form (inference graphs)",
+       [](Graph& g, const PassOptions& o) { return o.inference ? sparse_weights(g) : 0; }},
       {"fold", "evaluates nodes whose inputs are all constants",
        [](Graph& g, const PassOptions&) { return fold_constants(g); }},
       {"cse", "merges nodes with the same op, inputs and attributes",

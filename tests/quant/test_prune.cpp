@@ -114,6 +114,38 @@ TEST(Prune, CompiledGraphDropsStructurallyPrunedChannels) {
   EXPECT_NE(m->state_dict().find("0.bias"), nullptr);
 }
 
+// Unstructured pruning past 95%: the compiled graph runs the layer's weight
+// in CSR form (sparse_linear), with the same outputs; bad CSR tensors are errors.
+TEST(Prune, VerySparseLinearRunsSparseWhenCompiled) {
+  auto m = mlp(8);
+  quant::prune(*m, {.sparsity = 0.97, .global = true});
+  m->eval();
+  Tensor x = ops::randn({5, 20});
+  Tensor want;
+  {
+    NoGradGuard ng;
+    want = (*m)(x);
+  }
+  compile::CaptureOptions co;
+  co.dynamic.push_back({0, 0, "N"});
+  Model compiled(compile::capture_module(*m, x, co));
+  int sparse = 0;
+  for (const compile::Node* n : compiled.graph().nodes()) sparse += n->op_name() == "sparse_linear";
+  EXPECT_GE(sparse, 1);
+  EXPECT_LT(ops::abs(ops::sub(compiled(x), want)).max().item<float>(), 1e-5);
+  EXPECT_LT(ops::abs(ops::sub(compiled(x.narrow(0, 0, 1).contiguous()), want.narrow(0, 0, 1))).max().item<float>(),
+            1e-5);
+  Tensor vals = tensor(std::vector<float>{1.f, 2.f}), idx = tensor(std::vector<int32_t>{0, 7});
+  Tensor ptr = tensor(std::vector<int64_t>{0, 1, 2});
+  EXPECT_NE(error_of([&] { ops::sparse_linear(ops::randn({1, 4}), vals, idx, ptr, Tensor(), 4); })
+                .find("col_idx[1] = 7 is outside [0, 4)"),
+            std::string::npos);
+  Tensor bad_ptr = tensor(std::vector<int64_t>{0, 2, 1});
+  EXPECT_NE(error_of([&] { ops::sparse_linear(ops::randn({1, 8}), vals, idx, bad_ptr, Tensor(), 8); })
+                .find("must start at 0 and end at the number of values"),
+            std::string::npos);
+}
+
 TEST(Prune, MasksSurviveOptimizerStepsAndReloading) {
   auto m = mlp(4);
   quant::prune(*m, {.sparsity = 0.6});

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/quant.h"
+#include "backend/cpu/sparse.h"
 #include "tessera/core/error.h"
 #include "tessera/core/half.h"
 
@@ -291,5 +292,33 @@ TEST(QuantKernels, AffineQuantizerMatchesNearbyint) {
     std::vector<float> nan = {1.f, NAN, 2.f};
     std::vector<uint8_t> out(3);
     EXPECT_TRUE(t.quantize_affine(nan.data(), 3, 1.f, 0.f, 0.f, 255.f, out.data(), true)) << t.isa;
+  }
+}
+
+// The sparse-weight product of every table against the CSR reference, at
+// one activation row (gather-dot) and several (transposed activations).
+TEST(QuantKernels, CsrProductMatchesReference) {
+  const int64_t rows = 37, cols = 91;
+  std::vector<float> w = randn(rows * cols, 21);
+  for (size_t i = 0; i < w.size(); ++i)
+    if (i % 7 != 0) w[i] = 0.f;  // 86% zeros; row 0 of some rows empty
+  for (int64_t j = 0; j < cols; ++j) w[5 * cols + j] = 0.f;
+  CsrData c = csr_from_dense(w.data(), rows, cols);
+  CsrMatrix m{rows, cols, c.row_ptr.data(), c.col_idx.data(), c.values.data()};
+  std::vector<float> bias = randn(rows, 22);
+  for (int64_t n : {int64_t{1}, int64_t{7}}) {
+    std::vector<float> x = randn(n * cols, 23), want(n * rows), xt(n * cols);
+    csr_linear_ref(m, x.data(), n, bias.data(), want.data());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < cols; ++j) xt[j * n + i] = x[i * cols + j];
+    for (const KernelTable& t : tables()) {
+      std::vector<float> got(n * rows);
+      t.csr_rows(m, n == 1 ? x.data() : xt.data(), n, bias.data(), got.data(), 0, rows);
+      for (int64_t i = 0; i < n * rows; ++i) ASSERT_NEAR(got[i], want[i], 1e-4f) << t.isa << " m " << n << " at " << i;
+    }
+    std::vector<float> got(n * rows);
+    csr_linear(m, x.data(), n, bias.data(), got.data());
+    for (int64_t i = 0; i < n * rows; ++i) ASSERT_NEAR(got[i], want[i], 1e-4f) << "csr_linear m " << n;
+    EXPECT_EQ(got[5], bias[5]);  // an empty row is its bias
   }
 }

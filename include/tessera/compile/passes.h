@@ -24,7 +24,9 @@ struct PassOptions {
 
 // The passes whose output only Tessera runs (fused kernels, blocked layouts):
 // disable them for a graph meant for ONNX export.
-inline std::vector<std::string> tessera_only_passes() { return {"fuse-epilogue", "layout", "fuse-elementwise"}; }
+inline std::vector<std::string> tessera_only_passes() {
+  return {"sparse-weights", "fuse-epilogue", "layout", "fuse-elementwise"};
+}
 
 struct Pass {
   std::string name;
@@ -58,6 +60,11 @@ int fold_batch_norm(Graph& g);
 // dropout, a flatten); the values computed are the same. Inference graphs
 // only (the weights become constants, as with fold_batch_norm).
 int remove_pruned_channels(Graph& g);
+// A linear layer whose weight is a constant (or parameter) with at most 5%
+// nonzeros runs sparse_linear over the weight in CSR form; inference graphs
+// only. Not a Tessera-only pass for ONNX: sparse_linear has no ONNX mapping,
+// so export disables it (tessera_only_passes).
+int sparse_weights(Graph& g);
 // f32 linear followed by its activation (relu, gelu, silu, tanh) and/or a
 // residual add as one fused_linear node (the GEMM's epilogue); graphs run
 // without autograd only.

@@ -353,6 +353,14 @@ Tensor int8_linear(const Tensor& x, const Tensor& weight, const Tensor& w_scales
 Tensor fake_quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point, int64_t axis, int64_t quant_min,
                      int64_t quant_max);
 
+// ---- sparse weights (pruned layers) ---------------------------------------------------
+// y = x @ W^T + bias with W [out_features, in_features] in compressed sparse
+// rows: row_ptr i64 [out_features + 1], col_idx i32 [nnz] (ascending within a
+// row), values f32 [nnz]. Every index is checked. Made by the compiler's
+// sparse-weights pass for very sparse constant weights; inference only.
+Tensor sparse_linear(const Tensor& x, const Tensor& values, const Tensor& col_idx, const Tensor& row_ptr,
+                     const Tensor& bias, int64_t in_features);
+
 // ---- made by the graph compiler (compile/) ----------------------------------------
 // A chain of pointwise ops as one kernel: `program` is a register program over
 // the inputs (broadcast together; float or bool), with f32 outputs of the

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/pool.h"
 #include "backend/cpu/quant.h"
+#include "backend/cpu/sparse.h"
 #include "tessera/core/dtype.h"
 
 namespace tessera::cpu {
@@ -104,6 +105,11 @@ using QuantizeAct = void (*)(const float* x, int64_t cols, BlockQ8Act* out);
 using QuantizeAffine = bool (*)(const float* x, int64_t n, float inv_scale, float zero_point, float lo, float hi,
                                 void* out, bool u8);
 
+// Sparse weights (backend/cpu/sparse.h): outputs r in [r0, r1) of y [m, rows]
+// from activations transposed to xt [cols, m] (m > 1) or x [cols] (m == 1).
+using CsrRows = void (*)(const CsrMatrix& w, const float* xt, int64_t m, const float* bias, float* y, int64_t r0,
+                         int64_t r1);
+
 struct KernelTable {
   const char* isa = "";
   Loop1d unary[kNumUnary][kNumDTypes] = {};
@@ -129,6 +135,7 @@ struct KernelTable {
   QDequantRows qdequant_rows[kNumQFormats] = {};
   QuantizeAct quantize_act = nullptr;
   QuantizeAffine quantize_affine = nullptr;
+  CsrRows csr_rows = nullptr;
 };
 
 const KernelTable& kernels();

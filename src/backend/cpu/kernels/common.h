@@ -66,4 +66,5 @@ void fill_norm_kernels(KernelTable& t);
 void fill_optim_kernels(KernelTable& t);
 void fill_pool_kernels(KernelTable& t);
 void fill_quant_kernels(KernelTable& t);
+void fill_sparse_kernels(KernelTable& t);
 }  // namespace tessera::cpu::TESSERA_ISA

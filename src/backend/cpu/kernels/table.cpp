@@ -9,6 +9,7 @@ void fill_kernel_table(KernelTable& t) {
   fill_optim_kernels(t);
   fill_pool_kernels(t);
   fill_quant_kernels(t);
+  fill_sparse_kernels(t);
 }
 
 }  // namespace tessera::cpu::TESSERA_ISA
