@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -250,6 +251,26 @@ int cmd_inspect(const std::string& path, bool dump, int64_t size) {
   return 0;
 }
 
+// The median wall time of `repeat` calls of f, in ms, after one warm-up call.
+double median_ms(const std::function<void()>& f, int repeat) {
+  f();
+  std::vector<double> ms;
+  for (int i = 0; i < repeat; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// The first n examples of a dataset as one batch.
+TensorList first_batch(const data::Dataset& d, int64_t n) {
+  std::vector<int64_t> idx(n);
+  for (int64_t i = 0; i < n; ++i) idx[i] = i;
+  return d.get_batch(idx);
+}
+
 // Quality, size and batch-1 latency of a loaded model, for quantize's table.
 struct Measured {
   train::EvalMetrics metrics;
@@ -263,15 +284,7 @@ Measured measure(Loaded& l, int64_t batches, int repeat) {
   model->eval();
   Tensor x = l.recipe.eval_data->get_batch({0}).at(0);
   NoGradGuard ng;
-  std::vector<double> ms;
-  (*model)(x);
-  for (int i = 0; i < repeat; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    (*model)(x);
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  m.latency_ms = ms[ms.size() / 2];
+  m.latency_ms = median_ms([&] { (*model)(x); }, repeat);
   train::TrainerOptions o;
   o.quiet = true;
   o.handle_signals = false;
@@ -319,19 +332,9 @@ GraphMeasured measure_graph(const Model& m, const data::Dataset& d, int64_t batc
   }
   r.accuracy = static_cast<double>(right) / static_cast<double>(n);
   r.loss = loss / static_cast<double>(n);
-  auto latency = [&](const Tensor& x) {
-    m(x);
-    std::vector<double> ms;
-    for (int i = 0; i < repeat; ++i) {
-      auto t0 = std::chrono::steady_clock::now();
-      m(x);
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  };
-  r.ms1 = latency(batch(0, 1).at(0));
-  r.ms64 = latency(batch(0, std::min<int64_t>(64, d.size())).at(0));
+  Tensor x1 = first_batch(d, 1).at(0), x64 = first_batch(d, std::min<int64_t>(64, d.size())).at(0);
+  r.ms1 = median_ms([&] { m(x1); }, repeat);
+  r.ms64 = median_ms([&] { m(x64); }, repeat);
   return r;
 }
 
@@ -342,21 +345,8 @@ std::pair<double, double> compiled_latency(Loaded& l, int repeat) {
   TS_CHECK(d && d->size() >= 2, "the checkpoint's config has no data to time the model on");
   const int64_t b = std::min<int64_t>(64, d->size());
   Model m(trace_model(l, b, false));
-  auto time = [&](int64_t n) {
-    std::vector<int64_t> idx(n);
-    for (int64_t i = 0; i < n; ++i) idx[i] = i;
-    Tensor x = d->get_batch(idx).at(0);
-    m(x);
-    std::vector<double> ms;
-    for (int i = 0; i < repeat; ++i) {
-      auto t0 = std::chrono::steady_clock::now();
-      m(x);
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  };
-  return {time(1), time(b)};
+  Tensor x1 = first_batch(*d, 1).at(0), xb = first_batch(*d, b).at(0);
+  return {median_ms([&] { m(x1); }, repeat), median_ms([&] { m(xb); }, repeat)};
 }
 
 // Static int8 of a classifier checkpoint: its model traced to a graph,
@@ -398,9 +388,8 @@ int cmd_ptq(const std::string& arg, const std::string& calibration, const std::v
   if (qat) {
     std::printf("a quantization-aware run: converting with the ranges it learned (%zu batches calibrate the rest)\n",
                 calib.size());
-    std::vector<int64_t> idx(std::min<int64_t>(64, l.recipe.eval_data->size()));
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>(i);
-    r = quant::convert_qat(*l.recipe.model, l.recipe.eval_data->get_batch(idx).at(0), calib, cfg);
+    Tensor example = first_batch(*l.recipe.eval_data, std::min<int64_t>(64, l.recipe.eval_data->size())).at(0);
+    r = quant::convert_qat(*l.recipe.model, example, calib, cfg);
   } else {
     std::printf("calibrating on %zu batches (%s observer)\n", calib.size(), cfg.observer.kind.c_str());
     r = quant::quantize_static(g, calib, cfg);
