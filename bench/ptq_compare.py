@@ -39,7 +39,7 @@ def torch_side(run, export_dir, threads, rounds):
     import copy
     import numpy as np
     import torch
-    from quant_compare import checkpoint_dir, read_safetensors
+    from quant_compare import checkpoint_dir, read_safetensors, time_call
     from train_torch import make_cnn
 
     torch.set_num_threads(threads)
@@ -67,16 +67,6 @@ def torch_side(run, export_dir, threads, rounds):
         with torch.inference_mode():
             right = sum((m(b).argmax(1) == t).sum().item() for b, t in zip(x.split(500), y.split(500)))
         return 100.0 * right / len(y)
-
-    def time_call(f, budget):
-        f()
-        reps, t0 = 0, time.perf_counter()
-        while True:
-            f()
-            reps += 1
-            t = time.perf_counter()
-            if t - t0 >= budget:
-                return (t - t0) / reps
 
     x1, x64 = x[:1].contiguous(), x[:64].contiguous()
     res = {"f32": {"t1": [], "t64": []}, "int8": {"t1": [], "t64": []}}

@@ -57,6 +57,18 @@ def read_safetensors(path, torch):
     return out
 
 
+def time_call(f, budget):
+    """Seconds per call of f: one warm-up call, then repeated for at least `budget` seconds."""
+    f()
+    reps, t0 = 0, time.perf_counter()
+    while True:
+        f()
+        reps += 1
+        t = time.perf_counter()
+        if t - t0 >= budget:
+            return (t - t0) / reps
+
+
 def torch_side(ckpt, threads, rounds):
     """Runs in a child process with PyTorch's environment; prints one JSON line."""
     import torch
@@ -91,16 +103,6 @@ def torch_side(ckpt, threads, rounds):
     g = torch.Generator().manual_seed(0)
     one = torch.randint(0, vocab, (1, 1), generator=g)
     prompt = torch.randint(0, vocab, (1, 128), generator=g)
-
-    def time_call(f, budget):
-        f()
-        reps, t0 = 0, time.perf_counter()
-        while True:
-            f()
-            reps += 1
-            t = time.perf_counter()
-            if t - t0 >= budget:
-                return (t - t0) / reps
 
     res = {"f32": {"t1": [], "t128": []}, "dynamic_int8": {"t1": [], "t128": []}}
     with torch.inference_mode():

@@ -7,39 +7,22 @@
 #include <mutex>
 #include <numeric>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/nn/conv.h"
 #include "tessera/nn/linear.h"
+#include "quant/layers.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::quant {
 namespace {
 
-// The layer's `weight` member, for the layers pruning knows.
-Tensor* weight_member(nn::Module& m) {
-  if (auto* l = dynamic_cast<nn::Linear*>(&m)) return l->quantized ? nullptr : &l->weight;
-  if (auto* c = dynamic_cast<nn::Conv2d*>(&m)) return &c->weight;
-  if (auto* c = dynamic_cast<nn::Conv1d*>(&m)) return &c->weight;
-  return nullptr;
-}
-
-// The layer's `bias` member (undefined tensor when it has none).
-Tensor* bias_member(nn::Module& m) {
-  if (auto* l = dynamic_cast<nn::Linear*>(&m)) return &l->bias;
-  if (auto* c = dynamic_cast<nn::Conv2d*>(&m)) return &c->bias;
-  if (auto* c = dynamic_cast<nn::Conv1d*>(&m)) return &c->bias;
-  return nullptr;
-}
-
-// The module's own tensor `name` (undefined when it has none). By value: the
-// lists named_parameters/named_buffers return are temporaries.
-Tensor own(const nn::NamedTensors& ts, const std::string& name) {
-  for (const auto& [n, t] : ts)
-    if (n == name) return t;
-  return Tensor();
-}
+using detail::bias_member;
+using detail::own;
+using detail::skipped;
+using detail::weight_member;
 
 // The forward pre-hooks of each pruned module (weight, and bias when pruned
 // structurally), to remove them when the masks are folded in (Module hooks are
@@ -54,50 +37,29 @@ struct Target {
   Tensor bias_orig, bias_mask;  // after ensure_bias_pruned (structured pruning of a layer with a bias)
 };
 
-bool skipped(const std::string& path, const std::vector<std::string>& skip) {
-  for (const auto& s : skip)
-    if (path == s || path.starts_with(s + ".")) return true;
-  return false;
-}
-
-// Re-registers the weight as weight_orig + weight_mask with the hook, once.
-void ensure_pruned(Target& t) {
-  nn::Module& m = *t.module;
-  if (Tensor o = own(m.named_parameters(false), "weight_orig"); o.defined()) {
-    t.orig = o;
-    t.mask = own(m.named_buffers(false), "weight_mask");
-    return;
-  }
-  Tensor w = m.unregister("weight");
-  t.orig = m.register_parameter("weight_orig", w, w.requires_grad());
-  t.mask = m.register_buffer("weight_mask", ones_like(w.detach()));
-  Tensor orig = t.orig, mask = t.mask;
+// Re-registers the module's parameter `name` ("weight" or "bias") as
+// name_orig + name_mask with a forward pre-hook setting the member to their
+// product, once; returns {orig, mask} (undefined when it has no such parameter).
+std::pair<Tensor, Tensor> masked(nn::Module& m, const std::string& name, Tensor* (*member)(nn::Module&)) {
+  if (Tensor o = own(m.named_parameters(false), name + "_orig"); o.defined())
+    return {o, own(m.named_buffers(false), name + "_mask")};
+  if (!own(m.named_parameters(false), name).defined()) return {};
+  Tensor p = m.unregister(name);
+  Tensor orig = m.register_parameter(name + "_orig", p, p.requires_grad());
+  Tensor mask = m.register_buffer(name + "_mask", ones_like(p.detach()));
   size_t h = m.register_forward_pre_hook(
-      [orig, mask](nn::Module& mod, Tensor&) { *weight_member(mod) = ops::mul(orig, mask); });
+      [orig, mask, member](nn::Module& mod, Tensor&) { *member(mod) = ops::mul(orig, mask); });
   std::lock_guard<std::mutex> lock(g_hooks_mu);
   g_hooks[&m].push_back(h);
+  return {orig, mask};
 }
+
+void ensure_pruned(Target& t) { std::tie(t.orig, t.mask) = masked(*t.module, "weight", weight_member); }
 
 // Structured pruning removes whole filters: the bias of a pruned row is
 // masked too (bias_orig + bias_mask), so the row's output is exactly 0 and
 // the compiler can take it out of the layer (compile::remove_pruned_channels).
-void ensure_bias_pruned(Target& t) {
-  nn::Module& m = *t.module;
-  if (Tensor o = own(m.named_parameters(false), "bias_orig"); o.defined()) {
-    t.bias_orig = o;
-    t.bias_mask = own(m.named_buffers(false), "bias_mask");
-    return;
-  }
-  if (!own(m.named_parameters(false), "bias").defined()) return;
-  Tensor b = m.unregister("bias");
-  t.bias_orig = m.register_parameter("bias_orig", b, b.requires_grad());
-  t.bias_mask = m.register_buffer("bias_mask", ones_like(b.detach()));
-  Tensor orig = t.bias_orig, mask = t.bias_mask;
-  size_t h = m.register_forward_pre_hook(
-      [orig, mask](nn::Module& mod, Tensor&) { *bias_member(mod) = ops::mul(orig, mask); });
-  std::lock_guard<std::mutex> lock(g_hooks_mu);
-  g_hooks[&m].push_back(h);
-}
+void ensure_bias_pruned(Target& t) { std::tie(t.bias_orig, t.bias_mask) = masked(*t.module, "bias", bias_member); }
 
 // Scores of the entries (or rows) of one layer: |w| (or the row's L2 norm) of
 // the masked weight; already pruned entries score -1 so they stay pruned.

@@ -12,28 +12,18 @@
 #include "tessera/core/error.h"
 #include "tessera/nn/conv.h"
 #include "tessera/nn/linear.h"
+#include "quant/layers.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::quant {
 namespace {
 
-// The weight member a layer's forward reads, or null for other modules.
+using detail::own;
+using detail::skipped;
+
+// The layers QAT prepares: those with an int8 kernel (Linear, Conv2d).
 Tensor* weight_member(nn::Module& m) {
-  if (auto* l = dynamic_cast<nn::Linear*>(&m)) return l->quantized ? nullptr : &l->weight;
-  if (auto* c = dynamic_cast<nn::Conv2d*>(&m)) return &c->weight;
-  return nullptr;
-}
-
-Tensor own(const nn::NamedTensors& ts, const std::string& name) {
-  for (const auto& [n, t] : ts)
-    if (n == name) return t;
-  return Tensor();
-}
-
-bool skipped(const std::string& path, const std::vector<std::string>& skip) {
-  for (const auto& s : skip)
-    if (path == s || path.starts_with(s + ".")) return true;
-  return false;
+  return dynamic_cast<nn::Conv1d*>(&m) ? nullptr : detail::weight_member(m);
 }
 
 // The pre-hook of each prepared layer, to remove it in convert_qat.

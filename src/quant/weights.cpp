@@ -9,6 +9,7 @@
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/half.h"
 #include "tessera/nn/linear.h"
+#include "quant/layers.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::quant {
@@ -19,12 +20,6 @@ Tensor bytes_to(const std::vector<uint8_t>& bytes, DType dt, Shape shape) {
   TS_CHECK(static_cast<size_t>(t.numel()) * dtype_size(dt) == bytes.size(), "quantize: internal size mismatch");
   std::memcpy(t.raw_data(), bytes.data(), bytes.size());
   return t;
-}
-
-bool skipped(const std::string& path, const std::vector<std::string>& skip) {
-  for (const auto& s : skip)
-    if (path == s || path.starts_with(s + ".")) return true;
-  return false;
 }
 
 }  // namespace
@@ -76,7 +71,7 @@ WeightQuantReport quantize_weights(nn::Module& model, const WeightQuantConfig& c
       rep.kept.emplace_back(name, std::move(why));
       rep.bytes_after += f32_bytes;
     };
-    if (skipped(path, cfg.skip)) {
+    if (detail::skipped(path, cfg.skip)) {
       keep("skipped by the config");
       continue;
     }
