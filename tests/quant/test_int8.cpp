@@ -260,3 +260,24 @@ TEST(Observers, AffineParameters) {
   EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{1.f, 2.f / 127}));
   EXPECT_EQ(q.to(DType::I64).to_vector<int64_t>(), (std::vector<int64_t>{0, 0, -127, 64}));
 }
+
+// The integer path bit for bit: with unit scales, no bias and f32 output the
+// kernels store their int32 sums (exact in f32 below 2^24), which must equal
+// the reference's sums exactly — u8 with a zero point, and s8.
+TEST(Int8Kernels, IntegerSumsAreExact) {
+  std::vector<float> ones_scales(48, 1.0f);
+  cpu::ConvGeometry g{2, 24, 7, 7, 48, 3, 3, 7, 7, 1, 1, 1, 1, 1, 1, 1, 1, 1, DType::U8};
+  for (bool s8 : {false, true}) {
+    auto x = random_codes<uint8_t>(2 * 7 * 7 * 24, 0, s8 ? 255 : cpu::int8_activation_max(), 31);
+    auto w = random_codes<int8_t>(48 * 24 * 9, -127, 127, 32);
+    cpu::Int8Epilogue e{1.0f, s8 ? 0 : 9, s8, ones_scales.data(), nullptr, cpu::Epilogue::None, false, 1.0f, 0};
+    std::vector<float> got(2 * 7 * 7 * 48), want(got.size());
+    cpu::int8_conv2d(g, x.data(), w.data(), e, got.data());
+    cpu::int8_conv2d_ref(g, x.data(), w.data(), e, want.data());
+    EXPECT_EQ(got, want) << (s8 ? "s8" : "u8");
+    std::vector<float> lg(5 * 48), lw(5 * 48);
+    cpu::int8_linear(5, 48, 24 * 9, x.data(), w.data(), e, lg.data());
+    cpu::int8_linear_ref(5, 48, 24 * 9, x.data(), w.data(), e, lw.data());
+    EXPECT_EQ(lg, lw) << (s8 ? "s8" : "u8");
+  }
+}
