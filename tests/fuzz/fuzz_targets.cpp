@@ -1,8 +1,8 @@
 // libFuzzer targets for every parser of outside input (safetensors, .npy, tar
-// shards, YAML, ONNX models, compiled graph.json). Built by scripts/fuzz.sh
+// shards, YAML, ONNX models, compiled graph.json, KServe infer requests). Built by scripts/fuzz.sh
 // (clang, -fsanitize=fuzzer,address,undefined) as one binary per target:
 // TESSERA_FUZZ_TARGET selects the parser. A parser may reject its input only
-// with tessera::Error; anything else (a crash, a sanitizer report, another
+// with tessera::Error (serve::RequestError for requests); anything else (a crash, a sanitizer report, another
 // exception type, a hang) is a finding.
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include "tessera/io/config.h"
 #include "tessera/io/npy.h"
 #include "tessera/io/safetensors.h"
+#include "tessera/serve/protocol.h"
 
 using namespace tessera;
 
@@ -43,6 +44,14 @@ void parse(const char* p, size_t n) {
 #elif TESSERA_FUZZ_TARGET == 6
   compile::Graph g = compile::graph_from_json(std::string(p, n), [](const std::string&) { return zeros({2}); }, "fuzz");
   (void)compile::dump(g);
+#elif TESSERA_FUZZ_TARGET == 7
+  // The first byte picks JSON (even) or the binary extension (odd, the next
+  // two bytes the JSON header's length); the rest is the body.
+  if (n < 3) return;
+  std::optional<size_t> json_length;
+  if (p[0] & 1) json_length = static_cast<size_t>(static_cast<uint8_t>(p[1]) | (static_cast<uint8_t>(p[2]) << 8));
+  auto r = serve::parse_infer_request(std::string_view(p + 3, n - 3), json_length);
+  for (auto& in : r.inputs) (void)in.data.numel();
 #else
 #error "define TESSERA_FUZZ_TARGET"
 #endif
@@ -54,6 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     parse(reinterpret_cast<const char*>(data), size);
   } catch (const Error&) {
     // a clean rejection
+  } catch (const serve::RequestError&) {
+    // a clean rejection of a request
   }
   return 0;
 }
