@@ -1,0 +1,299 @@
+// The KServe v2 routes over loaded model versions (serve/service.h).
+#include "tessera/serve/service.h"
+
+#include <chrono>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/error.h"
+
+namespace tessera::serve {
+namespace {
+
+using json = nlohmann::json;
+
+const std::vector<double> kSecondsBuckets{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                          0.25,   0.5,     1,      2.5,   5,      10};
+const std::vector<double> kBatchBuckets{1, 2, 4, 8, 16, 32, 64, 128, 256};
+
+HttpResponse json_response(int status, const json& j) {
+  HttpResponse r;
+  r.status = status;
+  r.body = j.dump();
+  return r;
+}
+HttpResponse error_response(int status, const std::string& message) {
+  HttpResponse r;
+  r.status = status;
+  r.body = error_body(message);
+  if (status == 503) r.headers.push_back({"Retry-After", "1"});
+  return r;
+}
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    if (j > i) parts.push_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+  return parts;
+}
+
+// Compares without an early exit, so a wrong key's timing does not tell how much of it was right.
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+json port_json(const Model::Port& p) {
+  json shape = json::array();
+  for (const auto& d : p.shape) {
+    const bool fixed = !d.empty() && std::all_of(d.begin(), d.end(), ::isdigit);
+    shape.push_back(fixed ? std::stoll(d) : -1);  // KServe: -1 for a dynamic dimension
+  }
+  return {{"name", p.name}, {"datatype", kserve_name(p.dtype)}, {"shape", shape}};
+}
+
+// Zeros of the model's signature with every dynamic dimension `n`.
+TensorList synthetic_inputs(const Model& m, int64_t n) {
+  TensorList xs;
+  for (const auto& p : m.inputs()) {
+    Shape s;
+    for (const auto& d : p.shape)
+      s.push_back(!d.empty() && std::all_of(d.begin(), d.end(), ::isdigit) ? std::stoll(d) : n);
+    xs.push_back(zeros(s, p.dtype));
+  }
+  return xs;
+}
+
+}  // namespace
+
+InferenceService::InferenceService(ServiceOptions options) : options_(std::move(options)) {}
+
+InferenceService::~InferenceService() { drain(); }
+
+void InferenceService::load(const std::string& name, int64_t version, const std::string& path,
+                            const ModelConfig& config) {
+  TS_CHECK(valid_model_name(name), "serve: '", name, "' is not a valid model name (letters, digits, '_', '-', '.')");
+  TS_CHECK(version > 0, "serve: model versions are positive integers, got ", version);
+  auto v = std::make_shared<Version>();
+  v->version = version;
+  v->config = config;
+  v->model = std::make_shared<const Model>(tessera::load(path));
+  // Warm-up before ready: the first calls plan memory, pick kernels and pack weights.
+  for (int64_t n : {int64_t{1}, config.max_batch_size})
+    for (int i = 0; i < config.warmup_runs; ++i) v->model->run(synthetic_inputs(*v->model, n));
+  const std::string model_label = name;
+  v->batcher = std::make_unique<Batcher>(v->model, config, [this, model_label](const BatchStats& s) {
+    metrics_.observe("tessera_serve_batch_size", "Rows per model run.", kBatchBuckets, static_cast<double>(s.rows),
+                     {{"model", model_label}});
+    metrics_.observe("tessera_serve_queue_seconds", "Time the oldest request of a run waited.", kSecondsBuckets,
+                     s.queue_us * 1e-6, {{"model", model_label}});
+    metrics_.observe("tessera_serve_compute_seconds", "Time of one model run.", kSecondsBuckets, s.compute_us * 1e-6,
+                     {{"model", model_label}});
+  });
+  std::shared_ptr<Version> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = models_[name][version];
+    old = std::move(slot);
+    slot = v;
+  }
+  metrics_.set("tessera_serve_model_ready", "1 when a model version serves requests.", 1,
+               {{"model", name}, {"version", std::to_string(version)}});
+  if (old) old->batcher->drain();  // in-flight requests of the replaced version finish
+}
+
+void InferenceService::unload(const std::string& name, int64_t version) {
+  std::shared_ptr<Version> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(name);
+    TS_CHECK(it != models_.end() && it->second.count(version), "serve: model '", name, "' has no version ", version);
+    old = it->second[version];
+    it->second.erase(version);
+    if (it->second.empty()) models_.erase(it);
+  }
+  metrics_.set("tessera_serve_model_ready", "1 when a model version serves requests.", 0,
+               {{"model", name}, {"version", std::to_string(version)}});
+  old->batcher->drain();
+}
+
+void InferenceService::load_repository(const std::string& dir) {
+  for (const RepositoryEntry& e : scan_repository(dir))
+    for (const ModelVersion& v : e.versions) load(e.name, v.version, v.path, e.config);
+}
+
+void InferenceService::drain() {
+  std::vector<std::shared_ptr<Version>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+    for (auto& [name, versions] : models_)
+      for (auto& [n, v] : versions) all.push_back(v);
+  }
+  for (auto& v : all) v->batcher->drain();
+}
+
+std::shared_ptr<InferenceService::Version> InferenceService::find(const std::string& name,
+                                                                 const std::string& version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end() || it->second.empty()) throw RequestError(404, "unknown model '" + name + "'");
+  if (version.empty()) return it->second.rbegin()->second;
+  const bool numeric = !version.empty() && version.size() <= 18 && std::all_of(version.begin(), version.end(), ::isdigit);
+  auto v = numeric ? it->second.find(std::stoll(version)) : it->second.end();
+  if (v == it->second.end()) {
+    std::string have;
+    for (auto& [n, x] : it->second) have += (have.empty() ? "" : ", ") + std::to_string(n);
+    throw RequestError(404, "model '" + name + "' has no version '" + version + "' (it has " + have + ")");
+  }
+  return v->second;
+}
+
+HttpResponse InferenceService::metadata(const std::string& name, const Version& v) const {
+  json versions = json::array();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(name);
+    if (it != models_.end())
+      for (auto& [n, x] : it->second) versions.push_back(std::to_string(n));
+  }
+  json ins = json::array(), outs = json::array();
+  for (const auto& p : v.model->inputs()) ins.push_back(port_json(p));
+  for (const auto& p : v.model->outputs()) outs.push_back(port_json(p));
+  return json_response(200, {{"name", name}, {"versions", versions}, {"platform", "tessera"}, {"inputs", ins},
+                             {"outputs", outs}});
+}
+
+HttpResponse InferenceService::infer(const std::string& name, std::shared_ptr<Version> v, const HttpRequest& req) {
+  std::optional<size_t> json_length;
+  if (auto h = req.headers.find("inference-header-content-length"); h != req.headers.end()) {
+    const std::string& s = h->second;
+    if (s.empty() || s.size() > 18 || !std::all_of(s.begin(), s.end(), ::isdigit))
+      throw RequestError(400, "Inference-Header-Content-Length must be a byte count, got '" + s.substr(0, 32) + "'");
+    json_length = static_cast<size_t>(std::stoull(s));
+  }
+  InferRequest r = parse_infer_request(req.body, json_length, options_.limits);
+  TensorList inputs = match_signature(*v->model, name, r);
+  std::future<TensorList> f = v->batcher->submit(std::move(inputs));
+  metrics_.set("tessera_serve_queue_depth", "Requests waiting for a model run.",
+               static_cast<double>(v->batcher->queued()), {{"model", name}});
+  // The batcher fails requests that waited too long in its queue; this bounds the whole wait.
+  if (f.wait_for(std::chrono::milliseconds(2 * v->config.timeout_ms)) != std::future_status::ready)
+    throw RequestError(504, "the model did not answer within " + std::to_string(2 * v->config.timeout_ms) + " ms");
+  TensorList outs = f.get();
+  const auto ports = v->model->outputs();
+  std::vector<InferOutput> chosen;
+  for (size_t i = 0; i < ports.size(); ++i) {
+    if (r.outputs.empty()) {
+      chosen.push_back({ports[i].name, outs[i], r.binary_outputs});
+      continue;
+    }
+    for (const auto& o : r.outputs)
+      if (o.name == ports[i].name) chosen.push_back({ports[i].name, outs[i], o.binary});
+  }
+  InferResponse w = write_infer_response(name, std::to_string(v->version), r.id, chosen);
+  HttpResponse res;
+  res.body = std::move(w.body);
+  if (w.json_length) {
+    res.content_type = "application/octet-stream";
+    res.headers.push_back({"Inference-Header-Content-Length", std::to_string(*w.json_length)});
+  }
+  return res;
+}
+
+HttpResponse InferenceService::route(const HttpRequest& req, std::string& model_label) {
+  const std::vector<std::string> p = split_path(req.path);
+  const bool get = req.method == "GET", post = req.method == "POST";
+  auto method_not_allowed = [&](const char* allowed) {
+    return error_response(405, "method " + req.method + " is not allowed on " + req.path + " (use " + allowed + ")");
+  };
+  if (p.size() == 1 && p[0] == "metrics") {
+    if (!get) return method_not_allowed("GET");
+    HttpResponse r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = metrics_.render();
+    return r;
+  }
+  if (p.empty() || p[0] != "v2") return error_response(404, "no route " + req.path + " (the API is under /v2)");
+  if (p.size() == 1) {
+    if (!get) return method_not_allowed("GET");
+    return json_response(200, {{"name", "tessera"}, {"version", "0.1"}, {"extensions", {"binary_tensor_data"}}});
+  }
+  if (p[1] == "health" && p.size() == 3 && (p[2] == "live" || p[2] == "ready")) {
+    if (!get) return method_not_allowed("GET");
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool ok = p[2] == "live" || (!draining_ && !models_.empty());
+    return json_response(ok ? 200 : 503, {{p[2], ok}});
+  }
+  if (p[1] != "models" || p.size() < 3) return error_response(404, "no route " + req.path);
+  const std::string& name = p[2];
+  model_label = name;
+  size_t at = 3;
+  std::string version;
+  if (p.size() >= 5 && p[3] == "versions") {
+    version = p[4];
+    at = 5;
+  }
+  const std::string action = p.size() > at ? p[at] : "";
+  if (p.size() > at + 1 || (action != "" && action != "ready" && action != "infer"))
+    return error_response(404, "no route " + req.path);
+  std::shared_ptr<Version> v = find(name, version);
+  if (action == "infer") {
+    if (!post) return method_not_allowed("POST");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (draining_) return error_response(503, "the server is shutting down");
+    }
+    return infer(name, v, req);
+  }
+  if (!get) return method_not_allowed("GET");
+  if (action == "ready") return json_response(200, {{"name", name}, {"ready", true}});
+  return metadata(name, *v);
+}
+
+HttpResponse InferenceService::handle(const HttpRequest& req) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string model_label;
+  HttpResponse res;
+  const bool health = req.path.rfind("/v2/health/", 0) == 0;
+  if (!options_.api_key.empty() && !health) {
+    auto h = req.headers.find("authorization");
+    const std::string want = "Bearer " + options_.api_key;
+    if (h == req.headers.end() || !same_secret(h->second, want)) {
+      res = error_response(401, "missing or wrong API key (send the header Authorization: Bearer <key>)");
+      res.headers.push_back({"WWW-Authenticate", "Bearer"});
+      metrics_.add("tessera_serve_requests_total", "Requests by model and HTTP status.", 1,
+                   {{"model", ""}, {"status", "401"}});
+      return res;
+    }
+  }
+  if (req.body.size() > options_.max_body_bytes) {
+    res = error_response(413, "the request body has " + std::to_string(req.body.size()) + " bytes; the server takes at "
+                              "most " + std::to_string(options_.max_body_bytes));
+  } else {
+    try {
+      res = route(req, model_label);
+    } catch (const RequestError& e) {
+      res = error_response(e.status(), e.what());
+    } catch (const Error& e) {
+      // A failure inside the server (a model that cannot run): the message, not the internals.
+      res = error_response(500, std::string("the server failed to run the request: ") + e.what());
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics_.add("tessera_serve_requests_total", "Requests by model and HTTP status.", 1,
+               {{"model", model_label}, {"status", std::to_string(res.status)}});
+  if (!model_label.empty())
+    metrics_.observe("tessera_serve_request_seconds", "Time from request to response.", kSecondsBuckets, secs,
+                     {{"model", model_label}});
+  return res;
+}
+
+}  // namespace tessera::serve

@@ -1,0 +1,143 @@
+// The KServe v2 routes, called without sockets: conformance of every route,
+// inference in JSON and binary, and the right 4xx for every bad request —
+// after which the service keeps serving.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/compile/compile.h"
+#include "tessera/compile/serialize.h"
+#include "tessera/nn/nn.h"
+#include "tessera/ops/ops.h"
+#include "tessera/serve/service.h"
+#include "test_util.h"
+
+using namespace tessera;
+using namespace tessera::serve;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Fixture {
+  std::string root = tessera::testing::scratch_dir("serve_service");
+  std::shared_ptr<nn::Sequential> net;
+  Fixture() {
+    manual_seed(3);
+    net = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+        std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(8, 3)});
+    net->eval();
+    compile::CaptureOptions co;
+    co.dynamic.push_back({0, 0, "N"});
+    co.input_names = {"x"};
+    compile::save(compile::capture_module(*net, ops::randn({2, 4}), co), root + "/mlp/1/model.tsr");
+  }
+  ~Fixture() { fs::remove_all(root); }
+};
+
+HttpResponse call(InferenceService& s, const std::string& method, const std::string& path, const std::string& body = "",
+                  std::map<std::string, std::string> headers = {}) {
+  return s.handle({method, path, std::move(headers), body});
+}
+
+const char* kInfer = R"({"id": "q1", "inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32",
+                         "data": [1, 2, 3, 4, -1, 0.5, 0, 2]}]})";
+
+}  // namespace
+
+TEST(ServeService, RoutesAndInference) {
+  Fixture f;
+  InferenceService s;
+  s.load_repository(f.root);
+  EXPECT_EQ(json::parse(call(s, "GET", "/v2").body)["extensions"][0], "binary_tensor_data");
+  EXPECT_EQ(call(s, "GET", "/v2/health/live").status, 200);
+  EXPECT_EQ(call(s, "GET", "/v2/health/ready").status, 200);
+  json meta = json::parse(call(s, "GET", "/v2/models/mlp").body);
+  EXPECT_EQ(meta["inputs"][0], json({{"name", "x"}, {"datatype", "FP32"}, {"shape", {-1, 4}}}));
+  EXPECT_EQ(meta["versions"], json({"1"}));
+  EXPECT_EQ(call(s, "GET", "/v2/models/mlp/versions/1").status, 200);
+  EXPECT_EQ(call(s, "GET", "/v2/models/mlp/ready").status, 200);
+  EXPECT_EQ(call(s, "GET", "/v2/models/mlp/versions/1/ready").status, 200);
+
+  // JSON inference: the model's own answer, the id echoed.
+  HttpResponse r = call(s, "POST", "/v2/models/mlp/infer", kInfer);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json out = json::parse(r.body);
+  EXPECT_EQ(out["id"], "q1");
+  EXPECT_EQ(out["model_version"], "1");
+  EXPECT_EQ(out["outputs"][0]["shape"], json({2, 3}));
+  Tensor x = tensor(std::vector<float>{1, 2, 3, 4, -1, 0.5f, 0, 2}).reshape({2, 4});
+  Tensor want;
+  {
+    NoGradGuard ng;
+    want = (*f.net)(x);
+  }
+  auto got = out["outputs"][0]["data"].get<std::vector<float>>();
+  auto w = want.contiguous().to_vector<float>();
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(got[i], w[i], 1e-5);
+
+  // Binary extension both ways.
+  std::string header = R"({"inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32",
+                           "parameters": {"binary_data_size": 32}}], "outputs": [{"name": "output0",
+                           "parameters": {"binary_data": true}}]})";
+  std::string body = header + std::string(static_cast<const char*>(x.raw_data()), 32);
+  HttpResponse b = call(s, "POST", "/v2/models/mlp/versions/1/infer", body,
+                        {{"inference-header-content-length", std::to_string(header.size())}});
+  ASSERT_EQ(b.status, 200) << b.body;
+  ASSERT_EQ(b.headers.size(), 1u);
+  const size_t jl = std::stoul(b.headers[0].second);
+  ASSERT_EQ(b.body.size(), jl + 24);
+  float y[6];
+  std::memcpy(y, b.body.data() + jl, 24);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(y[i], w[i], 1e-5);
+
+  std::string metrics = call(s, "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("tessera_serve_requests_total{model=\"mlp\",status=\"200\"}"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tessera_serve_batch_size_bucket"), std::string::npos);
+  EXPECT_NE(metrics.find("tessera_serve_model_ready{model=\"mlp\",version=\"1\"} 1"), std::string::npos);
+}
+
+TEST(ServeService, BadRequestsGetTheRightStatusAndServingGoesOn) {
+  Fixture f;
+  InferenceService s({.api_key = "k3y", .max_body_bytes = 4096});
+  s.load_repository(f.root);
+  std::map<std::string, std::string> auth{{"authorization", "Bearer k3y"}};
+  auto status = [&](const std::string& m, const std::string& p, const std::string& body = "",
+                    std::map<std::string, std::string> h = {{"authorization", "Bearer k3y"}}) {
+    HttpResponse r = call(s, m, p, body, h);
+    EXPECT_NO_THROW(json::parse(r.body)) << r.body;  // every error is JSON
+    return r.status;
+  };
+  EXPECT_EQ(status("GET", "/v2/models/mlp", "", {}), 401);
+  EXPECT_EQ(status("GET", "/v2/models/mlp", "", {{"authorization", "Bearer nope"}}), 401);
+  EXPECT_EQ(status("GET", "/v2/health/live", "", {}), 200);  // probes need no key
+  EXPECT_EQ(status("GET", "/v2/models/cnn"), 404);
+  EXPECT_EQ(status("GET", "/v2/models/mlp/versions/7"), 404);
+  EXPECT_EQ(status("GET", "/v2/models/mlp/versions/x/ready"), 404);
+  EXPECT_EQ(status("GET", "/v3"), 404);
+  EXPECT_EQ(status("DELETE", "/v2/models/mlp"), 405);
+  EXPECT_EQ(status("GET", "/v2/models/mlp/infer"), 405);
+  EXPECT_EQ(status("POST", "/v2/models/mlp/infer", "{not json"), 400);
+  EXPECT_EQ(status("POST", "/v2/models/mlp/infer",
+                   R"({"inputs": [{"name": "x", "shape": [1, 5], "datatype": "FP32", "data": [1,2,3,4,5]}]})"),
+            400);
+  EXPECT_EQ(status("POST", "/v2/models/mlp/infer",
+                   R"({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "INT64", "data": [1,2,3,4]}]})"),
+            400);
+  EXPECT_EQ(status("POST", "/v2/models/mlp/infer", std::string(5000, ' ')), 413);
+  HttpResponse e = call(s, "POST", "/v2/models/mlp/infer", "{}", auth);
+  EXPECT_EQ(json::parse(e.body)["error"], "the request has no \"inputs\"");
+  // Still serving.
+  EXPECT_EQ(status("POST", "/v2/models/mlp/infer", kInfer), 200);
+  std::string m = call(s, "GET", "/metrics", "", auth).body;
+  EXPECT_NE(m.find("status=\"400\""), std::string::npos);
+  EXPECT_NE(m.find("status=\"401\""), std::string::npos);
+  // Unloading a version, then shutting down.
+  s.unload("mlp", 1);
+  EXPECT_EQ(status("POST", "/v2/models/mlp/infer", kInfer), 404);
+  s.drain();
+  EXPECT_EQ(status("GET", "/v2/health/ready", "", {}), 503);
+}
