@@ -17,7 +17,12 @@
 #include <functional>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/capture.h"
@@ -36,6 +41,8 @@
 #include "tessera/ops/ops.h"
 #include "tessera/quant/ptq.h"
 #include "tessera/quant/qat.h"
+#include "tessera/serve/http_server.h"
+#include "tessera/serve/repository.h"
 #include "tessera/quant/weights.h"
 #include "tessera/train/trainer.h"
 
@@ -547,6 +554,70 @@ int cmd_prune(const std::string& arg, double sparsity, const std::string& method
 
 }  // namespace
 
+// Serves a model repository (or one model: a compiled graph, an ONNX file
+// or a checkpoint, traced here) over HTTP until SIGINT/SIGTERM, then stops
+// accepting, finishes what is queued and exits 0.
+int cmd_serve(const std::string& target, const std::string& host, int port, const std::string& api_key_file,
+              int64_t max_batch, int64_t delay_us, int instances, int threads) {
+  namespace fs = std::filesystem;
+  serve::ServiceOptions so;
+  if (!api_key_file.empty()) {
+    std::ifstream f(api_key_file);
+    TS_CHECK(f, "serve: cannot read the API key file '", api_key_file, "'");
+    std::getline(f, so.api_key);
+    while (!so.api_key.empty() && std::isspace(static_cast<unsigned char>(so.api_key.back()))) so.api_key.pop_back();
+    TS_CHECK(so.api_key.size() >= 16, "serve: the API key in '", api_key_file, "' is shorter than 16 characters");
+  }
+  // Block the stop signals in every thread; the main thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  serve::InferenceService service(so);
+  auto with_flags = [&](serve::ModelConfig c) {
+    if (max_batch > 0) c.max_batch_size = max_batch;
+    if (delay_us >= 0) c.max_queue_delay_us = delay_us;
+    if (instances > 0) c.instances = instances;
+    return c;
+  };
+  const bool single = fs::exists(fs::path(target) / "graph.json") || fs::path(target).extension() == ".onnx" ||
+                      fs::exists(fs::path(target) / "checkpoints") || fs::exists(fs::path(target) / "model.safetensors");
+  std::string traced;  // a run or checkpoint's graph, removed when the server stops
+  if (single) {
+    std::string path = target, name = fs::path(target).stem().string();
+    if (fs::exists(fs::path(target) / "checkpoints") || fs::exists(fs::path(target) / "model.safetensors")) {
+      // A training run or checkpoint: its model traced to a graph first.
+      Loaded l = load_model(target);
+      path = (fs::temp_directory_path() / ("tessera-serve-" + std::to_string(::getpid()) + ".tsr")).string();
+      compile::Graph g = trace_model(l, std::min<int64_t>(2, l.recipe.eval_data ? l.recipe.eval_data->size() : 2), false);
+      compile::save(g, path);
+      traced = path;
+      name = l.ckpt.state.value("model", std::string("model"));
+    }
+    if (!serve::valid_model_name(name)) name = "model";
+    service.load(name, 1, path, with_flags({}));
+    std::printf("serving model '%s' (version 1) from %s\n", name.c_str(), target.c_str());
+  } else {
+    for (const serve::RepositoryEntry& e : serve::scan_repository(target)) {
+      for (const serve::ModelVersion& v : e.versions) service.load(e.name, v.version, v.path, with_flags(e.config));
+      std::printf("serving model '%s' (%zu version(s))\n", e.name.c_str(), e.versions.size());
+    }
+  }
+  serve::HttpServer server(service, {.host = host, .port = port, .threads = threads});
+  std::printf("listening on http://%s:%d/v2 (metrics on /metrics)%s\n", host.c_str(), server.port(),
+              so.api_key.empty() ? "" : "; API key required");
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::printf("%s: stopping; finishing queued requests\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  server.stop();
+  service.drain();
+  if (!traced.empty()) fs::remove_all(traced);
+  std::printf("stopped\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Tessera: train, evaluate, export, run and inspect models"};
   app.require_subcommand(1);
@@ -654,6 +725,21 @@ int main(int argc, char** argv) {
   prune->add_option("--batches", p_batches, "evaluate only this many batches (default: all)");
   prune->add_option("--repeat", p_repeat, "batch-1 forwards timed for the latency (median)")->check(CLI::PositiveNumber);
 
+  auto* serve_cmd = app.add_subcommand("serve", "serve models over HTTP (KServe v2 protocol) with dynamic batching "
+                                       "until SIGINT/SIGTERM");
+  std::string s_target, s_host = "127.0.0.1", s_key;
+  int s_port = 8000, s_instances = 0, s_threads = 64;
+  int64_t s_max_batch = 0, s_delay = -1;
+  serve_cmd->add_option("repository", s_target, "a model repository (one folder per model, version folders inside), "
+                        "or one model: a compiled graph (.tsr), an .onnx file, a run or checkpoint")->required();
+  serve_cmd->add_option("--host", s_host, "address to bind (default 127.0.0.1: this machine only)");
+  serve_cmd->add_option("--port", s_port, "port (0: any free port)");
+  serve_cmd->add_option("--api-key-file", s_key, "a file holding the API key every route but /v2/health needs");
+  serve_cmd->add_option("--max-batch", s_max_batch, "rows merged into one model run (overrides config.yaml)");
+  serve_cmd->add_option("--batch-delay-us", s_delay, "how long the oldest request waits for others (overrides)");
+  serve_cmd->add_option("--instances", s_instances, "model runs at once per version (overrides)");
+  serve_cmd->add_option("--threads", s_threads, "HTTP connections served at once");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train) return cmd_train(config, resume, sets, output, plain ? 0 : -1, profile, precision);
@@ -662,6 +748,8 @@ int main(int argc, char** argv) {
     if (*exp) return cmd_export(exp_ckpt, exp_format, exp_out, exp_batch, exp_fixed, exp_dump);
     if (*run) return cmd_run(run_model, run_inputs, run_out, run_repeat);
     if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);
+    if (*serve_cmd)
+      return cmd_serve(s_target, s_host, s_port, s_key, s_max_batch, s_delay, s_instances, s_threads);
     if (*quantize && q_method == "ptq-int8") return cmd_ptq(q_ckpt, q_calib, q_skip, q_out, q_batches, q_repeat);
     if (*quantize) return cmd_quantize(q_ckpt, q_method, q_group, q_act, q_skip, q_out, q_batches, q_repeat);
     if (*prune)
