@@ -11,6 +11,7 @@
 #include "tessera/nn/nn.h"
 #include "tessera/ops/ops.h"
 #include "tessera/serve/batcher.h"
+#include "serve_test_util.h"
 #include "test_util.h"
 
 using namespace tessera;
@@ -19,14 +20,8 @@ using namespace tessera::serve;
 namespace {
 
 std::shared_ptr<const Model> mlp() {
-  manual_seed(2);
-  auto m = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
-      std::make_shared<nn::Linear>(6, 16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(16, 4)});
-  m->eval();
-  compile::CaptureOptions co;
-  co.dynamic.push_back({0, 0, "N"});
-  co.input_names = {"x"};
-  return std::make_shared<const Model>(compile::capture_module(*m, ops::randn({2, 6}), co));
+  auto net = tessera::testing::serve_mlp(6, 16, 4, 2);
+  return std::make_shared<const Model>(tessera::testing::serve_graph(*net, 6));
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "tessera/nn/nn.h"
 #include "tessera/ops/ops.h"
 #include "tessera/serve/http_server.h"
+#include "serve_test_util.h"
 #include "test_util.h"
 
 using namespace tessera;
@@ -32,14 +33,8 @@ namespace fs = std::filesystem;
 namespace {
 
 std::shared_ptr<nn::Sequential> save_mlp(const std::string& dir) {
-  manual_seed(4);
-  auto net = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
-      std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(8, 3)});
-  net->eval();
-  compile::CaptureOptions co;
-  co.dynamic.push_back({0, 0, "N"});
-  co.input_names = {"x"};
-  compile::save(compile::capture_module(*net, ops::randn({2, 4}), co), dir);
+  auto net = tessera::testing::serve_mlp(4, 8, 3, 4);
+  compile::save(tessera::testing::serve_graph(*net, 4), dir);
   return net;
 }
 

@@ -10,6 +10,7 @@
 #include "tessera/compile/serialize.h"
 #include "tessera/nn/nn.h"
 #include "tessera/serve/repository.h"
+#include "serve_test_util.h"
 #include "test_util.h"
 
 using namespace tessera;
@@ -18,16 +19,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A small classifier saved as a compiled graph with a dynamic batch "N".
 void save_mlp(const std::string& dir) {
-  manual_seed(1);
-  auto m = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
-      std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(8, 3)});
-  m->eval();
-  compile::CaptureOptions co;
-  co.dynamic.push_back({0, 0, "N"});
-  co.input_names = {"x"};
-  compile::save(compile::capture_module(*m, ops::randn({2, 4}), co), dir);
+  auto net = tessera::testing::serve_mlp(4, 8, 3, 1);
+  compile::save(tessera::testing::serve_graph(*net, 4), dir);
 }
 
 std::string rejected(const std::function<void()>& f) {

@@ -13,6 +13,7 @@
 #include "tessera/nn/nn.h"
 #include "tessera/ops/ops.h"
 #include "tessera/serve/service.h"
+#include "serve_test_util.h"
 #include "test_util.h"
 
 using namespace tessera;
@@ -26,14 +27,8 @@ struct Fixture {
   std::string root = tessera::testing::scratch_dir("serve_service");
   std::shared_ptr<nn::Sequential> net;
   Fixture() {
-    manual_seed(3);
-    net = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
-        std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(8, 3)});
-    net->eval();
-    compile::CaptureOptions co;
-    co.dynamic.push_back({0, 0, "N"});
-    co.input_names = {"x"};
-    compile::save(compile::capture_module(*net, ops::randn({2, 4}), co), root + "/mlp/1/model.tsr");
+    net = tessera::testing::serve_mlp(4, 8, 3, 3);
+    compile::save(tessera::testing::serve_graph(*net, 4), root + "/mlp/1/model.tsr");
   }
   ~Fixture() { fs::remove_all(root); }
 };
