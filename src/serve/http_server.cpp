@@ -28,6 +28,8 @@ HttpServer::HttpServer(InferenceService& service, const HttpServerOptions& o) : 
   // requests per keep-alive connection starve concurrent clients.
   s.set_tcp_nodelay(true);
   s.set_keep_alive_max_count(static_cast<size_t>(o.keep_alive_requests));
+  // A body over the service's limit is refused (413) before it is read: memory stays bounded.
+  s.set_payload_max_length(service.max_body_bytes());
   const size_t threads = static_cast<size_t>(o.threads);
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second

@@ -285,6 +285,8 @@ HttpResponse InferenceService::handle(const HttpRequest& req) {
     } catch (const Error& e) {
       // A failure inside the server (a model that cannot run): the message, not the internals.
       res = error_response(500, std::string("the server failed to run the request: ") + e.what());
+    } catch (const std::exception&) {
+      res = error_response(500, "the server failed to run the request");
     }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

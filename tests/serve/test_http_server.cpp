@@ -141,3 +141,20 @@ TEST(ServeHttp, ServeCommandNeedsItsKeyAndStopsCleanlyOnSigterm) {
   EXPECT_NE(log.find("SIGTERM: stopping"), std::string::npos) << log;
   fs::remove_all(root);
 }
+
+TEST(ServeHttp, OversizeBodyIsRefusedBeforeItIsRead) {
+  std::string root = tessera::testing::scratch_dir("serve_http_413");
+  save_mlp(root + "/mlp/1/model.tsr");
+  InferenceService service({.max_body_bytes = 1000});
+  service.load_repository(root);
+  HttpServer server(service, {.port = 0, .threads = 2});
+  httplib::Client c("127.0.0.1", server.port());
+  auto big = c.Post("/v2/models/mlp/infer", std::string(5000, ' '), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  auto ok = c.Post("/v2/models/mlp/infer", request_for({1, 2, 3, 4}), "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  server.stop();
+  fs::remove_all(root);
+}

@@ -70,6 +70,7 @@ class InferenceService {
   // Stops taking requests and finishes the queued ones (graceful shutdown).
   void drain();
   const monitor::Registry& metrics() const { return metrics_; }
+  size_t max_body_bytes() const { return options_.max_body_bytes; }
 
  private:
   struct Version {
