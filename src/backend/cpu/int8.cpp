@@ -165,7 +165,15 @@ inline int32_t code(const void* x, int64_t i, const Int8Epilogue& e) {
 }  // namespace
 
 int int8_activation_max() {
-  static const int m = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni") ? 255 : 127;
+  // oneDNN's own view of the CPU: its int8 kernels use VNNI only when its
+  // effective ISA has it (DNNL_MAX_CPU_ISA can lower it below the CPU's).
+  static const int m = [] {
+    using I = dnnl::cpu_isa;
+    const I isa = dnnl::get_effective_cpu_isa();
+    const bool vnni = isa == I::avx512_core_vnni || isa == I::avx512_core_bf16 || isa == I::avx512_core_amx ||
+                      isa == I::avx2_vnni;
+    return vnni ? 255 : 127;
+  }();
   return m;
 }
 
