@@ -312,7 +312,9 @@ PtqConfig ptq_config_from_json(const nlohmann::json& j) {
   TS_CHECK(j.is_object(), "calibration config: expected an object {observer, percentile, averaging_constant, bins, "
            "skip, activation_max}, got ", j.dump());
   PtqConfig c;
-  for (const auto& [k, v] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string& k = item.key();  // named, not a structured binding: lambdas below capture them
+    const nlohmann::json& v = item.value();
     auto number = [&](const char* what) {
       TS_CHECK(v.is_number(), "calibration config: ", k, " must be a number, got ", v.dump(), " (", what, ")");
       return v.get<double>();

@@ -150,8 +150,8 @@ QatReport prepare_qat(nn::Module& model, const QatConfig& c) {
   TS_CHECK(!is_qat_prepared(model), "prepare_qat: the model is already prepared for QAT");
   QatReport r;
   std::vector<std::string> unknown = c.skip;
-  for (auto& [path, m] : layers_of(model))
-    std::erase_if(unknown, [&](const std::string& s) { return path == s || path.starts_with(s + "."); });
+  for (const auto& layer : layers_of(model))
+    std::erase_if(unknown, [&](const std::string& s) { return skipped(layer.first, {s}); });
   TS_CHECK(unknown.empty(), "prepare_qat: skip names '", unknown.empty() ? "" : unknown[0],
            "', which is not a Conv2d or Linear layer of the model (nor contains one)");
   for (auto& [path, m] : layers_of(model)) {

@@ -104,8 +104,9 @@ WeightQuantReport quantize_weights(nn::Module& model, const WeightQuantConfig& c
 }
 
 void check_quantized_weights(nn::Module& model) {
-  for (auto& [path, m] : model.named_modules()) {
-    auto* lin = dynamic_cast<nn::Linear*>(m);
+  for (const auto& entry : model.named_modules()) {
+    const std::string& path = entry.first;  // named, not a structured binding: the lambda below captures it
+    auto* lin = dynamic_cast<nn::Linear*>(entry.second);
     if (!lin || !lin->quantized) continue;
     const auto& q = *lin->quantized;
     const cpu::QFormat f = cpu::qformat_from_name(q.format);
