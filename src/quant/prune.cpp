@@ -50,6 +50,9 @@ std::pair<Tensor, Tensor> masked(nn::Module& m, const std::string& name, Tensor*
   size_t h = m.register_forward_pre_hook(
       [orig, mask, member](nn::Module& mod, Tensor&) { *member(mod) = ops::mul(orig, mask); });
   std::lock_guard<std::mutex> lock(g_hooks_mu);
+  // The weight is masked first: what the registry holds for this address
+  // before that belongs to a module that lived here earlier.
+  if (name == "weight") g_hooks[&m].clear();
   g_hooks[&m].push_back(h);
   return {orig, mask};
 }

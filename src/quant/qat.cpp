@@ -139,10 +139,13 @@ std::string QatReport::str() const {
   return os.str();
 }
 
+// A prepared layer carries the buffer input_zero_point (the hook registry is
+// keyed by address, which a later module may reuse, so it does not say).
+bool prepared(nn::Module& m) { return own(m.named_buffers(false), "input_zero_point").defined(); }
+
 bool is_qat_prepared(const nn::Module& model) {
-  std::lock_guard<std::mutex> lock(g_mu);
   for (auto& [path, m] : const_cast<nn::Module&>(model).named_modules())
-    if (g_hooks.count(m)) return true;
+    if (weight_member(*m) && prepared(*m)) return true;
   return false;
 }
 
@@ -202,11 +205,13 @@ PtqResult convert_qat(nn::Module& model, const Tensor& example, const std::vecto
   {
     NoGradGuard ng;
     for (auto& [path, m] : layers_of(model)) {
+      if (!prepared(*m)) continue;
       size_t h;
       {
         std::lock_guard<std::mutex> lock(g_mu);
         auto it = g_hooks.find(m);
-        if (it == g_hooks.end()) continue;
+        TS_CHECK(it != g_hooks.end(), "convert_qat: layer '", path, "' has QAT buffers but no QAT hook (was it "
+                 "prepared by prepare_qat, or loaded into a model that was not?)");
         h = it->second;
         g_hooks.erase(it);
       }
@@ -230,6 +235,9 @@ PtqResult convert_qat(nn::Module& model, const Tensor& example, const std::vecto
       QParams p{scale, static_cast<int64_t>(own(bs, "input_zero_point").to_vector<float>()[0])};
       p.s8 = config.signed_inputs && lo < 0;
       config.fixed_inputs[path] = p;
+      // A float model again: the QAT state leaves the layer.
+      for (const char* n : {"input_scale", "input_zero_point", "input_min", "input_max", "input_batches"}) m->unregister(n);
+      if (log_scale.defined()) m->unregister("input_log_scale");
     }
   }
   compile::CaptureOptions co;
