@@ -22,7 +22,7 @@ Batcher::Batcher(std::shared_ptr<const Model> model, const ModelConfig& config,
   const auto ins = model_->inputs();
   batching_ = config_.max_batch_size > 1 && !ins.empty();
   for (const auto& p : ins)
-    batching_ = batching_ && !p.shape.empty() && !p.shape[0].empty() && !std::isdigit(static_cast<unsigned char>(p.shape[0][0]));
+    batching_ = batching_ && !p.shape.empty() && static_size(p.shape[0]) < 0;
   for (int i = 0; i < config_.instances; ++i) workers_.emplace_back([this] { work(); });
 }
 

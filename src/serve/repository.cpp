@@ -94,6 +94,11 @@ std::vector<RepositoryEntry> scan_repository(const std::string& dir) {
   return out;
 }
 
+int64_t static_size(const std::string& dim) {
+  const bool digits = !dim.empty() && dim.size() <= 18 && std::all_of(dim.begin(), dim.end(), ::isdigit);
+  return digits ? std::stoll(dim) : -1;
+}
+
 TensorList match_signature(const Model& model, const std::string& model_name, const InferRequest& request) {
   const auto ports = model.inputs();
   std::string expected;
@@ -117,11 +122,10 @@ TensorList match_signature(const Model& model, const std::string& model_name, co
       bad("input '" + p.name + "' must be " + want + ", got shape " + shape_str(t.shape()));
     for (size_t d = 0; d < p.shape.size(); ++d) {
       const std::string& s = p.shape[d];
-      const bool fixed = !s.empty() && std::all_of(s.begin(), s.end(), ::isdigit);
-      const int64_t got = t.shape()[d];
-      if (fixed && std::stoll(s) != got)
+      const int64_t size = static_size(s), got = t.shape()[d];
+      if (size >= 0 && size != got)
         bad("input '" + p.name + "' must be " + want + ", got shape " + shape_str(t.shape()));
-      if (!fixed) {
+      if (size < 0) {
         auto [it, fresh] = dims.emplace(s, got);
         if (!fresh && it->second != got)
           bad("inputs disagree on dimension " + s + ": " + std::to_string(it->second) + " and " + std::to_string(got));

@@ -52,10 +52,7 @@ bool same_secret(const std::string& a, const std::string& b) {
 
 json port_json(const Model::Port& p) {
   json shape = json::array();
-  for (const auto& d : p.shape) {
-    const bool fixed = !d.empty() && std::all_of(d.begin(), d.end(), ::isdigit);
-    shape.push_back(fixed ? std::stoll(d) : -1);  // KServe: -1 for a dynamic dimension
-  }
+  for (const auto& d : p.shape) shape.push_back(static_size(d));  // KServe: -1 for a dynamic dimension
   return {{"name", p.name}, {"datatype", kserve_name(p.dtype)}, {"shape", shape}};
 }
 
@@ -64,8 +61,7 @@ TensorList synthetic_inputs(const Model& m, int64_t n) {
   TensorList xs;
   for (const auto& p : m.inputs()) {
     Shape s;
-    for (const auto& d : p.shape)
-      s.push_back(!d.empty() && std::all_of(d.begin(), d.end(), ::isdigit) ? std::stoll(d) : n);
+    for (const auto& d : p.shape) s.push_back(static_size(d) >= 0 ? static_size(d) : n);
     xs.push_back(zeros(s, p.dtype));
   }
   return xs;

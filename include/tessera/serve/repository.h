@@ -59,6 +59,10 @@ struct RepositoryEntry {
 std::vector<RepositoryEntry> scan_repository(const std::string& dir);
 bool valid_model_name(const std::string& name);
 
+// A signature dimension's size ("784" -> 784), or -1 for one the model leaves
+// dynamic ("N"): the one reading of Model::Port shapes the server uses.
+int64_t static_size(const std::string& dim);
+
 // An infer request's inputs in the model's input order, each checked against
 // the model's signature: the names it has (an unknown or missing name is an
 // error listing the expected ones), the datatype, the rank and every static
