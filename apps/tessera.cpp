@@ -14,16 +14,21 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/capture.h"
 #include "tessera/compile/compile.h"
@@ -554,20 +559,46 @@ int cmd_prune(const std::string& arg, double sparsity, const std::string& method
 
 }  // namespace
 
+struct ServeFlags {
+  std::string target, host = "127.0.0.1", api_key_file, access_log;
+  int port = 8000, instances = 0, threads = 64, poll_seconds = 0;
+  int64_t max_batch = 0, delay_us = -1;
+  bool repository_routes = false;
+};
+
 // Serves a model repository (or one model: a compiled graph, an ONNX file
 // or a checkpoint, traced here) over HTTP until SIGINT/SIGTERM, then stops
-// accepting, finishes what is queued and exits 0.
-int cmd_serve(const std::string& target, const std::string& host, int port, const std::string& api_key_file,
-              int64_t max_batch, int64_t delay_us, int instances, int threads) {
+// accepting, finishes what is queued and exits 0. A repository can be
+// watched (--poll-seconds) and reloaded through its routes.
+int cmd_serve(const ServeFlags& f) {
   namespace fs = std::filesystem;
   serve::ServiceOptions so;
-  if (!api_key_file.empty()) {
-    std::ifstream f(api_key_file);
-    TS_CHECK(f, "serve: cannot read the API key file '", api_key_file, "'");
-    std::getline(f, so.api_key);
+  if (!f.api_key_file.empty()) {
+    std::ifstream in(f.api_key_file);
+    TS_CHECK(in, "serve: cannot read the API key file '", f.api_key_file, "'");
+    std::getline(in, so.api_key);
     while (!so.api_key.empty() && std::isspace(static_cast<unsigned char>(so.api_key.back()))) so.api_key.pop_back();
-    TS_CHECK(so.api_key.size() >= 16, "serve: the API key in '", api_key_file, "' is shorter than 16 characters");
+    TS_CHECK(so.api_key.size() >= 16, "serve: the API key in '", f.api_key_file, "' is shorter than 16 characters");
   }
+  std::shared_ptr<std::FILE> log;
+  if (!f.access_log.empty()) {
+    std::FILE* out = f.access_log == "-" ? stdout : std::fopen(f.access_log.c_str(), "a");
+    TS_CHECK(out, "serve: cannot open the access log '", f.access_log, "' for appending");
+    log.reset(out, [](std::FILE* p) { if (p != stdout) std::fclose(p); });
+    auto mu = std::make_shared<std::mutex>();
+    so.access_log = [log, mu](const std::string& line) {
+      std::lock_guard<std::mutex> lock(*mu);
+      std::fprintf(log.get(), "%s\n", line.c_str());
+      std::fflush(log.get());
+    };
+  }
+  so.adjust_config = [f](serve::ModelConfig c) {
+    if (f.max_batch > 0) c.max_batch_size = f.max_batch;
+    if (f.delay_us >= 0) c.max_queue_delay_us = f.delay_us;
+    if (f.instances > 0) c.instances = f.instances;
+    return c;
+  };
+  so.repository_routes = f.repository_routes;
   // Block the stop signals in every thread; the main thread waits for them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -575,20 +606,17 @@ int cmd_serve(const std::string& target, const std::string& host, int port, cons
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   serve::InferenceService service(so);
-  auto with_flags = [&](serve::ModelConfig c) {
-    if (max_batch > 0) c.max_batch_size = max_batch;
-    if (delay_us >= 0) c.max_queue_delay_us = delay_us;
-    if (instances > 0) c.instances = instances;
-    return c;
-  };
-  const bool single = fs::exists(fs::path(target) / "graph.json") || fs::path(target).extension() == ".onnx" ||
-                      fs::exists(fs::path(target) / "checkpoints") || fs::exists(fs::path(target) / "model.safetensors");
+  const fs::path target(f.target);
+  const bool single = fs::exists(target / "graph.json") || target.extension() == ".onnx" ||
+                      fs::exists(target / "checkpoints") || fs::exists(target / "model.safetensors");
+  TS_CHECK(!single || (f.poll_seconds == 0 && !f.repository_routes), "serve: --poll-seconds and --repository-routes "
+           "need a model repository (one folder per model), not a single model");
   std::string traced;  // a run or checkpoint's graph, removed when the server stops
   if (single) {
-    std::string path = target, name = fs::path(target).stem().string();
-    if (fs::exists(fs::path(target) / "checkpoints") || fs::exists(fs::path(target) / "model.safetensors")) {
+    std::string path = f.target, name = target.stem().string();
+    if (fs::exists(target / "checkpoints") || fs::exists(target / "model.safetensors")) {
       // A training run or checkpoint: its model traced to a graph first.
-      Loaded l = load_model(target);
+      Loaded l = load_model(f.target);
       path = (fs::temp_directory_path() / ("tessera-serve-" + std::to_string(::getpid()) + ".tsr")).string();
       compile::Graph g = trace_model(l, std::min<int64_t>(2, l.recipe.eval_data ? l.recipe.eval_data->size() : 2), false);
       compile::save(g, path);
@@ -596,21 +624,43 @@ int cmd_serve(const std::string& target, const std::string& host, int port, cons
       name = l.ckpt.state.value("model", std::string("model"));
     }
     if (!serve::valid_model_name(name)) name = "model";
-    service.load(name, 1, path, with_flags({}));
-    std::printf("serving model '%s' (version 1) from %s\n", name.c_str(), target.c_str());
+    service.load(name, 1, path, so.adjust_config({}));
+    std::printf("serving model '%s' (version 1) from %s\n", name.c_str(), f.target.c_str());
   } else {
-    for (const serve::RepositoryEntry& e : serve::scan_repository(target)) {
-      for (const serve::ModelVersion& v : e.versions) service.load(e.name, v.version, v.path, with_flags(e.config));
+    service.load_repository(f.target);
+    for (const serve::RepositoryEntry& e : serve::scan_repository(f.target))
       std::printf("serving model '%s' (%zu version(s))\n", e.name.c_str(), e.versions.size());
-    }
   }
-  serve::HttpServer server(service, {.host = host, .port = port, .threads = threads});
-  std::printf("listening on http://%s:%d/v2 (metrics on /metrics)%s\n", host.c_str(), server.port(),
+  serve::HttpServer server(service, {.host = f.host, .port = f.port, .threads = f.threads});
+  std::printf("listening on http://%s:%d/v2 (metrics on /metrics)%s\n", f.host.c_str(), server.port(),
               so.api_key.empty() ? "" : "; API key required");
   std::fflush(stdout);
+  // Hot reload: the repository is read again every poll_seconds.
+  std::mutex poll_mu;
+  std::condition_variable poll_cv;
+  bool stopping = false;
+  std::thread poller;
+  if (f.poll_seconds > 0)
+    poller = std::thread([&] {
+      std::unique_lock<std::mutex> lock(poll_mu);
+      while (!poll_cv.wait_for(lock, std::chrono::seconds(f.poll_seconds), [&] { return stopping; })) {
+        lock.unlock();
+        serve::SyncReport r = service.sync_repository();
+        for (const auto& c : r.changes) std::printf("repository: %s\n", c.c_str());
+        for (const auto& e : r.errors) std::fprintf(stderr, "repository: %s (the loaded versions keep serving)\n", e.c_str());
+        std::fflush(stdout);
+        lock.lock();
+      }
+    });
   int sig = 0;
   sigwait(&stop_signals, &sig);
   std::printf("%s: stopping; finishing queued requests\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  {
+    std::lock_guard<std::mutex> lock(poll_mu);
+    stopping = true;
+  }
+  poll_cv.notify_all();
+  if (poller.joinable()) poller.join();
   server.stop();
   service.drain();
   if (!traced.empty()) fs::remove_all(traced);
@@ -727,18 +777,34 @@ int main(int argc, char** argv) {
 
   auto* serve_cmd = app.add_subcommand("serve", "serve models over HTTP (KServe v2 protocol) with dynamic batching "
                                        "until SIGINT/SIGTERM");
-  std::string s_target, s_host = "127.0.0.1", s_key;
-  int s_port = 8000, s_instances = 0, s_threads = 64;
-  int64_t s_max_batch = 0, s_delay = -1;
-  serve_cmd->add_option("repository", s_target, "a model repository (one folder per model, version folders inside), "
+  ServeFlags sf;
+  serve_cmd->add_option("repository", sf.target, "a model repository (one folder per model, version folders inside), "
                         "or one model: a compiled graph (.tsr), an .onnx file, a run or checkpoint")->required();
-  serve_cmd->add_option("--host", s_host, "address to bind (default 127.0.0.1: this machine only)");
-  serve_cmd->add_option("--port", s_port, "port (0: any free port)");
-  serve_cmd->add_option("--api-key-file", s_key, "a file holding the API key every route but /v2/health needs");
-  serve_cmd->add_option("--max-batch", s_max_batch, "rows merged into one model run (overrides config.yaml)");
-  serve_cmd->add_option("--batch-delay-us", s_delay, "how long the oldest request waits for others (overrides)");
-  serve_cmd->add_option("--instances", s_instances, "model runs at once per version (overrides)");
-  serve_cmd->add_option("--threads", s_threads, "HTTP connections served at once");
+  serve_cmd->add_option("--host", sf.host, "address to bind (default 127.0.0.1: this machine only)");
+  serve_cmd->add_option("--port", sf.port, "port (0: any free port)");
+  serve_cmd->add_option("--api-key-file", sf.api_key_file, "a file holding the API key every route but /v2/health needs");
+  serve_cmd->add_option("--max-batch", sf.max_batch, "rows merged into one model run (overrides config.yaml)");
+  serve_cmd->add_option("--batch-delay-us", sf.delay_us, "how long the oldest request waits for others (overrides)");
+  serve_cmd->add_option("--instances", sf.instances, "model runs at once per version (overrides)");
+  serve_cmd->add_option("--threads", sf.threads, "HTTP connections served at once");
+  serve_cmd->add_option("--access-log", sf.access_log, "append one JSON line per request to this file ('-': stdout)");
+  serve_cmd->add_option("--poll-seconds", sf.poll_seconds, "read the repository again this often: new, changed and "
+                        "removed versions are loaded or unloaded without dropping requests (0: never)")
+      ->check(CLI::Range(0, 86400));
+  serve_cmd->add_flag("--repository-routes", sf.repository_routes, "enable POST /v2/repository/index and "
+                      "/v2/repository/models/{name}/load|unload");
+
+  auto* client = app.add_subcommand("client", "send one infer request to a running `tessera serve` and print the "
+                                    "outputs and latency");
+  ClientFlags cf;
+  client->add_option("model", cf.model, "the served model's name")->required();
+  client->add_option("--url", cf.url, "the server (default http://127.0.0.1:8000)");
+  client->add_option("--version", cf.version, "a model version (default: the newest)");
+  client->add_option("--api-key-file", cf.api_key_file, "a file holding the server's API key");
+  client->add_option("--input", cf.inputs, "a .npy file per model input, in order (default: random values of the "
+                     "model's signature, batch 1)");
+  client->add_option("--repeat", cf.repeat, "send the request this many times and print p50/p99")
+      ->check(CLI::Range(1, 1000000));
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -749,7 +815,8 @@ int main(int argc, char** argv) {
     if (*run) return cmd_run(run_model, run_inputs, run_out, run_repeat);
     if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);
     if (*serve_cmd)
-      return cmd_serve(s_target, s_host, s_port, s_key, s_max_batch, s_delay, s_instances, s_threads);
+      return cmd_serve(sf);
+    if (*client) return cmd_client(cf);
     if (*quantize && q_method == "ptq-int8") return cmd_ptq(q_ckpt, q_calib, q_skip, q_out, q_batches, q_repeat);
     if (*quantize) return cmd_quantize(q_ckpt, q_method, q_group, q_act, q_skip, q_out, q_batches, q_repeat);
     if (*prune)

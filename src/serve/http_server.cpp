@@ -42,6 +42,7 @@ HttpServer::HttpServer(InferenceService& service, const HttpServerOptions& o) : 
     HttpRequest r;
     r.method = req.method;
     r.path = req.path;
+    r.remote = req.remote_addr + ":" + std::to_string(req.remote_port);
     for (const auto& [k, v] : req.headers) {
       std::string key = k;
       std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });

@@ -236,6 +236,19 @@ InferRequest parse_infer_request(std::string_view body, std::optional<size_t> js
   return r;
 }
 
+nlohmann::json json_data(const Tensor& tensor) {
+  const Tensor t = tensor.contiguous();
+  json data = json::array();
+  visit_dtype(t.dtype(), [&]<typename T>() {
+    const T* p = static_cast<const T*>(t.raw_data());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) data.push_back(static_cast<float>(p[i]));
+      else data.push_back(p[i]);
+    }
+  });
+  return data;
+}
+
 InferResponse write_infer_response(const std::string& model, const std::string& version, const std::string& id,
                                    const std::vector<InferOutput>& outputs) {
   json j = {{"model_name", model}, {"model_version", version}};
@@ -251,15 +264,7 @@ InferResponse write_infer_response(const std::string& model, const std::string& 
       out["parameters"] = {{"binary_data_size", t.nbytes()}};
       binary.append(static_cast<const char*>(t.raw_data()), t.nbytes());
     } else {
-      json data = json::array();
-      visit_dtype(t.dtype(), [&]<typename T>() {
-        const T* p = static_cast<const T*>(t.raw_data());
-        for (int64_t i = 0; i < t.numel(); ++i) {
-          if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) data.push_back(static_cast<float>(p[i]));
-          else data.push_back(p[i]);
-        }
-      });
-      out["data"] = std::move(data);
+      out["data"] = json_data(t);
     }
     j["outputs"].push_back(std::move(out));
   }
@@ -272,6 +277,9 @@ InferResponse write_infer_response(const std::string& model, const std::string& 
   return r;
 }
 
-std::string error_body(const std::string& message) { return json{{"error", message}}.dump(); }
+// Messages can quote a client's bytes (a model name from the path): invalid UTF-8 is replaced, not thrown.
+std::string error_body(const std::string& message) {
+  return json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 }  // namespace tessera::serve

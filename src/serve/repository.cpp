@@ -58,39 +58,75 @@ bool valid_model_name(const std::string& name) {
                      [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.'; });
 }
 
-std::vector<RepositoryEntry> scan_repository(const std::string& dir) {
+namespace {
+
+// Every file under a version's model (name, size, modification time): a
+// version whose fingerprint changed was rewritten and is loaded again.
+std::string fingerprint(const fs::path& p) {
+  std::vector<std::string> files;
+  auto add = [&](const fs::path& f) {
+    std::error_code ec;
+    const auto size = fs::file_size(f, ec);
+    const auto time = fs::last_write_time(f, ec).time_since_epoch().count();
+    files.push_back(f.lexically_relative(p).string() + ":" + std::to_string(size) + ":" + std::to_string(time));
+  };
+  if (fs::is_directory(p)) {
+    for (const auto& e : fs::recursive_directory_iterator(p))
+      if (e.is_regular_file()) add(e.path());
+  } else {
+    add(p);
+  }
+  std::sort(files.begin(), files.end());
+  std::string out;
+  for (const auto& f : files) out += f + ";";
+  return out;
+}
+
+}  // namespace
+
+RepositoryEntry scan_model(const std::string& dir) {
+  const fs::path path(dir);
+  RepositoryEntry m;
+  m.name = path.filename().string();
+  m.dir = dir;
+  TS_CHECK(valid_model_name(m.name), "model repository: folder '", m.name, "' is not a valid model name (letters, "
+           "digits, '_', '-', '.')");
+  const fs::path cfg = path / "config.yaml";
+  if (fs::exists(cfg)) m.config = model_config_from_json(io::load_yaml(cfg.string()), cfg.string());
+  for (const auto& v : fs::directory_iterator(path)) {
+    if (!v.is_directory()) continue;
+    const std::string name = v.path().filename().string();
+    TS_CHECK(!name.empty() && name.size() <= 9 && std::all_of(name.begin(), name.end(), ::isdigit) && name != "0" &&
+                 name[0] != '0',
+             "model repository: '", v.path().string(), "' is not a version folder (a positive integer such as 1)");
+    ModelVersion mv;
+    mv.version = std::stoll(name);
+    if (fs::is_directory(v.path() / "model.tsr")) mv.path = (v.path() / "model.tsr").string();
+    else if (fs::exists(v.path() / "model.onnx")) mv.path = (v.path() / "model.onnx").string();
+    TS_CHECK(!mv.path.empty(), "model repository: version folder '", v.path().string(), "' holds neither model.tsr/ "
+             "(tessera export --format tessera) nor model.onnx");
+    mv.fingerprint = fingerprint(mv.path);
+    m.versions.push_back(mv);
+  }
+  TS_CHECK(!m.versions.empty(), "model repository: model '", m.name, "' has no version folder (1/, 2/, ...)");
+  std::sort(m.versions.begin(), m.versions.end(),
+            [](const ModelVersion& a, const ModelVersion& b) { return a.version < b.version; });
+  return m;
+}
+
+std::vector<std::string> repository_folders(const std::string& dir) {
   TS_CHECK(fs::is_directory(dir), "model repository '", dir, "' is not a directory (expected one folder per model, "
            "each with version folders 1/, 2/, ... holding model.tsr/ or model.onnx)");
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory()) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<RepositoryEntry> scan_repository(const std::string& dir) {
   std::vector<RepositoryEntry> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (!e.is_directory()) continue;
-    RepositoryEntry m;
-    m.name = e.path().filename().string();
-    m.dir = e.path().string();
-    TS_CHECK(valid_model_name(m.name), "model repository: folder '", m.name, "' is not a valid model name (letters, "
-             "digits, '_', '-', '.')");
-    const fs::path cfg = e.path() / "config.yaml";
-    if (fs::exists(cfg)) m.config = model_config_from_json(io::load_yaml(cfg.string()), cfg.string());
-    for (const auto& v : fs::directory_iterator(e.path())) {
-      if (!v.is_directory()) continue;
-      const std::string name = v.path().filename().string();
-      TS_CHECK(!name.empty() && name.size() <= 9 && std::all_of(name.begin(), name.end(), ::isdigit) && name != "0" &&
-                   name[0] != '0',
-               "model repository: '", v.path().string(), "' is not a version folder (a positive integer such as 1)");
-      ModelVersion mv;
-      mv.version = std::stoll(name);
-      if (fs::is_directory(v.path() / "model.tsr")) mv.path = (v.path() / "model.tsr").string();
-      else if (fs::exists(v.path() / "model.onnx")) mv.path = (v.path() / "model.onnx").string();
-      TS_CHECK(!mv.path.empty(), "model repository: version folder '", v.path().string(), "' holds neither model.tsr/ "
-               "(tessera export --format tessera) nor model.onnx");
-      m.versions.push_back(mv);
-    }
-    TS_CHECK(!m.versions.empty(), "model repository: model '", m.name, "' has no version folder (1/, 2/, ...)");
-    std::sort(m.versions.begin(), m.versions.end(),
-              [](const ModelVersion& a, const ModelVersion& b) { return a.version < b.version; });
-    out.push_back(std::move(m));
-  }
-  std::sort(out.begin(), out.end(), [](const RepositoryEntry& a, const RepositoryEntry& b) { return a.name < b.name; });
+  for (const std::string& folder : repository_folders(dir)) out.push_back(scan_model(folder));
   return out;
 }
 

@@ -2,7 +2,11 @@
 #include "tessera/serve/service.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -20,7 +24,7 @@ const std::vector<double> kBatchBuckets{1, 2, 4, 8, 16, 32, 64, 128, 256};
 HttpResponse json_response(int status, const json& j) {
   HttpResponse r;
   r.status = status;
-  r.body = j.dump();
+  r.body = j.dump(-1, ' ', false, json::error_handler_t::replace);
   return r;
 }
 HttpResponse error_response(int status, const std::string& message) {
@@ -74,12 +78,14 @@ InferenceService::InferenceService(ServiceOptions options) : options_(std::move(
 InferenceService::~InferenceService() { drain(); }
 
 void InferenceService::load(const std::string& name, int64_t version, const std::string& path,
-                            const ModelConfig& config) {
+                            const ModelConfig& config, const std::string& fingerprint) {
   TS_CHECK(valid_model_name(name), "serve: '", name, "' is not a valid model name (letters, digits, '_', '-', '.')");
   TS_CHECK(version > 0, "serve: model versions are positive integers, got ", version);
   auto v = std::make_shared<Version>();
   v->version = version;
   v->config = config;
+  v->path = path;
+  v->fingerprint = fingerprint;
   v->model = std::make_shared<const Model>(tessera::load(path));
   // Warm-up before ready: the first calls plan memory, pick kernels and pack weights.
   for (int64_t n : {int64_t{1}, config.max_batch_size})
@@ -102,27 +108,111 @@ void InferenceService::load(const std::string& name, int64_t version, const std:
   }
   metrics_.set("tessera_serve_model_ready", "1 when a model version serves requests.", 1,
                {{"model", name}, {"version", std::to_string(version)}});
-  if (old) old->batcher->drain();  // in-flight requests of the replaced version finish
+  // `old` is released here: requests that hold it finish on it, and the last
+  // one to let go drains and stops its batcher.
 }
 
 void InferenceService::unload(const std::string& name, int64_t version) {
   std::shared_ptr<Version> old;
+  bool last = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = models_.find(name);
     TS_CHECK(it != models_.end() && it->second.count(version), "serve: model '", name, "' has no version ", version);
     old = it->second[version];
     it->second.erase(version);
-    if (it->second.empty()) models_.erase(it);
+    last = it->second.empty();
+    if (last) models_.erase(it);
   }
   metrics_.set("tessera_serve_model_ready", "1 when a model version serves requests.", 0,
                {{"model", name}, {"version", std::to_string(version)}});
-  old->batcher->drain();
+  if (last) metrics_.set("tessera_serve_queue_depth", "Requests waiting for a model run.", 0, {{"model", name}});
 }
 
 void InferenceService::load_repository(const std::string& dir) {
-  for (const RepositoryEntry& e : scan_repository(dir))
-    for (const ModelVersion& v : e.versions) load(e.name, v.version, v.path, e.config);
+  options_.repository = dir;
+  const std::vector<RepositoryEntry> entries = scan_repository(dir);  // every folder checked before any loads
+  std::lock_guard<std::mutex> lock(sync_mu_);
+  for (const RepositoryEntry& e : entries) {
+    const ModelConfig c = options_.adjust_config ? options_.adjust_config(e.config) : e.config;
+    for (const ModelVersion& v : e.versions) load(e.name, v.version, v.path, c, v.fingerprint);
+  }
+}
+
+SyncReport InferenceService::sync_repository(const std::string& model) {
+  TS_CHECK(!options_.repository.empty(), "serve: no model repository to read (the server serves a single model)");
+  std::lock_guard<std::mutex> lock(sync_mu_);
+  SyncReport report;
+  std::vector<std::string> folders;
+  try {
+    folders = repository_folders(options_.repository);
+  } catch (const Error& e) {
+    report.errors.push_back(e.what());
+    return report;
+  }
+  std::set<std::string> on_disk;
+  for (const std::string& f : folders) {
+    const std::string name = std::filesystem::path(f).filename().string();
+    on_disk.insert(name);
+    if (model.empty() || model == name) sync_model(f, name, report);
+  }
+  // Models whose folders are gone.
+  std::vector<std::pair<std::string, int64_t>> gone;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [name, versions] : models_)
+      if (!on_disk.count(name) && (model.empty() || model == name))
+        for (auto& [n, v] : versions) gone.push_back({name, n});
+  }
+  for (auto& [name, n] : gone) {
+    unload(name, n);
+    report.changes.push_back("unloaded " + name + " version " + std::to_string(n) + " (its folder is gone)");
+  }
+  if (!model.empty() && !on_disk.count(model) && gone.empty())
+    report.errors.push_back("the repository has no model folder '" + model + "'");
+  return report;
+}
+
+void InferenceService::sync_model(const std::string& folder, const std::string& name, SyncReport& report) {
+  RepositoryEntry e;
+  try {
+    e = scan_model(folder);
+  } catch (const Error& err) {
+    report.errors.push_back(err.what());
+    std::lock_guard<std::mutex> l(mu_);
+    load_errors_[name] = err.what();
+    return;
+  }
+  const ModelConfig config = options_.adjust_config ? options_.adjust_config(e.config) : e.config;
+  std::map<int64_t, std::shared_ptr<Version>> loaded;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    load_errors_.erase(name);
+    if (auto it = models_.find(name); it != models_.end()) loaded = it->second;
+  }
+  std::set<int64_t> present;
+  for (const ModelVersion& mv : e.versions) {
+    present.insert(mv.version);
+    auto it = loaded.find(mv.version);
+    if (it != loaded.end() && it->second->path == mv.path && it->second->fingerprint == mv.fingerprint &&
+        it->second->config == config)
+      continue;
+    try {
+      load(name, mv.version, mv.path, config, mv.fingerprint);
+      report.changes.push_back((it == loaded.end() ? "loaded " : "reloaded ") + name + " version " +
+                               std::to_string(mv.version));
+    } catch (const Error& err) {
+      // A half-written or broken version: what was serving keeps serving.
+      report.errors.push_back("model '" + name + "' version " + std::to_string(mv.version) + ": " + err.what());
+      std::lock_guard<std::mutex> l(mu_);
+      load_errors_[name] = err.what();
+    }
+  }
+  for (auto& [n, v] : loaded)
+    if (!present.count(n)) {
+      unload(name, n);
+      report.changes.push_back("unloaded " + name + " version " + std::to_string(n) + " (its folder is gone)");
+    }
 }
 
 void InferenceService::drain() {
@@ -178,8 +268,6 @@ HttpResponse InferenceService::infer(const std::string& name, std::shared_ptr<Ve
   InferRequest r = parse_infer_request(req.body, json_length, options_.limits);
   TensorList inputs = match_signature(*v->model, name, r);
   std::future<TensorList> f = v->batcher->submit(std::move(inputs));
-  metrics_.set("tessera_serve_queue_depth", "Requests waiting for a model run.",
-               static_cast<double>(v->batcher->queued()), {{"model", name}});
   // The batcher fails requests that waited too long in its queue; this bounds the whole wait.
   if (f.wait_for(std::chrono::milliseconds(2 * v->config.timeout_ms)) != std::future_status::ready)
     throw RequestError(504, "the model did not answer within " + std::to_string(2 * v->config.timeout_ms) + " ms");
@@ -204,7 +292,43 @@ HttpResponse InferenceService::infer(const std::string& name, std::shared_ptr<Ve
   return res;
 }
 
-HttpResponse InferenceService::route(const HttpRequest& req, std::string& model_label) {
+HttpResponse InferenceService::repository_route(const HttpRequest& req, const std::vector<std::string>& p) {
+  if (req.method != "POST")
+    return error_response(405, "method " + req.method + " is not allowed on " + req.path + " (use POST)");
+  if (p.size() == 3 && p[2] == "index") {
+    json index = json::array();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [name, versions] : models_)
+      for (auto& [n, v] : versions) index.push_back({{"name", name}, {"version", std::to_string(n)}, {"state", "READY"}});
+    for (auto& [name, why] : load_errors_)
+      index.push_back({{"name", name}, {"state", "UNAVAILABLE"}, {"reason", why}});
+    return json_response(200, index);
+  }
+  if (p.size() == 5 && p[2] == "models" && (p[4] == "load" || p[4] == "unload")) {
+    const std::string& name = p[3];
+    if (!valid_model_name(name)) return error_response(400, "'" + name + "' is not a valid model name");
+    if (p[4] == "load") {
+      if (!std::filesystem::is_directory(std::filesystem::path(options_.repository) / name))
+        return error_response(404, "the model repository has no folder '" + name + "'");
+      SyncReport r = sync_repository(name);
+      if (!r.errors.empty()) return error_response(400, "model '" + name + "' did not load: " + r.errors.front());
+      return json_response(200, {{"name", name}, {"changes", r.changes}});
+    }
+    std::vector<int64_t> versions;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = models_.find(name);
+      if (it == models_.end()) return error_response(404, "unknown model '" + name + "'");
+      for (auto& [n, v] : it->second) versions.push_back(n);
+    }
+    for (int64_t n : versions) unload(name, n);
+    return json_response(200, {{"name", name}, {"unloaded", versions}});
+  }
+  return error_response(404, "no route " + req.path + " (POST /v2/repository/index, /v2/repository/models/{name}/load "
+                             "or /unload)");
+}
+
+HttpResponse InferenceService::route(const HttpRequest& req, Reached& reached) {
   const std::vector<std::string> p = split_path(req.path);
   const bool get = req.method == "GET", post = req.method == "POST";
   auto method_not_allowed = [&](const char* allowed) {
@@ -214,6 +338,18 @@ HttpResponse InferenceService::route(const HttpRequest& req, std::string& model_
     if (!get) return method_not_allowed("GET");
     HttpResponse r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    // Gauges of the present moment are read when scraped, not kept up to date per request.
+    metrics_.set("tessera_serve_requests_in_flight", "Requests being handled (this scrape included).",
+                 static_cast<double>(in_flight_.load()));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [model, versions] : models_) {
+        int64_t queued = 0;
+        for (auto& [n, v] : versions) queued += v->batcher->queued();
+        metrics_.set("tessera_serve_queue_depth", "Requests waiting for a model run.", static_cast<double>(queued),
+                     {{"model", model}});
+      }
+    }
     r.body = metrics_.render();
     return r;
   }
@@ -228,9 +364,9 @@ HttpResponse InferenceService::route(const HttpRequest& req, std::string& model_
     const bool ok = p[2] == "live" || (!draining_ && !models_.empty());
     return json_response(ok ? 200 : 503, {{p[2], ok}});
   }
+  if (p[1] == "repository" && options_.repository_routes) return repository_route(req, p);
   if (p[1] != "models" || p.size() < 3) return error_response(404, "no route " + req.path);
   const std::string& name = p[2];
-  model_label = name;
   size_t at = 3;
   std::string version;
   if (p.size() >= 5 && p[3] == "versions") {
@@ -241,6 +377,9 @@ HttpResponse InferenceService::route(const HttpRequest& req, std::string& model_
   if (p.size() > at + 1 || (action != "" && action != "ready" && action != "infer"))
     return error_response(404, "no route " + req.path);
   std::shared_ptr<Version> v = find(name, version);
+  // Labelled only once the model is known: client paths cannot grow the metric series.
+  reached.model = name;
+  reached.version = std::to_string(v->version);
   if (action == "infer") {
     if (!post) return method_not_allowed("POST");
     {
@@ -256,26 +395,21 @@ HttpResponse InferenceService::route(const HttpRequest& req, std::string& model_
 
 HttpResponse InferenceService::handle(const HttpRequest& req) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::string model_label;
+  ++in_flight_;
+  Reached reached;
   HttpResponse res;
   const bool health = req.path.rfind("/v2/health/", 0) == 0;
-  if (!options_.api_key.empty() && !health) {
-    auto h = req.headers.find("authorization");
-    const std::string want = "Bearer " + options_.api_key;
-    if (h == req.headers.end() || !same_secret(h->second, want)) {
-      res = error_response(401, "missing or wrong API key (send the header Authorization: Bearer <key>)");
-      res.headers.push_back({"WWW-Authenticate", "Bearer"});
-      metrics_.add("tessera_serve_requests_total", "Requests by model and HTTP status.", 1,
-                   {{"model", ""}, {"status", "401"}});
-      return res;
-    }
-  }
-  if (req.body.size() > options_.max_body_bytes) {
+  auto h = req.headers.find("authorization");
+  if (!options_.api_key.empty() && !health &&
+      (h == req.headers.end() || !same_secret(h->second, "Bearer " + options_.api_key))) {
+    res = error_response(401, "missing or wrong API key (send the header Authorization: Bearer <key>)");
+    res.headers.push_back({"WWW-Authenticate", "Bearer"});
+  } else if (req.body.size() > options_.max_body_bytes) {
     res = error_response(413, "the request body has " + std::to_string(req.body.size()) + " bytes; the server takes at "
                               "most " + std::to_string(options_.max_body_bytes));
   } else {
     try {
-      res = route(req, model_label);
+      res = route(req, reached);
     } catch (const RequestError& e) {
       res = error_response(e.status(), e.what());
     } catch (const Error& e) {
@@ -287,11 +421,32 @@ HttpResponse InferenceService::handle(const HttpRequest& req) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics_.add("tessera_serve_requests_total", "Requests by model and HTTP status.", 1,
-               {{"model", model_label}, {"status", std::to_string(res.status)}});
-  if (!model_label.empty())
+               {{"model", reached.model}, {"status", std::to_string(res.status)}});
+  if (!reached.model.empty())
     metrics_.observe("tessera_serve_request_seconds", "Time from request to response.", kSecondsBuckets, secs,
-                     {{"model", model_label}});
+                     {{"model", reached.model}});
+  --in_flight_;
+  if (options_.access_log) log_access(req, res, reached, secs);
   return res;
+}
+
+void InferenceService::log_access(const HttpRequest& req, const HttpResponse& res, const Reached& reached,
+                                  double seconds) {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const int ms = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char stamp[64];
+  std::snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, ms);
+  json line = {{"time", stamp},          {"remote", req.remote},        {"method", req.method},
+               {"path", req.path},       {"status", res.status},        {"model", reached.model},
+               {"version", reached.version}, {"bytes_in", req.body.size()}, {"bytes_out", res.body.size()},
+               {"ms", std::round(seconds * 1e6) / 1e3}};
+  // Paths come from clients: dump() escapes them, and replaces invalid UTF-8.
+  options_.access_log(line.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 }  // namespace tessera::serve

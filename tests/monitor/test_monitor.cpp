@@ -3,12 +3,6 @@
 // scripts/setup.sh --test; the test is skipped where it is missing).
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -18,12 +12,11 @@
 #include "tessera/monitor/metrics.h"
 #include "tessera/monitor/metrics_server.h"
 #include "tessera/train/trainer.h"
+#include "prometheus_util.h"
 
 using namespace tessera;
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-extern char** environ;
 
 TEST(Metrics, TextFormat) {
   monitor::Registry r;
@@ -76,34 +69,9 @@ TEST(Metrics, ServerServesAndReportsBindErrors) {
   EXPECT_THROW(monitor::MetricsServer(r, "127.0.0.1", 70000), Error);
 }
 
-namespace {
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-// One instant-vector value from Prometheus's HTTP API, or NaN when it has none yet.
-double query(httplib::Client& c, const std::string& promql) {
-  auto res = c.Get("/api/v1/query", httplib::Params{{"query", promql}}, httplib::Headers{});
-  if (!res || res->status != 200) return NAN;
-  json j = json::parse(res->body, nullptr, false);
-  if (j.is_discarded() || j["data"]["result"].empty()) return NAN;
-  return std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
-}
-
-}  // namespace
-
 TEST(Monitoring, PrometheusScrapesATrainingRun) {
-  const char* prom = "/usr/bin/prometheus";
-  if (!fs::exists(prom)) GTEST_SKIP() << "prometheus is not installed (scripts/setup.sh --test installs it)";
+  if (!fs::exists(tessera::testing::kPrometheus))
+    GTEST_SKIP() << "prometheus is not installed (scripts/setup.sh --test installs it)";
   fs::path dir = fs::temp_directory_path() / ("tessera_prom_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -134,43 +102,24 @@ TEST(Monitoring, PrometheusScrapesATrainingRun) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_GT(trainer.monitor_port(), 0);
 
-  const int prom_port = free_port();
-  std::ofstream(dir / "prometheus.yml") << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                                        << "scrape_configs:\n  - job_name: tessera\n    static_configs:\n"
-                                        << "      - targets: ['127.0.0.1:" << trainer.monitor_port() << "']\n";
-  std::string a1 = "--config.file=" + (dir / "prometheus.yml").string();
-  std::string a2 = "--storage.tsdb.path=" + (dir / "data").string();
-  std::string a3 = "--web.listen-address=127.0.0.1:" + std::to_string(prom_port);
-  std::string a4 = "--log.level=error";
-  char* argv[] = {const_cast<char*>(prom), a1.data(), a2.data(), a3.data(), a4.data(), nullptr};
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, prom, nullptr, nullptr, argv, environ), 0);
-
-  // Prometheus shows a static target's samples some seconds after it starts.
-  httplib::Client c("127.0.0.1", prom_port);
-  double steps = NAN;
-  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!(steps > 0) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    steps = query(c, "tessera_train_step");
-  }
+  tessera::testing::Prometheus prometheus((dir / "prometheus").string(), trainer.monitor_port());
+  ASSERT_TRUE(prometheus.started());
+  auto query = [&](const std::string& q) { return prometheus.query(q); };
+  double steps = prometheus.wait_for("tessera_train_step");
   // Let one more scrape see the layer statistics too.
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  double loss = query(c, "tessera_train_loss");
-  double lr = query(c, "tessera_train_learning_rate");
-  double grad_norm = query(c, "tessera_train_grad_norm");
-  double sps = query(c, "tessera_train_samples_per_second");
-  double mem = query(c, "tessera_memory_allocated_bytes");
-  double peak = query(c, "tessera_memory_peak_bytes");
-  double skipped = query(c, "tessera_amp_skipped_steps_total");
-  double act = query(c, "tessera_layer_activation_zero_fraction{layer=\"net.1\"}");  // after ReLU
-  double gstd = query(c, "tessera_layer_grad_std{param=\"net.0.weight\"}");
-  double step_hist = query(c, "tessera_train_step_duration_seconds_count");
+  double loss = query("tessera_train_loss");
+  double lr = query("tessera_train_learning_rate");
+  double grad_norm = query("tessera_train_grad_norm");
+  double sps = query("tessera_train_samples_per_second");
+  double mem = query("tessera_memory_allocated_bytes");
+  double peak = query("tessera_memory_peak_bytes");
+  double skipped = query("tessera_amp_skipped_steps_total");
+  double act = query("tessera_layer_activation_zero_fraction{layer=\"net.1\"}");  // after ReLU
+  double gstd = query("tessera_layer_grad_std{param=\"net.0.weight\"}");
+  double step_hist = query("tessera_train_step_duration_seconds_count");
   train::Trainer::request_stop();
   fit.join();
-  ::kill(pid, SIGTERM);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
   fs::remove_all(dir);
 
   EXPECT_GT(steps, 0) << "Prometheus never reported tessera_train_step";

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -90,6 +92,74 @@ TEST(ServeHttp, ConcurrentClientsThroughTheBatcher) {
   fs::remove_all(root);
 }
 
+TEST(ServeHttp, HotReloadUnderLoadDropsNothing) {
+  std::string root = tessera::testing::scratch_dir("serve_reload");
+  auto a = tessera::testing::serve_mlp(4, 8, 3, 11), b = tessera::testing::serve_mlp(4, 8, 3, 12);
+  const compile::Graph ga = tessera::testing::serve_graph(*a, 4), gb = tessera::testing::serve_graph(*b, 4);
+  compile::save(ga, root + "/mlp/1/model.tsr");
+  InferenceService service;
+  service.load_repository(root);
+  HttpServer server(service, {.port = 0, .threads = 8});
+  auto expected = [](nn::Module& net, const std::vector<float>& x) {
+    NoGradGuard ng;
+    return net(tensor(x).reshape({1, 4})).contiguous().to_vector<float>();
+  };
+  auto close_to = [](const std::vector<float>& got, const std::vector<float>& want) {
+    bool same = got.size() == want.size();
+    for (size_t k = 0; same && k < want.size(); ++k) same = std::fabs(got[k] - want[k]) < 1e-5f;
+    return same;
+  };
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0}, failed{0};
+  std::string first_failure;
+  std::mutex failure_mu;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t)
+    clients.emplace_back([&, t] {
+      httplib::Client c("127.0.0.1", server.port());
+      for (int i = 0; !stop; ++i) {
+        std::vector<float> x{float(t), float(i % 7), 0.25f, -1};
+        auto res = c.Post("/v2/models/mlp/infer", request_for(x), "application/json");
+        bool ok = res && res->status == 200;
+        if (ok) {
+          auto got = json::parse(res->body)["outputs"][0]["data"].get<std::vector<float>>();
+          ok = close_to(got, expected(*a, x)) || close_to(got, expected(*b, x));  // the old model or the new one
+        }
+        if (ok) {
+          ++answered;
+          continue;
+        }
+        ++failed;
+        std::lock_guard<std::mutex> lock(failure_mu);
+        if (first_failure.empty()) first_failure = res ? std::to_string(res->status) + " " + res->body : "no answer";
+      }
+    });
+  auto wait_for_traffic = [&] {
+    const int seen = answered;
+    while (answered < seen + 20 && failed == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  // Version 1 rewritten back and forth, then a version 2 added and version 1 removed, all while clients send.
+  for (int round = 0; round < 4; ++round) {
+    wait_for_traffic();
+    fs::remove_all(root + "/mlp/1/model.tsr");
+    compile::save(round % 2 == 0 ? gb : ga, root + "/mlp/1/model.tsr");
+    EXPECT_EQ(service.sync_repository().changes, std::vector<std::string>{"reloaded mlp version 1"});
+  }
+  wait_for_traffic();
+  compile::save(gb, root + "/mlp/2/model.tsr");
+  EXPECT_EQ(service.sync_repository().changes, std::vector<std::string>{"loaded mlp version 2"});
+  wait_for_traffic();
+  fs::remove_all(root + "/mlp/1");
+  EXPECT_EQ(service.sync_repository().changes.size(), 1u);
+  wait_for_traffic();
+  stop = true;
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(failed.load(), 0) << first_failure;
+  EXPECT_GT(answered.load(), 120);
+  server.stop();
+  fs::remove_all(root);
+}
+
 TEST(ServeHttp, ServeCommandNeedsItsKeyAndStopsCleanlyOnSigterm) {
   std::string root = tessera::testing::scratch_dir("serve_cli");
   save_mlp(root + "/repo/mlp/1/model.tsr");
@@ -103,7 +173,8 @@ TEST(ServeHttp, ServeCommandNeedsItsKeyAndStopsCleanlyOnSigterm) {
     dup2(out[1], 2);
     close(out[0]);
     execl(TESSERA_CLI, TESSERA_CLI, "serve", (root + "/repo").c_str(), "--port", "0", "--api-key-file",
-          (root + "/key").c_str(), static_cast<char*>(nullptr));
+          (root + "/key").c_str(), "--access-log", (root + "/access.log").c_str(), "--poll-seconds", "1",
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   close(out[1]);
@@ -131,6 +202,32 @@ TEST(ServeHttp, ServeCommandNeedsItsKeyAndStopsCleanlyOnSigterm) {
   auto ok = c.Post("/v2/models/mlp/infer", h, request_for({1, 2, 3, 4}), "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
+
+  // `tessera client`: random inputs of the signature, the outputs and the latency printed.
+  const std::string client = std::string(TESSERA_CLI) + " client mlp --url http://127.0.0.1:" + std::to_string(port) +
+                             " --api-key-file " + root + "/key --repeat 3 2>&1";
+  std::string said;
+  if (FILE* p = popen(client.c_str(), "r")) {
+    while (fgets(buf, sizeof buf, p)) said += buf;
+    EXPECT_EQ(pclose(p), 0) << said;
+  }
+  EXPECT_NE(said.find("input x: random FP32 [-1,4]"), std::string::npos) << said;
+  EXPECT_NE(said.find("[1,3] ["), std::string::npos) << said;
+  EXPECT_NE(said.find("argmax"), std::string::npos) << said;
+  EXPECT_NE(said.find("model mlp version 1: 3 requests, p50"), std::string::npos) << said;
+
+  // --poll-seconds: a version added on disk is served without a restart.
+  save_mlp(root + "/repo/mlp/2/model.tsr");
+  bool reloaded = false;
+  for (int i = 0; i < 200 && !reloaded; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto meta = c.Get("/v2/models/mlp", h);
+    reloaded = meta && meta->status == 200 && json::parse(meta->body)["versions"] == json({"1", "2"});
+  }
+  EXPECT_TRUE(reloaded);
+  auto v2 = c.Post("/v2/models/mlp/versions/2/infer", h, request_for({1, 2, 3, 4}), "application/json");
+  ASSERT_TRUE(v2);
+  EXPECT_EQ(v2->status, 200);
   kill(pid, SIGTERM);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -139,6 +236,14 @@ TEST(ServeHttp, ServeCommandNeedsItsKeyAndStopsCleanlyOnSigterm) {
   close(out[0]);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
   EXPECT_NE(log.find("SIGTERM: stopping"), std::string::npos) << log;
+  EXPECT_NE(log.find("repository: loaded mlp version 2"), std::string::npos) << log;
+  // The access log: one JSON line per request.
+  std::ifstream access(root + "/access.log");
+  std::string line;
+  std::map<int, int> statuses;
+  while (std::getline(access, line)) statuses[json::parse(line)["status"].get<int>()]++;
+  EXPECT_EQ(statuses[401], 1);
+  EXPECT_GE(statuses[200], 6);  // live, infer, the client's metadata and 3 infers, ...
   fs::remove_all(root);
 }
 

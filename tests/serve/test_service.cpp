@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -135,4 +136,131 @@ TEST(ServeService, BadRequestsGetTheRightStatusAndServingGoesOn) {
   EXPECT_EQ(status("POST", "/v2/models/mlp/infer", kInfer), 404);
   s.drain();
   EXPECT_EQ(status("GET", "/v2/health/ready", "", {}), 503);
+}
+
+TEST(ServeService, AccessLogMetricsAndClientBytes) {
+  Fixture f;
+  std::vector<std::string> lines;
+  ServiceOptions o;
+  o.access_log = [&](const std::string& line) { lines.push_back(line); };
+  InferenceService s(o);
+  s.load_repository(f.root);
+  HttpRequest req{"POST", "/v2/models/mlp/infer", {}, kInfer, "127.0.0.1:5000"};
+  ASSERT_EQ(s.handle(req).status, 200);
+  ASSERT_EQ(lines.size(), 1u);
+  json line = json::parse(lines[0]);
+  EXPECT_EQ(line["remote"], "127.0.0.1:5000");
+  EXPECT_EQ(line["method"], "POST");
+  EXPECT_EQ(line["path"], "/v2/models/mlp/infer");
+  EXPECT_EQ(line["status"], 200);
+  EXPECT_EQ(line["model"], "mlp");
+  EXPECT_EQ(line["version"], "1");
+  EXPECT_EQ(line["bytes_in"], std::strlen(kInfer));
+  EXPECT_GT(line["bytes_out"].get<int>(), 0);
+  EXPECT_GE(line["ms"].get<double>(), 0);
+  EXPECT_EQ(line["time"].get<std::string>().size(), std::string("2026-01-01T00:00:00.000Z").size());
+
+  // A path with bytes that are not UTF-8: a JSON 404 and a log line, never an exception.
+  HttpResponse bad = call(s, "GET", std::string("/v2/models/\xff\xfe/ready"));
+  EXPECT_EQ(bad.status, 404);
+  EXPECT_NO_THROW(json::parse(bad.body));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NO_THROW(json::parse(lines[1]));
+  // Unknown model names from clients do not become metric labels (the series stay bounded).
+  for (int i = 0; i < 5; ++i) call(s, "GET", "/v2/models/nosuch" + std::to_string(i));
+  const std::string m = call(s, "GET", "/metrics").body;
+  EXPECT_EQ(m.find("nosuch"), std::string::npos);
+  EXPECT_NE(m.find("tessera_serve_requests_total{model=\"\",status=\"404\"} 6"), std::string::npos) << m;
+  EXPECT_NE(m.find("tessera_serve_requests_in_flight 1"), std::string::npos) << m;  // the /metrics request itself
+  EXPECT_NE(m.find("tessera_serve_model_ready{model=\"mlp\",version=\"1\"} 1"), std::string::npos) << m;
+}
+
+TEST(ServeService, RepositoryRoutesLoadAndUnload) {
+  Fixture f;
+  InferenceService off;
+  off.load_repository(f.root);
+  EXPECT_EQ(call(off, "POST", "/v2/repository/index").status, 404);  // off unless asked for
+
+  InferenceService s({.repository_routes = true});
+  s.load_repository(f.root);
+  json index = json::parse(call(s, "POST", "/v2/repository/index").body);
+  EXPECT_EQ(index, json::parse(R"([{"name": "mlp", "version": "1", "state": "READY"}])"));
+  EXPECT_EQ(call(s, "GET", "/v2/repository/index").status, 405);
+  EXPECT_EQ(call(s, "POST", "/v2/repository/models/mlp/unload").status, 200);
+  EXPECT_EQ(call(s, "POST", "/v2/models/mlp/infer", kInfer).status, 404);
+  EXPECT_EQ(call(s, "POST", "/v2/repository/models/mlp/unload").status, 404);
+  HttpResponse load = call(s, "POST", "/v2/repository/models/mlp/load");
+  ASSERT_EQ(load.status, 200) << load.body;
+  EXPECT_EQ(json::parse(load.body)["changes"], json({"loaded mlp version 1"}));
+  EXPECT_EQ(call(s, "POST", "/v2/models/mlp/infer", kInfer).status, 200);
+  // A folder that is not a model: 400 naming the problem, and the index lists it as unavailable.
+  fs::create_directories(f.root + "/broken/1");
+  HttpResponse broken = call(s, "POST", "/v2/repository/models/broken/load");
+  EXPECT_EQ(broken.status, 400);
+  EXPECT_NE(json::parse(broken.body)["error"].get<std::string>().find("holds neither model.tsr/"), std::string::npos)
+      << broken.body;
+  index = json::parse(call(s, "POST", "/v2/repository/index").body);
+  ASSERT_EQ(index.size(), 2u);
+  EXPECT_EQ(index[1]["name"], "broken");
+  EXPECT_EQ(index[1]["state"], "UNAVAILABLE");
+  EXPECT_EQ(call(s, "POST", "/v2/repository/models/..%2f/load").status, 400);
+  EXPECT_EQ(call(s, "POST", "/v2/repository/models/nothere/load").status, 404);
+}
+
+TEST(ServeService, SyncFollowsTheRepository) {
+  Fixture f;
+  InferenceService s;
+  s.load_repository(f.root);
+  auto answer = [&](const std::string& path) {
+    HttpResponse r = call(s, "POST", path, kInfer);
+    EXPECT_EQ(r.status, 200) << path << ": " << r.body;
+    return r.status == 200 ? json::parse(r.body)["outputs"][0]["data"].get<std::vector<float>>() : std::vector<float>{};
+  };
+  const std::vector<float> first = answer("/v2/models/mlp/infer");
+  EXPECT_TRUE(s.sync_repository().changes.empty());  // nothing changed on disk
+
+  // A new version: loaded, and the newest serves requests without a version.
+  auto other = tessera::testing::serve_mlp(4, 8, 3, 99);
+  compile::save(tessera::testing::serve_graph(*other, 4), f.root + "/mlp/2/model.tsr");
+  SyncReport r = s.sync_repository();
+  EXPECT_EQ(r.changes, std::vector<std::string>{"loaded mlp version 2"});
+  const std::vector<float> second = answer("/v2/models/mlp/infer");
+  EXPECT_NE(second, first);
+  EXPECT_EQ(answer("/v2/models/mlp/versions/1/infer"), first);
+
+  // Version 1 rewritten with version 2's weights: reloaded in place.
+  fs::remove_all(f.root + "/mlp/1/model.tsr");
+  compile::save(tessera::testing::serve_graph(*other, 4), f.root + "/mlp/1/model.tsr");
+  EXPECT_EQ(s.sync_repository().changes, std::vector<std::string>{"reloaded mlp version 1"});
+  EXPECT_EQ(answer("/v2/models/mlp/versions/1/infer"), second);
+
+  // A config change reloads every version with the new settings.
+  std::ofstream(f.root + "/mlp/config.yaml") << "max_batch_size: 8\n";
+  EXPECT_EQ(s.sync_repository().changes.size(), 2u);
+
+  // A broken new version is reported; what was serving keeps serving.
+  fs::create_directories(f.root + "/mlp/3/model.tsr");
+  std::ofstream(f.root + "/mlp/3/model.tsr/graph.json") << "{ half written";
+  r = s.sync_repository();
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_NE(r.errors[0].find("model 'mlp' version 3"), std::string::npos) << r.errors[0];
+  EXPECT_EQ(answer("/v2/models/mlp/infer"), second);
+  // A bad config: the model's folder is not read at all, and both versions serve on.
+  std::ofstream(f.root + "/mlp/config.yaml") << "max_batch_size: -1\n";
+  r = s.sync_repository();
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_NE(r.errors[0].find("max_batch_size must be an integer in [1, 65536], got -1"), std::string::npos)
+      << r.errors[0];
+  EXPECT_EQ(answer("/v2/models/mlp/versions/1/infer"), second);
+  fs::remove(f.root + "/mlp/config.yaml");
+  fs::remove_all(f.root + "/mlp/3");
+
+  // A removed version folder, then the whole model: unloaded.
+  fs::remove_all(f.root + "/mlp/2");
+  r = s.sync_repository();
+  EXPECT_EQ(r.changes.back(), "unloaded mlp version 2 (its folder is gone)");
+  EXPECT_EQ(call(s, "POST", "/v2/models/mlp/versions/2/infer", kInfer).status, 404);
+  fs::remove_all(f.root + "/mlp");
+  EXPECT_EQ(s.sync_repository().changes, std::vector<std::string>{"unloaded mlp version 1 (its folder is gone)"});
+  EXPECT_EQ(call(s, "POST", "/v2/models/mlp/infer", kInfer).status, 404);
 }

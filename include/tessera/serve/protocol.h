@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tessera/core/tensor.h"
 
 namespace tessera::serve {
@@ -74,6 +76,9 @@ struct InferResponse {
 // {"model_name", "model_version", "id", "outputs": [{"name", "datatype", "shape", "data" | parameters.binary_data_size}]}
 InferResponse write_infer_response(const std::string& model, const std::string& version, const std::string& id,
                                    const std::vector<InferOutput>& outputs);
+
+// A tensor's values as the flat JSON array of a request's or response's "data" (f16/bf16 as numbers).
+nlohmann::json json_data(const Tensor& t);
 
 // {"error": message}: the body of every error response.
 std::string error_body(const std::string& message);

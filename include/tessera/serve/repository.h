@@ -39,6 +39,7 @@ struct ModelConfig {
   int64_t max_queue = 1024;
   int64_t timeout_ms = 10000;
   int warmup_runs = 3;
+  bool operator==(const ModelConfig&) const = default;
 };
 // Unknown keys and out-of-range values are errors naming the key, the value
 // and what is allowed.
@@ -46,7 +47,8 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& w
 
 struct ModelVersion {
   int64_t version = 0;
-  std::string path;  // the model.tsr directory or model.onnx file
+  std::string path;         // the model.tsr directory or model.onnx file
+  std::string fingerprint;  // its files' names, sizes and times: changes when it is rewritten
 };
 struct RepositoryEntry {
   std::string name;
@@ -57,6 +59,10 @@ struct RepositoryEntry {
 // Every model folder of a repository, checked (names, versions, files,
 // configs); an error names the folder and what it should hold.
 std::vector<RepositoryEntry> scan_repository(const std::string& dir);
+// The model folders of a repository, and one of them checked: hot reload
+// scans model by model, so one half-written model does not stop the others.
+std::vector<std::string> repository_folders(const std::string& dir);
+RepositoryEntry scan_model(const std::string& dir);
 bool valid_model_name(const std::string& name);
 
 // A signature dimension's size ("784" -> 784), or -1 for one the model leaves

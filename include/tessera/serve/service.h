@@ -11,11 +11,18 @@
 //   POST /v2/models/{m}[/versions/{v}]/infer       inference (JSON or binary extension)
 //   GET  /metrics                                  Prometheus text
 //
+// With ServiceOptions::repository_routes (the model repository extension):
+//   POST /v2/repository/index                      every model version and its state
+//   POST /v2/repository/models/{m}/load            read model m's folder again (sync_repository)
+//   POST /v2/repository/models/{m}/unload          take every version of m out of service
+//
 // Without a version, a route uses the model's newest ready version. With an
 // API key set, every route but /v2/health/* needs "Authorization: Bearer KEY".
 // Errors are JSON {"error": message} with the status that fits (400 bad
 // request, 401 key, 404 unknown model/version/route, 405 method, 413 body too
 // large, 503 queue full or not ready, 504 timeout).
+#include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,6 +42,7 @@ struct HttpRequest {
   std::string path;
   std::map<std::string, std::string> headers;  // names lowercase
   std::string body;
+  std::string remote;  // the client's address:port, for the access log
 };
 struct HttpResponse {
   int status = 200;
@@ -47,6 +55,21 @@ struct ServiceOptions {
   std::string api_key;                       // empty: no authentication
   size_t max_body_bytes = size_t{64} << 20;  // larger requests get 413
   Limits limits;
+  // The model repository load_repository() and sync_repository() read, and
+  // the command-line overrides of its config.yaml files.
+  std::string repository;
+  std::function<ModelConfig(ModelConfig)> adjust_config;
+  bool repository_routes = false;  // POST /v2/repository/... (off: those paths are 404)
+  // Called with one JSON line per request (time, remote, method, path,
+  // status, model, version, bytes in and out, milliseconds); empty: no log.
+  std::function<void(const std::string&)> access_log;
+};
+
+// What a sync_repository() call changed: lines such as "loaded cnn version 2",
+// and the models it could not read (they keep serving what they had).
+struct SyncReport {
+  std::vector<std::string> changes;
+  std::vector<std::string> errors;
 };
 
 class InferenceService {
@@ -59,12 +82,20 @@ class InferenceService {
   // Loads a model version (tessera::load), warms it up (config.warmup_runs
   // runs per batch size 1 and max_batch_size, zeros of its signature), and
   // only then makes it ready. Loading a version that is loaded replaces it
-  // once the new one is warm; requests in flight on the old one finish.
-  void load(const std::string& name, int64_t version, const std::string& path, const ModelConfig& config);
+  // once the new one is warm; requests that reached the old one finish on
+  // it (a version lives until its last request is answered).
+  void load(const std::string& name, int64_t version, const std::string& path, const ModelConfig& config,
+            const std::string& fingerprint = "");
   // Takes a version out of service: new requests get 404, queued ones finish.
   void unload(const std::string& name, int64_t version);
-  // Every model of a repository (scan_repository).
+  // Every model of a repository (scan_repository); an error in any folder throws.
   void load_repository(const std::string& dir);
+  // Brings the loaded versions in line with options.repository (hot reload):
+  // loads new versions and those whose files or config changed, unloads
+  // versions and models whose folders are gone. `model` limits it to one
+  // model. A model whose folder cannot be read, or a version that fails to
+  // load, keeps serving what it had and is reported in errors.
+  SyncReport sync_repository(const std::string& model = "");
 
   HttpResponse handle(const HttpRequest& request);
   // Stops taking requests and finishes the queued ones (graceful shutdown).
@@ -76,10 +107,18 @@ class InferenceService {
   struct Version {
     int64_t version = 0;
     std::shared_ptr<const Model> model;
-    std::unique_ptr<Batcher> batcher;
+    std::unique_ptr<Batcher> batcher;  // drains and stops when the last request lets go of the version
     ModelConfig config;
+    std::string path, fingerprint;
   };
-  HttpResponse route(const HttpRequest& request, std::string& model_label);
+  // Which model and version a request reached (for metrics and the access log).
+  struct Reached {
+    std::string model, version;
+  };
+  HttpResponse route(const HttpRequest& request, Reached& reached);
+  HttpResponse repository_route(const HttpRequest& request, const std::vector<std::string>& parts);
+  void sync_model(const std::string& folder, const std::string& name, SyncReport& report);
+  void log_access(const HttpRequest& request, const HttpResponse& response, const Reached& reached, double seconds);
   HttpResponse infer(const std::string& name, std::shared_ptr<Version> v, const HttpRequest& request);
   HttpResponse metadata(const std::string& name, const Version& v) const;
   // The version a route names (newest when `version` is empty); throws RequestError(404).
@@ -89,6 +128,9 @@ class InferenceService {
   mutable std::mutex mu_;
   std::map<std::string, std::map<int64_t, std::shared_ptr<Version>>> models_;
   bool draining_ = false;
+  std::mutex sync_mu_;                             // one sync_repository at a time
+  std::map<std::string, std::string> load_errors_;  // model -> why its folder did not load (last sync)
+  std::atomic<int64_t> in_flight_{0};
   monitor::Registry metrics_;
 };
 
