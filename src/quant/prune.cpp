@@ -141,7 +141,7 @@ PruneReport prune(nn::Module& model, const PruneConfig& cfg) {
   }
   std::vector<Target> targets;
   for (auto& [path, m] : model.named_modules())
-    if (weight_member(*m) && !skipped(path, cfg.skip)) targets.push_back({path.empty() ? "(root)" : path, m, {}, {}});
+    if (weight_member(*m) && !skipped(path, cfg.skip)) targets.push_back({path.empty() ? "(root)" : path, m, {}, {}, {}, {}});
   TS_CHECK(!targets.empty(), "prune: the model has no Linear or Conv layer to prune (quantized layers cannot be)");
   const bool rows = cfg.method == "structured";
   // The sparsity may only grow: the masks keep what they pruned.

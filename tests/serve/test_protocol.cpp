@@ -108,6 +108,13 @@ TEST(ServeProtocol, BadRequestsNameTheProblem) {
                                {"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]})")
                 .find("input 'x' is given twice"),
             std::string::npos);
+  EXPECT_NE(msg("{\"id\": \"\xff\", \"inputs\": []}").find("not valid JSON"), std::string::npos);  // not UTF-8
+  EXPECT_NE(msg(R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1e39]}]})")
+                .find(" is out of range for FP32"),
+            std::string::npos);
+  EXPECT_NE(msg(R"({"inputs": [{"name": "x", "shape": [1], "datatype": "INT64", "data": [9223372036854775808]}]})")
+                .find("9223372036854775808 is out of range for INT64"),
+            std::string::npos);
   std::string deep = "{\"inputs\": " + std::string(100, '[') + std::string(100, ']') + "}";
   EXPECT_NE(msg(deep.c_str()).find("nested deeper than 32"), std::string::npos);
 }
