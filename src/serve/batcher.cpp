@@ -2,6 +2,7 @@
 #include "tessera/serve/batcher.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "tessera/core/error.h"
 #include "tessera/ops/ops.h"
@@ -32,11 +33,21 @@ Batcher::~Batcher() {
 }
 
 std::future<TensorList> Batcher::submit(TensorList inputs) {
+  auto promise = std::make_shared<std::promise<TensorList>>();
+  std::future<TensorList> f = promise->get_future();
+  submit(std::move(inputs), [promise](std::exception_ptr error, TensorList outputs) {
+    if (error) promise->set_exception(error);
+    else promise->set_value(std::move(outputs));
+  });
+  return f;
+}
+
+void Batcher::submit(TensorList inputs, Done done) {
   auto r = std::make_unique<Request>();
   r->rows = !inputs.empty() && inputs[0].dim() > 0 ? inputs[0].size(0) : 0;
   r->inputs = std::move(inputs);
   r->arrived = Clock::now();
-  std::future<TensorList> f = r->done.get_future();
+  r->done = std::move(done);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) throw RequestError(503, "the server is shutting down");
@@ -46,7 +57,16 @@ std::future<TensorList> Batcher::submit(TensorList inputs) {
     queue_.push_back(std::move(r));
   }
   cv_.notify_one();
-  return f;
+}
+
+void Batcher::finish(Request& r, std::exception_ptr error, TensorList outputs) {
+  // Exactly once per request; a callback that throws must not take the worker down with it.
+  Done done = std::exchange(r.done, nullptr);
+  if (!done) return;
+  try {
+    done(error, std::move(outputs));
+  } catch (...) {
+  }
 }
 
 void Batcher::drain() {
@@ -135,8 +155,8 @@ void Batcher::run(std::vector<std::unique_ptr<Request>>& batch) {
   std::vector<std::unique_ptr<Request>> live;
   for (auto& r : batch) {
     if (us_between(r->arrived, start) > 1000.0 * static_cast<double>(config_.timeout_ms))
-      r->done.set_exception(std::make_exception_ptr(
-          RequestError(504, "the request waited more than " + std::to_string(config_.timeout_ms) + " ms")));
+      finish(*r, std::make_exception_ptr(
+          RequestError(504, "the request waited more than " + std::to_string(config_.timeout_ms) + " ms")), {});
     else
       live.push_back(std::move(r));
   }
@@ -160,7 +180,7 @@ void Batcher::run(std::vector<std::unique_ptr<Request>>& batch) {
     TensorList outs = model_->run(inputs);
     s.compute_us = us_between(t0, Clock::now());
     if (live.size() == 1) {
-      live[0]->done.set_value(std::move(outs));
+      finish(*live[0], nullptr, std::move(outs));
     } else {
       // Split every output by rows back to its request.
       for (const Tensor& o : outs)
@@ -171,16 +191,16 @@ void Batcher::run(std::vector<std::unique_ptr<Request>>& batch) {
         TensorList mine;
         for (const Tensor& o : outs) mine.push_back(o.narrow(0, at, r->rows).contiguous());
         at += r->rows;
-        r->done.set_value(std::move(mine));
+        finish(*r, nullptr, std::move(mine));
       }
     }
   } catch (const RequestError&) {
-    for (auto& r : live) r->done.set_exception(std::current_exception());
+    for (auto& r : live) finish(*r, std::current_exception(), {});
   } catch (const std::exception& e) {
     // A model error is the request's fault (a shape the graph cannot take)
     // or the server's: report it as a 400 naming the model's message.
     for (auto& r : live)
-      r->done.set_exception(std::make_exception_ptr(RequestError(400, std::string("the model failed: ") + e.what())));
+      finish(*r, std::make_exception_ptr(RequestError(400, std::string("the model failed: ") + e.what())), {});
   }
   if (on_batch_) on_batch_(s);
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <future>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -257,7 +258,8 @@ HttpResponse InferenceService::metadata(const std::string& name, const Version& 
                              {"outputs", outs}});
 }
 
-HttpResponse InferenceService::infer(const std::string& name, std::shared_ptr<Version> v, const HttpRequest& req) {
+void InferenceService::infer(const std::string& name, const std::shared_ptr<Version>& v, HttpRequest& req,
+                             const std::shared_ptr<Call>& call) {
   std::optional<size_t> json_length;
   if (auto h = req.headers.find("inference-header-content-length"); h != req.headers.end()) {
     const std::string& s = h->second;
@@ -266,30 +268,38 @@ HttpResponse InferenceService::infer(const std::string& name, std::shared_ptr<Ve
     json_length = static_cast<size_t>(std::stoull(s));
   }
   InferRequest r = parse_infer_request(req.body, json_length, options_.limits);
+  req.body = std::string();  // the tensors hold the data now
   TensorList inputs = match_signature(*v->model, name, r);
-  std::future<TensorList> f = v->batcher->submit(std::move(inputs));
-  // The batcher fails requests that waited too long in its queue; this bounds the whole wait.
-  if (f.wait_for(std::chrono::milliseconds(2 * v->config.timeout_ms)) != std::future_status::ready)
-    throw RequestError(504, "the model did not answer within " + std::to_string(2 * v->config.timeout_ms) + " ms");
-  TensorList outs = f.get();
-  const auto ports = v->model->outputs();
-  std::vector<InferOutput> chosen;
-  for (size_t i = 0; i < ports.size(); ++i) {
-    if (r.outputs.empty()) {
-      chosen.push_back({ports[i].name, outs[i], r.binary_outputs});
-      continue;
+  // The reply is written on the worker that ran the batch; it keeps no
+  // reference to the version (a version lives until its queue is drained).
+  std::vector<std::string> ports;
+  for (const auto& p : v->model->outputs()) ports.push_back(p.name);
+  const std::string version = std::to_string(v->version);
+  v->batcher->submit(std::move(inputs), [this, call, name, version, ports = std::move(ports), id = std::move(r.id),
+                                          wanted = std::move(r.outputs), binary = r.binary_outputs](
+                                             std::exception_ptr error, TensorList outs) {
+    HttpResponse res;
+    try {
+      if (error) std::rethrow_exception(error);
+      std::vector<InferOutput> chosen;
+      for (size_t i = 0; i < ports.size(); ++i) {
+        if (wanted.empty()) chosen.push_back({ports[i], outs[i], binary});
+        for (const auto& o : wanted)
+          if (o.name == ports[i]) chosen.push_back({ports[i], outs[i], o.binary});
+      }
+      InferResponse w = write_infer_response(name, version, id, chosen);
+      res.body = std::move(w.body);
+      if (w.json_length) {
+        res.content_type = "application/octet-stream";
+        res.headers.push_back({"Inference-Header-Content-Length", std::to_string(*w.json_length)});
+      }
+    } catch (const RequestError& e) {
+      res = error_response(e.status(), e.what());
+    } catch (const std::exception& e) {
+      res = error_response(500, std::string("the server failed to answer the request: ") + e.what());
     }
-    for (const auto& o : r.outputs)
-      if (o.name == ports[i].name) chosen.push_back({ports[i].name, outs[i], o.binary});
-  }
-  InferResponse w = write_infer_response(name, std::to_string(v->version), r.id, chosen);
-  HttpResponse res;
-  res.body = std::move(w.body);
-  if (w.json_length) {
-    res.content_type = "application/octet-stream";
-    res.headers.push_back({"Inference-Header-Content-Length", std::to_string(*w.json_length)});
-  }
-  return res;
+    finish(*call, std::move(res));
+  });
 }
 
 HttpResponse InferenceService::repository_route(const HttpRequest& req, const std::vector<std::string>& p) {
@@ -328,7 +338,8 @@ HttpResponse InferenceService::repository_route(const HttpRequest& req, const st
                              "or /unload)");
 }
 
-HttpResponse InferenceService::route(const HttpRequest& req, Reached& reached) {
+std::optional<HttpResponse> InferenceService::route(HttpRequest& req, const std::shared_ptr<Call>& call) {
+  Reached& reached = call->reached;
   const std::vector<std::string> p = split_path(req.path);
   const bool get = req.method == "GET", post = req.method == "POST";
   auto method_not_allowed = [&](const char* allowed) {
@@ -386,52 +397,71 @@ HttpResponse InferenceService::route(const HttpRequest& req, Reached& reached) {
       std::lock_guard<std::mutex> lock(mu_);
       if (draining_) return error_response(503, "the server is shutting down");
     }
-    return infer(name, v, req);
+    infer(name, v, req, call);
+    return std::nullopt;
   }
   if (!get) return method_not_allowed("GET");
   if (action == "ready") return json_response(200, {{"name", name}, {"ready", true}});
   return metadata(name, *v);
 }
 
-HttpResponse InferenceService::handle(const HttpRequest& req) {
-  const auto t0 = std::chrono::steady_clock::now();
+void InferenceService::handle_async(HttpRequest req, Reply reply) {
+  auto call = std::make_shared<Call>();
+  call->method = req.method;
+  call->path = req.path;
+  call->remote = req.remote;
+  call->bytes_in = req.body.size();
+  call->start = std::chrono::steady_clock::now();
+  call->reply = std::move(reply);
   ++in_flight_;
-  Reached reached;
-  HttpResponse res;
   const bool health = req.path.rfind("/v2/health/", 0) == 0;
   auto h = req.headers.find("authorization");
   if (!options_.api_key.empty() && !health &&
       (h == req.headers.end() || !same_secret(h->second, "Bearer " + options_.api_key))) {
-    res = error_response(401, "missing or wrong API key (send the header Authorization: Bearer <key>)");
+    HttpResponse res = error_response(401, "missing or wrong API key (send the header Authorization: Bearer <key>)");
     res.headers.push_back({"WWW-Authenticate", "Bearer"});
-  } else if (req.body.size() > options_.max_body_bytes) {
-    res = error_response(413, "the request body has " + std::to_string(req.body.size()) + " bytes; the server takes at "
-                              "most " + std::to_string(options_.max_body_bytes));
-  } else {
-    try {
-      res = route(req, reached);
-    } catch (const RequestError& e) {
-      res = error_response(e.status(), e.what());
-    } catch (const Error& e) {
-      // A failure inside the server (a model that cannot run): the message, not the internals.
-      res = error_response(500, std::string("the server failed to run the request: ") + e.what());
-    } catch (const std::exception&) {
-      res = error_response(500, "the server failed to run the request");
-    }
+    return finish(*call, std::move(res));
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  metrics_.add("tessera_serve_requests_total", "Requests by model and HTTP status.", 1,
-               {{"model", reached.model}, {"status", std::to_string(res.status)}});
-  if (!reached.model.empty())
-    metrics_.observe("tessera_serve_request_seconds", "Time from request to response.", kSecondsBuckets, secs,
-                     {{"model", reached.model}});
-  --in_flight_;
-  if (options_.access_log) log_access(req, res, reached, secs);
-  return res;
+  if (req.body.size() > options_.max_body_bytes)
+    return finish(*call, error_response(413, "the request body has " + std::to_string(req.body.size()) +
+                                                 " bytes; the server takes at most " +
+                                                 std::to_string(options_.max_body_bytes)));
+  std::optional<HttpResponse> res;
+  try {
+    res = route(req, call);
+  } catch (const RequestError& e) {
+    res = error_response(e.status(), e.what());
+  } catch (const Error& e) {
+    // A failure inside the server (a model that cannot load): the message, not the internals.
+    res = error_response(500, std::string("the server failed to run the request: ") + e.what());
+  } catch (const std::exception&) {
+    res = error_response(500, "the server failed to run the request");
+  }
+  if (res) finish(*call, std::move(*res));
 }
 
-void InferenceService::log_access(const HttpRequest& req, const HttpResponse& res, const Reached& reached,
-                                  double seconds) {
+HttpResponse InferenceService::handle(const HttpRequest& req) {
+  // Shared with the reply, which may still be returning from set_value on a worker when get() wakes.
+  auto answer = std::make_shared<std::promise<HttpResponse>>();
+  std::future<HttpResponse> f = answer->get_future();
+  handle_async(req, [answer](HttpResponse r) { answer->set_value(std::move(r)); });
+  return f.get();
+}
+
+void InferenceService::finish(Call& call, HttpResponse res) {
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - call.start).count();
+  metrics_.add("tessera_serve_requests_total", "Requests by model and HTTP status.", 1,
+               {{"model", call.reached.model}, {"status", std::to_string(res.status)}});
+  if (!call.reached.model.empty())
+    metrics_.observe("tessera_serve_request_seconds", "Time from request to response.", kSecondsBuckets, secs,
+                     {{"model", call.reached.model}});
+  --in_flight_;
+  if (options_.access_log) log_access(call, res, secs);
+  Reply reply = std::move(call.reply);
+  reply(std::move(res));
+}
+
+void InferenceService::log_access(const Call& call, const HttpResponse& res, double seconds) {
   const auto now = std::chrono::system_clock::now();
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
   const int ms = static_cast<int>(
@@ -441,9 +471,15 @@ void InferenceService::log_access(const HttpRequest& req, const HttpResponse& re
   char stamp[64];
   std::snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
                 utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, ms);
-  json line = {{"time", stamp},          {"remote", req.remote},        {"method", req.method},
-               {"path", req.path},       {"status", res.status},        {"model", reached.model},
-               {"version", reached.version}, {"bytes_in", req.body.size()}, {"bytes_out", res.body.size()},
+  json line = {{"time", stamp},
+               {"remote", call.remote},
+               {"method", call.method},
+               {"path", call.path},
+               {"status", res.status},
+               {"model", call.reached.model},
+               {"version", call.reached.version},
+               {"bytes_in", call.bytes_in},
+               {"bytes_out", res.body.size()},
                {"ms", std::round(seconds * 1e6) / 1e3}};
   // Paths come from clients: dump() escapes them, and replaces invalid UTF-8.
   options_.access_log(line.dump(-1, ' ', false, json::error_handler_t::replace));

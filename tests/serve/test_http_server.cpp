@@ -6,7 +6,9 @@
 
 #include <httplib.h>
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -261,5 +263,47 @@ TEST(ServeHttp, OversizeBodyIsRefusedBeforeItIsRead) {
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
   server.stop();
+  fs::remove_all(root);
+}
+
+TEST(ServeHttp, MalformedHttpGets400AndStopAnswersWhatWasRead) {
+  std::string root = tessera::testing::scratch_dir("serve_http_raw");
+  save_mlp(root + "/mlp/1/model.tsr");
+  std::ofstream(root + "/mlp/config.yaml") << "max_queue_delay_us: 300000\n";  // requests wait in the batcher
+  InferenceService service;
+  service.load_repository(root);
+  HttpServer server(service, {.port = 0, .threads = 2});
+
+  // Not HTTP: a JSON 400, then the connection closes.
+  httplib::Client probe("127.0.0.1", server.port());
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(server.port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string junk = "NOT/HTTP \x01\x02\r\n\r\n";
+  ASSERT_EQ(::send(fd, junk.data(), junk.size(), 0), static_cast<ssize_t>(junk.size()));
+  std::string got;
+  char buf[1024];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << got;
+  EXPECT_NE(got.find("not valid HTTP/1.1"), std::string::npos) << got;
+
+  // Requests queued in the batcher when stop() is called are still answered.
+  std::atomic<int> answered{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t)
+    clients.emplace_back([&] {
+      httplib::Client c("127.0.0.1", server.port());
+      auto res = c.Post("/v2/models/mlp/infer", request_for({1, 2, 3, 4}), "application/json");
+      if (res && res->status == 200) ++answered;
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // all four are read and waiting for their batch
+  server.stop();
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(answered.load(), 4);
   fs::remove_all(root);
 }

@@ -44,8 +44,14 @@ class Batcher {
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
 
-  // Queues a request (inputs in the model's order); the future yields its
-  // outputs, or throws RequestError (503 when the queue is full is thrown here).
+  // Called once per request, from a worker thread: its outputs, or the
+  // error (a RequestError: 504 timed out in the queue, 400 the model failed).
+  using Done = std::function<void(std::exception_ptr error, TensorList outputs)>;
+  // Queues a request (inputs in the model's order); `done` is called when it
+  // has run. Throws RequestError(503) here when the queue is full or the
+  // batcher is draining (and `done` is then never called).
+  void submit(TensorList inputs, Done done);
+  // The same, its outputs (or error) through a future.
   std::future<TensorList> submit(TensorList inputs);
   // Stops taking requests and finishes every queued one.
   void drain();
@@ -59,8 +65,9 @@ class Batcher {
     TensorList inputs;
     int64_t rows = 0;
     Clock::time_point arrived;
-    std::promise<TensorList> done;
+    Done done;
   };
+  static void finish(Request& r, std::exception_ptr error, TensorList outputs);
   void work();
   // Takes the next batch off the queue (lock held), waiting for more
   // requests up to the batching delay.

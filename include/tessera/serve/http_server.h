@@ -1,8 +1,11 @@
 #pragma once
-// The HTTP transport of the inference service (cpp-httplib): every request
-// goes to InferenceService::handle. Binds 127.0.0.1 unless told otherwise;
-// port 0 picks a free port. The thread pool must be at least as large as the
-// number of concurrent connections (a blocking server; docs/serving.md).
+// The HTTP/1.1 transport of the inference service (Boost.Beast, asynchronous):
+// every request goes to InferenceService::handle_async, and its reply is
+// written when it comes — from the model worker that ran its batch — so no
+// thread waits for a batch, and `threads` I/O threads serve any number of
+// keep-alive connections. Chosen over cpp-httplib (a thread blocked per
+// connection) by the load test in docs/serving.md. Binds 127.0.0.1 unless
+// told otherwise; port 0 picks a free port.
 #include <memory>
 #include <string>
 
@@ -13,8 +16,9 @@ namespace tessera::serve {
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
-  int threads = 64;               // connections served at once
-  int keep_alive_requests = 100000;  // per connection
+  int threads = 0;              // I/O threads; 0: one per CPU (at least 2)
+  int max_connections = 10000;  // more are closed as they arrive
+  int idle_timeout_s = 60;      // a connection silent this long (or a request this slow to arrive) is closed
 };
 
 class HttpServer {
@@ -26,7 +30,7 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   int port() const;
-  // Stops accepting connections; requests being handled finish first.
+  // Stops accepting connections; requests already read are answered first.
   void stop();
 
  private:

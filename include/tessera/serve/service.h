@@ -22,6 +22,7 @@
 // request, 401 key, 404 unknown model/version/route, 405 method, 413 body too
 // large, 503 queue full or not ready, 504 timeout).
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -97,6 +98,12 @@ class InferenceService {
   // load, keeps serving what it had and is reported in errors.
   SyncReport sync_repository(const std::string& model = "");
 
+  // Answers a request by calling `reply` exactly once: at once for most
+  // routes, and for an infer request from the model worker that ran it (the
+  // transport's thread does not wait for the batch).
+  using Reply = std::function<void(HttpResponse)>;
+  void handle_async(HttpRequest request, Reply reply);
+  // handle_async, waited for.
   HttpResponse handle(const HttpRequest& request);
   // Stops taking requests and finishes the queued ones (graceful shutdown).
   void drain();
@@ -115,11 +122,22 @@ class InferenceService {
   struct Reached {
     std::string model, version;
   };
-  HttpResponse route(const HttpRequest& request, Reached& reached);
+  // One request on its way: what the access log and metrics need once it is answered.
+  struct Call {
+    std::string method, path, remote;
+    size_t bytes_in = 0;
+    Reached reached;
+    std::chrono::steady_clock::time_point start;
+    Reply reply;
+  };
+  // The answer, or nullopt when an infer request was queued (its reply comes from the batcher).
+  std::optional<HttpResponse> route(HttpRequest& request, const std::shared_ptr<Call>& call);
+  void infer(const std::string& name, const std::shared_ptr<Version>& v, HttpRequest& request,
+             const std::shared_ptr<Call>& call);
+  void finish(Call& call, HttpResponse response);
   HttpResponse repository_route(const HttpRequest& request, const std::vector<std::string>& parts);
   void sync_model(const std::string& folder, const std::string& name, SyncReport& report);
-  void log_access(const HttpRequest& request, const HttpResponse& response, const Reached& reached, double seconds);
-  HttpResponse infer(const std::string& name, std::shared_ptr<Version> v, const HttpRequest& request);
+  void log_access(const Call& call, const HttpResponse& response, double seconds);
   HttpResponse metadata(const std::string& name, const Version& v) const;
   // The version a route names (newest when `version` is empty); throws RequestError(404).
   std::shared_ptr<Version> find(const std::string& name, const std::string& version) const;
