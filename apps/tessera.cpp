@@ -561,7 +561,7 @@ int cmd_prune(const std::string& arg, double sparsity, const std::string& method
 
 struct ServeFlags {
   std::string target, host = "127.0.0.1", api_key_file, access_log;
-  int port = 8000, instances = 0, threads = 0, poll_seconds = 0;
+  int port = 8000, instances = 0, threads = 64, poll_seconds = 0;
   int64_t max_batch = 0, delay_us = -1;
   bool repository_routes = false;
 };
@@ -786,8 +786,7 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--max-batch", sf.max_batch, "rows merged into one model run (overrides config.yaml)");
   serve_cmd->add_option("--batch-delay-us", sf.delay_us, "how long the oldest request waits for others (overrides)");
   serve_cmd->add_option("--instances", sf.instances, "model runs at once per version (overrides)");
-  serve_cmd->add_option("--threads", sf.threads, "HTTP I/O threads (default: one per CPU); connections are not "
-                        "limited by it");
+  serve_cmd->add_option("--threads", sf.threads, "HTTP connections served at once (a thread each)");
   serve_cmd->add_option("--access-log", sf.access_log, "append one JSON line per request to this file ('-': stdout)");
   serve_cmd->add_option("--poll-seconds", sf.poll_seconds, "read the repository again this often: new, changed and "
                         "removed versions are loaded or unloaded without dropping requests (0: never)")

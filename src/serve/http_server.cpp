@@ -1,187 +1,73 @@
-// The inference service over Boost.Beast (serve/http_server.h).
-#include <utility>  // before Asio: Boost 1.74 uses std::exchange without including it
-
+// cpp-httplib carrying the inference service (serve/http_server.h). Each
+// connection's pool thread parses its request and waits for its batch
+// (InferenceService::handle); an asynchronous Boost.Beast transport, where the
+// batch's worker writes the replies, measured slower on 2 vCPUs
+// (bench/serve_beast.cpp, docs/serving.md).
 #include "tessera/serve/http_server.h"
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
+#include <httplib.h>
+
+#include <sys/socket.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
-#include <chrono>
-#include <optional>
 #include <thread>
-#include <vector>
 
 #include "tessera/core/error.h"
 
 namespace tessera::serve {
 
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace net = boost::asio;
-using tcp = net::ip::tcp;
-
-namespace {
-
-struct Shared {
-  InferenceService& service;
-  HttpServerOptions options;
-  std::atomic<int> connections{0};
-  std::atomic<int> answering{0};  // requests read and not yet written back
-};
-
-// One connection: read a request, hand it to the service, write its reply
-// (posted back from whichever thread answers), then read the next one.
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(tcp::socket socket, Shared& shared) : stream_(std::move(socket)), shared_(shared) { ++shared_.connections; }
-  ~Session() { --shared_.connections; }
-
-  void read() {
-    parser_.emplace();
-    parser_->body_limit(shared_.service.max_body_bytes());  // refused (413) before the body is read
-    parser_->header_limit(64 * 1024);
-    stream_.expires_after(std::chrono::seconds(shared_.options.idle_timeout_s));  // idle or slow clients are dropped
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
-  }
-
- private:
-  void on_read(beast::error_code ec) {
-    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == net::error::operation_aborted) {
-      return close();
-    }
-    if (ec == http::error::body_limit) {
-      return write_error(413, "the request body is larger than the server takes (" +
-                                  std::to_string(shared_.service.max_body_bytes()) + " bytes)");
-    }
-    if (ec == http::error::header_limit) return write_error(431, "the request's headers exceed 64 KiB");
-    if (ec) {
-      // A malformed request: say so if the connection is still open, then close it.
-      if (ec.category() == http::make_error_code(http::error::bad_target).category())
-        return write_error(400, "the request is not valid HTTP/1.1 (" + ec.message() + ")");
-      return close();
-    }
-    http::request<http::string_body> req = parser_->release();
-    HttpRequest r;
-    r.method = std::string(req.method_string());
-    const std::string_view target(req.target().data(), req.target().size());
-    r.path = std::string(target.substr(0, target.find('?')));
-    for (const auto& field : req) {
-      std::string key(field.name_string());
-      std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
-      r.headers[key] = std::string(field.value());
-    }
-    r.body = std::move(req.body());
-    beast::error_code ignored;
-    const tcp::endpoint peer = stream_.socket().remote_endpoint(ignored);
-    r.remote = peer.address().to_string() + ":" + std::to_string(peer.port());
-    keep_alive_ = req.keep_alive();
-    version_ = req.version();
-    stream_.expires_never();  // the service answers within its own timeouts
-    ++shared_.answering;
-    shared_.service.handle_async(std::move(r), [self = shared_from_this()](HttpResponse out) {
-      // Called on a model worker for infer requests: the write runs on this connection's strand.
-      net::post(self->stream_.get_executor(),
-                [self, out = std::move(out)]() mutable { self->write(std::move(out), self->keep_alive_); });
-    });
-  }
-
-  void write(HttpResponse out, bool keep_alive) {
-    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(out.status), version_);
-    res->set(http::field::server, "tessera");
-    res->set(http::field::content_type, out.content_type);
-    for (const auto& [k, v] : out.headers) res->set(k, v);
-    res->keep_alive(keep_alive);
-    res->body() = std::move(out.body);
-    res->prepare_payload();
-    stream_.expires_after(std::chrono::seconds(shared_.options.idle_timeout_s));
-    http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
-      --self->shared_.answering;
-      if (ec || !res->keep_alive()) return self->close();
-      self->read();
-    });
-  }
-
-  void write_error(int status, const std::string& message) {
-    ++shared_.answering;
-    HttpResponse out;
-    out.status = status;
-    out.body = error_body(message);
-    write(std::move(out), false);
-  }
-
-  void close() {
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-  }
-
-  beast::tcp_stream stream_;
-  beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  Shared& shared_;
-  bool keep_alive_ = true;
-  unsigned version_ = 11;
-};
-
-}  // namespace
-
 struct HttpServer::Impl {
-  explicit Impl(InferenceService& service, const HttpServerOptions& o) : shared{service, o}, io(o.threads) {}
-
-  void accept() {
-    acceptor->async_accept(net::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
-      if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
-      if (!ec) {
-        if (shared.connections.load() >= shared.options.max_connections) {
-          beast::error_code ignored;
-          socket.close(ignored);  // over the limit: refused, not queued
-        } else {
-          socket.set_option(tcp::no_delay(true));  // else each response waits ~40 ms on Nagle
-          std::make_shared<Session>(std::move(socket), shared)->read();
-        }
-      }
-      accept();
-    });
-  }
-
-  Shared shared;
-  net::io_context io;
-  // Keeps the I/O threads running while requests wait for their batch with
-  // no socket operation pending (once the acceptor closes, nothing else would).
-  net::executor_work_guard<net::io_context::executor_type> keep_running = net::make_work_guard(io);
-  std::optional<tcp::acceptor> acceptor;
-  std::vector<std::thread> threads;
+  httplib::Server server;
+  std::thread thread;
   int port = 0;
-  bool stopped = false;
 };
 
-HttpServer::HttpServer(InferenceService& service, const HttpServerOptions& options) {
-  HttpServerOptions o = options;
-  if (o.threads == 0) o.threads = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
+HttpServer::HttpServer(InferenceService& service, const HttpServerOptions& o) : impl_(new Impl) {
   TS_CHECK(o.port >= 0 && o.port <= 65535, "serve: port must be in 0..65535, got ", o.port);
-  TS_CHECK(o.threads >= 1 && o.threads <= 1024, "serve: threads must be in 1..1024, got ", o.threads);
-  TS_CHECK(o.max_connections >= 1, "serve: max_connections must be at least 1, got ", o.max_connections);
-  TS_CHECK(o.idle_timeout_s >= 1, "serve: idle_timeout_s must be at least 1, got ", o.idle_timeout_s);
-  impl_ = std::make_unique<Impl>(service, o);
-  beast::error_code ec;
-  const net::ip::address address = net::ip::make_address(o.host, ec);
-  TS_CHECK(!ec, "serve: '", o.host, "' is not an IP address (use 127.0.0.1 for this machine only, 0.0.0.0 for all)");
-  // SO_REUSEADDR only (Asio's default): a second server on the same port fails to bind instead of sharing it.
-  impl_->acceptor.emplace(impl_->io);
-  const tcp::endpoint at(address, static_cast<unsigned short>(o.port));
-  impl_->acceptor->open(at.protocol(), ec);
-  if (!ec) impl_->acceptor->set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) impl_->acceptor->bind(at, ec);
-  if (!ec) impl_->acceptor->listen(net::socket_base::max_listen_connections, ec);
-  TS_CHECK(!ec, "serve: cannot listen on ", o.host, ":", o.port, " (", ec.message(),
-           "); choose another --port, or 0 for any free port");
-  impl_->port = impl_->acceptor->local_endpoint().port();
-  impl_->accept();
-  for (int i = 0; i < o.threads; ++i) impl_->threads.emplace_back([this] { impl_->io.run(); });
+  TS_CHECK(o.threads >= 1 && o.threads <= 4096, "serve: threads must be in 1..4096, got ", o.threads);
+  auto& s = impl_->server;
+  // Measured on these machines (docs/serving.md): without TCP_NODELAY each
+  // response waits ~40 ms on Nagle; httplib's defaults of 8 threads and 5
+  // requests per keep-alive connection starve concurrent clients.
+  s.set_tcp_nodelay(true);
+  s.set_keep_alive_max_count(static_cast<size_t>(o.keep_alive_requests));
+  // A body over the service's limit is refused (413) before it is read: memory stays bounded.
+  s.set_payload_max_length(service.max_body_bytes());
+  const size_t threads = static_cast<size_t>(o.threads);
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second
+  // process bind the same port and take half the traffic.
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  auto handler = [&service](const httplib::Request& req, httplib::Response& res) {
+    HttpRequest r;
+    r.method = req.method;
+    r.path = req.path;
+    r.remote = req.remote_addr + ":" + std::to_string(req.remote_port);
+    for (const auto& [k, v] : req.headers) {
+      std::string key = k;
+      std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
+      r.headers[key] = v;
+    }
+    r.body = req.body;
+    HttpResponse out = service.handle(r);
+    res.status = out.status;
+    for (const auto& [k, v] : out.headers) res.set_header(k, v);
+    res.set_content(std::move(out.body), out.content_type);
+  };
+  s.Get(".*", handler);
+  s.Post(".*", handler);
+  s.Put(".*", handler);
+  s.Delete(".*", handler);
+  s.Patch(".*", handler);
+  const int bound = o.port == 0 ? s.bind_to_any_port(o.host) : (s.bind_to_port(o.host, o.port) ? o.port : -1);
+  TS_CHECK(bound > 0, "serve: cannot listen on ", o.host, ":", o.port,
+           " (is the port in use, or the address not local?); choose another --port, or 0 for any free port");
+  impl_->port = bound;
+  impl_->thread = std::thread([this] { impl_->server.listen_after_bind(); });
 }
 
 HttpServer::~HttpServer() { stop(); }
@@ -189,19 +75,8 @@ HttpServer::~HttpServer() { stop(); }
 int HttpServer::port() const { return impl_->port; }
 
 void HttpServer::stop() {
-  if (impl_->stopped) return;
-  impl_->stopped = true;
-  net::post(impl_->io, [this] {
-    beast::error_code ignored;
-    impl_->acceptor->close(ignored);
-  });
-  // Requests already read are answered before the threads stop.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (impl_->shared.answering.load() > 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  impl_->keep_running.reset();
-  impl_->io.stop();
-  for (auto& t : impl_->threads) t.join();
+  impl_->server.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
 }
 
 }  // namespace tessera::serve

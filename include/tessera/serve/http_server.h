@@ -1,11 +1,10 @@
 #pragma once
-// The HTTP/1.1 transport of the inference service (Boost.Beast, asynchronous):
-// every request goes to InferenceService::handle_async, and its reply is
-// written when it comes — from the model worker that ran its batch — so no
-// thread waits for a batch, and `threads` I/O threads serve any number of
-// keep-alive connections. Chosen over cpp-httplib (a thread blocked per
-// connection) by the load test in docs/serving.md. Binds 127.0.0.1 unless
-// told otherwise; port 0 picks a free port.
+// The HTTP transport of the inference service (cpp-httplib, chosen over
+// Boost.Beast by the load test in docs/serving.md): every request goes to
+// InferenceService::handle. Binds 127.0.0.1 unless told otherwise; port 0
+// picks a free port. A blocking server: the thread pool must be at least as
+// large as the number of concurrent connections, and a connection idle for 5 s
+// is closed (httplib's keep-alive and read timeouts).
 #include <memory>
 #include <string>
 
@@ -16,9 +15,8 @@ namespace tessera::serve {
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
-  int threads = 0;              // I/O threads; 0: one per CPU (at least 2)
-  int max_connections = 10000;  // more are closed as they arrive
-  int idle_timeout_s = 60;      // a connection silent this long (or a request this slow to arrive) is closed
+  int threads = 64;               // connections served at once
+  int keep_alive_requests = 100000;  // per connection
 };
 
 class HttpServer {
@@ -30,7 +28,7 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   int port() const;
-  // Stops accepting connections; requests already read are answered first.
+  // Stops accepting connections; requests being handled finish first.
   void stop();
 
  private:
