@@ -38,9 +38,11 @@ HttpServer::HttpServer(InferenceService& service, const HttpServerOptions& o) : 
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second
   // process bind the same port and take half the traffic.
-  s.set_socket_options([](socket_t sock) {
+  int listening = -1;
+  s.set_socket_options([&listening](socket_t sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listening = sock;
   });
   auto handler = [&service](const httplib::Request& req, httplib::Response& res) {
     HttpRequest r;
@@ -66,6 +68,10 @@ HttpServer::HttpServer(InferenceService& service, const HttpServerOptions& o) : 
   const int bound = o.port == 0 ? s.bind_to_any_port(o.host) : (s.bind_to_port(o.host, o.port) ? o.port : -1);
   TS_CHECK(bound > 0, "serve: cannot listen on ", o.host, ":", o.port,
            " (is the port in use, or the address not local?); choose another --port, or 0 for any free port");
+  // Debian's httplib is built with a listen backlog of 5: a burst of new
+  // connections (64 clients starting at once) overflowed it, and clients saw
+  // resets and 1 s SYN retries. listen() again on the bound socket raises it.
+  if (listening >= 0) ::listen(listening, SOMAXCONN);
   impl_->port = bound;
   impl_->thread = std::thread([this] { impl_->server.listen_after_bind(); });
 }
