@@ -9,8 +9,9 @@
 // written when it comes, posted from the model worker that ran its batch: no
 // thread waits for a batch, and a few I/O threads serve any number of
 // keep-alive connections (with idle timeouts and a connection cap). On 2 vCPUs
-// it served fewer requests per second than cpp-httplib's thread per
-// connection, so `tessera serve` uses httplib.
+// it served fewer requests per second than a thread per connection: Asio's
+// cross-thread posts and per-operation timers cost more than the waits they
+// save (docs/serving.md).
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without including it
 
 #include <boost/asio.hpp>

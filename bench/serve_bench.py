@@ -8,16 +8,17 @@ loopback, the same machine):
   1. the maximum throughput (closed loop, 64 connections), with and without
      dynamic batching, JSON and binary requests;
   2. the throughput-latency curve: p50/p99 at fixed offered loads;
-  3. the HTTP library: the same service over cpp-httplib (`tessera serve`: a
-     pool thread per connection, waiting for its batch) and over Boost.Beast
-     (bench/serve_beast.cpp, asynchronous: replies are written from the batch's
-     worker, 2 I/O threads);
+  3. the HTTP transport: the same service over `tessera serve`'s own (Beast's
+     parser over blocking sockets, a thread per connection), over cpp-httplib
+     (bench/serve_httplib.cpp) and over asynchronous Boost.Beast
+     (bench/serve_beast.cpp: 2 I/O threads, replies posted from the worker);
   4. a soak: 5 minutes at 80% of the MLP's maximum, errors and the server's
      resident memory sampled every 5 s.
 
   python3 bench/serve_bench.py --mlp RUN --cnn RUN [--soak-seconds 300] [--only max,curve,http,soak]
 
-Build first (Release): cmake --build build-bench --target tessera_cli tessera_serve_load tessera_serve_beast.
+Build first (Release): cmake --build build-bench --target tessera_cli tessera_serve_load
+tessera_serve_httplib tessera_serve_beast.
 Results are printed as markdown tables (and as JSON lines with --json FILE).
 """
 import argparse
@@ -131,6 +132,7 @@ def main():
     args.tessera = os.path.join(args.build, "apps", "tessera")
     args.load = os.path.join(args.build, "bench", "tessera_serve_load")
     args.beast = os.path.join(args.build, "bench", "tessera_serve_beast")
+    args.httplib = os.path.join(args.build, "bench", "tessera_serve_httplib")
     only = set(args.only.split(","))
     records = []
 
@@ -146,10 +148,12 @@ def main():
         for name, run in (("mlp", args.mlp), ("cnn", args.cnn)):
             export(args, run, os.path.join(repo, name, "1", "model.tsr"))
 
-        def serve(batching=True, http="httplib"):
+        def serve(batching=True, http="tessera"):
             port = free_port()
-            if http == "beast":
+            if http == "beast-async":
                 return Server([args.beast, repo, str(port), "2"], port)
+            if http == "httplib":
+                return Server([args.httplib, repo, str(port), "64"], port)
             argv = [args.tessera, "serve", repo, "--port", str(port), "--threads", "64"]
             if not batching:
                 argv += ["--max-batch", "1"]
@@ -200,13 +204,10 @@ def main():
             print()
 
         if "http" in only:
-            print("## HTTP library: the same service over cpp-httplib and Boost.Beast (MLP, JSON, batching on)\n")
+            print("## HTTP transport: the same service over three (MLP, JSON, batching on)\n")
             print("| transport | offered req/s | achieved req/s | p50 ms | p99 ms | errors |")
             print("|---|---:|---:|---:|---:|---:|")
-            for http in ("httplib", "beast"):
-                if http == "beast" and not os.path.exists(args.beast):
-                    print("| beast | (not built: install libboost-dev) | | | | |")
-                    continue
+            for http in ("tessera", "httplib", "beast-async"):
                 s = serve(True, http)
                 paths, _ = req["mlp"]
                 top = load(args, s.port, "mlp", paths["json"], seconds=args.seconds)

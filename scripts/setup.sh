@@ -8,11 +8,11 @@
 set -euo pipefail
 
 # Build: compiler, CMake, oneDNN, JSON/YAML/CLI parsing, zlib, HTTP for the
-# metrics endpoint and the inference server, simdjson for its requests, the
-# ONNX schema and checker (docs/dependencies.md).
+# metrics endpoint (httplib) and the inference server (Boost.Beast's parser),
+# simdjson for its requests, the ONNX schema and checker (docs/dependencies.md).
 # Data: Fashion-MNIST (the default training job) and the fortunes corpus.
 packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libdnnl-dev python3
-          nlohmann-json3-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcpp-httplib-dev
+          nlohmann-json3-dev libsimdjson-dev libboost-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcpp-httplib-dev
           libonnx-dev libprotobuf-dev dataset-fashion-mnist fortunes)
 if [ "${1:-}" = "--test" ]; then
   packages+=(prometheus)
@@ -22,8 +22,8 @@ if [ "${1:-}" = "--fuzz" ]; then
 fi
 if [ "${1:-}" = "--bench" ]; then
   # libopenblas0-pthread: without it libtorch falls back to the reference BLAS (~3 GFLOP/s).
-  # libboost-dev and wrk: the serving load test's Beast transport and a second load generator.
-  packages+=(libtorch-dev python3-torch libopenblas0-pthread linux-perf libboost-dev wrk)
+  # wrk: a second load generator for the serving load test (bench/serve_bench.py).
+  packages+=(libtorch-dev python3-torch libopenblas0-pthread linux-perf wrk)
 fi
 
 missing=()

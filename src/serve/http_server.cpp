@@ -1,79 +1,310 @@
-// cpp-httplib carrying the inference service (serve/http_server.h). Each
-// connection's pool thread parses its request and waits for its batch
-// (InferenceService::handle); an asynchronous Boost.Beast transport, where the
-// batch's worker writes the replies, measured slower on 2 vCPUs
-// (bench/serve_beast.cpp, docs/serving.md).
+// HTTP/1.1 for the inference service (serve/http_server.h): Boost.Beast's
+// parser and serializer over blocking sockets, a thread per connection.
+//
+// Why this shape, from the load test (docs/serving.md): on 2 vCPUs the
+// kernel's loopback TCP and wake-ups cost more than anything Tessera does per
+// request, so the transport is chosen by its system calls. A request here is a
+// recv (or two) and one sendmsg for the whole response; the connection's
+// thread waits for its batch on a futex. cpp-httplib used ~17 system calls per
+// request (a poll before every read and write, headers and body sent apart,
+// getpeername/getsockname per request) and an asynchronous Asio server paid
+// for cross-thread posts and per-operation timers.
 #include "tessera/serve/http_server.h"
 
-#include <httplib.h>
+#include <utility>  // before Beast: Boost 1.74's Asio uses std::exchange without including it
 
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "tessera/core/error.h"
 
 namespace tessera::serve {
 
-struct HttpServer::Impl {
-  httplib::Server server;
-  std::thread thread;
-  int port = 0;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+
+namespace {
+
+// A connected socket as Beast's SyncReadStream/SyncWriteStream: recv and
+// sendmsg straight on the descriptor. SO_RCVTIMEO bounds every read, so an
+// idle or slow client times out without a timer per operation.
+class Socket {
+ public:
+  explicit Socket(int fd) : fd_(fd) {}
+
+  template <class Buffers>
+  size_t read_some(const Buffers& buffers, beast::error_code& ec) {
+    ec = {};
+    for (auto it = net::buffer_sequence_begin(buffers); it != net::buffer_sequence_end(buffers); ++it) {
+      net::mutable_buffer b(*it);
+      if (b.size() == 0) continue;
+      for (;;) {
+        const ssize_t n = ::recv(fd_, b.data(), b.size(), 0);
+        if (n > 0) return static_cast<size_t>(n);
+        if (n == 0) ec = net::error::eof;
+        else if (errno == EINTR) continue;
+        else if (errno == EAGAIN || errno == EWOULDBLOCK) ec = net::error::timed_out;
+        else ec = beast::error_code(errno, beast::system_category());
+        return 0;
+      }
+    }
+    return 0;
+  }
+  template <class Buffers>
+  size_t read_some(const Buffers& buffers) {
+    beast::error_code ec;
+    const size_t n = read_some(buffers, ec);
+    if (ec) throw beast::system_error(ec);
+    return n;
+  }
+
+  template <class Buffers>
+  size_t write_some(const Buffers& buffers, beast::error_code& ec) {
+    ec = {};
+    iovec iov[16];
+    int count = 0;
+    for (auto it = net::buffer_sequence_begin(buffers); it != net::buffer_sequence_end(buffers) && count < 16; ++it) {
+      net::const_buffer b(*it);
+      if (b.size() == 0) continue;
+      iov[count].iov_base = const_cast<void*>(b.data());
+      iov[count].iov_len = b.size();
+      ++count;
+    }
+    if (count == 0) return 0;
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(count);
+    for (;;) {
+      const ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+      if (n >= 0) return static_cast<size_t>(n);
+      if (errno == EINTR) continue;
+      ec = errno == EAGAIN || errno == EWOULDBLOCK ? beast::error_code(net::error::timed_out)
+                                                   : beast::error_code(errno, beast::system_category());
+      return 0;
+    }
+  }
+  template <class Buffers>
+  size_t write_some(const Buffers& buffers) {
+    beast::error_code ec;
+    const size_t n = write_some(buffers, ec);
+    if (ec) throw beast::system_error(ec);
+    return n;
+  }
+
+ private:
+  int fd_;
 };
 
-HttpServer::HttpServer(InferenceService& service, const HttpServerOptions& o) : impl_(new Impl) {
+std::string peer_of(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "";
+  char host[INET6_ADDRSTRLEN] = "";
+  int port = 0;
+  if (a.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&a);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    port = ntohs(in->sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    auto* in = reinterpret_cast<sockaddr_in6*>(&a);
+    ::inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof host);
+    port = ntohs(in->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  InferenceService& service;
+  HttpServerOptions options;
+  int listen_fd = -1;
+  int port = 0;
+  std::thread acceptor;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::set<int> connections;  // open connection sockets, shut down by stop()
+  int answering = 0;          // connections between reading a request and writing its response
+  bool stopping = false;
+
+  Impl(InferenceService& s, const HttpServerOptions& o) : service(s), options(o) {}
+
+  void accept_loop() {
+    for (;;) {
+      {
+        // At most `threads` connections; later ones wait in the listen backlog.
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stopping || static_cast<int>(connections.size()) < options.threads; });
+        if (stopping) return;
+      }
+      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
+        return;  // the listening socket was shut down
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopping) {
+        ::close(fd);
+        return;
+      }
+      connections.insert(fd);
+      std::thread([this, fd] { serve(fd); }).detach();
+    }
+  }
+
+  void serve(int fd) {
+    int yes = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);  // else each response waits ~40 ms on Nagle
+    timeval idle{options.idle_timeout_s, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof idle);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &idle, sizeof idle);
+    Socket socket(fd);
+    const std::string remote = peer_of(fd);
+    // Beast reads as much as the buffer has room for: reserved up front, a
+    // request arrives in one or two recv calls instead of ~10 of 512 bytes.
+    beast::flat_buffer buffer;
+    buffer.reserve(64 * 1024);
+    for (;;) {
+      http::request_parser<http::string_body> parser;
+      parser.body_limit(service.max_body_bytes());  // refused (413) before the body is read
+      parser.header_limit(64 * 1024);
+      beast::error_code ec;
+      http::read(socket, buffer, parser, ec);
+      if (ec == http::error::body_limit) {
+        reply_error(socket, 413, "the request body is larger than the server takes (" +
+                                     std::to_string(service.max_body_bytes()) + " bytes)");
+        break;
+      }
+      if (ec == http::error::header_limit) {
+        reply_error(socket, 431, "the request's headers exceed 64 KiB");
+        break;
+      }
+      if (ec && ec.category() == http::make_error_code(http::error::bad_target).category() &&
+          ec != http::error::end_of_stream && ec != http::error::partial_message) {
+        reply_error(socket, 400, "the request is not valid HTTP/1.1 (" + ec.message() + ")");
+        break;
+      }
+      if (ec) break;  // closed, timed out or reset
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (stopping) break;
+        ++answering;
+      }
+      http::request<http::string_body> req = parser.release();
+      HttpRequest r;
+      r.method = std::string(req.method_string());
+      const std::string_view target(req.target().data(), req.target().size());
+      r.path = std::string(target.substr(0, target.find('?')));
+      for (const auto& field : req) {
+        std::string key(field.name_string());
+        std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
+        r.headers[key] = std::string(field.value());
+      }
+      r.body = std::move(req.body());
+      r.remote = remote;
+      HttpResponse out = service.handle(r);
+      const bool keep_alive = req.keep_alive();
+      const bool written = reply(socket, out, keep_alive, req.version());
+      bool stop_now;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        --answering;
+        stop_now = stopping;
+      }
+      cv.notify_all();
+      if (!written || !keep_alive || stop_now) break;
+    }
+    {
+      // The last touch of this object: stop() may return (and the server be
+      // destroyed) as soon as the lock is released. The descriptor is closed
+      // after, so stop() never shuts down a number another open reused.
+      std::lock_guard<std::mutex> lock(mu);
+      connections.erase(fd);
+      cv.notify_all();
+    }
+    ::shutdown(fd, SHUT_RDWR);
+    ::close(fd);
+  }
+
+  static bool reply(Socket& socket, HttpResponse& out, bool keep_alive, unsigned version) {
+    http::response<http::string_body> res{static_cast<http::status>(out.status), version};
+    res.set(http::field::server, "tessera");
+    res.set(http::field::content_type, out.content_type);
+    for (const auto& [k, v] : out.headers) res.set(k, v);
+    res.keep_alive(keep_alive);
+    res.body() = std::move(out.body);
+    res.prepare_payload();
+    beast::error_code ec;
+    http::write(socket, res, ec);  // the header and body in one sendmsg
+    return !ec;
+  }
+
+  static void reply_error(Socket& socket, int status, const std::string& message) {
+    HttpResponse out;
+    out.status = status;
+    out.body = error_body(message);
+    reply(socket, out, false, 11);
+  }
+};
+
+HttpServer::HttpServer(InferenceService& service, const HttpServerOptions& o) : impl_(new Impl(service, o)) {
   TS_CHECK(o.port >= 0 && o.port <= 65535, "serve: port must be in 0..65535, got ", o.port);
   TS_CHECK(o.threads >= 1 && o.threads <= 4096, "serve: threads must be in 1..4096, got ", o.threads);
-  auto& s = impl_->server;
-  // Measured on these machines (docs/serving.md): without TCP_NODELAY each
-  // response waits ~40 ms on Nagle; httplib's defaults of 8 threads and 5
-  // requests per keep-alive connection starve concurrent clients.
-  s.set_tcp_nodelay(true);
-  s.set_keep_alive_max_count(static_cast<size_t>(o.keep_alive_requests));
-  // A body over the service's limit is refused (413) before it is read: memory stays bounded.
-  s.set_payload_max_length(service.max_body_bytes());
-  const size_t threads = static_cast<size_t>(o.threads);
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second
-  // process bind the same port and take half the traffic.
-  int listening = -1;
-  s.set_socket_options([&listening](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listening = sock;
-  });
-  auto handler = [&service](const httplib::Request& req, httplib::Response& res) {
-    HttpRequest r;
-    r.method = req.method;
-    r.path = req.path;
-    r.remote = req.remote_addr + ":" + std::to_string(req.remote_port);
-    for (const auto& [k, v] : req.headers) {
-      std::string key = k;
-      std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
-      r.headers[key] = v;
-    }
-    r.body = req.body;
-    HttpResponse out = service.handle(r);
-    res.status = out.status;
-    for (const auto& [k, v] : out.headers) res.set_header(k, v);
-    res.set_content(std::move(out.body), out.content_type);
-  };
-  s.Get(".*", handler);
-  s.Post(".*", handler);
-  s.Put(".*", handler);
-  s.Delete(".*", handler);
-  s.Patch(".*", handler);
-  const int bound = o.port == 0 ? s.bind_to_any_port(o.host) : (s.bind_to_port(o.host, o.port) ? o.port : -1);
-  TS_CHECK(bound > 0, "serve: cannot listen on ", o.host, ":", o.port,
-           " (is the port in use, or the address not local?); choose another --port, or 0 for any free port");
-  // Debian's httplib is built with a listen backlog of 5: a burst of new
-  // connections (64 clients starting at once) overflowed it, and clients saw
-  // resets and 1 s SYN retries. listen() again on the bound socket raises it.
-  if (listening >= 0) ::listen(listening, SOMAXCONN);
-  impl_->port = bound;
-  impl_->thread = std::thread([this] { impl_->server.listen_after_bind(); });
+  TS_CHECK(o.idle_timeout_s >= 1, "serve: idle_timeout_s must be at least 1, got ", o.idle_timeout_s);
+  in6_addr v6{};
+  in_addr v4{};
+  const bool ipv6 = ::inet_pton(AF_INET6, o.host.c_str(), &v6) == 1;
+  TS_CHECK(ipv6 || ::inet_pton(AF_INET, o.host.c_str(), &v4) == 1, "serve: --host '", o.host,
+           "' is not an IP address (127.0.0.1 for this machine only, 0.0.0.0 for every interface)");
+  const int fd = ::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  TS_CHECK(fd >= 0, "serve: cannot make a socket: ", std::strerror(errno));
+  // SO_REUSEADDR only: SO_REUSEPORT would let a second server bind the same port and take half the traffic.
+  int yes = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  int rc;
+  if (ipv6) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = v6;
+    a.sin6_port = htons(static_cast<uint16_t>(o.port));
+    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr = v4;
+    a.sin_port = htons(static_cast<uint16_t>(o.port));
+    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  if (rc == 0) rc = ::listen(fd, SOMAXCONN);
+  if (rc != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    TS_ERROR("serve: cannot listen on ", o.host, ":", o.port, " (", why,
+             "); choose another --port, or 0 for any free port");
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  impl_->port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                  : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  impl_->listen_fd = fd;
+  impl_->acceptor = std::thread([this] { impl_->accept_loop(); });
 }
 
 HttpServer::~HttpServer() { stop(); }
@@ -81,8 +312,20 @@ HttpServer::~HttpServer() { stop(); }
 int HttpServer::port() const { return impl_->port; }
 
 void HttpServer::stop() {
-  impl_->server.stop();
-  if (impl_->thread.joinable()) impl_->thread.join();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->stopping) return;
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  ::shutdown(impl_->listen_fd, SHUT_RDWR);  // wakes the blocked accept
+  if (impl_->acceptor.joinable()) impl_->acceptor.join();
+  ::close(impl_->listen_fd);
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  // Requests already read are answered; connections idle between requests are shut down.
+  impl_->cv.wait(lock, [&] { return impl_->answering == 0; });
+  for (int fd : impl_->connections) ::shutdown(fd, SHUT_RD);
+  impl_->cv.wait(lock, [&] { return impl_->connections.empty(); });
 }
 
 }  // namespace tessera::serve

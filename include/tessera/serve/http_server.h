@@ -1,10 +1,10 @@
 #pragma once
-// The HTTP transport of the inference service (cpp-httplib, chosen over
-// Boost.Beast by the load test in docs/serving.md): every request goes to
-// InferenceService::handle. Binds 127.0.0.1 unless told otherwise; port 0
-// picks a free port. A blocking server: the thread pool must be at least as
-// large as the number of concurrent connections, and a connection idle for 5 s
-// is closed (httplib's keep-alive and read timeouts).
+// The HTTP/1.1 transport of the inference service: Boost.Beast's parser and
+// serializer over blocking sockets, a thread per connection (up to
+// `threads`; more wait in the listen backlog), every request handed to
+// InferenceService::handle. Chosen by the load test in docs/serving.md. Binds
+// 127.0.0.1 unless told otherwise; port 0 picks a free port. A connection
+// silent for idle_timeout_s (between requests or inside one) is closed.
 #include <memory>
 #include <string>
 
@@ -15,8 +15,8 @@ namespace tessera::serve {
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
-  int threads = 64;               // connections served at once
-  int keep_alive_requests = 100000;  // per connection
+  int threads = 64;         // connections served at once
+  int idle_timeout_s = 30;  // a read or write that waits longer closes the connection
 };
 
 class HttpServer {
