@@ -38,12 +38,21 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& w
     else if (k == "max_queue") c.max_queue = ranged(v, k, 1, 1 << 20, what);
     else if (k == "timeout_ms") c.timeout_ms = ranged(v, k, 1, 3'600'000, what);
     else if (k == "warmup_runs") c.warmup_runs = static_cast<int>(ranged(v, k, 0, 1000, what));
+    else if (k == "warmup_inputs") {
+      TS_CHECK(v.is_array() && !v.empty(), what, ": warmup_inputs must be a list of .npy files, one per model input, "
+               "got ", v.dump());
+      for (const auto& f : v) {
+        TS_CHECK(f.is_string() && !f.get<std::string>().empty(), what, ": warmup_inputs entries must be file names, got ",
+                 f.dump());
+        c.warmup_inputs.push_back(f.get<std::string>());
+      }
+    }
     else if (k == "preferred_batch_sizes") {
       TS_CHECK(v.is_array(), what, ": preferred_batch_sizes must be a list of batch sizes, got ", v.dump());
       for (const auto& b : v) c.preferred_batch_sizes.push_back(ranged(b, k, 1, 1 << 16, what));
     } else {
       TS_ERROR(what, ": unknown key '", k, "' (expected max_batch_size, max_queue_delay_us, preferred_batch_sizes, "
-               "instances, max_queue, timeout_ms, warmup_runs)");
+               "instances, max_queue, timeout_ms, warmup_runs, warmup_inputs)");
     }
   }
   for (int64_t b : c.preferred_batch_sizes)
@@ -93,6 +102,14 @@ RepositoryEntry scan_model(const std::string& dir) {
            "digits, '_', '-', '.')");
   const fs::path cfg = path / "config.yaml";
   if (fs::exists(cfg)) m.config = model_config_from_json(io::load_yaml(cfg.string()), cfg.string());
+  // Warm-up inputs are files of the model's folder: relative names, no way out of it.
+  for (std::string& f : m.config.warmup_inputs) {
+    const fs::path rel(f);
+    TS_CHECK(rel.is_relative() && std::none_of(rel.begin(), rel.end(), [](const fs::path& p) { return p == ".."; }),
+             cfg.string(), ": warmup input '", f, "' must be a file name inside the model's folder");
+    TS_CHECK(fs::is_regular_file(path / rel), cfg.string(), ": warmup input '", f, "' is not a file in ", dir);
+    f = (path / rel).string();
+  }
   for (const auto& v : fs::directory_iterator(path)) {
     if (!v.is_directory()) continue;
     const std::string name = v.path().filename().string();

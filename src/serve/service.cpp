@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/error.h"
+#include "tessera/io/npy.h"
 
 namespace tessera::serve {
 namespace {
@@ -89,8 +90,24 @@ void InferenceService::load(const std::string& name, int64_t version, const std:
   v->fingerprint = fingerprint;
   v->model = std::make_shared<const Model>(tessera::load(path));
   // Warm-up before ready: the first calls plan memory, pick kernels and pack weights.
-  for (int64_t n : {int64_t{1}, config.max_batch_size})
-    for (int i = 0; i < config.warmup_runs; ++i) v->model->run(synthetic_inputs(*v->model, n));
+  if (config.warmup_inputs.empty()) {
+    for (int64_t n : {int64_t{1}, config.max_batch_size})
+      for (int i = 0; i < config.warmup_runs; ++i) v->model->run(synthetic_inputs(*v->model, n));
+  } else {
+    // Configured inputs, checked against the signature like a request's.
+    const auto ports = v->model->inputs();
+    TS_CHECK(config.warmup_inputs.size() == ports.size(), "serve: model '", name, "' takes ", ports.size(),
+             " input(s) but config.yaml lists ", config.warmup_inputs.size(), " warmup_inputs");
+    InferRequest r;
+    for (size_t i = 0; i < ports.size(); ++i) r.inputs.push_back({ports[i].name, io::load_npy(config.warmup_inputs[i])});
+    TensorList xs;
+    try {
+      xs = match_signature(*v->model, name, r);
+    } catch (const RequestError& e) {
+      TS_ERROR("serve: warmup_inputs of model '", name, "' do not fit it: ", e.what());
+    }
+    for (int i = 0; i < config.warmup_runs; ++i) v->model->run(xs);
+  }
   const std::string model_label = name;
   v->batcher = std::make_unique<Batcher>(v->model, config, [this, model_label](const BatchStats& s) {
     metrics_.observe("tessera_serve_batch_size", "Rows per model run.", kBatchBuckets, static_cast<double>(s.rows),

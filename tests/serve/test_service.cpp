@@ -13,6 +13,7 @@
 #include "tessera/compile/serialize.h"
 #include "tessera/nn/nn.h"
 #include "tessera/ops/ops.h"
+#include "tessera/io/npy.h"
 #include "tessera/serve/service.h"
 #include "serve_test_util.h"
 #include "test_util.h"
@@ -263,4 +264,33 @@ TEST(ServeService, SyncFollowsTheRepository) {
   fs::remove_all(f.root + "/mlp");
   EXPECT_EQ(s.sync_repository().changes, std::vector<std::string>{"unloaded mlp version 1 (its folder is gone)"});
   EXPECT_EQ(call(s, "POST", "/v2/models/mlp/infer", kInfer).status, 404);
+}
+
+TEST(ServeService, WarmupWithConfiguredInputs) {
+  Fixture f;
+  io::save_npy(f.root + "/mlp/x.npy", ops::randn({3, 4}));
+  std::ofstream(f.root + "/mlp/config.yaml") << "warmup_runs: 2\nwarmup_inputs: [x.npy]\n";
+  {
+    InferenceService s;
+    s.load_repository(f.root);
+    EXPECT_EQ(call(s, "POST", "/v2/models/mlp/infer", kInfer).status, 200);
+  }
+  // Inputs that do not fit the signature, a path out of the folder, a missing file: errors naming them.
+  io::save_npy(f.root + "/mlp/x.npy", ops::randn({3, 5}));
+  try {
+    InferenceService s;
+    s.load_repository(f.root);
+    ADD_FAILURE() << "a warm-up input of the wrong shape loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("warmup_inputs of model 'mlp' do not fit it"), std::string::npos) << e.what();
+  }
+  std::ofstream(f.root + "/mlp/config.yaml") << "warmup_inputs: [../x.npy]\n";
+  EXPECT_THROW(scan_repository(f.root), Error);
+  std::ofstream(f.root + "/mlp/config.yaml") << "warmup_inputs: [nothere.npy]\n";
+  try {
+    scan_repository(f.root);
+    ADD_FAILURE() << "a missing warm-up file was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("warmup input 'nothere.npy' is not a file"), std::string::npos) << e.what();
+  }
 }

@@ -17,7 +17,9 @@
 //     instances: 1                # executors per version
 //     max_queue: 1024             # requests waiting; over it: 503 Retry-After
 //     timeout_ms: 10000           # a request not done by then: 504
-//     warmup_runs: 3              # synthetic runs per batch size before the version is ready
+//     warmup_runs: 3              # warm-up runs before the version is ready
+//     warmup_inputs: [x.npy]      # .npy files in the model folder, one per input (default: zeros
+//                                 # of the signature at batch 1 and max_batch_size)
 //
 // Model names are [A-Za-z0-9_.-]+ (no "..", which also keeps URLs and paths
 // apart); versions are positive integers.
@@ -39,6 +41,7 @@ struct ModelConfig {
   int64_t max_queue = 1024;
   int64_t timeout_ms = 10000;
   int warmup_runs = 3;
+  std::vector<std::string> warmup_inputs;  // paths, one per model input; empty: synthetic zeros
   bool operator==(const ModelConfig&) const = default;
 };
 // Unknown keys and out-of-range values are errors naming the key, the value
