@@ -200,7 +200,7 @@ void Batcher::run(std::vector<std::unique_ptr<Request>>& batch) {
     // A model error is the request's fault (a shape the graph cannot take)
     // or the server's: report it as a 400 naming the model's message.
     for (auto& r : live)
-      finish(*r, std::make_exception_ptr(RequestError(400, std::string("the model failed: ") + e.what())), {});
+      finish(*r, std::make_exception_ptr(RequestError(400, "the model failed: " + client_message(e))), {});
   }
   if (on_batch_) on_batch_(s);
 }

@@ -5,6 +5,7 @@
 #include "tessera/serve/protocol.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -322,6 +323,13 @@ InferResponse write_infer_response(const std::string& model, const std::string& 
     r.body += binary;
   }
   return r;
+}
+
+std::string client_message(const std::exception& e) {
+  const std::string what = e.what();
+  if (what.find("internal error") == std::string::npos) return what;
+  std::fprintf(stderr, "serve: %s\n", what.c_str());
+  return "an internal error (the server's log has the details)";
 }
 
 // Messages can quote a client's bytes (a model name from the path): invalid UTF-8 is replaced, not thrown.

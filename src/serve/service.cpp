@@ -313,7 +313,7 @@ void InferenceService::infer(const std::string& name, const std::shared_ptr<Vers
     } catch (const RequestError& e) {
       res = error_response(e.status(), e.what());
     } catch (const std::exception& e) {
-      res = error_response(500, std::string("the server failed to answer the request: ") + e.what());
+      res = error_response(500, "the server failed to answer the request: " + client_message(e));
     }
     finish(*call, std::move(res));
   });
@@ -450,7 +450,7 @@ void InferenceService::handle_async(HttpRequest req, Reply reply) {
     res = error_response(e.status(), e.what());
   } catch (const Error& e) {
     // A failure inside the server (a model that cannot load): the message, not the internals.
-    res = error_response(500, std::string("the server failed to run the request: ") + e.what());
+    res = error_response(500, "the server failed to run the request: " + client_message(e));
   } catch (const std::exception&) {
     res = error_response(500, "the server failed to run the request");
   }

@@ -134,3 +134,11 @@ TEST(ServeProtocol, ResponsesInJsonAndBinary) {
   EXPECT_NE(b.body.substr(0, *b.json_length).find("\"binary_data_size\":8"), std::string::npos);
   EXPECT_EQ(error_body("unknown model 'x'"), R"({"error":"unknown model 'x'"})");
 }
+
+TEST(ServeProtocol, InternalErrorsStayOnTheServer) {
+  EXPECT_EQ(client_message(Error("model 'm': input 'x' must be FP32")), "model 'm': input 'x' must be FP32");
+  const std::string hidden =
+      client_message(Error("internal error: n > 0 failed at /src/ops/x.cpp:12 (please report this as a Tessera bug)"));
+  EXPECT_EQ(hidden.find("x.cpp"), std::string::npos) << hidden;
+  EXPECT_NE(hidden.find("internal error"), std::string::npos);
+}

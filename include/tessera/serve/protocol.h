@@ -80,6 +80,12 @@ InferResponse write_infer_response(const std::string& model, const std::string& 
 // A tensor's values as the flat JSON array of a request's or response's "data" (f16/bf16 as numbers).
 nlohmann::json json_data(const Tensor& t);
 
+// What a client may read of a server-side failure: the message of an Error
+// that describes its input (a shape the model cannot take), but never an
+// internal assertion's (source file and line): that one is printed to stderr
+// and the client reads "an internal error".
+std::string client_message(const std::exception& e);
+
 // {"error": message}: the body of every error response.
 std::string error_body(const std::string& message);
 
