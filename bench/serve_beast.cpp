@@ -12,7 +12,7 @@
 // it served fewer requests per second than a thread per connection: Asio's
 // cross-thread posts and per-operation timers cost more than the waits they
 // save (docs/serving.md).
-#include <utility>  // before Asio: Boost 1.74 uses std::exchange without including it
+#include "tessera/serve/beast_message.h"  // first: Boost 1.74's Asio needs <utility> before it
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -29,7 +29,6 @@
 #include <thread>
 #include <vector>
 
-#include "tessera/serve/service.h"
 
 namespace {
 
@@ -89,21 +88,12 @@ class Session : public std::enable_shared_from_this<Session> {
       return close();
     }
     http::request<http::string_body> req = parser_->release();
-    HttpRequest r;
-    r.method = std::string(req.method_string());
-    const std::string_view target(req.target().data(), req.target().size());
-    r.path = std::string(target.substr(0, target.find('?')));
-    for (const auto& field : req) {
-      std::string key(field.name_string());
-      std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
-      r.headers[key] = std::string(field.value());
-    }
-    r.body = std::move(req.body());
     beast::error_code ignored;
     const tcp::endpoint peer = stream_.socket().remote_endpoint(ignored);
-    r.remote = peer.address().to_string() + ":" + std::to_string(peer.port());
     keep_alive_ = req.keep_alive();
     version_ = req.version();
+    HttpRequest r = tessera::serve::from_beast(std::move(req), peer.address().to_string() + ":" +
+                                                                  std::to_string(peer.port()));
     stream_.expires_never();  // the service answers within its own timeouts
     ++shared_.answering;
     shared_.service.handle_async(std::move(r), [self = shared_from_this()](HttpResponse out) {
@@ -114,13 +104,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void write(HttpResponse out, bool keep_alive) {
-    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(out.status), version_);
-    res->set(http::field::server, "tessera");
-    res->set(http::field::content_type, out.content_type);
-    for (const auto& [k, v] : out.headers) res->set(k, v);
-    res->keep_alive(keep_alive);
-    res->body() = std::move(out.body);
-    res->prepare_payload();
+    auto res = std::make_shared<http::response<http::string_body>>(
+        tessera::serve::to_beast(std::move(out), keep_alive, version_));
     stream_.expires_after(std::chrono::seconds(shared_.options.idle_timeout_s));
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
       --self->shared_.answering;

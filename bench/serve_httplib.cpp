@@ -45,8 +45,8 @@ int main(int argc, char** argv) {
       std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
       r.headers[key] = v;
     }
-    r.body = req.body;
-    tessera::serve::HttpResponse out = service.handle(r);
+    r.body = req.body;  // httplib keeps the request: a copy
+    tessera::serve::HttpResponse out = service.handle(std::move(r));
     res.status = out.status;
     for (const auto& [k, v] : out.headers) res.set_header(k, v);
     res.set_content(std::move(out.body), out.content_type);

@@ -11,10 +11,9 @@
 // for cross-thread posts and per-operation timers.
 #include "tessera/serve/http_server.h"
 
-#include <utility>  // before Beast: Boost 1.74's Asio uses std::exchange without including it
+#include "tessera/serve/beast_message.h"  // first: Boost 1.74's Asio needs <utility> before it
 
 #include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -207,20 +206,10 @@ struct HttpServer::Impl {
         ++answering;
       }
       http::request<http::string_body> req = parser.release();
-      HttpRequest r;
-      r.method = std::string(req.method_string());
-      const std::string_view target(req.target().data(), req.target().size());
-      r.path = std::string(target.substr(0, target.find('?')));
-      for (const auto& field : req) {
-        std::string key(field.name_string());
-        std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
-        r.headers[key] = std::string(field.value());
-      }
-      r.body = std::move(req.body());
-      r.remote = remote;
-      HttpResponse out = service.handle(r);
       const bool keep_alive = req.keep_alive();
-      const bool written = reply(socket, out, keep_alive, req.version());
+      const unsigned version = req.version();
+      HttpResponse out = service.handle(from_beast(std::move(req), remote));
+      const bool written = reply(socket, std::move(out), keep_alive, version);
       bool stop_now;
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -242,14 +231,8 @@ struct HttpServer::Impl {
     ::close(fd);
   }
 
-  static bool reply(Socket& socket, HttpResponse& out, bool keep_alive, unsigned version) {
-    http::response<http::string_body> res{static_cast<http::status>(out.status), version};
-    res.set(http::field::server, "tessera");
-    res.set(http::field::content_type, out.content_type);
-    for (const auto& [k, v] : out.headers) res.set(k, v);
-    res.keep_alive(keep_alive);
-    res.body() = std::move(out.body);
-    res.prepare_payload();
+  static bool reply(Socket& socket, HttpResponse&& out, bool keep_alive, unsigned version) {
+    http::response<http::string_body> res = to_beast(std::move(out), keep_alive, version);
     beast::error_code ec;
     http::write(socket, res, ec);  // the header and body in one sendmsg
     return !ec;
@@ -259,7 +242,7 @@ struct HttpServer::Impl {
     HttpResponse out;
     out.status = status;
     out.body = error_body(message);
-    reply(socket, out, false, 11);
+    reply(socket, std::move(out), false, 11);
   }
 };
 

@@ -457,11 +457,11 @@ void InferenceService::handle_async(HttpRequest req, Reply reply) {
   if (res) finish(*call, std::move(*res));
 }
 
-HttpResponse InferenceService::handle(const HttpRequest& req) {
+HttpResponse InferenceService::handle(HttpRequest req) {
   // Shared with the reply, which may still be returning from set_value on a worker when get() wakes.
   auto answer = std::make_shared<std::promise<HttpResponse>>();
   std::future<HttpResponse> f = answer->get_future();
-  handle_async(req, [answer](HttpResponse r) { answer->set_value(std::move(r)); });
+  handle_async(std::move(req), [answer](HttpResponse r) { answer->set_value(std::move(r)); });
   return f.get();
 }
 

@@ -104,7 +104,7 @@ class InferenceService {
   using Reply = std::function<void(HttpResponse)>;
   void handle_async(HttpRequest request, Reply reply);
   // handle_async, waited for.
-  HttpResponse handle(const HttpRequest& request);
+  HttpResponse handle(HttpRequest request);
   // Stops taking requests and finishes the queued ones (graceful shutdown).
   void drain();
   const monitor::Registry& metrics() const { return metrics_; }
