@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -154,7 +155,12 @@ struct HttpServer::Impl {
       }
       const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EMFILE || errno == ENFILE) {
+          // Out of descriptors: the connection waits in the backlog; do not spin on it.
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          continue;
+        }
         return;  // the listening socket was shut down
       }
       std::lock_guard<std::mutex> lock(mu);
@@ -201,8 +207,8 @@ struct HttpServer::Impl {
       }
       if (ec) break;  // closed, timed out or reset
       {
+        // A request read in full is answered, even while stop() runs.
         std::lock_guard<std::mutex> lock(mu);
-        if (stopping) break;
         ++answering;
       }
       http::request<http::string_body> req = parser.release();
