@@ -8,7 +8,7 @@ import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 src = "\n".join(l for l in (ROOT / "src/ops/ops.def").read_text().splitlines() if not l.lstrip().startswith("//"))
-rows = re.findall(r"OP\((\w+), (\w+), (\w+)\)", src)
+rows = re.findall(r"OP\((\w+),\s*(\w+),\s*(\w+),", src)  # name, family, grad: the first three columns
 
 F = "f16, bf16, f32, f64"
 ALL = "bool, u8, i8, i32, i64, f16, bf16, f32, f64"

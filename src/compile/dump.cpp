@@ -87,6 +87,25 @@ std::string dump(const Graph& g) {
   return os.str();
 }
 
+namespace {
+// The node's inputs and outputs against its op's signature in ops.def: a
+// graph from a file may have too few, too many, or null where a tensor is
+// required (the passes and invokers index them).
+template <typename Fail>
+void check_arity(const Node& n, const Fail& fail) {
+  const ops::OpEntry& e = ops::op_entry(n.op);
+  const int k = static_cast<int>(n.inputs.size()), m = static_cast<int>(n.outputs.size());
+  if (!e.in.variadic && (k < e.in.min || k > e.in.max))
+    fail(&n, "takes " + std::to_string(e.in.min) + (e.in.max > e.in.min ? " to " + std::to_string(e.in.max) : "") +
+                 " inputs (" + std::string(e.inputs) + "), got " + std::to_string(k));
+  for (int i = 0; i < k; ++i)
+    if (!n.inputs[i] && (e.in.variadic || i < e.in.required))
+      fail(&n, "input " + std::to_string(i) + " (of " + std::string(e.inputs) + ") must not be null");
+  if (!e.out.variadic && (m < e.out.min || m > e.out.max))
+    fail(&n, "has " + std::to_string(m) + " outputs; the op returns " + std::string(e.outputs));
+}
+}  // namespace
+
 void verify(const Graph& g, const std::string& after) {
   std::string where = after.empty() ? "" : " (after pass '" + after + "')";
   auto fail = [&](const Node* n, const std::string& what) {
@@ -112,6 +131,7 @@ void verify(const Graph& g, const std::string& after) {
   for (const Node* n : g.nodes()) {
     if (!ids.insert(n->id).second) fail(n, "node id used twice");
     if (static_cast<int>(n->op) >= ops::op_count()) fail(n, "invalid op id");
+    check_arity(*n, fail);
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       const Value* v = n->inputs[i];
       if (v && !defined.count(v))
@@ -127,8 +147,10 @@ void verify(const Graph& g, const std::string& after) {
     for (const Node::SymAttr& s : n->sym_attrs) {
       const ops::AttrValue* a = n->attrs.find(s.name);
       if (!a) fail(n, "symbolic attribute '" + s.name + "' is not an attribute of the node");
-      size_t want = s.is_list ? std::get_if<std::vector<int64_t>>(a) ? std::get<std::vector<int64_t>>(*a).size() : 0
-                              : 1;
+      const auto* list = std::get_if<std::vector<int64_t>>(a);
+      if (s.is_list ? !list : !(std::holds_alternative<int64_t>(*a) || std::holds_alternative<Scalar>(*a)))
+        fail(n, "symbolic attribute '" + s.name + "' must be " + (s.is_list ? "a list of ints" : "an int"));
+      size_t want = s.is_list ? list->size() : 1;
       if (s.values.size() != want) fail(n, "symbolic attribute '" + s.name + "' has the wrong number of values");
       for (const SymInt& x : s.values)
         for (const auto& t : x.terms())

@@ -14,7 +14,7 @@ thread_local Recorder* t_recorder = nullptr;
 
 using Invoker = TensorList (*)(const TensorList&, const Attrs&);
 constexpr Invoker kInvokers[] = {
-#define OP(name, family, grad) &invoke_##name,
+#define OP(name, ...) &invoke_##name,
 #include "ops/ops.def"
 #undef OP
 };

@@ -17,7 +17,7 @@ using autograd::VjpArgs;
 // Every op of ops.def as an enumerator, so that code naming an op (trace
 // scopes, the autocast table) is checked against the list at compile time.
 enum class OpId : uint16_t {
-#define OP(name, family, grad) name,
+#define OP(name, ...) name,
 #include "ops/ops.def"
 #undef OP
   kCount
@@ -101,7 +101,7 @@ class OpScope {
 // op; a missing one is a link error.
 #define TS_OP_INVOKER(op) \
   TensorList invoke_##op([[maybe_unused]] const TensorList& in, [[maybe_unused]] const Attrs& a)
-#define OP(name, family, grad) TS_OP_INVOKER(name);
+#define OP(name, ...) TS_OP_INVOKER(name);
 #include "ops/ops.def"
 #undef OP
 
@@ -110,6 +110,20 @@ Tensor wrap_scalar(const Scalar& s, DType dtype);
 Tensor wrap_scalar(const Scalar& s);
 // torch.result_type over several tensors (undefined tensors are skipped).
 DType result_type(std::initializer_list<const Tensor*> ts);
+
+// The output length of a sliding window (convolution, pooling): `in` padded
+// with `pad` elements in all, a kernel of `k` taps `dil` apart, moved by
+// `stride`. Checked arithmetic (sizes come from files); 0 when the window
+// does not fit. ceil_mode rounds the last partial window up.
+int64_t window_output_size(int64_t in, int64_t pad, int64_t k, int64_t dil, int64_t stride, bool ceil_mode,
+                           const char* op);
+
+// Ops that return a list of tensors (split, chunk, unbind) return at most
+// kMaxOutputs, so a size from a file cannot ask for 2^40 views.
+constexpr int64_t kMaxOutputs = int64_t{1} << 20;
+inline void check_output_count(int64_t n, const char* op) {
+  TS_CHECK(n <= kMaxOutputs, op, ": ", n, " outputs requested; at most ", kMaxOutputs, " are supported");
+}
 
 inline void check_defined(const Tensor& t, const char* op, const char* arg) {
   TS_CHECK(t.defined(), op, ": argument '", arg, "' is an undefined tensor");
