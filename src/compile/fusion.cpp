@@ -5,6 +5,7 @@
 
 #include "ops/op_utils.h"
 #include "tessera/compile/passes.h"
+#include "tessera/core/numbers.h"
 #include "tessera/core/error.h"
 
 namespace tessera::compile {
@@ -49,12 +50,6 @@ struct Group {
   SymShape shape;
   int first = 0;  // position of the first member
 };
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
 
 }  // namespace
 
@@ -151,7 +146,7 @@ int fuse_elementwise(Graph& g) {
       if (auto it = reg.find(v); it != reg.end()) return it->second;
       int r = next++;
       if (scalar_constant(v)) {
-        prog += "r" + std::to_string(r) + " = const " + num(v->data.item().to_double()) + "; ";
+        prog += "r" + std::to_string(r) + " = const " + format_double(v->data.item().to_double()) + "; ";
       } else {
         prog += "r" + std::to_string(r) + " = in" + std::to_string(inputs.size()) + "; ";
         inputs.push_back(v);

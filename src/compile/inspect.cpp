@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "ops/op_utils.h"
+#include "tessera/core/numbers.h"
 
 namespace tessera::compile {
 namespace {
@@ -93,9 +94,7 @@ std::string summary_text(const Graph& g, int64_t symbol_value) {
      << " KiB)";
   if (s.constant_bytes) os << "; constants " << s.constant_bytes / 1024 << " KiB";
   os << "\n";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.4g", static_cast<double>(s.flops));
-  os << "FLOPs       " << buf;
+  os << "FLOPs       " << format_double(static_cast<double>(s.flops), 'g', 4);
   if (!g.symbols().empty()) os << " per run with every dynamic dimension = " << symbol_value;
   os << "\nops (" << g.num_nodes() << " nodes)\n";
   std::vector<std::pair<int, std::string>> hist;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "tessera/core/numbers.h"
 #include "tessera/core/tensor.h"
 #include "tessera/autograd/node.h"
 #include "tessera/ops/ops.h"
@@ -22,14 +23,11 @@ struct Formatter {
   int precision = 4;
 
   std::string fmt(double v) const {
-    char buf[64];
-    if (!floating) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
-    else if (std::isnan(v)) std::snprintf(buf, sizeof buf, "nan");
-    else if (std::isinf(v)) std::snprintf(buf, sizeof buf, v > 0 ? "inf" : "-inf");
-    else if (sci) std::snprintf(buf, sizeof buf, "%.*e", precision, v);
-    else if (ints_only) std::snprintf(buf, sizeof buf, "%.0f.", v);
-    else std::snprintf(buf, sizeof buf, "%.*f", precision, v);
-    return buf;
+    // format_double: the same digits whatever the process's locale.
+    if (!floating) return std::to_string(saturating_int64(v));
+    if (sci) return format_double(v, 'e', precision);
+    if (ints_only && std::isfinite(v)) return format_double(v, 'f', 0) + ".";
+    return format_double(v, 'f', precision);
   }
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 #include <filesystem>
 #include <regex>
 
@@ -34,17 +35,16 @@ void put_octal(char* dst, size_t width, uint64_t v) {  // width-1 digits and a N
   dst[width - 1] = '\0';
 }
 
-std::string tar_header(const std::string& name, uint64_t size) {
-  TS_CHECK(!name.empty() && name.size() < 100, "tar: file name '", name, "' must be 1 to 99 characters");
+std::string ustar_header(const std::string& name, uint64_t size, char type) {
   TS_CHECK(size < (uint64_t(1) << 33), "tar: file '", name, "' is larger than 8 GiB");
   std::string h(kBlock, '\0');
-  std::memcpy(&h[0], name.data(), name.size());
+  std::memcpy(&h[0], name.data(), std::min<size_t>(name.size(), 99));
   put_octal(&h[100], 8, 0644);
   put_octal(&h[108], 8, 0);
   put_octal(&h[116], 8, 0);
   put_octal(&h[124], 12, size);
   put_octal(&h[136], 12, 0);
-  h[156] = '0';
+  h[156] = type;
   std::memcpy(&h[257], "ustar\0" "00", 8);
   std::memset(&h[148], ' ', 8);
   unsigned sum = 0;
@@ -52,6 +52,39 @@ std::string tar_header(const std::string& name, uint64_t size) {
   put_octal(&h[148], 7, sum);
   h[155] = ' ';
   return h;
+}
+
+std::string padded(const std::string& body) { return body + std::string((kBlock - body.size() % kBlock) % kBlock, '\0'); }
+
+// A file's header; a name of 100 bytes or more goes first in a PAX extended
+// header ("path" record), as POSIX tar, GNU tar and Python's tarfile write it.
+std::string tar_header(const std::string& name, uint64_t size) {
+  TS_CHECK(!name.empty(), "tar: a file name must not be empty");
+  if (name.size() < 100) return ustar_header(name, size, '0');
+  std::string record = " path=" + name + "\n";
+  size_t len = record.size();
+  while (std::to_string(len).size() + record.size() != len) len = std::to_string(len).size() + record.size();
+  record = std::to_string(len) + record;  // the length counts itself
+  return ustar_header("././@PaxHeader", record.size(), 'x') + padded(record) + ustar_header(name, size, '0');
+}
+
+// The "path" of a PAX extended header's records ("<len> <key>=<value>\n"),
+// or empty; every record is checked against the header's bounds.
+std::string pax_path(const char* p, size_t n, const std::string& what, size_t at) {
+  std::string path;
+  size_t i = 0;
+  while (i < n && p[i] != '\0') {
+    size_t len = 0, j = i;
+    while (j < n && p[j] >= '0' && p[j] <= '9' && len < n) len = len * 10 + static_cast<size_t>(p[j++] - '0');
+    TS_CHECK(j > i && j < n && p[j] == ' ' && len > j - i + 1 && len <= n - i && p[i + len - 1] == '\n', what,
+             ": the PAX header at byte ", at, " has a malformed record (expected \"<length> <key>=<value>\\n\")");
+    std::string_view rec(p + j + 1, i + len - 1 - (j + 1));
+    size_t eq = rec.find('=');
+    TS_CHECK(eq != std::string_view::npos, what, ": the PAX header at byte ", at, " has a record without '='");
+    if (rec.substr(0, eq) == "path") path = std::string(rec.substr(eq + 1));
+    i += len;
+  }
+  return path;
 }
 
 // "dir/000042.x.npy" -> ("dir/000042", "x.npy")
@@ -82,10 +115,11 @@ Tensor decode_field(const std::string& ext, const std::string& data, const std::
 std::vector<TarEntry> parse_tar(const char* data, size_t size, const std::string& what) {
   std::vector<TarEntry> out;
   size_t pos = 0;
+  std::string long_name;  // from a GNU 'L' entry or a PAX "path", for the next file
   while (pos + kBlock <= size) {
     const char* h = data + pos;
     bool zero = std::all_of(h, h + kBlock, [](char c) { return c == 0; });
-    if (zero) return out;  // end-of-archive marker
+    if (zero) break;  // end-of-archive marker
     uint64_t chk = parse_octal(h + 148, 8, what, "checksum");
     unsigned sum = 0;
     for (size_t i = 0; i < kBlock; ++i) sum += (i >= 148 && i < 156) ? ' ' : static_cast<unsigned char>(h[i]);
@@ -95,12 +129,32 @@ std::vector<TarEntry> parse_tar(const char* data, size_t size, const std::string
     TS_CHECK(fsize <= size - body, what, ": the file at byte ", pos, " declares ", fsize,
              " bytes, past the end of the archive (truncated?)");
     const char type = h[156];
+    const size_t next = body + (fsize + kBlock - 1) / kBlock * kBlock;
+    if (type == 'L') {  // GNU long name: the body is the next file's name
+      long_name.assign(data + body, strnlen(data + body, fsize));
+      pos = next;
+      continue;
+    }
+    if (type == 'x') {  // PAX extended header for the next file
+      std::string p = pax_path(data + body, fsize, what, pos);
+      if (!p.empty()) long_name = p;
+      pos = next;
+      continue;
+    }
     std::string name(h, strnlen(h, 100));
-    if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345] != '\0')
+    // The prefix field exists in POSIX ustar only ("ustar\0" "00"); old GNU
+    // headers ("ustar  ") keep other data there.
+    if (std::memcmp(h + 257, "ustar\0" "00", 8) == 0 && h[345] != '\0')
       name = std::string(h + 345, strnlen(h + 345, 155)) + "/" + name;
-    if (type == '0' || type == '\0') out.push_back({name, std::string(data + body, fsize)});
-    pos = body + (fsize + kBlock - 1) / kBlock * kBlock;
+    if (!long_name.empty()) name = std::move(long_name);
+    long_name.clear();
+    // Regular files ('0', '\0', contiguous '7'); directories, links and
+    // global headers ('g', 'K', ...) hold no sample data.
+    if (type == '0' || type == '\0' || type == '7') out.push_back({name, std::string(data + body, fsize)});
+    pos = next;
   }
+  TS_CHECK(long_name.empty(), what, ": a long file name ('", long_name.substr(0, 60), "...') is not followed by its file");
+  if (pos + kBlock <= size) return out;  // stopped at the end-of-archive marker
   TS_CHECK(pos == size || size - pos < kBlock, what, ": ends inside a tar header at byte ", pos);
   TS_CHECK(pos >= size, what, ": truncated (", size - pos, " stray bytes at the end)");
   return out;

@@ -1,13 +1,34 @@
 // Tensors from CSV and .npy files, and synthetic datasets for benchmarks.
-#include <cerrno>
-#include <cstdlib>
+#include <cmath>
+#include <optional>
+#include <string>
 
+#include "tessera/core/numbers.h"
 #include "tessera/data/datasets.h"
 #include "tessera/io/file.h"
 #include "tessera/io/npy.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::data {
+namespace {
+
+// A CSV field as a number (spaces around it allowed; nan and inf as strtod
+// reads them), or nullopt for text such as a header. Locale-independent.
+std::optional<double> table_number(const std::string& field) {
+  size_t b = field.find_first_not_of(" \t"), e = field.find_last_not_of(" \t");
+  if (b == std::string::npos) return std::nullopt;
+  std::string f = field.substr(b, e - b + 1);
+  if (auto v = parse_double(f)) return v;
+  std::string lower;
+  for (char c : f) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+  bool neg = !lower.empty() && lower[0] == '-';
+  if (!lower.empty() && (lower[0] == '-' || lower[0] == '+')) lower.erase(0, 1);
+  if (lower == "nan") return std::nan("");
+  if (lower == "inf" || lower == "infinity") return neg ? -HUGE_VAL : HUGE_VAL;
+  return std::nullopt;
+}
+
+}  // namespace
 
 Tensor read_csv(const std::string& path) {
   std::vector<char> buf = io::read_file(path, size_t(1) << 32);
@@ -28,13 +49,9 @@ Tensor read_csv(const std::string& path) {
     for (;;) {
       size_t comma = line.find(',', start);
       std::string field = line.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      const char* s = field.c_str();
-      char* e = nullptr;
-      errno = 0;
-      double v = std::strtod(s, &e);
-      while (*e == ' ' || *e == '\t') ++e;
-      if (e == s || *e != '\0') numeric = false;
-      row.push_back(static_cast<float>(v));
+      std::optional<double> v = table_number(field);
+      if (!v) numeric = false;
+      row.push_back(static_cast<float>(v.value_or(0.0)));
       if (comma == std::string::npos) break;
       start = comma + 1;
     }

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <regex>
+#include <limits>
 
+#include "io/json_excerpt.h"
+#include "tessera/core/numbers.h"
 #include "tessera/io/file.h"
 
 namespace tessera::io {
@@ -15,34 +17,37 @@ using nlohmann::json;
 namespace {
 
 // YAML 1.2 core-schema resolution of plain scalars; quoted scalars stay strings.
+// Numbers are read with from_chars: the same in every locale, and no regex
+// (libstdc++'s recursive matcher overflows the stack on a long scalar).
 json scalar_to_json(const YAML::Node& n) {
   const std::string& s = n.Scalar();
   if (n.Tag() == "!") return s;  // quoted
-  static const std::regex int_re("[-+]?[0-9]+");
-  static const std::regex float_re("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
   if (s == "~" || s == "null" || s == "Null" || s == "NULL" || s.empty()) return nullptr;
   if (s == "true" || s == "True" || s == "TRUE") return true;
   if (s == "false" || s == "False" || s == "FALSE") return false;
-  if (std::regex_match(s, int_re)) {
-    errno = 0;
-    long long v = std::strtoll(s.c_str(), nullptr, 10);
-    if (errno != ERANGE) return static_cast<int64_t>(v);
-  }
-  if (std::regex_match(s, float_re)) return std::strtod(s.c_str(), nullptr);
+  if (auto i = parse_int64(s)) return *i;
+  if (auto d = parse_double(s)) return *d;
   if (s == ".inf" || s == ".Inf" || s == "+.inf") return std::numeric_limits<double>::infinity();
   if (s == "-.inf" || s == "-.Inf") return -std::numeric_limits<double>::infinity();
   return s;
 }
 
-json to_json(const YAML::Node& n, const std::string& what, int depth) {
+// Bounds on what a document may expand to: an alias repeats the node it names,
+// so a small file of nested aliases ("billion laughs") can stand for 10^9 nodes.
+constexpr int64_t kMaxYamlNodes = 1'000'000;
+constexpr size_t kMaxYamlBytes = size_t{16} << 20;
+
+json to_json(const YAML::Node& n, const std::string& what, int depth, int64_t& budget) {
   TS_CHECK(depth < 64, what, ": nesting deeper than 64 levels");
+  TS_CHECK(--budget >= 0, what, ": the document expands to more than ", kMaxYamlNodes,
+           " values (aliases repeat what they name); a config this large is not supported");
   switch (n.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined: return nullptr;
     case YAML::NodeType::Scalar: return scalar_to_json(n);
     case YAML::NodeType::Sequence: {
       json a = json::array();
-      for (const auto& e : n) a.push_back(to_json(e, what, depth + 1));
+      for (const auto& e : n) a.push_back(to_json(e, what, depth + 1, budget));
       return a;
     }
     case YAML::NodeType::Map: {
@@ -52,7 +57,7 @@ json to_json(const YAML::Node& n, const std::string& what, int depth) {
                  ")");
         std::string k = kv.first.Scalar();
         TS_CHECK(!o.contains(k), what, ": key '", k, "' appears twice (line ", kv.first.Mark().line + 1, ")");
-        o[k] = to_json(kv.second, what, depth + 1);
+        o[k] = to_json(kv.second, what, depth + 1, budget);
       }
       return o;
     }
@@ -77,23 +82,26 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }  // namespace
 
 json parse_yaml(const std::string& text, const std::string& what) {
+  TS_CHECK(text.size() <= kMaxYamlBytes, what, ": ", text.size(), " bytes; YAML documents of at most ", kMaxYamlBytes,
+           " bytes are read");
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     TS_ERROR(what, ": invalid YAML at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg);
   }
-  return to_json(root, what, 0);
+  int64_t budget = kMaxYamlNodes;
+  return to_json(root, what, 0, budget);
 }
 
 json load_yaml(const std::string& path) {
-  std::vector<char> buf = read_file(path, 16u << 20);
+  std::vector<char> buf = read_file(path, kMaxYamlBytes);
   return parse_yaml(std::string(buf.begin(), buf.end()), path);
 }
 
 Config::Config(nlohmann::json j, std::string path) : j_(std::move(j)), path_(std::move(path)) {
   TS_CHECK(j_.is_null() || j_.is_object(), "config: '", path_.empty() ? "(top level)" : path_,
-           "' must be a mapping of keys to values, got ", j_.dump());
+           "' must be a mapping of keys to values, got ", io::json_excerpt(j_));
   if (j_.is_null()) j_ = nlohmann::json::object();
 }
 

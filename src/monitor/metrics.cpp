@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "tessera/core/error.h"
+#include "tessera/core/numbers.h"
 
 namespace tessera::monitor {
 namespace {
@@ -21,9 +22,7 @@ bool valid_name(const std::string& n) {
 std::string number(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+  return format_double(v);  // "%.17g" in any locale
 }
 
 const char* type_name(MetricType t) {

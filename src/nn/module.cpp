@@ -4,6 +4,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "tessera/core/numbers.h"
 #include "tessera/autograd/grad_mode.h"
 
 namespace tessera::nn {
@@ -321,6 +322,7 @@ Module::LoadResult Module::load_state_dict(const StateDict& sd, bool strict) {
 
 // ---- printing -------------------------------------------------------------------
 static std::string count_str(int64_t n) {
+  ClassicLocale c_locale;  // printf below writes "0.5" whatever the process locale
   char buf[32];
   if (n >= 1000000)
     std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);

@@ -4,6 +4,7 @@
 
 #include "backend/cpu/fused.h"
 #include "ops/op_utils.h"
+#include "tessera/core/numbers.h"
 
 namespace tessera::ops {
 
@@ -33,14 +34,6 @@ TensorList fused_elementwise(const TensorList& inputs, const std::string& progra
 
 TS_OP_INVOKER(fused_elementwise) { return fused_elementwise(in, a.s("program")); }
 
-namespace {
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-}  // namespace
-
 std::optional<std::string> elementwise_kernel(OpId op, const Attrs& a, int num_inputs) {
   // Unary ops: the kernel their f32 path runs, with its parameters.
   switch (op) {
@@ -54,20 +47,20 @@ std::optional<std::string> elementwise_kernel(OpId op, const Attrs& a, int num_i
     TS_PLAIN(reciprocal, Reciprocal) TS_PLAIN(erf, Erf) TS_PLAIN(sign, Sign) TS_PLAIN(floor, Floor)
     TS_PLAIN(ceil, Ceil) TS_PLAIN(round, Round) TS_PLAIN(trunc, Trunc)
 #undef TS_PLAIN
-    case OpId::leaky_relu: return "LeakyRelu[" + num(a.f("negative_slope")) + "]";
-    case OpId::elu: return "Elu[" + num(a.f("alpha")) + "]";
+    case OpId::leaky_relu: return "LeakyRelu[" + format_double(a.f("negative_slope")) + "]";
+    case OpId::elu: return "Elu[" + format_double(a.f("alpha")) + "]";
     case OpId::gelu: return a.s("approximate") == "tanh" ? "GeluTanh" : "Gelu";
-    case OpId::softplus: return "Softplus[" + num(a.f("beta")) + "," + num(a.f("threshold")) + "]";
-    case OpId::hardtanh: return "Hardtanh[" + num(a.f("min_val")) + "," + num(a.f("max_val")) + "]";
+    case OpId::softplus: return "Softplus[" + format_double(a.f("beta")) + "," + format_double(a.f("threshold")) + "]";
+    case OpId::hardtanh: return "Hardtanh[" + format_double(a.f("min_val")) + "," + format_double(a.f("max_val")) + "]";
     case OpId::clamp: {
       if (num_inputs != 1) return std::nullopt;
       auto lo = a.opt_scalar("min"), hi = a.opt_scalar("max");
-      return "Clamp[" + num(lo ? lo->to_double() : NAN) + "," + num(hi ? hi->to_double() : NAN) + "]";
+      return "Clamp[" + format_double(lo ? lo->to_double() : NAN) + "," + format_double(hi ? hi->to_double() : NAN) + "]";
     }
     case OpId::pow:
       if (num_inputs == 2) return "Pow";
-      if (a.has("exponent")) return "PowScalar[" + num(a.scalar("exponent").to_double()) + "]";
-      return "RPowScalar[" + num(a.scalar("base").to_double()) + "]";
+      if (a.has("exponent")) return "PowScalar[" + format_double(a.scalar("exponent").to_double()) + "]";
+      return "RPowScalar[" + format_double(a.scalar("base").to_double()) + "]";
     // Binary ops (alpha-free forms).
     case OpId::add: return a.scalar("alpha").to_double() == 1.0 ? std::optional<std::string>("Add") : std::nullopt;
     case OpId::sub: return a.scalar("alpha").to_double() == 1.0 ? std::optional<std::string>("Sub") : std::nullopt;

@@ -6,11 +6,13 @@
 #include <tuple>
 
 #include "profiler/state.h"
+#include "tessera/core/numbers.h"
 
 namespace tessera::profiler {
 namespace {
 
 std::string fmt(const char* f, double v) {
+  ClassicLocale c_locale;  // "0.5" whatever the process locale
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "tessera/core/numbers.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/nn/conv.h"
 #include "tessera/nn/linear.h"
@@ -233,6 +234,7 @@ double polynomial_sparsity(int64_t step, int64_t begin_step, int64_t end_step, d
 }
 
 std::string PruneReport::str() const {
+  ClassicLocale c_locale;  // printf below writes "0.5" whatever the process locale
   std::ostringstream os;
   char buf[160];
   std::snprintf(buf, sizeof buf, "%-40s %12s %12s %9s\n", "layer", "weights", "zeros", "sparsity");

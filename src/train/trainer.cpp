@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "tessera/core/numbers.h"
 #include "tessera/autograd/anomaly.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/allocator.h"
@@ -347,6 +348,7 @@ void Trainer::publish_metrics(double seconds, int64_t samples, double data_wait)
 }
 
 json Trainer::fit() {
+  ClassicLocale c_locale;  // printf below writes "0.5" whatever the process locale
   const TrainSettings& s = recipe_.train;
   namespace fs = std::filesystem;
   fs::create_directories(recipe_.output_dir);

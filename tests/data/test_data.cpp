@@ -2,6 +2,9 @@
 // transforms and tar shards.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstring>
+
 #include <filesystem>
 #include <fstream>
 
@@ -14,6 +17,7 @@
 
 using namespace tessera;
 using namespace tessera::data;
+using tessera::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -138,6 +142,68 @@ TEST(Shards, TarRoundTripAndStreamingWithShuffle) {
   bad[150] ^= 1;  // inside the first header: the checksum no longer matches
   EXPECT_THROW(parse_tar(bad.data(), bad.size(), "shard"), Error);
   EXPECT_THROW(parse_tar(raw.data(), 700, "shard"), Error);  // truncated
+  fs::remove_all(dir);
+}
+
+namespace {
+// One 512-byte ustar header, as tar programs write them (for archives the
+// writer does not make: GNU long names).
+std::string tar_block(const std::string& name, size_t size, char type) {
+  std::string h(512, '\0');
+  std::memcpy(&h[0], name.data(), std::min<size_t>(name.size(), 100));
+  std::snprintf(&h[100], 8, "%07o", 0644);
+  std::snprintf(&h[124], 12, "%011zo", size);
+  h[156] = type;
+  std::memcpy(&h[257], "ustar  ", 8);  // old GNU magic: no prefix field
+  std::memset(&h[148], ' ', 8);
+  unsigned sum = 0;
+  for (unsigned char c : h) sum += c;
+  std::snprintf(&h[148], 8, "%06o", sum);
+  return h;
+}
+std::string tar_body(const std::string& b) { return b + std::string((512 - b.size() % 512) % 512, '\0'); }
+}  // namespace
+
+// Keys longer than a ustar header's 100-byte name: PAX "path" records (what
+// ShardWriter, POSIX tar and Python write) and GNU 'L' entries (GNU tar's
+// default) are read whole, never cut to 100 bytes.
+TEST(Shards, LongNamesFromPaxAndGnuHeaders) {
+  const std::string key = "sample/" + std::string(150, 'k') + "-0001";
+  auto dir = fs::temp_directory_path() / ("tessera_long_names_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    ShardWriter w((dir / "long-%02d.tar").string(), 10);
+    w.write(key, {{"x.npy", full({2}, 1.0)}, {"y.cls", scalar_tensor(int64_t{7}, DType::I64)}});
+    w.close();
+  }
+  std::vector<char> raw = io::read_file((dir / "long-00.tar").string());
+  auto entries = parse_tar(raw.data(), raw.size());
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].name, key + ".x.npy");
+  EXPECT_EQ(entries[1].name, key + ".y.cls");
+  auto ds = std::make_shared<ShardedDataset>(expand_shards(dir.string()), std::vector<std::string>{"x.npy", "y.cls"}, 0);
+  DataLoader dl(ds, {.batch_size = 1});
+  auto b = dl.next();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ((*b)[1].to_vector<int64_t>()[0], 7);
+
+  // GNU: a '././@LongLink' entry of type 'L' holds the next file's name.
+  const std::string gnu_name = key + ".y.cls";
+  std::string gnu = tar_block("././@LongLink", gnu_name.size() + 1, 'L') + tar_body(gnu_name + std::string(1, '\0')) +
+                    tar_block(gnu_name.substr(0, 100), 2, '0') + tar_body("42") + std::string(1024, '\0');
+  entries = parse_tar(gnu.data(), gnu.size(), "gnu.tar");
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].name, gnu_name);
+  EXPECT_EQ(entries[0].data, "42");
+  // A long name with no file after it, and a malformed PAX record, are errors naming the archive.
+  std::string dangling = tar_block("././@LongLink", gnu_name.size(), 'L') + tar_body(gnu_name) + std::string(1024, '\0');
+  EXPECT_NE(error_of([&] { parse_tar(dangling.data(), dangling.size(), "gnu.tar"); }).find("is not followed by its file"),
+            std::string::npos);
+  std::string pax = tar_block("././@PaxHeader", 12, 'x') + tar_body("99 path=abc\n") + tar_block("f", 0, '0') +
+                    std::string(1024, '\0');
+  EXPECT_NE(error_of([&] { parse_tar(pax.data(), pax.size(), "pax.tar"); }).find("pax.tar: the PAX header at byte 0"),
+            std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // tessera::Error and the checks that raise it. Every message names the op, the
 // argument and the values involved, and says what would be legal.
+#include <locale>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -23,6 +24,7 @@ namespace detail {
 template <typename... Args>
 std::string str(const Args&... args) {
   std::ostringstream os;
+  os.imbue(std::locale::classic());  // numbers in messages read the same in every locale
   (os << ... << args);
   return os.str();
 }

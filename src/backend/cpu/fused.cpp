@@ -1,11 +1,13 @@
 #include "backend/cpu/fused.h"
 
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
 
 #include "tessera/core/error.h"
+#include "tessera/core/numbers.h"
 #include "tessera/core/parallel.h"
 
 namespace tessera::cpu {
@@ -49,17 +51,13 @@ int parse_index(const std::string& tok, const char* prefix, const std::string& i
   return std::stoi(tok.substr(n));
 }
 
+// Numbers as format_double writes them (the same in every locale).
 double parse_number(const std::string& tok, const std::string& instr) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(tok, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  TS_CHECK(used == tok.size() && !tok.empty(), "fused_elementwise: expected a number, got '", tok,
-           "' in instruction '", instr, "'");
-  return v;
+  if (tok == "inf" || tok == "-inf") return tok[0] == '-' ? -INFINITY : INFINITY;
+  if (tok == "nan") return NAN;
+  auto v = parse_double(tok);
+  TS_CHECK(v.has_value(), "fused_elementwise: expected a number, got '", tok, "' in instruction '", instr, "'");
+  return *v;
 }
 
 FusedProgram parse(const std::string& text) {
@@ -72,10 +70,14 @@ FusedProgram parse(const std::string& text) {
     return r;
   };
   auto reg_write = [&](const std::string& tok, const std::string& instr) {
+    // Registers are numbered in the order they are written (as fusion writes
+    // them), so a program has no more registers than instructions.
     int r = parse_index(tok, "r", instr);
-    if (r >= static_cast<int>(written.size())) written.resize(r + 1, 0);
-    TS_CHECK(!written[r], "fused_elementwise: register ", tok, " is written twice (instruction '", instr, "')");
-    written[r] = 1;
+    TS_CHECK(r <= static_cast<int>(written.size()), "fused_elementwise: register ", tok, " is written before r",
+             written.size(), " (registers are numbered in the order they are written), in '", instr, "'");
+    TS_CHECK(r == static_cast<int>(written.size()), "fused_elementwise: register ", tok,
+             " is written twice (instruction '", instr, "')");
+    written.push_back(1);
     p.num_regs = std::max(p.num_regs, r + 1);
     return r;
   };
@@ -96,6 +98,8 @@ FusedProgram parse(const std::string& text) {
       TS_CHECK(rhs.size() == 1, "fused_elementwise: a store is 'outK = rN', got '", instr, "'");
       in.kind = FusedInstr::kStore;
       in.dst = parse_index(lhs, "out", instr);
+      TS_CHECK(in.dst <= p.num_outputs, "fused_elementwise: outputs are numbered in order; '", instr,
+               "' skips out", p.num_outputs);
       in.a = reg_read(rhs[0], instr);
       p.num_outputs = std::max(p.num_outputs, in.dst + 1);
       p.code.push_back(in);
@@ -105,6 +109,8 @@ FusedProgram parse(const std::string& text) {
     if (head.compare(0, 2, "in") == 0 && rhs.size() == 1) {
       in.kind = FusedInstr::kLoad;
       in.a = parse_index(head, "in", instr);
+      TS_CHECK(in.a <= p.num_inputs, "fused_elementwise: inputs are numbered in order; '", instr, "' skips in",
+               p.num_inputs);
       p.num_inputs = std::max(p.num_inputs, in.a + 1);
     } else if (head == "const") {
       TS_CHECK(rhs.size() == 2, "fused_elementwise: a constant is 'rN = const V', got '", instr, "'");
