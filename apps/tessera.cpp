@@ -229,10 +229,14 @@ int cmd_export(const std::string& arg, const std::string& format, std::string ou
 }
 
 int cmd_run(const std::string& path, const std::vector<std::string>& inputs, const std::string& output,
-            int repeat) {
+            int repeat, int64_t size) {
   Model m = load(path);
   TensorList xs;
   for (const std::string& p : inputs) xs.push_back(io::load_npy(p));
+  if (inputs.empty()) {
+    xs = m.example_inputs(size, true);
+    std::printf("inputs      random values of the signature (dynamic dimensions = %lld)\n", static_cast<long long>(size));
+  }
   TensorList ys = m.run(xs);
   if (repeat > 1) {
     auto t0 = std::chrono::steady_clock::now();
@@ -627,9 +631,9 @@ int cmd_serve(const ServeFlags& f) {
     service.load(name, 1, path, so.adjust_config({}));
     std::printf("serving model '%s' (version 1) from %s\n", name.c_str(), f.target.c_str());
   } else {
-    service.load_repository(f.target);
-    for (const serve::RepositoryEntry& e : serve::scan_repository(f.target))
-      std::printf("serving model '%s' (%zu version(s))\n", e.name.c_str(), e.versions.size());
+    serve::SyncReport r = service.load_repository(f.target);
+    for (const auto& c : r.changes) std::printf("repository: %s\n", c.c_str());
+    for (const auto& e : r.errors) std::fprintf(stderr, "repository: %s (not ready; the other models serve)\n", e.c_str());
   }
   serve::HttpServer server(service, {.host = f.host, .port = f.port, .threads = f.threads});
   std::printf("listening on http://%s:%d/v2 (metrics on /metrics)%s\n", f.host.c_str(), server.port(),
@@ -716,7 +720,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> run_inputs;
   int run_repeat = 1;
   run->add_option("model", run_model, "an .onnx file or a directory saved by export --format tessera")->required();
-  run->add_option("--input", run_inputs, "an input as .npy, in the model's input order (repeatable)")->required();
+  int64_t run_size = 1;
+  run->add_option("--input", run_inputs, "an input as .npy, in the model's input order (repeatable; default: "
+                  "random values of the model's signature)");
+  run->add_option("--size", run_size, "without --input: the value of the dynamic dimensions")
+      ->check(CLI::PositiveNumber);
   run->add_option("--output", run_out, "save the output as .npy instead of printing it");
   run->add_option("--repeat", run_repeat, "run N more times and report the mean latency")->check(CLI::PositiveNumber);
 
@@ -812,7 +820,7 @@ int main(int argc, char** argv) {
     if (*eval) return cmd_eval(ckpt, batches);
     if (*info) return cmd_info(info_ckpt);
     if (*exp) return cmd_export(exp_ckpt, exp_format, exp_out, exp_batch, exp_fixed, exp_dump);
-    if (*run) return cmd_run(run_model, run_inputs, run_out, run_repeat);
+    if (*run) return cmd_run(run_model, run_inputs, run_out, run_repeat, run_size);
     if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);
     if (*serve_cmd)
       return cmd_serve(sf);

@@ -1,11 +1,11 @@
 #include "test_util.h"
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
-
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 namespace tessera::testing {
@@ -162,6 +162,43 @@ int cli(const std::string& args, std::string* out) {
   while (size_t n = fread(buf, 1, sizeof buf, p)) out->append(buf, n);
   int st = pclose(p);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+CliRun run_cli(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+  CliRun r;
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return r;
+  std::vector<std::string> argv_s{TESSERA_CLI};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e) env_s.push_back(*e);
+  env_s.insert(env_s.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipefd[1], 1);
+    dup2(pipefd[1], 2);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  close(pipefd[1]);
+  char buf[4096];
+  for (ssize_t n; (n = read(pipefd[0], buf, sizeof buf)) > 0;) r.output.append(buf, static_cast<size_t>(n));
+  close(pipefd[0]);
+  int status = 0;
+  struct rusage ru {};
+  if (wait4(pid, &status, 0, &ru) != pid) return r;
+  r.max_rss_kb = ru.ru_maxrss;
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  return r;
 }
 
 }  // namespace tessera::testing

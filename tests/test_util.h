@@ -6,6 +6,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tessera/autograd/engine.h"
 #include "tessera/autograd/grad_mode.h"
@@ -38,6 +39,16 @@ inline std::string error_of(const std::function<void()>& f) {
 // Runs the tessera CLI with `args`; returns its exit status, and its stdout and
 // stderr in *out.
 int cli(const std::string& args, std::string* out);
+
+// The CLI run as a child process with extra environment entries ("K=V"):
+// how it ended, what it printed (stdout and stderr), and its peak RSS.
+struct CliRun {
+  int exit_code = -1;  // -1 when it did not exit normally
+  int signal = 0;      // the signal that ended it, or 0
+  std::string output;
+  int64_t max_rss_kb = 0;
+};
+CliRun run_cli(const std::vector<std::string>& args, const std::vector<std::string>& env = {});
 
 // f64 random inputs, reproducible.
 Tensor rand_f64(IntArrayRef shape, double lo = -1.0, double hi = 1.0, uint64_t seed = 0);

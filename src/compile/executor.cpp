@@ -22,6 +22,12 @@ std::string sym_shape_str(const SymShape& s, const std::vector<std::string>& nam
   return out + "]";
 }
 
+std::string node_context(const Node& n) {
+  std::string out = "compiled graph: node " + std::to_string(n.id) + " (";
+  for (size_t i = 0; i < n.outputs.size(); ++i) out += (i ? ", " : "") + value_str(n.outputs[i]);
+  return out + " = " + std::string(n.op_name()) + (n.scope.empty() ? "" : ", in " + n.scope) + "): ";
+}
+
 ops::Attrs resolve(const Node& n, std::span<const int64_t> syms) {
   ops::Attrs a = n.attrs;
   for (const Node::SymAttr& s : n.sym_attrs) {
@@ -305,10 +311,14 @@ TensorList Executable::run(const TensorList& inputs) const {
       for (int id : s.outputs)
         if (plan->offset[id] >= 0) buffers.pending.push_back({static_cast<size_t>(plan->bytes[id]), base + plan->offset[id]});
     TensorList outs;
-    {
+    try {  // an op's error names the node it ran for (graphs come from files)
       PlannedBuffersGuard planned(base ? &buffers : nullptr);
       outs = s.node->sym_attrs.empty() ? ops::invoke(s.node->op, args, s.node->attrs)
                                        : ops::invoke(s.node->op, args, resolve(*s.node, syms));
+    } catch (const OutOfMemoryError& e) {
+      throw OutOfMemoryError(node_context(*s.node) + e.what());
+    } catch (const Error& e) {
+      throw Error(node_context(*s.node) + e.what());
     }
     if (base) {
       // An output inside the arena but not in its own planned place is a view

@@ -7,6 +7,7 @@
 #include "tessera/compile/passes.h"
 #include "tessera/compile/serialize.h"
 #include "tessera/core/error.h"
+#include "tessera/ops/ops.h"
 
 namespace tessera {
 namespace {
@@ -38,6 +39,17 @@ Tensor Model::operator()(const Tensor& x) const {
   TensorList out = run({x});
   TS_CHECK(out.size() == 1, "Model: the model has ", out.size(), " outputs; use run()");
   return out[0];
+}
+
+TensorList Model::example_inputs(int64_t dynamic, bool random) const {
+  TS_CHECK(dynamic >= 0, "example_inputs: the dynamic size must be >= 0, got ", dynamic);
+  TensorList xs;
+  for (const compile::Value* v : graph().inputs()) {
+    Shape s;
+    for (const compile::SymInt& d : v->shape) s.push_back(d.is_static() ? d.static_value() : dynamic);
+    xs.push_back(random && is_floating(v->dtype) ? ops::randn(s).to(v->dtype) : zeros(s, v->dtype));
+  }
+  return xs;
 }
 
 std::vector<Model::Port> Model::inputs() const { return ports(graph().inputs(), graph().symbols()); }

@@ -20,7 +20,8 @@ namespace tessera::compile {
 namespace {
 
 using P = onnx::TensorProto;
-constexpr int kMinOpset = 13;  // the input-based forms of Split, Squeeze, Unsqueeze, ReduceSum
+constexpr int kMinOpset = 13;
+constexpr size_t kMaxHostValues = 4096;  // values of one shape computation (sizes, axes)  // the input-based forms of Split, Squeeze, Unsqueeze, ReduceSum
 
 DType tessera_type(int t, const std::string& where) {
   switch (t) {
@@ -100,7 +101,12 @@ class Interpreter {
     for (size_t i = 0; i < inputs.size(); ++i) env_[input_names[i]] = Val{inputs[i], std::nullopt, {}};
     for (const onnx::NodeProto& n : g_.node()) run(n);
     TensorList outs;
-    for (const auto& o : g_.output()) outs.push_back(tensor_of(get(o.name(), "graph output")));
+    TS_CHECK(g_.output_size() > 0, what_, ": the graph has no outputs");
+    for (const auto& o : g_.output()) {
+      auto it = env_.find(o.name());
+      TS_CHECK(it != env_.end(), what_, ": graph output '", o.name(), "' is not computed by any node");
+      outs.push_back(tensor_of(it->second));
+    }
     return outs;
   }
 
@@ -121,8 +127,18 @@ class Interpreter {
     return r;
   }
 
-  [[noreturn]] void fail(const std::string& msg) const {
-    TS_ERROR(what_, ": node '", node_->name(), "' (", node_->op_type(), ", opset ", kOnnxOpset, "): ", msg);
+  // A node's problems, and the errors of the ops it runs, name the node (run()).
+  [[noreturn]] static void fail(const std::string& msg) { throw Error(msg); }
+  std::string node_context() const {
+    return detail::str(what_, ": node '", node_->name(), "' (", node_->op_type(), ", opset ", kOnnxOpset, "): ");
+  }
+  const std::string& input_name(int i) const {
+    if (i >= node_->input_size() || node_->input(i).empty()) fail("input " + std::to_string(i) + " is missing");
+    return node_->input(i);
+  }
+  const std::string& output_name(int i) const {
+    if (i >= node_->output_size() || node_->output(i).empty()) fail("output " + std::to_string(i) + " is missing");
+    return node_->output(i);
   }
   const Val& get(const std::string& name, const std::string& use) {
     auto it = env_.find(name);
@@ -134,16 +150,18 @@ class Interpreter {
     if (v.t.defined()) return v.t;
     return tessera::tensor(*v.host, v.host_shape);
   }
-  Tensor in(size_t i) {
-    if (static_cast<int>(i) >= node_->input_size() || node_->input(i).empty()) fail("input " + std::to_string(i) + " is missing");
-    return tensor_of(get(node_->input(i), "input " + std::to_string(i)));
-  }
+  Tensor in(size_t i) { return tensor_of(get(input_name(static_cast<int>(i)), "input " + std::to_string(i))); }
   bool has_in(size_t i) const { return static_cast<int>(i) < node_->input_size() && !node_->input(i).empty(); }
   std::vector<int64_t> host(size_t i) {
-    if (!has_in(i)) fail("input " + std::to_string(i) + " is missing");
-    const Val& v = get(node_->input(i), "input " + std::to_string(i));
+    const Val& v = get(input_name(static_cast<int>(i)), "input " + std::to_string(i));
     if (v.host) return *v.host;
     fail("input " + std::to_string(i) + " must be a constant or computed from shapes (it holds sizes or axes)");
+  }
+  // A host input that holds one value (a start, a limit, a diagonal).
+  int64_t host_scalar(size_t i) {
+    auto v = host(i);
+    if (v.size() != 1) fail("input " + std::to_string(i) + " must hold one value, got " + std::to_string(v.size()));
+    return v[0];
   }
   const onnx::AttributeProto* attr(const char* k) const {
     for (const auto& a : node_->attribute())
@@ -188,6 +206,10 @@ class Interpreter {
     if (static_cast<int>(i) < node_->output_size() && !node_->output(i).empty()) env_[node_->output(i)] = Val{std::move(t), std::nullopt, {}};
   }
   void set_host(size_t i, std::vector<int64_t> v, bool scalar = false) {
+    // Host values are sizes and axes: a few per tensor dimension.
+    if (v.size() > kMaxHostValues)
+      fail("a shape computation produced " + std::to_string(v.size()) + " values; at most " +
+           std::to_string(kMaxHostValues) + " are supported");
     if (static_cast<int>(i) < node_->output_size()) env_[node_->output(i)] = host_val(std::move(v), scalar);
   }
   bool all_host() {
@@ -207,13 +229,18 @@ class Interpreter {
     std::vector<int64_t> r(n);
     for (size_t i = 0; i < n; ++i) {
       int64_t x = a[a.size() == 1 ? 0 : i], y = b[b.size() == 1 ? 0 : i];
-      if (type == "Add") r[i] = x + y;
-      else if (type == "Sub") r[i] = x - y;
-      else if (type == "Mul") r[i] = x * y;
+      bool overflow = false;
+      if (type == "Add") overflow = __builtin_add_overflow(x, y, &r[i]);
+      else if (type == "Sub") overflow = __builtin_sub_overflow(x, y, &r[i]);
+      else if (type == "Mul") overflow = __builtin_mul_overflow(x, y, &r[i]);
       else if (type == "Div") {
         if (y == 0) fail("integer division by zero in a shape computation");
-        r[i] = x / y;
+        overflow = x == INT64_MIN && y == -1;
+        if (!overflow) r[i] = x / y;
       } else return false;
+      if (overflow)
+        fail("the shape computation " + std::to_string(x) + " " + type + " " + std::to_string(y) +
+             " does not fit in a 64-bit integer");
     }
     set_host(0, r, va.host_shape.empty() && vb.host_shape.empty());
     return true;
@@ -221,6 +248,18 @@ class Interpreter {
 
   void run(const onnx::NodeProto& n) {
     node_ = &n;
+    try {
+      run_node(n);
+    } catch (const OutOfMemoryError& e) {
+      throw OutOfMemoryError(node_context() + e.what());
+    } catch (const Error& e) {
+      throw Error(node_context() + e.what());
+    } catch (const std::exception& e) {  // protobuf or the standard library on a malformed node
+      throw Error(node_context() + e.what());
+    }
+  }
+
+  void run_node(const onnx::NodeProto& n) {
     const std::string& op = n.op_type();
     if (!n.domain().empty() && n.domain() != "ai.onnx") fail("operators of domain '" + n.domain() + "' are not supported");
     using namespace ops;
@@ -230,14 +269,14 @@ class Interpreter {
         auto tm = host(2);
         if (!tm.empty() && tm[0]) fail("training_mode=true is not supported");
       }
-      const Val& v = get(n.input(0), "input");
-      env_[n.output(0)] = v;
+      const Val& v = get(input_name(0), "input");
+      env_[output_name(0)] = v;
       return;
     }
     if (op == "Constant") {
       const auto* a = attr("value");
       if (!a || a->type() != onnx::AttributeProto::TENSOR) fail("only the 'value' tensor form is supported");
-      env_[n.output(0)] = constant_val(from_proto(a->t(), what_));
+      env_[output_name(0)] = constant_val(from_proto(a->t(), what_));
       return;
     }
     if (op == "Shape") {
@@ -254,13 +293,13 @@ class Interpreter {
     if (op == "Cast" && all_host()) {
       int to = static_cast<int>(attr_i("to"));
       if (to == P::INT64 || to == P::INT32) {
-        env_[n.output(0)] = get(n.input(0), "input");
+        env_[output_name(0)] = get(input_name(0), "input");
         return;
       }
     }
     if (op == "Gather" && all_host()) {
       auto data = host(0), idx = host(1);
-      const Val& vi = get(n.input(1), "indices");
+      const Val& vi = get(input_name(1), "indices");
       std::vector<int64_t> r;
       for (int64_t i : idx) {
         int64_t k = i < 0 ? i + static_cast<int64_t>(data.size()) : i;
@@ -270,7 +309,7 @@ class Interpreter {
       set_host(0, r, vi.host_shape.empty());
       return;
     }
-    if ((op == "Unsqueeze" || op == "Squeeze") && all_host() && get(n.input(0), "input").host_shape.size() <= 1) {
+    if ((op == "Unsqueeze" || op == "Squeeze") && all_host() && get(input_name(0), "input").host_shape.size() <= 1) {
       auto v = host(0);
       set_host(0, v, op == "Squeeze");
       return;
@@ -286,7 +325,7 @@ class Interpreter {
     }
     if (op == "Slice" && all_host()) {
       auto v = host(0);
-      int64_t s = host(1).at(0), e = host(2).at(0), step = has_in(4) ? host(4).at(0) : 1;
+      int64_t s = host_scalar(1), e = host_scalar(2), step = has_in(4) ? host_scalar(4) : 1;
       int64_t len = static_cast<int64_t>(v.size());
       if (step != 1) fail("a host slice needs step 1");
       s = std::clamp<int64_t>(s < 0 ? s + len : s, 0, len);
@@ -405,6 +444,7 @@ class Interpreter {
     if (op == "Concat") {
       TensorList ts;
       for (int i = 0; i < n.input_size(); ++i) ts.push_back(in(i));
+      if (ts.empty()) fail("Concat needs at least one input");
       return set(0, cat(ts, axis(attr_i("axis"), ts.at(0).dim())));
     }
     if (op == "Split") {
@@ -415,6 +455,7 @@ class Interpreter {
         parts = split(x, host(1), ax);
       } else {
         int64_t k = n.output_size();
+        if (k == 0) fail("Split needs at least one output");
         if (x.shape()[ax] % k) fail("the dim does not split evenly into " + std::to_string(k) + " outputs");
         parts = split(x, x.shape()[ax] / k, ax);
       }
@@ -444,7 +485,7 @@ class Interpreter {
     if (op == "Gather") {
       Tensor data = in(0), idx = in(1);
       int64_t ax = axis(attr_i("axis", 0), data.dim());
-      if (ax == 0 && data.dim() == 2 && idx.dtype() == DType::I64 && !get(n.input(1), "indices").host)
+      if (ax == 0 && data.dim() == 2 && idx.dtype() == DType::I64 && !get(input_name(1), "indices").host)
         return set(0, embedding(data, idx));
       if (idx.dim() == 0) return set(0, select(data, ax, idx.item().to_int()));
       Tensor flat = index_select(data, ax, idx.reshape({-1}));
@@ -455,19 +496,22 @@ class Interpreter {
     }
     if (op == "ConstantOfShape") {
       auto shape = host(0);
-      Tensor value = full({1}, 0.0, DType::F32);
-      if (const auto* a = attr("value")) value = from_proto(a->t(), what_);
-      if (value.numel() != 1) fail("'value' must hold one element");
-      return set(0, full(shape, value.item(), value.dtype()));
+      if (const auto* a = attr("value")) {
+        if (a->type() != onnx::AttributeProto::TENSOR) fail("attribute 'value' must be a tensor");
+        Tensor value = from_proto(a->t(), what_);  // the file's constant: read on the host, not traced
+        if (value.numel() != 1) fail("'value' must hold one element");
+        return set(0, full(shape, value.item(), value.dtype()));
+      }
+      return set(0, full(shape, 0.0, DType::F32));  // ONNX's default: a float 0
     }
     if (op == "Range") {
-      if (all_host()) return set(0, arange(host(0).at(0), host(1).at(0), host(2).at(0), DType::I64));
+      if (all_host()) return set(0, arange(host_scalar(0), host_scalar(1), host_scalar(2), DType::I64));
       Tensor s = in(0), e = in(1), d = in(2);
       return set(0, arange(s.item(), e.item(), d.item(), s.dtype()));
     }
     if (op == "Trilu") {
       Tensor x = in(0);
-      int64_t k = has_in(1) ? host(1).at(0) : 0;
+      int64_t k = has_in(1) ? host_scalar(1) : 0;
       return set(0, attr_i("upper", 1) ? triu(x, k) : tril(x, k));
     }
     if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin") {
@@ -541,17 +585,27 @@ class Interpreter {
     Tensor x = in(0);
     int64_t sp = x.dim() - 2;
     if (sp != 1 && sp != 2) fail("only 1-D and 2-D spatial inputs are supported");
+    if (op == "Conv" && in(1).dim() != sp + 2) fail("the weight must have the input's rank");
     std::vector<int64_t> kernel = op == "Conv" ? std::vector<int64_t>(in(1).shape().begin() + 2, in(1).shape().end())
                                                : attr_ints("kernel_shape");
     if (static_cast<int64_t>(kernel.size()) != sp) fail("kernel_shape does not match the input's rank");
     auto strides = attr_ints("strides", std::vector<int64_t>(sp, 1));
     auto dil = attr_ints("dilations", std::vector<int64_t>(sp, 1));
     auto pads = attr_ints("pads", std::vector<int64_t>(2 * sp, 0));
+    if (strides.size() != static_cast<size_t>(sp) || dil.size() != static_cast<size_t>(sp) ||
+        pads.size() != static_cast<size_t>(2 * sp))
+      fail("strides, dilations or pads do not match the input's rank");
+    for (int64_t i = 0; i < sp; ++i)
+      if (strides[i] <= 0 || dil[i] <= 0 || kernel[i] <= 0)
+        fail("kernel_shape, strides and dilations must be positive");
     std::string auto_pad = attr_s("auto_pad", "NOTSET");
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
       for (int64_t i = 0; i < sp; ++i) {
-        int64_t in_sz = x.shape()[2 + i], out = (in_sz + strides[i] - 1) / strides[i];
-        int64_t total = std::max<int64_t>(0, (out - 1) * strides[i] + dil[i] * (kernel[i] - 1) + 1 - in_sz);
+        // The output covers ceil(in / stride) windows; pad what they reach past the input.
+        int64_t in_sz = x.shape()[2 + i], out = in_sz / strides[i] + (in_sz % strides[i] != 0);
+        int64_t reach = checked_add(checked_mul(std::max<int64_t>(out - 1, 0), strides[i], "auto_pad"),
+                                    checked_add(checked_mul(dil[i], kernel[i] - 1, "auto_pad"), 1, "auto_pad"), "auto_pad");
+        int64_t total = std::max<int64_t>(0, reach - in_sz);
         int64_t small = total / 2, big = total - small;
         pads[i] = auto_pad == "SAME_UPPER" ? small : big;
         pads[sp + i] = auto_pad == "SAME_UPPER" ? big : small;
@@ -559,9 +613,6 @@ class Interpreter {
     } else if (auto_pad != "NOTSET" && auto_pad != "VALID") {
       fail("auto_pad '" + auto_pad + "' is not supported");
     }
-    if (strides.size() != static_cast<size_t>(sp) || dil.size() != static_cast<size_t>(sp) ||
-        pads.size() != static_cast<size_t>(2 * sp))
-      fail("strides, dilations or pads do not match the input's rank");
     // Asymmetric padding: pad explicitly, then run with none.
     bool symmetric = true;
     for (int64_t i = 0; i < sp; ++i) symmetric = symmetric && pads[i] == pads[sp + i];
@@ -652,8 +703,13 @@ Graph import_onnx_bytes(const std::string& bytes, const std::string& what) {
       shape.push_back(sizes[sym]);
       co.dynamic.push_back({input_index, d, sym});
     }
-    Tensor x = is_floating(dt) ? ops::randn(shape).to(dt) : zeros(shape, dt);
-    examples.push_back(x);
+    try {  // declared sizes are checked like any tensor's (Note [Sizes from outside])
+      examples.push_back(is_floating(dt) ? ops::randn(shape).to(dt) : zeros(shape, dt));
+    } catch (const OutOfMemoryError& e) {
+      throw OutOfMemoryError(where + " (declared shape " + shape_str(shape) + "): " + e.what());
+    } catch (const Error& e) {
+      TS_ERROR(where, " (declared shape ", shape_str(shape), "): ", e.what());
+    }
     names.push_back(vi.name());
   }
   co.input_names = names;

@@ -109,10 +109,15 @@ int fold_constants(Graph& g) {
     TensorList args;
     for (const Value* v : n->inputs) args.push_back(v ? v->data : Tensor());
     TensorList outs = ops::invoke(n->op, args, n->attrs);
+    // What the op computes must be what the graph declares (a graph from a file may lie).
+    TS_CHECK(outs.size() == n->outputs.size(), "graph: node ", n->id, " (", n->op_name(), ") computes ", outs.size(),
+             " outputs; the graph declares ", n->outputs.size());
     for (size_t i = 0; i < outs.size(); ++i) {
       // A view would alias another constant's storage; folded constants own theirs.
       Value* c = g.add_constant(outs[i].contiguous().clone());
-      TS_INTERNAL_ASSERT(same_type(c, n->outputs[i]));
+      TS_CHECK(same_type(c, n->outputs[i]), "graph: node ", n->id, " (", n->op_name(), ") computes ",
+               dtype_name(c->dtype), shape_str(outs[i].shape()), " for output ", i, "; the graph declares ",
+               value_str(n->outputs[i]), " of another type or shape");
       g.replace_uses(n->outputs[i], c);
     }
     ++changes;

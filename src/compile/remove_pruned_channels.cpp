@@ -43,6 +43,7 @@ std::vector<int64_t> kept_channels(const Value* w, const Value* b) {
   Tensor wf = w->data.to(DType::F64).contiguous();
   Tensor bf = b ? b->data.to(DType::F64).contiguous() : Tensor();
   const int64_t oc = wf.size(0), per = wf.numel() / std::max<int64_t>(oc, 1);
+  if (b && bf.numel() != oc) return {};  // not a bias of this layer (a graph from a file): leave the layer alone
   const double* p = wf.data_ptr<double>();
   std::vector<int64_t> keep;
   for (int64_t c = 0; c < oc; ++c) {
@@ -138,10 +139,14 @@ int remove_pruned_channels(Graph& g) {
     if (k == oc || k == 0) continue;  // nothing pruned; or everything (the layer is constant 0: left alone)
     Chain c;
     if (!find_chain(p->outputs[0], uses, is_out, c)) continue;
+    const int ch = lin ? static_cast<int>(p->outputs[0]->shape.size()) - 1 : 1;
+    // Every value on the chain carries the channels at `ch` (declared shapes come from files).
+    bool fits = ch >= 0 && static_cast<int>(p->outputs[0]->shape.size()) > ch;
+    for (Node* t : c.through) fits = fits && static_cast<int>(t->outputs[0]->shape.size()) > std::max(ch, 1);
+    if (!fits) continue;
     Tensor idx = tensor(keep);
     p->inputs[1] = g.add_constant(ops::index_select(w->data, 0, idx).contiguous());
     if (b) p->inputs[2] = g.add_constant(ops::index_select(b->data, 0, idx).contiguous());
-    const int ch = lin ? static_cast<int>(p->outputs[0]->shape.size()) - 1 : 1;
     p->outputs[0]->shape[ch] = SymInt(k);
     for (Node* t : c.through) {
       Value* o = t->outputs[0];

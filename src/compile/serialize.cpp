@@ -1,5 +1,6 @@
 // graph.json: the graph IR as JSON. Every field of a file is checked before
 // use; errors name the file, the node and the field.
+#include "io/json_excerpt.h"
 #include "tessera/compile/serialize.h"
 
 #include <cmath>
@@ -16,6 +17,9 @@ namespace {
 
 using json = nlohmann::json;
 constexpr int kFormatVersion = 1;
+// graph.json holds the IR only (weights are in safetensors); its DOM in memory
+// is some 10-20x the text, so the text is bounded well below the memory.
+constexpr size_t kMaxGraphJsonBytes = size_t{64} << 20;
 
 json sym_json(const SymInt& s) {
   if (s.is_static()) return s.static_value();
@@ -75,7 +79,7 @@ class Reader {
     return *it;
   }
   int64_t integer(const json& v, const std::string& where) const {
-    if (!v.is_number_integer()) fail(where, "expected an integer, got " + v.dump());
+    if (!v.is_number_integer()) fail(where, "expected an integer, got " + io::json_excerpt(v));
     return v.get<int64_t>();
   }
   double number(const json& v, const std::string& where) const {
@@ -85,30 +89,30 @@ class Reader {
       if (s == "inf") return INFINITY;
       if (s == "-inf") return -INFINITY;
     }
-    if (!v.is_number()) fail(where, "expected a number, got " + v.dump());
+    if (!v.is_number()) fail(where, "expected a number, got " + io::json_excerpt(v));
     return v.get<double>();
   }
   std::string string(const json& v, const std::string& where) const {
-    if (!v.is_string()) fail(where, "expected a string, got " + v.dump());
+    if (!v.is_string()) fail(where, "expected a string, got " + io::json_excerpt(v));
     return v.get<std::string>();
   }
   const json& array(const json& v, const std::string& where) const {
-    if (!v.is_array()) fail(where, "expected an array, got " + v.dump());
+    if (!v.is_array()) fail(where, "expected an array, got " + io::json_excerpt(v));
     return v;
   }
   DType dtype(const json& v, const std::string& where) const {
     auto t = dtype_from_name(string(v, where));
-    if (!t) fail(where, "unknown dtype " + v.dump() + " (expected f32, f64, f16, bf16, i64, i32, i8, u8, bool)");
+    if (!t) fail(where, "unknown dtype " + io::json_excerpt(v) + " (expected f32, f64, f16, bf16, i64, i32, i8, u8, bool)");
     return *t;
   }
   SymInt sym(const json& v, int num_symbols, const std::string& where) const {
     if (v.is_number_integer()) return SymInt(v.get<int64_t>());
     std::vector<SymInt::Term> terms;
     for (const json& t : array(field(v, "terms", where), where)) {
-      if (!t.is_array() || t.size() != 2) fail(where, "a term is [mask, coefficient], got " + t.dump());
+      if (!t.is_array() || t.size() != 2) fail(where, "a term is [mask, coefficient], got " + io::json_excerpt(t));
       int64_t mask = integer(t[0], where), c = integer(t[1], where);
       if (mask < 0 || (num_symbols < 31 && mask >= (int64_t{1} << num_symbols)))
-        fail(where, "term " + t.dump() + " uses a dynamic dimension the graph does not declare");
+        fail(where, "term " + io::json_excerpt(t) + " uses a dynamic dimension the graph does not declare");
       terms.push_back({static_cast<uint32_t>(mask), c});
     }
     return SymInt::from_terms(std::move(terms));
@@ -117,7 +121,7 @@ class Reader {
     SymShape s;
     for (const json& d : array(v, where)) {
       s.push_back(sym(d, num_symbols, where));
-      if (s.back().is_static() && s.back().static_value() < 0) fail(where, "negative size " + d.dump());
+      if (s.back().is_static() && s.back().static_value() < 0) fail(where, "negative size " + io::json_excerpt(d));
     }
     if (s.size() > static_cast<size_t>(kMaxDims)) fail(where, "too many dimensions");
     return s;
@@ -197,16 +201,34 @@ std::string graph_json(const Graph& g) {
   return j.dump(1);
 }
 
+namespace {
+Graph graph_from_document(const json& j, const std::function<Tensor(const std::string&)>& weight,
+                          const std::string& what);
+}  // namespace
+
 Graph graph_from_json(const std::string& text, const std::function<Tensor(const std::string&)>& weight,
                       const std::string& what) {
-  Reader r(what);
+  TS_CHECK(text.size() <= kMaxGraphJsonBytes, what, ": ", text.size(), " bytes; graph.json files of at most ",
+           kMaxGraphJsonBytes, " bytes are read");
   json j;
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
     TS_ERROR(what, ": not valid JSON (", e.what(), ")");
   }
-  if (!j.is_object() || j.value("format", "") != "tessera-graph")
+  try {
+    return graph_from_document(j, weight, what);
+  } catch (const json::exception& e) {  // a field of the wrong JSON type that a check did not foresee
+    TS_ERROR(what, ": ", e.what());
+  }
+}
+
+namespace {
+
+Graph graph_from_document(const json& j, const std::function<Tensor(const std::string&)>& weight,
+                          const std::string& what) {
+  Reader r(what);
+  if (!j.is_object() || !j.contains("format") || j["format"] != "tessera-graph")
     r.fail("top level", "not a Tessera graph (expected \"format\": \"tessera-graph\")");
   int64_t version = r.integer(r.field(j, "version", "top level"), "version");
   if (version != kFormatVersion)
@@ -249,7 +271,7 @@ Graph graph_from_json(const std::string& text, const std::function<Tensor(const 
         continue;
       }
       auto it = ids.find(r.integer(x, where));
-      if (it == ids.end()) r.fail(where, "input " + x.dump() + " is not defined before the node");
+      if (it == ids.end()) r.fail(where, "input " + io::json_excerpt(x) + " is not defined before the node");
       ins.push_back(it->second);
     }
     ops::Attrs attrs;
@@ -264,7 +286,9 @@ Graph graph_from_json(const std::string& text, const std::function<Tensor(const 
     for (const json& o : r.array(r.field(n, "outputs", where), where)) {
       types.push_back({r.dtype(r.field(o, "dtype", where), where), r.shape(r.field(o, "shape", where), nsym, where)});
       out_ids.push_back(r.integer(r.field(o, "id", where), where));
-      data_shape.push_back(o.value("data_dependent_shape", false));
+      const bool dd = o.contains("data_dependent_shape");
+      if (dd && !o["data_dependent_shape"].is_boolean()) r.fail(where, "'data_dependent_shape' must be true or false");
+      data_shape.push_back(dd && o["data_dependent_shape"].get<bool>());
     }
     if (types.empty()) r.fail(where, "a node needs at least one output");
     Node* node = g.add_node(*op, std::move(ins), std::move(attrs), types);
@@ -287,7 +311,7 @@ Graph graph_from_json(const std::string& text, const std::function<Tensor(const 
   std::vector<Value*> outs;
   for (const json& o : r.array(r.field(j, "outputs", "top level"), "outputs")) {
     auto it = ids.find(r.integer(o, "outputs"));
-    if (it == ids.end()) r.fail("outputs", "output " + o.dump() + " is not a defined value");
+    if (it == ids.end()) r.fail("outputs", "output " + io::json_excerpt(o) + " is not a defined value");
     outs.push_back(it->second);
   }
   g.set_outputs(std::move(outs));
@@ -295,6 +319,8 @@ Graph graph_from_json(const std::string& text, const std::function<Tensor(const 
   verify(g, "load");
   return g;
 }
+
+}  // namespace
 
 void save(const Graph& g, const std::string& dir) {
   std::filesystem::create_directories(dir);
@@ -309,12 +335,16 @@ void save(const Graph& g, const std::string& dir) {
 Graph load_graph(const std::string& dir) {
   TS_CHECK(std::filesystem::is_directory(dir), "load: '", dir,
            "' is not a directory; a saved Tessera graph is a directory with graph.json and weights.safetensors");
-  std::vector<char> text = io::read_file(dir + "/graph.json", size_t{1} << 30);
-  auto weights = std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(dir + "/weights.safetensors"));
-  return graph_from_json(std::string(text.begin(), text.end()), [&](const std::string& name) {
-    TS_CHECK(weights->contains(name), dir, "/weights.safetensors: tensor '", name, "' named by graph.json is missing");
-    return weights->get(name).contiguous().clone();
-  }, dir + "/graph.json");
+  std::vector<char> text = io::read_file(dir + "/graph.json", kMaxGraphJsonBytes);
+  io::SafetensorsFile weights = io::SafetensorsFile::open(dir + "/weights.safetensors");
+  return graph_from_parts(std::string(text.begin(), text.end()), weights, dir);
+}
+
+Graph graph_from_parts(const std::string& text, const io::SafetensorsFile& weights, const std::string& what) {
+  return graph_from_json(text, [&](const std::string& name) {
+    TS_CHECK(weights.contains(name), what, "/weights.safetensors: tensor '", name, "' named by graph.json is missing");
+    return weights.get(name).contiguous().clone();
+  }, what + "/graph.json");
 }
 
 }  // namespace tessera::compile

@@ -22,9 +22,27 @@ std::string shape_str(IntArrayRef s) {
 
 std::ostream& operator<<(std::ostream& os, IntArrayRef s) { return os << shape_str(s); }
 
+int64_t checked_mul(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  TS_CHECK(!__builtin_mul_overflow(a, b, &r), what, ": ", a, " * ", b, " does not fit in a 64-bit integer");
+  return r;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  TS_CHECK(!__builtin_add_overflow(a, b, &r), what, ": ", a, " + ", b, " does not fit in a 64-bit integer");
+  return r;
+}
+
 int64_t numel_of(IntArrayRef shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  bool overflow = false;
+  for (int64_t d : shape) {
+    TS_CHECK(d >= 0, "shape ", shape_str(shape), " has a negative size ", d);
+    overflow |= __builtin_mul_overflow(n, d, &n);
+  }
+  // A zero anywhere makes the product 0 whatever the other sizes are.
+  TS_CHECK(!overflow || n == 0, "shape ", shape_str(shape), " has more elements than a 64-bit count holds");
   return n;
 }
 

@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "tessera/core/allocator.h"
+
 #include "tessera/autograd/node.h"
 
 namespace tessera {
@@ -17,6 +19,8 @@ TensorImpl::TensorImpl(StoragePtr s, Shape sh, Shape st, int64_t off, DType dt)
 TensorImpl::~TensorImpl() = default;
 
 void TensorImpl::refresh() {
+  TS_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "a tensor of ", shape.size(), " dimensions; at most ",
+           kMaxDims, " are supported");
   numel = numel_of(shape);
   // Contiguous: row-major strides, ignoring dims of size 1 (their stride is free).
   bool c = true;
@@ -61,10 +65,18 @@ Tensor empty(IntArrayRef shape, TensorOptions opts) {
            " dimensions requested; at most ", kMaxDims, " are supported");
   TS_CHECK(opts.device.type == DeviceType::CPU, "empty: device ", opts.device,
            " is not available in this build (only cpu)");
+  // Checked sizes, then checked allocation: Note [Sizes from outside] in shape.h.
   int64_t n = numel_of(shape);
-  size_t bytes = static_cast<size_t>(n) * dtype_size(opts.dtype);
-  auto impl = make_intrusive<TensorImpl>(make_intrusive<Storage>(bytes), shape.shape(),
-                                         contiguous_strides(shape), 0, opts.dtype);
+  int64_t bytes;
+  TS_CHECK(!__builtin_mul_overflow(n, static_cast<int64_t>(dtype_size(opts.dtype)), &bytes), "empty: a tensor of shape ",
+           shape_str(shape), " ", dtype_name(opts.dtype), " needs more bytes than a 64-bit count holds");
+  StoragePtr storage;
+  try {
+    storage = make_intrusive<Storage>(static_cast<size_t>(bytes));
+  } catch (const OutOfMemoryError& e) {
+    throw OutOfMemoryError(detail::str("a tensor of shape ", shape_str(shape), " ", dtype_name(opts.dtype), ": ", e.what()));
+  }
+  auto impl = make_intrusive<TensorImpl>(std::move(storage), shape.shape(), contiguous_strides(shape), 0, opts.dtype);
   Tensor t(std::move(impl));
   if (opts.requires_grad) t.requires_grad_(true);
   return t;
@@ -83,9 +95,11 @@ Tensor from_blob(void* data, IntArrayRef shape, IntArrayRef strides, DType dtype
   for (size_t i = 0; i < shape.size(); ++i) {
     TS_CHECK(shape[i] >= 0, "from_blob: negative dimension ", shape[i], " in shape ", shape_str(shape));
     TS_CHECK(strides[i] >= 0, "from_blob: negative stride ", strides[i], " is not supported");
-    if (shape[i] > 0) extent += (shape[i] - 1) * strides[i];
+    if (shape[i] > 0) extent = checked_add(extent, checked_mul(shape[i] - 1, strides[i], "from_blob"), "from_blob");
   }
-  size_t bytes = numel_of(shape) == 0 ? 0 : static_cast<size_t>(extent + 1) * dtype_size(dtype);
+  size_t bytes = numel_of(shape) == 0
+                     ? 0
+                     : static_cast<size_t>(checked_mul(extent + 1, static_cast<int64_t>(dtype_size(dtype)), "from_blob"));
   auto storage = make_intrusive<Storage>(data, bytes, std::move(deleter));
   return Tensor(make_intrusive<TensorImpl>(std::move(storage), shape.shape(), strides.shape(), 0, dtype));
 }

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/json_excerpt.h"
+
 namespace tessera::io {
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
@@ -97,11 +99,11 @@ void SafetensorsFile::parse_header(const std::string& what) {
     uint64_t numel = 1, extent = 1;  // extent: the product of the non-zero dims (strides use it)
     for (auto& d : v["shape"]) {
       TS_CHECK(d.is_number_unsigned(), what, ": tensor '", name, "' has a shape entry that is not a non-negative "
-               "integer: ", d.dump());
+               "integer: ", io::json_excerpt(d));
       uint64_t dim = d.get<uint64_t>();
       const uint64_t nz = std::max<uint64_t>(dim, 1);
       TS_CHECK(nz <= (uint64_t(1) << 48) && extent <= (uint64_t(1) << 48) / nz, what, ": tensor '", name,
-               "' has an impossibly large shape ", v["shape"].dump());
+               "' has an impossibly large shape ", io::json_excerpt(v["shape"]));
       extent *= nz;
       numel *= dim;
       e.shape.push_back(static_cast<int64_t>(dim));
@@ -109,7 +111,7 @@ void SafetensorsFile::parse_header(const std::string& what) {
     TS_CHECK(e.shape.size() <= 16, what, ": tensor '", name, "' has ", e.shape.size(), " dimensions (at most 16)");
     auto& off = v["data_offsets"];
     TS_CHECK(off[0].is_number_unsigned() && off[1].is_number_unsigned(), what, ": tensor '", name,
-             "' has data_offsets that are not non-negative integers: ", off.dump());
+             "' has data_offsets that are not non-negative integers: ", io::json_excerpt(off));
     uint64_t b = off[0].get<uint64_t>(), en = off[1].get<uint64_t>();
     TS_CHECK(b <= en && en <= data_size, what, ": tensor '", name, "' has data_offsets [", b, ", ", en,
              "] outside the ", data_size, "-byte data section (truncated?)");

@@ -41,8 +41,8 @@ cpu::ConvGeometry conv_geometry(IntArrayRef xs, DType dtype, const Tensor& w, co
   g.dh = dil[0]; g.dw = dil[1];
   g.pt = pad_tl[0]; g.pl = pad_tl[1]; g.pb = pad_br[0]; g.pr = pad_br[1];
   g.groups = groups;
-  g.OH = (g.H + g.pt + g.pb - g.dh * (g.KH - 1) - 1) / g.sh + 1;
-  g.OW = (g.W + g.pl + g.pr - g.dw * (g.KW - 1) - 1) / g.sw + 1;
+  g.OH = window_output_size(g.H, checked_add(g.pt, g.pb, "conv"), g.KH, g.dh, g.sh, false, "conv");
+  g.OW = window_output_size(g.W, checked_add(g.pl, g.pr, "conv"), g.KW, g.dw, g.sw, false, "conv");
   g.dtype = dtype;
   return g;
 }
@@ -324,8 +324,12 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
   Tensor x = x_in.detach().contiguous(), w = w_in.detach().contiguous();
   int64_t N = x.shape()[0], H = x.shape()[2], W = x.shape()[3];
   int64_t Cout = w.shape()[1] * groups, KH = w.shape()[2], KW = w.shape()[3];
-  int64_t OH = (H - 1) * stride[0] - 2 * pad[0] + dil[0] * (KH - 1) + opad[0] + 1;
-  int64_t OW = (W - 1) * stride[1] - 2 * pad[1] + dil[1] * (KW - 1) + opad[1] + 1;
+  // (H - 1) * stride - 2 * pad + dil * (KH - 1) + output_padding + 1, checked (sizes come from files).
+  auto out_size = [&](int64_t in, int i, int64_t k) {
+    int64_t grow = checked_add(checked_mul(std::max<int64_t>(in - 1, 0), stride[i], name), checked_mul(dil[i], k - 1, name), name);
+    return checked_add(grow, opad[i] + 1, name) - checked_mul(2, pad[i], name);
+  };
+  int64_t OH = out_size(H, 0, KH), OW = out_size(W, 1, KW);
   TS_CHECK(OH > 0 && OW > 0, name, ": the output size ", OH, "x", OW, " is not positive");
   cpu::ConvGeometry g = transposed_geometry(x, w, OH, OW, stride, pad, dil, groups);
   Tensor y = empty({N, Cout, OH, OW}, x.dtype());

@@ -34,23 +34,29 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
   TS_OP_SCOPE(arange);
   TS_OP_ATTRS({"start", start}, {"end", end}, {"step", step}, {"dtype", dtype});
   double s = start.to_double(), e = end.to_double(), st = step.to_double();
-  TS_CHECK(st != 0, "arange: step must be nonzero");
+  TS_CHECK(st != 0 && std::isfinite(st), "arange: step must be finite and nonzero, got ", step);
   TS_CHECK(std::isfinite(s) && std::isfinite(e), "arange: start and end must be finite, got ", start, " and ", end);
   TS_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "arange: the range [", start, ", ", end,
            ") is inconsistent with the sign of step ", step);
   bool any_float = start.is_floating() || end.is_floating() || step.is_floating();
   DType dt = dtype.value_or(any_float ? default_float_dtype() : DType::I64);
-  int64_t n = static_cast<int64_t>(std::ceil((e - s) / st));
+  const double count = std::ceil((e - s) / st);
+  TS_CHECK(count < 0x1p62, "arange: the range [", start, ", ", end, ") with step ", step, " has ", count,
+           " elements, more than a tensor can hold");
+  if (dt == DType::I64 && !any_float) {
+    // Exact in integers (a double count can be off by one past 2^53).
+    const int64_t si = start.to_int(), sti = step.to_int();
+    const __int128 span = static_cast<__int128>(end.to_int()) - si;
+    const auto n = static_cast<int64_t>((span + sti - (sti > 0 ? 1 : -1)) / sti);
+    Tensor r = empty({n}, DType::I64);
+    int64_t* q = r.data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i) q[i] = si + i * sti;  // stays inside [start, end)
+    TS_RETURN(r);
+  }
+  const auto n = static_cast<int64_t>(count);
   Tensor t = empty({n}, DType::F64);
   double* p = t.data_ptr<double>();
   for (int64_t i = 0; i < n; ++i) p[i] = s + static_cast<double>(i) * st;
-  if (dt == DType::I64 && !any_float) {
-    Tensor r = empty({n}, DType::I64);
-    int64_t* q = r.data_ptr<int64_t>();
-    int64_t si = start.to_int(), sti = step.to_int();
-    for (int64_t i = 0; i < n; ++i) q[i] = si + i * sti;
-    TS_RETURN(r);
-  }
   TS_RETURN(ops::cast(t, dt));
 }
 

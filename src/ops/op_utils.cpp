@@ -2,6 +2,16 @@
 
 namespace tessera::ops {
 
+int64_t window_output_size(int64_t in, int64_t pad, int64_t k, int64_t dil, int64_t stride, bool ceil_mode,
+                           const char* op) {
+  TS_CHECK(k > 0 && dil > 0 && stride > 0, op, ": kernel size, dilation and stride must be positive, got ", k, ", ",
+           dil, " and ", stride);
+  const int64_t reach = checked_add(checked_mul(dil, k - 1, op), 1, op);  // the window's extent
+  const int64_t span = checked_add(in, pad, op) - reach;
+  if (span < 0) return 0;
+  return span / stride + (ceil_mode && span % stride != 0 ? 1 : 0) + 1;
+}
+
 Tensor wrap_scalar(const Scalar& s, DType dtype) {
   Tensor t = empty({}, dtype);
   cpu::fill(t, s);

@@ -18,10 +18,10 @@ std::vector<int64_t> two(IntArrayRef v, std::vector<int64_t> dflt, const char* o
 }
 
 int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
-  int64_t span = in + 2 * p - d * (k - 1) - 1;
-  int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  int64_t out = window_output_size(in, checked_mul(2, p, "pool"), k, d, s, ceil_mode, "pool");
   // A window may not start in the right padding (PyTorch's ceil_mode rule).
-  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  int64_t last_start;
+  if (ceil_mode && out > 0 && (__builtin_mul_overflow(out - 1, s, &last_start) || last_start >= in + p)) --out;
   return out;
 }
 
@@ -139,11 +139,12 @@ Tensor linear_matrix(int64_t in, int64_t out, bool align_corners, std::optional<
 }
 
 Tensor nearest_index(int64_t in, int64_t out, std::optional<double> scale) {
-  std::vector<int64_t> idx(out);
+  Tensor idx = empty({out}, DType::I64);  // its size checked like any tensor's
+  int64_t* p = idx.data_ptr<int64_t>();
   double r = scale ? 1.0 / *scale : static_cast<double>(in) / static_cast<double>(out);
   for (int64_t i = 0; i < out; ++i)
-    idx[i] = std::min<int64_t>(static_cast<int64_t>(std::floor(static_cast<double>(i) * r)), in - 1);
-  return tensor(idx);
+    p[i] = std::min<int64_t>(saturating_int64(std::floor(static_cast<double>(i) * r)), in - 1);
+  return idx;
 }
 
 }  // namespace
@@ -288,8 +289,10 @@ Tensor interpolate(const Tensor& x, IntArrayRef size, std::vector<double> scale_
       TS_CHECK(static_cast<int64_t>(scale_factor.size()) == spatial || scale_factor.size() == 1,
                "interpolate: scale_factor must have ", spatial, " values");
       double sf = scale_factor.size() == 1 ? scale_factor[0] : scale_factor[i];
-      TS_CHECK(sf > 0, "interpolate: scale_factor must be positive, got ", sf);
-      out[i] = static_cast<int64_t>(std::floor(static_cast<double>(in) * sf));
+      TS_CHECK(sf > 0 && std::isfinite(sf), "interpolate: scale_factor must be positive and finite, got ", sf);
+      const double o = std::floor(static_cast<double>(in) * sf);
+      TS_CHECK(o < 0x1p62, "interpolate: scale_factor ", sf, " makes an output size of ", o, " from ", in);
+      out[i] = static_cast<int64_t>(o);
       scales[i] = sf;
     }
     TS_CHECK(out[i] > 0, "interpolate: the output size must be positive, got ", out[i]);

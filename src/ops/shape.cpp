@@ -93,6 +93,7 @@ TensorList split(const Tensor& x, int64_t split_size, int64_t dim) {
   TS_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size must be positive, got ", split_size);
   TensorList r;
   if (n == 0) TS_RETURN(TensorList{x});
+  check_output_count((n - 1) / split_size + 1, "split");
   for (int64_t s = 0; s < n; s += split_size) r.push_back(x.slice(dim, s, std::min(n, s + split_size)));
   TS_RETURN(r);
 }
@@ -102,10 +103,11 @@ TensorList split(const Tensor& x, IntArrayRef sizes, int64_t dim) {
   TS_OP_ATTRS({"sizes", sizes}, {"dim", dim});
   TS_CHECK(x.dim() > 0, "split: cannot split a 0-D tensor");
   dim = wrap_dim(dim, x.dim(), "split");
+  check_output_count(static_cast<int64_t>(sizes.size()), "split");
   int64_t total = 0;
   for (int64_t s : sizes) {
     TS_CHECK(s >= 0, "split: sizes must be non-negative, got ", shape_str(sizes));
-    total += s;
+    total = checked_add(total, s, "split: the sizes' sum");
   }
   TS_CHECK(total == x.shape()[dim], "split: sizes ", shape_str(sizes), " sum to ", total,
            " but dimension ", dim, " has size ", x.shape()[dim]);
@@ -125,7 +127,10 @@ TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   TS_CHECK(x.dim() > 0, "chunk: cannot chunk a 0-D tensor");
   int64_t n = x.shape()[wrap_dim(dim, x.dim(), "chunk")];
   int64_t size = std::max<int64_t>((n + chunks - 1) / chunks, n == 0 ? 0 : 1);
-  if (size == 0) TS_RETURN(TensorList(chunks, x));
+  if (size == 0) {
+    check_output_count(chunks, "chunk");
+    TS_RETURN(TensorList(chunks, x));
+  }
   TS_RETURN(split(x, size, dim));
 }
 
@@ -134,6 +139,7 @@ TensorList unbind(const Tensor& x, int64_t dim) {
   TS_OP_ATTRS({"dim", dim});
   TS_CHECK(x.dim() > 0, "unbind: cannot unbind a 0-D tensor");
   dim = wrap_dim(dim, x.dim(), "unbind");
+  check_output_count(x.shape()[dim], "unbind");
   TensorList r;
   for (int64_t i = 0; i < x.shape()[dim]; ++i) r.push_back(x.select(dim, i));
   TS_RETURN(r);
@@ -156,11 +162,12 @@ Tensor pad(const Tensor& x, IntArrayRef p, const std::string& mode, double value
       int64_t d = x.dim() - 1 - i;
       int64_t before = p[2 * i], after = p[2 * i + 1];
       int64_t n = src.shape()[d];
+      TS_CHECK(before >= -n && after >= -n && (before >= 0 || after >= 0 || before + after >= -n), "pad: padding ",
+               shape_str(p), " would make dimension ", d, " of size ", n, " negative");
       int64_t cb = before < 0 ? -before : 0, ca = after < 0 ? -after : 0;
-      TS_CHECK(cb + ca <= n, "pad: padding ", shape_str(p), " would make dimension ", d, " of size ", n, " negative");
       if (cb || ca) src = src.slice(d, cb, n - ca);
       int64_t pb = std::max<int64_t>(before, 0), pa = std::max<int64_t>(after, 0);
-      out_shape[d] = src.shape()[d] + pb + pa;
+      out_shape[d] = checked_add(checked_add(src.shape()[d], pb, "pad"), pa, "pad");
       where.push_back({d, pb});
     }
     Tensor out = full(out_shape, value, x.dtype());
@@ -190,14 +197,16 @@ Tensor pad(const Tensor& x, IntArrayRef p, const std::string& mode, double value
                ") must be smaller than the size ", n, " of dimension ", d);
     else
       TS_CHECK(n > 0 || (before == 0 && after == 0), "pad: cannot replicate-pad an empty dimension ", d);
-    std::vector<int64_t> idx;
+    // The source index of every output position; its size is checked like any tensor's.
+    Tensor idx = empty({checked_add(checked_add(n, before, "pad"), after, "pad")}, DType::I64);
+    int64_t* q = idx.data_ptr<int64_t>();
     for (int64_t j = -before; j < n + after; ++j) {
       int64_t k = j;
       if (mode == "reflect") k = j < 0 ? -j : (j >= n ? 2 * (n - 1) - j : j);
       else k = std::clamp<int64_t>(j, 0, n - 1);
-      idx.push_back(k);
+      *q++ = k;
     }
-    r = index_select(r, d, tensor(idx));
+    r = index_select(r, d, idx);
   }
   TS_RETURN(r);
 }
@@ -271,7 +280,7 @@ Tensor repeat(const Tensor& x, IntArrayRef repeats) {
     inter.push_back(padded[i]);
     expanded.push_back(repeats[i]);
     expanded.push_back(padded[i]);
-    final_shape.push_back(repeats[i] * padded[i]);
+    final_shape.push_back(checked_mul(repeats[i], padded[i], "repeat"));
   }
   TS_RETURN(x.reshape(inter).expand(expanded).contiguous().reshape(final_shape));
 }

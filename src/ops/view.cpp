@@ -41,10 +41,10 @@ void record_reshape(const char* name, const Tensor& x, Tensor& out) {
 Geom slice_geom(IntArrayRef shape, IntArrayRef strides, int64_t offset, int64_t dim, int64_t start, int64_t end,
                 int64_t step) {
   Geom g{shape.shape(), strides.shape(), offset};
-  int64_t len = end > start ? (end - start + step - 1) / step : 0;
+  int64_t len = end > start ? (end - start - 1) / step + 1 : 0;  // no overflow for any step
   g.offset += start * strides[dim];
   g.sizes[dim] = len;
-  g.strides[dim] = strides[dim] * step;
+  g.strides[dim] = len > 1 ? checked_mul(strides[dim], step, "slice: the step's stride") : strides[dim];
   return g;
 }
 
@@ -121,7 +121,8 @@ Shape infer_shape(IntArrayRef shape, int64_t numel, const char* op) {
       infer = static_cast<int64_t>(i);
     } else {
       TS_CHECK(s[i] >= 0, op, ": invalid dimension ", s[i], " in shape ", shape_str(shape));
-      known *= s[i];
+      TS_CHECK(!__builtin_mul_overflow(known, s[i], &known), op, ": shape ", shape_str(shape),
+               " has more elements than a 64-bit count holds");
     }
   }
   if (infer >= 0) {
@@ -161,7 +162,7 @@ Tensor strided_scatter(const Tensor& g, IntArrayRef base_shape, IntArrayRef size
   int64_t last = offset;
   for (size_t i = 0; i < sizes.size(); ++i) {
     TS_CHECK(strides[i] >= 0, "strided_scatter: negative stride in ", shape_str(strides));
-    if (sizes[i] > 0) last += (sizes[i] - 1) * strides[i];
+    if (sizes[i] > 0) last = checked_add(last, checked_mul(sizes[i] - 1, strides[i], "strided_scatter"), "strided_scatter");
   }
   TS_CHECK(numel_of(sizes) == 0 || last < numel_of(base_shape), "strided_scatter: the window (sizes ",
            shape_str(sizes), ", strides ", shape_str(strides), ", offset ", offset, ") reaches past a tensor of shape ",
@@ -305,6 +306,7 @@ Tensor expand(const Tensor& x, IntArrayRef shape) {
     if (xi >= 0) {
       int64_t have = x.shape()[xi];
       if (want == -1) want = have;
+      TS_CHECK(want >= 0, "expand: negative size ", want, " in the target shape ", shape_str(shape));
       TS_CHECK(have == want || have == 1, "expand: the input size ", have, " at dimension ", xi,
                " must match the target size ", want, " or be 1 (input ", shape_str(x.shape()), ", target ",
                shape_str(shape), ")");

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 
+#include "io/json_excerpt.h"
 #include "tessera/core/error.h"
 #include "tessera/io/config.h"
 
@@ -15,7 +16,7 @@ namespace {
 
 int64_t ranged(const nlohmann::json& v, const std::string& key, int64_t lo, int64_t hi, const std::string& what) {
   TS_CHECK(v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi, what, ": ", key,
-           " must be an integer in [", lo, ", ", hi, "], got ", v.dump());
+           " must be an integer in [", lo, ", ", hi, "], got ", io::json_excerpt(v));
   return v.get<int64_t>();
 }
 
@@ -30,7 +31,7 @@ std::string shape_text(const std::vector<std::string>& s) {
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& what) {
   ModelConfig c;
   if (j.is_null()) return c;
-  TS_CHECK(j.is_object(), what, ": expected a mapping of settings, got ", j.dump());
+  TS_CHECK(j.is_object(), what, ": expected a mapping of settings, got ", io::json_excerpt(j));
   for (const auto& [k, v] : j.items()) {
     if (k == "max_batch_size") c.max_batch_size = ranged(v, k, 1, 1 << 16, what);
     else if (k == "max_queue_delay_us") c.max_queue_delay_us = ranged(v, k, 0, 10'000'000, what);
@@ -40,15 +41,15 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& w
     else if (k == "warmup_runs") c.warmup_runs = static_cast<int>(ranged(v, k, 0, 1000, what));
     else if (k == "warmup_inputs") {
       TS_CHECK(v.is_array() && !v.empty(), what, ": warmup_inputs must be a list of .npy files, one per model input, "
-               "got ", v.dump());
+               "got ", io::json_excerpt(v));
       for (const auto& f : v) {
         TS_CHECK(f.is_string() && !f.get<std::string>().empty(), what, ": warmup_inputs entries must be file names, got ",
-                 f.dump());
+                 io::json_excerpt(f));
         c.warmup_inputs.push_back(f.get<std::string>());
       }
     }
     else if (k == "preferred_batch_sizes") {
-      TS_CHECK(v.is_array(), what, ": preferred_batch_sizes must be a list of batch sizes, got ", v.dump());
+      TS_CHECK(v.is_array(), what, ": preferred_batch_sizes must be a list of batch sizes, got ", io::json_excerpt(v));
       for (const auto& b : v) c.preferred_batch_sizes.push_back(ranged(b, k, 1, 1 << 16, what));
     } else {
       TS_ERROR(what, ": unknown key '", k, "' (expected max_batch_size, max_queue_delay_us, preferred_batch_sizes, "

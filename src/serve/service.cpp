@@ -62,17 +62,6 @@ json port_json(const Model::Port& p) {
   return {{"name", p.name}, {"datatype", kserve_name(p.dtype)}, {"shape", shape}};
 }
 
-// Zeros of the model's signature with every dynamic dimension `n`.
-TensorList synthetic_inputs(const Model& m, int64_t n) {
-  TensorList xs;
-  for (const auto& p : m.inputs()) {
-    Shape s;
-    for (const auto& d : p.shape) s.push_back(static_size(d) >= 0 ? static_size(d) : n);
-    xs.push_back(zeros(s, p.dtype));
-  }
-  return xs;
-}
-
 }  // namespace
 
 InferenceService::InferenceService(ServiceOptions options) : options_(std::move(options)) {}
@@ -92,7 +81,7 @@ void InferenceService::load(const std::string& name, int64_t version, const std:
   // Warm-up before ready: the first calls plan memory, pick kernels and pack weights.
   if (config.warmup_inputs.empty()) {
     for (int64_t n : {int64_t{1}, config.max_batch_size})
-      for (int i = 0; i < config.warmup_runs; ++i) v->model->run(synthetic_inputs(*v->model, n));
+      for (int i = 0; i < config.warmup_runs; ++i) v->model->run(v->model->example_inputs(n));
   } else {
     // Configured inputs, checked against the signature like a request's.
     const auto ports = v->model->inputs();
@@ -147,14 +136,10 @@ void InferenceService::unload(const std::string& name, int64_t version) {
   if (last) metrics_.set("tessera_serve_queue_depth", "Requests waiting for a model run.", 0, {{"model", name}});
 }
 
-void InferenceService::load_repository(const std::string& dir) {
+SyncReport InferenceService::load_repository(const std::string& dir) {
+  repository_folders(dir);  // the repository itself must be readable; its model folders may fail one by one
   options_.repository = dir;
-  const std::vector<RepositoryEntry> entries = scan_repository(dir);  // every folder checked before any loads
-  std::lock_guard<std::mutex> lock(sync_mu_);
-  for (const RepositoryEntry& e : entries) {
-    const ModelConfig c = options_.adjust_config ? options_.adjust_config(e.config) : e.config;
-    for (const ModelVersion& v : e.versions) load(e.name, v.version, v.path, c, v.fingerprint);
-  }
+  return sync_repository();
 }
 
 SyncReport InferenceService::sync_repository(const std::string& model) {
@@ -248,7 +233,11 @@ std::shared_ptr<InferenceService::Version> InferenceService::find(const std::str
                                                                  const std::string& version) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(name);
-  if (it == models_.end() || it->second.empty()) throw RequestError(404, "unknown model '" + name + "'");
+  if (it == models_.end() || it->second.empty()) {
+    if (auto e = load_errors_.find(name); e != load_errors_.end())
+      throw RequestError(503, "model '" + name + "' is not ready: " + e->second);
+    throw RequestError(404, "unknown model '" + name + "'");
+  }
   if (version.empty()) return it->second.rbegin()->second;
   const bool numeric = !version.empty() && version.size() <= 18 && std::all_of(version.begin(), version.end(), ::isdigit);
   auto v = numeric ? it->second.find(std::stoll(version)) : it->second.end();
@@ -262,17 +251,21 @@ std::shared_ptr<InferenceService::Version> InferenceService::find(const std::str
 
 HttpResponse InferenceService::metadata(const std::string& name, const Version& v) const {
   json versions = json::array();
+  std::string error;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = models_.find(name);
     if (it != models_.end())
       for (auto& [n, x] : it->second) versions.push_back(std::to_string(n));
+    if (auto e = load_errors_.find(name); e != load_errors_.end()) error = e->second;
   }
   json ins = json::array(), outs = json::array();
   for (const auto& p : v.model->inputs()) ins.push_back(port_json(p));
   for (const auto& p : v.model->outputs()) outs.push_back(port_json(p));
-  return json_response(200, {{"name", name}, {"versions", versions}, {"platform", "tessera"}, {"inputs", ins},
-                             {"outputs", outs}});
+  json body = {{"name", name}, {"versions", versions}, {"platform", "tessera"}, {"inputs", ins}, {"outputs", outs}};
+  // A folder or version that failed to load while older versions serve.
+  if (!error.empty()) body["load_error"] = error;
+  return json_response(200, body);
 }
 
 void InferenceService::infer(const std::string& name, const std::shared_ptr<Version>& v, HttpRequest& req,
@@ -389,7 +382,12 @@ std::optional<HttpResponse> InferenceService::route(HttpRequest& req, const std:
   if (p[1] == "health" && p.size() == 3 && (p[2] == "live" || p[2] == "ready")) {
     if (!get) return method_not_allowed("GET");
     std::lock_guard<std::mutex> lock(mu_);
-    const bool ok = p[2] == "live" || (!draining_ && !models_.empty());
+    // Ready: serving, and every model has a version that serves (a model
+    // whose folder failed to load is not; a failed new version beside a
+    // serving one is reported on its metadata only).
+    bool every_model = !models_.empty();
+    for (auto& [name, why] : load_errors_) every_model = every_model && models_.count(name);
+    const bool ok = p[2] == "live" || (!draining_ && every_model);
     return json_response(ok ? 200 : 503, {{p[2], ok}});
   }
   if (p[1] == "repository" && options_.repository_routes) return repository_route(req, p);

@@ -30,6 +30,10 @@ class Model {
   };
   std::vector<Port> inputs() const;
   std::vector<Port> outputs() const;
+  // Inputs of the model's signature with every dynamic dimension `dynamic`:
+  // zeros, or with `random` standard normal floats (integer inputs stay 0).
+  // For warm-up, `tessera run` without inputs, and fuzzing.
+  TensorList example_inputs(int64_t dynamic = 1, bool random = false) const;
   const compile::Graph& graph() const { return exe_->graph(); }
 
  private:

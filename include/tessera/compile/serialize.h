@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tessera/compile/graph.h"
+#include "tessera/io/safetensors.h"
 
 namespace tessera::compile {
 
@@ -17,5 +18,8 @@ Graph load_graph(const std::string& dir);
 std::string graph_json(const Graph& g);
 Graph graph_from_json(const std::string& text, const std::function<Tensor(const std::string&)>& weight,
                       const std::string& what = "graph.json");
+// A graph from graph.json's text and its weights file, already read (load_graph
+// reads both from a directory; the fuzzer hands over bytes).
+Graph graph_from_parts(const std::string& text, const io::SafetensorsFile& weights, const std::string& what);
 
 }  // namespace tessera::compile

@@ -4,6 +4,7 @@
 // returned to the OS; empty_cache() hands them back on request.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace tessera {
 
@@ -36,6 +37,18 @@ void empty_cache();
 // A limit below the current use is refused.
 void set_memory_limit(int64_t bytes);
 int64_t memory_limit();
+
+// The largest single allocation (Note [Sizes from outside] in shape.h): a
+// request over it throws OutOfMemoryError before anything is allocated, so a
+// file that declares a huge tensor is an error, not a process the OS kills.
+// Default: the machine's physical memory, or TESSERA_MAX_ALLOC (bytes, or
+// with a K/M/G/T suffix, e.g. "512M"). 0 restores the default.
+void set_max_allocation(int64_t bytes);
+int64_t max_allocation();
+// Throws OutOfMemoryError if `nbytes` is over max_allocation() or would take
+// live bytes over memory_limit(); `what` describes the request in the message
+// (e.g. "a tensor of shape [4096, 4096] f32").
+void check_allocation(size_t nbytes, const std::string& what);
 
 // Planned memory: the graph executor places node outputs in one arena by a
 // static plan (compile/executor.h). While a PlannedBuffers is installed on a

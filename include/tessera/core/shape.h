@@ -52,6 +52,18 @@ std::ostream& operator<<(std::ostream& os, const SmallVector<int64_t, N>& s) {
   return os << IntArrayRef(s);
 }
 
+// Note [Sizes from outside]
+// Sizes read from files, requests and configs reach core as shapes (empty(),
+// views, the shape rules of ops). Every element count, stride and byte count
+// is computed with the overflow checks below, in one place, and a tensor's
+// byte count is checked against the allocation limits (allocator.h) before
+// anything is allocated. A size that does not fit is a tessera::Error naming
+// the shape; the importer and the executor add the node it came from.
+
+// a * b and a + b, or an Error saying that `what` does not fit in 64 bits.
+int64_t checked_mul(int64_t a, int64_t b, const char* what);
+int64_t checked_add(int64_t a, int64_t b, const char* what);
+// The product of the dims: every dim must be >= 0 and the product fit in int64.
 int64_t numel_of(IntArrayRef shape);
 Shape contiguous_strides(IntArrayRef shape);
 // Wraps a possibly negative dim into [0, ndim); `op` names the caller in the error.

@@ -5,7 +5,8 @@
 // what it returns), so every route is tested without sockets.
 //
 //   GET  /v2                                       server metadata
-//   GET  /v2/health/live, /v2/health/ready         200 when live / when every model is ready
+//   GET  /v2/health/live, /v2/health/ready         200 when live / when every model is ready (503 while a model
+//                                                  folder fails to load)
 //   GET  /v2/models/{m}[/versions/{v}]             model metadata (inputs, outputs)
 //   GET  /v2/models/{m}[/versions/{v}]/ready       200 or 400 (not ready)
 //   POST /v2/models/{m}[/versions/{v}]/infer       inference (JSON or binary extension)
@@ -89,8 +90,11 @@ class InferenceService {
             const std::string& fingerprint = "");
   // Takes a version out of service: new requests get 404, queued ones finish.
   void unload(const std::string& name, int64_t version);
-  // Every model of a repository (scan_repository); an error in any folder throws.
-  void load_repository(const std::string& dir);
+  // Every model of a repository (sync_repository). A model folder or version
+  // that fails to load, or to warm up, is reported in the result and left
+  // out: it is not ready (503 with its error on its routes) while the others
+  // serve. Throws only when the repository itself cannot be read.
+  SyncReport load_repository(const std::string& dir);
   // Brings the loaded versions in line with options.repository (hot reload):
   // loads new versions and those whose files or config changed, unloads
   // versions and models whose folders are gone. `model` limits it to one

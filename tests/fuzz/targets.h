@@ -1,0 +1,96 @@
+#pragma once
+// The fuzz targets: every parser of outside input (safetensors, .npy, tar
+// shards, YAML, ONNX models, compiled graph.json, KServe infer requests) and
+// the model loader that imports *and runs* ONNX and compiled graphs. One
+// libFuzzer binary per target (fuzz_targets.cpp, scripts/fuzz.sh); the test
+// suite replays each target's committed corpus (tests/fuzz/<target>/) through
+// the same function. A target may reject its input only with tessera::Error
+// (serve::RequestError for requests); anything else — a crash, a sanitizer
+// report, another exception type, a hang — is a finding.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "tessera/compile/model.h"
+#include "tessera/compile/onnx.h"
+#include "tessera/compile/serialize.h"
+#include "tessera/core/allocator.h"
+#include "tessera/core/error.h"
+#include "tessera/data/shards.h"
+#include "tessera/io/config.h"
+#include "tessera/io/npy.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/serve/protocol.h"
+
+namespace tessera::fuzz {
+
+inline constexpr const char* kTargets[] = {"safetensors", "npy",           "tar",  "yaml",
+                                           "onnx",        "graph",         "infer_request", "model"};
+
+// The largest single tensor a fuzzed model may allocate (peak RSS stays small).
+inline constexpr int64_t kModelMaxAllocation = int64_t{64} << 20;
+
+// A model input: the first byte picks ONNX (even) or a compiled graph (odd);
+// for a graph, the next 4 bytes (little-endian) are graph.json's length, then
+// graph.json, then weights.safetensors.
+inline compile::Graph model_graph(const char* p, size_t n) {
+  if (n < 1) throw Error("fuzz: empty input");
+  if ((p[0] & 1) == 0) return compile::import_onnx_bytes(std::string(p + 1, n - 1), "fuzz.onnx");
+  if (n < 5) throw Error("fuzz: a graph input needs a 4-byte length");
+  uint32_t len;
+  std::memcpy(&len, p + 1, 4);
+  if (len > n - 5) throw Error("fuzz: graph.json length past the end");
+  io::SafetensorsFile weights = io::SafetensorsFile::parse(p + 5 + len, n - 5 - len, "fuzz");
+  return compile::graph_from_parts(std::string(p + 5, len), weights, "fuzz.tsr");
+}
+
+// Loads a model (import, optimize, plan) and runs it twice on small random
+// inputs, the way `tessera serve` warms a model up.
+inline void load_and_run(const char* p, size_t n) {
+  struct Cap {  // restored after the run: the test suite replays in one process
+    int64_t before = max_allocation();
+    Cap() { set_max_allocation(kModelMaxAllocation); }
+    ~Cap() { set_max_allocation(before); }
+  } cap;
+  Model m(model_graph(p, n));
+  for (int64_t dynamic : {1, 3}) (void)m.run(m.example_inputs(dynamic, true));
+}
+
+inline void run_target(std::string_view target, const char* p, size_t n) {
+  if (target == "safetensors") {
+    auto f = io::SafetensorsFile::parse(p, n, "fuzz");
+    for (auto& name : f.names()) {
+      Tensor t = f.get(name);
+      if (t.numel() > 0) (void)t.contiguous();
+    }
+  } else if (target == "npy") {
+    (void)io::parse_npy(p, n, "fuzz").numel();
+  } else if (target == "tar") {
+    for (auto& e : data::parse_tar(p, n, "fuzz")) (void)e.data.size();
+  } else if (target == "yaml") {
+    nlohmann::json j = io::parse_yaml(std::string(p, n), "fuzz");
+    if (j.is_object()) (void)io::Config(j).keys();
+  } else if (target == "onnx") {
+    // Import runs the model once while capturing it: shapes and attributes
+    // from the file reach the ops, whose checks must reject what is wrong.
+    (void)compile::import_onnx_bytes(std::string(p, n), "fuzz").num_nodes();
+  } else if (target == "graph") {
+    compile::Graph g = compile::graph_from_json(std::string(p, n), [](const std::string&) { return zeros({2}); }, "fuzz");
+    (void)compile::dump(g);
+  } else if (target == "infer_request") {
+    // The first byte picks JSON (even) or the binary extension (odd, the next
+    // two bytes the JSON header's length); the rest is the body.
+    if (n < 3) return;
+    std::optional<size_t> json_length;
+    if (p[0] & 1) json_length = static_cast<size_t>(static_cast<uint8_t>(p[1]) | (static_cast<uint8_t>(p[2]) << 8));
+    auto r = serve::parse_infer_request(std::string_view(p + 3, n - 3), json_length);
+    for (auto& in : r.inputs) (void)in.data.numel();
+  } else if (target == "model") {
+    load_and_run(p, n);
+  } else {
+    throw std::logic_error("fuzz: unknown target " + std::string(target));
+  }
+}
+
+}  // namespace tessera::fuzz
