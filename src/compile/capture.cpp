@@ -11,6 +11,7 @@
 #include "ops/op_utils.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
+#include "tessera/ops/op_table.h"
 #include "tessera/core/trace.h"
 #include "tessera/ops/ops.h"
 
@@ -153,9 +154,7 @@ class Tracer final : public ops::Recorder {
   // through a kernel (adaptive pooling's averaging matrix), which a node could
   // not replay, so that tensor becomes a constant (checked like any other).
   void emit(Frame& f, bool inner = false) {
-    if (inner && (f.op == ops::OpId::full || f.op == ops::OpId::arange || f.op == ops::OpId::linspace ||
-                  f.op == ops::OpId::eye))
-      return;
+    if (inner && ops::op_entry(f.op).has(ops::kFactory)) return;
     if (training_ && !f.own_grad && f.inner_grad) {
       for (Frame& c : f.children) emit(c, true);
       return;
@@ -212,7 +211,7 @@ class Tracer final : public ops::Recorder {
       TS_CHECK(t.defined(), "compile: op ", op, " returned an undefined tensor");
       outs.push_back({t.dtype(), static_shape(t.shape())});
     }
-    bool data_shape = f.op == ops::OpId::masked_select || f.op == ops::OpId::nonzero || f.op == ops::OpId::unique;
+    bool data_shape = ops::data_dependent_shape(f.op, f.attrs);
     for (const Value* v : ins) data_shape = data_shape || (v && v->data_dependent_shape);
     Node* n = g_.add_node(f.op, std::move(ins), std::move(f.attrs), outs);
     n->scope = std::move(f.scope);

@@ -5,6 +5,7 @@
 #include "ops/op_utils.h"
 #include "tessera/core/allocator.h"
 #include "tessera/core/error.h"
+#include "tessera/ops/op_table.h"
 
 namespace tessera::compile {
 namespace {
@@ -44,27 +45,20 @@ ops::Attrs resolve(const Node& n, std::span<const int64_t> syms) {
   return a;
 }
 
-// Ops whose outputs may share memory with their first input (views, and ops
-// that return their input when there is nothing to do).
-bool may_alias(ops::OpId op) {
-  using ops::OpId;
-  switch (op) {
-    case OpId::view: case OpId::reshape: case OpId::permute: case OpId::transpose: case OpId::slice:
-    case OpId::select: case OpId::expand: case OpId::squeeze: case OpId::unsqueeze: case OpId::diagonal:
-    case OpId::contiguous: case OpId::detach: case OpId::to_dtype: case OpId::split: case OpId::chunk:
-    case OpId::unbind: case OpId::dropout: case OpId::sum_to:
-      return true;
-    default: return false;
-  }
-}
+// Ops whose outputs may share memory with their first input: views, and ops
+// that return their input when there is nothing to do (ops.def's alias column).
+bool may_alias(ops::OpId op) { return ops::op_entry(op).alias != ops::Alias::kFresh; }
 
 // The input a node's output may be written over when that input dies at the
-// node, or -1. The kernel must take the two being one buffer: fused_conv2d's
-// f32 path adds its residual with oneDNN's sum post-op, which accumulates into
-// the destination (so in place it also skips copying the residual there).
+// node, or -1 (ops.def's kInPlaceResidual). The kernel must take the two being
+// one buffer: fused_conv2d's f32 path adds its residual with oneDNN's sum
+// post-op, which accumulates into the destination (so in place it also skips
+// copying the residual there).
 int in_place_input(const Node& n) {
-  if (n.op == ops::OpId::fused_conv2d && n.inputs.size() > 3 && n.inputs[3] && n.outputs[0]->dtype == DType::F32)
-    return 3;
+  constexpr int kResidual = 3;
+  if (ops::op_entry(n.op).has(ops::kInPlaceResidual) && static_cast<int>(n.inputs.size()) > kResidual &&
+      n.inputs[kResidual] && n.outputs[0]->dtype == DType::F32)
+    return kResidual;
   return -1;
 }
 

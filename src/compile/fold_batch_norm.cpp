@@ -3,6 +3,7 @@
 #include "ops/op_utils.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/passes.h"
+#include "tessera/ops/op_table.h"
 
 namespace tessera::compile {
 namespace {
@@ -23,10 +24,10 @@ int fold_batch_norm(Graph& g) {
     Value* x = bn->inputs[0];
     if (x->kind != ValueKind::kNode || is_out[x->id] || uses[x->id].size() != 1) continue;
     Node* p = x->producer;
-    bool conv = p->op == OpId::conv2d || p->op == OpId::conv1d;
-    bool lin = p->op == OpId::linear && x->shape.size() == 2;
-    if (!conv && !lin) continue;
-    const Value *w = p->inputs[1], *b = p->inputs[2];
+    // A layer with a weight [out, ...] (ops.def's kFoldsBatchNorm): linear over 2-D inputs only.
+    const bool lin = p->op == OpId::linear;
+    if (!ops::op_entry(p->op).has(ops::kFoldsBatchNorm) || (lin && x->shape.size() != 2)) continue;
+    const Value *w = p->inputs[1], *b = p->inputs.size() > 2 ? p->inputs[2] : nullptr;
     const Value *mean = bn->inputs[1], *var = bn->inputs[2], *gamma = bn->inputs[3], *beta = bn->inputs[4];
     if (!frozen(w) || !frozen(b) || !mean || !var || !frozen(mean) || !frozen(var) || !frozen(gamma) || !frozen(beta))
       continue;
@@ -42,6 +43,7 @@ int fold_batch_norm(Graph& g) {
     Tensor b2 = ops::mul(ops::sub(b0, mean->data), scale);
     if (beta) b2 = ops::add(b2, beta->data);
     p->inputs[1] = g.add_constant(w2);
+    if (p->inputs.size() < 3) p->inputs.resize(3, nullptr);  // the folded bias is new
     p->inputs[2] = g.add_constant(b2.contiguous());
     g.replace_uses(bn->outputs[0], x);
     ++folded;

@@ -8,21 +8,19 @@
 // then binary add; conv's: sum then eltwise).
 #include "ops/op_utils.h"
 #include "tessera/compile/passes.h"
+#include "tessera/ops/op_table.h"
 
 namespace tessera::compile {
 namespace {
 
 using ops::OpId;
 
-// The fused_linear activation name of a unary node, or "" if it has none.
+// The epilogue activation name of a unary node (ops.def's kEpilogueActivation:
+// the op's name, gelu's tanh form "gelu_tanh"), or "" if it has none.
 std::string activation_of(const Node* n) {
-  switch (n->op) {
-    case OpId::relu: return "relu";
-    case OpId::silu: return "silu";
-    case OpId::tanh: return "tanh";
-    case OpId::gelu: return n->attrs.s("approximate") == "tanh" ? "gelu_tanh" : "gelu";
-    default: return "";
-  }
+  if (!ops::op_entry(n->op).has(ops::kEpilogueActivation)) return "";
+  if (n->op == OpId::gelu && n->attrs.s("approximate") == "tanh") return "gelu_tanh";
+  return std::string(n->op_name());
 }
 
 bool same_type(const Value* a, const Value* b) { return a->dtype == b->dtype && a->shape == b->shape; }

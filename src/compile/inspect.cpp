@@ -4,55 +4,22 @@
 
 #include "ops/op_utils.h"
 #include "tessera/core/numbers.h"
+#include "tessera/ops/op_table.h"
 
 namespace tessera::compile {
 namespace {
 
 using ops::OpId;
 
-int64_t numel(const SymShape& s, std::span<const int64_t> syms) {
-  int64_t n = 1;
-  for (const SymInt& d : s) n *= d.eval(syms);
-  return n;
-}
-
-// Multiply-adds of the dense ops, x2; other ops one per output element.
+// By the op's FLOP class in ops.def (ops::op_flops); a data-dependent output counts 0.
 int64_t node_flops(const Node& n, std::span<const int64_t> syms) {
-  auto dims = [&](const Value* v) { return eval_shape(v->shape, syms); };
-  const Value* out = n.outputs[0];
-  switch (n.op) {
-    case OpId::linear:
-    case OpId::fused_linear:
-    case OpId::matmul:
-    case OpId::mm:
-    case OpId::bmm:
-    case OpId::addmm: {
-      const Value* a = n.op == OpId::addmm ? n.inputs[1] : n.inputs[0];
-      Shape as = dims(a);
-      int64_t k = as.empty() ? 1 : as.back();
-      return 2 * numel(out->shape, syms) * k;
-    }
-    case OpId::conv1d:
-    case OpId::conv2d:
-    case OpId::fused_conv2d:  // a blocked output has the same elements as NCHW
-    case OpId::conv_transpose2d: {
-      Shape w = dims(n.inputs[1]);
-      int64_t per = 1;
-      for (size_t i = 1; i < w.size(); ++i) per *= w[i];  // C/groups * kernel
-      if (n.op == OpId::conv_transpose2d) return 2 * numel(n.inputs[0]->shape, syms) * per * w[0] / std::max<int64_t>(1, w[1]);
-      return 2 * numel(out->shape, syms) * per;
-    }
-    case OpId::scaled_dot_product_attention: {
-      Shape q = dims(n.inputs[0]), k = dims(n.inputs[1]);
-      int64_t s = k.size() >= 2 ? k[k.size() - 2] : 1;
-      return 2 * numel(n.inputs[0]->shape, syms) * s + 2 * numel(out->shape, syms) * s;
-    }
-    default: {
-      int64_t total = 0;
-      for (const Value* v : n.outputs) total += v->data_dependent_shape ? 0 : numel(v->shape, syms);
-      return total;
-    }
+  std::vector<Shape> in, out;
+  for (const Value* v : n.inputs) in.push_back(v && !v->data_dependent_shape ? eval_shape(v->shape, syms) : Shape{});
+  for (const Value* v : n.outputs) {
+    if (v->data_dependent_shape) return 0;
+    out.push_back(eval_shape(v->shape, syms));
   }
+  return ops::op_flops(n.op, in, out, n.attrs);
 }
 
 }  // namespace

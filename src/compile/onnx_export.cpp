@@ -229,6 +229,9 @@ class Exporter {
     const auto& in = n->inputs;
     const bool conv = n->op == OpId::int8_conv2d;
     const double xs = a.f("x_scale");
+    auto frozen = [](const Value* v) { return !v || v->kind == ValueKind::kConstant || v->kind == ValueKind::kParameter; };
+    if (!frozen(in[2]) || !frozen(in[3]))
+      unsupported("with weight scales or a bias computed in the graph (QDQ needs them as constants)");
     const Tensor ws = in[2]->data.contiguous();
     const int64_t oc = ws.numel();
     auto dq = [&](const std::string& q, const std::string& scale, const std::string& zp, bool per_channel) {
@@ -560,7 +563,6 @@ class Exporter {
         return;
       }
       case OpId::embedding: op("Gather", {x(0), x(1)}, [](auto& nd) { attr_i(nd, "axis", 0); }, out); return;
-      case OpId::conv1d:
       case OpId::quantize_per_tensor:
         op("QuantizeLinear", {as(in[0], DType::F32), scalar(a.f("scale"), DType::F32),
                               scalar(static_cast<double>(a.i("zero_point")), a.dtype("dtype"))}, {}, out);
@@ -571,6 +573,7 @@ class Exporter {
         return;
       case OpId::int8_conv2d:
       case OpId::int8_linear: return int8_layer(n, out);
+      case OpId::conv1d:
       case OpId::conv2d: {
         bool one = n->op == OpId::conv1d;
         std::vector<int64_t> stride = one ? std::vector<int64_t>{a.i("stride")} : a.ints("stride");

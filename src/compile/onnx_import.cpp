@@ -348,6 +348,11 @@ class Interpreter {
     if (op == "Floor") return un(floor);
     if (op == "Ceil") return un(ceil);
     if (op == "Not") return un(logical_not);
+    if (op == "Sin") return un(sin);
+    if (op == "Cos") return un(cos);
+    if (op == "Tan") return un(tan);
+    if (op == "Round") return un(round);  // half to even, as ONNX
+    if (op == "Sign") return un(sign);
     if (op == "Add") return set(0, add(in(0), in(1)));
     if (op == "Sub") return set(0, sub(in(0), in(1)));
     if (op == "Mul") return set(0, mul(in(0), in(1)));
@@ -358,6 +363,9 @@ class Interpreter {
     if (op == "Equal") return set(0, eq(in(0), in(1)));
     if (op == "Less") return set(0, lt(in(0), in(1)));
     if (op == "Greater") return set(0, gt(in(0), in(1)));
+    if (op == "LessOrEqual") return set(0, le(in(0), in(1)));
+    if (op == "GreaterOrEqual") return set(0, ge(in(0), in(1)));
+    if (op == "Xor") return set(0, logical_xor(in(0), in(1)));
     if (op == "And") return set(0, logical_and(in(0), in(1)));
     if (op == "Or") return set(0, logical_or(in(0), in(1)));
     if (op == "Where") return set(0, where(in(0), in(1), in(2)));
@@ -514,7 +522,7 @@ class Interpreter {
       int64_t k = has_in(1) ? host_scalar(1) : 0;
       return set(0, attr_i("upper", 1) ? triu(x, k) : tril(x, k));
     }
-    if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin") {
+    if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd") {
       Tensor x = in(0);
       std::vector<int64_t> axes = op == "ReduceSum" ? (has_in(1) ? host(1) : std::vector<int64_t>{}) : attr_ints("axes");
       for (auto& a : axes) a = axis(a, x.dim());
@@ -522,6 +530,7 @@ class Interpreter {
       if (axes.empty() && attr_i("noop_with_empty_axes", 0)) return set(0, x);
       if (op == "ReduceMean") return set(0, mean(x, axes, keep));
       if (op == "ReduceSum") return set(0, sum(x, axes, keep));
+      if (op == "ReduceProd") return set(0, prod(x, axes, keep));
       return set(0, op == "ReduceMax" ? amax(x, axes, keep) : amin(x, axes, keep));
     }
     if (op == "LayerNormalization") {

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "ops/op_utils.h"
+#include "tessera/ops/op_table.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
 
@@ -13,20 +14,9 @@ namespace {
 
 using ops::OpId;
 
-// Ops whose result is not a function of their inputs and attributes.
-bool is_random(const Node& n) {
-  switch (n.op) {
-    case OpId::rand: case OpId::randn: case OpId::randint: case OpId::uniform: case OpId::normal:
-    case OpId::bernoulli:
-      return true;
-    case OpId::dropout: return n.attrs.b("training") && n.attrs.f("p") > 0;
-    case OpId::scaled_dot_product_attention: return n.attrs.f("dropout_p") > 0;
-    default: return false;
-  }
-}
-
-// A node that must run even when its outputs are unused.
-bool has_side_effects(const Node& n) { return n.op == OpId::batch_norm && n.attrs.b("training"); }
+// Randomness and side effects are declared in ops.def.
+bool is_random(const Node& n) { return ops::is_random(n.op, n.attrs); }
+bool has_side_effects(const Node& n) { return ops::has_side_effects(n.op, n.attrs); }
 
 bool same_type(const Value* a, const Value* b) {
   return a->dtype == b->dtype && a->shape == b->shape && !a->data_dependent_shape && !b->data_dependent_shape;
@@ -98,7 +88,7 @@ int fold_constants(Graph& g) {
     }
     // A filled tensor (zeros to scatter gradients into) is cheaper to make
     // again than to keep resident; small ones (scalars, index ranges) fold.
-    bool factory = n->op == OpId::full || n->op == OpId::arange || n->op == OpId::linspace || n->op == OpId::eye;
+    bool factory = ops::op_entry(n->op).has(ops::kFactory);
     for (const Value* v : n->outputs)
       if (factory && (!v->shape.empty() || n->op != OpId::full)) {
         int64_t numel = 1;

@@ -13,6 +13,7 @@
 #include "ops/op_utils.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/passes.h"
+#include "tessera/ops/op_table.h"
 
 namespace tessera::compile {
 namespace {
@@ -27,15 +28,11 @@ Shape static_shape_of(const Value* v) {
   return s;
 }
 
-// Ops that map a zero channel to a zero channel and keep channels apart.
+// Ops that map a zero channel to a zero channel and keep channels apart
+// (ops.def's kKeepsZeroChannels), on NCHW tensors (not channel-blocked).
 bool keeps_zero_channels(const Node* n) {
-  switch (n->op) {
-    case OpId::relu:
-    case OpId::dropout: return true;
-    case OpId::max_pool2d: return !n->attrs.has("channel_block") || n->attrs.i("channel_block") == 0;
-    case OpId::avg_pool2d: return true;
-    default: return false;
-  }
+  if (!ops::op_entry(n->op).has(ops::kKeepsZeroChannels)) return false;
+  return !n->attrs.has("channel_block") || n->attrs.i("channel_block") == 0;
 }
 
 // The output channels of a layer that are exactly zero: weight row and bias 0.
@@ -129,9 +126,10 @@ int remove_pruned_channels(Graph& g) {
   auto uses = g.uses();
   auto is_out = g.is_output();
   for (Node* p : g.nodes()) {
-    const bool conv = p->op == OpId::conv2d && p->attrs.i("groups") == 1;
-    const bool lin = p->op == OpId::linear;
-    if (!conv && !lin) continue;
+    // A layer whose zero output channels can be cut (kChannelProducer): ungrouped.
+    if (!ops::op_entry(p->op).has(ops::kChannelProducer) || (p->attrs.has("groups") && p->attrs.i("groups") != 1))
+      continue;
+    const bool lin = p->op == OpId::linear, conv = !lin;
     Value *w = p->inputs[1], *b = p->inputs.size() > 2 ? p->inputs[2] : nullptr;
     if (!frozen(w) || !frozen(b) || !w || w->dtype != DType::F32 || w->shape.size() != (conv ? 4u : 2u)) continue;
     std::vector<int64_t> keep = kept_channels(w, b);

@@ -8,6 +8,7 @@
 #include "ops/op_utils.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/passes.h"
+#include "tessera/ops/op_table.h"
 
 namespace tessera::compile {
 namespace {
@@ -22,7 +23,7 @@ int sparse_weights(Graph& g) {
   NoGradGuard no_grad;
   int changes = 0;
   for (Node* n : g.nodes()) {
-    if (n->op != OpId::linear) continue;
+    if (!ops::op_entry(n->op).has(ops::kSparseLinear)) continue;
     Value *x = n->inputs[0], *w = n->inputs[1], *b = n->inputs.size() > 2 ? n->inputs[2] : nullptr;
     if (!w || (w->kind != ValueKind::kConstant && w->kind != ValueKind::kParameter) || w->dtype != DType::F32 ||
         w->shape.size() != 2 || x->dtype != DType::F32)

@@ -1,7 +1,8 @@
 #include "ops/autocast_policy.h"
 
-#include <array>
 #include <unordered_map>
+
+#include "tessera/ops/op_table.h"
 
 namespace tessera::autocast {
 namespace {
@@ -10,39 +11,14 @@ using ops::OpId;
 using enum Policy;
 
 // Note [Autocast op lists]
-// The one table of what autocast does to each op, in the spirit of PyTorch's
-// CPU autocast lists: products and convolutions gain from 16-bit inputs (half
-// the bytes; native bf16 dot products where the CPU has them) and accumulate
-// in f32 inside the kernels; ops whose result is sensitive to rounding or
-// range (exp/log, softmax, normalizations, losses, reductions) run in f32;
-// ops that combine several inputs promote to the widest. Every op listed here
-// calls TS_AUTOCAST (tests/ops/test_autocast.cpp checks it), and docs/amp.md
-// shows this table.
-constexpr std::pair<OpId, Policy> kTable[] = {
-    // lower precision
-    {OpId::matmul, kLower}, {OpId::mm, kLower}, {OpId::bmm, kLower}, {OpId::linear, kLower},
-    {OpId::addmm, kLower}, {OpId::conv1d, kLower}, {OpId::conv2d, kLower}, {OpId::conv_transpose2d, kLower},
-    {OpId::scaled_dot_product_attention, kLower},
-    // f32
-    {OpId::exp, kF32}, {OpId::exp2, kF32}, {OpId::log, kF32}, {OpId::log2, kF32}, {OpId::log1p, kF32},
-    {OpId::expm1, kF32}, {OpId::pow, kF32}, {OpId::reciprocal, kF32}, {OpId::rsqrt, kF32},
-    {OpId::softmax, kF32}, {OpId::log_softmax, kF32}, {OpId::layer_norm, kF32}, {OpId::rms_norm, kF32},
-    {OpId::group_norm, kF32}, {OpId::batch_norm, kF32},
-    {OpId::sum, kF32}, {OpId::mean, kF32}, {OpId::prod, kF32}, {OpId::var, kF32}, {OpId::std, kF32},
-    {OpId::logsumexp, kF32}, {OpId::norm, kF32}, {OpId::cumsum, kF32}, {OpId::cumprod, kF32},
-    {OpId::cross_entropy, kF32}, {OpId::nll_loss, kF32}, {OpId::mse_loss, kF32}, {OpId::l1_loss, kF32},
-    {OpId::smooth_l1_loss, kF32}, {OpId::binary_cross_entropy, kF32},
-    {OpId::binary_cross_entropy_with_logits, kF32}, {OpId::kl_div, kF32},
-    // widest input (elementwise ops with several inputs promote by themselves)
-    {OpId::cat, kPromote}, {OpId::stack, kPromote},
-};
-
-constexpr auto make_policies() {
-  std::array<Policy, static_cast<size_t>(OpId::kCount)> p{};
-  for (auto [op, pol] : kTable) p[static_cast<size_t>(op)] = pol;
-  return p;
-}
-constexpr auto kPolicies = make_policies();
+// What autocast does to each op is its row's amp column in ops.def, in the
+// spirit of PyTorch's CPU autocast lists: products and convolutions gain from
+// 16-bit inputs (half the bytes; native bf16 dot products where the CPU has
+// them) and accumulate in f32 inside the kernels (kAmpLower); ops whose result
+// is sensitive to rounding or range (exp/log, softmax, normalizations, losses,
+// reductions) run in f32 (kAmpF32); ops that combine several inputs promote to
+// the widest (kAmpPromote). Every op with a policy calls TS_AUTOCAST
+// (tests/ops/test_autocast.cpp checks it), and docs/amp.md shows the table.
 
 struct CastCache {
   struct Entry {
@@ -97,7 +73,7 @@ DType widest(const TensorList& ts) {
 }
 }  // namespace detail
 
-Policy policy(OpId op) { return kPolicies[static_cast<size_t>(op)]; }
+Policy policy(OpId op) { return ops::op_entry(op).amp; }
 
 Guard::Guard(DType dtype, bool enable) : prev_(detail::t_state), counted_(enable) {
   TS_CHECK(dtype == DType::BF16 || dtype == DType::F16, "autocast: dtype must be bf16 or f16, got ",

@@ -209,14 +209,17 @@ Tensor channel_blocks(const Tensor& x, int64_t block) {
   check_defined(x, "channel_blocks", "input");
   TS_CHECK(block > 0, "channel_blocks: block must be positive, got ", block);
   const Shape& s = x.shape();
+  // Always new memory (ops.def: kFresh), also when the reordered view is
+  // contiguous already (1x1 images): the memory plan treats it as a new value.
+  auto fresh = [](const Tensor& v) { return v.is_contiguous() ? v.clone() : v.contiguous(); };
   if (x.dim() == 4) {
     TS_CHECK(s[1] % block == 0, "channel_blocks: ", s[1], " channels (shape ", shape_str(s),
              ") are not a multiple of the block ", block);
-    TS_RETURN(x.reshape({s[0], s[1] / block, block, s[2], s[3]}).permute({0, 1, 3, 4, 2}).contiguous());
+    TS_RETURN(fresh(x.reshape({s[0], s[1] / block, block, s[2], s[3]}).permute({0, 1, 3, 4, 2})));
   }
   TS_CHECK(x.dim() == 5 && s[4] == block, "channel_blocks: expected an NCHW tensor or a blocked [N, C/", block,
            ", H, W, ", block, "] one, got shape ", shape_str(s));
-  TS_RETURN(x.permute({0, 1, 4, 2, 3}).reshape({s[0], s[1] * block, s[2], s[3]}).contiguous());
+  TS_RETURN(fresh(x.permute({0, 1, 4, 2, 3}).reshape({s[0], s[1] * block, s[2], s[3]})));
 }
 
 // conv2d with its residual add and activation inside the primitive (oneDNN

@@ -235,6 +235,11 @@ std::string expand_ellipsis(const std::string& term, int64_t ndim, int64_t ell_d
 Tensor einsum(const std::string& equation, const TensorList& operands) {
   TS_OP_SCOPE_LIST(einsum, operands);
   TS_OP_ATTRS({"equation", equation});
+  TS_AUTOCAST(einsum, [&](const auto& cast) {  // a product, as matmul
+    TensorList c;
+    for (const Tensor& t : operands) c.push_back(cast(t));
+    return einsum(equation, c);
+  });
   std::string eq;
   for (char c : equation)
     if (c != ' ') eq += c;

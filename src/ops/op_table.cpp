@@ -36,4 +36,27 @@ const OpEntry* op_table() { return kOps; }
 int op_count() { return static_cast<int>(sizeof(kOps) / sizeof(kOps[0])); }
 const OpEntry& op_entry(OpId op) { return kOps[static_cast<size_t>(op)]; }
 
+bool is_random(OpId op, const Attrs& a) {
+  switch (op_entry(op).rng) {
+    case Rng::kNoRng: return false;
+    case Rng::kRng: return true;
+    case Rng::kRngWhenDropout:  // dropout's (training, p) or attention's dropout_p
+      return a.has("dropout_p") ? a.f("dropout_p") > 0 : a.b("training") && a.f("p") > 0;
+  }
+  return true;
+}
+
+bool has_side_effects(OpId op, const Attrs& a) {
+  return op_entry(op).has(kStatefulWhenTraining) && a.b("training");
+}
+
+bool data_dependent_shape(OpId op, const Attrs& a) {
+  switch (op_entry(op).shape) {
+    case OutShape::kStatic: return false;
+    case OutShape::kFromData: return true;
+    case OutShape::kFromDataWhenAttr: return a.i("num_classes") < 0;  // one_hot's count from the data
+  }
+  return true;
+}
+
 }  // namespace tessera::ops

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backend/cpu/pool.h"
+#include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 
 namespace tessera::ops {
@@ -250,6 +251,8 @@ Tensor avg_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntAr
 Tensor adaptive_avg_pool2d(const Tensor& x, IntArrayRef output_size) {
   TS_OP_SCOPE(adaptive_avg_pool2d, &x);
   TS_OP_ATTRS({"output_size", output_size});
+  // Averages by products with a weight matrix: in f32, never lowered by autocast.
+  TS_AUTOCAST(adaptive_avg_pool2d, [&](const auto& cast) { return adaptive_avg_pool2d(cast(x), output_size); });
   check_defined(x, "adaptive_avg_pool2d", "input");
   TS_CHECK(x.dim() == 3 || x.dim() == 4, "adaptive_avg_pool2d: expected a 3-D or 4-D input, got shape ",
            shape_str(x.shape()));
@@ -267,6 +270,8 @@ Tensor interpolate(const Tensor& x, IntArrayRef size, std::vector<double> scale_
                    bool align_corners) {
   TS_OP_SCOPE(interpolate, &x);
   TS_OP_ATTRS({"size", size}, {"scale_factor", scale_factor}, {"mode", mode}, {"align_corners", align_corners});
+  // Interpolates by products with a weight matrix: in f32, never lowered by autocast.
+  TS_AUTOCAST(interpolate, [&](const auto& cast) { return interpolate(cast(x), size, scale_factor, mode, align_corners); });
   check_defined(x, "interpolate", "input");
   check_floating(x, "interpolate", "input");
   TS_CHECK(mode == "nearest" || mode == "bilinear", "interpolate: mode must be 'nearest' or 'bilinear', got '", mode, "'");

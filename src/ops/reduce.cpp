@@ -445,6 +445,8 @@ Tensor scan(const Tensor& x, int64_t dim, bool is_prod) {
       if (nd == 0) return {is_prod ? mul(g, 1.0) : g};
       if (!is_prod) return {flip(cumsum(flip(g, {dim}), dim), {dim})};
       // See cpu::cumprod_backward: exact with zeros; not differentiable again.
+      TS_CHECK(!GradMode::is_enabled(), "cumprod: double backward (create_graph=true through cumprod) is not "
+               "supported: its backward is an exact kernel, not differentiable ops");
       Tensor xt = a.saved[0].transpose(dim, -1).contiguous();
       Tensor yt = a.saved[1].transpose(dim, -1).contiguous();
       Tensor gt = g.transpose(dim, -1).contiguous();

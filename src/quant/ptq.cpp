@@ -12,6 +12,7 @@
 #include "tessera/compile/executor.h"
 #include "tessera/compile/passes.h"
 #include "tessera/core/error.h"
+#include "tessera/ops/op_table.h"
 
 namespace tessera::quant {
 namespace {
@@ -52,11 +53,12 @@ std::string unsupported(const Node* n) {
   return "";
 }
 
-// Ops that move or select u8 codes without changing what they mean: an int8
-// activation passes through them without being dequantized.
+// Ops that move or select u8 codes without changing what they mean (ops.def's
+// kPtqPassCodes): an int8 activation passes through them without being
+// dequantized. On NCHW tensors only (not channel-blocked).
 bool passes_codes(const Node* n) {
-  if (n->op == OpId::max_pool2d) return !n->attrs.has("channel_block") || n->attrs.i("channel_block") == 0;
-  return n->op == OpId::reshape;
+  if (ops::op_entry(n->op).ptq != ops::Ptq::kPtqPassCodes) return false;
+  return !n->attrs.has("channel_block") || n->attrs.i("channel_block") == 0;
 }
 
 // A reshape of a static [N, C, H, W] to [N, C*H*W] whose every reader is an
@@ -131,9 +133,10 @@ PtqResult quantize_static(const Graph& graph, const std::vector<TensorList>& cal
   std::vector<Candidate> cands;
   std::map<std::string, int> other;
   for (Node* n : g.nodes()) {
-    if (n->op != OpId::conv2d && n->op != OpId::linear) {
-      bool compute = n->op != OpId::relu && !passes_codes(n) && n->op != OpId::view && n->op != OpId::permute &&
-                     n->op != OpId::transpose;
+    const ops::Ptq role = ops::op_entry(n->op).ptq;
+    if (role != ops::Ptq::kPtqLayer) {
+      // f32 work left in the graph: not the layers' activations, code moves or data moves.
+      bool compute = role != ops::Ptq::kPtqFusedActivation && role != ops::Ptq::kPtqNoCompute && !passes_codes(n);
       if (compute) ++other[std::string(n->op_name())];
       continue;
     }
@@ -142,7 +145,8 @@ PtqResult quantize_static(const Graph& graph, const std::vector<TensorList>& cal
     layer.op = std::string(n->op_name());
     std::string why = skipped(n->scope, config.skip) ? "skipped by the config" : unsupported(n);
     Candidate c{n, nullptr, n->inputs[0], n->outputs[0], static_cast<int>(r.report.layers.size())};
-    if (why.empty() && !is_out[c.y->id] && uses[c.y->id].size() == 1 && uses[c.y->id][0]->op == OpId::relu) {
+    if (why.empty() && !is_out[c.y->id] && uses[c.y->id].size() == 1 &&
+        ops::op_entry(uses[c.y->id][0]->op).ptq == ops::Ptq::kPtqFusedActivation) {
       c.relu = uses[c.y->id][0];
       c.y = c.relu->outputs[0];
       layer.op += "+relu";

@@ -5,7 +5,11 @@
 // nothing keeps a list of ops of its own.
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
+#include "tessera/core/shape.h"
+
+#include "tessera/ops/attrs.h"
 #include "tessera/ops/autocast.h"
 
 namespace tessera::ops {
@@ -138,5 +142,18 @@ struct OpEntry {
 const OpEntry* op_table();
 int op_count();
 const OpEntry& op_entry(OpId op);
+
+// The declared properties that depend on a call's attributes, read as the
+// rows say (a graph node's op and attributes):
+// its result is not a function of its inputs and attributes (rng column);
+bool is_random(OpId op, const Attrs& attrs);
+// it must run even when its outputs are unused (kStatefulWhenTraining);
+bool has_side_effects(OpId op, const Attrs& attrs);
+// its output sizes depend on its input values (shape column).
+bool data_dependent_shape(OpId op, const Attrs& attrs);
+
+// FLOPs of one call from its input and output shapes (an undefined input: an
+// empty shape) and attributes, by the op's FLOP class (ops/flops.cpp).
+int64_t op_flops(OpId op, const std::vector<Shape>& inputs, const std::vector<Shape>& outputs, const Attrs& attrs);
 
 }  // namespace tessera::ops
