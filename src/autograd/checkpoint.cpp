@@ -9,9 +9,18 @@
 #include "tessera/autograd/node.h"
 #include "tessera/core/generator.h"
 #include "tessera/core/trace.h"
-#include "tessera/ops/autocast.h"
 
 namespace tessera::autograd {
+
+namespace {
+RecomputeContext& recompute_context() {
+  static RecomputeContext context;  // set once, when the library loads (ops/autocast.cpp)
+  return context;
+}
+}  // namespace
+
+void set_recompute_context(RecomputeContext context) { recompute_context() = std::move(context); }
+
 namespace {
 
 // Note [Checkpoint boundary]
@@ -38,7 +47,7 @@ class CheckpointNode : public Node {
   std::vector<int> boundary_input;  // per edge: index into inputs_, or -1 for a leaf
   TensorList leaves;                // per edge: the leaf tensor when boundary_input is -1
   uint64_t rng_seed = 0, rng_offset = 0;
-  autocast::State autocast;  // the recomputation runs with the same autocast
+  std::function<std::shared_ptr<void>()> reenter;  // the registered context's state of the first run
   bool released_ = false;
 };
 
@@ -61,8 +70,7 @@ TensorList CheckpointNode::apply(TensorList&& grads) {
   TensorList outs;
   try {
     EnableGradGuard grad;
-    autocast::Guard amp(autocast.dtype, autocast.enabled);
-    autocast::NoCacheGuard own_casts;
+    std::shared_ptr<void> context = reenter ? reenter() : nullptr;
     outs = fn(detached);
   } catch (...) {
     gen.set_state(seed, offset);
@@ -92,14 +100,12 @@ TensorList checkpoint_flat(const CheckpointFn& fn, const TensorList& inputs) {
   auto node = std::make_shared<CheckpointNode>();
   node->rng_seed = gen.seed();
   node->rng_offset = gen.offset();
-  node->autocast = autocast::state();
+  if (recompute_context().save) node->reenter = recompute_context().save();
   uint64_t first_inner = node->sequence_nr + 1;  // nodes made by fn come after this one
 
   TensorList outs;
   {
-    // Casts of weights made before the checkpoint would be tensors from
-    // outside that cannot be recomputed: the function casts its own.
-    autocast::NoCacheGuard own_casts;
+    std::shared_ptr<void> context = recompute_context().first_run ? recompute_context().first_run() : nullptr;
     outs = fn(inputs);
   }
 

@@ -6,7 +6,6 @@
 
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/trace.h"
-#include "tessera/ops/ops.h"
 
 namespace tessera::autograd {
 namespace {
@@ -25,7 +24,7 @@ struct GraphTask {
 
 void accumulate(TensorList& slots, size_t slot, Tensor g) {
   if (!slots[slot].defined()) slots[slot] = std::move(g);
-  else slots[slot] = ops::add(slots[slot], g);
+  else slots[slot] = slots[slot] + g;
 }
 
 // Counts, for every node reachable from the roots, how many edges lead into it.
@@ -118,7 +117,7 @@ void run(const std::vector<Edge>& roots, TensorList root_grads, GraphTask& task,
       auto& m = impl->autograd_meta();
       Tensor g = task.create_graph ? grads[slot] : grads[slot].detach();
       if (!m.grad || !m.grad->defined()) m.grad = std::make_unique<Tensor>(g.clone());
-      else *m.grad = ops::add(*m.grad, g);
+      else *m.grad = *m.grad + g;
     }
 
     if (auto it = task.captures.find(node.get()); it != task.captures.end())

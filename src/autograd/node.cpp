@@ -4,10 +4,10 @@
 
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/trace.h"
-#include "tessera/ops/capture.h"
-#include "tessera/ops/ops.h"
 
 namespace tessera::autograd {
+
+thread_local void (*detail::t_on_record)() = nullptr;
 
 namespace {
 std::atomic<uint64_t> g_next_sequence_nr{0};
@@ -142,7 +142,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     if (GradMode::is_enabled()) meta.grad = std::make_unique<Tensor>(g);
     else meta.grad = std::make_unique<Tensor>(steal_ok(g) ? g : g.clone());
   } else if (GradMode::is_enabled()) {
-    *meta.grad = ops::add(*meta.grad, g);  // create_graph: keep the sum differentiable
+    *meta.grad = *meta.grad + g;  // create_graph: keep the sum differentiable
   } else {
     meta.grad->add_(g);
   }
@@ -179,7 +179,7 @@ bool any_requires_grad(const TensorList& ts) {
 void record(const char* name, const TensorList& inputs, TensorList& outputs, VjpFn vjp,
             std::initializer_list<int> saved_inputs, std::initializer_list<int> saved_outputs,
             const TensorList& extra_saved) {
-  if (ops::Recorder* r = ops::recorder()) r->grad_node();
+  if (detail::t_on_record) [[unlikely]] detail::t_on_record();
   auto node = std::make_shared<OpNode>(name, std::move(vjp));
   node->next_edges.reserve(inputs.size());
   for (const Tensor& in : inputs) node->next_edges.push_back(in.defined() && in.requires_grad() ? gradient_edge(in) : Edge{});

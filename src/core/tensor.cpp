@@ -1,11 +1,9 @@
 #include "tessera/core/tensor.h"
-#include "tessera/core/trace.h"
 
 #include <cstring>
 
 #include "tessera/core/allocator.h"
-
-#include "tessera/autograd/node.h"
+#include "tessera/core/trace.h"
 
 namespace tessera {
 
@@ -77,9 +75,12 @@ Tensor empty(IntArrayRef shape, TensorOptions opts) {
     throw OutOfMemoryError(detail::str("a tensor of shape ", shape_str(shape), " ", dtype_name(opts.dtype), ": ", e.what()));
   }
   auto impl = make_intrusive<TensorImpl>(std::move(storage), shape.shape(), contiguous_strides(shape), 0, opts.dtype);
-  Tensor t(std::move(impl));
-  if (opts.requires_grad) t.requires_grad_(true);
-  return t;
+  if (opts.requires_grad) {  // set here: core does not call into autograd
+    TS_CHECK(is_floating(opts.dtype), "empty: only floating-point tensors can require gradients, got ",
+             dtype_name(opts.dtype));
+    impl->autograd_meta().requires_grad = true;
+  }
+  return Tensor(std::move(impl));
 }
 
 Tensor empty_like(const Tensor& t, std::optional<DType> dtype) {

@@ -1,7 +1,10 @@
 #include "ops/autocast_policy.h"
 
+#include <memory>
+#include <optional>
 #include <unordered_map>
 
+#include "tessera/autograd/checkpoint.h"
 #include "tessera/ops/op_table.h"
 
 namespace tessera::autocast {
@@ -98,5 +101,30 @@ bool enabled() { return detail::t_state.enabled; }
 DType dtype() { return detail::t_state.dtype; }
 State state() { return detail::t_state; }
 int64_t cast_count() { return t_cache.casts; }
+
+namespace {
+// Checkpointed blocks (autograd::checkpoint) recompute under the autocast
+// state of their first run; casts of weights made before the block would be
+// tensors from outside it that cannot be recomputed, so the block casts its
+// own (Note [Recompute context]).
+struct BlockScope {
+  std::optional<Guard> amp;
+  NoCacheGuard own_casts;
+};
+[[maybe_unused]] const bool kRecomputeContext = [] {
+  autograd::set_recompute_context({
+      [] { return std::make_shared<BlockScope>(); },
+      [] {
+        const State s = state();
+        return std::function<std::shared_ptr<void>()>([s] {
+          auto scope = std::make_shared<BlockScope>();
+          scope->amp.emplace(s.dtype, s.enabled);
+          return scope;
+        });
+      },
+  });
+  return true;
+}();
+}  // namespace
 
 }  // namespace tessera::autocast

@@ -1,5 +1,6 @@
 // Binary elementwise ops with NumPy broadcasting and PyTorch type promotion.
-// Gradients are summed back over broadcast dims with sum_to.
+// Gradients are summed back over broadcast dims with sum_to, and written with
+// binary ops only (unary.cpp builds on this file, not the other way round).
 #include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 
@@ -7,28 +8,7 @@ namespace tessera::ops {
 namespace {
 
 using K = cpu::BinaryKernel;
-enum class Kind { Arith, TrueDiv, Compare, Logical, IntDiv };
-
-Tensor binary(const char* name, const Tensor& a, const Tensor& b, K k, Kind kind) {
-  check_defined(a, name, "input");
-  check_defined(b, name, "other");
-  check_same_device(a, b, name);
-  DType ct = result_type(a, b);
-  if (kind == Kind::TrueDiv && !is_floating(ct)) ct = default_float_dtype();
-  DType out_dtype = (kind == Kind::Compare || kind == Kind::Logical) ? DType::Bool : ct;
-  auto loop = cpu::kernels().binary[static_cast<int>(k)][cpu::idx(ct)];
-  TS_CHECK(loop != nullptr, name, ": not supported for ", dtype_name(ct), " tensors (inputs are ",
-           dtype_name(a.dtype()), " and ", dtype_name(b.dtype()), ")",
-           ct == DType::Bool ? "; convert bool tensors with to() first" : "");
-  if (!IntArrayRef(a.shape()).equals(b.shape())) broadcast_shapes(a.shape(), b.shape(), name);
-  Tensor ac = cast(a, ct), bc = cast(b, ct);
-  if (kind == Kind::IntDiv && !is_floating(ct)) {
-    Tensor zero = run_binary(bc, cast(wrap_scalar(0), ct), K::Eq, DType::Bool);
-    TS_CHECK(!any(zero).item<bool>(), name, ": integer division by zero (the divisor of dtype ", dtype_name(ct),
-             " contains 0)");
-  }
-  return run_binary(ac, bc, k, out_dtype);
-}
+using Kind = BinaryKind;
 
 bool needs_grad(const Tensor& a, const Tensor& b) { return autograd::any_requires_grad({&a, &b}); }
 
@@ -38,7 +18,7 @@ Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   TS_OP_SCOPE(add, &a, &b);
   TS_OP_ATTRS({"alpha", alpha});
   bool scaled = alpha.to_double() != 1.0;
-  Tensor y = scaled ? binary("add", a, mul(b, alpha), K::Add, Kind::Arith) : binary("add", a, b, K::Add, Kind::Arith);
+  Tensor y = scaled ? binary_op("add", a, mul(b, alpha), K::Add, Kind::Arith) : binary_op("add", a, b, K::Add, Kind::Arith);
   if (needs_grad(a, b)) {
     TensorList outs{y};
     Shape sa = a.shape(), sb = b.shape();
@@ -61,7 +41,7 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   TS_CHECK(a.dtype() != DType::Bool || b.dtype() != DType::Bool,
            "sub: subtracting two bool tensors is not supported; use logical_xor() instead");
   double al = alpha.to_double();
-  Tensor y = al != 1.0 ? binary("sub", a, mul(b, alpha), K::Sub, Kind::Arith) : binary("sub", a, b, K::Sub, Kind::Arith);
+  Tensor y = al != 1.0 ? binary_op("sub", a, mul(b, alpha), K::Sub, Kind::Arith) : binary_op("sub", a, b, K::Sub, Kind::Arith);
   if (needs_grad(a, b)) {
     TensorList outs{y};
     Shape sa = a.shape(), sb = b.shape();
@@ -79,7 +59,7 @@ Tensor sub(const Scalar& a, const Tensor& b) { return sub(wrap_scalar(a), b); }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(mul, &a, &b);
-  Tensor y = binary("mul", a, b, K::Mul, Kind::Arith);
+  Tensor y = binary_op("mul", a, b, K::Mul, Kind::Arith);
   if (needs_grad(a, b)) {
     TensorList outs{y};
     Shape sa = a.shape(), sb = b.shape();
@@ -100,7 +80,7 @@ Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
   TS_OP_ATTRS({"rounding_mode", mode});
   if (mode == "floor") TS_RETURN(floor_divide(a, b));
   if (mode == "trunc") {
-    Tensor y = binary("div", a, b, K::TruncDiv, Kind::IntDiv);
+    Tensor y = binary_op("div", a, b, K::TruncDiv, Kind::IntDiv);
     if (needs_grad(a, b)) {
       TensorList outs{y};
       autograd::record("div_trunc", {a, b}, outs, [](const VjpArgs& v) -> TensorList {
@@ -110,7 +90,7 @@ Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
     TS_RETURN(y);
   }
   TS_CHECK(mode.empty(), "div: rounding_mode must be empty (true division), 'floor' or 'trunc', got '", mode, "'");
-  Tensor y = binary("div", a, b, K::Div, Kind::TrueDiv);
+  Tensor y = binary_op("div", a, b, K::Div, Kind::TrueDiv);
   if (needs_grad(a, b)) {
     TensorList outs{y};
     Shape sa = a.shape(), sb = b.shape();
@@ -119,7 +99,7 @@ Tensor div(const Tensor& a, const Tensor& b, const std::string& mode) {
       const Tensor& a = v.saved[0];
       const Tensor& b = v.saved[1];
       Tensor ga = v.needs_grad(0) ? sum_to(div(g, b), sa) : Tensor();
-      Tensor gb = v.needs_grad(1) ? sum_to(neg(div(mul(g, a), square(b))), sb) : Tensor();
+      Tensor gb = v.needs_grad(1) ? sum_to(div(mul(g, a), mul(mul(b, b), -1)), sb) : Tensor();
       return {ga, gb};
     }, {0, 1});
   }
@@ -130,7 +110,7 @@ Tensor div(const Scalar& a, const Tensor& b) { return div(wrap_scalar(a), b); }
 
 Tensor floor_divide(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(floor_divide, &a, &b);
-  Tensor y = binary("floor_divide", a, b, K::FloorDiv, Kind::IntDiv);
+  Tensor y = binary_op("floor_divide", a, b, K::FloorDiv, Kind::IntDiv);
   if (needs_grad(a, b)) {
     TensorList outs{y};
     autograd::record("floor_divide", {a, b}, outs, [](const VjpArgs& v) -> TensorList {
@@ -142,14 +122,14 @@ Tensor floor_divide(const Tensor& a, const Tensor& b) {
 
 Tensor remainder(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(remainder, &a, &b);
-  Tensor y = binary("remainder", a, b, K::Remainder, Kind::IntDiv);
+  Tensor y = binary_op("remainder", a, b, K::Remainder, Kind::IntDiv);
   if (needs_grad(a, b)) {
     TensorList outs{y};
     Shape sa = a.shape(), sb = b.shape();
     autograd::record("remainder", {a, b}, outs, [sa, sb](const VjpArgs& v) -> TensorList {
       const Tensor& g = v.grads[0];
       Tensor ga = v.needs_grad(0) ? sum_to(g, sa) : Tensor();
-      Tensor gb = v.needs_grad(1) ? sum_to(neg(mul(g, floor_divide(v.saved[0], v.saved[1]))), sb) : Tensor();
+      Tensor gb = v.needs_grad(1) ? sum_to(mul(mul(g, floor_divide(v.saved[0], v.saved[1])), -1), sb) : Tensor();
       return {ga, gb};
     }, {0, 1});
   }
@@ -157,38 +137,10 @@ Tensor remainder(const Tensor& a, const Tensor& b) {
 }
 Tensor remainder(const Tensor& a, const Scalar& b) { return remainder(a, wrap_scalar(b)); }
 
-Tensor pow(const Tensor& a, const Tensor& b) {
-  TS_OP_SCOPE(pow, &a, &b);
-  TS_AUTOCAST(pow, [&](const auto& cast) { return pow(cast(a), cast(b)); });
-  if (!is_floating(result_type(a, b)) && b.dim() >= 0) {
-    Tensor bc = cast(b, result_type(a, b));
-    TS_CHECK(bc.numel() == 0 || !any(lt(bc, 0)).item<bool>(),
-             "pow: integers to negative integer powers are not allowed");
-  }
-  Tensor y = binary("pow", a, b, K::Pow, Kind::Arith);
-  if (needs_grad(a, b)) {
-    TensorList outs{y};
-    Shape sa = a.shape(), sb = b.shape();
-    autograd::record("pow", {a, b}, outs, [sa, sb](const VjpArgs& v) -> TensorList {
-      const Tensor& g = v.grads[0];
-      const Tensor& a = v.saved[0];
-      const Tensor& b = v.saved[1];
-      Tensor ga, gb;
-      if (v.needs_grad(0)) ga = sum_to(where(eq(b, 0), 0, mul(g, mul(b, pow(a, sub(b, 1))))), sa);
-      if (v.needs_grad(1)) {
-        Tensor y = pow(a, b);
-        gb = sum_to(where(logical_and(eq(a, 0), ge(b, 0)), 0, mul(g, mul(y, log(a)))), sb);
-      }
-      return {ga, gb};
-    }, {0, 1});
-  }
-  TS_RETURN(y);
-}
-
 namespace {
 // maximum/minimum: where both are equal the gradient is split evenly.
 Tensor extremum(const char* name, const Tensor& a, const Tensor& b, K k, bool is_max) {
-  Tensor y = binary(name, a, b, k, Kind::Arith);
+  Tensor y = binary_op(name, a, b, k, Kind::Arith);
   if (needs_grad(a, b)) {
     TensorList outs{y};
     Shape sa = a.shape(), sb = b.shape();
@@ -219,7 +171,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 
 Tensor atan2(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(atan2, &a, &b);
-  Tensor y = binary("atan2", a, b, K::Atan2, Kind::TrueDiv);
+  Tensor y = binary_op("atan2", a, b, K::Atan2, Kind::TrueDiv);
   if (needs_grad(a, b)) {
     TensorList outs{y};
     Shape sa = a.shape(), sb = b.shape();
@@ -227,9 +179,9 @@ Tensor atan2(const Tensor& a, const Tensor& b) {
       const Tensor& g = v.grads[0];
       const Tensor& a = v.saved[0];
       const Tensor& b = v.saved[1];
-      Tensor denom = add(square(a), square(b));
+      Tensor denom = add(mul(a, a), mul(b, b));
       Tensor ga = v.needs_grad(0) ? sum_to(div(mul(g, b), denom), sa) : Tensor();
-      Tensor gb = v.needs_grad(1) ? sum_to(div(mul(neg(g), a), denom), sb) : Tensor();
+      Tensor gb = v.needs_grad(1) ? sum_to(div(mul(mul(g, -1), a), denom), sb) : Tensor();
       return {ga, gb};
     }, {0, 1});
   }
@@ -239,7 +191,7 @@ Tensor atan2(const Tensor& a, const Tensor& b) {
 #define TS_COMPARE(fn, Kern)                                                  \
   Tensor fn(const Tensor& a, const Tensor& b) {                               \
     TS_OP_SCOPE(fn, &a, &b);                                                  \
-    TS_RETURN(binary(#fn, a, b, K::Kern, Kind::Compare));                     \
+    TS_RETURN(binary_op(#fn, a, b, K::Kern, Kind::Compare));                     \
   }                                                                           \
   Tensor fn(const Tensor& a, const Scalar& b) { return fn(a, wrap_scalar(b)); } \
   TS_OP_INVOKER(fn) { return {fn(in[0], in[1])}; }
@@ -253,15 +205,15 @@ TS_COMPARE(ge, Ge)
 
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(logical_and, &a, &b);
-  TS_RETURN(binary("logical_and", a, b, K::LogicalAnd, Kind::Logical));
+  TS_RETURN(binary_op("logical_and", a, b, K::LogicalAnd, Kind::Logical));
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(logical_or, &a, &b);
-  TS_RETURN(binary("logical_or", a, b, K::LogicalOr, Kind::Logical));
+  TS_RETURN(binary_op("logical_or", a, b, K::LogicalOr, Kind::Logical));
 }
 Tensor logical_xor(const Tensor& a, const Tensor& b) {
   TS_OP_SCOPE(logical_xor, &a, &b);
-  TS_RETURN(binary("logical_xor", a, b, K::LogicalXor, Kind::Logical));
+  TS_RETURN(binary_op("logical_xor", a, b, K::LogicalXor, Kind::Logical));
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {

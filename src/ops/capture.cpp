@@ -24,6 +24,10 @@ static_assert(sizeof(kInvokers) / sizeof(kInvokers[0]) == static_cast<size_t>(Op
 void on_host_read(const Tensor& t) {
   if (t_recorder) t_recorder->host_read(t);
 }
+// An op recorded an autograd node of its own (autograd's hook).
+void on_grad_node() {
+  if (t_recorder) t_recorder->grad_node();
+}
 
 }  // namespace
 
@@ -32,10 +36,12 @@ Recorder* recorder() { return t_recorder; }
 RecorderGuard::RecorderGuard(Recorder* r) : prev_(t_recorder) {
   t_recorder = r;
   trace::t_host_read = r ? &on_host_read : nullptr;
+  autograd::detail::t_on_record = r ? &on_grad_node : nullptr;
 }
 RecorderGuard::~RecorderGuard() {
   t_recorder = prev_;
   trace::t_host_read = prev_ ? &on_host_read : nullptr;
+  autograd::detail::t_on_record = prev_ ? &on_grad_node : nullptr;
 }
 
 TensorList invoke(OpId op, const TensorList& inputs, const Attrs& attrs) {

@@ -85,6 +85,27 @@ Tensor run_unary(const Tensor& x, cpu::UnaryKernel k, DType out_dtype, const dou
   return out;
 }
 
+Tensor binary_op(const char* name, const Tensor& a, const Tensor& b, cpu::BinaryKernel k, BinaryKind kind) {
+  check_defined(a, name, "input");
+  check_defined(b, name, "other");
+  check_same_device(a, b, name);
+  DType ct = result_type(a, b);
+  if (kind == BinaryKind::TrueDiv && !is_floating(ct)) ct = default_float_dtype();
+  DType out_dtype = (kind == BinaryKind::Compare || kind == BinaryKind::Logical) ? DType::Bool : ct;
+  auto loop = cpu::kernels().binary[static_cast<int>(k)][cpu::idx(ct)];
+  TS_CHECK(loop != nullptr, name, ": not supported for ", dtype_name(ct), " tensors (inputs are ",
+           dtype_name(a.dtype()), " and ", dtype_name(b.dtype()), ")",
+           ct == DType::Bool ? "; convert bool tensors with to() first" : "");
+  if (!IntArrayRef(a.shape()).equals(b.shape())) broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor ac = cast(a, ct), bc = cast(b, ct);
+  if (kind == BinaryKind::IntDiv && !is_floating(ct)) {
+    Tensor zero = run_binary(bc, cast(wrap_scalar(0), ct), cpu::BinaryKernel::Eq, DType::Bool);
+    TS_CHECK(!any(zero).item<bool>(), name, ": integer division by zero (the divisor of dtype ", dtype_name(ct),
+             " contains 0)");
+  }
+  return run_binary(ac, bc, k, out_dtype);
+}
+
 Tensor run_binary(const Tensor& a, const Tensor& b, cpu::BinaryKernel k, DType out_dtype) {
   auto loop = cpu::kernels().binary[static_cast<int>(k)][cpu::idx(a.dtype())];
   TS_INTERNAL_ASSERT(loop != nullptr && a.dtype() == b.dtype());

@@ -150,6 +150,10 @@ inline bool is_channels_last(const Tensor& x) {
 Tensor run_unary(const Tensor& x, cpu::UnaryKernel k, DType out_dtype, const double* params = nullptr);
 // Runs a binary kernel over broadcast inputs already converted to `compute`.
 Tensor run_binary(const Tensor& a, const Tensor& b, cpu::BinaryKernel k, DType out_dtype);
+// A binary elementwise op's forward: checks, broadcasting, PyTorch's type
+// promotion, then the kernel (binary.cpp's ops, and pow in unary.cpp).
+enum class BinaryKind { Arith, TrueDiv, Compare, Logical, IntDiv };
+Tensor binary_op(const char* name, const Tensor& a, const Tensor& b, cpu::BinaryKernel k, BinaryKind kind);
 Tensor cast(const Tensor& x, DType t);  // no autograd, returns x itself if same dtype
 // self = self (op) other, written straight into self's memory. Only for the
 // no-autograd case where the result keeps self's shape and dtype and `other`

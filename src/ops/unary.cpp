@@ -344,6 +344,35 @@ Tensor pow(const Tensor& x, const Scalar& e) {
                true, false));
 }
 
+// tensor ** tensor: a binary kernel, kept with pow's other forms.
+Tensor pow(const Tensor& a, const Tensor& b) {
+  TS_OP_SCOPE(pow, &a, &b);
+  TS_AUTOCAST(pow, [&](const auto& cast) { return pow(cast(a), cast(b)); });
+  if (!is_floating(result_type(a, b)) && b.dim() >= 0) {
+    Tensor bc = cast(b, result_type(a, b));
+    TS_CHECK(bc.numel() == 0 || !any(lt(bc, 0)).item<bool>(),
+             "pow: integers to negative integer powers are not allowed");
+  }
+  Tensor y = binary_op("pow", a, b, cpu::BinaryKernel::Pow, BinaryKind::Arith);
+  if (autograd::any_requires_grad({&a, &b})) {
+    TensorList outs{y};
+    Shape sa = a.shape(), sb = b.shape();
+    autograd::record("pow", {a, b}, outs, [sa, sb](const VjpArgs& v) -> TensorList {
+      const Tensor& g = v.grads[0];
+      const Tensor& a = v.saved[0];
+      const Tensor& b = v.saved[1];
+      Tensor ga, gb;
+      if (v.needs_grad(0)) ga = sum_to(where(eq(b, 0), 0, mul(g, mul(b, pow(a, sub(b, 1))))), sa);
+      if (v.needs_grad(1)) {
+        Tensor y = pow(a, b);
+        gb = sum_to(where(logical_and(eq(a, 0), ge(b, 0)), 0, mul(g, mul(y, log(a)))), sb);
+      }
+      return {ga, gb};
+    }, {0, 1});
+  }
+  TS_RETURN(y);
+}
+
 Tensor pow(const Scalar& base, const Tensor& x) {
   TS_OP_SCOPE(pow, &x);
   TS_OP_ATTRS({"base", base});

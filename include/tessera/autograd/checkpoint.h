@@ -12,6 +12,7 @@
 // naming the fix. The random-number state is restored for the recomputation,
 // so dropout masks match; autocast is restored too.
 #include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -25,6 +26,19 @@ using CheckpointFn = std::function<TensorList(const TensorList&)>;
 // The core form: fn maps the flat tensor inputs to its outputs. Without grad
 // recording (inference) this just calls fn.
 TensorList checkpoint_flat(const CheckpointFn& fn, const TensorList& inputs);
+
+// Note [Recompute context]
+// A block is recomputed under the thread state of its first run. Autograd
+// restores the random state itself; a layer above it with state of its own
+// (autocast, in ops) registers a context: `save` is called when a block first
+// runs and returns a function that opens that state again (a scope object,
+// released after the call) around the recomputation; `first_run` opens a
+// scope around the first run. Autograd does not know what the state is.
+struct RecomputeContext {
+  std::function<std::shared_ptr<void>()> first_run;
+  std::function<std::function<std::shared_ptr<void>()>()> save;
+};
+void set_recompute_context(RecomputeContext context);
 
 namespace detail {
 inline void flatten(TensorList& out, const Tensor& t) { out.push_back(t); }

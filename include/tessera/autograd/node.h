@@ -113,6 +113,13 @@ class AccumulateGrad : public Node {
 // accumulator), or an invalid edge when `t` does not require grad.
 Edge gradient_edge(const Tensor& t);
 
+// Graph capture (ops/capture.h) wants to know when an op records a node of
+// its own; ops installs this hook while a recorder is active, so autograd
+// needs no ops header (autograd sits below ops).
+namespace detail {
+extern thread_local void (*t_on_record)();
+}
+
 // Records `outputs` as produced by an op named `name` from `inputs`: builds the
 // node, wires edges, saves tensors. `saved_inputs`/`saved_outputs` are indices
 // into inputs/outputs; they appear in VjpArgs::saved in that order.

@@ -1,4 +1,5 @@
 #include "backend/cpu/conv.h"
+#include "backend/cpu/dnnl_context.h"
 #include "backend/cpu/dnnl_post_ops.h"
 #include "tessera/core/allocator.h"
 
@@ -47,18 +48,8 @@ struct Prims {
 // Note [oneDNN memory]: reorder buffers and scratchpads come from Tessera's
 // caching allocator, not from oneDNN's own malloc: fresh pages cost ~15 us
 // each to fault in on these machines, and a ResNet step reorders hundreds of
-// MiB. Buffers live until the call that took them returns.
-struct Buffers {
-  std::vector<std::pair<void*, size_t>> held;
-  void* get(size_t n) {
-    void* p = cpu_allocate(std::max<size_t>(n, 64));
-    held.emplace_back(p, std::max<size_t>(n, 64));
-    return p;
-  }
-  ~Buffers() {
-    for (auto& [p, n] : held) cpu_free(p, n);
-  }
-};
+// MiB. Buffers (dnnl_context.h) live until the call that took them returns.
+using dnnl_context::Buffers;
 
 dnnl::primitive_attr user_scratchpad(Fused f = {}) {
   dnnl::primitive_attr a;
@@ -72,14 +63,9 @@ dnnl::primitive_attr user_scratchpad(Fused f = {}) {
   return a;
 }
 
-struct State {
-  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
-  std::mutex mu;
-  std::map<Key, Prims> cache;
-};
-State& state() {
-  static State* s = new State();
-  return *s;
+dnnl_context::PrimitiveCache<Key, Prims>& cache() {
+  static auto* c = new dnnl_context::PrimitiveCache<Key, Prims>();
+  return *c;
 }
 
 memory::data_type dt_of(DType t) { return t == DType::BF16 ? memory::data_type::bf16 : memory::data_type::f32; }
@@ -118,19 +104,19 @@ dnnl::convolution_forward::primitive_desc forward_pd(const ConvGeometry& g, cons
   return dnnl::convolution_forward::primitive_desc(fd, user_scratchpad(f), eng);
 }
 
-// Builds (once per geometry and kind) the primitive and remembers its layouts.
-// The cache only grows and an entry never changes once made, so the reference
-// stays valid without the lock, and several threads may run one primitive at
-// once: each call brings its own scratchpad (user mode) and buffers.
+// Builds (once per geometry and kind) the primitive and remembers its
+// layouts (Note [oneDNN context]: shared by threads, each run with its own
+// scratchpad and buffers).
+Prims build_prims(const ConvGeometry& g, int kind, Fused f);
 const Prims& prims(const ConvGeometry& g, int kind, Fused f = {}) {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  Key k = key_of(g, kind, f);
-  auto it = s.cache.find(k);
-  if (it != s.cache.end()) return it->second;
+  return cache().get(key_of(g, kind, f), [&] { return build_prims(g, kind, f); });
+}
+
+Prims build_prims(const ConvGeometry& g, int kind, Fused f) {
+  dnnl::engine& eng = dnnl_context::engine();
   Descs d = descs(g);
   auto t = dt_of(g.dtype);
-  Prims p{forward_pd(g, d, s.eng, f), {}, {}, {}, {}, {}, {}};
+  Prims p{forward_pd(g, d, eng, f), {}, {}, {}, {}, {}, {}};
   if (kind == 0) {
     p.prim = dnnl::convolution_forward(p.fwd_pd);
     p.scratch = p.fwd_pd.scratchpad_desc();
@@ -142,7 +128,7 @@ const Prims& prims(const ConvGeometry& g, int kind, Fused f = {}) {
     memory::desc src(d.src, t, tag::any), wei(d.wei, t, tag::any), dst(d.dst, t, tag::any);
     dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src, wei, dst, d.strides, d.dil,
                                               d.pl, d.pr);
-    dnnl::convolution_backward_data::primitive_desc pd(bd, user_scratchpad(), s.eng, p.fwd_pd);
+    dnnl::convolution_backward_data::primitive_desc pd(bd, user_scratchpad(), eng, p.fwd_pd);
     p.prim = dnnl::convolution_backward_data(pd);
     p.scratch = pd.scratchpad_desc();
     p.src = pd.diff_src_desc();
@@ -152,7 +138,7 @@ const Prims& prims(const ConvGeometry& g, int kind, Fused f = {}) {
     memory::desc src(d.src, t, tag::any), wei(d.wei, t, tag::any), dst(d.dst, t, tag::any), bias(d.bias, t, tag::any);
     dnnl::convolution_backward_weights::desc bd(dnnl::algorithm::convolution_direct, src, wei, bias, dst, d.strides,
                                                  d.dil, d.pl, d.pr);
-    dnnl::convolution_backward_weights::primitive_desc pd(bd, user_scratchpad(), s.eng, p.fwd_pd);
+    dnnl::convolution_backward_weights::primitive_desc pd(bd, user_scratchpad(), eng, p.fwd_pd);
     p.prim = dnnl::convolution_backward_weights(pd);
     p.scratch = pd.scratchpad_desc();
     p.src = pd.src_desc();
@@ -160,7 +146,7 @@ const Prims& prims(const ConvGeometry& g, int kind, Fused f = {}) {
     p.dst = pd.diff_dst_desc();
     p.bias = pd.diff_bias_desc();
   }
-  return s.cache.emplace(k, std::move(p)).first->second;
+  return p;
 }
 
 // A memory in the primitive's layout: the user's buffer itself when the
@@ -303,12 +289,12 @@ std::string conv_weights_layout(const ConvGeometry& g, const ConvFusion& fusion)
 
 std::shared_ptr<const void> pack_conv_weights(const ConvGeometry& g, const ConvFusion& fusion, const void* w) {
   TS_CHECK(use_dnnl(g.dtype), "pack_conv_weights: f32 or bf16 only, got ", dtype_name(g.dtype));
-  State& s = state();
+  dnnl::engine& eng = dnnl_context::engine();
   const memory::desc want = prims(g, 0, {fusion.residual != nullptr, fusion.act}).wei;
   const size_t n = std::max<size_t>(want.get_size(), 64);
   std::shared_ptr<void> packed(cpu_allocate(n), [n](void* p) { cpu_free(p, n); });
-  memory um(descs(g).user_wei, s.eng, const_cast<void*>(w)), pm(want, s.eng, packed.get());
-  dnnl::stream st(s.eng);
+  memory um(descs(g).user_wei, eng, const_cast<void*>(w)), pm(want, eng, packed.get());
+  dnnl::stream& st = dnnl_context::stream();
   dnnl::reorder(um, pm).execute(st, um, pm);
   st.wait();
   return packed;
@@ -326,35 +312,35 @@ void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const v
     });
     return;
   }
-  State& s = state();
+  dnnl::engine& eng = dnnl_context::engine();
   const Prims& p = prims(g, 0, f);
   Descs d = descs(g);
   d.user_src = activation_desc(d.src, g.dtype, fusion.src_block);
   d.user_dst = activation_desc(d.dst, g.dtype, fusion.dst_block);
-  dnnl::stream st(s.eng);
+  dnnl::stream& st = dnnl_context::stream();
   Buffers b;
-  memory xm = in_layout(st, s.eng, d.user_src, p.src, x, b);
-  memory wm = fusion.packed_weights ? memory(p.wei, s.eng, const_cast<void*>(fusion.packed_weights))
-                                    : in_layout(st, s.eng, d.user_wei, p.wei, w, b);
-  memory ym = out_layout(s.eng, d.user_dst, p.dst, y, b);
+  memory xm = in_layout(st, eng, d.user_src, p.src, x, b);
+  memory wm = fusion.packed_weights ? memory(p.wei, eng, const_cast<void*>(fusion.packed_weights))
+                                    : in_layout(st, eng, d.user_wei, p.wei, w, b);
+  memory ym = out_layout(eng, d.user_dst, p.dst, y, b);
   // The sum post-op adds what dst holds: the residual, in dst's layout. In
   // place (the residual is y, the primitive writes y) it is there already.
   if (residual && !(residual == y && ym.get_data_handle() == y)) {
-    memory rm(d.user_dst, s.eng, const_cast<void*>(residual));
+    memory rm(d.user_dst, eng, const_cast<void*>(residual));
     dnnl::reorder(rm, ym).execute(st, rm, ym);
   }
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym},
-                                       {DNNL_ARG_SCRATCHPAD, memory(p.scratch, s.eng, b.get(p.scratch.get_size()))}};
+                                       {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, b.get(p.scratch.get_size()))}};
   if (bias) {
-    args[DNNL_ARG_BIAS] = in_layout(st, s.eng, d.user_bias, p.bias, bias, b);
+    args[DNNL_ARG_BIAS] = in_layout(st, eng, d.user_bias, p.bias, bias, b);
   } else {
     // The primitive was made with a bias: give it zeros.
-    memory bm(p.bias, s.eng, b.get(p.bias.get_size()));
+    memory bm(p.bias, eng, b.get(p.bias.get_size()));
     std::memset(bm.get_data_handle(), 0, p.bias.get_size());
     args[DNNL_ARG_BIAS] = bm;
   }
   p.prim.execute(st, args);
-  to_user(st, s.eng, ym, d.user_dst, y);
+  to_user(st, eng, ym, d.user_dst, y);
   st.wait();
 }
 
@@ -365,17 +351,17 @@ void conv2d_backward_data(const ConvGeometry& g, const void* gy, const void* w, 
     });
     return;
   }
-  State& s = state();
+  dnnl::engine& eng = dnnl_context::engine();
   const Prims& p = prims(g, 1);
   Descs d = descs(g);
-  dnnl::stream st(s.eng);
+  dnnl::stream& st = dnnl_context::stream();
   Buffers b;
-  memory gym = in_layout(st, s.eng, d.user_dst, p.dst, gy, b);
-  memory wm = in_layout(st, s.eng, d.user_wei, p.wei, w, b);
-  memory gxm = out_layout(s.eng, d.user_src, p.src, gx, b);
+  memory gym = in_layout(st, eng, d.user_dst, p.dst, gy, b);
+  memory wm = in_layout(st, eng, d.user_wei, p.wei, w, b);
+  memory gxm = out_layout(eng, d.user_src, p.src, gx, b);
   p.prim.execute(st, {{DNNL_ARG_DIFF_DST, gym}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, gxm},
-                      {DNNL_ARG_SCRATCHPAD, memory(p.scratch, s.eng, b.get(p.scratch.get_size()))}});
-  to_user(st, s.eng, gxm, d.user_src, gx);
+                      {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, b.get(p.scratch.get_size()))}});
+  to_user(st, eng, gxm, d.user_src, gx);
   st.wait();
 }
 
@@ -387,20 +373,20 @@ void conv2d_backward_weights(const ConvGeometry& g, const void* x, const void* g
     });
     return;
   }
-  State& s = state();
+  dnnl::engine& eng = dnnl_context::engine();
   const Prims& p = prims(g, 2);
   Descs d = descs(g);
-  dnnl::stream st(s.eng);
+  dnnl::stream& st = dnnl_context::stream();
   Buffers b;
-  memory xm = in_layout(st, s.eng, d.user_src, p.src, x, b);
-  memory gym = in_layout(st, s.eng, d.user_dst, p.dst, gy, b);
-  memory gwm = out_layout(s.eng, d.user_wei, p.wei, gw, b);
-  memory gbm = gbias ? out_layout(s.eng, d.user_bias, p.bias, gbias, b)
-                     : memory(p.bias, s.eng, b.get(p.bias.get_size()));
+  memory xm = in_layout(st, eng, d.user_src, p.src, x, b);
+  memory gym = in_layout(st, eng, d.user_dst, p.dst, gy, b);
+  memory gwm = out_layout(eng, d.user_wei, p.wei, gw, b);
+  memory gbm = gbias ? out_layout(eng, d.user_bias, p.bias, gbias, b)
+                     : memory(p.bias, eng, b.get(p.bias.get_size()));
   p.prim.execute(st, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_DST, gym}, {DNNL_ARG_DIFF_WEIGHTS, gwm}, {DNNL_ARG_DIFF_BIAS, gbm},
-                      {DNNL_ARG_SCRATCHPAD, memory(p.scratch, s.eng, b.get(p.scratch.get_size()))}});
-  to_user(st, s.eng, gwm, d.user_wei, gw);
-  if (gbias) to_user(st, s.eng, gbm, d.user_bias, gbias);
+                      {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, b.get(p.scratch.get_size()))}});
+  to_user(st, eng, gwm, d.user_wei, gw);
+  if (gbias) to_user(st, eng, gbm, d.user_bias, gbias);
   st.wait();
 }
 

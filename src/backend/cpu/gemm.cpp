@@ -1,16 +1,14 @@
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/dnnl_post_ops.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <array>
 #include <bit>
-#include <functional>
-#include <map>
-#include <memory>
 #include <unordered_map>
 #include <vector>
-#include <mutex>
+
+#include "backend/cpu/dnnl_context.h"
+#include "backend/cpu/dnnl_post_ops.h"
 
 #include "tessera/core/allocator.h"
 #include "tessera/core/error.h"
@@ -27,35 +25,17 @@ struct Key {
   bool operator<(const Key& o) const { return v < o.v; }
 };
 
-// A cached product and its scratchpad's size. Each call brings its own
-// scratchpad (user mode): with oneDNN's own, two threads running one
-// primitive at once (attention runs its per-head GEMMs in parallel) share it
-// and overwrite each other's packed operands.
+// A cached product and its scratchpad's size (Note [oneDNN context]: each run
+// brings its own scratchpad; attention runs its per-head GEMMs in parallel on
+// one primitive).
 struct Prim {
   dnnl::matmul matmul;
   dnnl::memory::desc scratch;
 };
 
-struct Engine {
-  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
-  std::mutex mu;
-  std::map<Key, Prim> cache;
-};
-
-Engine& engine() {
-  static Engine* e = new Engine();
-  return *e;
-}
-
-// Runs a cached product with a scratchpad of its own from the caching allocator.
-void run(const Prim& prim, Engine& e, std::unordered_map<int, dnnl::memory>& args) {
-  const size_t scratch_bytes = prim.scratch.get_size();
-  std::unique_ptr<void, std::function<void(void*)>> scratch(
-      scratch_bytes ? cpu_allocate(scratch_bytes) : nullptr, [scratch_bytes](void* p) { cpu_free(p, scratch_bytes); });
-  if (scratch) args.insert({DNNL_ARG_SCRATCHPAD, dnnl::memory(prim.scratch, e.eng, scratch.get())});
-  dnnl::stream s(e.eng);
-  prim.matmul.execute(s, args);
-  s.wait();
+dnnl_context::PrimitiveCache<Key, Prim>& cache() {
+  static auto* c = new dnnl_context::PrimitiveCache<Key, Prim>();
+  return *c;
 }
 
 // oneDNN needs one of the two inner strides of every operand to be 1.
@@ -78,7 +58,7 @@ void gemm_dnnl(const GemmArgs& g) {
     }
     return;
   }
-  Engine& e = engine();
+  const dnnl::engine& eng = dnnl_context::engine();
   dt type = g.dtype == DType::BF16 ? dt::bf16 : dt::f32;
   Key key{{g.batch, g.m, g.n, g.k, g.sa[0], g.sa[1], g.sa[2], g.sb[0], g.sb[1], g.sb[2], g.sc[0], g.sc[1],
            g.sc[2], g.bias ? 1 : 0, static_cast<int64_t>(type), std::bit_cast<int64_t>(g.alpha), g.accumulate,
@@ -91,36 +71,30 @@ void gemm_dnnl(const GemmArgs& g) {
   dnnl::memory::desc amd = md(g.m, g.k, g.sa), bmd = md(g.k, g.n, g.sb), cmd = md(g.m, g.n, g.sc);
   dnnl::memory::desc biasmd = batched ? dnnl::memory::desc({1, 1, g.n}, type, {g.n, g.n, 1})
                                       : dnnl::memory::desc({1, g.n}, type, {g.n, 1});
-  Prim prim;
-  {
-    std::lock_guard<std::mutex> lock(e.mu);
-    auto it = e.cache.find(key);
-    if (it == e.cache.end()) {
-      auto desc = g.bias ? dnnl::matmul::desc(amd, bmd, biasmd, cmd) : dnnl::matmul::desc(amd, bmd, cmd);
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      if (g.alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(g.alpha)});
-      dnnl::post_ops po;
-      if (g.accumulate) po.append_sum(1.0f);
-      append_activation(po, g.act);
-      if (g.residual) po.append_binary(dnnl::algorithm::binary_add, cmd);
-      if (po.len() > 0) attr.set_post_ops(po);
-      dnnl::matmul::primitive_desc pd(desc, attr, e.eng);
-      it = e.cache.emplace(key, Prim{dnnl::matmul(pd), pd.scratchpad_desc()}).first;
-    }
-    prim = it->second;
-  }
-  dnnl::memory am(amd, e.eng, const_cast<void*>(g.a));
-  dnnl::memory bm(bmd, e.eng, const_cast<void*>(g.b));
-  dnnl::memory cm(cmd, e.eng, g.c);
+  const Prim& prim = cache().get(key, [&] {
+    auto desc = g.bias ? dnnl::matmul::desc(amd, bmd, biasmd, cmd) : dnnl::matmul::desc(amd, bmd, cmd);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (g.alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(g.alpha)});
+    dnnl::post_ops po;
+    if (g.accumulate) po.append_sum(1.0f);
+    append_activation(po, g.act);
+    if (g.residual) po.append_binary(dnnl::algorithm::binary_add, cmd);
+    if (po.len() > 0) attr.set_post_ops(po);
+    dnnl::matmul::primitive_desc pd(desc, attr, eng);
+    return Prim{dnnl::matmul(pd), pd.scratchpad_desc()};
+  });
+  dnnl::memory am(amd, eng, const_cast<void*>(g.a));
+  dnnl::memory bm(bmd, eng, const_cast<void*>(g.b));
+  dnnl::memory cm(cmd, eng, g.c);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-  if (g.bias) args.insert({DNNL_ARG_BIAS, dnnl::memory(biasmd, e.eng, const_cast<void*>(g.bias))});
+  if (g.bias) args.insert({DNNL_ARG_BIAS, dnnl::memory(biasmd, eng, const_cast<void*>(g.bias))});
   if (g.residual) {
     int index = (g.accumulate ? 1 : 0) + (g.act != Epilogue::None ? 1 : 0);  // the binary post-op's place
     args.insert({DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
-                 dnnl::memory(cmd, e.eng, const_cast<void*>(g.residual))});
+                 dnnl::memory(cmd, eng, const_cast<void*>(g.residual))});
   }
-  run(prim, e, args);
+  dnnl_context::execute(prim.matmul, prim.scratch, args);
 }
 
 // Portable path: accumulate in acc_t (double for f64, float for 16-bit floats,
@@ -237,7 +211,7 @@ bool has_native_bf16() {
   static const bool ok = [] {
     try {
       dnnl::memory::desc md({1, 16, 16}, dt::bf16, {256, 16, 1});
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine().eng);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), dnnl_context::engine());
       return std::string(pd.impl_info_str()).find("ref") == std::string::npos;
     } catch (const dnnl::error&) {
       return false;
@@ -273,36 +247,26 @@ void gemm(const GemmArgs& g) {
 
 void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, const int8_t* b_rows, const float* scales, float* c) {
   if (m == 0 || n == 0) return;
-  Engine& e = engine();
+  const dnnl::engine& eng = dnnl_context::engine();
   // Keyed apart from the f32 products by a dtype tag no GemmArgs carries.
   Key key{{1, m, n, k, -8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}};
   dnnl::memory::desc amd({m, k}, dt::s8, {k, 1}), bmd({k, n}, dt::s8, {1, k}), cmd({m, n}, dt::f32, {n, 1});
   dnnl::memory::desc smd({n}, dt::f32, {1});
-  Prim prim;
-  {
-    std::lock_guard<std::mutex> lock(e.mu);
-    auto it = e.cache.find(key);
-    if (it == e.cache.end()) {
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});  // one scale per output column, given per call
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, e.eng);
-      it = e.cache.emplace(key, Prim{dnnl::matmul(pd), pd.scratchpad_desc()}).first;
-    }
-    prim = it->second;
-  }
+  const Prim& prim = cache().get(key, [&] {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});  // one scale per output column, given per call
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, eng);
+    return Prim{dnnl::matmul(pd), pd.scratchpad_desc()};
+  });
   std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, dnnl::memory(amd, e.eng, const_cast<int8_t*>(a))},
-      {DNNL_ARG_WEIGHTS, dnnl::memory(bmd, e.eng, const_cast<int8_t*>(b_rows))},
-      {DNNL_ARG_DST, dnnl::memory(cmd, e.eng, c)},
-      {DNNL_ARG_ATTR_OUTPUT_SCALES, dnnl::memory(smd, e.eng, const_cast<float*>(scales))}};
-  run(prim, e, args);
+      {DNNL_ARG_SRC, dnnl::memory(amd, eng, const_cast<int8_t*>(a))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(bmd, eng, const_cast<int8_t*>(b_rows))},
+      {DNNL_ARG_DST, dnnl::memory(cmd, eng, c)},
+      {DNNL_ARG_ATTR_OUTPUT_SCALES, dnnl::memory(smd, eng, const_cast<float*>(scales))}};
+  dnnl_context::execute(prim.matmul, prim.scratch, args);
 }
 
-int64_t gemm_cache_size() {
-  Engine& e = engine();
-  std::lock_guard<std::mutex> lock(e.mu);
-  return static_cast<int64_t>(e.cache.size());
-}
+int64_t gemm_cache_size() { return static_cast<int64_t>(cache().size()); }
 
 }  // namespace tessera::cpu

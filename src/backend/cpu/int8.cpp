@@ -1,3 +1,4 @@
+#include "backend/cpu/dnnl_context.h"
 #include "backend/cpu/int8.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -37,14 +38,10 @@ struct Prim {
   std::string impl;
 };
 
-struct State {
-  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
-  std::mutex mu;
-  std::map<Key, Prim> cache;  // only grows; entries never change, so references stay valid
-};
-State& state() {
-  static State* s = new State();
-  return *s;
+// Keyed by geometry and scales: one entry per quantized layer (Note [oneDNN context]).
+dnnl_context::PrimitiveCache<Key, Prim>& cache() {
+  static auto* c = new dnnl_context::PrimitiveCache<Key, Prim>();
+  return *c;
 }
 
 // Per output channel: the factor from the int32 sum to the output (the u8
@@ -86,57 +83,33 @@ const Prim& conv_prim(const ConvGeometry& g, const Int8Epilogue& e, const std::v
          g.groups},
         scales};
   for (int64_t v : epilogue_key(e)) k.dims.push_back(v);
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.cache.find(k);
-  if (it != s.cache.end()) return it->second;
-  memory::dims wd = g.groups > 1 ? memory::dims{g.groups, g.OC / g.groups, g.C / g.groups, g.KH, g.KW}
-                                 : memory::dims{g.OC, g.C, g.KH, g.KW};
-  memory::desc src({g.N, g.C, g.H, g.W}, e.x_s8 ? dt::s8 : dt::u8, tag::nhwc), wei(wd, dt::s8, tag::any), bias({g.OC}, dt::f32, tag::x),
-      dst({g.N, g.OC, g.OH, g.OW}, e.out_u8 ? dt::u8 : dt::f32, tag::nhwc);
-  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, wei,
-                                    bias, dst, {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
-  dnnl::convolution_forward::primitive_desc pd(d, attr_of(e, scales), s.eng);
-  Prim p{dnnl::convolution_forward(pd), pd.src_desc(), pd.weights_desc(), pd.bias_desc(), pd.dst_desc(),
-         pd.scratchpad_desc(), pd.impl_info_str()};
-  return s.cache.emplace(std::move(k), std::move(p)).first->second;
+  return cache().get(k, [&] {
+    const dnnl::engine& eng = dnnl_context::engine();
+    memory::dims wd = g.groups > 1 ? memory::dims{g.groups, g.OC / g.groups, g.C / g.groups, g.KH, g.KW}
+                                   : memory::dims{g.OC, g.C, g.KH, g.KW};
+    memory::desc src({g.N, g.C, g.H, g.W}, e.x_s8 ? dt::s8 : dt::u8, tag::nhwc), wei(wd, dt::s8, tag::any), bias({g.OC}, dt::f32, tag::x),
+        dst({g.N, g.OC, g.OH, g.OW}, e.out_u8 ? dt::u8 : dt::f32, tag::nhwc);
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, wei,
+                                      bias, dst, {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.pt, g.pl}, {g.pb, g.pr});
+    dnnl::convolution_forward::primitive_desc pd(d, attr_of(e, scales), eng);
+    return Prim{dnnl::convolution_forward(pd), pd.src_desc(), pd.weights_desc(), pd.bias_desc(), pd.dst_desc(),
+                pd.scratchpad_desc(), pd.impl_info_str()};
+  });
 }
 
 const Prim& linear_prim(int64_t m, int64_t n, int64_t k, const Int8Epilogue& e, const std::vector<float>& scales) {
   Key key{{1, m, n, k}, scales};
   for (int64_t v : epilogue_key(e)) key.dims.push_back(v);
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.cache.find(key);
-  if (it != s.cache.end()) return it->second;
-  memory::desc src({m, k}, e.x_s8 ? dt::s8 : dt::u8, {k, 1}), wei({k, n}, dt::s8, {1, k}), bias({1, n}, dt::f32, {n, 1}),
-      dst({m, n}, e.out_u8 ? dt::u8 : dt::f32, {n, 1});
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, bias, dst), attr_of(e, scales), s.eng);
-  Prim p{dnnl::matmul(pd), src, wei, bias, dst, pd.scratchpad_desc(), pd.impl_info_str()};
-  return s.cache.emplace(std::move(key), std::move(p)).first->second;
+  return cache().get(key, [&] {
+    const dnnl::engine& eng = dnnl_context::engine();
+    memory::desc src({m, k}, e.x_s8 ? dt::s8 : dt::u8, {k, 1}), wei({k, n}, dt::s8, {1, k}), bias({1, n}, dt::f32, {n, 1}),
+        dst({m, n}, e.out_u8 ? dt::u8 : dt::f32, {n, 1});
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, bias, dst), attr_of(e, scales), eng);
+    return Prim{dnnl::matmul(pd), src, wei, bias, dst, pd.scratchpad_desc(), pd.impl_info_str()};
+  });
 }
 
-// A buffer from the caching allocator (Note [oneDNN memory] in conv.cpp),
-// freed when the call that took it returns.
-struct Buffer {
-  void* p = nullptr;
-  size_t n = 0;
-  explicit Buffer(size_t bytes) : p(bytes ? cpu_allocate(bytes) : nullptr), n(bytes) {}
-  ~Buffer() {
-    if (p) cpu_free(p, n);
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-};
-
-void execute(const Prim& p, std::unordered_map<int, memory>& args) {
-  State& s = state();
-  Buffer scratch(p.scratch.get_size());
-  if (scratch.p) args.insert({DNNL_ARG_SCRATCHPAD, memory(p.scratch, s.eng, scratch.p)});
-  dnnl::stream st(s.eng);
-  p.prim.execute(st, args);
-  st.wait();
-}
+void execute(const Prim& p, std::unordered_map<int, memory>& args) { dnnl_context::execute(p.prim, p.scratch, args); }
 
 memory::desc user_weights(const ConvGeometry& g) {
   return g.groups > 1 ? memory::desc({g.groups, g.OC / g.groups, g.C / g.groups, g.KH, g.KW}, dt::s8, tag::goihw)
@@ -190,12 +163,12 @@ std::string int8_conv_weights_layout(const ConvGeometry& g, const Int8Epilogue& 
 }
 
 std::shared_ptr<const void> pack_int8_conv_weights(const ConvGeometry& g, const Int8Epilogue& e, const int8_t* w) {
-  State& s = state();
+  dnnl::engine& eng = dnnl_context::engine();
   const memory::desc want = conv_prim(g, e, output_scales(g.OC, e)).wei;
   const size_t bytes = want.get_size();
   std::shared_ptr<void> buf(cpu_allocate(bytes), [bytes](void* p) { cpu_free(p, bytes); });
-  memory um(user_weights(g), s.eng, const_cast<int8_t*>(w)), pm(want, s.eng, buf.get());
-  dnnl::stream st(s.eng);
+  memory um(user_weights(g), eng, const_cast<int8_t*>(w)), pm(want, eng, buf.get());
+  dnnl::stream& st = dnnl_context::stream();
   dnnl::reorder(um, pm).execute(st, um, pm);
   st.wait();
   return buf;
@@ -204,7 +177,7 @@ std::shared_ptr<const void> pack_int8_conv_weights(const ConvGeometry& g, const 
 void int8_conv2d(const ConvGeometry& g, const void* x, const int8_t* w, const Int8Epilogue& e, void* y,
                  const void* packed) {
   if (g.N == 0 || g.OC == 0 || g.OH <= 0 || g.OW <= 0) return;
-  State& s = state();
+  dnnl::engine& eng = dnnl_context::engine();
   std::vector<float> scales = output_scales(g.OC, e), bias = scaled_bias(g.OC, e);
   const Prim& p = conv_prim(g, e, scales);
   std::shared_ptr<const void> own;
@@ -212,22 +185,22 @@ void int8_conv2d(const ConvGeometry& g, const void* x, const int8_t* w, const In
     own = pack_int8_conv_weights(g, e, w);
     packed = own.get();
   }
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.src, s.eng, const_cast<void*>(x))},
-                                       {DNNL_ARG_WEIGHTS, memory(p.wei, s.eng, const_cast<void*>(packed))},
-                                       {DNNL_ARG_BIAS, memory(p.bias, s.eng, bias.data())},
-                                       {DNNL_ARG_DST, memory(p.dst, s.eng, y)}};
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.src, eng, const_cast<void*>(x))},
+                                       {DNNL_ARG_WEIGHTS, memory(p.wei, eng, const_cast<void*>(packed))},
+                                       {DNNL_ARG_BIAS, memory(p.bias, eng, bias.data())},
+                                       {DNNL_ARG_DST, memory(p.dst, eng, y)}};
   execute(p, args);
 }
 
 void int8_linear(int64_t m, int64_t n, int64_t k, const void* x, const int8_t* w, const Int8Epilogue& e, void* y) {
   if (m == 0 || n == 0) return;
-  State& s = state();
+  dnnl::engine& eng = dnnl_context::engine();
   std::vector<float> scales = output_scales(n, e), bias = scaled_bias(n, e);
   const Prim& p = linear_prim(m, n, k, e, scales);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.src, s.eng, const_cast<void*>(x))},
-                                       {DNNL_ARG_WEIGHTS, memory(p.wei, s.eng, const_cast<int8_t*>(w))},
-                                       {DNNL_ARG_BIAS, memory(p.bias, s.eng, bias.data())},
-                                       {DNNL_ARG_DST, memory(p.dst, s.eng, y)}};
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.src, eng, const_cast<void*>(x))},
+                                       {DNNL_ARG_WEIGHTS, memory(p.wei, eng, const_cast<int8_t*>(w))},
+                                       {DNNL_ARG_BIAS, memory(p.bias, eng, bias.data())},
+                                       {DNNL_ARG_DST, memory(p.dst, eng, y)}};
   execute(p, args);
 }
 

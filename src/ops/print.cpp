@@ -1,5 +1,6 @@
 // Printing tensors the way PyTorch does, summarized when large, so a tensor in
-// a test failure is readable.
+// a test failure is readable. Declared in core (tensor.h), defined here: it
+// converts with ops and names the autograd node.
 #include <cmath>
 #include <cstdio>
 #include <sstream>

@@ -1,0 +1,39 @@
+#include "backend/cpu/dnnl_context.h"
+
+#include <algorithm>
+
+#include "tessera/core/allocator.h"
+
+namespace tessera::cpu::dnnl_context {
+
+dnnl::engine& engine() {
+  static dnnl::engine* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // never destroyed: used until exit
+  return *e;
+}
+
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+Buffers::~Buffers() {
+  for (auto& [p, n] : held_) cpu_free(p, n);
+}
+
+void* Buffers::get(size_t bytes) {
+  const size_t n = std::max<size_t>(bytes, 64);
+  void* p = cpu_allocate(n);
+  held_.emplace_back(p, n);
+  return p;
+}
+
+void execute(const dnnl::primitive& prim, const dnnl::memory::desc& scratch,
+             std::unordered_map<int, dnnl::memory>& args) {
+  Buffers buffers;
+  if (const size_t n = scratch.get_size()) args.insert({DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch, engine(), buffers.get(n))});
+  dnnl::stream& s = stream();
+  prim.execute(s, args);
+  s.wait();
+}
+
+}  // namespace tessera::cpu::dnnl_context
