@@ -2,7 +2,7 @@
 // An op's attributes: the non-tensor arguments of one call (dims, eps,
 // strides, ...), by name. Ops publish them while a graph is being captured
 // (TS_OP_ATTRS) and their invoker reads them back to run the op from a graph
-// (DESIGN.md §2.4), so the compiler and the exporters read every op the same
+// (docs/architecture.md), so the compiler and the exporters read every op the same
 // way, without special cases.
 #include <optional>
 #include <string>
