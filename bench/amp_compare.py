@@ -20,6 +20,7 @@ own process with PyTorch in its best environment (PLATFORM.md). Every
 configuration keeps its best median over --rounds rounds. Standard library only.
 """
 import argparse
+import json
 import math
 import os
 import sys
@@ -52,29 +53,50 @@ def best_of(rounds, *a, **k):
     return best
 
 
-def precision_part(rounds, steps, warmup):
+def cpu_has(flag):
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and flag in line.split() for line in f)
+    except OSError:
+        return False
+
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+
+def f_ratio(r):
+    return f"{r:.2f}x" if r is not None else "n/a"
+
+
+def precision_part(rounds, steps, warmup, threads_list, torch_bf16):
+    """Returns (markdown, rows). PyTorch's bf16 runs only when torch_bf16 is true."""
     rows = []
-    for threads in (1, 2):
+    for threads in threads_list:
         r = {}
         for impl in ("tessera", "torch"):
             for prec in ("f32", "bf16"):
+                if impl == "torch" and prec == "bf16" and not torch_bf16:
+                    r[impl, prec] = {"error": "not run: no native bf16 kernels for PyTorch on this CPU"}
+                    continue
                 r[impl, prec] = best_of(rounds, impl, threads, ["--precision", prec], steps, warmup)
-        rows.append((threads, r))
+        rows.append({"threads": threads, "tessera_f32": r["tessera", "f32"], "tessera_bf16": r["tessera", "bf16"],
+                     "torch_f32": r["torch", "f32"], "torch_bf16": r["torch", "bf16"]})
     out = ["| threads | Tessera f32 ms | Tessera bf16 ms | bf16/f32 | PyTorch f32 ms | PyTorch bf16 ms | "
            "bf16/f32 | Tessera bf16 / PyTorch bf16 |", "|---|---|---|---|---|---|---|---|"]
-    for threads, r in rows:
-        t32, t16 = tc.get(r["tessera", "f32"], "ms_per_step"), tc.get(r["tessera", "bf16"], "ms_per_step")
-        p32, p16 = tc.get(r["torch", "f32"], "ms_per_step"), tc.get(r["torch", "bf16"], "ms_per_step")
-        ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "n/a"
-        out.append(f"| {threads} | {tc.f_ms(t32)} | {tc.f_ms(t16)} | {ratio(t16, t32)} | {tc.f_ms(p32)} | "
-                   f"{tc.f_ms(p16)} | {ratio(p16, p32)} | **{ratio(t16, p16)}** |")
-    return "\n".join(out)
+    for row in rows:
+        t32, t16 = tc.get(row["tessera_f32"], "ms_per_step"), tc.get(row["tessera_bf16"], "ms_per_step")
+        p32, p16 = tc.get(row["torch_f32"], "ms_per_step"), tc.get(row["torch_bf16"], "ms_per_step")
+        out.append(f"| {row['threads']} | {tc.f_ms(t32)} | {tc.f_ms(t16)} | {f_ratio(ratio(t16, t32))} | "
+                   f"{tc.f_ms(p32)} | {tc.f_ms(p16)} | {f_ratio(ratio(p16, p32))} | **{f_ratio(ratio(t16, p16))}** |")
+    return "\n".join(out), rows
 
 
 def checkpoint_part(rounds, layers_list, threads, steps, warmup):
+    """Returns (markdown, rows)."""
     out = ["| layers | mode | Tessera ms | Tessera step MiB | Tessera peak tensors MiB | PyTorch ms | "
            "PyTorch step MiB | Tessera/PyTorch memory |", "|---|---|---|---|---|---|---|---|"]
-    summary = []
+    summary, rows = [], []
     for layers in layers_list:
         seg = max(1, round(math.sqrt(layers)))
         modes = [("none", -1), (f"sqrt: {seg} segments", seg), ("every block", 0)]
@@ -82,19 +104,22 @@ def checkpoint_part(rounds, layers_list, threads, steps, warmup):
         for label, ck in modes:
             args = ["--layers", str(layers), "--checkpoint", str(ck)]
             t = best_of(rounds, "tessera", threads, args, steps, warmup)
+            # PyTorch's checkpoint_sequential has no every-block mode in bench/train_torch.py.
             p = best_of(rounds, "torch", threads, args, steps, warmup) if ck != 0 else None
+            rows.append({"layers": layers, "mode": label, "checkpoint": ck, "segments": seg if ck > 0 else None,
+                         "tessera": t, "torch": p})
             tm, tmem = tc.get(t, "ms_per_step"), tc.get(t, "step_rss_mib")
             pm, pmem = tc.get(p, "ms_per_step"), tc.get(p, "step_rss_mib")
             if ck == -1:
                 base = {"t_ms": tm, "t_mem": tmem, "t_peak": tc.get(t, "peak_tensor_mib")}
-            ratio = f"**{tmem / pmem:.2f}x**" if tmem and pmem else "n/a"
             out.append(f"| {layers} | {label} | {tc.f_ms(tm)} | {tc.f_mib(tmem)} | "
-                       f"{tc.f_mib(tc.get(t, 'peak_tensor_mib'))} | {tc.f_ms(pm)} | {tc.f_mib(pmem)} | {ratio} |")
-            if ck != -1 and tm and base.get("t_ms"):
+                       f"{tc.f_mib(tc.get(t, 'peak_tensor_mib'))} | {tc.f_ms(pm)} | {tc.f_mib(pmem)} | "
+                       f"**{f_ratio(ratio(tmem, pmem))}** |")
+            if ck != -1 and tm and base.get("t_ms") and tmem and base.get("t_mem") and base.get("t_peak"):
                 summary.append(f"- {layers} layers, {label}: Tessera step time {tm / base['t_ms']:.2f}x of "
                                f"no checkpointing, step memory {tmem / base['t_mem']:.2f}x, peak tensor bytes "
                                f"{tc.get(t, 'peak_tensor_mib') / base['t_peak']:.2f}x")
-    return "\n".join(out) + "\n\n" + "\n".join(summary)
+    return "\n".join(out) + "\n\n" + "\n".join(summary), rows
 
 
 def main():
@@ -105,25 +130,43 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--layers", default="6,12,24")
     ap.add_argument("--threads", type=int, default=2, help="threads for the checkpoint part")
+    ap.add_argument("--precision-threads", default="1,2", help="thread counts for the precision part")
+    ap.add_argument("--torch-bf16", choices=("auto", "yes", "no"), default="auto",
+                    help="run PyTorch's bf16 step: auto = only on a CPU with avx512_bf16 (elsewhere PyTorch "
+                         "1.13 has no native bf16 kernels and the comparison says nothing)")
     ap.add_argument("--markdown", help="also write the tables to this file")
+    ap.add_argument("--json", help="write the results as JSON to this file")
     args = ap.parse_args()
     if not os.path.exists(TESSERA):
         sys.exit(f"{TESSERA} is missing: build with cmake -B build-bench -DCMAKE_BUILD_TYPE=Release "
                  "-DTESSERA_BUILD_BENCH=ON && ninja -C build-bench")
     model, flags = tc.cpu_info()
+    native_bf16 = cpu_has("avx512_bf16")
+    torch_bf16 = args.torch_bf16 == "yes" or (args.torch_bf16 == "auto" and native_bf16)
     text = [f"CPU: {model} ({flags}); torch {tc.torch_version('/usr/bin/python3')}"]
+    result = {"cpu_avx512_bf16": native_bf16, "torch_bf16_run": torch_bf16,
+              "settings": {"rounds": args.rounds, "steps": args.steps, "warmup": args.warmup}}
     if args.part in ("precision", "both"):
-        text += ["", "### bf16 autocast vs f32 (GPT 6L, ms per training step)", "",
-                 precision_part(args.rounds, args.steps, args.warmup)]
+        pthreads = [int(x) for x in args.precision_threads.split(",") if x]
+        md, rows = precision_part(args.rounds, args.steps, args.warmup, pthreads, torch_bf16)
+        text += ["", "### bf16 autocast vs f32 (GPT 6L, ms per training step)", "", md]
+        if not torch_bf16:
+            text += ["", "PyTorch's bf16 step was not run: this CPU has no avx512_bf16, where PyTorch 1.13 "
+                     "runs bf16 matrix products through a slow reference path."]
+        result["precision"] = rows
     if args.part in ("checkpoint", "both"):
         layers = [int(x) for x in args.layers.split(",")]
-        text += ["", f"### Gradient checkpointing (GPT d 384, ctx 256, batch 8, {args.threads} threads)", "",
-                 checkpoint_part(args.rounds, layers, args.threads, args.steps, args.warmup)]
+        md, rows = checkpoint_part(args.rounds, layers, args.threads, args.steps, args.warmup)
+        text += ["", f"### Gradient checkpointing (GPT d 384, ctx 256, batch 8, {args.threads} threads)", "", md]
+        result["checkpoint"] = {"threads": args.threads, "rows": rows}
     md = "\n".join(text) + "\n"
     print(md)
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(md)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -310,6 +310,9 @@ def parse_args():
     ap.add_argument("--bin", default=DEFAULT_BIN, help="tessera_compile_bench (default %(default)s)")
     ap.add_argument("--no-torch-default", action="store_true",
                     help="skip PyTorch's default-environment run (its best configuration is always run)")
+    ap.add_argument("--iters-per-case", default="",
+                    help="timed iterations by case, e.g. resnet18=5,gpt=5 (overrides the defaults)")
+    ap.add_argument("--json", help="write every row (both sides' records) as JSON to this file")
     ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)  # --torch-worker only
     args = ap.parse_args()
@@ -322,6 +325,10 @@ def parse_args():
         args.iters, args.warmup = 1, 1
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    args.case_iters = dict(DEFAULT_ITERS)
+    for kv in filter(None, args.iters_per_case.split(",")):
+        k, v = kv.split("=")
+        args.case_iters[k] = int(v)
     return args
 
 
@@ -334,16 +341,20 @@ def main():
         sys.exit(f"{args.bin} not found: build it first (cmake --build build-bench --target tessera_compile_bench)")
     rows = []
     for case in args.cases:
-        iters = args.iters or DEFAULT_ITERS[case]
+        iters = args.iters or args.case_iters[case]
         for batch in BATCHES[case]:
             for threads in args.threads:
                 rows.append(measure(args.bin, case, batch, threads, iters, args.warmup, not args.no_torch_default,
                                     args.rounds))
     iters_note = (f"{args.iters} per measurement" if args.iters else
-                  ", ".join(f"{c} {DEFAULT_ITERS[c]}" for c in args.cases)) + f", after {args.warmup} warmup"
+                  ", ".join(f"{c} {args.case_iters[c]}" for c in args.cases)) + f", after {args.warmup} warmup"
     if args.rounds > 1:
         iters_note += f"; {args.rounds} alternating rounds per side, median round reported"
     print_report(rows, iters_note)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"iters": {c: args.iters or args.case_iters[c] for c in args.cases}, "warmup": args.warmup,
+                       "rounds": args.rounds, "rows": rows}, f, indent=1)
     return 1 if errors(rows) else 0
 
 

@@ -255,7 +255,14 @@ def parse_args():
     ap.add_argument("--tol", type=float, default=1e-4, help="max abs diff allowed, ORT vs Tessera eager")
     ap.add_argument("--dir", default=None, help="where the exported files go (default: a fresh temporary folder)")
     ap.add_argument("--bin", default=DEFAULT_BIN, help="tessera_compile_bench (default %(default)s)")
+    ap.add_argument("--iters-per-case", default="",
+                    help="timed iterations by case, e.g. resnet18=5,gpt=5 (overrides the defaults)")
+    ap.add_argument("--json", help="write the checks and every timed row as JSON to this file")
     args = ap.parse_args()
+    args.case_iters = dict(DEFAULT_ITERS)
+    for kv in filter(None, args.iters_per_case.split(",")):
+        k, v = kv.split("=")
+        args.case_iters[k] = int(v)
     args.cases = [c for c in args.cases.split(",") if c]
     args.threads = [int(t) for t in args.threads.split(",") if t]
     bad = [c for c in args.cases if c not in CASES]
@@ -282,15 +289,15 @@ def main():
         prep = prepare_case(args.bin, case, out_dir, args.tol)
         preps.append(prep)
         if "model" in prep:
-            rows += time_case(args.bin, prep, args.threads, args.iters or DEFAULT_ITERS[case], args.warmup, args.tol,
-                              args.rounds)
+            rows += time_case(args.bin, prep, args.threads, args.iters or args.case_iters[case], args.warmup,
+                              args.tol, args.rounds)
 
     model, flags = tc.cpu_info()
     print(f"CPU: {model} ({os.cpu_count()} logical CPUs; {flags})")
     print(f"ONNX files in {out_dir}; onnx {onnx.__version__}; ORT (onnxruntime-node) "
           f"{next((r['ort']['ort'] for r in rows if 'ort' in r['ort']), '?')}.\n")
     print(check_table(preps, args.tol))
-    iters = f"{args.iters}" if args.iters else ", ".join(f"{c} {DEFAULT_ITERS[c]}" for c in args.cases)
+    iters = f"{args.iters}" if args.iters else ", ".join(f"{c} {args.case_iters[c]}" for c in args.cases)
     if args.rounds > 1:
         iters += f"; {args.rounds} alternating rounds per side, median round reported"
     print(f"\nLatency, median ms ({iters} timed iterations after {args.warmup} warmup); "
@@ -300,6 +307,13 @@ def main():
     problems = [s for p in preps for s in p["problems"]]
     print(f"\nWorst ORT vs Tessera eager max abs diff: {diff if diff is None else f'{diff:.3e}'} ({where}); "
           f"tolerance {args.tol:g}.")
+    if args.json:
+        checks = [{k: v for k, v in p.items() if k not in ("inputs", "model")} for p in preps]
+        with open(args.json, "w") as f:
+            json.dump({"onnx": onnx.__version__, "tol": args.tol, "warmup": args.warmup, "rounds": args.rounds,
+                       "iters": {c: args.iters or args.case_iters[c] for c in args.cases},
+                       "checks": checks, "rows": rows, "worst_diff": diff, "worst_where": where,
+                       "problems": [s for p in preps for s in p["problems"]]}, f, indent=1)
     if problems:
         print("\nFAILED:\n" + "\n".join(f"- {s}" for s in problems))
         return 1

@@ -111,6 +111,7 @@ def main():
     ap.add_argument("--calibration-batches", type=int, default=16)
     ap.add_argument("--observer", default="minmax")
     ap.add_argument("--dir", default="/tmp/ptq_compare")
+    ap.add_argument("--json", help="write every side's figures as JSON to this file")
     ap.add_argument("--torch-child", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.torch_child:
@@ -169,6 +170,14 @@ def main():
             ti = ts[f"us{b}_int8"]
             print(f"| {t} | {b} | {ti / ts[f'us{b}_f32']:.2f} | {pt['int8'][f'us_{b}'] / pt['f32'][f'us_{b}']:.2f} | "
                   f"{ti / pt['int8'][f'us_{b}']:.2f} | {ti / o['int8'][b]:.2f} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"rounds": a.rounds, "calibration_batches": a.calibration_batches, "observer": a.observer,
+                       "torch": rows[0][2]["torch"],
+                       "rows": [{"threads": t, "tessera": ts, "torch": pt,
+                                 "ort_us": {m: {str(b): v for b, v in d.items()} for m, d in o.items()},
+                                 "ort_acc": {"f32": oa["f32"], "int8": oa["int8"]}, "ort_int8_max_diff": oa["diff"]}
+                                for t, ts, pt, o, oa in rows]}, f, indent=1)
 
 
 if __name__ == "__main__":

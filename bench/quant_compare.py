@@ -116,6 +116,54 @@ def torch_side(ckpt, threads, rounds):
                      {"max_logit_diff": diff, "torch": torch.__version__}))
 
 
+# The shapes of tessera_quant_bench kernels (out x in), at one activation row.
+KERNEL_SHAPES = ((384, 128), (128, 512), (4096, 4096), (11008, 4096))
+
+
+def torch_kernels(threads, rounds):
+    """PyTorch's f32 ways to multiply one row by a weight, and its dynamic int8
+    Linear, at the kernel shapes (a child process with PyTorch's environment);
+    prints one JSON line: {"OUTxIN": {"F.linear": us, ..., "best": path}}."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(threads)
+    torch.backends.quantized.engine = "onednn"
+    torch.manual_seed(1)
+    out = {}
+    with torch.inference_mode():
+        for n, k in KERNEL_SHAPES:
+            w = torch.randn(n, k) * 0.02
+            wt = w.t().contiguous()
+            x = torch.randn(1, k)
+            lin = torch.nn.Linear(k, n, bias=False)
+            lin.weight.data.copy_(w)
+            qlin = torch.ao.nn.quantized.dynamic.Linear(k, n, bias_=False, dtype=torch.qint8)
+            qlin.set_weight_bias(torch.quantize_per_tensor(w, float(w.abs().max()) / 127, 0, torch.qint8), None)
+            paths = {"F.linear(x,W)": lambda: F.linear(x, w), "torch.mv(W,x)": lambda: torch.mv(w, x[0]),
+                     "matmul(x,Wt)": lambda: torch.matmul(x, wt), "dynamic int8 Linear": lambda: qlin(x)}
+            budget = 0.3 if n * k > 1e6 else 0.1
+            times = {p: [] for p in paths}
+            for _ in range(rounds):
+                for p, f in paths.items():
+                    times[p].append(time_call(f, budget))
+            rec = {p: sorted(v)[len(v) // 2] * 1e6 for p, v in times.items()}
+            f32 = {p: v for p, v in rec.items() if p != "dynamic int8 Linear"}
+            rec["best_f32"] = min(f32, key=f32.get)
+            out[f"{n}x{k}"] = rec
+    print(json.dumps({"kernels": out, "torch": torch.__version__}))
+
+
+def parse_results(text, tag):
+    """The key=value fields of every 'RESULT <tag> ...' line."""
+    rows = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) > 2 and parts[0] == "RESULT" and parts[1] == tag:
+            rows.append(dict(p.split("=", 1) for p in parts[2:]))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("run")
@@ -123,8 +171,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--eval-batches", type=int, default=50)
     ap.add_argument("--skip-kernels", action="store_true")
+    ap.add_argument("--json", help="write every figure (kernels, GPT, PyTorch) as JSON to this file")
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--torch-kernels-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.torch_kernels_child:
+        torch_kernels(a.threads, a.rounds)
+        return
     ckpt = checkpoint_dir(a.run)
     if a.torch_child:
         torch_side(ckpt, a.threads, a.rounds)
@@ -138,9 +191,22 @@ def main():
           f"{a.threads} thread(s), {a.rounds} rounds")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     common = ["--threads", str(a.threads), "--rounds", str(a.rounds)]
+    tenv = dict(env, MALLOC_MMAP_THRESHOLD_="1000000000", MALLOC_TRIM_THRESHOLD_="1000000000",
+                OPENBLAS_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
+    tenv.pop("OPENBLAS_CORETYPE", None)
+    result = {"threads": a.threads, "rounds": a.rounds, "eval_batches": a.eval_batches, "checkpoint": ckpt}
     if not a.skip_kernels:
         print("\n## Matrix products (Tessera), us per call\n", flush=True)
-        subprocess.run([binary, "kernels"] + common, env=env, check=True)
+        kout = subprocess.run([binary, "kernels"] + common, env=env, check=True, capture_output=True,
+                              text=True).stdout
+        print(kout)
+        result["kernels"] = parse_results(kout, "kernel")
+        result["kernels_f32"] = parse_results(kout, "kernel_f32")
+        r = subprocess.run([sys.executable, __file__, "-", "--torch-kernels-child"] + common, env=tenv, check=True,
+                           capture_output=True, text=True)
+        result["torch_kernels"] = json.loads(r.stdout.strip().splitlines()[-1])["kernels"]
+        print("## One row: PyTorch f32 paths and its dynamic int8 Linear, us per call\n")
+        print(json.dumps(result["torch_kernels"], indent=1))
     print("\n## Char GPT (Tessera)\n", flush=True)
     out = subprocess.run([binary, "gpt", ckpt, "--eval-batches", str(a.eval_batches)] + common, env=env, check=True,
                          capture_output=True, text=True).stdout
@@ -150,11 +216,11 @@ def main():
         if line.startswith("RESULT gpt"):
             kv = dict(p.split("=", 1) for p in line.split()[2:])
             tess[kv["variant"]] = kv
-    tenv = dict(env, MALLOC_MMAP_THRESHOLD_="1000000000", MALLOC_TRIM_THRESHOLD_="1000000000",
-                OPENBLAS_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
     r = subprocess.run([sys.executable, __file__, a.run, "--torch-child"] + common, env=tenv, check=True,
                        capture_output=True, text=True)
     t = json.loads(r.stdout.strip().splitlines()[-1])
+    result["gpt"] = parse_results(out, "gpt")
+    result["torch_gpt"] = t
     print(f"## Char GPT (PyTorch {t['torch']}, quantize_dynamic on oneDNN; max logit change {t['max_logit_diff']:.4f})\n")
     print("| forward | PyTorch f32 us | PyTorch dynamic int8 us | its speed-up | Tessera f32 us | Tessera int8/int8 us "
           "| Tessera q8_0/int8 us | Tessera int8/int8 / PyTorch dynamic |")
@@ -163,6 +229,9 @@ def main():
         pf, pq = t["f32"][key], t["dynamic_int8"][key]
         tf, ti, tq = (float(tess[v][key]) for v in ("f32", "int8/int8", "q8_0/int8"))
         print(f"| {label} | {pf:.1f} | {pq:.1f} | {pf / pq:.2f}x | {tf:.1f} | {ti:.1f} | {tq:.1f} | {ti / pq:.2f}x |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":

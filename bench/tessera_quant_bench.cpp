@@ -101,16 +101,32 @@ int run_kernels(int rounds) {
       for (size_t i = 1; i < vs.size(); ++i) qs[i] = quant::quantize_weight(w, vs[i].format, vs[i].group);
       std::vector<std::vector<double>> t(vs.size());
       const double budget = s.out * s.in > 1e6 ? 0.3 : 0.1;
+      // At one row, two more f32 ways to compute the same product, so that the
+      // quantized paths can be held against Tessera's fastest f32 one:
+      // x @ W^T with W^T stored contiguous ([in, out]), and W @ x^T (the
+      // weight as the left operand: a matrix-vector product, [out, 1]).
+      Tensor wt = w.t().contiguous(), xt = x.t().contiguous();
+      std::vector<double> t_xwt, t_wx;
       for (int r = 0; r < rounds; ++r)
         for (size_t i = 0; i < vs.size(); ++i) {
-          if (i == 0)
+          if (i == 0) {
             t[i].push_back(time_call([&] { ops::linear(x, w); }, budget));
-          else
+            if (m == 1) {
+              t_xwt.push_back(time_call([&] { ops::matmul(x, wt); }, budget));
+              t_wx.push_back(time_call([&] { ops::matmul(w, xt); }, budget));
+            }
+          } else {
             t[i].push_back(time_call([&] {
               ops::quantized_linear(x, qs[i].qweight, qs[i].scales, qs[i].mins, Tensor(), vs[i].format, vs[i].group,
                                     vs[i].activations);
             }, budget));
+          }
         }
+      if (m == 1)
+        for (auto [path, ts] : {std::pair<const char*, std::vector<double>*>{"linear(x,W)", &t[0]},
+                                {"matmul(x,Wt)", &t_xwt}, {"matmul(W,xt)", &t_wx}})
+          std::printf("RESULT kernel_f32 shape=%lldx%lld m=1 path=%s us=%.2f\n", static_cast<long long>(s.out),
+                      static_cast<long long>(s.in), path, median(*ts) * 1e6);
       const double f32 = median(t[0]);
       for (size_t i = 0; i < vs.size(); ++i) {
         double us = median(t[i]) * 1e6;

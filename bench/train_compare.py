@@ -263,6 +263,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=None,
                     help="warmup steps for every case (default per case: "
                          + ", ".join(f"{c} {w}" for c, (_, w) in DEFAULT_STEPS.items()) + ")")
+    ap.add_argument("--case-steps", default="",
+                    help="timed+warmup steps by case, e.g. gpt=3+1,resnet18=4+1 (overrides the defaults)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions; best median kept (default 3)")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-bench"))
     ap.add_argument("--python", default="/usr/bin/python3", help="interpreter with torch (Debian's)")
@@ -301,8 +303,14 @@ def main():
     base_env = dict(os.environ)
     results = {(c, t): {} for c in cases for t in threads_list}
 
+    case_steps = dict(DEFAULT_STEPS)
+    for kv in filter(None, args.case_steps.split(",")):
+        k, v = kv.split("=")
+        st, _, wu = v.partition("+")
+        case_steps[k] = (int(st), int(wu or 0))
+
     def steps_for(c):
-        s, w = DEFAULT_STEPS[c]
+        s, w = case_steps[c]
         return (args.steps if args.steps is not None else s), (args.warmup if args.warmup is not None else w)
 
     t_start = time.time()
