@@ -24,7 +24,9 @@ fi
 if [ "${1:-}" = "--bench" ]; then
   # libopenblas0-pthread: without it libtorch falls back to the reference BLAS (~3 GFLOP/s).
   # wrk: a second load generator for the serving load test (bench/serve_bench.py).
-  packages+=(libtorch-dev python3-torch libopenblas0-pthread linux-perf wrk)
+  # python3-onnx, python3-numpy: the ONNX checks; python3-matplotlib: bench/report.py's charts.
+  packages+=(libtorch-dev python3-torch libopenblas0-pthread linux-perf wrk python3-onnx python3-numpy
+             python3-matplotlib)
 fi
 
 missing=()

@@ -1,0 +1,1156 @@
+#!/usr/bin/python3
+"""docs/benchmarks.md and its charts, from one command.
+
+    /usr/bin/python3 bench/report.py                   # build, run every section, rewrite the page (< 40 min, 2 cores)
+    /usr/bin/python3 bench/report.py --section onnx    # one area; the others keep their own results and headings
+    /usr/bin/python3 bench/report.py --quick           # smoke run of every section into build-bench/report-quick/
+    /usr/bin/python3 bench/report.py --render-only     # the page and the charts again from docs/benchmarks/*.json
+    /usr/bin/python3 bench/report.py --list            # the sections
+
+Each section runs one of the compare scripts in bench/ (each writes its results
+as JSON with --json), and its results are stored with their own header -- the
+CPU model and ISA from /proc/cpuinfo, the git commit the binaries were built
+from, the date, the PyTorch and ONNX Runtime versions, the wall time -- in
+docs/benchmarks/<section>.json. The page is rendered from all the section
+files, so a section that was not rerun keeps the heading of the machine it
+was measured on. The charts (SVG, matplotlib) are rendered from the same files.
+
+It builds build-bench/ (Release) first, and trains the small models some
+sections need (Fashion-MNIST MLP and CNN, a character GPT) into
+build-bench/report-runs/ with `tessera train`, reusing them when their
+configuration has not changed. Needs Debian's /usr/bin/python3 with torch,
+numpy, onnx and matplotlib (scripts/setup.sh --bench) and ONNX Runtime
+(cd bench/onnx_ort && npm ci --ignore-scripts).
+"""
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PY = "/usr/bin/python3"
+BUDGET_S = 40 * 60
+
+# ---------------------------------------------------------------------------------
+# settings: what each section runs, full and --quick
+
+FULL = {
+    "ops": ["--rounds", "2", "--threads", "1,2"],
+    "training": ["--cases", "mlp,cnn,gpt,resnet18", "--threads", "1,2", "--rounds", "1",
+                 "--case-steps", "mlp=30+5,cnn=20+3,gpt=3+1,resnet18=4+1"],
+    "amp": ["--rounds", "1", "--steps", "3", "--warmup", "1", "--layers", "6,12", "--threads", "2",
+            "--precision-threads", "1,2"],
+    "compile": ["--rounds", "1", "--warmup", "2", "--iters-per-case", "mlp=30,cnn=20,resnet18=5,gpt=5"],
+    "onnx": ["--rounds", "1", "--warmup", "2", "--iters-per-case", "mlp=30,cnn=20,resnet18=5,gpt=5"],
+    "quant": ["--threads", "1", "--rounds", "2", "--eval-batches", "20"],
+    "ptq": ["--threads", "1", "2", "--rounds", "2"],
+    "serve": ["--seconds", "4", "--soak-seconds", "60"],
+}
+QUICK = {
+    "ops": ["--rounds", "1", "--threads", "1", "--quick", "--skip-default",
+            "--cases", "overhead_add,add_16M,matmul_256,softmax_fwd,sdpa_fwd"],
+    "training": ["--cases", "mlp,gpt", "--threads", "1", "--rounds", "1", "--steps", "1", "--warmup", "1",
+                 "--skip-default"],
+    "amp": ["--rounds", "1", "--steps", "1", "--warmup", "0", "--layers", "2", "--threads", "1",
+            "--precision-threads", "1"],
+    "compile": ["--quick", "--cases", "mlp,cnn", "--threads", "1", "--no-torch-default"],
+    "onnx": ["--quick", "--cases", "mlp,cnn", "--threads", "1"],
+    "quant": ["--threads", "1", "--rounds", "1", "--eval-batches", "2"],
+    "ptq": ["--threads", "1", "--rounds", "1", "--calibration-batches", "2"],
+    "serve": ["--seconds", "1", "--soak-seconds", "3", "--only", "max,curve,soak"],
+}
+# The trained models: config, overrides (full, quick).
+RUNS = {
+    "mlp": ("examples/configs/fashion_mnist_mlp.yaml", ["train.epochs=1"], ["train.steps=20"]),
+    "cnn": ("examples/configs/fashion_mnist_cnn.yaml", ["train.epochs=1"], ["train.steps=20"]),
+    "char_gpt": ("examples/configs/char_gpt.yaml",
+                 ["train.steps=500", "train.eval_every=500", "train.checkpoint_every=500"],
+                 ["train.steps=10", "train.eval_every=10", "train.checkpoint_every=10", "train.eval_batches=2",
+                  "scheduler.warmup_steps=2"]),
+}
+TARGETS = ["tessera_cli", "tessera_bench", "torch_bench", "tessera_train_bench", "tessera_compile_bench",
+           "tessera_quant_bench", "tessera_serve_load", "tessera_serve_httplib", "tessera_serve_beast"]
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------
+# the machine and the code
+
+
+def cpu_header():
+    info, flags = {}, []
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            k = k.strip()
+            if k and k not in info:
+                info[k] = v.strip()
+            if k == "flags" and not flags:
+                flags = v.split()
+    isa = next((f for f in ("avx512_bf16", "avx512_vnni", "avx512f", "avx2") if f in flags), "below avx2")
+    fam, model = int(info.get("cpu family", "0")), int(info.get("model", "0"))
+    uarch = None
+    if info.get("vendor_id") == "AuthenticAMD":
+        if fam == 23:
+            uarch = "Zen 2" if model >= 0x30 else "Zen/Zen+"
+        elif fam == 25:
+            uarch = "Zen 4" if (0x10 <= model <= 0x1F or 0x60 <= model <= 0x7F or 0xA0 <= model <= 0xAF) else "Zen 3"
+        elif fam == 26:
+            uarch = "Zen 5"
+    return {
+        "cpu": info.get("model name", platform.processor() or "?"),
+        "cpu_id": f"family {fam}, model {model}, stepping {info.get('stepping', '?')}",
+        "uarch": uarch,
+        "isa": isa,
+        "isa_flags": " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+                              if f in flags),
+        "logical_cpus": os.cpu_count(),
+        "kernel": platform.release(),
+    }
+
+
+def git(*args, strip=True):
+    r = subprocess.run(["git", "-C", ROOT, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return r.stdout.strip() if strip else r.stdout
+
+
+def code_state():
+    """The commit the binaries are built from, and tracked source files that differ from it."""
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "src", "include", "apps", "bench",
+                "CMakeLists.txt", "cmake", strip=False).splitlines()
+    return {"commit": git("rev-parse", "--short=7", "HEAD") or "?",
+            "commit_date": git("log", "-1", "--format=%cd", "--date=format:%Y-%m-%d"),
+            "uncommitted": [d[3:] for d in dirty]}
+
+
+def versions():
+    out = {}
+    try:
+        out["torch"] = subprocess.run([PY, "-c", "import torch; print(torch.__version__)"], stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True, timeout=120).stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        out["torch"] = None
+    try:
+        with open(os.path.join(HERE, "onnx_ort", "node_modules", "onnxruntime-node", "package.json")) as f:
+            out["onnxruntime"] = json.load(f)["version"]
+    except (OSError, ValueError, KeyError):
+        out["onnxruntime"] = None
+    try:
+        out["compiler"] = subprocess.run(["c++", "--version"], stdout=subprocess.PIPE, text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        out["compiler"] = None
+    r = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "libdnnl-dev"], stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, text=True)
+    out["onednn"] = r.stdout.strip() or None
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# build and models
+
+
+def build(build_dir):
+    if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
+        subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-G", "Ninja", "-DTESSERA_BUILD_TESTS=OFF",
+                        "-DTESSERA_BUILD_BENCH=ON", "-DCMAKE_BUILD_TYPE=Release"], check=True, stdout=subprocess.DEVNULL)
+    log(f"building {', '.join(TARGETS)} in {os.path.relpath(build_dir, ROOT)}/ (Release)")
+    r = subprocess.run(["cmake", "--build", build_dir, "--target", *TARGETS], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        log(r.stdout[-5000:])
+        sys.exit("build failed")
+
+
+class Runs:
+    """Trained run directories under build-bench/report-runs[-quick]/, made on first use."""
+
+    def __init__(self, build_dir, quick):
+        self.dir = os.path.join(build_dir, "report-runs-quick" if quick else "report-runs")
+        self.quick = quick
+        self.tessera = os.path.join(build_dir, "apps", "tessera")
+        self.info = {}
+
+    def get(self, name):
+        if name in self.info:
+            return self.info[name]["dir"], 0.0
+        config, full, quick = RUNS[name]
+        overrides = quick if self.quick else full
+        with open(os.path.join(ROOT, config), "rb") as f:
+            stamp = hashlib.sha256(f.read() + json.dumps(overrides).encode()).hexdigest()[:16]
+        out = os.path.join(self.dir, name)
+        stamp_file = os.path.join(out, "report-stamp")
+        t0 = time.time()
+        trained_now = False
+        if not (os.path.exists(stamp_file) and open(stamp_file).read().strip() == stamp
+                and os.path.isdir(os.path.join(out, "checkpoints"))):
+            shutil.rmtree(out, ignore_errors=True)
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            cmd = [self.tessera, "train", os.path.join(ROOT, config), "--output", out, "--plain"]
+            for o in overrides:
+                cmd += ["--set", o]
+            log("+ " + " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd))
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+            if r.returncode != 0:
+                raise RuntimeError(f"training {name} failed: {r.stdout[-2000:]}")
+            with open(stamp_file, "w") as f:
+                f.write(stamp + "\n")
+            trained_now = True
+        summary = {}
+        try:
+            with open(os.path.join(out, "metrics.jsonl")) as f:
+                for line in f:
+                    if '"summary"' in line:
+                        summary = json.loads(line)["summary"]
+        except (OSError, ValueError):
+            pass
+        spent = time.time() - t0
+        ev = summary.get("eval") or {}
+        self.info[name] = {"dir": out, "config": config, "overrides": overrides, "steps": summary.get("steps"),
+                           "epochs": summary.get("epochs"), "train_seconds": summary.get("train_seconds"),
+                           "eval_accuracy": ev.get("accuracy"), "eval_perplexity": ev.get("perplexity"),
+                           "trained_in_this_run": trained_now}
+        return out, spent
+
+
+# ---------------------------------------------------------------------------------
+# running one section
+
+
+def run_script(args, json_path, log_path, timeout):
+    """Runs a compare script; its stdout (markdown) goes to log_path, its progress to our stderr.
+    Returns the JSON it wrote (or raises)."""
+    if os.path.exists(json_path):
+        os.remove(json_path)
+    log("+ " + " ".join(os.path.relpath(a, ROOT) if a.startswith(ROOT + "/") else a for a in args))
+    with open(log_path, "w") as out:
+        try:
+            r = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout,
+                               cwd=ROOT)
+            code = r.returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+    if not os.path.exists(json_path):
+        with open(log_path) as f:
+            tail = f.read()[-3000:]
+        raise RuntimeError(f"{os.path.basename(args[1])} exited with {code} and wrote no results:\n{tail}")
+    return code
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def load_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def sec_ops(ctx):
+    j = ctx.tmp("ops.json")
+    code = run_script([PY, os.path.join(HERE, "run.py"), "--no-build", "--build-dir", ctx.build_dir, "--json", j,
+                       *ctx.settings("ops")], j, ctx.log_path("ops"), ctx.timeout)
+    return {"exit": code, **load_json(j)}
+
+
+def sec_training(ctx):
+    j = ctx.tmp("training.json")
+    code = run_script([PY, os.path.join(HERE, "train_compare.py"), "--build-dir", ctx.build_dir, "--json", j,
+                       *ctx.settings("training")], j, ctx.log_path("training"), ctx.timeout)
+    return {"exit": code, **load_json(j)}
+
+
+def sec_amp(ctx):
+    j = ctx.tmp("amp.json")
+    code = run_script([PY, os.path.join(HERE, "amp_compare.py"), "--json", j, *ctx.settings("amp")], j,
+                      ctx.log_path("amp"), ctx.timeout)
+    return {"exit": code, **load_json(j)}
+
+
+def sec_compile(ctx):
+    j = ctx.tmp("compile.json")
+    code = run_script([PY, os.path.join(HERE, "compile_compare.py"), "--json", j, *ctx.settings("compile")], j,
+                      ctx.log_path("compile"), ctx.timeout)
+    return {"exit": code, **load_json(j)}
+
+
+def sec_onnx(ctx):
+    j = ctx.tmp("onnx.json")
+    code = run_script([PY, os.path.join(HERE, "onnx_compat.py"), "--json", j, "--dir", ctx.tmp("onnx_files"),
+                       *ctx.settings("onnx")], j, ctx.log_path("onnx"), ctx.timeout)
+    return {"exit": code, **load_json(j)}
+
+
+def sec_quant(ctx):
+    run, _ = ctx.runs.get("char_gpt")
+    j = ctx.tmp("quant.json")
+    code = run_script([PY, os.path.join(HERE, "quant_compare.py"), run, "--json", j, *ctx.settings("quant")], j,
+                      ctx.log_path("quant"), ctx.timeout)
+    return {"exit": code, "model": ctx.runs.info["char_gpt"], **load_json(j)}
+
+
+def sec_ptq(ctx):
+    run, _ = ctx.runs.get("cnn")
+    j = ctx.tmp("ptq.json")
+    code = run_script([PY, os.path.join(HERE, "ptq_compare.py"), run, "--json", j, "--dir", ctx.tmp("ptq_files"),
+                       *ctx.settings("ptq")], j, ctx.log_path("ptq"), ctx.timeout)
+    return {"exit": code, "model": ctx.runs.info["cnn"], **load_json(j)}
+
+
+def sec_serve(ctx):
+    mlp, _ = ctx.runs.get("mlp")
+    cnn, _ = ctx.runs.get("cnn")
+    j = ctx.tmp("serve.jsonl")
+    settings = ctx.settings("serve")
+    code = run_script([PY, os.path.join(HERE, "serve_bench.py"), "--mlp", mlp, "--cnn", cnn, "--build",
+                       ctx.build_dir, "--json", j, *settings], j, ctx.log_path("serve"), ctx.timeout)
+    val = lambda k: settings[settings.index(k) + 1] if k in settings else None
+    return {"exit": code, "seconds": float(val("--seconds") or 8), "soak_seconds": float(val("--soak-seconds") or 300),
+            "records": load_jsonl(j), "models": {"mlp": ctx.runs.info["mlp"], "cnn": ctx.runs.info["cnn"]}}
+
+
+# ---------------------------------------------------------------------------------
+# formatting
+
+
+def fnum(v, digits=3):
+    """A figure with about `digits` significant digits (no exponent)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    v = float(v)
+    if v == 0:
+        return "0"
+    a = abs(v)
+    if a >= 10 ** (digits - 1):
+        return f"{v:,.0f}"
+    decimals = max(0, digits - 1 - int(math.floor(math.log10(a))))
+    return f"{v:.{decimals}f}"
+
+
+def fx(v):
+    return "n/a" if v is None else f"{v:.2f}x"
+
+
+def fr(v):
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def div(a, b):
+    try:
+        return float(a) / float(b) if a is not None and b is not None and float(b) > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+def table(head, rows, align=None):
+    align = align or ["---"] + ["---:"] * (len(head) - 1)
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def short_machine(h):
+    u = f" ({h['uarch']})" if h.get("uarch") else ""
+    return f"{h['cpu']}{u}, {h['isa']}"
+
+
+def machine_line(h):
+    """The line above every table: CPU, ISA, commit, date."""
+    dirty = f" + uncommitted changes in {len(h['uncommitted'])} files" if h.get("uncommitted") else ""
+    return f"*{short_machine(h)}, {h['logical_cpus']} logical CPUs; commit `{h['commit']}`{dirty}; {h['date']}*"
+
+
+def ms_of(rec, key="ms_per_step"):
+    return rec.get(key) if isinstance(rec, dict) else None
+
+
+# ---------------------------------------------------------------------------------
+# rendering each section
+
+
+def render_ops(d, h):
+    sys.path.insert(0, HERE)
+    import run as runpy_mod  # the case list and the targets
+
+    out = []
+    for t, sides in sorted(d["results"].items(), key=lambda kv: int(kv[0])):
+        rows = []
+        for name, unit, lower, label in runpy_mod.CASES:
+            tv = sides.get("tessera", {}).get(name, {})
+            if tv.get("note") == "did not run":
+                continue
+            tval = tv.get("value")
+            b = sides.get("torch_best", {}).get(name, {}).get("value")
+            dft = sides.get("torch_default", {}).get(name, {}).get("value")
+            met = ""
+            if name in runpy_mod.TARGETS and tval and b:
+                need, desc = runpy_mod.TARGETS[name]
+                oriented = b / tval if lower else tval / b
+                ok = oriented >= need
+                if name in ("add_16M", "mul_16M", "gelu_16M"):
+                    mc = sides["tessera"].get("memcpy_16M", {}).get("value")
+                    ok = ok and mc and tval / mc >= runpy_mod.MEMCPY_FRACTION
+                    desc += f" (at {100 * tval / mc:.0f}% of memcpy)" if mc else ""
+                met = f"{desc}: {'met' if ok else '**missed**'}"
+            rows.append([label, unit + (" (lower is better)" if lower else " (higher is better)"), fnum(tval), fnum(b),
+                         f"**{fx(div(tval, b))}**", fnum(dft) if "torch_default" in sides else "not run",
+                         fx(div(tval, dft)), met])
+        out += ["", f"**{t} thread{'s' if int(t) > 1 else ''}**", "", machine_line(h), ""]
+        out += table(["case", "unit", "Tessera", "PyTorch best", "Tessera / PyTorch best", "PyTorch default",
+                      "Tessera / PyTorch default", "target"], rows,
+                     ["---", "---", "---:", "---:", "---:", "---:", "---:", "---"])
+        notes = [f"{side} {n}: {r['note']}" for side, recs in sides.items() for n, r in recs.items()
+                 if r.get("value") is None and r.get("note") not in (None, "did not run")]
+        if notes:
+            out += ["", "Not measured: " + "; ".join(notes) + "."]
+    meta = d.get("meta", {})
+    out += ["", f"Settings: best of {meta.get('rounds (best of)', '?')} round(s), "
+                f"{meta.get('min time per case', '?')} per case; libblas.so.3 is "
+                f"`{meta.get('libblas.so.3', '?')}`."]
+    return out
+
+
+TRAIN_LABEL = {
+    "mlp": "MLP 784-256-256-10, batch 128, Adam",
+    "cnn": "LeNet CNN (Fashion-MNIST), batch 64, Adam",
+    "gpt": "GPT 6 layers, d 384, ctx 256, batch 8, AdamW",
+    "resnet18": "ResNet-18 (CIFAR stem, 32x32), batch 32, SGD",
+}
+
+
+def render_training(d, h):
+    rows = []
+    for key, r in d["results"].items():
+        case, t = key.split("/")
+        tv, bv, dv = ms_of(r.get("tessera")), ms_of(r.get("torch_best")), ms_of(r.get("torch_default"))
+        variant = (r.get("torch_best") or {}).get("variant", "")
+        rows.append([TRAIN_LABEL.get(case, case), t, fnum(tv), fnum(bv), f"**{fx(div(tv, bv))}**",
+                     fnum(dv) if "torch_default" in r else "not run", fx(div(tv, dv)),
+                     f"{fnum(ms_of(r.get('tessera'), 'peak_rss_mib'))} / {fnum(ms_of(r.get('torch_best'), 'peak_rss_mib'))}",
+                     variant.replace("OMP_WAIT_POLICY", "wait policy")])
+    meta = d.get("meta", {})
+    out = ["", machine_line(h), ""]
+    out += table(["case", "threads", "Tessera ms/step", "PyTorch best ms/step", "Tessera / PyTorch best",
+                  "PyTorch default ms/step", "Tessera / PyTorch default", "peak RSS MiB, Tessera / PyTorch best",
+                  "PyTorch best env"], rows, ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---"])
+    errs = [f"{k} {cfg}: {rec['error']}" for k, r in d["results"].items() for cfg in ("tessera", "torch_best",
+            "torch_default") if isinstance(r.get(cfg), dict) and "error" in r[cfg]]
+    if errs:
+        out += ["", "Errors: " + "; ".join(errs)]
+    out += ["", f"Steps per measurement (timed + warm-up): {meta.get('steps (timed + warmup)', '?')}; best of "
+                f"{meta.get('rounds (best of)', '?')} round(s); median step of each process. PyTorch's attention is "
+                f"{next((r['torch_best'].get('attention') for r in d['results'].values() if isinstance(r.get('torch_best'), dict) and r['torch_best'].get('attention')), 'its own')}."]
+    return out
+
+
+def render_amp(d, h):
+    out = []
+    if "precision" in d:
+        rows = []
+        for r in d["precision"]:
+            t32, t16 = ms_of(r["tessera_f32"]), ms_of(r["tessera_bf16"])
+            p32, p16 = ms_of(r["torch_f32"]), ms_of(r["torch_bf16"])
+            ran = d.get("torch_bf16_run")
+            rows.append([r["threads"], fnum(t32), fnum(t16), fx(div(t16, t32)), fnum(p32),
+                         fnum(p16) if ran else "not run", fx(div(p16, p32)) if ran else "-",
+                         f"**{fx(div(t32, p32))}**", f"**{fx(div(t16, p16))}**" if ran else "-"])
+        out += ["", "**bf16 autocast against f32** (GPT 6 layers, d 384, ctx 256, batch 8, AdamW; ms per step)", "",
+                machine_line(h), ""]
+        out += table(["threads", "Tessera f32", "Tessera bf16", "Tessera bf16 / f32", "PyTorch f32", "PyTorch bf16",
+                      "PyTorch bf16 / f32", "Tessera / PyTorch, f32", "Tessera / PyTorch, bf16"], rows)
+        if d.get("torch_bf16_run"):
+            out += ["", "This CPU has avx512_bf16: both frameworks run native bf16 kernels (oneDNN), so the bf16 "
+                        "columns compare like with like."]
+        else:
+            out += ["", "This CPU has no avx512_bf16. PyTorch 1.13 then runs bf16 matrix products through a "
+                        "reference loop, so its bf16 step was not run: a comparison with it would say nothing. "
+                        "Tessera's bf16 here widens to f32 for its products; its bf16 / f32 column shows the cost."]
+    if "checkpoint" in d:
+        ck = d["checkpoint"]
+        base = {}
+        rows = []
+        for r in ck["rows"]:
+            t, p = r["tessera"], r.get("torch")
+            if r["checkpoint"] == -1:
+                base[r["layers"]] = t
+            b = base.get(r["layers"], {})
+            rows.append([r["layers"], r["mode"], fnum(ms_of(t)), fnum(ms_of(t, "step_rss_mib")),
+                         fnum(ms_of(t, "peak_tensor_mib")), fnum(ms_of(p)) if p else "-",
+                         fnum(ms_of(p, "step_rss_mib")) if p else "-",
+                         f"**{fx(div(ms_of(t), ms_of(p)))}**" if p else "-",
+                         f"**{fx(div(ms_of(t, 'step_rss_mib'), ms_of(p, 'step_rss_mib')))}**" if p else "-",
+                         fx(div(ms_of(t), ms_of(b))) if r["checkpoint"] != -1 else "-",
+                         fx(div(ms_of(t, "peak_tensor_mib"), ms_of(b, "peak_tensor_mib"))) if r["checkpoint"] != -1 else "-"])
+        out += ["", f"**Gradient checkpointing** (GPT d 384, ctx 256, batch 8, AdamW, {ck['threads']} threads)", "",
+                machine_line(h), ""]
+        out += table(["layers", "checkpointing", "Tessera ms", "Tessera step MiB", "Tessera peak tensor MiB",
+                      "PyTorch ms", "PyTorch step MiB", "Tessera / PyTorch time", "Tessera / PyTorch step memory",
+                      "Tessera time vs none", "Tessera peak tensors vs none"], rows,
+                     ["---:", "---"] + ["---:"] * 9)
+    s = d.get("settings", {})
+    out += ["", f"Settings: {s.get('steps')} timed steps after {s.get('warmup')} warm-up, best of {s.get('rounds')} "
+                "round(s), each configuration its own process. \"Step MiB\" is the resident memory the steps add on "
+                "top of the built model (peak RSS minus RSS before the first step), read the same way on both sides; "
+                "\"peak tensor MiB\" is Tessera's `max_memory_allocated()`. PyTorch has no every-block mode in the "
+                "script, so that row is Tessera's only."]
+    return out
+
+
+def render_compile(d, h):
+    rows, mem, seen = [], [], set()
+    for r in d["rows"]:
+        t, p, df = r["tessera"], r["torch"], r.get("torch_default", {})
+        dft = df.get("script_ms") if isinstance(df, dict) else None
+        rows.append([r["case"], r["batch"], r["threads"], fnum(t.get("eager_ms")), fnum(t.get("compiled_ms")),
+                     fx(div(t.get("compiled_ms"), t.get("eager_ms"))), fnum(p.get("eager_ms")),
+                     fnum(p.get("script_ms")), f"**{fx(div(t.get('compiled_ms'), p.get('script_ms')))}**",
+                     fnum(dft) if df.get("error") != "skipped" else "not run",
+                     fx(div(t.get("compiled_ms"), dft)) if dft else "-"])
+        if (r["case"], r["batch"]) not in seen and "compiled_peak_bytes" in t:
+            seen.add((r["case"], r["batch"]))
+            e, c, a = t["eager_peak_bytes"], t["compiled_peak_bytes"], t["arena_bytes"]
+            mem.append([r["case"], r["batch"], fnum(e / 2**20), fnum(c / 2**20), f"**{fx(div(c, e))}**",
+                        fnum(a / 2**20), f"{t.get('max_abs_diff', float('nan')):.1e}"])
+    out = ["", "**Latency, ms per forward** (median)", "", machine_line(h), ""]
+    out += table(["model", "batch", "threads", "Tessera eager", "Tessera compiled", "compiled / eager",
+                  "PyTorch eager", "TorchScript", "Tessera compiled / TorchScript", "TorchScript, PyTorch default env",
+                  "Tessera compiled / that"], rows)
+    out += ["", "**Memory a forward adds** (Tessera's peak tensor bytes; the arena is the compiled plan's buffer)", "",
+            machine_line(h), ""]
+    out += table(["model", "batch", "eager MiB", "compiled MiB", "compiled / eager", "arena MiB",
+                  "max abs diff compiled vs eager"], mem)
+    errs = [f"{r['case']} b{r['batch']} t{r['threads']} {side}: {r[side]['error']}" for r in d["rows"]
+            for side in ("tessera", "torch") if "error" in r[side]]
+    if errs:
+        out += ["", "Errors: " + "; ".join(errs)]
+    it = d.get("iters", {})
+    out += ["", f"Timed iterations: {', '.join(f'{k} {v}' for k, v in it.items())} after {d.get('warmup')} warm-up; "
+                f"{d.get('rounds')} round(s)."]
+    return out
+
+
+def render_onnx(d, h):
+    checks = [[c["case"], c.get("export_batch"), c.get("opset", "-"), c.get("batch_dim", "-"), c.get("checker", "-"),
+               f"{c['ort_check']['max_abs_diff']:.1e}" if "max_abs_diff" in c.get("ort_check", {}) else "error"]
+              for c in d["checks"]]
+    rows = [[r["case"], r["batch"], r["threads"], fnum(r["tessera"].get("runtime_ms")), fnum(r["ort"].get("median_ms")),
+             f"**{fx(div(r['tessera'].get('runtime_ms'), r['ort'].get('median_ms')))}**"] for r in d["rows"]]
+    out = ["", "**Latency on the same .onnx files, ms per run** (median)", "", machine_line(h), ""]
+    out += table(["model", "batch", "threads", "Tessera", "ONNX Runtime", "Tessera / ORT"], rows)
+    out += ["", "![Inference latency against ONNX Runtime](benchmarks/inference_vs_ort.svg)"]
+    out += ["", "**The exported files** (`onnx.checker.check_model(full_check=True)`; ORT's output against Tessera's "
+                "eager one)", "", machine_line(h), ""]
+    out += table(["model", "export batch", "opset", "batch dim", "checker", "max abs diff"], checks,
+                 ["---", "---:", "---:", "---", "---", "---:"])
+    if d.get("problems"):
+        out += ["", "**Failed checks**: " + "; ".join(d["problems"])]
+    out += ["", f"Timed iterations: {', '.join(f'{k} {v}' for k, v in d.get('iters', {}).items())} after "
+                f"{d.get('warmup')} warm-up, {d.get('rounds')} round(s); tolerance {d.get('tol')}."]
+    return out
+
+
+QUANT_ORDER = ["q8_0", "q8_0/int8", "int8", "int8/int8", "q4_0", "q4_0/int8", "int4g32", "int4g32/int8",
+               "int4g128/int8"]
+
+
+def quant_one_row(d):
+    """Per shape at one row: Tessera's f32 paths, the fastest; PyTorch's, the fastest; each variant's time."""
+    shapes = {}
+    for r in d.get("kernels_f32", []):
+        shapes.setdefault(r["shape"], {"tessera_f32": {}})["tessera_f32"][r["path"]] = float(r["us"])
+    for r in d.get("kernels", []):
+        if r["m"] == "1" and r["shape"] in shapes and r["variant"] != "f32":
+            shapes[r["shape"]].setdefault("variants", {})[r["variant"]] = float(r["us"])
+    for shape, s in shapes.items():
+        tf = s["tessera_f32"]
+        s["tessera_best"] = min(tf, key=tf.get)
+        pt = d.get("torch_kernels", {}).get(shape)
+        if pt:
+            s["torch_f32"] = {k: v for k, v in pt.items() if k not in ("best_f32", "dynamic int8 Linear")}
+            s["torch_best"] = pt["best_f32"]
+            s["torch_dynamic_int8"] = pt.get("dynamic int8 Linear")
+    return shapes
+
+
+def render_quant(d, h):
+    out = []
+    shapes = quant_one_row(d)
+    order = sorted(shapes, key=lambda s: -int(s.split("x")[0]) * int(s.split("x")[1]))
+    if shapes:
+        rows = []
+        for sh in order:
+            s = shapes[sh]
+            tf, pf = s["tessera_f32"], s.get("torch_f32", {})
+            rows.append([sh, ", ".join(f"{k} {fnum(v)}" for k, v in tf.items()), f"`{s['tessera_best']}`",
+                         ", ".join(f"{k} {fnum(v)}" for k, v in pf.items()) or "n/a", f"`{s.get('torch_best', '-')}`",
+                         f"**{fx(div(tf[s['tessera_best']], pf.get(s.get('torch_best'))))}**",
+                         fnum(s.get("torch_dynamic_int8"))])
+        out += ["", "**f32 at one row** (one activation row times an out x in weight: a decoded token; us per call). "
+                    "Each side's fastest f32 path is the reference for the speed-ups below.", "", machine_line(h), ""]
+        out += table(["weight (out x in)", "Tessera f32 paths, us", "Tessera's fastest", "PyTorch f32 paths, us",
+                      "PyTorch's fastest", "Tessera / PyTorch, fastest f32", "PyTorch dynamic int8 Linear, us"], rows,
+                     ["---", "---", "---", "---", "---", "---:", "---:"])
+        rows = []
+        for v in QUANT_ORDER:
+            row = [v]
+            for sh in order:
+                s = shapes[sh]
+                q = s.get("variants", {}).get(v)
+                row += [fnum(q), fx(div(s["tessera_f32"][s["tessera_best"]], q)),
+                        fx(div(s.get("torch_f32", {}).get(s.get("torch_best")), q))]
+            rows.append(row)
+        head = ["variant"]
+        for sh in order:
+            head += [f"{sh} us", "vs Tessera f32", "vs PyTorch f32"]
+        out += ["", "**Weight-only quantized, one row: speed-up = f32 time / quantized time** (against each side's "
+                    "fastest f32 path above; `FORMAT` keeps float activations, `FORMAT/int8` quantizes them on the "
+                    "fly)", "", machine_line(h), ""]
+        out += table(head, rows)
+        out += ["", "![int8 speed-ups](benchmarks/int8_speedups.svg)"]
+        # larger batches: against Tessera's linear()
+        big = {}
+        for r in d.get("kernels", []):
+            if r["m"] != "1":
+                big.setdefault((r["shape"], int(r["m"])), {})[r["variant"]] = float(r["us"])
+        if big:
+            rows = []
+            for (sh, m), vs in sorted(big.items(), key=lambda kv: (-int(kv[0][0].split("x")[0]) * int(kv[0][0].split("x")[1]), kv[0][1])):
+                rows.append([sh, m, fnum(vs.get("f32"))] + [fx(div(vs.get("f32"), vs.get(v))) for v in QUANT_ORDER])
+            out += ["", "**More rows** (m activation rows; speed-up against Tessera's f32 `linear`)", "",
+                    machine_line(h), ""]
+            out += table(["weight", "m", "f32 us"] + QUANT_ORDER, rows)
+    if d.get("gpt"):
+        g = {r["variant"]: r for r in d["gpt"]}
+        m = d.get("model", {})
+        rows = [[r["variant"], f"{float(r['perplexity']):.4f}", f"{float(r['increase_pct']):+.2f}%",
+                 f"{float(r['ppl16']):.4f}", f"{float(r['increase16_pct']):+.2f}%"] for r in d["gpt"]]
+        out += ["", f"**Character GPT: perplexity** (4 layers, d 128, trained {m.get('steps', '?')} steps by "
+                    f"`tessera train {m.get('config', '')}`; {d.get('eval_batches')} validation batches; \"(16)\": "
+                    "64 samples fed as 16-token windows, the batch at which the int8-activation paths run)", "",
+                machine_line(h), ""]
+        out += table(["variant", "perplexity", "change", "perplexity (16)", "change"], rows)
+        t = d.get("torch_gpt", {})
+        if t:
+            rows = []
+            for key, label in (("us_1", "[1, 1] (one token)"), ("us_128", "[1, 128] (a prompt)")):
+                pf, pq = t["f32"][key], t["dynamic_int8"][key]
+                tf = float(g["f32"][key])
+                ti, tq = float(g["int8/int8"][key]), float(g["q8_0/int8"][key])
+                rows.append([label, fnum(pf), fnum(pq), fnum(tf), fnum(ti), fnum(tq), f"**{fx(div(tf, pf))}**",
+                             f"**{fx(div(ti, pq))}**"])
+            out += ["", f"**Character GPT: whole forward against PyTorch's `quantize_dynamic`** (us per forward; "
+                        f"the same weights; max logit change of PyTorch's int8 {t.get('max_logit_diff', 0):.3f})", "",
+                    machine_line(h), ""]
+            out += table(["forward", "PyTorch f32", "PyTorch dynamic int8", "Tessera f32", "Tessera int8/int8",
+                          "Tessera q8_0/int8", "Tessera / PyTorch, f32", "Tessera int8/int8 / PyTorch dynamic int8"],
+                         rows)
+    out += ["", f"Settings: {d.get('threads')} thread, medians of {d.get('rounds')} alternating rounds."]
+    return out
+
+
+def render_ptq(d, h):
+    rows, ratios = [], []
+    for r in d["rows"]:
+        t, p, o, oa = r["tessera"], r["torch"], r["ort_us"], r["ort_acc"]
+        rows.append([r["threads"], "accuracy %", f"{t['acc_f32']:.2f}", f"{t['acc_int8']:.2f}", f"{p['f32']['acc']:.2f}",
+                     f"{p['int8']['acc']:.2f}", f"{oa['f32']:.2f}", f"{oa['int8']:.2f}"])
+        for b in (1, 64):
+            rows.append([r["threads"], f"batch {b} us", fnum(t[f"us{b}_f32"]), fnum(t[f"us{b}_int8"]),
+                         fnum(p["f32"][f"us_{b}"]), fnum(p["int8"][f"us_{b}"]), fnum(o["f32"][str(b)]),
+                         fnum(o["int8"][str(b)])])
+            ti = t[f"us{b}_int8"]
+            ratios.append([r["threads"], b, fx(div(ti, t[f"us{b}_f32"])),
+                           fx(div(p["int8"][f"us_{b}"], p["f32"][f"us_{b}"])),
+                           fx(div(o["int8"][str(b)], o["f32"][str(b)])),
+                           f"**{fx(div(ti, p['int8'][f'us_{b}']))}**", f"**{fx(div(ti, o['int8'][str(b)]))}**"])
+    m = d.get("model", {})
+    acc = m.get("eval_accuracy")
+    epochs = fnum(m.get("epochs"))
+    out = ["", f"**Fashion-MNIST CNN, f32 and static int8** (trained {epochs} "
+               f"epochs by `tessera train {m.get('config', '')}`"
+               f"{f', {100 * acc:.2f}% test accuracy' if acc else ''}; PTQ calibrated on {d.get('calibration_batches')} "
+               f"training batches of 64, {d.get('observer')} observers)", "", machine_line(h), ""]
+    out += table(["threads", "", "Tessera f32", "Tessera int8", "PyTorch f32", "PyTorch int8", "ORT f32",
+                  "ORT int8 (QDQ)"], rows, ["---:", "---"] + ["---:"] * 6)
+    out += ["", "**Ratios** (time / time)", "", machine_line(h), ""]
+    out += table(["threads", "batch", "Tessera int8 / its f32", "PyTorch int8 / its f32", "ORT int8 / its f32",
+                  "Tessera int8 / PyTorch int8", "Tessera int8 / ORT int8"], ratios)
+    diffs = ", ".join(f"{r['ort_int8_max_diff']:.3f} ({r['threads']} thread{'s' if r['threads'] > 1 else ''})"
+                      for r in d["rows"])
+    out += ["", f"ONNX Runtime's int8 logits against Tessera's int8 graph's on the batch-64 input: at most {diffs} "
+                f"apart (the script fails beyond 5% of the logits' range). Medians of {d.get('rounds')} alternating "
+                f"rounds; PyTorch {d.get('torch')}."]
+    return out
+
+
+def render_serve(d, h):
+    recs = d["records"]
+    out = []
+    mx = [r for r in recs if r.get("test") == "max"]
+    if mx:
+        rows = [[r["model"], r["request"], "on" if r["batching"] else "off", fnum(r["achieved"]), fnum(r["p50_ms"]),
+                 fnum(r["p99_ms"]), r["errors"]] for r in mx]
+        out += ["", "**Maximum throughput** (closed loop, 64 connections)", "", machine_line(h), ""]
+        out += table(["model", "request", "batching", "req/s", "p50 ms", "p99 ms", "errors"], rows,
+                     ["---", "---", "---", "---:", "---:", "---:", "---:"])
+        on = {(r["model"], r["request"]): r["achieved"] for r in mx if r["batching"]}
+        off = {(r["model"], r["request"]): r["achieved"] for r in mx if not r["batching"]}
+        gains = [f"{m} {k} {fx(div(on[(m, k)], off[(m, k)]))}" for (m, k) in on if (m, k) in off]
+        if gains:
+            out += ["", "Dynamic batching on / off, throughput: " + ", ".join(gains) + "."]
+    cv = [r for r in recs if r.get("test") == "curve"]
+    if cv:
+        rows = [[r["model"], fnum(r["offered"]), fnum(r["achieved"]), fnum(r["p50_ms"]), fnum(r["p90_ms"]),
+                 fnum(r["p99_ms"]), fnum(r["p999_ms"]), r["errors"]] for r in cv]
+        out += ["", "**Latency against load** (open loop at fixed offered rates, JSON requests, batching on)", "",
+                machine_line(h), ""]
+        out += table(["model", "offered req/s", "achieved req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors"],
+                     rows, ["---"] + ["---:"] * 7)
+        out += ["", "![Serving latency against throughput](benchmarks/serving_latency.svg)"]
+    ht = [r for r in recs if r.get("test") == "http"]
+    if ht:
+        rows = [[r["transport"], "max" if r["offered"] == 0 else fnum(r["offered"]), fnum(r["achieved"]),
+                 fnum(r["p50_ms"]), fnum(r["p99_ms"]), r["errors"]] for r in ht]
+        top = {r["transport"]: r["achieved"] for r in ht if r["offered"] == 0}
+        out += ["", "**HTTP transport**: the same service over three (MLP, JSON, batching on)", "", machine_line(h), ""]
+        out += table(["transport", "offered req/s", "achieved req/s", "p50 ms", "p99 ms", "errors"], rows,
+                     ["---", "---:", "---:", "---:", "---:", "---:"])
+        if "tessera" in top:
+            out += ["", "Maximum, `tessera serve` / the others: " + ", ".join(
+                f"{k} {fx(div(top['tessera'], v))}" for k, v in top.items() if k != "tessera") + "."]
+    sk = [r for r in recs if r.get("test") == "soak"]
+    if sk:
+        r = sk[0]
+        settle = r.get("settle_s", 30)
+        rss = [kib for t, kib in r["rss_kib"] if t >= settle] or [r["rss_kib"][-1][1]]
+        code = next((x["exit_status"] for x in recs if x.get("test") == "soak_exit"), "?")
+        out += ["", f"**Soak**: MLP, JSON, batching on, 80% of its maximum for {d.get('soak_seconds', 0):.0f} s", "",
+                machine_line(h), ""]
+        out += table(["offered req/s", "achieved req/s", "requests", "errors", "p50 ms", "p99 ms", "p99.9 ms",
+                      f"RSS at {settle:.0f} s MiB", "RSS min-max after MiB", "RSS at end MiB", "exit after SIGTERM"],
+                     [[fnum(r["offered"]), fnum(r["achieved"]), f"{r['requests']:,}", r["errors"], fnum(r["p50_ms"]),
+                       fnum(r["p99_ms"]), fnum(r["p999_ms"]), f"{rss[0] / 1024:.1f}",
+                       f"{min(rss) / 1024:.1f}-{max(rss) / 1024:.1f}", f"{rss[-1] / 1024:.1f}", code]])
+    ms = d.get("models", {})
+    trained = ", ".join(f"{k} {fnum(v.get('epochs'))} epochs" for k, v in ms.items())
+    out += ["", f"{d.get('seconds'):g} s measured per point. Models: the MLP and CNN trained by `tessera train` "
+                f"({trained}), "
+                "exported as compiled graphs."]
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# sections: name, title, runner, renderer, prose (what it measures; no figures)
+
+SECTIONS = [
+    ("ops", "Ops, one by one, against libtorch (C++)", sec_ops, render_ops, """\
+`bench/run.py`: `bench/tessera_bench.cpp` (links only libtessera) against `bench/torch_bench.cpp` (links only
+Debian's libtorch), the same harness (`bench/bench_common.h`) and shapes, in separate processes at 1 and 2
+threads. PyTorch *best* is its fastest configuration here (glibc malloc thresholds raised so activations are
+not re-faulted, `OPENBLAS_CORETYPE` unset, OpenMP and OpenBLAS threads set); *default* is the environment as
+given, where OpenBLAS uses every core, so its 1-thread matmul is not a same-thread figure. Each case is the median
+of its timed calls. The 1-element add measures per-op overhead (Tessera under `NoGradGuard`, libtorch under
+`InferenceMode`; "autograd recording" makes one input require grad). add/mul/gelu on 16M floats count the bytes
+read and written, against a `memcpy` of the same run. Attention is Tessera's fused causal
+`scaled_dot_product_attention` against the explicit `softmax(QK^T)V` that PyTorch 1.13 needs (it has no fused
+SDPA); its peak memory is the live tensor bytes during one call (libtorch: a counting allocator)."""),
+    ("training", "Training steps against PyTorch", sec_training, render_training, """\
+`bench/train_compare.py`: `tessera_train_bench` next to `bench/train_torch.py` (Debian's PyTorch 1.13), the same
+models, batches and optimizers; a step is zero_grad, forward, loss, backward and the optimizer step on synthetic
+data in memory. PyTorch runs in its best configuration (at 2 threads with and without `OMP_WAIT_POLICY=PASSIVE`,
+the faster kept) and in its default one. PyTorch's GPT uses the explicit masked softmax; Tessera's the fused
+flash-style kernel, which is most of the memory difference. Where both call the same oneDNN convolutions
+(ResNet-18) the step is bounded by them."""),
+    ("amp", "Mixed precision (bf16) and gradient checkpointing", sec_amp, render_amp, """\
+`bench/amp_compare.py`: the GPT training step in f32 and under bf16 autocast (`autocast::Guard`, PyTorch's
+`torch.autocast('cpu', torch.bfloat16)`), and with gradient checkpointing: none, round(sqrt(layers)) segments
+(`checkpoint_sequential` on both sides; its last segment is not checkpointed) and, for Tessera, every block.
+PyTorch's bf16 is run only on a CPU with avx512_bf16: without it PyTorch 1.13 falls back to a reference loop for
+bf16 products and the comparison says nothing. Checkpointing's extra cost is the second forward of each
+checkpointed segment; parameters, gradients and AdamW state (16 bytes per parameter) are untouched by it."""),
+    ("compile", "Compiled inference against TorchScript", sec_compile, render_compile, """\
+`bench/compile_compare.py`: Tessera's eager forward and its compiled one (`tessera::compile::compile`: batch-norm
+folding, epilogue fusion, channel-blocked layouts between convolutions, weights packed once, a planned memory
+arena) against PyTorch eager and TorchScript (trace, freeze, `optimize_for_inference`), random weights, each
+configuration its own process. The models are `bench/train_torch.py`'s: the MLP, the Fashion-MNIST LeNet,
+ResNet-18 (CIFAR stem) and a 6-layer GPT at context 64."""),
+    ("onnx", "Inference against ONNX Runtime", sec_onnx, render_onnx, """\
+`bench/onnx_compat.py`: Tessera exports each model to ONNX (opset 17, dynamic batch), the ONNX checker
+validates the file, ONNX Runtime (`onnxruntime-node`, pinned in `bench/onnx_ort/package-lock.json`) must
+reproduce Tessera's eager output, and then both runtimes time the same file: `tessera::load` (compiled) against
+an ORT session with the same intra-op threads (inter-op 1, all graph optimizations)."""),
+    ("quant", "Weight-only quantization (int8, int4)", sec_quant, render_quant, """\
+`bench/quant_compare.py`: the quantized matrix products of `ops::quantized_linear` (q8_0, int8 per channel,
+q4_0, int4 in groups of 32 or 128; with float activations, or quantized to int8 on the fly) at one activation
+row, the decode case, against the fastest f32 path of each side on the same shape: Tessera's `linear(x, W)`,
+`matmul(x, W^T)` with W^T stored contiguous, and `matmul(W, x^T)`; PyTorch's `F.linear`, `torch.mv` and
+`matmul(x, W^T)` in its best configuration. The tables name which path was fastest. Then a character GPT
+trained here: perplexity of each format, and its whole forward against PyTorch's `quantize_dynamic` (oneDNN
+engine) on the same weights; the tied `lm_head` stays f32 on both sides."""),
+    ("ptq", "Static int8 (post-training quantization)", sec_ptq, render_ptq, """\
+`bench/ptq_compare.py`: the Fashion-MNIST CNN trained here, quantized by Tessera's PTQ (min-max observers,
+calibrated on training batches), against PyTorch's eager static quantization on its oneDNN engine (conv+relu and
+linear+relu fused, its default histogram observers and per-channel weights, calibrated on the same images) and
+ONNX Runtime on Tessera's QDQ export (which ORT fuses into QLinearConv and QGemm). Accuracy is on the 10,000 test
+images; the f32 columns are each runtime's own f32 path (Tessera's compiled graph)."""),
+    ("serve", "Serving: `tessera serve` under load", sec_serve, render_serve, """\
+`bench/serve_bench.py`: the trained MLP and CNN exported as compiled graphs and served by `tessera serve` (max
+batch 64, 500 us batching delay, one instance), driven by `bench/serve_load.cpp` (one thread, epoll, 64 keep-alive
+connections) over loopback on the same 2 vCPUs. Requests carry one 1x28x28 example as JSON or with the binary
+extension. Open-loop points count latency from each request's scheduled time, so queueing is not hidden. The
+transport comparison runs the same service over cpp-httplib and asynchronous Boost.Beast (`bench/serve_*.cpp`).
+No serving reference (TorchServe, Triton) is packaged for Debian or npm, so these figures stand alone."""),
+]
+SECTION_NAMES = [s[0] for s in SECTIONS]
+SHORT = {"ops": "per-op overhead, bandwidth, matmul, softmax, layer norm, conv, attention vs libtorch",
+         "training": "training step time and memory vs PyTorch (MLP, CNN, GPT, ResNet-18)",
+         "amp": "bf16 autocast and gradient checkpointing vs PyTorch",
+         "compile": "compiled vs eager inference, vs TorchScript",
+         "onnx": "ONNX export checks; latency vs ONNX Runtime on the same files",
+         "quant": "weight-only int8/int4 products and a GPT vs PyTorch f32 and dynamic int8",
+         "ptq": "static int8 CNN: accuracy and latency vs PyTorch and ONNX Runtime",
+         "serve": "HTTP serving throughput, latency curve, transports, soak"}
+
+
+# ---------------------------------------------------------------------------------
+# charts
+
+
+def charts(data, out_dir):
+    """SVG charts from the section data; returns the files written. Deterministic output:
+    fixed hash salt, no date in the metadata, text kept as text."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.hashsalt": "tessera-benchmarks", "svg.fonttype": "none", "font.size": 9,
+                         "font.family": "DejaVu Sans", "axes.spines.top": False, "axes.spines.right": False})
+    TESS, REF, REF2 = "#1f6fb4", "#e08a2c", "#9a9a9a"
+    written = []
+
+    def save(fig, name):
+        path = os.path.join(out_dir, name)
+        fig.savefig(path, format="svg", bbox_inches="tight", metadata={"Date": None})
+        plt.close(fig)
+        written.append(path)
+
+    def subtitle(section):
+        h = data[section]["header"]
+        return f"{short_machine(h)}, commit {h['commit']}, {h['date'][:10]}"
+
+    def bars(ax, groups, series, colors, ylabel):
+        n = len(series)
+        w = 0.8 / n
+        for i, (label, values) in enumerate(series):
+            xs = [g + (i - (n - 1) / 2) * w for g in range(len(groups))]
+            vals = [v if v is not None else 0 for v in values]
+            b = ax.bar(xs, vals, w, label=label, color=colors[i])
+            for x, v in zip(xs, values):
+                if v is None:
+                    ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels(groups)
+        ax.set_ylabel(ylabel)
+
+    # 1. training step time
+    if "training" in data:
+        res = data["training"]["data"]["results"]
+        cases = []
+        for k in res:
+            c = k.split("/")[0]
+            if c not in cases:
+                cases.append(c)
+        fig, axes = plt.subplots(1, len(cases), figsize=(2.6 * len(cases), 3.0), squeeze=False)
+        for ax, c in zip(axes[0], cases):
+            ts = sorted({int(k.split("/")[1]) for k in res if k.startswith(c + "/")})
+            recs = [res[f"{c}/{t}"] for t in ts]
+            bars(ax, [f"{t} thr" for t in ts],
+                 [("Tessera", [ms_of(r.get("tessera")) for r in recs]),
+                  ("PyTorch (best env)", [ms_of(r.get("torch_best")) for r in recs])], [TESS, REF], "ms per step")
+            ax.set_title(TRAIN_LABEL.get(c, c).split(",")[0], fontsize=9)
+        axes[0][0].legend(frameon=False, fontsize=8)
+        fig.suptitle(f"Training step time, lower is better\n{subtitle('training')}", fontsize=9)
+        fig.tight_layout()
+        save(fig, "training_step.svg")
+
+    # 2. inference latency vs ONNX Runtime: Tessera's time over ORT's, one bar per table row
+    if "onnx" in data:
+        rows = [r for r in data["onnx"]["data"]["rows"]
+                if r["tessera"].get("runtime_ms") and r["ort"].get("median_ms")]
+        fig, ax = plt.subplots(figsize=(6.0, 0.28 * len(rows) + 1.2))
+        ys = list(range(len(rows)))[::-1]
+        ratios = [r["tessera"]["runtime_ms"] / r["ort"]["median_ms"] for r in rows]
+        ax.barh(ys, ratios, 0.7, color=[TESS if x <= 1 else REF for x in ratios])
+        for y, r, x in zip(ys, rows, ratios):
+            ax.text(x + 0.02, y, f"{fnum(r['tessera']['runtime_ms'])} / {fnum(r['ort']['median_ms'])} ms",
+                    va="center", fontsize=7)
+        ax.set_yticks(ys)
+        ax.set_yticklabels([f"{r['case']}, batch {r['batch']}, {r['threads']} thr" for r in rows], fontsize=7)
+        ax.axvline(1.0, color="black", linewidth=0.6)
+        ax.set_xlim(0, max(ratios + [1.0]) * 1.45)
+        ax.set_xlabel("Tessera time / ONNX Runtime time (below 1: Tessera is faster)")
+        ax.set_title(f"Inference latency on the same ONNX files (bar labels: Tessera / ORT)\n{subtitle('onnx')}",
+                     fontsize=9)
+        fig.tight_layout()
+        save(fig, "inference_vs_ort.svg")
+
+    # 3. int8 speed-ups: weight-only at one row, and static int8
+    panels = []
+    if "quant" in data and data["quant"]["data"].get("kernels_f32"):
+        panels.append("quant")
+    if "ptq" in data:
+        panels.append("ptq")
+    if panels:
+        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.4), squeeze=False)
+        for ax, p in zip(axes[0], panels):
+            if p == "quant":
+                shapes = quant_one_row(data["quant"]["data"])
+                sh = "4096x4096" if "4096x4096" in shapes else max(
+                    shapes, key=lambda k: int(k.split("x")[0]) * int(k.split("x")[1]))
+                s = shapes[sh]
+                variants = [v for v in ("int8", "int8/int8", "q8_0", "q8_0/int8", "q4_0", "q4_0/int8", "int4g32",
+                                        "int4g32/int8") if v in s.get("variants", {})]
+                tb = s["tessera_f32"][s["tessera_best"]]
+                pb = s.get("torch_f32", {}).get(s.get("torch_best"))
+                bars(ax, variants, [(f"vs Tessera's fastest f32, {s['tessera_best']}",
+                                     [div(tb, s["variants"][v]) for v in variants]),
+                                    (f"vs PyTorch's fastest f32, {s.get('torch_best')}",
+                                     [div(pb, s["variants"][v]) for v in variants])], [TESS, REF],
+                     "speed-up (f32 time / quantized time)")
+                ax.tick_params(axis="x", labelsize=7, rotation=30)
+                ax.set_title(f"Weight-only quantized product, one row, {sh} weight\n{subtitle('quant')}", fontsize=8)
+            else:
+                rows = data["ptq"]["data"]["rows"]
+                groups, st, sp, so = [], [], [], []
+                for r in rows:
+                    for b in (1, 64):
+                        groups.append(f"batch {b}\n{r['threads']} thr")
+                        st.append(div(r["tessera"][f"us{b}_f32"], r["tessera"][f"us{b}_int8"]))
+                        sp.append(div(r["torch"]["f32"][f"us_{b}"], r["torch"]["int8"][f"us_{b}"]))
+                        so.append(div(r["ort_us"]["f32"][str(b)], r["ort_us"]["int8"][str(b)]))
+                bars(ax, groups, [("Tessera", st), ("PyTorch", sp), ("ONNX Runtime", so)], [TESS, REF, REF2],
+                     "speed-up (own f32 time / int8 time)")
+                ax.tick_params(axis="x", labelsize=7)
+                ax.set_title(f"Static int8 CNN against each runtime's own f32\n{subtitle('ptq')}", fontsize=8)
+            ax.axhline(1.0, color="black", linewidth=0.6)
+            ax.legend(frameon=False, fontsize=7)
+        fig.suptitle("int8 speed-ups, higher is better", fontsize=9)
+        fig.tight_layout()
+        save(fig, "int8_speedups.svg")
+
+    # 4. serving latency against throughput
+    if "serve" in data:
+        cv = [r for r in data["serve"]["data"]["records"] if r.get("test") == "curve"]
+        if cv:
+            fig, ax = plt.subplots(figsize=(5.6, 3.4))
+            for model, color in (("mlp", TESS), ("cnn", REF)):
+                rs = sorted((r for r in cv if r["model"] == model), key=lambda r: r["offered"])
+                if not rs:
+                    continue
+                xs = [r["offered"] for r in rs]
+                ax.plot(xs, [r["p50_ms"] for r in rs], "o--", color=color, label=f"{model} p50", markersize=3)
+                ax.plot(xs, [r["p99_ms"] for r in rs], "o-", color=color, label=f"{model} p99", markersize=3)
+            ax.set_yscale("log")
+            ax.set_xlabel("offered requests per second (open loop: latency counted from each scheduled send)")
+            ax.set_ylabel("latency, ms (log scale)")
+            ax.legend(frameon=False, fontsize=8)
+            ax.set_title(f"tessera serve: latency against throughput, JSON requests, batching on\n"
+                         f"{subtitle('serve')}", fontsize=9)
+            fig.tight_layout()
+            save(fig, "serving_latency.svg")
+    return written
+
+
+# ---------------------------------------------------------------------------------
+# the page
+
+
+def render_page(data, out_md):
+    L = ["# Benchmarks", "",
+         "<!-- Generated by bench/report.py from docs/benchmarks/*.json: do not edit by hand. -->", "",
+         "Every figure on this page was produced by one command, which builds the benchmark binaries (Release, "
+         "`build-bench/`), trains the small models it needs, runs each area's compare script and rewrites this page "
+         "and its charts:", "",
+         "```sh",
+         "scripts/setup.sh --bench                          # Debian: libtorch, PyTorch, matplotlib, onnx, wrk",
+         "(cd bench/onnx_ort && npm ci --ignore-scripts)    # ONNX Runtime (onnxruntime-node, pinned)",
+         "/usr/bin/python3 bench/report.py                  # every section (under 40 minutes on 2 cores)",
+         "/usr/bin/python3 bench/report.py --section NAME   # one section; the others keep their results",
+         "/usr/bin/python3 bench/report.py --quick          # smoke run into build-bench/report-quick/",
+         "/usr/bin/python3 bench/report.py --render-only    # this page and the charts from the JSON files",
+         "```", "",
+         "Each section's results are kept with the machine, commit and date they were measured on in "
+         "`docs/benchmarks/<section>.json`; a section that was not rerun keeps its own heading, so two sections may "
+         "come from different CPUs. Compare only figures within one table: they were taken side by side in one run. "
+         "Earlier runs are in git history.", "",
+         "How to read the tables: a ratio \"Tessera / reference\" divides Tessera's figure by the reference's, in "
+         "the row's unit, so for times and memory below 1 favours Tessera and for throughputs above 1 does; a "
+         "speed-up is a time divided by a faster one. The reference runs in its best configuration on this machine "
+         "(glibc malloc thresholds raised so buffers are not returned to the OS and re-faulted, OpenBLAS's core "
+         "type detected rather than forced, thread counts set for OpenMP and OpenBLAS), with its default configuration beside it where the table says so. The machines are shared "
+         "2-vCPU VMs: the same binary can vary by tens of percent from one minute to the next, so ratios within "
+         "about 0.85-1.15 are parity.", ""]
+    rows = []
+    for name, title, _, _, _ in SECTIONS:
+        if name in data:
+            h = data[name]["header"]
+            rows.append([f"[{title}](#{anchor(title)})", SHORT[name], short_machine(h), f"`{h['commit']}`",
+                         h["date"][:10], f"{data[name]['wall_s']:.0f} s"])
+        else:
+            rows.append([title, SHORT[name], "not run yet", "", "", ""])
+    L += table(["section", "what it measures", "CPU, best ISA", "commit", "date", "wall time"], rows,
+               ["---", "---", "---", "---", "---", "---:"])
+    total = sum(data[n]["wall_s"] for n in data)
+    L += ["", f"Wall time of the sections above: {total / 60:.1f} min (each includes training the models it needed, "
+              "when they were not already trained; the build is not included)."]
+    for name, title, _, render, prose in SECTIONS:
+        L += ["", f"## {title}", ""]
+        if name not in data:
+            L += ["Not run yet: `/usr/bin/python3 bench/report.py --section " + name + "`."]
+            continue
+        h = data[name]["header"]
+        L += [prose.replace("\n", " "), ""]
+        dirty = (f" plus uncommitted changes to {', '.join(h['uncommitted'][:6])}"
+                 f"{' ...' if len(h['uncommitted']) > 6 else ''}" if h.get("uncommitted") else "")
+        v = h.get("versions", {})
+        L += [f"> **Measured on** {h['cpu']} ({h['cpu_id']}{', ' + h['uarch'] if h.get('uarch') else ''}), best ISA "
+              f"**{h['isa']}** (flags: {h['isa_flags']}), {h['logical_cpus']} logical CPUs, kernel {h['kernel']}; "
+              f"Tessera at commit `{h['commit']}`{dirty}, Release; {h['date']}. PyTorch {v.get('torch')}"
+              f"{', ONNX Runtime ' + v['onnxruntime'] if v.get('onnxruntime') and name in ('onnx', 'ptq') else ''}"
+              f", oneDNN {v.get('onednn')}, {v.get('compiler')}. Section wall time {data[name]['wall_s']:.0f} s; "
+              f"load average at start {h['load_at_start']:.2f}. Command: `{data[name]['command']}`."]
+        if name == "training":
+            L += ["", "![Training step time](benchmarks/training_step.svg)"]
+        try:
+            L += render(data[name]["data"], h)
+        except Exception as e:  # a section from an older script version: say so, keep the page
+            L += ["", f"(could not render this section's results: {type(e).__name__}: {e})"]
+    text = "\n".join(L) + "\n"
+    with open(out_md, "w") as f:
+        f.write(text)
+
+
+def anchor(title):
+    a = "".join(c for c in title.lower() if c.isalnum() or c in " -_").replace(" ", "-")
+    return a
+
+
+def load_sections(json_dir):
+    data = {}
+    for name in SECTION_NAMES:
+        p = os.path.join(json_dir, name + ".json")
+        if os.path.exists(p):
+            data[name] = load_json(p)
+    return data
+
+
+# ---------------------------------------------------------------------------------
+
+
+class Ctx:
+    def __init__(self, args, build_dir, work, runs):
+        self.args, self.build_dir, self.work, self.runs = args, build_dir, work, runs
+        self.timeout = 1800 if not args.quick else 900
+
+    def settings(self, name):
+        return (QUICK if self.args.quick else FULL)[name]
+
+    def tmp(self, name):
+        return os.path.join(self.work, name)
+
+    def log_path(self, name):
+        return os.path.join(self.work, name + ".log")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--section", action="append", choices=SECTION_NAMES,
+                    help="run only this section (repeatable); the others keep their stored results")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run with tiny settings; writes to build-bench/report-quick/ unless --out is given")
+    ap.add_argument("--render-only", action="store_true", help="rewrite the page and charts from the stored JSON")
+    ap.add_argument("--out", help="where the page goes: OUT/benchmarks.md, OUT/benchmarks/*.json and *.svg "
+                                   "(default docs/, or build-bench/report-quick/ with --quick)")
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-bench"))
+    ap.add_argument("--no-build", action="store_true", help="use the binaries already in --build-dir")
+    ap.add_argument("--list", action="store_true", help="list the sections")
+    args = ap.parse_args()
+    if args.list:
+        for name, title, *_ in SECTIONS:
+            print(f"{name:9s} {title}: {SHORT[name]}")
+        return 0
+    build_dir = os.path.abspath(args.build_dir)
+    out = os.path.abspath(args.out or (os.path.join(build_dir, "report-quick") if args.quick else os.path.join(ROOT, "docs")))
+    json_dir = os.path.join(out, "benchmarks")
+    os.makedirs(json_dir, exist_ok=True)
+    md = os.path.join(out, "benchmarks.md")
+
+    if not args.render_only:
+        names = args.section or SECTION_NAMES
+        if os.path.realpath(sys.executable) != os.path.realpath(PY):
+            log(f"note: running under {sys.executable}; the compare scripts use {PY} (Debian's, with torch)")
+        if not args.no_build:
+            build(build_dir)
+        load = os.getloadavg()[0]
+        if load > 0.7:
+            log(f"warning: load average {load:.2f} at start: other work is running; figures will be noisy")
+        work = os.path.join(build_dir, "report-work-quick" if args.quick else "report-work")
+        os.makedirs(work, exist_ok=True)
+        ctx = Ctx(args, build_dir, work, Runs(build_dir, args.quick))
+        code, ver, cpu = code_state(), versions(), cpu_header()
+        t_all = time.time()
+        walls, failed = {}, []
+        for name, title, runner, _, _ in SECTIONS:
+            if name not in names:
+                continue
+            log(f"\n=== {name}: {title}")
+            header = dict(cpu, **code, versions=ver, load_at_start=os.getloadavg()[0],
+                          date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), quick=args.quick)
+            t0 = time.time()
+            try:
+                result = runner(ctx)
+            except Exception as e:  # keep going: the other sections still run, this one keeps its old results
+                walls[name] = time.time() - t0
+                log(f"=== {name} FAILED after {walls[name]:.0f} s: {e}")
+                failed.append(name)
+                continue
+            walls[name] = time.time() - t0
+            settings = " ".join(ctx.settings(name))
+            doc = {"section": name, "header": header, "wall_s": round(walls[name], 1),
+                   "command": f"bench/report.py{' --quick' if args.quick else ''} --section {name}",
+                   "settings": settings, "data": result}
+            with open(os.path.join(json_dir, name + ".json"), "w") as f:
+                json.dump(doc, f, indent=1, sort_keys=True)
+                f.write("\n")
+            log(f"=== {name}: {walls[name]:.0f} s (log: {os.path.relpath(ctx.log_path(name), ROOT)})")
+        total = time.time() - t_all
+        log("\nwall time per section: " + ", ".join(f"{n} {w:.0f} s" for n, w in walls.items()) +
+            f"; total {total:.0f} s ({total / 60:.1f} min)")
+        if not args.section and not args.quick and total > BUDGET_S:
+            log(f"warning: the full run took more than {BUDGET_S // 60} minutes: reduce the settings in FULL")
+    else:
+        failed = []
+
+    data = load_sections(json_dir)
+    files = charts(data, json_dir)
+    render_page(data, md)
+    log(f"wrote {os.path.relpath(md, ROOT)} and {len(files)} charts in {os.path.relpath(json_dir, ROOT)}/")
+    if failed:
+        log("failed sections (their stored results, if any, were kept): " + ", ".join(failed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
