@@ -2,6 +2,7 @@
 // infer request (inputs from .npy files, or random values of the signature
 // with every dynamic dimension 1), and prints the outputs and the latency.
 #include "client.h"
+#include "latency.h"
 
 #include <httplib.h>
 
@@ -122,11 +123,9 @@ int cmd_client(const ClientFlags& f) {
     }
     std::printf("\n");
   }
-  std::sort(ms.begin(), ms.end());
   if (ms.size() == 1) std::printf("model %s version %s: %.2f ms\n", f.model.c_str(),
                                   answer.value("model_version", "?").c_str(), ms[0]);
-  else std::printf("model %s version %s: %zu requests, p50 %.2f ms, p99 %.2f ms\n", f.model.c_str(),
-                   answer.value("model_version", "?").c_str(), ms.size(), ms[ms.size() / 2],
-                   ms[std::min(ms.size() - 1, ms.size() * 99 / 100)]);
+  else std::printf("model %s version %s: %s\n", f.model.c_str(), answer.value("model_version", "?").c_str(),
+                   cli::latency_str(cli::latency_of(ms)).c_str());
   return 0;
 }

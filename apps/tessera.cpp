@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <functional>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "latency.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/capture.h"
 #include "tessera/compile/compile.h"
@@ -50,11 +52,17 @@
 #include "tessera/serve/repository.h"
 #include "tessera/quant/weights.h"
 #include "tessera/train/trainer.h"
+#include "tessera/version.h"
 
 using namespace tessera;
 using nlohmann::json;
 
 namespace {
+
+// The command as it was run (build/apps/tessera, or tessera on PATH): the
+// commands printed for what to do next work when pasted as they are.
+std::string g_argv0 = "tessera";
+const char* self() { return g_argv0.c_str(); }
 
 std::string human_bytes(uintmax_t b) {
   char buf[32];
@@ -114,13 +122,13 @@ int cmd_train(const std::string& config_path, const std::string& resume, const s
   json summary = t.fit();
   const std::string ckpt = summary["checkpoint"].get<std::string>();
   if (t.stopped_early()) {
-    std::printf("\nstopped; continue with:\n  tessera train %s --resume latest\n", config_path.c_str());
+    std::printf("\nstopped; continue with:\n  %s train %s --resume latest\n", self(), config_path.c_str());
     return 0;
   }
   std::printf("\nwhat next:\n");
-  std::printf("  tessera eval %s      # evaluate the checkpoint again\n", ckpt.c_str());
-  std::printf("  tessera info %s      # the model, its training state and metrics\n", ckpt.c_str());
-  std::printf("  tessera train %s --set train.epochs=N --resume latest   # train longer\n", config_path.c_str());
+  std::printf("  %s eval %s      # evaluate the checkpoint again\n", self(), ckpt.c_str());
+  std::printf("  %s info %s      # the model, its training state and metrics\n", self(), ckpt.c_str());
+  std::printf("  %s train %s --set train.epochs=N --resume latest   # train longer\n", self(), config_path.c_str());
   std::printf("  other configs: examples/configs/ (fashion_mnist_mlp, fashion_mnist_cnn, resnet18_synthetic, "
               "char_gpt)\n");
   return 0;
@@ -238,12 +246,7 @@ int cmd_run(const std::string& path, const std::vector<std::string>& inputs, con
     std::printf("inputs      random values of the signature (dynamic dimensions = %lld)\n", static_cast<long long>(size));
   }
   TensorList ys = m.run(xs);
-  if (repeat > 1) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < repeat; ++i) m.run(xs);
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / repeat;
-    std::printf("latency     %.3f ms per run (mean of %d)\n", ms, repeat);
-  }
+  if (repeat > 1) std::printf("latency     %s\n", cli::latency_str(cli::time_runs([&] { m.run(xs); }, repeat)).c_str());
   for (size_t i = 0; i < ys.size(); ++i) {
     const Tensor& y = ys[i];
     std::printf("output%zu     %s%s\n", i, dtype_name(y.dtype()), shape_str(y.shape()).c_str());
@@ -267,19 +270,6 @@ int cmd_inspect(const std::string& path, bool dump, int64_t size) {
   return 0;
 }
 
-// The median wall time of `repeat` calls of f, in ms, after one warm-up call.
-double median_ms(const std::function<void()>& f, int repeat) {
-  f();
-  std::vector<double> ms;
-  for (int i = 0; i < repeat; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    f();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 // The first n examples of a dataset as one batch.
 TensorList first_batch(const data::Dataset& d, int64_t n) {
   std::vector<int64_t> idx(n);
@@ -290,7 +280,7 @@ TensorList first_batch(const data::Dataset& d, int64_t n) {
 // Quality, size and batch-1 latency of a loaded model, for quantize's table.
 struct Measured {
   train::EvalMetrics metrics;
-  double latency_ms = 0;
+  cli::Latency latency;  // batch 1
 };
 Measured measure(Loaded& l, int64_t batches, int repeat) {
   TS_CHECK(l.recipe.eval_data && l.recipe.eval_data->size() > 0, "the checkpoint's config has no evaluation data "
@@ -300,7 +290,7 @@ Measured measure(Loaded& l, int64_t batches, int repeat) {
   model->eval();
   Tensor x = l.recipe.eval_data->get_batch({0}).at(0);
   NoGradGuard ng;
-  m.latency_ms = median_ms([&] { (*model)(x); }, repeat);
+  m.latency = cli::time_runs([&] { (*model)(x); }, repeat);
   train::TrainerOptions o;
   o.quiet = true;
   o.handle_signals = false;
@@ -320,14 +310,14 @@ void print_quality_rows(const Measured& mb, const Measured& ma) {
                 100 * ma.metrics.accuracy, 100 * (ma.metrics.accuracy - mb.metrics.accuracy));
   std::printf("%-22s %16.4f %16.4f %+9.4f\n", "loss", mb.metrics.loss, ma.metrics.loss,
               ma.metrics.loss - mb.metrics.loss);
-  std::printf("%-22s %16.3f %16.3f %9.2fx\n", "latency, batch 1 (ms)", mb.latency_ms, ma.latency_ms,
-              ma.latency_ms / mb.latency_ms);
+  cli::print_latency_rows("batch 1", mb.latency, ma.latency);
 }
 
 // A compiled classifier on (at most `batches` batches of 64 of) a dataset:
 // accuracy, mean cross-entropy, and its batch-1 and batch-64 latency.
 struct GraphMeasured {
-  double accuracy = 0, loss = 0, ms1 = 0, ms64 = 0;
+  double accuracy = 0, loss = 0;
+  cli::Latency ms1, ms64;
 };
 GraphMeasured measure_graph(const Model& m, const data::Dataset& d, int64_t batches, int repeat) {
   GraphMeasured r;
@@ -349,20 +339,20 @@ GraphMeasured measure_graph(const Model& m, const data::Dataset& d, int64_t batc
   r.accuracy = static_cast<double>(right) / static_cast<double>(n);
   r.loss = loss / static_cast<double>(n);
   Tensor x1 = first_batch(d, 1).at(0), x64 = first_batch(d, std::min<int64_t>(64, d.size())).at(0);
-  r.ms1 = median_ms([&] { m(x1); }, repeat);
-  r.ms64 = median_ms([&] { m(x64); }, repeat);
+  r.ms1 = cli::time_runs([&] { m(x1); }, repeat);
+  r.ms64 = cli::time_runs([&] { m(x64); }, repeat);
   return r;
 }
 
-// The batch-1 and batch-64 latency (ms, medians) of a checkpoint's model as
-// a compiled graph (every pass), on its evaluation data.
-std::pair<double, double> compiled_latency(Loaded& l, int repeat) {
+// The batch-1 and batch-64 latency of a checkpoint's model as a compiled
+// graph (every pass), on its evaluation data.
+std::pair<cli::Latency, cli::Latency> compiled_latency(Loaded& l, int repeat) {
   data::DatasetPtr d = l.recipe.eval_data ? l.recipe.eval_data : l.recipe.train_data;
   TS_CHECK(d && d->size() >= 2, "the checkpoint's config has no data to time the model on");
   const int64_t b = std::min<int64_t>(64, d->size());
   Model m(trace_model(l, b, false));
   Tensor x1 = first_batch(*d, 1).at(0), xb = first_batch(*d, b).at(0);
-  return {median_ms([&] { m(x1); }, repeat), median_ms([&] { m(xb); }, repeat)};
+  return {cli::time_runs([&] { m(x1); }, repeat), cli::time_runs([&] { m(xb); }, repeat)};
 }
 
 // Static int8 of a classifier checkpoint: its model traced to a graph,
@@ -430,8 +420,8 @@ int cmd_ptq(const std::string& arg, const std::string& calibration, const std::v
   std::printf("%-22s %15.2f%% %15.2f%% %+8.2f pt\n", "accuracy", 100 * mb.accuracy, 100 * ma.accuracy,
               100 * (ma.accuracy - mb.accuracy));
   std::printf("%-22s %16.4f %16.4f %+9.4f\n", "loss", mb.loss, ma.loss, ma.loss - mb.loss);
-  std::printf("%-22s %16.3f %16.3f %9.2fx\n", "latency, batch 1 (ms)", mb.ms1, ma.ms1, ma.ms1 / mb.ms1);
-  std::printf("%-22s %16.3f %16.3f %9.2fx\n", "latency, batch 64 (ms)", mb.ms64, ma.ms64, ma.ms64 / mb.ms64);
+  cli::print_latency_rows("batch 1", mb.ms1, ma.ms1);
+  cli::print_latency_rows("batch 64", mb.ms64, ma.ms64);
   std::printf("(both compiled graphs; before: the f32 graph with all passes)\n\nwrote %s  (tessera run %s --input "
               "X.npy)\n", output.c_str(), output.c_str());
   return 0;
@@ -479,7 +469,7 @@ int cmd_quantize(const std::string& arg, const std::string& method, int64_t grou
   std::printf("%-22s %16s %16s %9.2fx\n", "model file", human_bytes(size(dir)).c_str(),
               human_bytes(size(written)).c_str(), static_cast<double>(size(written)) / static_cast<double>(size(dir)));
   print_quality_rows(mb, ma);
-  std::printf("\nwrote %s  (tessera eval %s)\n", written.c_str(), written.c_str());
+  std::printf("\nwrote %s  (%s eval %s)\n", written.c_str(), self(), written.c_str());
   return 0;
 }
 
@@ -554,8 +544,8 @@ int cmd_prune(const std::string& arg, double sparsity, const std::string& method
               static_cast<long long>(final_rep.total - final_rep.zeros),
               static_cast<double>(final_rep.total - final_rep.zeros) / static_cast<double>(final_rep.total));
   print_quality_rows(mb, ma);
-  std::printf("%-22s %16.3f %16.3f %9.2fx\n", "compiled, batch 1 (ms)", cb1, ca1, ca1 / cb1);
-  std::printf("%-22s %16.3f %16.3f %9.2fx\n", "compiled, batch 64 (ms)", cb64, ca64, ca64 / cb64);
+  cli::print_latency_rows("compiled, batch 1", cb1, ca1);
+  cli::print_latency_rows("compiled, batch 64", cb64, ca64);
   std::printf("\nwrote %s  (structured pruning: the compiled graph drops the pruned channels; unstructured zeros "
               "are stored and multiplied dense)\n", last.c_str());
   return 0;
@@ -673,8 +663,12 @@ int cmd_serve(const ServeFlags& f) {
 }
 
 int main(int argc, char** argv) {
-  CLI::App app{"Tessera: train, evaluate, export, run and inspect models"};
+  if (argc > 0 && std::strchr(argv[0], '/')) g_argv0 = argv[0];
+  CLI::App app{"Tessera " + std::string(tessera::version()) +
+               ": train, evaluate, export, run, inspect, quantize, prune and serve models"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", tessera::version());
+  app.option_defaults()->always_capture_default();  // --help shows every default
 
   auto* train = app.add_subcommand("train", "train a model from a YAML config");
   std::string config, resume, output;
@@ -726,7 +720,7 @@ int main(int argc, char** argv) {
   run->add_option("--size", run_size, "without --input: the value of the dynamic dimensions")
       ->check(CLI::PositiveNumber);
   run->add_option("--output", run_out, "save the output as .npy instead of printing it");
-  run->add_option("--repeat", run_repeat, "run N more times and report the mean latency")->check(CLI::PositiveNumber);
+  run->add_option("--repeat", run_repeat, "run N more times and report the latency (p50/p90/p99)")->check(CLI::PositiveNumber);
 
   auto* inspect = app.add_subcommand("inspect", "show a model's inputs, outputs, ops, parameters and FLOPs");
   std::string insp_model;
@@ -758,7 +752,7 @@ int main(int argc, char** argv) {
   quantize->add_option("--output", q_out, "the checkpoint directory to write (default <run>/quantized/<method>; "
                        "ptq-int8: the graph directory <run>/quantized/ptq-int8.tsr)");
   quantize->add_option("--batches", q_batches, "evaluate only this many batches (default: all)");
-  quantize->add_option("--repeat", q_repeat, "batch-1 forwards timed for the latency (median)")
+  quantize->add_option("--repeat", q_repeat, "forwards timed for the latency (p50/p90/p99)")
       ->check(CLI::PositiveNumber);
 
   auto* prune = app.add_subcommand("prune", "prune a checkpoint's Linear/Conv weights and fine-tune; prints accuracy "
@@ -781,7 +775,7 @@ int main(int argc, char** argv) {
   prune->add_option("--lr", p_lr, "fine-tuning learning rate (default: a tenth of the config's)");
   prune->add_option("--output", p_out, "the run directory to write (default <run>/pruned/<method>-<sparsity>)");
   prune->add_option("--batches", p_batches, "evaluate only this many batches (default: all)");
-  prune->add_option("--repeat", p_repeat, "batch-1 forwards timed for the latency (median)")->check(CLI::PositiveNumber);
+  prune->add_option("--repeat", p_repeat, "forwards timed for the latency (p50/p90/p99)")->check(CLI::PositiveNumber);
 
   auto* serve_cmd = app.add_subcommand("serve", "serve models over HTTP (KServe v2 protocol) with dynamic batching "
                                        "until SIGINT/SIGTERM");
@@ -811,10 +805,19 @@ int main(int argc, char** argv) {
   client->add_option("--api-key-file", cf.api_key_file, "a file holding the server's API key");
   client->add_option("--input", cf.inputs, "a .npy file per model input, in order (default: random values of the "
                      "model's signature, batch 1)");
-  client->add_option("--repeat", cf.repeat, "send the request this many times and print p50/p99")
+  client->add_option("--repeat", cf.repeat, "send the request this many times and print the latency (p50/p90/p99)")
       ->check(CLI::Range(1, 1000000));
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // A usage error: what was wrong, then the usage of the command it was for; exit 2.
+    const std::vector<CLI::App*> chosen = app.get_subcommands();
+    std::fprintf(stderr, "error: %s\n\n%s", e.what(), (chosen.empty() ? app : *chosen.back()).help().c_str());
+    return 2;
+  }
   try {
     if (*train) return cmd_train(config, resume, sets, output, plain ? 0 : -1, profile, precision);
     if (*eval) return cmd_eval(ckpt, batches);

@@ -12,7 +12,7 @@
 // it served fewer requests per second than a thread per connection: Asio's
 // cross-thread posts and per-operation timers cost more than the waits they
 // save (docs/serving.md).
-#include "tessera/serve/beast_message.h"  // first: Boost 1.74's Asio needs <utility> before it
+#include "serve/beast_message.h"  // first: Boost 1.74's Asio needs <utility> before it
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>

@@ -11,7 +11,7 @@
 // for cross-thread posts and per-operation timers.
 #include "tessera/serve/http_server.h"
 
-#include "tessera/serve/beast_message.h"  // first: Boost 1.74's Asio needs <utility> before it
+#include "serve/beast_message.h"  // first: Boost 1.74's Asio needs <utility> before it
 
 #include <boost/beast/core.hpp>
 

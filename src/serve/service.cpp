@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/error.h"
+#include "tessera/version.h"
 #include "tessera/io/npy.h"
 
 namespace tessera::serve {
@@ -377,7 +378,7 @@ std::optional<HttpResponse> InferenceService::route(HttpRequest& req, const std:
   if (p.empty() || p[0] != "v2") return error_response(404, "no route " + req.path + " (the API is under /v2)");
   if (p.size() == 1) {
     if (!get) return method_not_allowed("GET");
-    return json_response(200, {{"name", "tessera"}, {"version", "0.1"}, {"extensions", {"binary_tensor_data"}}});
+    return json_response(200, {{"name", "tessera"}, {"version", tessera::version()}, {"extensions", {"binary_tensor_data"}}});
   }
   if (p[1] == "health" && p.size() == 3 && (p[2] == "live" || p[2] == "ready")) {
     if (!get) return method_not_allowed("GET");

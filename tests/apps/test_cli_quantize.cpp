@@ -22,7 +22,7 @@ TEST(CliQuantize, WritesAQuantizedCheckpointThatEvalReads) {
   // 784 inputs are 24.5 blocks of 32: the first layer stays float.
   EXPECT_NE(out.find("float: net.0"), std::string::npos) << out;
   EXPECT_NE(out.find("not a multiple of 32"), std::string::npos) << out;
-  for (const char* row : {"model file", "accuracy", "loss", "latency, batch 1"})
+  for (const char* row : {"model file", "accuracy", "loss", "batch 1 p50 (ms)", "batch 1 p90 (ms)", "batch 1 p99 (ms)"})
     EXPECT_NE(out.find(row), std::string::npos) << row << "\n" << out;
   const std::string q = dir + "/run/quantized/q4_0";
   ASSERT_TRUE(std::filesystem::exists(q + "/model.safetensors")) << out;
@@ -47,7 +47,7 @@ TEST(CliQuantize, WritesAQuantizedCheckpointThatEvalReads) {
   // Static int8: an int8 graph that tessera run executes; a bad calibration file is an error naming the key.
   ASSERT_EQ(cli("quantize " + dir + "/run --method ptq-int8 --batches 4 --repeat 2", &out), 0) << out;
   EXPECT_NE(out.find("int8: 3 of 3 layers"), std::string::npos) << out;
-  for (const char* row : {"model weights", "accuracy", "latency, batch 64"})
+  for (const char* row : {"model weights", "accuracy", "batch 64 p50 (ms)", "batch 64 p99 (ms)"})
     EXPECT_NE(out.find(row), std::string::npos) << row << "\n" << out;
   const std::string g = dir + "/run/quantized/ptq-int8.tsr";
   io::save_npy(dir + "/x.npy", zeros({3, 1, 28, 28}));
@@ -99,7 +99,7 @@ TEST(CliPrune, PrunesFineTunesAndWritesARunEvalReads) {
                 &out), 0) << out;
   EXPECT_NE(out.find("round 1/2: sparsity 0.7000"), std::string::npos) << out;  // 0.8 * (1 - 1/8)
   EXPECT_NE(out.find("round 2/2: sparsity 0.8000"), std::string::npos) << out;
-  for (const char* row : {"nonzero weights", "accuracy", "latency, batch 1"})
+  for (const char* row : {"nonzero weights", "accuracy", "batch 1 p50 (ms)", "compiled, batch 1 p99 (ms)"})
     EXPECT_NE(out.find(row), std::string::npos) << row << "\n" << out;
   ASSERT_EQ(cli("eval " + dir + "/pruned --batches 2", &out), 0) << out;
   ASSERT_EQ(cli("info " + dir + "/pruned", &out), 0) << out;

@@ -14,6 +14,7 @@
 #include "tessera/nn/nn.h"
 #include "tessera/ops/ops.h"
 #include "tessera/io/npy.h"
+#include "tessera/version.h"
 #include "tessera/serve/service.h"
 #include "serve_test_util.h"
 #include "test_util.h"
@@ -50,6 +51,7 @@ TEST(ServeService, RoutesAndInference) {
   InferenceService s;
   s.load_repository(f.root);
   EXPECT_EQ(json::parse(call(s, "GET", "/v2").body)["extensions"][0], "binary_tensor_data");
+  EXPECT_EQ(json::parse(call(s, "GET", "/v2").body)["version"], tessera::version());  // the library's, one place
   EXPECT_EQ(call(s, "GET", "/v2/health/live").status, 200);
   EXPECT_EQ(call(s, "GET", "/v2/health/ready").status, 200);
   json meta = json::parse(call(s, "GET", "/v2/models/mlp").body);

@@ -1,0 +1,26 @@
+#pragma once
+// The common parts of Tessera in one include (optional: each header can be
+// included on its own). Tensors and ops, autograd, modules and the model
+// zoo, optimizers, data, files, training, compiled models and ONNX.
+#include "tessera/autograd/checkpoint.h"
+#include "tessera/autograd/engine.h"
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/compile/capture.h"
+#include "tessera/compile/compile.h"
+#include "tessera/compile/model.h"
+#include "tessera/compile/onnx.h"
+#include "tessera/core/allocator.h"
+#include "tessera/core/generator.h"
+#include "tessera/core/parallel.h"
+#include "tessera/core/tensor.h"
+#include "tessera/data/dataloader.h"
+#include "tessera/data/datasets.h"
+#include "tessera/io/checkpoint.h"
+#include "tessera/io/npy.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/nn/nn.h"
+#include "tessera/ops/autocast.h"
+#include "tessera/ops/ops.h"
+#include "tessera/optim/optimizer.h"
+#include "tessera/optim/scheduler.h"
+#include "tessera/version.h"

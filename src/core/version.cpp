@@ -1,0 +1,7 @@
+#include "tessera/version.h"
+
+namespace tessera {
+
+const char* version() { return TESSERA_VERSION; }
+
+}  // namespace tessera

@@ -1,0 +1,42 @@
+// The command line's conventions: --version is the library's version, usage
+// errors exit 2 with the usage of the command, the top-level help lists
+// every subcommand, and each --help shows the defaults.
+#include <gtest/gtest.h>
+
+#include "tessera/version.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+TEST(Cli, VersionHelpAndUsageErrors) {
+  std::string out;
+  ASSERT_EQ(testing::cli("--version", &out), 0) << out;
+  EXPECT_EQ(out, std::string(tessera::version()) + "\n");
+  EXPECT_STREQ(tessera::version(), TESSERA_VERSION);
+
+  ASSERT_EQ(testing::cli("--help", &out), 0) << out;
+  for (const char* sub : {"train", "eval", "info", "export", "run", "inspect", "quantize", "prune", "serve", "client"})
+    EXPECT_NE(out.find(std::string("\n  ") + sub + " "), std::string::npos) << sub << " missing from the help:\n" << out;
+
+  // A usage error: the message and the command's usage, exit 2.
+  EXPECT_EQ(testing::cli("run", &out), 2) << out;
+  EXPECT_NE(out.find("error: model is required"), std::string::npos) << out;
+  EXPECT_NE(out.find("Usage:"), std::string::npos) << out;
+  EXPECT_NE(out.find(" run [OPTIONS] model"), std::string::npos) << out;
+  EXPECT_EQ(testing::cli("quantize runs/x --method q7", &out), 2) << out;
+  EXPECT_EQ(testing::cli("frobnicate", &out), 2) << out;
+  EXPECT_EQ(testing::cli("", &out), 2) << out;
+  // A runtime error (the file is missing): exit 1, not 2.
+  EXPECT_EQ(testing::cli("inspect /nonexistent/model.onnx", &out), 1) << out;
+
+  // Defaults are shown.
+  ASSERT_EQ(testing::cli("quantize --help", &out), 0);
+  EXPECT_NE(out.find("--repeat INT:POSITIVE=50"), std::string::npos) << out;
+  EXPECT_NE(out.find("--group INT=32"), std::string::npos) << out;
+  ASSERT_EQ(testing::cli("serve --help", &out), 0);
+  EXPECT_NE(out.find("--port INT=8000"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tessera
