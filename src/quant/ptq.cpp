@@ -117,7 +117,7 @@ std::string PtqReport::text() const {
 
 PtqResult quantize_static(const Graph& graph, const std::vector<TensorList>& calibration, const PtqConfig& config) {
   check(config.observer);
-  const int qmax = config.activation_max ? config.activation_max : cpu::int8_activation_max();
+  const int qmax = config.activation_max ? config.activation_max : 255;
   TS_CHECK(qmax >= 15 && qmax <= 255, "quantize_static: activation_max must be in [15, 255], got ", qmax);
   NoGradGuard no_grad;
   PtqResult r;

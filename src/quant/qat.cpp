@@ -165,7 +165,7 @@ QatReport prepare_qat(nn::Module& model, const QatConfig& c) {
     auto l = std::make_shared<Layer>();
     l->learn = c.learn_scales;
     l->c = c.averaging_constant;
-    l->qmax = c.activation_max ? c.activation_max : cpu::int8_activation_max();
+    l->qmax = c.activation_max ? c.activation_max : 255;
     l->s8_allowed = c.signed_inputs;
     // A learned scale is trained as its logarithm: always positive, and an
     // optimizer step changes it by a ratio, whatever its size.

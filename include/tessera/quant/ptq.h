@@ -32,8 +32,8 @@ struct PtqConfig {
   ObserverConfig observer;
   // Module scopes kept in float ("features.0" also keeps "features.0.x").
   std::vector<std::string> skip;
-  // The largest activation code; 0: 255, or 127 on CPUs without VNNI (see
-  // cpu::int8_activation_max: their u8 x s8 instruction saturates).
+  // The largest u8 activation code (15 to 255); 0: 255. The int8 graph
+  // computes the same on every CPU (Note [int8 without VNNI]).
   int activation_max = 0;
   // A value entering int8 from float (the model's input) whose range is
   // signed is quantized symmetric s8 instead of u8 with a zero point: oneDNN

@@ -38,7 +38,7 @@ struct QatConfig {
   std::vector<std::string> skip;     // module paths kept float (and everything below them)
   bool learn_scales = false;         // activation scales trained (LSQ) instead of observed
   double averaging_constant = 0.01;  // weight of each batch in the moving-average range
-  int activation_max = 0;            // as PtqConfig::activation_max (0: the CPU's)
+  int activation_max = 0;            // as PtqConfig::activation_max (0: 255)
   bool signed_inputs = true;         // as PtqConfig::signed_inputs
 };
 nlohmann::json to_json(const QatConfig& c);

@@ -16,6 +16,16 @@ dnnl::stream& stream() {
   return s;
 }
 
+bool int8_products_exact() {
+  static const bool vnni = [] {
+    using I = dnnl::cpu_isa;
+    const I isa = dnnl::get_effective_cpu_isa();
+    return isa == I::avx512_core_vnni || isa == I::avx512_core_bf16 || isa == I::avx512_core_amx ||
+           isa == I::avx2_vnni;
+  }();
+  return vnni;
+}
+
 Buffers::~Buffers() {
   for (auto& [p, n] : held_) cpu_free(p, n);
 }

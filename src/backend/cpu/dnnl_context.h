@@ -54,6 +54,15 @@ class Buffers {
   std::vector<std::pair<void*, size_t>> held_;
 };
 
+// Note [int8 without VNNI]
+// oneDNN's int8 kernels are exact only with VNNI (vpdpbusd: u8 x s8 summed in
+// int32). Without it (AVX2, AVX-512 before VNNI) they sum pairs of u8 x s8
+// products in saturating int16 (vpmaddubsw: 255 * 127 * 2 overflows) and
+// halve the weights of s8 inputs. So on such CPUs Tessera runs int8 products
+// as f32 products of the codes (exact while every sum stays below 2^24).
+// This is oneDNN's view of the CPU: DNNL_MAX_CPU_ISA can lower it.
+bool int8_products_exact();
+
 // Runs `prim` with `args` on this thread's stream, with a scratchpad of
 // `scratch`'s size from the caching allocator, and waits for it.
 void execute(const dnnl::primitive& prim, const dnnl::memory::desc& scratch, std::unordered_map<int, dnnl::memory>& args);

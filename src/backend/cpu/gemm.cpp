@@ -247,6 +247,19 @@ void gemm(const GemmArgs& g) {
 
 void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, const int8_t* b_rows, const float* scales, float* c) {
   if (m == 0 || n == 0) return;
+  if (!dnnl_context::int8_products_exact()) {  // Note [int8 without VNNI]: f32 products of the codes
+    std::vector<float> af(a, a + m * k), bf(b_rows, b_rows + n * k);
+    GemmArgs g;
+    g.m = m, g.n = n, g.k = k;
+    g.a = af.data(), g.b = bf.data(), g.c = c;
+    g.sa[0] = m * k, g.sa[1] = k, g.sa[2] = 1;
+    g.sb[0] = n * k, g.sb[1] = 1, g.sb[2] = k;
+    g.sc[0] = m * n, g.sc[1] = n, g.sc[2] = 1;
+    gemm(g);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * n + j] *= scales[j];
+    return;
+  }
   const dnnl::engine& eng = dnnl_context::engine();
   // Keyed apart from the f32 products by a dtype tag no GemmArgs carries.
   Key key{{1, m, n, k, -8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}};

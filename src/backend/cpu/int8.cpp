@@ -1,4 +1,3 @@
-#include "backend/cpu/dnnl_context.h"
 #include "backend/cpu/int8.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -12,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/dnnl_context.h"
 #include "tessera/core/allocator.h"
 #include "tessera/core/error.h"
 #include "tessera/core/parallel.h"
@@ -137,20 +137,51 @@ inline int32_t code(const void* x, int64_t i, const Int8Epilogue& e) {
 
 }  // namespace
 
-int int8_activation_max() {
-  // oneDNN's own view of the CPU: its int8 kernels use VNNI only when its
-  // effective ISA has it (DNNL_MAX_CPU_ISA can lower it below the CPU's).
-  static const int m = [] {
-    using I = dnnl::cpu_isa;
-    const I isa = dnnl::get_effective_cpu_isa();
-    const bool vnni = isa == I::avx512_core_vnni || isa == I::avx512_core_bf16 || isa == I::avx512_core_amx ||
-                      isa == I::avx2_vnni;
-    return vnni ? 255 : 127;
-  }();
-  return m;
+namespace {
+// Note [int8 without VNNI] in dnnl_context.h: the products as f32 products of
+// the codes (x - x_zero_point, w), then the same epilogue.
+void int8_conv2d_via_f32(const ConvGeometry& g, const void* x, const int8_t* w, const Int8Epilogue& e, void* y) {
+  const int64_t cg = g.C / g.groups;
+  std::vector<float> xf(static_cast<size_t>(g.N * g.C * g.H * g.W));  // NCHW, from NHWC codes
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t h = 0; h < g.H; ++h)
+      for (int64_t ww = 0; ww < g.W; ++ww)
+        for (int64_t c = 0; c < g.C; ++c)
+          xf[((n * g.C + c) * g.H + h) * g.W + ww] = static_cast<float>(code(x, ((n * g.H + h) * g.W + ww) * g.C + c, e));
+  std::vector<float> wf(w, w + g.OC * cg * g.KH * g.KW);
+  std::vector<float> acc(static_cast<size_t>(g.N * g.OC * g.OH * g.OW));
+  ConvGeometry gf = g;
+  gf.dtype = DType::F32;
+  conv2d_forward(gf, xf.data(), wf.data(), nullptr, acc.data());
+  parallel_for(0, g.N * g.OH, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / g.OH, oh = r % g.OH;
+      for (int64_t ow = 0; ow < g.OW; ++ow)
+        for (int64_t oc = 0; oc < g.OC; ++oc)
+          store(e, oc, static_cast<int32_t>(std::lrint(acc[((n * g.OC + oc) * g.OH + oh) * g.OW + ow])), y,
+                ((n * g.OH + oh) * g.OW + ow) * g.OC + oc);
+    }
+  });
 }
 
+void int8_linear_via_f32(int64_t m, int64_t n, int64_t k, const void* x, const int8_t* w, const Int8Epilogue& e,
+                         void* y) {
+  std::vector<float> xf(static_cast<size_t>(m * k)), wf(w, w + n * k), acc(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m * k; ++i) xf[i] = static_cast<float>(code(x, i, e));
+  GemmArgs ga;
+  ga.m = m, ga.n = n, ga.k = k;
+  ga.a = xf.data(), ga.b = wf.data(), ga.c = acc.data();
+  ga.sa[0] = m * k, ga.sa[1] = k, ga.sa[2] = 1;
+  ga.sb[0] = n * k, ga.sb[1] = 1, ga.sb[2] = k;  // B [k, n] is w's rows transposed
+  ga.sc[0] = m * n, ga.sc[1] = n, ga.sc[2] = 1;
+  gemm(ga);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) store(e, j, static_cast<int32_t>(std::lrint(acc[i * n + j])), y, i * n + j);
+}
+}  // namespace
+
 std::string int8_conv2d_impl(const ConvGeometry& g, const Int8Epilogue& e) {
+  if (!dnnl_context::int8_products_exact()) return "f32 products of the codes (no VNNI)";
   return conv_prim(g, e, output_scales(g.OC, e)).impl;
 }
 
@@ -177,6 +208,7 @@ std::shared_ptr<const void> pack_int8_conv_weights(const ConvGeometry& g, const 
 void int8_conv2d(const ConvGeometry& g, const void* x, const int8_t* w, const Int8Epilogue& e, void* y,
                  const void* packed) {
   if (g.N == 0 || g.OC == 0 || g.OH <= 0 || g.OW <= 0) return;
+  if (!dnnl_context::int8_products_exact()) return int8_conv2d_via_f32(g, x, w, e, y);
   dnnl::engine& eng = dnnl_context::engine();
   std::vector<float> scales = output_scales(g.OC, e), bias = scaled_bias(g.OC, e);
   const Prim& p = conv_prim(g, e, scales);
@@ -194,6 +226,7 @@ void int8_conv2d(const ConvGeometry& g, const void* x, const int8_t* w, const In
 
 void int8_linear(int64_t m, int64_t n, int64_t k, const void* x, const int8_t* w, const Int8Epilogue& e, void* y) {
   if (m == 0 || n == 0) return;
+  if (!dnnl_context::int8_products_exact()) return int8_linear_via_f32(m, n, k, x, w, e, y);
   dnnl::engine& eng = dnnl_context::engine();
   std::vector<float> scales = output_scales(n, e), bias = scaled_bias(n, e);
   const Prim& p = linear_prim(m, n, k, e, scales);

@@ -49,11 +49,6 @@ void int8_linear(int64_t m, int64_t n, int64_t k, const void* x, const int8_t* w
 void int8_linear_ref(int64_t m, int64_t n, int64_t k, const void* x, const int8_t* w, const Int8Epilogue& e,
                      void* y);
 
-// The largest u8 activation code the products may be given: 255, or 127 on
-// CPUs without VNNI, whose u8 x s8 instruction (vpmaddubsw) adds pairs of
-// products in saturating int16 (255 * 127 * 2 overflows it; 127 * 127 * 2 does not).
-int int8_activation_max();
-
 // The oneDNN implementation the products run ("brgconv:avx512_core_vnni"),
 // for tests that must not fall back to oneDNN's reference loops.
 std::string int8_conv2d_impl(const ConvGeometry& g, const Int8Epilogue& e);
