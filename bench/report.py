@@ -51,6 +51,7 @@ FULL = {
     "onnx": ["--rounds", "1", "--warmup", "2", "--iters-per-case", "mlp=30,cnn=20,resnet18=5,gpt=5"],
     "quant": ["--threads", "1", "--rounds", "2", "--eval-batches", "20"],
     "ptq": ["--threads", "1", "2", "--rounds", "2"],
+    "sparse": ["--rounds", "1", "--finetune-steps", "200", "--repeat", "100"],
     "serve": ["--seconds", "4", "--soak-seconds", "60"],
 }
 QUICK = {
@@ -64,6 +65,7 @@ QUICK = {
     "onnx": ["--quick", "--cases", "mlp,cnn", "--threads", "1"],
     "quant": ["--threads", "1", "--rounds", "1", "--eval-batches", "2"],
     "ptq": ["--threads", "1", "--rounds", "1", "--calibration-batches", "2"],
+    "sparse": ["--rounds", "1", "--finetune-steps", "5", "--repeat", "5"],
     "serve": ["--seconds", "1", "--soak-seconds", "3", "--only", "max,curve,soak"],
 }
 # The trained models: config, overrides (full, quick).
@@ -305,6 +307,48 @@ def sec_ptq(ctx):
     code = run_script([PY, os.path.join(HERE, "ptq_compare.py"), run, "--json", j, "--dir", ctx.tmp("ptq_files"),
                        *ctx.settings("ptq")], j, ctx.log_path("ptq"), ctx.timeout)
     return {"exit": code, "model": ctx.runs.info["cnn"], **load_json(j)}
+
+
+def sec_sparse(ctx):
+    """No compare script: tessera_quant_bench sparse (RESULT lines) and `tessera prune` (its table), parsed here."""
+    run, _ = ctx.runs.get("cnn")
+    st = ctx.settings("sparse")
+    val = lambda k: st[st.index(k) + 1]
+    binary = os.path.join(ctx.build_dir, "bench", "tessera_quant_bench")
+    logf = open(ctx.log_path("sparse"), "w")
+
+    def call(cmd, threads):
+        log("+ " + " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT + "/") else c for c in cmd))
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=ctx.timeout,
+                           env=dict(os.environ, OMP_NUM_THREADS=str(threads)), cwd=ROOT)
+        logf.write(r.stdout)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[:2])} exited with {r.returncode}: {r.stdout[-2000:]}")
+        return r.stdout
+
+    out = call([binary, "sparse", "--threads", "1", "--rounds", val("--rounds")], 1)
+    crossover = []
+    for line in out.splitlines():
+        if line.startswith("RESULT sparse "):
+            kv = dict(p.split("=", 1) for p in line.split()[2:])
+            crossover.append({k: float(v) for k, v in kv.items()})
+    prune = {}
+    for t in (1, 2):
+        text = call([ctx.runs.tessera, "prune", run, "--sparsity", "0.5", "--method", "structured", "--skip",
+                     "classifier.3", "--finetune-steps", val("--finetune-steps"), "--repeat", val("--repeat"),
+                     "--output", ctx.tmp(f"pruned-{t}")], t)
+        rows = {}
+        for line in text.splitlines():
+            if line.startswith("accuracy "):
+                rows["accuracy"] = line.split()[1:3]
+                continue
+            parts = line.rsplit(None, 3)
+            if len(parts) == 4 and (parts[0].startswith("compiled") or parts[0] == "nonzero weights"):
+                rows[parts[0].strip()] = parts[1:]
+        prune[str(t)] = rows
+    logf.close()
+    return {"crossover": crossover, "crossover_threads": 1, "prune": prune, "settings": " ".join(st),
+            "model": ctx.runs.info["cnn"]}
 
 
 def sec_serve(ctx):
@@ -693,6 +737,43 @@ def render_ptq(d, h):
     return out
 
 
+def render_sparse(d, h):
+    out = []
+    cx = d.get("crossover", [])
+    if cx:
+        sps = sorted({r["sparsity"] for r in cx})
+        rows = []
+        for (n, k, m) in sorted({(int(r["n"]), int(r["k"]), int(r["m"])) for r in cx}, key=lambda x: (x[0] * x[1], x[2])):
+            cells = {r["sparsity"]: r for r in cx if (int(r["n"]), int(r["k"]), int(r["m"])) == (n, k, m)}
+            rows.append([f"{n} x {k}", m, fnum(cells[sps[0]]["dense_us"])] +
+                        [fx(div(cells[sp]["dense_us"], cells[sp]["sparse_us"])) if sp in cells else "n/a" for sp in sps])
+        out += ["", f"**Unstructured: CSR `sparse_linear` against the dense f32 GEMM** on the same randomly pruned "
+                    f"weights, {d.get('crossover_threads', 1)} thread; speed-up = dense time / sparse time (above 1 "
+                    "the sparse kernel wins)", "", machine_line(h), ""]
+        out += table(["weight (out x in)", "m", "dense us"] + [f"{100 * sp:.0f}%" for sp in sps], rows)
+    pr = d.get("prune", {})
+    if pr:
+        rows = []
+        for t, r in sorted(pr.items()):
+            def pair(key):
+                v = r.get(key)
+                return (f"{v[0]} -> {v[1]}", fx(div(v[0], v[1]))) if v else ("n/a", "n/a")
+            b1, s1 = pair("compiled, batch 1 p50 (ms)")
+            b64, s64 = pair("compiled, batch 64 p50 (ms)")
+            acc = r.get("accuracy", ["?", "?", "?"])
+            rows.append([t, b1, f"**{s1}**", b64, f"**{s64}**", f"{acc[0]} -> {acc[1]}"])
+        m = d.get("model", {})
+        ft = d.get("settings", "").split("--finetune-steps ")[-1].split()[0] if "--finetune-steps" in d.get("settings", "") else "?"
+        out += ["", f"**Structured: half the channels removed** (`tessera prune RUN --sparsity 0.5 --method structured "
+                    f"--skip classifier.3`, the CNN trained {fnum(m.get('epochs'))} epochs, {ft} fine-tuning steps; "
+                    "the compiled graph drops the pruned channels; p50 of the timed forwards; speed-up = dense time / "
+                    "pruned time)", "", machine_line(h), ""]
+        out += table(["threads", "compiled batch 1 ms, dense -> pruned", "speed-up", "compiled batch 64 ms, dense -> pruned",
+                      "speed-up", "test accuracy, dense -> pruned"], rows,
+                     ["---:", "---:", "---:", "---:", "---:", "---:"])
+    return out
+
+
 def render_serve(d, h):
     recs = d["records"]
     out = []
@@ -778,13 +859,13 @@ flash-style kernel, which is most of the memory difference. Where both call the 
 PyTorch's bf16 is run only on a CPU with avx512_bf16: without it PyTorch 1.13 falls back to a reference loop for
 bf16 products and the comparison says nothing. Checkpointing's extra cost is the second forward of each
 checkpointed segment; parameters, gradients and AdamW state (16 bytes per parameter) are untouched by it."""),
-    ("compile", "Compiled inference against TorchScript", sec_compile, render_compile, """\
+    ("compile", "Graph compiler: compiled inference against TorchScript", sec_compile, render_compile, """\
 `bench/compile_compare.py`: Tessera's eager forward and its compiled one (`tessera::compile::compile`: batch-norm
 folding, epilogue fusion, channel-blocked layouts between convolutions, weights packed once, a planned memory
 arena) against PyTorch eager and TorchScript (trace, freeze, `optimize_for_inference`), random weights, each
 configuration its own process. The models are `bench/train_torch.py`'s: the MLP, the Fashion-MNIST LeNet,
 ResNet-18 (CIFAR stem) and a 6-layer GPT at context 64."""),
-    ("onnx", "Inference against ONNX Runtime", sec_onnx, render_onnx, """\
+    ("onnx", "Graph compiler and ONNX: inference against ONNX Runtime", sec_onnx, render_onnx, """\
 `bench/onnx_compat.py`: Tessera exports each model to ONNX (opset 17, dynamic batch), the ONNX checker
 validates the file, ONNX Runtime (`onnxruntime-node`, pinned in `bench/onnx_ort/package-lock.json`) must
 reproduce Tessera's eager output, and then both runtimes time the same file: `tessera::load` (compiled) against
@@ -797,12 +878,18 @@ row, the decode case, against the fastest f32 path of each side on the same shap
 `matmul(x, W^T)` in its best configuration. The tables name which path was fastest. Then a character GPT
 trained here: perplexity of each format, and its whole forward against PyTorch's `quantize_dynamic` (oneDNN
 engine) on the same weights; the tied `lm_head` stays f32 on both sides."""),
-    ("ptq", "Static int8 (post-training quantization)", sec_ptq, render_ptq, """\
+    ("ptq", "Static int8 (PTQ)", sec_ptq, render_ptq, """\
 `bench/ptq_compare.py`: the Fashion-MNIST CNN trained here, quantized by Tessera's PTQ (min-max observers,
 calibrated on training batches), against PyTorch's eager static quantization on its oneDNN engine (conv+relu and
 linear+relu fused, its default histogram observers and per-channel weights, calibrated on the same images) and
 ONNX Runtime on Tessera's QDQ export (which ORT fuses into QLinearConv and QGemm). Accuracy is on the 10,000 test
 images; the f32 columns are each runtime's own f32 path (Tessera's compiled graph)."""),
+    ("sparse", "Sparse weights and structured pruning", sec_sparse, render_sparse, """\
+Unstructured pruning pays only when very sparse: `tessera_quant_bench sparse` times `ops::sparse_linear` (CSR)
+against `ops::linear` (oneDNN's dense f32 GEMM) on the same randomly pruned weights, by sparsity; the compiler's
+`sparse-weights` pass uses the sparse kernel for weights with at most 5% nonzeros. Structured pruning removes whole
+channels, so the compiled graph is smaller: `tessera prune` on the trained CNN, dense against pruned compiled
+forwards, and the test accuracy after a short fine-tuning."""),
     ("serve", "Serving: `tessera serve` under load", sec_serve, render_serve, """\
 `bench/serve_bench.py`: the trained MLP and CNN exported as compiled graphs and served by `tessera serve` (max
 batch 64, 500 us batching delay, one instance), driven by `bench/serve_load.cpp` (one thread, epoll, 64 keep-alive
@@ -819,6 +906,7 @@ SHORT = {"ops": "per-op overhead, bandwidth, matmul, softmax, layer norm, conv, 
          "onnx": "ONNX export checks; latency vs ONNX Runtime on the same files",
          "quant": "weight-only int8/int4 products and a GPT vs PyTorch f32 and dynamic int8",
          "ptq": "static int8 CNN: accuracy and latency vs PyTorch and ONNX Runtime",
+         "sparse": "CSR sparse vs dense products by sparsity; structured pruning speed-up",
          "serve": "HTTP serving throughput, latency curve, transports, soak"}
 
 
