@@ -1,11 +1,31 @@
 #!/usr/bin/env bash
-# Builds the whole suite with AddressSanitizer + UndefinedBehaviorSanitizer and
-# runs it (scripts/test.sh runs it after the normal suite; about 3x slower).
+# The test suite under sanitizers, each in a build of its own:
+#   --asan  AddressSanitizer + UBSan, the whole suite (scripts/test.sh's last phase)
+#   --tsan  ThreadSanitizer, the threaded parts Tessera runs itself: the allocator,
+#           the data loader, shards, the batcher, the server and hot reload, the
+#           metrics endpoint. OpenMP's thread pool (Debian's libgomp) is not
+#           instrumented, so this run uses one OpenMP thread (tests/tsan.supp).
+#   (no flag: both)
+# Only the test binary (and the command line it starts) is built for each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-BUILD_DIR=build-asan scripts/build.sh -DTESSERA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithAsserts
-# oneDNN's JIT kernels and libgomp are not instrumented; leaks in them are not ours.
-export ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --test-dir build-asan --output-on-failure -j2 --timeout 3000
+want=${1:-all}
+
+if [ "$want" = all ] || [ "$want" = --asan ]; then
+  cmake -S . -B build-asan -G Ninja -DTESSERA_SANITIZE=address -DCMAKE_BUILD_TYPE=RelWithAsserts \
+    -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-asan --target tessera_tests tessera_core_tests tessera_cli
+  # oneDNN's JIT kernels and libgomp are not instrumented; leaks in them are not ours.
+  ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j2 --timeout 3000
+fi
+
+if [ "$want" = all ] || [ "$want" = --tsan ]; then
+  cmake -S . -B build-tsan -G Ninja -DTESSERA_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithAsserts \
+    -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-tsan --target tessera_tests tessera_cli
+  threaded='^(Memory[A-Za-z]*|DataLoader|Shards|ServeBatcher|ServeService|ServeHttp|ServeRepository|Metrics|Monitoring|HostileModels)\.|^ConcurrentGemm\.ThreadsSharing'
+  TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
+    ctest --test-dir build-tsan -R "$threaded" --output-on-failure -j2 --timeout 3000
+fi

@@ -81,7 +81,7 @@ Trainer::~Trainer() {
   for (auto [m, h] : stat_hooks_) m->remove_hook(h);
 }
 
-int Trainer::monitor_port() const { return metrics_server_ ? metrics_server_->port() : -1; }
+int Trainer::monitor_port() const { return monitor_port_.load(); }
 
 Tensor Trainer::loss_of(const Tensor& out, const Tensor& target) const {
   if (recipe_.task == Task::LanguageModel)
@@ -382,6 +382,7 @@ json Trainer::fit() {
   }
   if (recipe_.monitor.port >= 0) {
     metrics_server_ = std::make_unique<monitor::MetricsServer>(registry_, recipe_.monitor.host, recipe_.monitor.port);
+    monitor_port_ = metrics_server_->port();
     if (recipe_.monitor.layer_stats) install_layer_stats();
     if (!opt_.quiet) std::printf("metrics for Prometheus at %s\n", metrics_server_->url().c_str());
   }
@@ -468,6 +469,7 @@ json Trainer::fit() {
     profile_to_ = step_;
     profile_boundary();
   }
+  monitor_port_ = -1;
   metrics_server_.reset();
   stopped_ = g_stop.load();
   if (opt_.handle_signals) {

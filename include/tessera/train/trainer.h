@@ -102,6 +102,7 @@ class Trainer {
   int64_t profile_from_ = -1, profile_to_ = -1;
   monitor::Registry registry_;
   std::unique_ptr<monitor::MetricsServer> metrics_server_;
+  std::atomic<int> monitor_port_{-1};  // read by other threads while fit() runs
   bool stats_due_ = false;
   std::vector<std::pair<nn::Module*, size_t>> stat_hooks_;
 };
