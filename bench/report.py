@@ -71,9 +71,9 @@ QUICK = {
 # The trained models: config, overrides (full, quick).
 RUNS = {
     "mlp": ("examples/configs/fashion_mnist_mlp.yaml", ["train.epochs=1"], ["train.steps=20"]),
-    "cnn": ("examples/configs/fashion_mnist_cnn.yaml", ["train.epochs=1"], ["train.steps=20"]),
+    "cnn": ("examples/configs/fashion_mnist_cnn.yaml", ["train.steps=300"], ["train.steps=20"]),
     "char_gpt": ("examples/configs/char_gpt.yaml",
-                 ["train.steps=500", "train.eval_every=500", "train.checkpoint_every=500"],
+                 ["train.steps=200", "train.batch_size=16", "train.eval_every=200", "train.checkpoint_every=200"],
                  ["train.steps=10", "train.eval_every=10", "train.checkpoint_every=10", "train.eval_batches=2",
                   "scheduler.warmup_steps=2"]),
 }
@@ -119,6 +119,23 @@ def cpu_header():
         "logical_cpus": os.cpu_count(),
         "kernel": platform.release(),
     }
+
+
+def cpu_counters():
+    """(busy seconds of the whole machine, elapsed CPU seconds, CPU seconds of this process and its waited-for
+    children): the difference over a section says how much CPU other work took meanwhile."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = v[0] + v[1] + v[2] + v[5] + v[6] + (v[7] if len(v) > 7 else 0)
+    t = os.times()
+    return busy / hz, (busy + v[3] + v[4]) / hz, t.user + t.system + t.children_user + t.children_system
+
+
+def other_work(before, after):
+    """The share of the machine's CPU time that other processes used between two cpu_counters()."""
+    busy, total, mine = (a - b for a, b in zip(after, before))
+    return max(0.0, (busy - mine) / total) if total > 0 else 0.0
 
 
 def git(*args, strip=True):
@@ -472,21 +489,31 @@ TRAIN_LABEL = {
 }
 
 
+def training_keys(results):
+    """The case/threads keys in the page's order (the stored JSON has them sorted by name)."""
+    order = list(TRAIN_LABEL)
+    return sorted(results, key=lambda k: (order.index(k.split("/")[0]) if k.split("/")[0] in order else 99,
+                                          int(k.split("/")[1])))
+
+
 def render_training(d, h):
     rows = []
-    for key, r in d["results"].items():
+    for key in training_keys(d["results"]):
+        r = d["results"][key]
         case, t = key.split("/")
         tv, bv, dv = ms_of(r.get("tessera")), ms_of(r.get("torch_best")), ms_of(r.get("torch_default"))
-        variant = (r.get("torch_best") or {}).get("variant", "")
+        def policy(cfg):
+            v = (r.get(cfg) or {}).get("variant", "")
+            return "passive" if "PASSIVE" in v else ("default" if v else "-")
         rows.append([TRAIN_LABEL.get(case, case), t, fnum(tv), fnum(bv), f"**{fx(div(tv, bv))}**",
                      fnum(dv) if "torch_default" in r else "not run", fx(div(tv, dv)),
                      f"{fnum(ms_of(r.get('tessera'), 'peak_rss_mib'))} / {fnum(ms_of(r.get('torch_best'), 'peak_rss_mib'))}",
-                     variant.replace("OMP_WAIT_POLICY", "wait policy")])
+                     f"{policy('tessera')} / {policy('torch_best')}"])
     meta = d.get("meta", {})
     out = ["", machine_line(h), ""]
     out += table(["case", "threads", "Tessera ms/step", "PyTorch best ms/step", "Tessera / PyTorch best",
                   "PyTorch default ms/step", "Tessera / PyTorch default", "peak RSS MiB, Tessera / PyTorch best",
-                  "PyTorch best env"], rows, ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---"])
+                  "OpenMP wait policy kept, Tessera / PyTorch best"], rows, ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---"])
     errs = [f"{k} {cfg}: {rec['error']}" for k, r in d["results"].items() for cfg in ("tessera", "torch_best",
             "torch_default") if isinstance(r.get(cfg), dict) and "error" in r[cfg]]
     if errs:
@@ -848,8 +875,8 @@ SDPA); its peak memory is the live tensor bytes during one call (libtorch: a cou
     ("training", "Training steps against PyTorch", sec_training, render_training, """\
 `bench/train_compare.py`: `tessera_train_bench` next to `bench/train_torch.py` (Debian's PyTorch 1.13), the same
 models, batches and optimizers; a step is zero_grad, forward, loss, backward and the optimizer step on synthetic
-data in memory. PyTorch runs in its best configuration (at 2 threads with and without `OMP_WAIT_POLICY=PASSIVE`,
-the faster kept) and in its default one. PyTorch's GPT uses the explicit masked softmax; Tessera's the fused
+data in memory. PyTorch runs in its best configuration and in its default one; at 2 threads both Tessera and
+PyTorch's best are run with and without `OMP_WAIT_POLICY=PASSIVE` and the faster is kept. PyTorch's GPT uses the explicit masked softmax; Tessera's the fused
 flash-style kernel, which is most of the memory difference. Where both call the same oneDNN convolutions
 (ResNet-18) the step is bounded by them."""),
     ("amp", "Mixed precision (bf16) and gradient checkpointing", sec_amp, render_amp, """\
@@ -863,7 +890,7 @@ checkpointed segment; parameters, gradients and AdamW state (16 bytes per parame
 `bench/compile_compare.py`: Tessera's eager forward and its compiled one (`tessera::compile::compile`: batch-norm
 folding, epilogue fusion, channel-blocked layouts between convolutions, weights packed once, a planned memory
 arena) against PyTorch eager and TorchScript (trace, freeze, `optimize_for_inference`), random weights, each
-configuration its own process. The models are `bench/train_torch.py`'s: the MLP, the Fashion-MNIST LeNet,
+configuration its own process; at 2 threads both sides also run with `OMP_WAIT_POLICY=PASSIVE` and keep the faster. The models are `bench/train_torch.py`'s: the MLP, the Fashion-MNIST LeNet,
 ResNet-18 (CIFAR stem) and a 6-layer GPT at context 64."""),
     ("onnx", "Graph compiler and ONNX: inference against ONNX Runtime", sec_onnx, render_onnx, """\
 `bench/onnx_compat.py`: Tessera exports each model to ONNX (opset 17, dynamic batch), the ONNX checker
@@ -955,7 +982,7 @@ def charts(data, out_dir):
     if "training" in data:
         res = data["training"]["data"]["results"]
         cases = []
-        for k in res:
+        for k in training_keys(res):
             c = k.split("/")[0]
             if c not in cases:
                 cases.append(c)
@@ -1108,6 +1135,7 @@ def render_page(data, out_md):
             L += ["Not run yet: `/usr/bin/python3 bench/report.py --section " + name + "`."]
             continue
         h = data[name]["header"]
+        other = h.get("other_work_cpu_share")
         L += [prose.replace("\n", " "), ""]
         dirty = (f" plus uncommitted changes to {', '.join(h['uncommitted'][:6])}"
                  f"{' ...' if len(h['uncommitted']) > 6 else ''}" if h.get("uncommitted") else "")
@@ -1117,7 +1145,13 @@ def render_page(data, out_md):
               f"Tessera at commit `{h['commit']}`{dirty}, Release; {h['date']}. PyTorch {v.get('torch')}"
               f"{', ONNX Runtime ' + v['onnxruntime'] if v.get('onnxruntime') and name in ('onnx', 'ptq') else ''}"
               f", oneDNN {v.get('onednn')}, {v.get('compiler')}. Section wall time {data[name]['wall_s']:.0f} s; "
-              f"load average at start {h['load_at_start']:.2f}. Command: `{data[name]['command']}`."]
+              f"load average at start {h['load_at_start']:.2f}"
+              f"{'' if other is None else f'; CPU time taken by other processes meanwhile {100 * other:.0f}%'}. "
+              f"Command: `{data[name]['command']}`."]
+        if other is not None and other > 0.05:
+            L += ["", f"**Other work ran on the machine during this section**: other processes used "
+                      f"{100 * other:.0f}% of its CPU time. The figures, above all the 2-thread ones, include that "
+                      "interference; rerun the section on an idle machine before quoting them."]
         if name == "training":
             L += ["", "![Training step time](benchmarks/training_step.svg)"]
         try:
@@ -1206,6 +1240,7 @@ def main():
             header = dict(cpu, **code, versions=ver, load_at_start=os.getloadavg()[0],
                           date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), quick=args.quick)
             t0 = time.time()
+            c0 = cpu_counters()
             try:
                 result = runner(ctx)
             except Exception as e:  # keep going: the other sections still run, this one keeps its old results
@@ -1214,6 +1249,7 @@ def main():
                 failed.append(name)
                 continue
             walls[name] = time.time() - t0
+            header["other_work_cpu_share"] = round(other_work(c0, cpu_counters()), 3)
             settings = " ".join(ctx.settings(name))
             doc = {"section": name, "header": header, "wall_s": round(walls[name], 1),
                    "command": f"bench/report.py{' --quick' if args.quick else ''} --section {name}",

@@ -7,7 +7,8 @@
 
 For every case and thread count T it runs, each as its own process:
   * Tessera: build-bench/bench/tessera_train_bench --case C --steps N --warmup W --threads T
-    (inherited environment plus OMP_NUM_THREADS=T);
+    (inherited environment plus OMP_NUM_THREADS=T; at T >= 2 it also tries
+    OMP_WAIT_POLICY=PASSIVE and keeps whichever variant is faster, as PyTorch's best does);
   * PyTorch "best" configuration (see /work/shared/PLATFORM.md): bench/train_torch.py with
     MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ raised, OPENBLAS_CORETYPE unset,
     OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS = T; at T >= 2 it also
@@ -60,6 +61,10 @@ def env_for(config, threads, base, passive=False):
     t = str(threads)
     if config == "tessera":
         env["OMP_NUM_THREADS"] = t
+        if passive:
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
+        else:
+            env.pop("OMP_WAIT_POLICY", None)
     elif config == "torch_best":
         env["MALLOC_MMAP_THRESHOLD_"] = "1000000000"
         env["MALLOC_TRIM_THRESHOLD_"] = "1000000000"
@@ -322,8 +327,12 @@ def main():
                 # (config, variant label, command, env)
                 runs = []
                 if have_tess:
-                    runs.append(("tessera", "", [tess_bin, *common, "--threads", str(t)],
+                    tess_cmd = [tess_bin, *common, "--threads", str(t)]
+                    runs.append(("tessera", "OMP_WAIT_POLICY unset" if t >= 2 else "", tess_cmd,
                                  env_for("tessera", t, base_env)))
+                    if t >= 2:  # the same choice PyTorch's best configuration gets
+                        runs.append(("tessera", "OMP_WAIT_POLICY=PASSIVE", tess_cmd,
+                                     env_for("tessera", t, base_env, passive=True)))
                 torch_cmd = [args.python, TORCH_SCRIPT, *common, "--threads", str(t)]
                 runs.append(("torch_best", "OMP_WAIT_POLICY unset", torch_cmd, env_for("torch_best", t, base_env)))
                 if t >= 2:
