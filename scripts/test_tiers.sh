@@ -32,9 +32,10 @@ for row in "${tiers[@]}"; do
   fi
   echo "== tier $tier: Tessera kernels $tessera, oneDNN up to $dnnl"
   log=$(mktemp)
+  t0=$SECONDS
   if TESSERA_TIER=$tier TESSERA_CPU_CAPABILITY=$tessera DNNL_MAX_CPU_ISA=$dnnl OMP_NUM_THREADS=2 \
      timeout 1800 "$build/tests/tessera_tests" --gtest_filter="$tests" --gtest_brief=1 >"$log" 2>&1; then
-    tail -n 1 "$log"
+    echo "$(tail -n 1 "$log" | sed 's/^\[ *PASSED *\] //') in $((SECONDS - t0)) s"
     ran+=("$tier")
   else
     cat "$log"
