@@ -265,6 +265,17 @@ def run_script(args, json_path, log_path, timeout):
     return code
 
 
+def repo_relative(obj, root=ROOT):
+    """The same data with paths inside the checkout made relative to it (the stored files are committed)."""
+    if isinstance(obj, str):
+        return obj.replace(root + "/", "") if root + "/" in obj else obj
+    if isinstance(obj, list):
+        return [repo_relative(x, root) for x in obj]
+    if isinstance(obj, dict):
+        return {k: repo_relative(v, root) for k, v in obj.items()}
+    return obj
+
+
 def load_json(path):
     with open(path) as f:
         return json.load(f)
@@ -1253,7 +1264,7 @@ def main():
             settings = " ".join(ctx.settings(name))
             doc = {"section": name, "header": header, "wall_s": round(walls[name], 1),
                    "command": f"bench/report.py{' --quick' if args.quick else ''} --section {name}",
-                   "settings": settings, "data": result}
+                   "settings": settings, "data": repo_relative(result)}
             with open(os.path.join(json_dir, name + ".json"), "w") as f:
                 json.dump(doc, f, indent=1, sort_keys=True)
                 f.write("\n")
