@@ -1088,7 +1088,7 @@ def charts(data, out_dir):
                 ax.plot(xs, [r["p50_ms"] for r in rs], "o--", color=color, label=f"{model} p50", markersize=3)
                 ax.plot(xs, [r["p99_ms"] for r in rs], "o-", color=color, label=f"{model} p99", markersize=3)
             ax.set_yscale("log")
-            ax.set_xlabel("offered requests per second (open loop: latency counted from each scheduled send)")
+            ax.set_xlabel("offered requests per second (open loop)")
             ax.set_ylabel("latency, ms (log scale)")
             ax.legend(frameon=False, fontsize=8)
             ax.set_title(f"tessera serve: latency against throughput, JSON requests, batching on\n"
