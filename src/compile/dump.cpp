@@ -104,6 +104,16 @@ void check_arity(const Node& n, const Fail& fail) {
   if (!e.out.variadic && (m < e.out.min || m > e.out.max))
     fail(&n, "has " + std::to_string(m) + " outputs; the op returns " + std::string(e.outputs));
 }
+
+// Only an op whose ops.def row says kBlocked takes channel-blocked tensors
+// by attribute (the layout pass must not hand them to any other).
+template <typename Fail>
+void check_layout(const Node& n, const Fail& fail) {
+  if (ops::op_entry(n.op).layout == ops::Layout::kBlocked) return;
+  for (const char* name : {"input_block", "output_block", "channel_block"})
+    if (const ops::AttrValue* a = n.attrs.find(name); a && std::holds_alternative<int64_t>(*a) && std::get<int64_t>(*a))
+      fail(&n, std::string("has a nonzero '") + name + "' but its ops.def row declares no blocked layout");
+}
 }  // namespace
 
 void verify(const Graph& g, const std::string& after) {
@@ -132,6 +142,7 @@ void verify(const Graph& g, const std::string& after) {
     if (!ids.insert(n->id).second) fail(n, "node id used twice");
     if (static_cast<int>(n->op) >= ops::op_count()) fail(n, "invalid op id");
     check_arity(*n, fail);
+    check_layout(*n, fail);
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       const Value* v = n->inputs[i];
       if (v && !defined.count(v))

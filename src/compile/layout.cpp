@@ -12,6 +12,7 @@
 // graphs without autograd (fused_conv2d has no backward).
 #include "backend/cpu/conv.h"
 #include "ops/op_utils.h"
+#include "tessera/ops/op_table.h"
 #include "tessera/compile/passes.h"
 
 #include <unordered_set>
@@ -21,7 +22,15 @@ namespace {
 
 using ops::OpId;
 
+// The op a node runs as once its activations are blocked (a conv2d becomes a
+// fused_conv2d) declares in ops.def that it reads and writes blocked tensors;
+// verify() holds every pass to the same rule.
+bool runs_blocked(OpId op) {
+  return ops::op_entry(op == OpId::conv2d ? OpId::fused_conv2d : op).layout == ops::Layout::kBlocked;
+}
+
 bool is_conv(const Node* n) {
+  if (!runs_blocked(n->op)) return false;
   if (n->op == OpId::conv2d) return true;
   return n->op == OpId::fused_conv2d && n->attrs.i("input_block") == 0 && n->attrs.i("output_block") == 0;
 }
@@ -40,7 +49,7 @@ Value* residual_of(const Node* n) { return n->inputs.size() > 3 ? n->inputs[3] :
 
 // An f32 NCHW max pooling (no indices) over channels a multiple of `b`.
 bool is_pool(const Node* n, int64_t b) {
-  if (!n || n->op != OpId::max_pool2d || n->attrs.b("return_indices")) return false;
+  if (!n || n->op != OpId::max_pool2d || !runs_blocked(n->op) || n->attrs.b("return_indices")) return false;
   if (n->attrs.has("channel_block") && n->attrs.i("channel_block") != 0) return false;
   const Value* x = n->inputs[0];
   return x && x->dtype == DType::F32 && x->shape.size() == 4 && x->shape[1].is_static() &&

@@ -455,6 +455,9 @@ std::vector<HostileModel> hostile_models() {
       {"name": "value", "value": {"t": "scalar_float", "v": 1.0}}, {"name": "dtype", "value": {"t": "dtype", "v": "f32"}}],
       "outputs": [{"id": 3, "dtype": "f32", "shape": [{"terms": [[1, 1]]}, 4]}]})");
   }), "largest single allocation"));
+  v.push_back(graph_case("graph_blocked_plain_op", edited([](json& g) {
+    g["nodes"][1]["attrs"].push_back(json::parse(R"({"name": "output_block", "value": {"t": "int", "v": 8}})"));
+  }), "declares no blocked layout"));
   v.push_back(graph_case("graph_sym_attr_not_a_list", edited([](json& g) {
     g["nodes"][0]["sym_attrs"] = json::parse(R"([{"name": "alpha", "list": true, "values": []}])");
   }), "must be a list of ints"));

@@ -2,11 +2,13 @@
 // declared properties are checked on its sample call (op_samples.h) — its
 // signature, aliasing by data pointers, randomness by repeated runs, FLOPs
 // against the ops' own counts, the backward support, the fusion class, the
-// autocast policy and the ONNX mapping by a round trip — and every op is
-// documented in docs/ops.md. A new op without a row, or a row that says
+// autocast policy, the ONNX mapping by a round trip and the layout by blocked
+// runs — and every op is documented in docs/ops.md. A new op without a row, or a row that says
 // something the op does not do, fails here.
 #include <cmath>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -275,6 +277,69 @@ TEST(OpTable, OnnxMappingByRoundTrip) {
     ++round_trips;
   }
   EXPECT_GE(round_trips, 60);
+}
+
+// Layout by behaviour: a kBlocked op given channel-blocked tensors and its
+// block attributes computes the blocked form of its NCHW result; a
+// kLayoutChange op converts to blocks and back; a kPlain op's call carries no
+// block attribute. A new kBlocked op needs its blocked run here.
+TEST(OpTable, LayoutByBehaviour) {
+  const int64_t b = 8;
+  auto blocks = [&](const Tensor& t) { return ops::channel_blocks(t, b); };
+  auto with = [](ops::Attrs a, std::initializer_list<std::pair<const char*, int64_t>> set) {
+    for (const auto& [k, v] : set) a.set(k, v);
+    return a;
+  };
+  Generator gen(71);
+  auto rn = [&](IntArrayRef s) { return ops::randn(s, DType::F32, &gen); };
+  // Each kBlocked op: its NCHW call and its blocked call on 8 channels.
+  std::map<OpId, std::function<std::pair<Tensor, Tensor>()>> blocked_runs = {
+      {OpId::fused_conv2d, [&] {
+         const ops::Attrs& a = testing::op_samples()[static_cast<int>(OpId::fused_conv2d)].attrs;
+         Tensor x = rn({1, b, 5, 5}), w = rn({b, b, 3, 3}), bias = rn({b}), r = rn({1, b, 5, 5});
+         Tensor plain = ops::invoke(OpId::fused_conv2d, {x, w, bias, r}, a)[0];
+         Tensor blocked = ops::invoke(OpId::fused_conv2d, {blocks(x), w, bias, blocks(r)},
+                                      with(a, {{"input_block", b}, {"output_block", b}}))[0];
+         return std::pair{blocks(plain), blocked};
+       }},
+      {OpId::max_pool2d, [&] {
+         ops::Attrs a = testing::op_samples()[static_cast<int>(OpId::max_pool2d)].attrs;
+         a.set("return_indices", false);
+         Tensor x = rn({1, b, 5, 5});
+         Tensor plain = ops::invoke(OpId::max_pool2d, {x}, with(a, {{"channel_block", 0}}))[0];
+         Tensor blocked = ops::invoke(OpId::max_pool2d, {blocks(x)}, with(a, {{"channel_block", b}}))[0];
+         return std::pair{blocks(plain), blocked};
+       }},
+  };
+  int checked = 0;
+  for (int i = 0; i < ops::op_count(); ++i) {
+    const ops::OpEntry& e = entry(i);
+    const testing::OpSample& s = testing::op_samples()[i];
+    switch (e.layout) {
+      case ops::Layout::kBlocked: {
+        auto run = blocked_runs.find(id(i));
+        ASSERT_NE(run, blocked_runs.end()) << e.name << " is declared kBlocked: add its blocked run to this test";
+        auto [want, got] = run->second();
+        EXPECT_CLOSE(got, want, 1e-4, 1e-5) << e.name;
+        ++checked;
+        break;
+      }
+      case ops::Layout::kLayoutChange: {
+        Tensor y = ops::invoke(id(i), s.inputs, s.attrs)[0];
+        EXPECT_NE(y.dim(), s.inputs[0].dim()) << e.name << " is declared kLayoutChange but kept the layout";
+        EXPECT_CLOSE(ops::invoke(id(i), {y}, s.attrs)[0], s.inputs[0], 0.0, 0.0) << e.name << " does not convert back";
+        ++checked;
+        break;
+      }
+      case ops::Layout::kPlain:
+        for (const char* k : {"input_block", "output_block", "channel_block"})
+          if (const ops::AttrValue* a = s.attrs.find(k))
+            EXPECT_EQ(std::get<int64_t>(*a), 0) << e.name << " is declared kPlain but runs blocked";
+        EXPECT_EQ(blocked_runs.count(id(i)), 0u) << e.name << " runs blocked but is declared kPlain";
+        break;
+    }
+  }
+  EXPECT_EQ(checked, 3);
 }
 
 }  // namespace
