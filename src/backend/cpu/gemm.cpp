@@ -9,6 +9,7 @@
 
 #include "backend/cpu/dnnl_context.h"
 #include "backend/cpu/dnnl_post_ops.h"
+#include "backend/cpu/skinny.h"
 
 #include "tessera/core/allocator.h"
 #include "tessera/core/error.h"
@@ -229,6 +230,10 @@ void gemm(const GemmArgs& g) {
   if (g.batch == 0 || g.m == 0 || g.n == 0) return;
   TS_CHECK((g.act == Epilogue::None && !g.residual) || gemm_epilogue_ok(g),
            "gemm: an epilogue was asked for where it cannot be fused (check gemm_epilogue_ok first)");
+  if (skinny_ok(g)) {  // a few rows against a weight: Tessera's kernel, at the speed weights stream in
+    gemm_skinny(g);
+    return;
+  }
   if (g.dtype == DType::F16 || (g.dtype == DType::BF16 && !has_native_bf16())) {
     if (g.dtype == DType::F16) gemm_via_f32<Half>(g);
     else gemm_via_f32<BFloat16>(g);

@@ -1,7 +1,8 @@
 #pragma once
 // Dense matrix multiply: C[b] (+)= alpha * A[b] @ B[b] (+ bias), batched with
-// strides. f32 and bf16 go to oneDNN (primitives cached by shape and layout);
-// f64, f16 and integer types use a portable blocked loop.
+// strides. A few rows against a weight (skinny.h) run on Tessera's own
+// kernel; other f32 and bf16 products go to oneDNN (primitives cached by
+// shape and layout); f64, f16 and integer types use a portable blocked loop.
 #include <cstdint>
 
 #include "tessera/core/tensor.h"

@@ -110,6 +110,12 @@ using QuantizeAffine = bool (*)(const float* x, int64_t n, float inv_scale, floa
 using CsrRows = void (*)(const CsrMatrix& w, const float* xt, int64_t m, const float* bias, float* y, int64_t r0,
                          int64_t r1);
 
+// Skinny products (backend/cpu/skinny.h): y[i * ldy + r] = x[i, :k] . w[r, :k]
+// for f32 activation rows i < m (stride ldx) and weight rows r in [r0, r1)
+// (stride ldw) of the table slot's dtype, summed in f32.
+using SkinnyRows = void (*)(const void* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t m, float* y,
+                            int64_t ldy, int64_t r0, int64_t r1);
+
 struct KernelTable {
   const char* isa = "";
   Loop1d unary[kNumUnary][kNumDTypes] = {};
@@ -136,6 +142,7 @@ struct KernelTable {
   QuantizeAct quantize_act = nullptr;
   QuantizeAffine quantize_affine = nullptr;
   CsrRows csr_rows = nullptr;
+  SkinnyRows skinny_rows[kNumDTypes] = {};  // f32, bf16, f16
 };
 
 const KernelTable& kernels();

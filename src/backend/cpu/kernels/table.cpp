@@ -10,6 +10,7 @@ void fill_kernel_table(KernelTable& t) {
   fill_pool_kernels(t);
   fill_quant_kernels(t);
   fill_sparse_kernels(t);
+  fill_skinny_kernels(t);
 }
 
 }  // namespace tessera::cpu::TESSERA_ISA

@@ -1,0 +1,135 @@
+#include "backend/cpu/skinny.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cpu/kernel_table.h"
+#include "tessera/core/allocator.h"
+#include "tessera/core/half.h"
+#include "tessera/core/parallel.h"
+
+namespace tessera::cpu {
+namespace {
+
+// f32 scratch from the caching allocator (fresh pages cost ~15 us each here).
+class Scratch {
+ public:
+  explicit Scratch(int64_t n) : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float)) {
+    p_ = static_cast<float*>(cpu_allocate(bytes_));
+  }
+  ~Scratch() { cpu_free(p_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  float* data() const { return p_; }
+
+ private:
+  size_t bytes_;
+  float* p_;
+};
+
+UnaryKernel unary_of(Epilogue e) {
+  switch (e) {
+    case Epilogue::Relu: return UnaryKernel::Relu;
+    case Epilogue::Gelu: return UnaryKernel::Gelu;
+    case Epilogue::GeluTanh: return UnaryKernel::GeluTanh;
+    case Epilogue::Silu: return UnaryKernel::Silu;
+    default: return UnaryKernel::Tanh;
+  }
+}
+
+// Whether A's rows (batch-major) are f32 rows with unit stride, one row
+// stride apart, which the kernel reads in place.
+bool rows_in_place(const GemmArgs& g) {
+  return g.dtype == DType::F32 && g.sa[2] == 1 && (g.batch == 1 || g.sa[0] == g.m * g.sa[1]);
+}
+
+// A's rows as f32 [rows, k].
+template <typename T>
+void rows_f32(const GemmArgs& g, float* x) {
+  const T* a = static_cast<const T*>(g.a);
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t i = 0; i < g.m; ++i) {
+      const T* in = a + b * g.sa[0] + i * g.sa[1];
+      float* o = x + (b * g.m + i) * g.k;
+      for (int64_t p = 0; p < g.k; ++p) o[p] = static_cast<float>(in[p * g.sa[2]]);
+    }
+}
+
+// C = act(alpha * Y + bias [+ C]) + residual, Y the f32 products [rows, n].
+template <typename T>
+void store(const GemmArgs& g, float* y) {
+  const int64_t rows = g.batch * g.m, n = g.n;
+  const T* bias = static_cast<const T*>(g.bias);
+  const T* res = static_cast<const T*>(g.residual);
+  T* c = static_cast<T*>(g.c);
+  auto at = [&](int64_t r, int64_t j) { return (r / g.m) * g.sc[0] + (r % g.m) * g.sc[1] + j * g.sc[2]; };
+  const float alpha = static_cast<float>(g.alpha);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      float v = y[r * n + j];
+      if (alpha != 1.0f) v *= alpha;
+      if (bias) v += static_cast<float>(bias[j]);
+      if (g.accumulate) v += static_cast<float>(c[at(r, j)]);
+      y[r * n + j] = v;
+    }
+  if (g.act != Epilogue::None) {
+    char* data[2] = {reinterpret_cast<char*>(y), reinterpret_cast<char*>(y)};
+    const int64_t strides[2] = {sizeof(float), sizeof(float)};
+    kernels().unary[static_cast<int>(unary_of(g.act))][idx(DType::F32)](data, strides, rows * n, nullptr);
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      float v = y[r * n + j];
+      if (res) v += static_cast<float>(res[at(r, j)]);
+      c[at(r, j)] = static_cast<T>(v);
+    }
+}
+
+template <typename T>
+void run(const GemmArgs& g) {
+  const int64_t rows = g.batch * g.m, n = g.n, k = g.k;
+  const bool in_place = rows_in_place(g);
+  Scratch xbuf(in_place ? 0 : rows * k), ybuf(rows * n);
+  if (!in_place) rows_f32<T>(g, xbuf.data());
+  const float* x = in_place ? static_cast<const float*>(g.a) : xbuf.data();
+  const int64_t ldx = in_place ? g.sa[1] : k;
+  float* y = ybuf.data();
+  const SkinnyRows kernel = kernels().skinny_rows[idx(g.dtype)];
+  const int64_t item = static_cast<int64_t>(sizeof(T));
+  // Chunks of at least 64 KiB of weights, so threads split large layers and
+  // small ones stay on one core.
+  const int64_t grain = std::max<int64_t>(4, 65536 / std::max<int64_t>(k * item, 1));
+  parallel_for(0, n, grain, [&](int64_t r0, int64_t r1) { kernel(g.b, g.sb[2], k, x, ldx, rows, y, n, r0, r1); });
+  store<T>(g, y);
+}
+
+}  // namespace
+
+int64_t skinny_max_rows(DType dtype) {
+  static const int64_t forced = [] {
+    const char* e = std::getenv("TESSERA_SKINNY_MAX_ROWS");
+    return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t{-1};
+  }();
+  if (forced >= 0) return forced;
+  // Measured on Zen 4 (bench/gemv_compare.py), 1 thread: f32 at 16 rows is
+  // at parity with oneDNN's brgemm (AVX-512) and ahead of its AVX2 GEMM; native
+  // bf16 products (vdpbf16ps) overtake the widening kernel from 4 rows.
+  if (dtype == DType::BF16 && has_native_bf16()) return 2;
+  return 16;
+}
+
+bool skinny_ok(const GemmArgs& g) {
+  const bool type = g.dtype == DType::F32 || g.dtype == DType::BF16 || g.dtype == DType::F16;
+  const bool shared_weight = g.batch == 1 || g.sb[0] == 0;
+  return type && shared_weight && g.k > 0 && g.sb[1] == 1 && g.batch * g.m <= skinny_max_rows(g.dtype);
+}
+
+void gemm_skinny(const GemmArgs& g) {
+  switch (g.dtype) {
+    case DType::F32: run<float>(g); break;
+    case DType::BF16: run<BFloat16>(g); break;
+    default: run<Half>(g); break;
+  }
+}
+
+}  // namespace tessera::cpu

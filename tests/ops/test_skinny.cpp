@@ -1,0 +1,190 @@
+// The skinny-product kernel (backend/cpu/skinny.h): every ISA's kernel for
+// f32, bf16 and f16 weights against an f64 reference, the bit-identical rows
+// Note [Row-invariant skinny products] promises (whatever the number of rows,
+// their grouping and the thread split), and gemm()'s epilogues on that path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/kernel_table.h"
+#include "backend/cpu/skinny.h"
+#include "tessera/core/half.h"
+#include "tessera/core/parallel.h"
+#include "tessera/ops/ops.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+using namespace tessera::cpu;
+
+std::vector<float> randn(int64_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
+// The tables: the portable one, AVX2's where the CPU runs AVX-512, and the
+// one this CPU runs (each tier of scripts/test_tiers.sh runs its own).
+std::vector<KernelTable> tables() {
+  std::vector<KernelTable> ts(1);
+  isa_base::fill_kernel_table(ts[0]);
+  ts[0].isa = "base";
+  if (std::string(kernels().isa) == "avx512") {
+    ts.emplace_back();
+    isa_avx2::fill_kernel_table(ts.back());
+    ts.back().isa = "avx2";
+  }
+  ts.push_back(kernels());
+  return ts;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  Tensor ac = a.contiguous(), bc = b.contiguous();
+  return ac.shape() == bc.shape() && ac.dtype() == bc.dtype() &&
+         std::memcmp(ac.raw_data(), bc.raw_data(), ac.nbytes()) == 0;
+}
+
+// Weights of one dtype, stored [n, ldw], and their values as float.
+struct Weights {
+  DType dtype;
+  std::vector<uint16_t> half;  // bf16 or f16 bits
+  std::vector<float> f32;      // the f32 weights, or the 16-bit ones' values
+  const void* data() const { return dtype == DType::F32 ? static_cast<const void*>(f32.data()) : half.data(); }
+};
+
+Weights make_weights(DType dt, int64_t n, int64_t ldw, uint32_t seed) {
+  Weights w{dt, {}, randn(n * ldw, seed)};
+  if (dt == DType::F32) return w;
+  w.half.resize(w.f32.size());
+  for (size_t i = 0; i < w.f32.size(); ++i) {
+    if (dt == DType::BF16) {
+      BFloat16 b(w.f32[i]);
+      w.half[i] = b.x;
+      w.f32[i] = static_cast<float>(b);
+    } else {
+      Half h(w.f32[i]);
+      w.half[i] = h.x;
+      w.f32[i] = static_cast<float>(h);
+    }
+  }
+  return w;
+}
+
+TEST(Skinny, EveryIsaAgainstF64) {
+  for (const KernelTable& t : tables())
+    for (DType dt : {DType::F32, DType::BF16, DType::F16})
+      for (int64_t m : {1, 2, 3, 5, 16})
+        for (int64_t k : {1, 7, 16, 33, 256, 785})
+          for (int64_t n : {1, 5, 17, 64}) {
+            const int64_t ldw = k + 3, ldx = k + 1;
+            Weights w = make_weights(dt, n, ldw, static_cast<uint32_t>(k * 131 + n));
+            std::vector<float> x = randn(m * ldx, static_cast<uint32_t>(m * 7 + k));
+            std::vector<float> y(m * n, -1.f);
+            t.skinny_rows[idx(dt)](w.data(), ldw, k, x.data(), ldx, m, y.data(), n, 0, n);
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t r = 0; r < n; ++r) {
+                double want = 0, mag = 0;
+                for (int64_t p = 0; p < k; ++p) {
+                  want += static_cast<double>(x[i * ldx + p]) * w.f32[r * ldw + p];
+                  mag += std::abs(static_cast<double>(x[i * ldx + p]) * w.f32[r * ldw + p]);
+                }
+                ASSERT_NEAR(y[i * n + r], want, 1e-6 * mag + 1e-6)
+                    << t.isa << " " << dtype_name(dt) << " m " << m << " k " << k << " n " << n << " at " << i
+                    << ", " << r;
+              }
+          }
+}
+
+// Each row the same bits alone (m = 1), among 16 rows, and in any split of
+// the weight rows.
+TEST(Skinny, RowsAreBitIdenticalWhateverTheBatch) {
+  const int64_t k = 300, n = 37, m = 16;
+  for (const KernelTable& t : tables())
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      Weights w = make_weights(dt, n, k, 5);
+      std::vector<float> x = randn(m * k, 6), all(m * n), split(m * n), one(n);
+      t.skinny_rows[idx(dt)](w.data(), k, k, x.data(), k, m, all.data(), n, 0, n);
+      for (int64_t r0 = 0; r0 < n; r0 += 3)
+        t.skinny_rows[idx(dt)](w.data(), k, k, x.data(), k, m, split.data(), n, r0, std::min<int64_t>(n, r0 + 3));
+      EXPECT_EQ(std::memcmp(all.data(), split.data(), all.size() * sizeof(float)), 0) << t.isa;
+      for (int64_t i = 0; i < m; ++i) {
+        t.skinny_rows[idx(dt)](w.data(), k, k, x.data() + i * k, k, 1, one.data(), n, 0, n);
+        EXPECT_EQ(std::memcmp(one.data(), all.data() + i * n, n * sizeof(float)), 0)
+            << t.isa << " " << dtype_name(dt) << " row " << i;
+      }
+    }
+}
+
+// linear() on the skinny path: against f64, and each row of a batch equal to
+// the row alone, at 1 and 2 threads.
+TEST(Skinny, LinearRowsMatchAloneAndReference) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    ASSERT_GE(skinny_max_rows(dt), 2) << "the skinny kernel is off (TESSERA_SKINNY_MAX_ROWS)";
+    const int64_t rows = std::min<int64_t>(skinny_max_rows(dt), 8);
+    Tensor w = testing::rand_f64({96, 200}, -1, 1, 1).to(dt), b = testing::rand_f64({96}, -1, 1, 2).to(dt);
+    Tensor x = testing::rand_f64({rows, 200}, -1, 1, 3).to(dt);
+    Tensor want = ops::add(ops::matmul(x.to(DType::F64), w.to(DType::F64).t()), b.to(DType::F64));
+    for (int threads : {1, 2}) {
+      int before = get_num_threads();
+      set_num_threads(threads);
+      Tensor y = ops::linear(x, w, b);
+      EXPECT_CLOSE(y.to(DType::F64), want, dt == DType::F32 ? 1e-5 : 2e-2, 1e-5) << dtype_name(dt);
+      for (int64_t i = 0; i < rows; ++i) {
+        Tensor yi = ops::linear(x.narrow(0, i, 1), w, b);
+        EXPECT_TRUE(same_bits(yi, y.narrow(0, i, 1))) << dtype_name(dt) << " row " << i << " threads " << threads;
+      }
+      set_num_threads(before);
+    }
+  }
+}
+
+// gemm()'s epilogues on the skinny path: act(alpha * A B + bias [+ C]) + residual.
+TEST(Skinny, GemmEpilogues) {
+  const int64_t m = 3, n = 20, k = 45;
+  std::vector<float> a = randn(m * k, 1), w = randn(n * k, 2), bias = randn(n, 3), res = randn(m * n, 4);
+  auto ref = [&](int64_t i, int64_t j) {
+    double s = 0;
+    for (int64_t p = 0; p < k; ++p) s += static_cast<double>(a[i * k + p]) * w[j * k + p];
+    return s;
+  };
+  struct Act {
+    Epilogue e;
+    double (*f)(double);
+  };
+  const Act acts[] = {{Epilogue::None, [](double v) { return v; }},
+                      {Epilogue::Relu, [](double v) { return v > 0 ? v : 0; }},
+                      {Epilogue::Gelu, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }},
+                      {Epilogue::Silu, [](double v) { return v / (1 + std::exp(-v)); }},
+                      {Epilogue::Tanh, [](double v) { return std::tanh(v); }}};
+  for (const Act& act : acts)
+    for (bool accumulate : {false, true}) {
+      if (accumulate && act.e != Epilogue::None) continue;  // gemm() fuses no epilogue into an accumulation
+      std::vector<float> c(m * n, 0.5f);
+      GemmArgs g;
+      g.m = m, g.n = n, g.k = k;
+      g.sa[0] = 0, g.sa[1] = k, g.sa[2] = 1;
+      g.sb[0] = 0, g.sb[1] = 1, g.sb[2] = k;  // W^T
+      g.sc[0] = 0, g.sc[1] = n, g.sc[2] = 1;
+      g.a = a.data(), g.b = w.data(), g.c = c.data(), g.bias = bias.data();
+      g.alpha = 0.5;
+      g.accumulate = accumulate;
+      g.act = act.e;
+      g.residual = accumulate ? nullptr : res.data();
+      ASSERT_TRUE(skinny_ok(g));
+      gemm(g);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double v = act.f(0.5 * ref(i, j) + bias[j] + (accumulate ? 0.5 : 0.0)) + (accumulate ? 0.0 : res[i * n + j]);
+          ASSERT_NEAR(c[i * n + j], v, 1e-4 * (1 + std::abs(v))) << static_cast<int>(act.e) << " at " << i << ", " << j;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace tessera
