@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/kernel_table.h"
+#include "kernel_tables.h"
 #include "backend/cpu/skinny.h"
 #include "tessera/core/half.h"
 #include "tessera/core/parallel.h"
@@ -29,20 +30,7 @@ std::vector<float> randn(int64_t n, uint32_t seed) {
   return v;
 }
 
-// The tables: the portable one, AVX2's where the CPU runs AVX-512, and the
-// one this CPU runs (each tier of scripts/test_tiers.sh runs its own).
-std::vector<KernelTable> tables() {
-  std::vector<KernelTable> ts(1);
-  isa_base::fill_kernel_table(ts[0]);
-  ts[0].isa = "base";
-  if (std::string(kernels().isa) == "avx512") {
-    ts.emplace_back();
-    isa_avx2::fill_kernel_table(ts.back());
-    ts.back().isa = "avx2";
-  }
-  ts.push_back(kernels());
-  return ts;
-}
+std::vector<KernelTable> tables() { return tessera::testing::kernel_tables(); }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   Tensor ac = a.contiguous(), bc = b.contiguous();

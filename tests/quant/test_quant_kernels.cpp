@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/kernel_table.h"
+#include "kernel_tables.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/sparse.h"
 #include "tessera/core/error.h"
@@ -43,20 +44,7 @@ std::string name_of(const Case& c) {
          (c.group ? " g" + std::to_string(c.group) : "");
 }
 
-// The tables the tests compare: the portable one, AVX2's where the CPU has
-// it, and the one this CPU runs.
-std::vector<KernelTable> tables() {
-  std::vector<KernelTable> ts(1);
-  isa_base::fill_kernel_table(ts[0]);
-  ts[0].isa = "base";
-  if (std::string(kernels().isa) == "avx512") {
-    ts.emplace_back();
-    isa_avx2::fill_kernel_table(ts.back());
-    ts.back().isa = "avx2";
-  }
-  ts.push_back(kernels());
-  return ts;
-}
+std::vector<KernelTable> tables() { return tessera::testing::kernel_tables(); }
 
 }  // namespace
 

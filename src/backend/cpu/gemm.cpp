@@ -9,6 +9,7 @@
 
 #include "backend/cpu/dnnl_context.h"
 #include "backend/cpu/dnnl_post_ops.h"
+#include "backend/cpu/scratch.h"
 #include "backend/cpu/skinny.h"
 
 #include "tessera/core/allocator.h"
@@ -129,29 +130,12 @@ void gemm_loop(const GemmArgs& g) {
   });
 }
 
-// f32 scratch from the caching allocator: the widened operands of a 16-bit
-// GEMM are as large as activations, and fresh pages cost ~15 us each here.
-class F32Buffer {
- public:
-  explicit F32Buffer(int64_t n) : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float)) {
-    p_ = static_cast<float*>(cpu_allocate(bytes_));
-  }
-  ~F32Buffer() { cpu_free(p_, bytes_); }
-  F32Buffer(const F32Buffer&) = delete;
-  F32Buffer& operator=(const F32Buffer&) = delete;
-  float* data() const { return p_; }
-
- private:
-  size_t bytes_;
-  float* p_;
-};
-
 // 16-bit floats through an f32 GEMM: operands widened into contiguous
 // buffers, the result narrowed back (and added when accumulating). Rows are
 // converted in parallel; a contiguous row is a plain loop the compiler vectorizes.
 template <typename T>
 void gemm_via_f32(const GemmArgs& g) {
-  auto widen = [&](const void* p, const int64_t* s, int64_t rows, int64_t cols, F32Buffer& out, int64_t* fs) {
+  auto widen = [&](const void* p, const int64_t* s, int64_t rows, int64_t cols, F32Scratch& out, int64_t* fs) {
     const int64_t batches = s[0] == 0 ? 1 : g.batch;
     const T* src = static_cast<const T*>(p);
     float* dst = out.data();
@@ -171,7 +155,7 @@ void gemm_via_f32(const GemmArgs& g) {
     fs[2] = 1;
   };
   const int64_t abatches = g.sa[0] == 0 ? 1 : g.batch, bbatches = g.sb[0] == 0 ? 1 : g.batch;
-  F32Buffer a(abatches * g.m * g.k), b(bbatches * g.k * g.n), c(g.batch * g.m * g.n), bias(g.bias ? g.n : 1);
+  F32Scratch a(abatches * g.m * g.k), b(bbatches * g.k * g.n), c(g.batch * g.m * g.n), bias(g.bias ? g.n : 1);
   GemmArgs f = g;
   f.dtype = DType::F32;
   widen(g.a, g.sa, g.m, g.k, a, f.sa);
@@ -250,17 +234,23 @@ void gemm(const GemmArgs& g) {
   });
 }
 
+void gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, const float* w_rows, float* c) {
+  GemmArgs g;
+  g.m = m, g.n = n, g.k = k;
+  g.a = a, g.b = w_rows, g.c = c;
+  g.sa[0] = m * k, g.sa[1] = k, g.sa[2] = 1;
+  g.sb[0] = n * k, g.sb[1] = 1, g.sb[2] = k;  // B [k, n]: the rows transposed
+  g.sc[0] = m * n, g.sc[1] = n, g.sc[2] = 1;
+  gemm(g);
+}
+
 void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, const int8_t* b_rows, const float* scales, float* c) {
   if (m == 0 || n == 0) return;
   if (!dnnl_context::int8_products_exact()) {  // Note [int8 without VNNI]: f32 products of the codes
-    std::vector<float> af(a, a + m * k), bf(b_rows, b_rows + n * k);
-    GemmArgs g;
-    g.m = m, g.n = n, g.k = k;
-    g.a = af.data(), g.b = bf.data(), g.c = c;
-    g.sa[0] = m * k, g.sa[1] = k, g.sa[2] = 1;
-    g.sb[0] = n * k, g.sb[1] = 1, g.sb[2] = k;
-    g.sc[0] = m * n, g.sc[1] = n, g.sc[2] = 1;
-    gemm(g);
+    F32Scratch af(m * k), bf(n * k);
+    std::copy(a, a + m * k, af.data());
+    std::copy(b_rows, b_rows + n * k, bf.data());
+    gemm_rows(m, n, k, af.data(), bf.data(), c);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * n + j] *= scales[j];
     return;

@@ -35,6 +35,10 @@ bool gemm_epilogue_ok(const GemmArgs& args);
 
 void gemm(const GemmArgs& args);
 
+// C [m, n] = A [m, k] @ W^T for f32 operands, W given as its rows [n, k]
+// (a weight as stored), all contiguous.
+void gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, const float* w_rows, float* c);
+
 // C [m, n] (f32) = (A [m, k] @ B^T) * scales[j] with int8 operands and int32
 // accumulation (oneDNN; VNNI where the CPU has it). B is given as its rows
 // [n, k] (a quantized weight's int8 codes); scales has n entries (weight scale

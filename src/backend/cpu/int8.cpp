@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/dnnl_context.h"
+#include "backend/cpu/scratch.h"
 #include "tessera/core/allocator.h"
 #include "tessera/core/error.h"
 #include "tessera/core/parallel.h"
@@ -142,17 +143,17 @@ namespace {
 // the codes (x - x_zero_point, w), then the same epilogue.
 void int8_conv2d_via_f32(const ConvGeometry& g, const void* x, const int8_t* w, const Int8Epilogue& e, void* y) {
   const int64_t cg = g.C / g.groups;
-  std::vector<float> xf(static_cast<size_t>(g.N * g.C * g.H * g.W));  // NCHW, from NHWC codes
-  for (int64_t n = 0; n < g.N; ++n)
+  F32Scratch xs(g.N * g.C * g.H * g.W), ws(g.OC * cg * g.KH * g.KW), accs(g.N * g.OC * g.OH * g.OW);
+  float *xf = xs.data(), *acc = accs.data();
+  for (int64_t n = 0; n < g.N; ++n)  // NCHW, from NHWC codes
     for (int64_t h = 0; h < g.H; ++h)
       for (int64_t ww = 0; ww < g.W; ++ww)
         for (int64_t c = 0; c < g.C; ++c)
           xf[((n * g.C + c) * g.H + h) * g.W + ww] = static_cast<float>(code(x, ((n * g.H + h) * g.W + ww) * g.C + c, e));
-  std::vector<float> wf(w, w + g.OC * cg * g.KH * g.KW);
-  std::vector<float> acc(static_cast<size_t>(g.N * g.OC * g.OH * g.OW));
+  std::copy(w, w + g.OC * cg * g.KH * g.KW, ws.data());
   ConvGeometry gf = g;
   gf.dtype = DType::F32;
-  conv2d_forward(gf, xf.data(), wf.data(), nullptr, acc.data());
+  conv2d_forward(gf, xf, ws.data(), nullptr, acc);
   parallel_for(0, g.N * g.OH, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t n = r / g.OH, oh = r % g.OH;
@@ -166,17 +167,12 @@ void int8_conv2d_via_f32(const ConvGeometry& g, const void* x, const int8_t* w, 
 
 void int8_linear_via_f32(int64_t m, int64_t n, int64_t k, const void* x, const int8_t* w, const Int8Epilogue& e,
                          void* y) {
-  std::vector<float> xf(static_cast<size_t>(m * k)), wf(w, w + n * k), acc(static_cast<size_t>(m * n));
-  for (int64_t i = 0; i < m * k; ++i) xf[i] = static_cast<float>(code(x, i, e));
-  GemmArgs ga;
-  ga.m = m, ga.n = n, ga.k = k;
-  ga.a = xf.data(), ga.b = wf.data(), ga.c = acc.data();
-  ga.sa[0] = m * k, ga.sa[1] = k, ga.sa[2] = 1;
-  ga.sb[0] = n * k, ga.sb[1] = 1, ga.sb[2] = k;  // B [k, n] is w's rows transposed
-  ga.sc[0] = m * n, ga.sc[1] = n, ga.sc[2] = 1;
-  gemm(ga);
+  F32Scratch xf(m * k), wf(n * k), acc(m * n);
+  for (int64_t i = 0; i < m * k; ++i) xf.data()[i] = static_cast<float>(code(x, i, e));
+  std::copy(w, w + n * k, wf.data());
+  gemm_rows(m, n, k, xf.data(), wf.data(), acc.data());
   for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) store(e, j, static_cast<int32_t>(std::lrint(acc[i * n + j])), y, i * n + j);
+    for (int64_t j = 0; j < n; ++j) store(e, j, static_cast<int32_t>(std::lrint(acc.data()[i * n + j])), y, i * n + j);
 }
 }  // namespace
 

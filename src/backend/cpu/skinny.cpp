@@ -1,31 +1,14 @@
 #include "backend/cpu/skinny.h"
 
 #include <cstdlib>
-#include <cstring>
 
 #include "backend/cpu/kernel_table.h"
-#include "tessera/core/allocator.h"
+#include "backend/cpu/scratch.h"
 #include "tessera/core/half.h"
 #include "tessera/core/parallel.h"
 
 namespace tessera::cpu {
 namespace {
-
-// f32 scratch from the caching allocator (fresh pages cost ~15 us each here).
-class Scratch {
- public:
-  explicit Scratch(int64_t n) : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float)) {
-    p_ = static_cast<float*>(cpu_allocate(bytes_));
-  }
-  ~Scratch() { cpu_free(p_, bytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  float* data() const { return p_; }
-
- private:
-  size_t bytes_;
-  float* p_;
-};
 
 UnaryKernel unary_of(Epilogue e) {
   switch (e) {
@@ -55,41 +38,42 @@ void rows_f32(const GemmArgs& g, float* x) {
     }
 }
 
-// C = act(alpha * Y + bias [+ C]) + residual, Y the f32 products [rows, n].
+// C = act(alpha * Y + bias [+ C]) + residual, Y the f32 products [rows, n]
+// (the activation, if any, by the unary kernel over all of Y between the two passes).
 template <typename T>
 void store(const GemmArgs& g, float* y) {
-  const int64_t rows = g.batch * g.m, n = g.n;
+  const int64_t rows = g.batch * g.m, n = g.n, sj = g.sc[2];
   const T* bias = static_cast<const T*>(g.bias);
-  const T* res = static_cast<const T*>(g.residual);
-  T* c = static_cast<T*>(g.c);
-  auto at = [&](int64_t r, int64_t j) { return (r / g.m) * g.sc[0] + (r % g.m) * g.sc[1] + j * g.sc[2]; };
   const float alpha = static_cast<float>(g.alpha);
-  for (int64_t r = 0; r < rows; ++r)
+  auto row_offset = [&](int64_t r) { return (r / g.m) * g.sc[0] + (r % g.m) * g.sc[1]; };
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* c = static_cast<const T*>(g.c) + row_offset(r);
+    float* yr = y + r * n;
     for (int64_t j = 0; j < n; ++j) {
-      float v = y[r * n + j];
-      if (alpha != 1.0f) v *= alpha;
+      float v = alpha == 1.0f ? yr[j] : alpha * yr[j];
       if (bias) v += static_cast<float>(bias[j]);
-      if (g.accumulate) v += static_cast<float>(c[at(r, j)]);
-      y[r * n + j] = v;
+      if (g.accumulate) v += static_cast<float>(c[j * sj]);
+      yr[j] = v;
     }
+  }
   if (g.act != Epilogue::None) {
     char* data[2] = {reinterpret_cast<char*>(y), reinterpret_cast<char*>(y)};
     const int64_t strides[2] = {sizeof(float), sizeof(float)};
     kernels().unary[static_cast<int>(unary_of(g.act))][idx(DType::F32)](data, strides, rows * n, nullptr);
   }
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < n; ++j) {
-      float v = y[r * n + j];
-      if (res) v += static_cast<float>(res[at(r, j)]);
-      c[at(r, j)] = static_cast<T>(v);
-    }
+  for (int64_t r = 0; r < rows; ++r) {
+    T* c = static_cast<T*>(g.c) + row_offset(r);
+    const T* res = g.residual ? static_cast<const T*>(g.residual) + row_offset(r) : nullptr;
+    const float* yr = y + r * n;
+    for (int64_t j = 0; j < n; ++j) c[j * sj] = static_cast<T>(res ? yr[j] + static_cast<float>(res[j * sj]) : yr[j]);
+  }
 }
 
 template <typename T>
 void run(const GemmArgs& g) {
   const int64_t rows = g.batch * g.m, n = g.n, k = g.k;
   const bool in_place = rows_in_place(g);
-  Scratch xbuf(in_place ? 0 : rows * k), ybuf(rows * n);
+  F32Scratch xbuf(in_place ? 0 : rows * k), ybuf(rows * n);
   if (!in_place) rows_f32<T>(g, xbuf.data());
   const float* x = in_place ? static_cast<const float*>(g.a) : xbuf.data();
   const int64_t ldx = in_place ? g.sa[1] : k;
