@@ -4,9 +4,9 @@
 // matrix-vector product is bounded by. One line per case (bench_common.h):
 //   RESULT stream/<n>x<k>/<dtype> <GB/s> GB/s ...
 //   RESULT linear/<n>x<k>/<dtype>/m<m> <us> us gbps=<weight bytes / time> ...
-// bench/gemv_compare.py runs it as is (Tessera's skinny kernel takes the
-// products it is faster at) and with TESSERA_SKINNY_MAX_ROWS=0 (oneDNN's
-// GEMM for every product), on each kernel tier, to place the crossover.
+// bench/gemv_compare.py runs it with TESSERA_SKINNY_MAX_ROWS=16 (Tessera's
+// skinny kernel for every product here) and =0 (oneDNN's GEMM for every
+// product), on each kernel tier, to place the crossover.
 #include <omp.h>
 
 #include <cstdint>
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   // (out x in): fits in L2 (256x1024 f32: 1 MiB), an MLP layer, an LLM's
   // projections (4096x4096 f32: 64 MiB, far beyond the caches).
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{256, 1024}, {256, 784}, {4096, 4096}, {11008, 4096}};
-  const std::vector<int64_t> rows = {1, 2, 4, 8, 16, 32};
+  const std::vector<int64_t> rows = {1, 2, 4, 8, 16};
   for (const auto& [n, k] : shapes)
     for (DType dt : {DType::F32, DType::BF16}) {
       const std::string shape = std::to_string(n) + "x" + std::to_string(k) + "/" + dtype_name(dt);

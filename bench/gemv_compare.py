@@ -4,11 +4,11 @@ the read bandwidth a streaming read reaches on the same bytes.
 
 Runs build-bench/bench/tessera_gemv_bench on each kernel tier this CPU has
 (AVX-512, and AVX2 emulated on an AVX-512 CPU by limiting Tessera and
-oneDNN alike), at each thread count, twice per round: as is (the skinny
-kernel takes products of up to skinny_max_rows() rows) and with
-TESSERA_SKINNY_MAX_ROWS=0 (every product on oneDNN). Rounds alternate the two;
-each figure is the median over rounds. Prints one table per tier and thread
-count; --json writes every round.
+oneDNN alike), at each thread count, twice per round: with
+TESSERA_SKINNY_MAX_ROWS=16 (every product here on the skinny kernel) and =0
+(every product on oneDNN). Rounds alternate the two; each figure is the
+median over rounds. Prints one table per tier and thread count; --json writes
+the table rows and every round.
 
   python3 bench/gemv_compare.py [--build-dir build-bench] [--threads 1,2] [--rounds 3] [--quick] [--json FILE]
 """
@@ -71,16 +71,17 @@ def main():
         subprocess.run(["ninja", "-C", a.build_dir, "tessera_gemv_bench"], check=True, stdout=subprocess.DEVNULL)
     binary = os.path.join(a.build_dir, "bench", "tessera_gemv_bench")
     flags = cpu_flags()
-    rounds_out = []
+    rounds_out, rows_out, skipped = [], [], []
     print(f"# Skinny products on {cpu_model()}, {os.cpu_count()} logical CPUs\n")
     for tier, env, needs in TIERS:
         if not all(f in flags for f in needs):
             print(f"tier {tier}: not run (the CPU lacks {', '.join(f for f in needs if f not in flags)})\n")
+            skipped.append(tier)
             continue
         for threads in [int(t) for t in a.threads.split(",")]:
             skinny, dnnl = [], []
             for r in range(a.rounds):
-                order = [("skinny", {}), ("onednn", {"TESSERA_SKINNY_MAX_ROWS": "0"})]
+                order = [("skinny", {"TESSERA_SKINNY_MAX_ROWS": "16"}), ("onednn", {"TESSERA_SKINNY_MAX_ROWS": "0"})]
                 if r % 2:
                     order.reverse()
                 for name, extra in order:
@@ -90,7 +91,7 @@ def main():
             med = lambda runs, key: statistics.median(x[key] for x in runs if key in x)
             print(f"## tier {tier} ({', '.join(f'{k}={v}' for k, v in env.items())}), {threads} thread(s), "
                   f"median of {a.rounds} rounds\n")
-            print("| weight | dtype | stream GB/s | m | Tessera us | GB/s | % of stream | oneDNN us | Tessera / oneDNN |")
+            print("| weight | dtype | stream GB/s | m | skinny us | GB/s | % of stream | oneDNN us | skinny / oneDNN |")
             print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
             for key in skinny[0]:
                 if not key.startswith("linear/"):
@@ -101,12 +102,16 @@ def main():
                 stream = med(skinny + dnnl, f"stream/{shape}/{dt}")
                 t_s, t_d = med(skinny, key), med(dnnl, key)
                 gbps = nbytes / t_s / 1e3
+                rows_out.append({"tier": tier, "threads": threads, "weight": shape, "dtype": dt, "m": int(m[1:]),
+                                 "stream_gbps": stream, "skinny_us": t_s, "skinny_gbps": gbps,
+                                 "onednn_us": t_d, "rounds": a.rounds})
                 print(f"| {shape} | {dt} | {stream:.1f} | {m[1:]} | {t_s:.1f} | {gbps:.1f} | {100 * gbps / stream:.0f}% "
                       f"| {t_d:.1f} | {t_s / t_d:.2f} |")
             print()
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"cpu": cpu_model(), "rounds": rounds_out}, f, indent=1)
+            json.dump({"cpu": cpu_model(), "rows": rows_out, "tiers_not_run": skipped, "rounds": rounds_out}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":

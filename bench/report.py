@@ -49,6 +49,7 @@ FULL = {
             "--precision-threads", "1,2"],
     "compile": ["--rounds", "1", "--warmup", "2", "--iters-per-case", "mlp=30,cnn=20,resnet18=5,gpt=5"],
     "onnx": ["--rounds", "1", "--warmup", "2", "--iters-per-case", "mlp=30,cnn=20,resnet18=5,gpt=5"],
+    "gemv": ["--quick", "--rounds", "3", "--threads", "1,2"],
     "quant": ["--threads", "1", "--rounds", "2", "--eval-batches", "20"],
     "ptq": ["--threads", "1", "2", "--rounds", "2"],
     "sparse": ["--rounds", "1", "--finetune-steps", "200", "--repeat", "100"],
@@ -63,6 +64,7 @@ QUICK = {
             "--precision-threads", "1"],
     "compile": ["--quick", "--cases", "mlp,cnn", "--threads", "1", "--no-torch-default"],
     "onnx": ["--quick", "--cases", "mlp,cnn", "--threads", "1"],
+    "gemv": ["--quick", "--rounds", "1", "--threads", "1"],
     "quant": ["--threads", "1", "--rounds", "1", "--eval-batches", "2"],
     "ptq": ["--threads", "1", "--rounds", "1", "--calibration-batches", "2"],
     "sparse": ["--rounds", "1", "--finetune-steps", "5", "--repeat", "5"],
@@ -78,7 +80,7 @@ RUNS = {
                   "scheduler.warmup_steps=2"]),
 }
 TARGETS = ["tessera_cli", "tessera_bench", "torch_bench", "tessera_train_bench", "tessera_compile_bench",
-           "tessera_quant_bench", "tessera_serve_load", "tessera_serve_httplib", "tessera_serve_beast"]
+           "tessera_quant_bench", "tessera_gemv_bench", "tessera_serve_load", "tessera_serve_httplib", "tessera_serve_beast"]
 
 
 def log(*a):
@@ -319,6 +321,14 @@ def sec_onnx(ctx):
     code = run_script([PY, os.path.join(HERE, "onnx_compat.py"), "--json", j, "--dir", ctx.tmp("onnx_files"),
                        *ctx.settings("onnx")], j, ctx.log_path("onnx"), ctx.timeout)
     return {"exit": code, **load_json(j)}
+
+
+def sec_gemv(ctx):
+    j = ctx.tmp("gemv.json")
+    code = run_script([PY, os.path.join(HERE, "gemv_compare.py"), "--no-build", "--build-dir", ctx.build_dir,
+                       "--json", j, *ctx.settings("gemv")], j, ctx.log_path("gemv"), ctx.timeout)
+    d = load_json(j)
+    return {"exit": code, "rows": d["rows"], "tiers_not_run": d["tiers_not_run"]}
 
 
 def sec_quant(ctx):
@@ -664,6 +674,26 @@ def quant_one_row(d):
     return shapes
 
 
+def render_gemv(d, h):
+    out = []
+    groups = {}
+    for r in d["rows"]:
+        groups.setdefault((r["tier"], r["threads"]), []).append(r)
+    for (tier, threads), rows in groups.items():
+        limits = "Tessera and oneDNN limited to AVX2" if tier == "avx2" else "Tessera's AVX-512 kernels, oneDNN up to AVX512_CORE_BF16"
+        out += ["", f"**Tier {tier}** ({limits}), {threads} thread{'s' if threads > 1 else ''}; median of "
+                    f"{rows[0]['rounds']} alternating rounds", "", machine_line(h), ""]
+        out += table(["weight (out x in)", "dtype", "m", "streaming read GB/s", "skinny us", "skinny GB/s",
+                      "% of streaming read", "oneDNN us", "skinny / oneDNN"],
+                     [[r["weight"], r["dtype"], r["m"], f"{r['stream_gbps']:.1f}", fnum(r["skinny_us"]),
+                       f"{r['skinny_gbps']:.1f}", f"{100 * r['skinny_gbps'] / r['stream_gbps']:.0f}%",
+                       fnum(r["onednn_us"]), f"**{r['skinny_us'] / r['onednn_us']:.2f}x**"] for r in rows],
+                     ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"])
+    if d.get("tiers_not_run"):
+        out += ["", f"Tiers this CPU cannot run: {', '.join(d['tiers_not_run'])} (not measured here)."]
+    return out
+
+
 def render_quant(d, h):
     out = []
     shapes = quant_one_row(d)
@@ -908,6 +938,16 @@ ResNet-18 (CIFAR stem) and a 6-layer GPT at context 64."""),
 validates the file, ONNX Runtime (`onnxruntime-node`, pinned in `bench/onnx_ort/package-lock.json`) must
 reproduce Tessera's eager output, and then both runtimes time the same file: `tessera::load` (compiled) against
 an ORT session with the same intra-op threads (inter-op 1, all graph optimizations)."""),
+    ("gemv", "Skinny products: a few rows against a weight, at read bandwidth", sec_gemv, render_gemv, """\
+`bench/gemv_compare.py`: `linear(x, W)` for m = 1 to 16 activation rows (m = 1 is a decoded token) on
+Tessera's skinny kernel (`backend/cpu/skinny.h`, forced with `TESSERA_SKINNY_MAX_ROWS=16`) against oneDNN's
+GEMM (`TESSERA_SKINNY_MAX_ROWS=0`), beside a streaming read of the same weight bytes (a vectorized sum at the
+widest vectors the CPU has, in GB/s): what a product that reads each weight once is bounded by. The weights:
+256x1024 and 256x784 stay in the caches, 4096x4096 and 11008x4096 (an LLM's projections) do not. `gemm()` gives
+the skinny kernel up to 16 rows in f32 and f16, and in bf16 up to 2 where oneDNN has native bf16 products
+(AVX512-BF16), else 16. On an AVX-512 CPU the AVX2 tier is emulated by limiting both sides
+(`TESSERA_CPU_CAPABILITY=avx2`, `DNNL_MAX_CPU_ISA=AVX2`). Each run is the benchmark's quick mode (short timing
+windows), so the cache-sized rows are noisier than the large ones."""),
     ("quant", "Weight-only quantization (int8, int4)", sec_quant, render_quant, """\
 `bench/quant_compare.py`: the quantized matrix products of `ops::quantized_linear` (q8_0, int8 per channel,
 q4_0, int4 in groups of 32 or 128; with float activations, or quantized to int8 on the fly) at one activation
@@ -942,6 +982,7 @@ SHORT = {"ops": "per-op overhead, bandwidth, matmul, softmax, layer norm, conv, 
          "amp": "bf16 autocast and gradient checkpointing vs PyTorch",
          "compile": "compiled vs eager inference, vs TorchScript",
          "onnx": "ONNX export checks; latency vs ONNX Runtime on the same files",
+         "gemv": "batch-1 and small-batch linear: skinny kernel vs oneDNN, % of streaming read bandwidth",
          "quant": "weight-only int8/int4 products and a GPT vs PyTorch f32 and dynamic int8",
          "ptq": "static int8 CNN: accuracy and latency vs PyTorch and ONNX Runtime",
          "sparse": "CSR sparse vs dense products by sparsity; structured pruning speed-up",
