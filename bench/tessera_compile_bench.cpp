@@ -148,8 +148,14 @@ int main(int argc, char** argv) {
   auto f = compile::compile(c.model, co);
   Tensor want = m(c.input), got = f(c.input);
   out["max_abs_diff"] = ops::amax(ops::abs(ops::sub(got, want))).item<double>();
-  out["eager_ms"] = median_ms([&] { m(c.input); }, warmup, iters);
-  out["compiled_ms"] = median_ms([&] { f(c.input); }, warmup, iters);
+  // --only compiled|eager: time one side alone (for ONEDNN_VERBOSE or perf).
+  std::string only = arg(argc, argv, "--only", "");
+  if (only != "compiled") out["eager_ms"] = median_ms([&] { m(c.input); }, warmup, iters);
+  if (only != "eager") out["compiled_ms"] = median_ms([&] { f(c.input); }, warmup, iters);
+  if (!only.empty()) {
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
   out["eager_peak_bytes"] = peak_bytes([&] { m(c.input); });
   auto exe = f.last();
   auto plan = exe->memory_plan(exe->bind_symbols({c.input}));

@@ -8,7 +8,10 @@
 // blocks and, if its readers need NCHW, converts its (smaller) output.
 // Other readers see NCHW as before, so the graph's meaning and its outputs do
 // not change. A residual whose layout differs from its block's output is
-// converted (channel_blocks) where it is added. Runs after fuse-epilogue, on
+// converted (channel_blocks) where it is added, except a blocked one into an
+// NCHW output: that sum runs blocked and its result is converted. The
+// convolutions are asked for exactly these layouts (backend/cpu/conv.cpp), so
+// the steady state runs no reorders but the conversions. Runs after fuse-epilogue, on
 // graphs without autograd (fused_conv2d has no backward).
 #include "backend/cpu/conv.h"
 #include "ops/op_utils.h"
@@ -146,12 +149,16 @@ int block_conv_activations(Graph& g) {
     Value* residual = residual_of(n);
     bool res_b = residual && now_blocked.count(residual) > 0;
     if (!in_b && !out_b && !res_b) continue;
-    if (residual && res_b != out_b) {
+    // A blocked residual into an NCHW output (the last block's shortcut): the
+    // sum runs blocked and only its result is converted, one reorder
+    // instead of the residual's and the output's.
+    const bool convert_after = res_b && !out_b;
+    if (residual && res_b != out_b && !convert_after) {
       // The residual is added in the output's layout: convert it here (a
-      // residual from elsewhere into a blocked block, or the last block's
-      // shortcut back to NCHW).
-      residual = convert(residual, out_b ? blocked_shape(residual->shape, b) : out->shape, n, n);
+      // residual from elsewhere into a blocked block).
+      residual = convert(residual, blocked_shape(residual->shape, b), n, n);
     }
+    out_b = out_b || convert_after;
     ops::Attrs attrs = n->attrs;
     if (n->op == OpId::conv2d) attrs.set("activation", std::string("none"));
     attrs.set("input_block", in_b ? b : int64_t{0});
@@ -161,8 +168,10 @@ int block_conv_activations(Graph& g) {
                          {{out->dtype, out_b ? blocked_shape(out->shape, b) : out->shape}}, n);
     f->scope = n->scope;
     f->sym_attrs = n->sym_attrs;
-    g.replace_uses(out, f->outputs[0]);
-    if (out_b) now_blocked.insert(f->outputs[0]);
+    Value* r = f->outputs[0];
+    if (convert_after) r = convert(r, out->shape, n, n);
+    else if (out_b) now_blocked.insert(r);
+    g.replace_uses(out, r);
     ++changes;
   }
   eliminate_dead_code(g);

@@ -1,6 +1,9 @@
 // Elementwise fusion: the rewrite, bitwise agreement with eager for every op
 // that can join a fused kernel, and the fused kernel's own input checks.
+#include <cstdio>
 #include <thread>
+
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include "backend/cpu/conv.h"
 #include "tessera/compile/compile.h"
@@ -349,17 +352,48 @@ TEST(Layout, ResNetConvsHandEachOtherBlockedActivations) {
   Graph blocked = g.clone();
   EXPECT_EQ(block_conv_activations(blocked), 20);
   verify(blocked, "layout");
-  // Every conv but the stem reads blocked input; every output but the last
-  // (read by the pooling) is blocked; the last block's shortcut is converted
-  // back to NCHW for its residual add.
+  // Every conv but the stem reads blocked input; every conv writes blocks:
+  // the last one too, as its residual (the shortcut) is blocked, and its sum
+  // is converted to NCHW for the pooling.
   EXPECT_EQ(blocked_convs(blocked, "input_block"), 19) << dump(blocked);
-  EXPECT_EQ(blocked_convs(blocked, "output_block"), 19) << dump(blocked);
+  EXPECT_EQ(blocked_convs(blocked, "output_block"), 20) << dump(blocked);
   EXPECT_EQ(count_op(blocked, "channel_blocks"), 1) << dump(blocked);
   Executable plain(std::move(g)), fast(std::move(blocked));
   for (int n : {2, 3}) {  // a dynamic batch
     Tensor x = randn({n, 3, 32, 32});
     EXPECT_CLOSE(fast.run({x})[0], plain.run({x})[0], 1e-5, 1e-5) << n;
   }
+}
+
+// The convolutions are asked for the layout the graph keeps, so a compiled
+// network's steady state runs oneDNN convolutions and nothing else: no
+// reorders in or out of them (left to choose, AVX-512's brgconv took NHWC for
+// 3x3 convolutions and reordered both sides of each). Read from oneDNN's
+// own execution log, on whichever tier the test runs.
+TEST(Layout, SteadyStateRunsNoReorders) {
+  if (cpu::conv_activation_block() == 0) GTEST_SKIP() << "oneDNN prefers NCHW on this CPU: the pass has nothing to do";
+  auto net = small_resnet(11);
+  NoGradGuard ng;
+  auto f = compile::compile(std::shared_ptr<nn::Module>(std::move(net)));
+  Tensor x = randn({4, 3, 32, 32});
+  f(x), f(x);  // primitives made, weights packed
+  dnnl::set_verbose(1);
+  ::testing::internal::CaptureStdout();
+  f(x);
+  std::fflush(stdout);
+  dnnl::set_verbose(0);
+  std::string log = ::testing::internal::GetCapturedStdout();
+  int convs = 0, reorders = 0;
+  for (size_t at = 0, end; at < log.size(); at = end + 1) {
+    end = log.find('\n', at);
+    if (end == std::string::npos) end = log.size();
+    std::string line = log.substr(at, end - at);
+    if (line.find(",exec,") == std::string::npos) continue;
+    convs += line.find(",convolution,") != std::string::npos;
+    reorders += line.find(",reorder,") != std::string::npos;
+  }
+  EXPECT_EQ(convs, 20) << log;
+  EXPECT_EQ(reorders, 0) << log;
 }
 
 int blocked_pools(const Graph& g) {
@@ -413,9 +447,9 @@ TEST(Layout, PoolingsPoolBlockedActivations) {
     nn::zoo::ResNet net(c);
     auto [plain, blocked] = with_and_without_layout(net, {2, 3, 64, 64}, 21);
     EXPECT_EQ(blocked_pools(blocked), 1) << dump(blocked);
-    // 20 convs: all but the stem read blocks, all but the last write them.
+    // 20 convs: all but the stem read blocks, all write them.
     EXPECT_EQ(blocked_convs(blocked, "input_block"), 19) << dump(blocked);
-    EXPECT_EQ(blocked_convs(blocked, "output_block"), 19) << dump(blocked);
+    EXPECT_EQ(blocked_convs(blocked, "output_block"), 20) << dump(blocked);
     Executable a(std::move(plain)), f(std::move(blocked));
     Tensor x = randn({3, 3, 64, 64});
     EXPECT_CLOSE(f.run({x})[0], a.run({x})[0], 1e-5, 1e-5);

@@ -23,19 +23,24 @@ using dnnl::memory;
 using tag = memory::format_tag;
 
 struct Key {
-  std::array<int64_t, 21> v;
+  std::array<int64_t, 23> v;
   bool operator<(const Key& o) const { return v < o.v; }
 };
-// A forward primitive's epilogue: the residual sum and the activation.
+// A forward primitive's epilogue (the residual sum and the activation) and
+// the activation layouts it was asked for (0: its choice, reordered from and
+// to NCHW; 8 or 16: channel-blocked, fixed in the primitive).
 struct Fused {
   bool residual = false;
   Epilogue act = Epilogue::None;
+  int src_block = 0, dst_block = 0;
   bool any() const { return residual || act != Epilogue::None; }
 };
+Fused fused_of(const ConvFusion& f) { return {f.residual != nullptr, f.act, f.src_block, f.dst_block}; }
 
 Key key_of(const ConvGeometry& g, int kind, Fused f) {
   return {{g.N, g.C, g.H, g.W, g.OC, g.KH, g.KW, g.OH, g.OW, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.pb, g.pr, g.groups,
-           static_cast<int64_t>(g.dtype), kind, (f.residual ? 16 : 0) + static_cast<int64_t>(f.act)}};
+           static_cast<int64_t>(g.dtype), kind, (f.residual ? 16 : 0) + static_cast<int64_t>(f.act), f.src_block,
+           f.dst_block}};
 }
 
 struct Prims {
@@ -93,11 +98,19 @@ Descs descs(const ConvGeometry& g) {
   return d;
 }
 
+tag block_tag(int block) { return block == 0 ? tag::any : block == 8 ? tag::nChw8c : tag::nChw16c; }
+
 // A fused forward never has a backward (its op has no gradient): inference.
+// Blocked activations are fixed in the descriptor, as PyTorch's frozen
+// TorchScript does: left to choose ("any"), oneDNN may pick a kernel with
+// another layout for one geometry (brgconv's NHWC on AVX-512 for 3x3
+// convolutions at batch 32), and every such convolution then reorders its
+// input and output between the blocks the graph keeps and that layout.
 dnnl::convolution_forward::primitive_desc forward_pd(const ConvGeometry& g, const Descs& d, dnnl::engine& eng,
                                                      Fused f = {}) {
   auto t = dt_of(g.dtype);
-  memory::desc src(d.src, t, tag::any), wei(d.wei, t, tag::any), dst(d.dst, t, tag::any), bias(d.bias, t, tag::any);
+  memory::desc src(d.src, t, block_tag(f.src_block)), wei(d.wei, t, tag::any), dst(d.dst, t, block_tag(f.dst_block)),
+      bias(d.bias, t, tag::any);
   auto prop = f.any() ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
   dnnl::convolution_forward::desc fd(prop, dnnl::algorithm::convolution_direct, src, wei, bias, dst, d.strides, d.dil,
                                      d.pl, d.pr);
@@ -282,7 +295,7 @@ memory::desc activation_desc(const memory::dims& dims, DType t, int block) {
 
 std::string conv_weights_layout(const ConvGeometry& g, const ConvFusion& fusion) {
   TS_CHECK(use_dnnl(g.dtype), "conv_weights_layout: f32 or bf16 only, got ", dtype_name(g.dtype));
-  const memory::desc& wei = prims(g, 0, {fusion.residual != nullptr, fusion.act}).wei;
+  const memory::desc& wei = prims(g, 0, fused_of(fusion)).wei;
   // The descriptor is a plain struct that oneDNN zero-fills before describing.
   return std::string(reinterpret_cast<const char*>(&wei.data), sizeof(wei.data));
 }
@@ -290,7 +303,7 @@ std::string conv_weights_layout(const ConvGeometry& g, const ConvFusion& fusion)
 std::shared_ptr<const void> pack_conv_weights(const ConvGeometry& g, const ConvFusion& fusion, const void* w) {
   TS_CHECK(use_dnnl(g.dtype), "pack_conv_weights: f32 or bf16 only, got ", dtype_name(g.dtype));
   dnnl::engine& eng = dnnl_context::engine();
-  const memory::desc want = prims(g, 0, {fusion.residual != nullptr, fusion.act}).wei;
+  const memory::desc want = prims(g, 0, fused_of(fusion)).wei;
   const size_t n = std::max<size_t>(want.get_size(), 64);
   std::shared_ptr<void> packed(cpu_allocate(n), [n](void* p) { cpu_free(p, n); });
   memory um(descs(g).user_wei, eng, const_cast<void*>(w)), pm(want, eng, packed.get());
@@ -302,7 +315,7 @@ std::shared_ptr<const void> pack_conv_weights(const ConvGeometry& g, const ConvF
 
 void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,
                     const ConvFusion& fusion) {
-  Fused f{fusion.residual != nullptr, fusion.act};
+  Fused f = fused_of(fusion);
   const void* residual = fusion.residual;
   TS_CHECK((!f.any() && fusion.src_block == 0 && fusion.dst_block == 0) || use_dnnl(g.dtype),
            "conv2d_forward: a fused epilogue or blocked layout needs f32 or bf16, got ", dtype_name(g.dtype));
