@@ -233,6 +233,9 @@ const std::vector<Pass>& default_passes() {
        [](Graph& g, const PassOptions&) { return eliminate_common_subexpressions(g); }},
       {"dce", "removes nodes whose outputs are unused",
        [](Graph& g, const PassOptions&) { return eliminate_dead_code(g); }},
+      {"fuse-attention", "q @ k^T, scale, mask, softmax and @ v written out op by op (as ONNX carries attention) "
+                         "become one scaled_dot_product_attention",
+       [](Graph& g, const PassOptions& o) { return fuse_attention(g, o.inference); }},
       {"fuse-epilogue", "linear/conv2d + activation / residual add become one fused_linear / fused_conv2d (graphs run without autograd)",
        [](Graph& g, const PassOptions& o) { return o.no_autograd ? fuse_epilogues(g) : 0; }},
       {"layout", "convolutions pass activations to each other channel-blocked, without reorders (graphs run without "

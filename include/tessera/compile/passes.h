@@ -65,6 +65,12 @@ int remove_pruned_channels(Graph& g);
 // only. Not a Tessera-only pass for ONNX: sparse_linear has no ONNX mapping,
 // so export disables it (tessera_only_passes).
 int sparse_weights(Graph& g);
+// Attention written out op by op (q @ k^T, an optional scale and mask,
+// softmax over the last dim, @ v; each intermediate read once) becomes one
+// f32 scaled_dot_product_attention; a lower-triangular mask of ones becomes
+// is_causal. Scales and -inf fills must be constants (or, for `inference`
+// graphs, frozen parameters).
+int fuse_attention(Graph& g, bool inference = true);
 // f32 linear followed by its activation (relu, gelu, silu, tanh) and/or a
 // residual add as one fused_linear node (the GEMM's epilogue); graphs run
 // without autograd only.
