@@ -66,10 +66,60 @@ bool fuse_conv(Graph& g, Node* n, const std::vector<std::vector<Node*>>& uses, c
   return true;
 }
 
+// x @ W^T (+ bias) written as matmul(x, permute(W, [1, 0])) and an add, as
+// ONNX carries a linear layer, or as matmul(x, B) with B a constant (the
+// weight stored transposed, or folded so): the linear node itself, so that
+// its activation fuses and (in inference graphs) its weights are packed once.
+// W is a 2-D constant or parameter; bias a vector of W's rows.
+bool matmul_as_linear(Graph& g, Node* n, const std::vector<std::vector<Node*>>& uses,
+                      const std::vector<bool>& is_out) {
+  Value* x = n->inputs[0];
+  Value* wt = n->inputs[1];
+  if (x->dtype != DType::F32 || x->shape.size() < 2 || wt->shape.size() != 2 || wt->dtype != DType::F32) return false;
+  Value* w = nullptr;
+  if (wt->kind == ValueKind::kConstant) {
+    w = g.add_constant(wt->data.t().contiguous());  // [N, K], as linear keeps it
+  } else if (wt->kind == ValueKind::kNode) {
+    const Node* p = wt->producer;
+    bool transposed = (p->op == OpId::permute && p->attrs.ints("dims") == std::vector<int64_t>{1, 0}) ||
+                      (p->op == OpId::transpose && p->attrs.i("dim0") != p->attrs.i("dim1"));
+    if (transposed && (p->inputs[0]->kind == ValueKind::kConstant || p->inputs[0]->kind == ValueKind::kParameter))
+      w = p->inputs[0];
+  }
+  if (!w) return false;
+  Node* last = n;
+  Value* bias = nullptr;
+  if (Node* u = only_user(n->outputs[0], uses, is_out);
+      u && u->op == OpId::add && u->inputs.size() == 2 && u->attrs.scalar("alpha").to_double() == 1.0) {
+    Value* b = u->inputs[0] == n->outputs[0] ? u->inputs[1] : u->inputs[0];
+    bool vector = b != n->outputs[0] && b->dtype == DType::F32 && b->shape.size() == 1 && b->shape[0] == w->shape[0] &&
+                  (b->kind == ValueKind::kConstant || b->kind == ValueKind::kParameter);
+    if (vector && same_type(u->outputs[0], n->outputs[0])) {
+      bias = b;
+      last = u;
+    }
+  }
+  Node* f = g.add_node(OpId::linear, {x, w, bias}, {}, {{last->outputs[0]->dtype, last->outputs[0]->shape}}, last);
+  f->scope = n->scope;
+  g.replace_uses(last->outputs[0], f->outputs[0]);
+  return true;
+}
+
 }  // namespace
 
 int fuse_epilogues(Graph& g) {
   int changes = 0;
+  {
+    auto uses = g.uses();
+    auto is_out = g.is_output();
+    int made = 0;
+    for (Node* n : g.nodes())
+      if (n->op == OpId::matmul && matmul_as_linear(g, n, uses, is_out)) ++made;
+    if (made) {
+      eliminate_dead_code(g);
+      changes += made;
+    }
+  }
   for (bool again = true; again;) {
     again = false;
     auto uses = g.uses();

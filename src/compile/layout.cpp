@@ -212,4 +212,32 @@ int pack_constant_conv_weights(Graph& g) {
   return changes;
 }
 
+int pack_constant_linear_weights(Graph& g) {
+  int changes = 0;
+  for (Node* n : g.nodes()) {
+    if (n->op != OpId::linear && n->op != OpId::fused_linear) continue;
+    const Value* x = n->inputs[0];
+    Value* w = n->inputs[1];
+    Value* out = n->outputs[0];
+    bool fixed = w->kind == ValueKind::kConstant || w->kind == ValueKind::kParameter;
+    if (!fixed || w->shape.size() != 2 || x->shape.size() < 2 || out->dtype != DType::F32 || w->dtype != DType::F32)
+      continue;
+    if (n->attrs.has("constant_weights") && n->attrs.b("constant_weights")) continue;
+    if (n->op == OpId::fused_linear) {
+      n->attrs.set("constant_weights", true);
+      ++changes;
+      continue;
+    }
+    Value* bias = n->inputs.size() > 2 ? n->inputs[2] : nullptr;
+    Node* f = g.add_node(OpId::fused_linear, {n->inputs[0], w, bias, nullptr},
+                         ops::Attrs{{"activation", std::string("none")}, {"constant_weights", true}},
+                         {{out->dtype, out->shape}}, n);
+    f->scope = n->scope;
+    g.replace_uses(out, f->outputs[0]);
+    ++changes;
+  }
+  if (changes) eliminate_dead_code(g);
+  return changes;
+}
+
 }  // namespace tessera::compile

@@ -239,10 +239,10 @@ const std::vector<Pass>& default_passes() {
       {"fuse-epilogue", "linear/conv2d + activation / residual add become one fused_linear / fused_conv2d (graphs run without autograd)",
        [](Graph& g, const PassOptions& o) { return o.no_autograd ? fuse_epilogues(g) : 0; }},
       {"layout", "convolutions pass activations to each other channel-blocked, without reorders (graphs run without "
-                 "autograd), and read constant weights packed once (inference)",
+                 "autograd), and convolutions and linear layers read constant weights packed once (inference)",
        [](Graph& g, const PassOptions& o) {
          int n = o.no_autograd ? block_conv_activations(g) : 0;
-         return n + (o.inference ? pack_constant_conv_weights(g) : 0);
+         return n + (o.inference ? pack_constant_conv_weights(g) + pack_constant_linear_weights(g) : 0);
        }},
       {"fuse-elementwise", "groups of pointwise ops become one fused_elementwise kernel (graphs run without autograd)",
        [](Graph& g, const PassOptions& o) { return o.no_autograd ? fuse_elementwise(g) : 0; }},

@@ -371,9 +371,9 @@ Tensor einsum(const std::string& equation, const TensorList& operands) {
 // linear with its activation and residual add run inside the GEMM (oneDNN
 // post-ops) where the backend can; elsewhere the same ops one after another.
 Tensor fused_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
-                    const std::string& activation) {
+                    const std::string& activation, bool constant_weights) {
   TS_OP_SCOPE(fused_linear, &x, &w, &bias, &residual);
-  TS_OP_ATTRS({"activation", activation});
+  TS_OP_ATTRS({"activation", activation}, {"constant_weights", constant_weights});
   cpu::Epilogue act = epilogue_of(activation, "fused_linear");
   auto composite = [&] {
     Tensor y = apply_epilogue(linear(x, w, bias), act);
@@ -412,6 +412,20 @@ Tensor fused_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   if (y.numel() == 0) TS_RETURN(y);
   if (!cpu::gemm_epilogue_ok(g)) TS_RETURN(composite());
   trace::add_flops(2 * g.m * g.n * g.k);
+  std::shared_ptr<const void> packed;
+  if (constant_weights && w.is_contiguous()) {
+    // Packed once into the primitive's layout and kept with the weights'
+    // storage (a new version packs again): no per-call repacking inside it.
+    if (std::string layout = cpu::gemm_weights_layout(g); !layout.empty()) {
+      std::string key = "linear_weights@" + std::to_string(w.offset()) + ":" + layout;
+      packed = w.storage()->derived(key);
+      if (!packed) {
+        packed = cpu::pack_gemm_weights(g);
+        w.storage()->set_derived(key, packed);
+      }
+      g.packed_b = packed.get();
+    }
+  }
   cpu::gemm(g);
   TS_RETURN(y);
 }
@@ -422,7 +436,10 @@ TS_OP_INVOKER(mm) { return {mm(in[0], in[1])}; }
 TS_OP_INVOKER(bmm) { return {bmm(in[0], in[1])}; }
 TS_OP_INVOKER(outer) { return {outer(in[0], in[1])}; }
 TS_OP_INVOKER(linear) { return {linear(in[0], in[1], in[2])}; }
-TS_OP_INVOKER(fused_linear) { return {fused_linear(in[0], in[1], in[2], in[3], a.s("activation"))}; }
+TS_OP_INVOKER(fused_linear) {
+  return {fused_linear(in[0], in[1], in[2], in[3], a.s("activation"),
+                       a.has("constant_weights") && a.b("constant_weights"))};
+}
 TS_OP_INVOKER(addmm) { return {addmm(in[0], in[1], in[2], a.scalar("beta"), a.scalar("alpha"))}; }
 TS_OP_INVOKER(einsum) { return {einsum(a.s("equation"), in)}; }
 

@@ -1,11 +1,13 @@
 // Elementwise fusion: the rewrite, bitwise agreement with eager for every op
 // that can join a fused kernel, and the fused kernel's own input checks.
 #include <cstdio>
+#include <iostream>
 #include <thread>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backend/cpu/conv.h"
+#include "backend/cpu/gemm.h"
 #include "tessera/compile/compile.h"
 #include "tessera/compile/inspect.h"
 #include "tessera/compile/model.h"
@@ -236,7 +238,10 @@ TEST(EpilogueFusion, CompiledModelsUseItAndAgree) {
   auto f = compile::compile(m);
   Tensor x = randn({5, 12});
   EXPECT_CLOSE(f(x), (*m)(x), 1e-5, 1e-5);
-  EXPECT_EQ(count_op(f.last()->graph(), "fused_linear"), 2) << dump(f.last()->graph());
+  // The two hidden layers fuse their gelu; the output layer's plain linear
+  // becomes a fused_linear too, to read its weights packed (inference).
+  EXPECT_EQ(count_op(f.last()->graph(), "fused_linear"), 3) << dump(f.last()->graph());
+  EXPECT_EQ(count_op(f.last()->graph(), "linear") + count_op(f.last()->graph(), "gelu"), 0) << dump(f.last()->graph());
   EXPECT_NE(testing::error_of([&] { fused_linear(x, randn({3, 12}), {}, {}, "softmax"); }).find("activation must be"),
             std::string::npos);
 }
@@ -544,6 +549,79 @@ TEST(Layout, ParameterConvWeightsArePackedInInferenceGraphs) {
   Tensor y = g(x);
   EXPECT_EQ(packed_convs(g.last()->graph()), 0);
   EXPECT_CLOSE(y, (*m)(x), 1e-5, 1e-6);
+}
+
+TEST(Layout, PackedLinearWeightsFollowTheirVersion) {
+  NoGradGuard ng;
+  // 40 rows: oneDNN's product (a few rows run the skinny kernel, unpacked).
+  Tensor x = randn({40, 48}), w = randn({72, 48}), b = randn({72}), r = randn({40, 72});
+  auto packed = [&] { return fused_linear(x, w, b, r, "gelu", true); };
+  auto fresh = [&] { return fused_linear(x, w, b, r, "gelu"); };
+  cpu::GemmArgs g;
+  g.m = 40, g.n = 72, g.k = 48;
+  g.sa[0] = 0, g.sa[1] = 48, g.sa[2] = 1;
+  g.sb[0] = 0, g.sb[1] = 1, g.sb[2] = 48;
+  g.sc[0] = 0, g.sc[1] = 72, g.sc[2] = 1;
+  g.act = cpu::Epilogue::Gelu;
+  std::cout << "[ INFO ] packed layout " << (cpu::gemm_weights_layout(g).empty() ? "is the weight's own" : "differs")
+            << " on this CPU\n";
+  EXPECT_CLOSE(packed(), fresh(), 1e-6, 1e-6);
+  EXPECT_CLOSE(packed(), fresh(), 1e-6, 1e-6);  // from the kept copy
+  w.mul_(-2.0);                                 // a new version: packed again
+  EXPECT_CLOSE(packed(), fresh(), 1e-6, 1e-6);
+  // A few rows read the weight as it is: packing changes nothing there.
+  Tensor x1 = randn({2, 48});
+  EXPECT_CLOSE(fused_linear(x1, w, b, {}, "none", true), fused_linear(x1, w, b, {}, "none"), 0, 0);
+}
+
+TEST(Layout, ParameterLinearWeightsArePackedInInferenceGraphs) {
+  manual_seed(12);
+  auto m = std::make_shared<nn::zoo::MLP>(nn::zoo::MLPConfig{32, {64, 64}, 10, "relu", 0.0});
+  m->eval();
+  Tensor x = randn({24, 32});
+  auto packed_linears = [](const Graph& g) {
+    int n = 0;
+    for (const Node* node : g.nodes())
+      n += node->op_name() == "fused_linear" && node->attrs.has("constant_weights") && node->attrs.b("constant_weights");
+    return n;
+  };
+  {
+    NoGradGuard ng;
+    auto f = compile::compile(m);
+    EXPECT_CLOSE(f(x), (*m)(x), 1e-5, 1e-6);
+    EXPECT_EQ(packed_linears(f.last()->graph()), 3) << dump(f.last()->graph());
+    for (auto& [name, p] : m->named_parameters()) p.mul_(-0.5);  // an optimizer step in place
+    EXPECT_CLOSE(f(x), (*m)(x), 1e-5, 1e-6);
+  }
+  auto g = compile::compile(m);  // records autograd: reads the parameters as they are
+  Tensor y = g(x);
+  EXPECT_EQ(packed_linears(g.last()->graph()), 0);
+  EXPECT_CLOSE(y, (*m)(x), 1e-5, 1e-6);
+}
+
+// A linear layer as ONNX carries it (MatMul by a transposed initializer, then
+// Add of the bias) becomes a linear node again, so that its activation fuses
+// and its weights are packed.
+TEST(EpilogueFusion, MatmulByTransposedWeightIsALinearLayer) {
+  manual_seed(13);
+  Tensor w1 = randn({64, 32}), b1 = randn({64}), w2 = randn({16, 64});
+  auto fn = [&](const TensorList& in) {
+    Tensor h = relu(add(matmul(in[0], permute(w1, {1, 0})), b1));
+    return TensorList{matmul(h, transpose(w2, 0, 1))};
+  };
+  TensorList ex{randn({2, 20, 32})};
+  CaptureOptions co;
+  co.dynamic = {{0, 0, "N"}};
+  Graph g = capture(fn, ex, {}, co);
+  optimize(g);
+  EXPECT_EQ(count_op(g, "matmul"), 0) << dump(g);
+  EXPECT_EQ(count_op(g, "fused_linear"), 2) << dump(g);
+  EXPECT_EQ(count_op(g, "relu") + count_op(g, "add") + count_op(g, "fused_elementwise"), 0) << dump(g);
+  Executable exe(std::move(g));
+  for (int64_t n : {2, 5}) {
+    Tensor x = randn({n, 20, 32});
+    EXPECT_CLOSE(exe.run({x})[0], fn({x})[0], 1e-5, 1e-5) << n;
+  }
 }
 
 TEST(Layout, LeavesNchwWhereOtherOpsReadAndConvertsForeignResiduals) {

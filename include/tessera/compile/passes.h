@@ -85,6 +85,11 @@ int block_conv_activations(Graph& g);
 // The packed copy is remade when the weights' version changes (any Tessera op
 // or optimizer step that writes them); raw writes through data_ptr are not seen.
 int pack_constant_conv_weights(Graph& g);
+// Likewise f32 linear layers (2-D constant or parameter weights, as
+// fused_linear constant_weights): the GEMM reads a copy in its primitive's
+// layout, made once per weight version (inference graphs; part of the layout
+// pass). Products of a few rows read the weight as it is (skinny kernel).
+int pack_constant_linear_weights(Graph& g);
 // Connected f32 pointwise ops (and the scalars they read) as fused_elementwise
 // nodes; the fused kernel has no backward, so only for graphs run without autograd.
 int fuse_elementwise(Graph& g);

@@ -370,8 +370,11 @@ TensorList fused_elementwise(const TensorList& inputs, const std::string& progra
 // (compile/'s fuse-epilogue pass makes it). activation: none, relu, gelu,
 // gelu_tanh, silu or tanh; residual optional, of the output's shape. f32 runs
 // the fused oneDNN product, other cases the ops one after another. No backward.
+// constant_weights: as fused_conv2d's below; the weight is then read from a
+// copy in the GEMM primitive's own layout, made once (the layout pass sets it
+// in inference graphs; a few rows read the weight as it is).
 Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
-                    const std::string& activation);
+                    const std::string& activation, bool constant_weights = false);
 // act(conv2d(x, weight, bias) + residual), with activation as fused_linear's
 // and residual optional (of the output's shape): a ResNet block's tail. f32
 // (and native bf16) runs one oneDNN convolution with post-ops, other cases

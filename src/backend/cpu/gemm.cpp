@@ -23,7 +23,7 @@ namespace {
 using dt = dnnl::memory::data_type;
 
 struct Key {
-  std::array<int64_t, 19> v;
+  std::array<int64_t, 20> v;
   bool operator<(const Key& o) const { return v < o.v; }
 };
 
@@ -33,6 +33,7 @@ struct Key {
 struct Prim {
   dnnl::matmul matmul;
   dnnl::memory::desc scratch;
+  dnnl::memory::desc wei;  // the layout it reads B in
 };
 
 dnnl_context::PrimitiveCache<Key, Prim>& cache() {
@@ -42,6 +43,48 @@ dnnl_context::PrimitiveCache<Key, Prim>& cache() {
 
 // oneDNN needs one of the two inner strides of every operand to be 1.
 bool dnnl_layout_ok(const int64_t* s) { return s[1] == 1 || s[2] == 1; }
+
+// The operands' descriptors as the caller lays them out.
+struct Descs {
+  dnnl::memory::desc a, b, c, bias;
+};
+Descs descs(const GemmArgs& g) {
+  dt type = g.dtype == DType::BF16 ? dt::bf16 : dt::f32;
+  bool batched = g.batch > 1;
+  auto md = [&](int64_t r, int64_t c, const int64_t* s) {
+    return batched ? dnnl::memory::desc({g.batch, r, c}, type, {s[0], s[1], s[2]})
+                   : dnnl::memory::desc({r, c}, type, {s[1], s[2]});
+  };
+  dnnl::memory::desc bias = batched ? dnnl::memory::desc({1, 1, g.n}, type, {g.n, g.n, 1})
+                                    : dnnl::memory::desc({1, g.n}, type, {g.n, 1});
+  return {md(g.m, g.k, g.sa), md(g.k, g.n, g.sb), md(g.m, g.n, g.sc), bias};
+}
+
+// The cached primitive for g; with `packed_b`, made to read B in the layout
+// it likes best (format any), which the caller then provides.
+const Prim& primitive(const GemmArgs& g, bool packed_b) {
+  dt type = g.dtype == DType::BF16 ? dt::bf16 : dt::f32;
+  Key key{{g.batch, g.m, g.n, g.k, g.sa[0], g.sa[1], g.sa[2], g.sb[0], g.sb[1], g.sb[2], g.sc[0], g.sc[1],
+           g.sc[2], g.bias ? 1 : 0, static_cast<int64_t>(type), std::bit_cast<int64_t>(g.alpha), g.accumulate,
+           static_cast<int64_t>(g.act), g.residual ? 1 : 0, packed_b}};
+  return cache().get(key, [&] {
+    const dnnl::engine& eng = dnnl_context::engine();
+    Descs d = descs(g);
+    dnnl::memory::desc amd = d.a, cmd = d.c, biasmd = d.bias;
+    dnnl::memory::desc bmd = packed_b ? dnnl::memory::desc(d.b.dims(), type, dnnl::memory::format_tag::any) : d.b;
+    auto desc = g.bias ? dnnl::matmul::desc(amd, bmd, biasmd, cmd) : dnnl::matmul::desc(amd, bmd, cmd);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (g.alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(g.alpha)});
+    dnnl::post_ops po;
+    if (g.accumulate) po.append_sum(1.0f);
+    append_activation(po, g.act);
+    if (g.residual) po.append_binary(dnnl::algorithm::binary_add, cmd);
+    if (po.len() > 0) attr.set_post_ops(po);
+    dnnl::matmul::primitive_desc pd(desc, attr, eng);
+    return Prim{dnnl::matmul(pd), pd.scratchpad_desc(), pd.weights_desc()};
+  });
+}
 
 // oneDNN picks its fast (JIT/brgemm) kernels only for plain layouts: 2-D
 // descriptors when there is one matrix, and real (non-zero) batch strides.
@@ -60,41 +103,18 @@ void gemm_dnnl(const GemmArgs& g) {
     }
     return;
   }
+  const Prim& prim = primitive(g, g.packed_b != nullptr);
   const dnnl::engine& eng = dnnl_context::engine();
-  dt type = g.dtype == DType::BF16 ? dt::bf16 : dt::f32;
-  Key key{{g.batch, g.m, g.n, g.k, g.sa[0], g.sa[1], g.sa[2], g.sb[0], g.sb[1], g.sb[2], g.sc[0], g.sc[1],
-           g.sc[2], g.bias ? 1 : 0, static_cast<int64_t>(type), std::bit_cast<int64_t>(g.alpha), g.accumulate,
-           static_cast<int64_t>(g.act), g.residual ? 1 : 0}};
-  bool batched = g.batch > 1;
-  auto md = [&](int64_t r, int64_t c, const int64_t* s) {
-    return batched ? dnnl::memory::desc({g.batch, r, c}, type, {s[0], s[1], s[2]})
-                   : dnnl::memory::desc({r, c}, type, {s[1], s[2]});
-  };
-  dnnl::memory::desc amd = md(g.m, g.k, g.sa), bmd = md(g.k, g.n, g.sb), cmd = md(g.m, g.n, g.sc);
-  dnnl::memory::desc biasmd = batched ? dnnl::memory::desc({1, 1, g.n}, type, {g.n, g.n, 1})
-                                      : dnnl::memory::desc({1, g.n}, type, {g.n, 1});
-  const Prim& prim = cache().get(key, [&] {
-    auto desc = g.bias ? dnnl::matmul::desc(amd, bmd, biasmd, cmd) : dnnl::matmul::desc(amd, bmd, cmd);
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (g.alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(g.alpha)});
-    dnnl::post_ops po;
-    if (g.accumulate) po.append_sum(1.0f);
-    append_activation(po, g.act);
-    if (g.residual) po.append_binary(dnnl::algorithm::binary_add, cmd);
-    if (po.len() > 0) attr.set_post_ops(po);
-    dnnl::matmul::primitive_desc pd(desc, attr, eng);
-    return Prim{dnnl::matmul(pd), pd.scratchpad_desc()};
-  });
-  dnnl::memory am(amd, eng, const_cast<void*>(g.a));
-  dnnl::memory bm(bmd, eng, const_cast<void*>(g.b));
-  dnnl::memory cm(cmd, eng, g.c);
+  Descs d = descs(g);
+  dnnl::memory am(d.a, eng, const_cast<void*>(g.a));
+  dnnl::memory bm(g.packed_b ? prim.wei : d.b, eng, const_cast<void*>(g.packed_b ? g.packed_b : g.b));
+  dnnl::memory cm(d.c, eng, g.c);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-  if (g.bias) args.insert({DNNL_ARG_BIAS, dnnl::memory(biasmd, eng, const_cast<void*>(g.bias))});
+  if (g.bias) args.insert({DNNL_ARG_BIAS, dnnl::memory(d.bias, eng, const_cast<void*>(g.bias))});
   if (g.residual) {
     int index = (g.accumulate ? 1 : 0) + (g.act != Epilogue::None ? 1 : 0);  // the binary post-op's place
     args.insert({DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
-                 dnnl::memory(cmd, eng, const_cast<void*>(g.residual))});
+                 dnnl::memory(d.c, eng, const_cast<void*>(g.residual))});
   }
   dnnl_context::execute(prim.matmul, prim.scratch, args);
 }
@@ -232,6 +252,36 @@ void gemm(const GemmArgs& g) {
     if constexpr (std::is_same_v<T, bool>) TS_ERROR("matmul: not supported for bool tensors");
     else gemm_loop<T>(g);
   });
+}
+
+namespace {
+// Whether gemm() runs g as one oneDNN primitive (gemm_dnnl without splitting).
+bool one_dnnl_product(const GemmArgs& g) {
+  bool type = g.dtype == DType::F32 || (g.dtype == DType::BF16 && has_native_bf16());
+  return type && g.batch == 1 && g.m > 0 && g.n > 0 && g.k > 0 && !skinny_ok(g) && dnnl_layout_ok(g.sa) &&
+         dnnl_layout_ok(g.sb) && g.sc[2] == 1;
+}
+}  // namespace
+
+std::string gemm_weights_layout(const GemmArgs& g) {
+  if (!one_dnnl_product(g)) return "";
+  const dnnl::memory::desc& want = primitive(g, true).wei;
+  if (want == descs(g).b) return "";
+  // The descriptor is a plain struct that oneDNN zero-fills before describing.
+  return std::string(reinterpret_cast<const char*>(&want.data), sizeof(want.data));
+}
+
+std::shared_ptr<const void> pack_gemm_weights(const GemmArgs& g) {
+  TS_CHECK(one_dnnl_product(g), "pack_gemm_weights: this product runs no oneDNN primitive (check gemm_weights_layout)");
+  const dnnl::engine& eng = dnnl_context::engine();
+  const dnnl::memory::desc want = primitive(g, true).wei;
+  const size_t n = std::max<size_t>(want.get_size(), 64);
+  std::shared_ptr<void> packed(cpu_allocate(n), [n](void* p) { cpu_free(p, n); });
+  dnnl::memory um(descs(g).b, eng, const_cast<void*>(g.b)), pm(want, eng, packed.get());
+  dnnl::stream& st = dnnl_context::stream();
+  dnnl::reorder(um, pm).execute(st, um, pm);
+  st.wait();
+  return packed;
 }
 
 void gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, const float* w_rows, float* c) {

@@ -4,6 +4,8 @@
 // kernel; other f32 and bf16 products go to oneDNN (primitives cached by
 // shape and layout); f64, f16 and integer types use a portable blocked loop.
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "tessera/core/tensor.h"
 
@@ -27,6 +29,9 @@ struct GemmArgs {
   // gemm_epilogue_ok() says so. residual has C's shape and strides.
   Epilogue act = Epilogue::None;
   const void* residual = nullptr;
+  // B already in the layout the product's primitive reads it in
+  // (pack_gemm_weights); b must still point at B as laid out above.
+  const void* packed_b = nullptr;
 };
 
 // Whether gemm() can apply args' epilogue inside the product (the oneDNN path:
@@ -34,6 +39,15 @@ struct GemmArgs {
 bool gemm_epilogue_ok(const GemmArgs& args);
 
 void gemm(const GemmArgs& args);
+
+// Constant weights, reordered once (as convolutions' are): the name of the
+// layout the product `args` would read B in if it could choose, so that
+// products sharing a layout share one packed copy; "" where it runs no oneDNN
+// primitive (a few rows: the skinny kernel reads B's rows as they are) or
+// where that layout is B's own. pack_gemm_weights copies B into it; pass the
+// copy as GemmArgs::packed_b. f32 and native bf16, one matrix.
+std::string gemm_weights_layout(const GemmArgs& args);
+std::shared_ptr<const void> pack_gemm_weights(const GemmArgs& args);
 
 // C [m, n] = A [m, k] @ W^T for f32 operands, W given as its rows [n, k]
 // (a weight as stored), all contiguous.
