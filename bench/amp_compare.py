@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/amp_compare.py                      # both parts, markdown to stdout
     /usr/bin/python3 bench/amp_compare.py --part precision --markdown out.md
-    /usr/bin/python3 bench/amp_compare.py --part checkpoint --layers 6,12 --rounds 1
+    /usr/bin/python3 bench/amp_compare.py --part checkpoint --layers 6,12 --checkpoint-rounds 1
 
 precision:  the GPT case (6 layers, d 384, ctx 256, batch 8, AdamW) in f32 and in
             bf16 autocast -- Tessera (autocast::Guard) and PyTorch
@@ -16,8 +16,10 @@ checkpoint: the GPT at 6, 12 and 24 layers without checkpointing, with
 
 Both sides are the training-step benchmarks of bench/train_compare.py
 (build-bench/bench/tessera_train_bench, bench/train_torch.py), each run as its
-own process with PyTorch in its best environment (PLATFORM.md). Every
-configuration keeps its best median over --rounds rounds. Standard library only.
+own process with PyTorch in its best environment (PLATFORM.md). The precision
+configurations take turns --rounds times and each keeps its median round (every
+round is in the JSON); a checkpointing configuration keeps its best of
+--checkpoint-rounds. Standard library only.
 """
 import argparse
 import json
@@ -73,13 +75,17 @@ def precision_part(rounds, steps, warmup, threads_list, torch_bf16):
     """Returns (markdown, rows). PyTorch's bf16 runs only when torch_bf16 is true."""
     rows = []
     for threads in threads_list:
-        r = {}
-        for impl in ("tessera", "torch"):
-            for prec in ("f32", "bf16"):
-                if impl == "torch" and prec == "bf16" and not torch_bf16:
-                    r[impl, prec] = {"error": "not run: no native bf16 kernels for PyTorch on this CPU"}
-                    continue
-                r[impl, prec] = best_of(rounds, impl, threads, ["--precision", prec], steps, warmup)
+        # The four configurations take turns, `rounds` times (the order
+        # reversed every other round); each keeps its median round.
+        configs = [(impl, prec) for impl in ("tessera", "torch") for prec in ("f32", "bf16")
+                   if not (impl == "torch" and prec == "bf16" and not torch_bf16)]
+        recs = {c: [] for c in configs}
+        for rnd in range(rounds):
+            for impl, prec in (configs if rnd % 2 == 0 else configs[::-1]):
+                recs[impl, prec].append(run(impl, threads, ["--precision", prec], steps, warmup))
+        r = {c: tc.median_of_rounds(v, ("ms_per_step",)) for c, v in recs.items()}
+        if not torch_bf16:
+            r["torch", "bf16"] = {"error": "not run: no native bf16 kernels for PyTorch on this CPU"}
         rows.append({"threads": threads, "tessera_f32": r["tessera", "f32"], "tessera_bf16": r["tessera", "bf16"],
                      "torch_f32": r["torch", "f32"], "torch_bf16": r["torch", "bf16"]})
     out = ["| threads | Tessera f32 ms | Tessera bf16 ms | bf16/f32 | PyTorch f32 ms | PyTorch bf16 ms | "
@@ -125,7 +131,10 @@ def checkpoint_part(rounds, layers_list, threads, steps, warmup):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", choices=("precision", "checkpoint", "both"), default="both")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="precision part: the configurations alternate this many times, each keeps its median")
+    ap.add_argument("--checkpoint-rounds", type=int, default=1,
+                    help="checkpointing part: runs per configuration, the best kept (default 1)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--layers", default="6,12,24")
@@ -145,7 +154,8 @@ def main():
     torch_bf16 = args.torch_bf16 == "yes" or (args.torch_bf16 == "auto" and native_bf16)
     text = [f"CPU: {model} ({flags}); torch {tc.torch_version('/usr/bin/python3')}"]
     result = {"cpu_avx512_bf16": native_bf16, "torch_bf16_run": torch_bf16,
-              "settings": {"rounds": args.rounds, "steps": args.steps, "warmup": args.warmup}}
+              "settings": {"rounds": args.rounds, "checkpoint_rounds": args.checkpoint_rounds, "steps": args.steps,
+                           "warmup": args.warmup}}
     if args.part in ("precision", "both"):
         pthreads = [int(x) for x in args.precision_threads.split(",") if x]
         md, rows = precision_part(args.rounds, args.steps, args.warmup, pthreads, torch_bf16)
@@ -156,7 +166,7 @@ def main():
         result["precision"] = rows
     if args.part in ("checkpoint", "both"):
         layers = [int(x) for x in args.layers.split(",")]
-        md, rows = checkpoint_part(args.rounds, layers, args.threads, args.steps, args.warmup)
+        md, rows = checkpoint_part(args.checkpoint_rounds, layers, args.threads, args.steps, args.warmup)
         text += ["", f"### Gradient checkpointing (GPT d 384, ctx 256, batch 8, {args.threads} threads)", "", md]
         result["checkpoint"] = {"threads": args.threads, "rows": rows}
     md = "\n".join(text) + "\n"

@@ -196,6 +196,44 @@ def time_case(binary, prep, threads_list, iters, warmup, tol, rounds):
     return rows
 
 
+def identity_overhead(binary, out_dir, threads_list, iters, warmup, rounds):
+    """Each runtime's cost per call apart from the model: a one-node Identity
+    model on the MLP's batch-1 input ([1, 1, 28, 28] f32), timed as the models are.
+    The difference between the two is binding, not compute (ORT's node binding
+    copies the input into and the output out of its own tensors)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+    path = os.path.join(out_dir, "identity.onnx")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 28, 28])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, 28, 28])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "identity", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    inp = os.path.join(out_dir, "identity.input.npy")
+    np.save(inp, np.random.default_rng(0).standard_normal((1, 1, 28, 28)).astype(np.float32))
+    rows = []
+    for threads in threads_list:
+        ts, os_ = [], []
+        for _ in range(rounds):
+            ts.append(run_tessera(binary, path, inp, threads, iters, warmup))
+            os_.append(run_ort(path, inp, inp, threads, iters, warmup))
+        t = tc.median_of_rounds(ts, ("runtime_ms",))
+        o = tc.median_of_rounds(os_, ("median_ms",))
+        log(f"identity t{threads}: tessera {t.get('runtime_ms', t.get('error'))} ms, "
+            f"ort {o.get('median_ms', o.get('error'))} ms")
+        rows.append({"threads": threads, "tessera": t, "ort": o})
+    return rows
+
+
+def overhead_table(rows):
+    out = ["| threads | Tessera ms | ORT ms |", "|---:|---:|---:|"]
+    for r in rows:
+        t, o = r["tessera"], r["ort"]
+        tm = f"{t['runtime_ms']:.4f}" if "runtime_ms" in t else "err"
+        om = f"{o['median_ms']:.4f}" if "median_ms" in o else "err"
+        out.append(f"| {r['threads']} | {tm} | {om} |")
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------------------------
 # report
 
@@ -292,6 +330,8 @@ def main():
             rows += time_case(args.bin, prep, args.threads, args.iters or args.case_iters[case], args.warmup,
                               args.tol, args.rounds)
 
+    overhead = identity_overhead(args.bin, out_dir, args.threads, args.iters or 200, args.warmup, args.rounds)
+
     model, flags = tc.cpu_info()
     print(f"CPU: {model} ({os.cpu_count()} logical CPUs; {flags})")
     print(f"ONNX files in {out_dir}; onnx {onnx.__version__}; ORT (onnxruntime-node) "
@@ -303,6 +343,8 @@ def main():
     print(f"\nLatency, median ms ({iters} timed iterations after {args.warmup} warmup); "
           f"Tessera/ORT < 1 favours Tessera:\n")
     print(timing_table(rows))
+    print("\nPer-call overhead: a one-node Identity model on the batch-1 MLP input, median ms:\n")
+    print(overhead_table(overhead))
     diff, where = worst_diff(preps, rows)
     problems = [s for p in preps for s in p["problems"]]
     print(f"\nWorst ORT vs Tessera eager max abs diff: {diff if diff is None else f'{diff:.3e}'} ({where}); "
@@ -312,7 +354,8 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"onnx": onnx.__version__, "tol": args.tol, "warmup": args.warmup, "rounds": args.rounds,
                        "iters": {c: args.iters or args.case_iters[c] for c in args.cases},
-                       "checks": checks, "rows": rows, "worst_diff": diff, "worst_where": where,
+                       "checks": checks, "rows": rows, "identity": overhead, "worst_diff": diff,
+                       "worst_where": where,
                        "problems": [s for p in preps for s in p["problems"]]}, f, indent=1)
     if problems:
         print("\nFAILED:\n" + "\n".join(f"- {s}" for s in problems))

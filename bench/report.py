@@ -43,12 +43,12 @@ BUDGET_S = 40 * 60
 
 FULL = {
     "ops": ["--rounds", "2", "--threads", "1,2"],
-    "training": ["--cases", "mlp,cnn,gpt,resnet18", "--threads", "1,2", "--rounds", "1",
+    "training": ["--cases", "mlp,cnn,gpt,resnet18", "--threads", "1,2", "--rounds", "3",
                  "--case-steps", "mlp=30+5,cnn=20+3,gpt=3+1,resnet18=4+1"],
-    "amp": ["--rounds", "1", "--steps", "3", "--warmup", "1", "--layers", "6,12", "--threads", "2",
+    "amp": ["--rounds", "3", "--steps", "3", "--warmup", "1", "--layers", "6,12", "--threads", "2",
             "--precision-threads", "1,2"],
-    "compile": ["--rounds", "1", "--warmup", "2", "--iters-per-case", "mlp=30,cnn=20,resnet18=5,gpt=5"],
-    "onnx": ["--rounds", "1", "--warmup", "2", "--iters-per-case", "mlp=30,cnn=20,resnet18=5,gpt=5"],
+    "compile": ["--rounds", "3", "--warmup", "2", "--iters-per-case", "mlp=30,cnn=20,resnet18=5,gpt=5"],
+    "onnx": ["--rounds", "3", "--warmup", "2", "--iters-per-case", "mlp=30,cnn=20,resnet18=5,gpt=5"],
     "gemv": ["--quick", "--rounds", "3", "--threads", "1,2"],
     "quant": ["--threads", "1", "--rounds", "2", "--eval-batches", "20"],
     "ptq": ["--threads", "1", "2", "--rounds", "2"],
@@ -539,8 +539,10 @@ def render_training(d, h):
             "torch_default") if isinstance(r.get(cfg), dict) and "error" in r[cfg]]
     if errs:
         out += ["", "Errors: " + "; ".join(errs)]
-    out += ["", f"Steps per measurement (timed + warm-up): {meta.get('steps (timed + warmup)', '?')}; best of "
-                f"{meta.get('rounds (best of)', '?')} round(s); median step of each process. PyTorch's attention is "
+    rounds = meta.get("rounds (median of)")
+    rounds_text = f"median of {rounds} alternating round(s)" if rounds else f"best of {meta.get('rounds (best of)', '?')} round(s)"
+    out += ["", f"Steps per measurement (timed + warm-up): {meta.get('steps (timed + warmup)', '?')}; {rounds_text} "
+                f"(every round in docs/benchmarks/training.json); median step of each process. PyTorch's attention is "
                 f"{next((r['torch_best'].get('attention') for r in d['results'].values() if isinstance(r.get('torch_best'), dict) and r['torch_best'].get('attention')), 'its own')}."]
     return out
 
@@ -590,8 +592,11 @@ def render_amp(d, h):
                       "Tessera time vs none", "Tessera peak tensors vs none"], rows,
                      ["---:", "---"] + ["---:"] * 9)
     s = d.get("settings", {})
-    out += ["", f"Settings: {s.get('steps')} timed steps after {s.get('warmup')} warm-up, best of {s.get('rounds')} "
-                "round(s), each configuration its own process. \"Step MiB\" is the resident memory the steps add on "
+    ck = s.get("checkpoint_rounds")
+    rounds_text = (f"precision: median of {s.get('rounds')} alternating round(s), checkpointing: best of {ck}"
+                   if ck else f"best of {s.get('rounds')} round(s)")
+    out += ["", f"Settings: {s.get('steps')} timed steps after {s.get('warmup')} warm-up, {rounds_text}, "
+                "each configuration its own process. \"Step MiB\" is the resident memory the steps add on "
                 "top of the built model (peak RSS minus RSS before the first step), read the same way on both sides; "
                 "\"peak tensor MiB\" is Tessera's `max_memory_allocated()`. PyTorch has no every-block mode in the "
                 "script, so that row is Tessera's only."]
@@ -640,6 +645,13 @@ def render_onnx(d, h):
     out = ["", "**Latency on the same .onnx files, ms per run** (median)", "", machine_line(h), ""]
     out += table(["model", "batch", "threads", "Tessera", "ONNX Runtime", "Tessera / ORT"], rows)
     out += ["", "![Inference latency against ONNX Runtime](benchmarks/inference_vs_ort.svg)"]
+    if d.get("identity"):
+        ident = [[r["threads"], fnum(r["tessera"].get("runtime_ms")), fnum(r["ort"].get("median_ms"))]
+                 for r in d["identity"]]
+        out += ["", "**Per-call overhead** (a one-node Identity model on the batch-1 MLP input, [1, 1, 28, 28] f32, "
+                    "ms per run): what each runtime spends on a call apart from the model, to read beside the "
+                    "batch-1 rows above", "", machine_line(h), ""]
+        out += table(["threads", "Tessera", "ONNX Runtime"], ident)
     out += ["", "**The exported files** (`onnx.checker.check_model(full_check=True)`; ORT's output against Tessera's "
                 "eager one)", "", machine_line(h), ""]
     out += table(["model", "export batch", "opset", "batch dim", "checker", "max abs diff"], checks,

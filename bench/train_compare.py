@@ -131,12 +131,14 @@ def better(a, b):
 
 def median_of_rounds(recs, keys):
     """The first successful record, its timing keys replaced by their median over
-    all successful rounds (or the first error if every round failed)."""
+    all successful rounds (or the first error if every round failed); each
+    round's value is kept too, in order, under KEY_rounds."""
     ok = [r for r in recs if "error" not in r]
     if not ok:
         return recs[0]
     out = dict(ok[0])
     for k in keys:
+        out[k + "_rounds"] = [r[k] for r in ok]
         vals = sorted(r[k] for r in ok)
         out[k] = vals[len(vals) // 2]
     out["rounds"] = len(ok)
@@ -197,7 +199,7 @@ def print_report(results, cases, threads_list, meta, notes, out):
     for k, v in meta.items():
         w(f"- {k}: {v}")
     w()
-    w("ms/step = median over the timed steps, best of the rounds. Ratio = Tessera / PyTorch best "
+    w("ms/step = median over the timed steps; the median round of --rounds alternating ones. Ratio = Tessera / PyTorch best "
       "(lower is better; < 1 means Tessera is faster). \"best\" = PyTorch in its best configuration, "
       "\"default\" = PyTorch in the inherited environment with only OMP_NUM_THREADS set. "
       "Peak RSS = ru_maxrss of the whole process.")
@@ -270,7 +272,7 @@ def main():
                          + ", ".join(f"{c} {w}" for c, (_, w) in DEFAULT_STEPS.items()) + ")")
     ap.add_argument("--case-steps", default="",
                     help="timed+warmup steps by case, e.g. gpt=3+1,resnet18=4+1 (overrides the defaults)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions; best median kept (default 3)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions; each configuration keeps its median round (default 3)")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-bench"))
     ap.add_argument("--python", default="/usr/bin/python3", help="interpreter with torch (Debian's)")
     ap.add_argument("--skip-default", action="store_true", help="do not run PyTorch's default configuration")
@@ -361,7 +363,13 @@ def main():
                     res.setdefault(cfg + "_all", []).append(rec)
                 for cfg, rec in round_best.items():
                     res.setdefault(cfg + "_rounds", []).append(rec.get("ms_per_step"))
-                    res[cfg] = better(res.get(cfg), rec) if cfg in res else rec
+                    res.setdefault(cfg + "_round_recs", []).append(rec)
+    # Each configuration keeps its median round (its record, memory included).
+    for res in results.values():
+        for key in [k for k in res if k.endswith("_round_recs")]:
+            recs = res.pop(key)
+            ok = sorted((r for r in recs if "error" not in r), key=lambda r: r["ms_per_step"])
+            res[key.removesuffix("_round_recs")] = ok[len(ok) // 2] if ok else recs[0]
 
     cpu, simd = cpu_info()
     meta = {
@@ -372,7 +380,7 @@ def main():
         "PyTorch": f"{torch_version(args.python)} ({args.python})",
         "OPENBLAS_CORETYPE in the inherited environment": os.environ.get("OPENBLAS_CORETYPE", "(unset)"),
         "threads": ", ".join(map(str, threads_list)),
-        "rounds (best of)": str(args.rounds),
+        "rounds (median of)": str(args.rounds),
         "steps (timed + warmup)": ", ".join(f"{c} {'+'.join(map(str, steps_for(c)))}" for c in cases),
         "load average at start (1 min)": f"{load1:.2f}",
         "total wall time": f"{time.time() - t_start:.0f} s",
