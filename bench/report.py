@@ -519,22 +519,36 @@ def training_keys(results):
 
 def render_training(d, h):
     rows = []
+    peaks = d.get("meta", {}).get("f32 FMA peak GFLOP/s by threads") or {}
+    gflop = d.get("step_gflop", {})
     for key in training_keys(d["results"]):
         r = d["results"][key]
         case, t = key.split("/")
         tv, bv, dv = ms_of(r.get("tessera")), ms_of(r.get("torch_best")), ms_of(r.get("torch_default"))
+        def of_peak(ms):
+            g, p = gflop.get(case), peaks.get(t)
+            return f"{100 * g / (ms / 1e3) / p:.0f}%" if g and p and ms else "-"
         def policy(cfg):
             v = (r.get(cfg) or {}).get("variant", "")
             return "passive" if "PASSIVE" in v else ("default" if v else "-")
         rows.append([TRAIN_LABEL.get(case, case), t, fnum(tv), fnum(bv), f"**{fx(div(tv, bv))}**",
+                     fnum(gflop.get(case)), f"{of_peak(tv)} / {of_peak(bv)}",
                      fnum(dv) if "torch_default" in r else "not run", fx(div(tv, dv)),
                      f"{fnum(ms_of(r.get('tessera'), 'peak_rss_mib'))} / {fnum(ms_of(r.get('torch_best'), 'peak_rss_mib'))}",
                      f"{policy('tessera')} / {policy('torch_best')}"])
     meta = d.get("meta", {})
     out = ["", machine_line(h), ""]
     out += table(["case", "threads", "Tessera ms/step", "PyTorch best ms/step", "Tessera / PyTorch best",
+                  "GFLOP per step", "% of f32 FMA peak, Tessera / PyTorch best",
                   "PyTorch default ms/step", "Tessera / PyTorch default", "peak RSS MiB, Tessera / PyTorch best",
-                  "OpenMP wait policy kept, Tessera / PyTorch best"], rows, ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---"])
+                  "OpenMP wait policy kept, Tessera / PyTorch best"], rows,
+                 ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---"])
+    if peaks:
+        out += ["", "% of peak: the step's FLOPs from the model's shapes (forward and the usual 2x for the backward; "
+                    "the GPT as 6·N·tokens + 12·L·T²·d per sequence, N its parameters outside the embeddings; "
+                    "optimizer and pointwise work not counted) per second, over the f32 FMA peak measured on this "
+                    f"machine by `tessera_train_bench --case fma_peak` ({meta.get('FMA peak ISA', '?')} vectors): "
+                    + ", ".join(f"{fnum(v)} GFLOP/s at {k} thread(s)" for k, v in peaks.items()) + "."]
     errs = [f"{k} {cfg}: {rec['error']}" for k, r in d["results"].items() for cfg in ("tessera", "torch_best",
             "torch_default") if isinstance(r.get(cfg), dict) and "error" in r[cfg]]
     if errs:

@@ -4,6 +4,12 @@
 //
 //   tessera_train_bench --case mlp|cnn|gpt|resnet18|cnn_loader --steps N --warmup W --threads T
 //                       [--precision f32|bf16|f16] [--layers N] [--checkpoint S]
+//   tessera_train_bench --case fma_peak --threads T
+//
+// fma_peak measures the f32 FMA peak of T threads (GFLOP/s): independent
+// fused multiply-adds in registers at the widest vectors Tessera's kernels use
+// here (AVX-512, or AVX2 under TESSERA_CPU_CAPABILITY=avx2), the denominator
+// of bench/train_compare.py's "% of peak".
 //
 // --precision runs the forward under autocast (f16 with a GradScaler); for gpt,
 // --layers sets the depth and --checkpoint S checkpoints every block (0) or
@@ -12,6 +18,8 @@
 //
 // cnn_loader trains the default CNN on real Fashion-MNIST through the
 // DataLoader (2 workers) and reports the share of the step spent waiting for data.
+#include <immintrin.h>
+#include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -39,6 +47,55 @@
 using namespace tessera;
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// n rounds of independent FMA chains (more than the 8 that fill two FMA
+// pipes of latency 4); returns a value that depends on every chain, so none
+// is dropped.
+__attribute__((target("avx512f"))) float fma_chains_avx512(int64_t n) {
+  __m512 acc[16], m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
+  for (int j = 0; j < 16; ++j) acc[j] = _mm512_set1_ps(static_cast<float>(j));
+  for (int64_t i = 0; i < n; ++i)
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, a);
+  __m512 s = acc[0];
+  for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, acc[j]);
+  return _mm512_reduce_add_ps(s);
+}
+// 12 chains: AVX2 has 16 vector registers, and two hold the operands.
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(int64_t n) {
+  __m256 acc[12], m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
+  for (int j = 0; j < 12; ++j) acc[j] = _mm256_set1_ps(static_cast<float>(j));
+  for (int64_t i = 0; i < n; ++i)
+    for (int j = 0; j < 12; ++j) acc[j] = _mm256_fmadd_ps(acc[j], m, a);
+  __m256 s = acc[0];
+  for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, acc[j]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+
+// The f32 FMA peak of `threads` threads, GFLOP/s: the best of 5 timed runs.
+nlohmann::json fma_peak(int threads) {
+  const char* cap = std::getenv("TESSERA_CPU_CAPABILITY");
+  const bool wide = __builtin_cpu_supports("avx512f") && !(cap && std::string(cap) != "avx512");
+  if (!wide && !__builtin_cpu_supports("fma")) return {{"case", "fma_peak"}, {"error", "no FMA on this CPU"}};
+  const int lanes = wide ? 16 : 8, chains = wide ? 16 : 12;
+  const int64_t n = 20'000'000;
+  double best = 0;
+  float sink = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = Clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    sink += wide ? fma_chains_avx512(n) : fma_chains_avx2(n);
+    double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, 2.0 * chains * lanes * n * threads / s / 1e9);
+  }
+  return {{"case", "fma_peak"}, {"threads", threads}, {"isa", wide ? "avx512" : "avx2"}, {"gflops", best},
+          {"sink", sink}};
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::string kase, precision = "f32";
   int steps = 20, warmup = 3, threads = 1, layers = 6, checkpoint = -1;
@@ -57,6 +114,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
+  }
+  if (kase == "fma_peak") {
+    std::printf("%s\n", fma_peak(threads).dump().c_str());
+    return 0;
   }
   set_num_threads(threads);
   manual_seed(0);

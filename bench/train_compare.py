@@ -56,6 +56,46 @@ def log(*a):
 # environments
 
 
+def conv_flops(cin, cout, k, hw_out):
+    """Multiply-adds of one image through a k x k convolution, as FLOPs (2 per MAC)."""
+    return 2 * cin * cout * k * k * hw_out * hw_out
+
+
+def step_flops(case):
+    """FLOPs of one training step from the model's shapes: forward, and twice that
+    for the backward (inputs' and weights' gradients), the usual 3x forward; for
+    the GPT the issue's formula 6*N*tokens + 12*L*T^2*d per sequence, N the
+    parameters outside the embeddings. Optimizer and pointwise work not counted."""
+    if case == "mlp":  # 784-256-256-10, batch 128
+        return 3 * 2 * 128 * (784 * 256 + 256 * 256 + 256 * 10)
+    if case == "cnn":  # LeNet: conv 1->32 3x3 @28, pool, conv 32->64 3x3 @14, pool, 3136->128->10; batch 64
+        fwd = conv_flops(1, 32, 3, 28) + conv_flops(32, 64, 3, 14) + 2 * (3136 * 128 + 128 * 10)
+        return 3 * 64 * fwd
+    if case == "gpt":  # 6 layers, d 384, context 256, batch 8
+        L, d, T, B = 6, 384, 256, 8
+        n = L * (12 * d * d + 13 * d) + 2 * d  # attention, MLP, their biases and norms; final norm
+        return 6 * n * B * T + 12 * L * T * T * d * B
+    if case == "resnet18":  # CIFAR stem at 32x32, batch 32
+        fwd = conv_flops(3, 64, 3, 32) + 4 * conv_flops(64, 64, 3, 32)
+        for cin, c, hw in ((64, 128, 16), (128, 256, 8), (256, 512, 4)):
+            fwd += conv_flops(cin, c, 3, hw) + 3 * conv_flops(c, c, 3, hw) + conv_flops(cin, c, 1, hw)
+        fwd += 2 * 512 * 10
+        return 3 * 32 * fwd
+    return None
+
+
+def fma_peak(binary, threads, base):
+    """The machine's f32 FMA peak for `threads` threads, GFLOP/s (tessera_train_bench --case fma_peak)."""
+    try:
+        p = subprocess.run([binary, "--case", "fma_peak", "--threads", str(threads)], env=env_for("tessera", threads, base),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        rec = json.loads(p.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as e:
+        log(f"warning: FMA peak for {threads} thread(s) not measured: {e}")
+        return None, None
+    return rec.get("gflops"), rec.get("isa")
+
+
 def env_for(config, threads, base, passive=False):
     env = dict(base)
     t = str(threads)
@@ -204,10 +244,11 @@ def print_report(results, cases, threads_list, meta, notes, out):
       "\"default\" = PyTorch in the inherited environment with only OMP_NUM_THREADS set. "
       "Peak RSS = ru_maxrss of the whole process.")
     w()
+    peaks = meta.get("f32 FMA peak GFLOP/s by threads") or {}
     w("| case | threads | Tessera ms/step | PyTorch best ms/step | PyTorch default ms/step | "
-      "Tessera / PyTorch best | Tessera peak RSS MiB | PyTorch best peak RSS MiB | "
-      "s/epoch Tessera / PyTorch best |")
-    w("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+      "Tessera / PyTorch best | GFLOP/step | % of FMA peak, Tessera / PyTorch best | Tessera peak RSS MiB | "
+      "PyTorch best peak RSS MiB | s/epoch Tessera / PyTorch best |")
+    w("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
     for c in cases:
         for t in threads_list:
             r = results[(c, t)]
@@ -219,7 +260,9 @@ def print_report(results, cases, threads_list, meta, notes, out):
             if c == "mlp":
                 te, be = get(r.get("tessera"), "s_per_epoch"), get(r.get("torch_best"), "s_per_epoch")
                 epoch = f"{'n/a' if te is None else f'{te:.2f}'} / {'n/a' if be is None else f'{be:.2f}'}"
-            w(f"| {c} | {t} | {f_ms(tv)} | {f_ms(bv)} | {f_ms(dv)} | {ratio} | "
+            gf, peak = step_flops(c) / 1e9, peaks.get(str(t))
+            pct = lambda ms: f"{100 * gf / (ms / 1e3) / peak:.0f}%" if ms and peak else "n/a"
+            w(f"| {c} | {t} | {f_ms(tv)} | {f_ms(bv)} | {f_ms(dv)} | {ratio} | {gf:.2f} | {pct(tv)} / {pct(bv)} | "
               f"{f_mib(get(r.get('tessera'), 'peak_rss_mib'))} | {f_mib(get(r.get('torch_best'), 'peak_rss_mib'))} | "
               f"{epoch} |")
     w()
@@ -309,6 +352,7 @@ def main():
 
     base_env = dict(os.environ)
     results = {(c, t): {} for c in cases for t in threads_list}
+    peaks = {t: fma_peak(tess_bin, t, base_env) for t in threads_list} if have_tess else {}
 
     case_steps = dict(DEFAULT_STEPS)
     for kv in filter(None, args.case_steps.split(",")):
@@ -383,6 +427,8 @@ def main():
         "rounds (median of)": str(args.rounds),
         "steps (timed + warmup)": ", ".join(f"{c} {'+'.join(map(str, steps_for(c)))}" for c in cases),
         "load average at start (1 min)": f"{load1:.2f}",
+        "f32 FMA peak GFLOP/s by threads": {str(t): p[0] for t, p in peaks.items()},
+        "FMA peak ISA": next((p[1] for p in peaks.values() if p[1]), None),
         "total wall time": f"{time.time() - t_start:.0f} s",
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
     }
@@ -402,7 +448,7 @@ def main():
         log(f"report written to {args.markdown}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "notes": notes,
+            json.dump({"meta": meta, "notes": notes, "step_gflop": {c: step_flops(c) / 1e9 for c in cases},
                        "results": {f"{c}/{t}": v for (c, t), v in results.items()}}, f, indent=1)
         log(f"raw results written to {args.json}")
 
