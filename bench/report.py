@@ -48,6 +48,10 @@ FULL = {
     "amp": ["--rounds", "3", "--steps", "3", "--warmup", "1", "--layers", "6,12", "--threads", "2",
             "--precision-threads", "1,2"],
     "compile": ["--rounds", "3", "--warmup", "2", "--iters-per-case", "mlp=30,cnn=20,resnet18=5,gpt=5"],
+    "training_avx2": ["--cases", "mlp,cnn,gpt,resnet18", "--threads", "1,2", "--rounds", "3", "--skip-default",
+                      "--case-steps", "mlp=30+5,cnn=20+3,gpt=3+1,resnet18=4+1"],
+    "compile_avx2": ["--rounds", "3", "--warmup", "2", "--no-torch-default",
+                     "--iters-per-case", "mlp=30,cnn=20,resnet18=5,gpt=5"],
     "onnx": ["--rounds", "3", "--warmup", "2", "--iters-per-case", "mlp=30,cnn=20,resnet18=5,gpt=5"],
     "gemv": ["--quick", "--rounds", "3", "--threads", "1,2"],
     "quant": ["--threads", "1", "--rounds", "2", "--eval-batches", "20"],
@@ -63,6 +67,9 @@ QUICK = {
     "amp": ["--rounds", "1", "--steps", "1", "--warmup", "0", "--layers", "2", "--threads", "1",
             "--precision-threads", "1"],
     "compile": ["--quick", "--cases", "mlp,cnn", "--threads", "1", "--no-torch-default"],
+    "training_avx2": ["--cases", "mlp", "--threads", "1", "--rounds", "1", "--steps", "1", "--warmup", "1",
+                      "--skip-default"],
+    "compile_avx2": ["--quick", "--cases", "mlp,cnn", "--threads", "1", "--no-torch-default"],
     "onnx": ["--quick", "--cases", "mlp,cnn", "--threads", "1"],
     "gemv": ["--quick", "--rounds", "1", "--threads", "1"],
     "quant": ["--threads", "1", "--rounds", "1", "--eval-batches", "2"],
@@ -247,16 +254,18 @@ class Runs:
 # running one section
 
 
-def run_script(args, json_path, log_path, timeout):
+def run_script(args, json_path, log_path, timeout, env=None):
     """Runs a compare script; its stdout (markdown) goes to log_path, its progress to our stderr.
+    `env`: variables added to the script's environment (and so to both sides' processes).
     Returns the JSON it wrote (or raises)."""
     if os.path.exists(json_path):
         os.remove(json_path)
-    log("+ " + " ".join(os.path.relpath(a, ROOT) if a.startswith(ROOT + "/") else a for a in args))
+    log("+ " + " ".join([f"{k}={v}" for k, v in (env or {}).items()] +
+                        [os.path.relpath(a, ROOT) if a.startswith(ROOT + "/") else a for a in args]))
     with open(log_path, "w") as out:
         try:
             r = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout,
-                               cwd=ROOT)
+                               cwd=ROOT, env=dict(os.environ, **(env or {})))
             code = r.returncode
         except subprocess.TimeoutExpired:
             code = "timeout"
@@ -300,6 +309,56 @@ def sec_training(ctx):
     code = run_script([PY, os.path.join(HERE, "train_compare.py"), "--build-dir", ctx.build_dir, "--json", j,
                        *ctx.settings("training")], j, ctx.log_path("training"), ctx.timeout)
     return {"exit": code, **load_json(j)}
+
+
+# The AVX2 tier on an AVX-512 CPU: both sides limited the same way (Tessera's
+# kernels and oneDNN for Tessera, ATen's kernels and oneDNN for PyTorch).
+AVX2_TIER = {"TESSERA_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+             "ATEN_CPU_CAPABILITY": "avx2"}
+
+
+def avx512_cpu():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and "avx512f" in line.split() for line in f)
+    except OSError:
+        return False
+
+
+def sec_training_avx2(ctx):
+    if not avx512_cpu():
+        return {"skipped": "this CPU has no AVX-512: the training section above is already the AVX2 tier"}
+    j = ctx.tmp("training_avx2.json")
+    code = run_script([PY, os.path.join(HERE, "train_compare.py"), "--build-dir", ctx.build_dir, "--json", j,
+                       *ctx.settings("training_avx2")], j, ctx.log_path("training_avx2"), ctx.timeout, AVX2_TIER)
+    return {"exit": code, "tier_env": AVX2_TIER, **load_json(j)}
+
+
+def sec_compile_avx2(ctx):
+    if not avx512_cpu():
+        return {"skipped": "this CPU has no AVX-512: the compile section above is already the AVX2 tier"}
+    j = ctx.tmp("compile_avx2.json")
+    code = run_script([PY, os.path.join(HERE, "compile_compare.py"), "--json", j, *ctx.settings("compile_avx2")], j,
+                      ctx.log_path("compile_avx2"), ctx.timeout, AVX2_TIER)
+    return {"exit": code, "tier_env": AVX2_TIER, **load_json(j)}
+
+
+def tier_note(d):
+    env = d.get("tier_env", {})
+    return ["", "**AVX2 tier, emulated on this AVX-512 CPU**: both sides limited the same way ("
+                + ", ".join(f"`{k}={v}`" for k, v in env.items()) + ")."]
+
+
+def render_training_avx2(d, h):
+    if "skipped" in d:
+        return ["", d["skipped"] + "."]
+    return tier_note(d) + render_training(d, h)
+
+
+def render_compile_avx2(d, h):
+    if "skipped" in d:
+        return ["", d["skipped"] + "."]
+    return tier_note(d) + render_compile(d, h)
 
 
 def sec_amp(ctx):
@@ -544,7 +603,8 @@ def render_training(d, h):
                   "OpenMP wait policy kept, Tessera / PyTorch best"], rows,
                  ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---"])
     if peaks:
-        out += ["", "% of peak: the step's FLOPs from the model's shapes (forward and the usual 2x for the backward; "
+        out += ["", "% of peak: the step's FLOPs from the model's shapes (forward and twice that for the backward, less "
+                    "the first layer's input gradient; "
                     "the GPT as 6·N·tokens + 12·L·T²·d per sequence, N its parameters outside the embeddings; "
                     "optimizer and pointwise work not counted) per second, over the f32 FMA peak measured on this "
                     f"machine by `tessera_train_bench --case fma_peak` ({meta.get('FMA peak ISA', '?')} vectors): "
@@ -556,7 +616,7 @@ def render_training(d, h):
     rounds = meta.get("rounds (median of)")
     rounds_text = f"median of {rounds} alternating round(s)" if rounds else f"best of {meta.get('rounds (best of)', '?')} round(s)"
     out += ["", f"Steps per measurement (timed + warm-up): {meta.get('steps (timed + warmup)', '?')}; {rounds_text} "
-                f"(every round in docs/benchmarks/training.json); median step of each process. PyTorch's attention is "
+                f"(every round in the section's JSON, docs/benchmarks/); median step of each process. PyTorch's attention is "
                 f"{next((r['torch_best'].get('attention') for r in d['results'].values() if isinstance(r.get('torch_best'), dict) and r['torch_best'].get('attention')), 'its own')}."]
     return out
 
@@ -964,6 +1024,13 @@ ResNet-18 (CIFAR stem) and a 6-layer GPT at context 64."""),
 validates the file, ONNX Runtime (`onnxruntime-node`, pinned in `bench/onnx_ort/package-lock.json`) must
 reproduce Tessera's eager output, and then both runtimes time the same file: `tessera::load` (compiled) against
 an ORT session with the same intra-op threads (inter-op 1, all graph optimizations)."""),
+    ("training_avx2", "Training steps against PyTorch, AVX2 tier", sec_training_avx2, render_training_avx2, """\
+The training section's comparison on the AVX2 tier: on an AVX-512 CPU both sides are limited to AVX2 (Tessera's
+kernels and its oneDNN; ATen's kernels and PyTorch's oneDNN), so the figures show how each framework does on an
+AVX2-only machine of the same clock. PyTorch's default configuration is not rerun here."""),
+    ("compile_avx2", "Compiled inference against TorchScript, AVX2 tier", sec_compile_avx2, render_compile_avx2, """\
+The compile section's comparison on the AVX2 tier, both sides limited the same way (on an AVX2-only CPU this is
+the compile section itself). PyTorch's default environment is not rerun here."""),
     ("gemv", "Skinny products: a few rows against a weight, at read bandwidth", sec_gemv, render_gemv, """\
 `bench/gemv_compare.py`: `linear(x, W)` for m = 1 to 16 activation rows (m = 1 is a decoded token) on
 Tessera's skinny kernel (`backend/cpu/skinny.h`, forced with `TESSERA_SKINNY_MAX_ROWS=16`) against oneDNN's
@@ -1008,6 +1075,8 @@ SHORT = {"ops": "per-op overhead, bandwidth, matmul, softmax, layer norm, conv, 
          "amp": "bf16 autocast and gradient checkpointing vs PyTorch",
          "compile": "compiled vs eager inference, vs TorchScript",
          "onnx": "ONNX export checks; latency vs ONNX Runtime on the same files",
+         "training_avx2": "the training comparison with both sides limited to AVX2",
+         "compile_avx2": "the compiled-inference comparison with both sides limited to AVX2",
          "gemv": "batch-1 and small-batch linear: skinny kernel vs oneDNN, % of streaming read bandwidth",
          "quant": "weight-only int8/int4 products and a GPT vs PyTorch f32 and dynamic int8",
          "ptq": "static int8 CNN: accuracy and latency vs PyTorch and ONNX Runtime",

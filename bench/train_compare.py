@@ -63,14 +63,15 @@ def conv_flops(cin, cout, k, hw_out):
 
 def step_flops(case):
     """FLOPs of one training step from the model's shapes: forward, and twice that
-    for the backward (inputs' and weights' gradients), the usual 3x forward; for
-    the GPT the issue's formula 6*N*tokens + 12*L*T^2*d per sequence, N the
-    parameters outside the embeddings. Optimizer and pointwise work not counted."""
+    for the backward (inputs' and weights' gradients) less the first layer's
+    input gradient, which no one asks for; for the GPT the formula
+    6*N*tokens + 12*L*T^2*d per sequence, N the parameters outside the
+    embeddings. Optimizer and pointwise work are not counted."""
     if case == "mlp":  # 784-256-256-10, batch 128
-        return 3 * 2 * 128 * (784 * 256 + 256 * 256 + 256 * 10)
+        return 128 * (3 * 2 * (784 * 256 + 256 * 256 + 256 * 10) - 2 * 784 * 256)
     if case == "cnn":  # LeNet: conv 1->32 3x3 @28, pool, conv 32->64 3x3 @14, pool, 3136->128->10; batch 64
         fwd = conv_flops(1, 32, 3, 28) + conv_flops(32, 64, 3, 14) + 2 * (3136 * 128 + 128 * 10)
-        return 3 * 64 * fwd
+        return 64 * (3 * fwd - conv_flops(1, 32, 3, 28))
     if case == "gpt":  # 6 layers, d 384, context 256, batch 8
         L, d, T, B = 6, 384, 256, 8
         n = L * (12 * d * d + 13 * d) + 2 * d  # attention, MLP, their biases and norms; final norm
@@ -80,7 +81,7 @@ def step_flops(case):
         for cin, c, hw in ((64, 128, 16), (128, 256, 8), (256, 512, 4)):
             fwd += conv_flops(cin, c, 3, hw) + 3 * conv_flops(c, c, 3, hw) + conv_flops(cin, c, 1, hw)
         fwd += 2 * 512 * 10
-        return 3 * 32 * fwd
+        return 32 * (3 * fwd - conv_flops(3, 64, 3, 32))
     return None
 
 
