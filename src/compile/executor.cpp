@@ -212,16 +212,18 @@ std::vector<int64_t> Executable::bind_symbols(const TensorList& inputs) const {
   for (size_t i = 0; i < ins.size(); ++i) {
     const Value* v = ins[i];
     const Tensor& x = inputs[i];
-    std::string sig = std::string(dtype_name(v->dtype)) + sym_shape_str(v->shape, names);
-    TS_CHECK(x.defined(), "compiled graph: input '", v->name, "' is an undefined tensor; expected ", sig);
+    // What the input should be, for the messages only (built on failure: a run
+    // of a small model is a few microseconds).
+    auto sig = [&] { return std::string(dtype_name(v->dtype)) + sym_shape_str(v->shape, names); };
+    TS_CHECK(x.defined(), "compiled graph: input '", v->name, "' is an undefined tensor; expected ", sig());
     TS_CHECK(x.dtype() == v->dtype && x.dim() == static_cast<int64_t>(v->shape.size()), "compiled graph: input '",
-             v->name, "' is ", dtype_name(x.dtype()), shape_str(x.shape()), "; expected ", sig);
+             v->name, "' is ", dtype_name(x.dtype()), shape_str(x.shape()), "; expected ", sig());
     for (size_t d = 0; d < v->shape.size(); ++d) {
       int64_t have = x.shape()[d];
       int s = pure_symbol(v->shape[d]);
       if (s < 0) {
         TS_CHECK(v->shape[d].is_static() && v->shape[d].static_value() == have, "compiled graph: input '", v->name,
-                 "' has size ", have, " in dim ", d, " (shape ", shape_str(x.shape()), "); expected ", sig);
+                 "' has size ", have, " in dim ", d, " (shape ", shape_str(x.shape()), "); expected ", sig());
       } else if (syms[s] < 0) {
         // Size 1 runs (a loaded model must serve batch 1); should an op treat
         // it differently from the traced sizes (broadcasting, squeeze), the

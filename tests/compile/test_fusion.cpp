@@ -563,8 +563,8 @@ TEST(Layout, PackedLinearWeightsFollowTheirVersion) {
   g.sb[0] = 0, g.sb[1] = 1, g.sb[2] = 48;
   g.sc[0] = 0, g.sc[1] = 72, g.sc[2] = 1;
   g.act = cpu::Epilogue::Gelu;
-  std::cout << "[ INFO ] packed layout " << (cpu::gemm_weights_layout(g).empty() ? "is the weight's own" : "differs")
-            << " on this CPU\n";
+  std::cout << "[ INFO ] " << (cpu::gemm_weights_layout(g).empty() ? "nothing packed (a plain layout)" : "weights packed")
+            << " at this tier\n";
   EXPECT_CLOSE(packed(), fresh(), 1e-6, 1e-6);
   EXPECT_CLOSE(packed(), fresh(), 1e-6, 1e-6);  // from the kept copy
   w.mul_(-2.0);                                 // a new version: packed again

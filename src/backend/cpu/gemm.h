@@ -44,7 +44,8 @@ void gemm(const GemmArgs& args);
 // layout the product `args` would read B in if it could choose, so that
 // products sharing a layout share one packed copy; "" where it runs no oneDNN
 // primitive (a few rows: the skinny kernel reads B's rows as they are) or
-// where that layout is B's own. pack_gemm_weights copies B into it; pass the
+// where that layout is a plain one (B's own or its transpose: no gain, and on
+// AVX2 a loss). pack_gemm_weights copies B into it; pass the
 // copy as GemmArgs::packed_b. f32 and native bf16, one matrix.
 std::string gemm_weights_layout(const GemmArgs& args);
 std::shared_ptr<const void> pack_gemm_weights(const GemmArgs& args);
