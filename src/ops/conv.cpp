@@ -276,11 +276,7 @@ Tensor fused_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
     // Packed once into the primitive's layout and kept with the weights'
     // storage (a new version packs again): no reorder per call.
     std::string key = "conv2d_weights@" + std::to_string(wc.offset()) + ":" + cpu::conv_weights_layout(g, f);
-    packed = wc.storage()->derived(key);
-    if (!packed) {
-      packed = cpu::pack_conv_weights(g, f, wc.raw_data());
-      wc.storage()->set_derived(key, packed);
-    }
+    packed = wc.storage()->derived(key, [&] { return cpu::pack_conv_weights(g, f, wc.raw_data()); });
     f.packed_weights = packed.get();
   }
   cpu::conv2d_forward(g, xc.raw_data(), wc.raw_data(), bc.defined() ? bc.raw_data() : nullptr, y.raw_data(), f);

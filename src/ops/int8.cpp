@@ -149,11 +149,8 @@ Tensor int8_conv2d(const Tensor& x, const Tensor& w, const Tensor& w_scales, con
   if (y.numel() > 0) {
     // Packed once per layout and kept with the weights' storage.
     std::string key = "int8_conv2d_weights@" + std::to_string(w.offset()) + ":" + cpu::int8_conv_weights_layout(g, e);
-    std::shared_ptr<const void> packed = w.storage()->derived(key);
-    if (!packed) {
-      packed = cpu::pack_int8_conv_weights(g, e, static_cast<const int8_t*>(w.raw_data()));
-      w.storage()->set_derived(key, packed);
-    }
+    std::shared_ptr<const void> packed = w.storage()->derived(
+        key, [&] { return cpu::pack_int8_conv_weights(g, e, static_cast<const int8_t*>(w.raw_data())); });
     cpu::int8_conv2d(g, xl.raw_data(), static_cast<const int8_t*>(w.raw_data()), e,
                      y.raw_data(), packed.get());
   }

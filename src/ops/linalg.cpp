@@ -418,11 +418,7 @@ Tensor fused_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const 
     // storage (a new version packs again): no per-call repacking inside it.
     if (std::string layout = cpu::gemm_weights_layout(g); !layout.empty()) {
       std::string key = "linear_weights@" + std::to_string(w.offset()) + ":" + layout;
-      packed = w.storage()->derived(key);
-      if (!packed) {
-        packed = cpu::pack_gemm_weights(g);
-        w.storage()->set_derived(key, packed);
-      }
+      packed = w.storage()->derived(key, [&] { return cpu::pack_gemm_weights(g); });
       g.packed_b = packed.get();
     }
   }

@@ -31,6 +31,13 @@ class Storage : public RefCounted {
   // parameters exactly; an entry made at another version is never returned.
   std::shared_ptr<const void> derived(const std::string& key) const;
   void set_derived(const std::string& key, std::shared_ptr<const void> value);
+  // The entry for `key` at this version, made by `make` and kept if missing.
+  template <typename Make>
+  std::shared_ptr<const void> derived(const std::string& key, Make&& make) {
+    std::shared_ptr<const void> d = derived(key);
+    if (!d) set_derived(key, d = make());
+    return d;
+  }
   TS_POOLED(Storage)
 
  private:

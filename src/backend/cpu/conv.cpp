@@ -302,15 +302,7 @@ std::string conv_weights_layout(const ConvGeometry& g, const ConvFusion& fusion)
 
 std::shared_ptr<const void> pack_conv_weights(const ConvGeometry& g, const ConvFusion& fusion, const void* w) {
   TS_CHECK(use_dnnl(g.dtype), "pack_conv_weights: f32 or bf16 only, got ", dtype_name(g.dtype));
-  dnnl::engine& eng = dnnl_context::engine();
-  const memory::desc want = prims(g, 0, fused_of(fusion)).wei;
-  const size_t n = std::max<size_t>(want.get_size(), 64);
-  std::shared_ptr<void> packed(cpu_allocate(n), [n](void* p) { cpu_free(p, n); });
-  memory um(descs(g).user_wei, eng, const_cast<void*>(w)), pm(want, eng, packed.get());
-  dnnl::stream& st = dnnl_context::stream();
-  dnnl::reorder(um, pm).execute(st, um, pm);
-  st.wait();
-  return packed;
+  return dnnl_context::reordered_copy(descs(g).user_wei, prims(g, 0, fused_of(fusion)).wei, w);
 }
 
 void conv2d_forward(const ConvGeometry& g, const void* x, const void* w, const void* bias, void* y,

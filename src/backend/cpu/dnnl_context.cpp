@@ -46,4 +46,15 @@ void execute(const dnnl::primitive& prim, const dnnl::memory::desc& scratch,
   s.wait();
 }
 
+std::shared_ptr<const void> reordered_copy(const dnnl::memory::desc& from, const dnnl::memory::desc& to,
+                                           const void* data) {
+  const size_t n = std::max<size_t>(to.get_size(), 64);
+  std::shared_ptr<void> copy(cpu_allocate(n), [n](void* p) { cpu_free(p, n); });
+  dnnl::memory src(from, engine(), const_cast<void*>(data)), dst(to, engine(), copy.get());
+  dnnl::stream& s = stream();
+  dnnl::reorder(src, dst).execute(s, src, dst);
+  s.wait();
+  return copy;
+}
+
 }  // namespace tessera::cpu::dnnl_context

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <mutex>
+#include <memory>
 #include <unordered_map>
 
 namespace tessera::cpu::dnnl_context {
@@ -66,5 +67,10 @@ bool int8_products_exact();
 // Runs `prim` with `args` on this thread's stream, with a scratchpad of
 // `scratch`'s size from the caching allocator, and waits for it.
 void execute(const dnnl::primitive& prim, const dnnl::memory::desc& scratch, std::unordered_map<int, dnnl::memory>& args);
+
+// `data` laid out as `from`, copied into a new buffer laid out as `to` (a
+// primitive's own weight layout): the packed copy constant weights keep.
+std::shared_ptr<const void> reordered_copy(const dnnl::memory::desc& from, const dnnl::memory::desc& to,
+                                           const void* data);
 
 }  // namespace tessera::cpu::dnnl_context

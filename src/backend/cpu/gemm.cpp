@@ -277,15 +277,7 @@ std::string gemm_weights_layout(const GemmArgs& g) {
 
 std::shared_ptr<const void> pack_gemm_weights(const GemmArgs& g) {
   TS_CHECK(one_dnnl_product(g), "pack_gemm_weights: this product runs no oneDNN primitive (check gemm_weights_layout)");
-  const dnnl::engine& eng = dnnl_context::engine();
-  const dnnl::memory::desc want = primitive(g, true).wei;
-  const size_t n = std::max<size_t>(want.get_size(), 64);
-  std::shared_ptr<void> packed(cpu_allocate(n), [n](void* p) { cpu_free(p, n); });
-  dnnl::memory um(descs(g).b, eng, const_cast<void*>(g.b)), pm(want, eng, packed.get());
-  dnnl::stream& st = dnnl_context::stream();
-  dnnl::reorder(um, pm).execute(st, um, pm);
-  st.wait();
-  return packed;
+  return dnnl_context::reordered_copy(descs(g).b, primitive(g, true).wei, g.b);
 }
 
 void gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, const float* w_rows, float* c) {
