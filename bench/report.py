@@ -1037,9 +1037,11 @@ Tessera's skinny kernel (`backend/cpu/skinny.h`, forced with `TESSERA_SKINNY_MAX
 GEMM (`TESSERA_SKINNY_MAX_ROWS=0`), beside a streaming read of the same weight bytes (a vectorized sum at the
 widest vectors the CPU has, in GB/s): what a product that reads each weight once is bounded by. The weights:
 256x1024 and 256x784 stay in the caches, 4096x4096 and 11008x4096 (an LLM's projections) do not. `gemm()` gives
-the skinny kernel up to 16 rows in f32 and f16, and in bf16 up to 2 where oneDNN has native bf16 products
-(AVX512-BF16), else 16. On an AVX-512 CPU the AVX2 tier is emulated by limiting both sides
-(`TESSERA_CPU_CAPABILITY=avx2`, `DNNL_MAX_CPU_ISA=AVX2`). Each run is the benchmark's quick mode (short timing
+the skinny kernel up to 16 rows in f32 and f16; in bf16 up to 8 on a CPU with AVX512-BF16 (the tier
+`avx512_bf16`: `vdpbf16ps` multiplies bf16 weights by bf16 activations with no widening; oneDNN also gets its
+native bf16 matmul there), else 16. The AVX-512 tier runs as `avx512_bf16` where the CPU has it, as plain
+`avx512` (oneDNN up to AVX512_CORE_VNNI) where not. On an AVX-512 CPU the AVX2 tier is emulated by limiting
+both sides (`TESSERA_CPU_CAPABILITY=avx2`, `DNNL_MAX_CPU_ISA=AVX2`). Each run is the benchmark's quick mode (short timing
 windows), so the cache-sized rows are noisier than the large ones."""),
     ("quant", "Weight-only quantization (int8, int4)", sec_quant, render_quant, """\
 `bench/quant_compare.py`: the quantized matrix products of `ops::quantized_linear` (q8_0, int8 per channel,

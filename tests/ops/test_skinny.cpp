@@ -109,6 +109,57 @@ TEST(Skinny, RowsAreBitIdenticalWhateverTheBatch) {
     }
 }
 
+// bf16 activation rows: the values and their bits.
+struct Bf16Rows {
+  std::vector<BFloat16> bits;
+  std::vector<float> f32;
+};
+Bf16Rows bf16_rows(int64_t n, uint32_t seed) {
+  Bf16Rows x{{}, randn(n, seed)};
+  for (float& v : x.f32) {
+    x.bits.emplace_back(v);
+    v = static_cast<float>(x.bits.back());
+  }
+  return x;
+}
+
+// The bf16-dot kernel (Note [bf16 dot products]), where the CPU has one:
+// against f64, every tail length, and the same bits whatever the batch.
+TEST(Skinny, Bf16DotProducts) {
+  const SkinnyRowsBf16 dot = kernels().skinny_rows_bf16;
+  if (!dot) GTEST_SKIP() << "no bf16 dot products in kernel tier " << kernels().isa;
+  for (int64_t m : {1, 2, 5, 16})
+    for (int64_t k : {1, 7, 31, 32, 33, 64, 785})
+      for (int64_t n : {1, 5, 17}) {
+        const int64_t ldw = k + 3, ldx = k + 1;
+        Weights w = make_weights(DType::BF16, n, ldw, static_cast<uint32_t>(k * 131 + n));
+        Bf16Rows x = bf16_rows(m * ldx, static_cast<uint32_t>(m * 7 + k));
+        std::vector<float> y(m * n, -1.f);
+        dot(w.data(), ldw, k, x.bits.data(), ldx, m, y.data(), n, 0, n);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t r = 0; r < n; ++r) {
+            double want = 0, mag = 0;
+            for (int64_t p = 0; p < k; ++p) {
+              want += static_cast<double>(x.f32[i * ldx + p]) * w.f32[r * ldw + p];
+              mag += std::abs(static_cast<double>(x.f32[i * ldx + p]) * w.f32[r * ldw + p]);
+            }
+            ASSERT_NEAR(y[i * n + r], want, 1e-6 * mag + 1e-6) << "m " << m << " k " << k << " n " << n << " at " << i
+                                                               << ", " << r;
+          }
+      }
+  const int64_t k = 300, n = 37, m = 16;
+  Weights w = make_weights(DType::BF16, n, k, 5);
+  Bf16Rows x = bf16_rows(m * k, 6);
+  std::vector<float> all(m * n), split(m * n), one(n);
+  dot(w.data(), k, k, x.bits.data(), k, m, all.data(), n, 0, n);
+  for (int64_t r0 = 0; r0 < n; r0 += 3) dot(w.data(), k, k, x.bits.data(), k, m, split.data(), n, r0, std::min<int64_t>(n, r0 + 3));
+  EXPECT_EQ(std::memcmp(all.data(), split.data(), all.size() * sizeof(float)), 0);
+  for (int64_t i = 0; i < m; ++i) {
+    dot(w.data(), k, k, x.bits.data() + i * k, k, 1, one.data(), n, 0, n);
+    EXPECT_EQ(std::memcmp(one.data(), all.data() + i * n, n * sizeof(float)), 0) << "row " << i;
+  }
+}
+
 // linear() on the skinny path: against f64, and each row of a batch equal to
 // the row alone, at 1 and 2 threads.
 TEST(Skinny, LinearRowsMatchAloneAndReference) {

@@ -9,7 +9,7 @@
 namespace tessera::cpu {
 namespace {
 
-enum class Isa { Base, Avx2, Avx512 };
+enum class Isa { Base, Avx2, Avx512, Avx512Bf16 };
 
 // F16C from CPUID leaf 1 (clang's __builtin_cpu_supports does not know "f16c").
 bool has_f16c() {
@@ -25,12 +25,14 @@ Isa detect() {
   if (best == Isa::Avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
     best = Isa::Avx512;
+  if (best == Isa::Avx512 && __builtin_cpu_supports("avx512bf16")) best = Isa::Avx512Bf16;
   if (const char* want = std::getenv("TESSERA_CPU_CAPABILITY")) {
     Isa w = best;
     if (!std::strcmp(want, "base")) w = Isa::Base;
     else if (!std::strcmp(want, "avx2")) w = Isa::Avx2;
     else if (!std::strcmp(want, "avx512")) w = Isa::Avx512;
-    else TS_ERROR("TESSERA_CPU_CAPABILITY=", want, " is not one of base, avx2, avx512");
+    else if (!std::strcmp(want, "avx512_bf16")) w = Isa::Avx512Bf16;
+    else TS_ERROR("TESSERA_CPU_CAPABILITY=", want, " is not one of base, avx2, avx512, avx512_bf16");
     if (w < best) best = w;  // only ever lower it: a higher ISA would crash
   }
   return best;
@@ -42,6 +44,11 @@ KernelTable build() {
     case Isa::Base: isa_base::fill_kernel_table(t); t.isa = "base"; break;
     case Isa::Avx2: isa_avx2::fill_kernel_table(t); t.isa = "avx2"; break;
     case Isa::Avx512: isa_avx512::fill_kernel_table(t); t.isa = "avx512"; break;
+    case Isa::Avx512Bf16:
+      isa_avx512::fill_kernel_table(t);
+      isa_avx512::fill_bf16_dot_kernels(t);
+      t.isa = "avx512_bf16";
+      break;
   }
   return t;
 }

@@ -311,7 +311,7 @@ void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, const int8_t* b_r
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});  // one scale per output column, given per call
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(amd, bmd, cmd), attr, eng);
-    return Prim{dnnl::matmul(pd), pd.scratchpad_desc()};
+    return Prim{dnnl::matmul(pd), pd.scratchpad_desc(), pd.weights_desc()};
   });
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, dnnl::memory(amd, eng, const_cast<int8_t*>(a))},

@@ -7,13 +7,17 @@
 // Binaries move between machines, so the ISA is never chosen by -march=native:
 // kernels/*.cpp are built three times (baseline x86-64, AVX2+FMA, AVX-512) into
 // namespaces tessera::cpu::isa_<name>, and capability.cpp picks one from cpuid
-// (TESSERA_CPU_CAPABILITY=base|avx2|avx512 lowers it, for testing).
+// (TESSERA_CPU_CAPABILITY=base|avx2|avx512|avx512_bf16 lowers it, for
+// testing). The avx512_bf16 tier is the AVX-512 table plus the few kernels
+// that use bf16 dot products (target attributes, chosen only on CPUs with
+// AVX512-BF16).
 #include <cstdint>
 
 #include "backend/cpu/pool.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/sparse.h"
 #include "tessera/core/dtype.h"
+#include "tessera/core/half.h"
 
 namespace tessera::cpu {
 
@@ -115,6 +119,10 @@ using CsrRows = void (*)(const CsrMatrix& w, const float* xt, int64_t m, const f
 // (stride ldw) of the table slot's dtype, summed in f32.
 using SkinnyRows = void (*)(const void* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t m, float* y,
                             int64_t ldy, int64_t r0, int64_t r1);
+// The same products for bf16 weights and bf16 activation rows, on the CPU's
+// bf16 dot products (AVX512-BF16: pairs of bf16 products summed in f32).
+using SkinnyRowsBf16 = void (*)(const void* w, int64_t ldw, int64_t k, const BFloat16* x, int64_t ldx, int64_t m,
+                                float* y, int64_t ldy, int64_t r0, int64_t r1);
 
 struct KernelTable {
   const char* isa = "";
@@ -143,6 +151,7 @@ struct KernelTable {
   QuantizeAffine quantize_affine = nullptr;
   CsrRows csr_rows = nullptr;
   SkinnyRows skinny_rows[kNumDTypes] = {};  // f32, bf16, f16
+  SkinnyRowsBf16 skinny_rows_bf16 = nullptr;  // only in the avx512_bf16 tier
 };
 
 const KernelTable& kernels();
@@ -150,6 +159,9 @@ inline int idx(DType t) { return static_cast<int>(t); }
 
 namespace isa_base { void fill_kernel_table(KernelTable& t); }
 namespace isa_avx2 { void fill_kernel_table(KernelTable& t); }
-namespace isa_avx512 { void fill_kernel_table(KernelTable& t); }
+namespace isa_avx512 {
+void fill_kernel_table(KernelTable& t);
+void fill_bf16_dot_kernels(KernelTable& t);  // the avx512_bf16 tier's additions
+}
 
 }  // namespace tessera::cpu

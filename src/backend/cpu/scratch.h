@@ -9,19 +9,21 @@
 
 namespace tessera::cpu {
 
-class F32Scratch {
+template <typename T>
+class Scratch {
  public:
-  explicit F32Scratch(int64_t n) : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float)) {
-    p_ = static_cast<float*>(cpu_allocate(bytes_));
+  explicit Scratch(int64_t n) : bytes_(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)) {
+    p_ = static_cast<T*>(cpu_allocate(bytes_));
   }
-  ~F32Scratch() { cpu_free(p_, bytes_); }
-  F32Scratch(const F32Scratch&) = delete;
-  F32Scratch& operator=(const F32Scratch&) = delete;
-  float* data() const { return p_; }
+  ~Scratch() { cpu_free(p_, bytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  T* data() const { return p_; }
 
  private:
   size_t bytes_;
-  float* p_;
+  T* p_;
 };
+using F32Scratch = Scratch<float>;
 
 }  // namespace tessera::cpu

@@ -1,5 +1,6 @@
 #include "backend/cpu/skinny.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "backend/cpu/kernel_table.h"
@@ -20,22 +21,26 @@ UnaryKernel unary_of(Epilogue e) {
   }
 }
 
-// Whether A's rows (batch-major) are f32 rows with unit stride, one row
-// stride apart, which the kernel reads in place.
-bool rows_in_place(const GemmArgs& g) {
-  return g.dtype == DType::F32 && g.sa[2] == 1 && (g.batch == 1 || g.sa[0] == g.m * g.sa[1]);
-}
+// Whether A's rows (batch-major) have unit stride and are one row stride
+// apart, so that a kernel taking A's type reads them in place.
+bool rows_in_place(const GemmArgs& g) { return g.sa[2] == 1 && (g.batch == 1 || g.sa[0] == g.m * g.sa[1]); }
 
-// A's rows as f32 [rows, k].
-template <typename T>
-void rows_f32(const GemmArgs& g, float* x) {
+// A's rows (of type T) as U [rows, k].
+template <typename T, typename U>
+void rows_as(const GemmArgs& g, U* x) {
   const T* a = static_cast<const T*>(g.a);
   for (int64_t b = 0; b < g.batch; ++b)
     for (int64_t i = 0; i < g.m; ++i) {
       const T* in = a + b * g.sa[0] + i * g.sa[1];
-      float* o = x + (b * g.m + i) * g.k;
-      for (int64_t p = 0; p < g.k; ++p) o[p] = static_cast<float>(in[p * g.sa[2]]);
+      U* o = x + (b * g.m + i) * g.k;
+      for (int64_t p = 0; p < g.k; ++p) o[p] = static_cast<U>(in[p * g.sa[2]]);
     }
+}
+
+// Rows of the weight per task: chunks of at least 64 KiB of weights, so
+// threads split large layers and small ones stay on one core.
+int64_t grain(int64_t k, size_t item) {
+  return std::max<int64_t>(4, 65536 / std::max<int64_t>(k * static_cast<int64_t>(item), 1));
 }
 
 // C = act(alpha * Y + bias [+ C]) + residual, Y the f32 products [rows, n]
@@ -69,22 +74,40 @@ void store(const GemmArgs& g, float* y) {
   }
 }
 
+// The products y [rows, n] in f32: A's rows widened to f32 (read in place
+// when they are f32 rows already) against the weights in their own type.
 template <typename T>
-void run(const GemmArgs& g) {
+void products(const GemmArgs& g, float* y) {
   const int64_t rows = g.batch * g.m, n = g.n, k = g.k;
-  const bool in_place = rows_in_place(g);
-  F32Scratch xbuf(in_place ? 0 : rows * k), ybuf(rows * n);
-  if (!in_place) rows_f32<T>(g, xbuf.data());
+  const bool in_place = g.dtype == DType::F32 && rows_in_place(g);
+  F32Scratch xbuf(in_place ? 0 : rows * k);
+  if (!in_place) rows_as<T, float>(g, xbuf.data());
   const float* x = in_place ? static_cast<const float*>(g.a) : xbuf.data();
   const int64_t ldx = in_place ? g.sa[1] : k;
-  float* y = ybuf.data();
   const SkinnyRows kernel = kernels().skinny_rows[idx(g.dtype)];
-  const int64_t item = static_cast<int64_t>(sizeof(T));
-  // Chunks of at least 64 KiB of weights, so threads split large layers and
-  // small ones stay on one core.
-  const int64_t grain = std::max<int64_t>(4, 65536 / std::max<int64_t>(k * item, 1));
-  parallel_for(0, n, grain, [&](int64_t r0, int64_t r1) { kernel(g.b, g.sb[2], k, x, ldx, rows, y, n, r0, r1); });
-  store<T>(g, y);
+  parallel_for(0, n, grain(k, sizeof(T)), [&](int64_t r0, int64_t r1) { kernel(g.b, g.sb[2], k, x, ldx, rows, y, n, r0, r1); });
+}
+
+// bf16 weights and activations on the CPU's bf16 dot products (Note [bf16
+// dot products]): A's rows stay bf16.
+void products_bf16_dot(const GemmArgs& g, float* y) {
+  const int64_t rows = g.batch * g.m, n = g.n, k = g.k;
+  const bool in_place = rows_in_place(g);
+  Scratch<BFloat16> xbuf(in_place ? 0 : rows * k);
+  if (!in_place) rows_as<BFloat16, BFloat16>(g, xbuf.data());
+  const BFloat16* x = in_place ? static_cast<const BFloat16*>(g.a) : xbuf.data();
+  const int64_t ldx = in_place ? g.sa[1] : k;
+  const SkinnyRowsBf16 kernel = kernels().skinny_rows_bf16;
+  parallel_for(0, n, grain(k, sizeof(BFloat16)),
+               [&](int64_t r0, int64_t r1) { kernel(g.b, g.sb[2], k, x, ldx, rows, y, n, r0, r1); });
+}
+
+template <typename T>
+void run(const GemmArgs& g) {
+  F32Scratch y(g.batch * g.m * g.n);
+  if (g.dtype == DType::BF16 && kernels().skinny_rows_bf16) products_bf16_dot(g, y.data());
+  else products<T>(g, y.data());
+  store<T>(g, y.data());
 }
 
 }  // namespace
@@ -96,8 +119,11 @@ int64_t skinny_max_rows(DType dtype) {
   }();
   if (forced >= 0) return forced;
   // Measured on Zen 4 (bench/gemv_compare.py), 1 thread: f32 at 16 rows is
-  // at parity with oneDNN's brgemm (AVX-512) and ahead of its AVX2 GEMM; native
-  // bf16 products (vdpbf16ps) overtake the widening kernel from 4 rows.
+  // at parity with oneDNN's brgemm (AVX-512) and ahead of its AVX2 GEMM. In
+  // bf16, Tessera's bf16-dot kernel is ahead of oneDNN's native bf16 matmul
+  // up to 8 rows (16 for LLM-sized layers, but not for cache-sized ones); the
+  // widening kernel only up to 2 rows where oneDNN has native products.
+  if (dtype == DType::BF16 && kernels().skinny_rows_bf16) return 8;
   if (dtype == DType::BF16 && has_native_bf16()) return 2;
   return 16;
 }

@@ -12,7 +12,8 @@ namespace tessera::cpu {
 // The most rows of A (all batches together) the skinny kernel takes for a
 // dtype on this CPU: the crossover with oneDNN measured per kernel tier
 // (bench/gemv_compare.py; docs/benchmarks.md): 16 for f32 and f16; for bf16
-// 2 where oneDNN has native bf16 products (AVX512-BF16), else 16.
+// 8 on the bf16-dot kernel (AVX512-BF16), else 2 where oneDNN has native bf16
+// products, else 16.
 // TESSERA_SKINNY_MAX_ROWS overrides it for every dtype (0: never).
 int64_t skinny_max_rows(DType dtype);
 

@@ -91,57 +91,125 @@ inline float hsum(V v) {
   return a[0];
 }
 
-// out[r * M + i] = row r of w (R rows, stride ldw) . xs[i] (M rows), k long.
-template <typename T, int R, int M>
-inline void block(const T* w, int64_t ldw, int64_t k, const float* const* xs, float* out) {
-  V acc[R][M] = {};
-  const int64_t kv = k / kW * kW;
-  for (int64_t p = 0; p < kv; p += kW) {
-    V xv[M];
-    for (int i = 0; i < M; ++i) xv[i] = load_x(xs[i] + p);
-    for (int r = 0; r < R; ++r) {
-      const V wv = load_w(w + r * ldw + p);
-      for (int i = 0; i < M; ++i) acc[r][i] += wv * xv[i];
+// out[r * M + i] = row r of w (R rows, stride ldw) . xs[i] (M rows), k long,
+// with weights of type T widened to float.
+template <typename T>
+struct Widening {
+  using W = T;
+  using X = float;
+  static constexpr int kR = cpu::TESSERA_ISA::kR, kM = cpu::TESSERA_ISA::kM;
+  template <int R, int M>
+  static void block(const T* w, int64_t ldw, int64_t k, const float* const* xs, float* out) {
+    V acc[R][M] = {};
+    const int64_t kv = k / kW * kW;
+    for (int64_t p = 0; p < kv; p += kW) {
+      V xv[M];
+      for (int i = 0; i < M; ++i) xv[i] = load_x(xs[i] + p);
+      for (int r = 0; r < R; ++r) {
+        const V wv = load_w(w + r * ldw + p);
+        for (int i = 0; i < M; ++i) acc[r][i] += wv * xv[i];
+      }
     }
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < M; ++i) {
+        float tail = 0.0f;
+        for (int64_t p = kv; p < k; ++p) tail += ld(w[r * ldw + p]) * xs[i][p];
+        out[r * M + i] = hsum(acc[r][i]) + tail;
+      }
   }
-  for (int r = 0; r < R; ++r)
-    for (int i = 0; i < M; ++i) {
-      float tail = 0.0f;
-      for (int64_t p = kv; p < k; ++p) tail += ld(w[r * ldw + p]) * xs[i][p];
-      out[r * M + i] = hsum(acc[r][i]) + tail;
-    }
-}
+};
 
-// The block for a runtime (rows, cols) <= (kR, kM): one instantiation each.
-template <typename T, int R, int... Ms>
-inline void block_m(int m, std::integer_sequence<int, Ms...>, const T* w, int64_t ldw, int64_t k,
-                    const float* const* xs, float* out) {
-  ((m == Ms + 1 ? (block<T, R, Ms + 1>(w, ldw, k, xs, out), 0) : 0), ...);
+// K::block for a runtime (rows, cols) <= (kR, kM): one instantiation each.
+template <class K, int R, int... Ms>
+inline void block_m(int m, std::integer_sequence<int, Ms...>, const typename K::W* w, int64_t ldw, int64_t k,
+                    const typename K::X* const* xs, float* out) {
+  ((m == Ms + 1 ? (K::template block<R, Ms + 1>(w, ldw, k, xs, out), 0) : 0), ...);
 }
-template <typename T, int... Rs>
-inline void block_rm(int r, int m, std::integer_sequence<int, Rs...>, const T* w, int64_t ldw, int64_t k,
-                     const float* const* xs, float* out) {
-  ((r == Rs + 1 ? (block_m<T, Rs + 1>(m, std::make_integer_sequence<int, kM>{}, w, ldw, k, xs, out), 0) : 0), ...);
+template <class K, int... Rs>
+inline void block_rm(int r, int m, std::integer_sequence<int, Rs...>, const typename K::W* w, int64_t ldw, int64_t k,
+                     const typename K::X* const* xs, float* out) {
+  ((r == Rs + 1 ? (block_m<K, Rs + 1>(m, std::make_integer_sequence<int, K::kM>{}, w, ldw, k, xs, out), 0) : 0), ...);
 }
 
 // y[i * ldy + r] = x[i, :] . w[r, :] for i < m, r in [r0, r1).
-template <typename T>
-void skinny_rows(const void* wp, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t m, float* y,
+template <class K>
+inline void rows(const void* wp, int64_t ldw, int64_t k, const typename K::X* x, int64_t ldx, int64_t m, float* y,
                  int64_t ldy, int64_t r0, int64_t r1) {
-  const T* w = static_cast<const T*>(wp);
+  const auto* w = static_cast<const typename K::W*>(wp);
+  constexpr int kR = K::kR, kM = K::kM;
   for (int64_t r = r0; r < r1; r += kR) {
     const int rr = static_cast<int>(std::min<int64_t>(kR, r1 - r));
     for (int64_t i0 = 0; i0 < m; i0 += kM) {
       const int mi = static_cast<int>(std::min<int64_t>(kM, m - i0));
-      const float* xs[kM];
+      const typename K::X* xs[kM];
       for (int i = 0; i < mi; ++i) xs[i] = x + (i0 + i) * ldx;
       float out[kR * kM];
-      block_rm<T>(rr, mi, std::make_integer_sequence<int, kR>{}, w + r * ldw, ldw, k, xs, out);
+      block_rm<K>(rr, mi, std::make_integer_sequence<int, kR>{}, w + r * ldw, ldw, k, xs, out);
       for (int j = 0; j < rr; ++j)
         for (int i = 0; i < mi; ++i) y[(i0 + i) * ldy + r + j] = out[j * mi + i];
     }
   }
 }
+
+template <typename T>
+void skinny_rows(const void* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t m, float* y,
+                 int64_t ldy, int64_t r0, int64_t r1) {
+  rows<Widening<T>>(w, ldw, k, x, ldx, m, y, ldy, r0, r1);
+}
+
+#if defined(__AVX512F__)
+// Note [bf16 dot products]
+// With AVX512-BF16 (Zen 4, Cooper Lake, Sapphire Rapids) one vdpbf16ps
+// multiplies 32 bf16 pairs and adds each lane's two products to an f32
+// accumulator: bf16 weights need no widening, so a row streams at the speed
+// of the loads (the widening kernel above is bound by its shifts at about
+// half of that). The products of two bf16 values are exact in f32; the
+// instruction flushes subnormal inputs and results to zero. Lane l sums
+// elements 2l and 2l + 1 of each 32-element step in k order and the k % 32
+// tail is the same step with zeros loaded past the end, so a row's result
+// is, as above, the same whatever m and the thread split.
+#define TS_BF16_DOT __attribute__((target("avx512bf16")))
+
+struct Bf16Dot {
+  using W = uint16_t;
+  using X = uint16_t;
+  static constexpr int kR = 4, kM = 4;
+
+  template <int R, int M, bool Tail>
+  TS_BF16_DOT static inline void step(__m512 (&acc)[R][M], const uint16_t* w, int64_t ldw, const uint16_t* const* xs,
+                                      int64_t p, __mmask32 mask) {
+    __m512bh xv[M];
+    for (int i = 0; i < M; ++i)
+      xv[i] = (__m512bh)(Tail ? _mm512_maskz_loadu_epi16(mask, xs[i] + p) : _mm512_loadu_si512(xs[i] + p));
+    for (int r = 0; r < R; ++r) {
+      const uint16_t* wr = w + r * ldw + p;
+      const __m512bh wv = (__m512bh)(Tail ? _mm512_maskz_loadu_epi16(mask, wr) : _mm512_loadu_si512(wr));
+      for (int i = 0; i < M; ++i) acc[r][i] = _mm512_dpbf16_ps(acc[r][i], wv, xv[i]);
+    }
+  }
+
+  template <int R, int M>
+  TS_BF16_DOT static void block(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* const* xs, float* out) {
+    __m512 acc[R][M];
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < M; ++i) acc[r][i] = _mm512_setzero_ps();
+    const int64_t kv = k / 32 * 32;
+    for (int64_t p = 0; p < kv; p += 32) step<R, M, false>(acc, w, ldw, xs, p, 0);
+    if (kv < k) step<R, M, true>(acc, w, ldw, xs, kv, static_cast<__mmask32>((uint64_t{1} << (k - kv)) - 1));
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < M; ++i) {
+        V v;
+        std::memcpy(&v, &acc[r][i], sizeof v);
+        out[r * M + i] = hsum(v);
+      }
+  }
+};
+
+TS_BF16_DOT void skinny_rows_bf16(const void* w, int64_t ldw, int64_t k, const BFloat16* x, int64_t ldx, int64_t m,
+                                  float* y, int64_t ldy, int64_t r0, int64_t r1) {
+  rows<Bf16Dot>(w, ldw, k, reinterpret_cast<const uint16_t*>(x), ldx, m, y, ldy, r0, r1);
+}
+#endif
 
 }  // namespace
 
@@ -150,5 +218,9 @@ void fill_skinny_kernels(KernelTable& t) {
   t.skinny_rows[idx(DType::BF16)] = skinny_rows<BFloat16>;
   t.skinny_rows[idx(DType::F16)] = skinny_rows<Half>;
 }
+
+#if defined(__AVX512F__)
+void fill_bf16_dot_kernels(KernelTable& t) { t.skinny_rows_bf16 = skinny_rows_bf16; }
+#endif
 
 }  // namespace tessera::cpu::TESSERA_ISA
