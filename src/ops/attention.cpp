@@ -48,9 +48,11 @@ struct AttentionRun {
   Tensor qf, kf, vf, mflat, out, lse;
 };
 
+// With run = false the operands are checked and prepared but the kernel does
+// not run (out and lse stay undefined).
 AttentionRun attention_forward(const char* name, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& attn_mask, double dropout_p, bool is_causal, std::optional<double> scale_opt,
-                               Generator* gen) {
+                               Generator* gen, bool run = true) {
   check_defined(q, name, "query");
   check_defined(k, name, "key");
   check_defined(v, name, "value");
@@ -100,6 +102,7 @@ AttentionRun attention_forward(const char* name, const Tensor& q, const Tensor& 
     a.seed = g.seed();
     a.offset = g.reserve(cpu::attention_rng_blocks(a));
   }
+  if (!run) return r;
   r.out = empty({BH, L, Ev}, r.ct), r.lse = empty({BH, L}, r.ct);
   // Two products (q k^T, p v) of 2 flops per multiply-add.
   trace::add_flops(2 * a.bh * a.L * a.S * (a.E + a.Ev));
@@ -132,6 +135,32 @@ TensorList attention_grads(cpu::AttentionArgs b, const Shape& batch, DType ct, c
   return {back(dq, b.L, b.E, q), back(dk, b.S, b.E, k), back(dv, b.S, b.Ev, v)};
 }
 
+// The gradients through attention_composite (create_graph: differentiable
+// again), with the forward's mask flattened to [bh, L, S] and its dropout.
+TensorList composite_grads(const cpu::AttentionArgs& a, const Shape& batch, DType ct, const Tensor& q, const Tensor& k,
+                           const Tensor& v, const Tensor& mflat, const VjpArgs& va) {
+  Shape s = batch;
+  s.push_back(a.L);
+  s.push_back(a.S);
+  Tensor keep_mask;
+  if (a.dropout_p > 0) {
+    Tensor km = empty({a.bh, a.L, a.S}, ct);
+    visit_floating(ct, [&]<typename T>() {
+      T* p = km.data_ptr<T>();
+      for (int64_t b = 0; b < a.bh; ++b)
+        for (int64_t i = 0; i < a.L; ++i)
+          for (int64_t j = 0; j < a.S; ++j) p[(b * a.L + i) * a.S + j] = cpu::attention_keep(a, b, i, j) ? 1 : 0;
+    });
+    keep_mask = km.view(s).to(q.dtype());
+  }
+  Tensor mask = mflat.defined() ? mflat.view(s).to(q.dtype()) : Tensor();
+  const bool causal = a.causal;
+  const double scale = a.scale, keep = 1.0 - a.dropout_p;
+  return composite_vjp([&](const TensorList& in) {
+    return attention_composite(in[0], in[1], in[2], mask, causal, scale, keep_mask, keep);
+  }, {q, k, v}, va.needs(), va.grads[0]);
+}
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
@@ -140,6 +169,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   TS_OP_ATTRS({"dropout_p", dropout_p}, {"is_causal", is_causal}, {"scale", scale_opt});
   ts_op_scope_.check_generator(gen, "scaled_dot_product_attention");
   TS_AUTOCAST(scaled_dot_product_attention, [&](const auto& cast) { return scaled_dot_product_attention(cast(q), cast(k), cast(v), cast(attn_mask), dropout_p, is_causal, scale_opt, gen); });
+  const bool grad = autograd::any_requires_grad({&q, &k, &v});
+  // Without dropout the backward reads the forward's output and log-sum-exp,
+  // as graph values when a training step is captured (Note [Training captures]).
+  if (grad && dropout_p == 0) TS_RETURN(attention_with_lse(q, k, v, attn_mask, is_causal, scale_opt)[0]);
   const char* name = "scaled_dot_product_attention";
   AttentionRun r = attention_forward(name, q, k, v, attn_mask, dropout_p, is_causal, scale_opt, gen);
   const cpu::AttentionArgs& a = r.a;
@@ -147,7 +180,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   os.push_back(a.L);
   os.push_back(a.Ev);
   Tensor y = r.out.view(os).to(q.dtype());
-  if (autograd::any_requires_grad({&q, &k, &v})) {
+  if (grad) {
     TensorList outs{y};
     Shape batch = r.batch;
     DType ct = r.ct;
@@ -155,69 +188,77 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       const Tensor& q = va.saved[0];
       const Tensor& k = va.saved[1];
       const Tensor& v = va.saved[2];
-      const Tensor& out = va.saved[3];
-      const Tensor& lse = va.saved[4];
       const Tensor& mflat = va.saved[5];
-      const Tensor& mask_in = va.saved[6];
-      if (GradMode::is_enabled()) {
-        Tensor keep_mask;
-        if (a.dropout_p > 0) {
-          Tensor km = empty({a.bh, a.L, a.S}, ct);
-          visit_floating(ct, [&]<typename T>() {
-            T* p = km.data_ptr<T>();
-            for (int64_t b = 0; b < a.bh; ++b)
-              for (int64_t i = 0; i < a.L; ++i)
-                for (int64_t j = 0; j < a.S; ++j) p[(b * a.L + i) * a.S + j] = cpu::attention_keep(a, b, i, j) ? 1 : 0;
-          });
-          Shape s = batch;
-          s.push_back(a.L);
-          s.push_back(a.S);
-          keep_mask = km.view(s).to(q.dtype());
-        }
-        Tensor mask;
-        if (mflat.defined()) {
-          Shape s = batch;
-          s.push_back(a.L);
-          s.push_back(a.S);
-          mask = mflat.view(s).to(q.dtype());
-        }
-        bool causal = a.causal;
-        double scale = a.scale, keep = 1.0 - a.dropout_p;
-        return composite_vjp([&](const TensorList& in) {
-          return attention_composite(in[0], in[1], in[2], mask, causal, scale, keep_mask, keep);
-        }, {q, k, v}, va.needs(), va.grads[0]);
-      }
-      if (recorder()) {
-        // Being captured: the op, which recomputes the log-sum-exp.
-        TS_CHECK(a.dropout_p == 0, "scaled_dot_product_attention: attention dropout cannot be captured into a "
-                 "training graph (its mask is drawn inside the kernel); use dropout_p=0 or run it eagerly");
-        return attention_backward(va.grads[0], q, k, v, mask_in, a.causal, a.scale);
-      }
-      return attention_grads(a, batch, ct, q, k, v, mflat, out, lse, va.grads[0]);
-    }, {0, 1, 2}, {}, {r.out, r.lse, r.mflat, attn_mask});
+      if (GradMode::is_enabled()) return composite_grads(a, batch, ct, q, k, v, mflat, va);
+      TS_CHECK(!recorder(), "scaled_dot_product_attention: attention dropout cannot be captured into a training "
+               "graph (its mask is drawn inside the kernel); use dropout_p=0 or run it eagerly");
+      return attention_grads(a, batch, ct, q, k, v, mflat, va.saved[3], va.saved[4], va.grads[0]);
+    }, {0, 1, 2}, {}, {r.out, r.lse, r.mflat});
   }
   TS_RETURN(y);
 }
 
+TensorList attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+                              bool is_causal, std::optional<double> scale_opt) {
+  TS_OP_SCOPE(attention_with_lse, &q, &k, &v, &attn_mask);
+  TS_OP_ATTRS({"is_causal", is_causal}, {"scale", scale_opt});
+  const char* name = "attention_with_lse";
+  AttentionRun r = attention_forward(name, q, k, v, attn_mask, 0.0, is_causal, scale_opt, nullptr);
+  Shape os = r.batch, ls = r.batch;
+  os.push_back(r.a.L);
+  os.push_back(r.a.Ev);
+  ls.push_back(r.a.L);
+  Tensor y = r.out.view(os).to(q.dtype()), lse = r.lse.view(ls);
+  if (autograd::any_requires_grad({&q, &k, &v})) {
+    TensorList outs{y};
+    autograd::record(name, {q, k, v}, outs, [a = r.a, batch = r.batch, ct = r.ct](const VjpArgs& va) -> TensorList {
+      const Tensor& q = va.saved[0];
+      const Tensor& k = va.saved[1];
+      const Tensor& v = va.saved[2];
+      if (GradMode::is_enabled()) return composite_grads(a, batch, ct, q, k, v, va.saved[5], va);
+      const Tensor& mask = va.saved[6];
+      return attention_backward(va.grads[0], q, k, v, mask, a.causal, a.scale, va.saved[3], va.saved[4]);
+    }, {0, 1, 2}, {0}, {lse, r.mflat, attn_mask});
+  }
+  TS_RETURN((TensorList{y, lse}));
+}
+
 TensorList attention_backward(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& attn_mask, bool is_causal, std::optional<double> scale) {
-  TS_OP_SCOPE(attention_backward, &grad, &q, &k, &v, &attn_mask);
+                              const Tensor& attn_mask, bool is_causal, std::optional<double> scale, const Tensor& out,
+                              const Tensor& lse) {
+  TS_OP_SCOPE(attention_backward, &grad, &q, &k, &v, &attn_mask, &out, &lse);
   TS_OP_ATTRS({"is_causal", is_causal}, {"scale", scale});
   const char* name = "attention_backward";
   check_defined(grad, name, "grad");
-  AttentionRun r = attention_forward(name, q, k, v, attn_mask, 0.0, is_causal, scale, nullptr);
-  Shape os = r.batch;
+  TS_CHECK(out.defined() == lse.defined(), name, ": pass the forward's out and lse together, or neither");
+  const bool given = out.defined();
+  AttentionRun r = attention_forward(name, q, k, v, attn_mask, 0.0, is_causal, scale, nullptr, !given);
+  Shape os = r.batch, ls = r.batch;
   os.push_back(r.a.L);
   os.push_back(r.a.Ev);
+  ls.push_back(r.a.L);
   TS_CHECK(IntArrayRef(grad.shape()).equals(os), name, ": grad has shape ", shape_str(grad.shape()),
            " but the attention's output has shape ", shape_str(os));
+  if (given) {
+    TS_CHECK(IntArrayRef(out.shape()).equals(os), name, ": out has shape ", shape_str(out.shape()),
+             " but the attention's output has shape ", shape_str(os));
+    TS_CHECK(IntArrayRef(lse.shape()).equals(ls) && lse.dtype() == r.ct, name, ": lse must be the forward's ",
+             dtype_name(r.ct), " log-sum-exp of shape ", shape_str(ls), ", got ", dtype_name(lse.dtype()), " ",
+             shape_str(lse.shape()));
+    r.out = out.detach().to(r.ct).reshape({r.a.bh, r.a.L, r.a.Ev}).contiguous();
+    r.lse = lse.detach().reshape({r.a.bh, r.a.L}).contiguous();
+  }
   TS_RETURN(attention_grads(r.a, r.batch, r.ct, q.detach(), k.detach(), v.detach(), r.mflat, r.out, r.lse,
                             grad.detach()));
 }
 
 // ---- invokers (graph nodes run ops through these) ----
 TS_OP_INVOKER(attention_backward) {
-  return attention_backward(in[0], in[1], in[2], in[3], in[4], a.b("is_causal"), a.opt_f("scale"));
+  auto opt = [&](size_t i) { return i < in.size() ? in[i] : Tensor(); };
+  return attention_backward(in[0], in[1], in[2], in[3], opt(4), a.b("is_causal"), a.opt_f("scale"), opt(5), opt(6));
+}
+TS_OP_INVOKER(attention_with_lse) {
+  return attention_with_lse(in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor(), a.b("is_causal"), a.opt_f("scale"));
 }
 TS_OP_INVOKER(scaled_dot_product_attention) {
   return {scaled_dot_product_attention(in[0], in[1], in[2], in[3], a.f("dropout_p"), a.b("is_causal"),

@@ -98,12 +98,13 @@ int64_t op_flops(OpId op, const std::vector<Shape>& in, const std::vector<Shape>
       const Shape& pass_out = attrs.b("transposed") ? input(1) : input(0);
       return 2 * 2 * numel(pass_out) * tail(input(2), 1);
     }
-    case OpId::attention_backward: {  // the forward again (out, log-sum-exp), then q k^T, dv, dp, dq, dk
+    case OpId::attention_backward: {  // [the forward again, unless given its out and lse], then q k^T, dv, dp, dq, dk
       const Shape& q = input(1);
       const Shape& k = input(2);
       const Shape& v = input(3);
+      const bool forward = input(6).empty();
       const int64_t s = k.size() >= 2 ? k[k.size() - 2] : 1, E = last(q), Ev = last(v);
-      return 2 * (numel(q) / std::max<int64_t>(1, E)) * s * (4 * E + 3 * Ev);
+      return 2 * (numel(q) / std::max<int64_t>(1, E)) * s * (3 * E + 2 * Ev + (forward ? E + Ev : 0));
     }
     case OpId::fused_elementwise: return fused_flops(attrs.s("program"), y);
     default: TS_ERROR("op_flops: ", e.name, " is declared kFlopCustom in ops.def but has no formula in ops/flops.cpp");

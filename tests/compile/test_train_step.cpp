@@ -146,6 +146,21 @@ TEST(BackwardOps, Attention) {
              {q, kc, vc}, g);
   got = attention_backward(g, q, kc, vc, {}, true, {});
   for (int i = 0; i < 3; ++i) EXPECT_CLOSE(got[i], want[i], 1e-10, 1e-12) << "causal " << i;
+  // Given the forward's output and log-sum-exp, the same gradients.
+  TensorList fwd = attention_with_lse(q, kc, vc, {}, true, {});
+  EXPECT_CLOSE(fwd[0], scaled_dot_product_attention(q, kc, vc, {}, 0.0, true), 0, 0);
+  EXPECT_EQ(fwd[1].shape(), (Shape{2, 3, 5}));
+  got = attention_backward(g, q, kc, vc, {}, true, {}, fwd[0], fwd[1]);
+  for (int i = 0; i < 3; ++i) EXPECT_CLOSE(got[i], want[i], 1e-10, 1e-12) << "given out and lse " << i;
+  // The log-sum-exp of each row of the scaled, masked scores.
+  Tensor scores = masked_fill(mul(matmul(q, kc.mT()), 0.5), triu(ones({5, 5}, DType::Bool), 1), -INFINITY);
+  EXPECT_CLOSE(fwd[1], logsumexp(scores, {-1}), 1e-12, 1e-12);
+  EXPECT_NE(testing::error_of([&] { attention_backward(g, q, kc, vc, {}, true, {}, fwd[0], Tensor()); })
+                .find("pass the forward's out and lse together"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { attention_backward(g, q, kc, vc, {}, true, {}, fwd[0], fwd[1].to(DType::F32)); })
+                .find("lse must be the forward's f64 log-sum-exp of shape [2, 3, 5]"),
+            std::string::npos);
 }
 
 // ---- training captures and compile_train_step ----------------------------------------
@@ -246,6 +261,17 @@ TEST(TrainStep, GptMatchesEagerAndTheGraphHoldsTheBackwardOps) {
   step({tokens.slice(1, 0, 12).contiguous(), tokens.slice(1, 1, 13).contiguous()});
   const Graph& g = step.last()->graph();
   EXPECT_EQ(count_op(g, "attention_backward"), 2);
+  // The backward reads the forward's output and log-sum-exp as graph values:
+  // it does not run the attention forward again.
+  EXPECT_EQ(count_op(g, "attention_with_lse"), 2);
+  for (const compile::Node* n : g.nodes())
+    if (n->op_name() == "attention_backward") {
+      ASSERT_EQ(n->inputs.size(), 7u);
+      for (int i : {5, 6}) {
+        ASSERT_TRUE(n->inputs[i] && n->inputs[i]->producer) << i;
+        EXPECT_EQ(n->inputs[i]->producer->op_name(), "attention_with_lse") << i;
+      }
+    }
   EXPECT_EQ(count_op(g, "layer_norm_backward"), 5);
   EXPECT_EQ(count_op(g, "softmax_backward"), 1);  // cross_entropy's log_softmax
   EXPECT_GE(count_op(g, "fused_elementwise"), 2);  // gelu and its gradient among them

@@ -351,6 +351,10 @@ OpSample sample_scaled_dot_product_attention() {
   return {{rn({1, 2, 3, 4}, 240), rn({1, 2, 5, 4}, 241), rn({1, 2, 5, 4}, 242), none()},
           {{"dropout_p", 0.0}, {"is_causal", false}, {"scale", std::optional<double>{}}}};
 }
+OpSample sample_attention_with_lse() {
+  return {{rn({1, 2, 3, 4}, 243), rn({1, 2, 5, 4}, 244), rn({1, 2, 5, 4}, 245), none()},
+          {{"is_causal", true}, {"scale", std::optional<double>{0.4}}}};
+}
 
 // ---- backward kernels ----
 // relu's gradient: saved is relu's output.

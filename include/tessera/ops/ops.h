@@ -269,12 +269,20 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& attn_mask = Tensor(), double dropout_p = 0.0,
                                     bool is_causal = false, std::optional<double> scale = {},
                                     Generator* gen = nullptr);
+// {y, lse}: scaled_dot_product_attention without dropout, and the log-sum-exp
+// of each query row's scaled, masked scores, [..., L] in f32 (f64 for f64
+// inputs), which attention_backward then takes instead of running the forward
+// again. Gradient-recording calls of scaled_dot_product_attention go through
+// it, so a captured training graph keeps lse as a value.
+TensorList attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask = Tensor(),
+                              bool is_causal = false, std::optional<double> scale = {});
 
 // ---- backward kernels -------------------------------------------------------------------
 // The gradients of the fused ops above, as ops of their own, so that a backward
 // pass can be recorded into a graph (compile_train_step) and replayed. Each
-// recomputes what its forward kept internally (normalization statistics,
-// attention's log-sum-exp) from its inputs. Not differentiable again.
+// recomputes what its forward kept internally (normalization statistics;
+// attention's log-sum-exp, unless given) from its inputs. Not differentiable
+// again.
 // An activation's gradient in one pass: function relu (saved = its output),
 // tanh (its output), gelu, gelu_tanh, silu (their input).
 Tensor unary_backward(const Tensor& grad, const Tensor& saved, const std::string& function);
@@ -297,9 +305,12 @@ TensorList convolution_backward(const Tensor& grad, const Tensor& x, const Tenso
 Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, IntArrayRef input_size);
 Tensor avg_pool2d_backward(const Tensor& grad, IntArrayRef input_size, IntArrayRef kernel, IntArrayRef stride,
                            IntArrayRef padding, bool ceil_mode, bool count_include_pad);
-// {dq, dk, dv} of scaled_dot_product_attention without dropout.
+// {dq, dk, dv} of scaled_dot_product_attention without dropout. With the
+// forward's output and log-sum-exp (attention_with_lse) the forward is not run
+// again; without them it is.
 TensorList attention_backward(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& attn_mask, bool is_causal, std::optional<double> scale);
+                              const Tensor& attn_mask, bool is_causal, std::optional<double> scale,
+                              const Tensor& out = Tensor(), const Tensor& lse = Tensor());
 
 // ---- quantized weights (quant/, docs/quantization.md) -----------------------------
 // y = x @ W^T + bias with W stored quantized: qweight is a u8 tensor of packed
