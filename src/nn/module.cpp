@@ -127,21 +127,22 @@ void Module::replace_module(const std::string& name, ModulePtr m) {
 }
 
 // ---- traversal ------------------------------------------------------------------
-void Module::collect(const std::string& prefix, NamedTensors& out, bool params, bool persistent_only, bool dedupe,
+// Each tensor once (a shared one under its first name). Without names
+// (named == nullptr) no strings are built: a compiled function's guard walks
+// the parameters on every call.
+void Module::collect(const std::string& prefix, NamedTensors* named, TensorList* plain, bool params,
                      std::vector<const TensorImpl*>& seen) const {
   auto add = [&](const std::string& name, const Tensor& t) {
-    if (dedupe) {
-      if (std::find(seen.begin(), seen.end(), t.impl()) != seen.end()) return;
-      seen.push_back(t.impl());
-    }
-    out.emplace_back(prefix + name, t);
+    if (std::find(seen.begin(), seen.end(), t.impl()) != seen.end()) return;
+    seen.push_back(t.impl());
+    if (named) named->emplace_back(prefix + name, t);
+    else plain->push_back(t);
   };
   if (params)
     for (const auto& p : params_) add(p.name, p.t);
   else
-    for (const auto& b : buffers_)
-      if (b.persistent || !persistent_only) add(b.name, b.t);
-  for (const auto& [n, c] : children_) c->collect(prefix + n + ".", out, params, persistent_only, dedupe, seen);
+    for (const auto& b : buffers_) add(b.name, b.t);
+  for (const auto& [n, c] : children_) c->collect(named ? prefix + n + "." : prefix, named, plain, params, seen);
 }
 
 NamedTensors Module::named_parameters(bool recurse) const {
@@ -151,13 +152,18 @@ NamedTensors Module::named_parameters(bool recurse) const {
     for (const auto& p : params_) out.emplace_back(p.name, p.t);
     return out;
   }
-  collect("", out, true, false, true, seen);
+  collect("", &out, nullptr, true, seen);
   return out;
 }
 
 TensorList Module::parameters(bool recurse) const {
   TensorList out;
-  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  std::vector<const TensorImpl*> seen;
+  if (!recurse) {
+    for (const auto& p : params_) out.push_back(p.t);
+    return out;
+  }
+  collect("", nullptr, &out, true, seen);
   return out;
 }
 
@@ -168,13 +174,18 @@ NamedTensors Module::named_buffers(bool recurse) const {
     for (const auto& b : buffers_) out.emplace_back(b.name, b.t);
     return out;
   }
-  collect("", out, false, false, true, seen);
+  collect("", &out, nullptr, false, seen);
   return out;
 }
 
 TensorList Module::buffers(bool recurse) const {
   TensorList out;
-  for (auto& [n, t] : named_buffers(recurse)) out.push_back(t);
+  std::vector<const TensorImpl*> seen;
+  if (!recurse) {
+    for (const auto& b : buffers_) out.push_back(b.t);
+    return out;
+  }
+  collect("", nullptr, &out, false, seen);
   return out;
 }
 

@@ -144,7 +144,7 @@ class Module : public std::enable_shared_from_this<Module> {
     bool fixed_dtype;
   };
   void check_new_name(const std::string& name) const;
-  void collect(const std::string& prefix, NamedTensors& out, bool params, bool persistent_only, bool dedupe,
+  void collect(const std::string& prefix, NamedTensors* named, TensorList* plain, bool params,
                std::vector<const TensorImpl*>& seen) const;
   void print(std::string& out, const std::string& name, int indent) const;
 
