@@ -38,6 +38,7 @@
 #include "tessera/compile/model.h"
 #include "tessera/compile/onnx.h"
 #include "tessera/compile/passes.h"
+#include "tessera/llm/gguf.h"
 #include "tessera/compile/serialize.h"
 #include "tessera/core/allocator.h"
 #include "tessera/io/npy.h"
@@ -189,6 +190,32 @@ int cmd_info(const std::string& arg) {
     std::printf("  scheduler   %s at step %lld\n", s["scheduler"].value("name", "?").c_str(),
                 static_cast<long long>(s["scheduler"].value("last_epoch", 0)));
   if (s.contains("metrics")) std::printf("metrics\n  %s\n", s["metrics"].dump().c_str());
+  return 0;
+}
+
+// A GGUF file's header, metadata and tensors.
+int cmd_gguf_info(const std::string& path, size_t max_chars) {
+  llm::GgufFile f = llm::GgufFile::open(path);
+  std::printf("%s: GGUF version %u, %s, alignment %llu, data section at byte %llu\n", path.c_str(), f.version(),
+              human_bytes(f.file_size()).c_str(), static_cast<unsigned long long>(f.alignment()),
+              static_cast<unsigned long long>(f.data_offset()));
+  size_t key_width = 0;
+  for (const auto& [k, v] : f.metadata()) key_width = std::max(key_width, k.size());
+  std::printf("\nmetadata (%zu keys)\n", f.metadata().size());
+  for (const auto& [k, v] : f.metadata())
+    std::printf("  %-*s  %-14s %s\n", static_cast<int>(key_width), k.c_str(), v.type_str().c_str(),
+                v.summary(max_chars).c_str());
+  uint64_t total = 0;
+  size_t name_width = 0;
+  for (const auto& t : f.tensors()) {
+    total += t.nbytes;
+    name_width = std::max(name_width, t.name.size());
+  }
+  std::printf("\ntensors (%zu, %s)\n", f.tensors().size(), human_bytes(total).c_str());
+  for (const auto& t : f.tensors())
+    std::printf("  %-*s  %-5s %-22s %10s  at %llu\n", static_cast<int>(name_width), t.name.c_str(),
+                llm::ggml_type_name(t.type), shape_str(t.shape()).c_str(), human_bytes(t.nbytes).c_str(),
+                static_cast<unsigned long long>(t.offset));
   return 0;
 }
 
@@ -665,7 +692,7 @@ int cmd_serve(const ServeFlags& f) {
 int main(int argc, char** argv) {
   if (argc > 0 && std::strchr(argv[0], '/')) g_argv0 = argv[0];
   CLI::App app{"Tessera " + std::string(tessera::version()) +
-               ": train, evaluate, export, run, inspect, quantize, prune and serve models"};
+               ": train, evaluate, export, run, inspect, quantize, prune and serve models; read GGUF files"};
   app.require_subcommand(1);
   app.set_version_flag("--version", tessera::version());
   app.option_defaults()->always_capture_default();  // --help shows every default
@@ -808,6 +835,15 @@ int main(int argc, char** argv) {
   client->add_option("--repeat", cf.repeat, "send the request this many times and print the latency (p50/p90/p99)")
       ->check(CLI::Range(1, 1000000));
 
+  auto* gguf = app.add_subcommand("gguf", "GGUF model files (llama.cpp's format)");
+  gguf->require_subcommand(1);
+  auto* gguf_info = gguf->add_subcommand("info", "show a GGUF file's version, metadata and tensors");
+  std::string gguf_path;
+  size_t gguf_chars = 80;
+  gguf_info->add_option("file", gguf_path, "the .gguf file")->required();
+  gguf_info->add_option("--width", gguf_chars, "characters of each metadata value shown (strings and arrays are "
+                        "cut there)")->check(CLI::Range(8, 1 << 20));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -825,6 +861,7 @@ int main(int argc, char** argv) {
     if (*exp) return cmd_export(exp_ckpt, exp_format, exp_out, exp_batch, exp_fixed, exp_dump);
     if (*run) return cmd_run(run_model, run_inputs, run_out, run_repeat, run_size);
     if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);
+    if (*gguf_info) return cmd_gguf_info(gguf_path, gguf_chars);
     if (*serve_cmd)
       return cmd_serve(sf);
     if (*client) return cmd_client(cf);

@@ -1,6 +1,6 @@
 #pragma once
 // The fuzz targets: every parser of outside input (safetensors, .npy, tar
-// shards, YAML, ONNX models, compiled graph.json, KServe infer requests) and
+// shards, YAML, ONNX models, compiled graph.json, KServe infer requests, GGUF) and
 // the model loader that imports *and runs* ONNX and compiled graphs. One
 // libFuzzer binary per target (fuzz_targets.cpp, scripts/fuzz.sh); the test
 // suite replays each target's committed corpus (tests/fuzz/<target>/) through
@@ -21,12 +21,13 @@
 #include "tessera/io/config.h"
 #include "tessera/io/npy.h"
 #include "tessera/io/safetensors.h"
+#include "tessera/llm/gguf.h"
 #include "tessera/serve/protocol.h"
 
 namespace tessera::fuzz {
 
-inline constexpr const char* kTargets[] = {"safetensors", "npy",           "tar",  "yaml",
-                                           "onnx",        "graph",         "infer_request", "model"};
+inline constexpr const char* kTargets[] = {"safetensors", "npy",   "tar",           "yaml", "onnx",
+                                           "graph",       "infer_request", "model", "gguf"};
 
 // The largest single tensor a fuzzed model may allocate (peak RSS stays small).
 inline constexpr int64_t kModelMaxAllocation = int64_t{64} << 20;
@@ -88,6 +89,13 @@ inline void run_target(std::string_view target, const char* p, size_t n) {
     for (auto& in : r.inputs) (void)in.data.numel();
   } else if (target == "model") {
     load_and_run(p, n);
+  } else if (target == "gguf") {
+    llm::GgufFile f = llm::GgufFile::parse(p, n, "fuzz");
+    for (const auto& [key, v] : f.metadata()) (void)v.summary();
+    for (const auto& t : f.tensors()) {
+      Tensor x = f.tensor(t.name);
+      if (x.numel() > 0) (void)x.contiguous();
+    }
   } else {
     throw std::logic_error("fuzz: unknown target " + std::string(target));
   }
