@@ -11,6 +11,7 @@
 #include <cmath>
 #include <optional>
 
+#include "compile/pattern.h"
 #include "ops/op_utils.h"
 #include "tessera/compile/passes.h"
 
@@ -18,26 +19,6 @@ namespace tessera::compile {
 namespace {
 
 using ops::OpId;
-
-struct Uses {
-  std::vector<std::vector<Node*>> of;
-  std::vector<bool> is_out;
-};
-
-// The node producing v if it is op and v is read by that one node only.
-Node* single_use_producer(const Value* v, OpId op, const Uses& u) {
-  if (!v || v->kind != ValueKind::kNode || v->producer->op != op) return nullptr;
-  if (u.is_out[v->id] || u.of[v->id].size() != 1) return nullptr;
-  return v->producer;
-}
-
-// The value of a one-element float constant (or, in an inference graph, a
-// frozen parameter: ONNX initializers import as parameters).
-std::optional<double> scalar_of(const Value* v, bool inference) {
-  if (!v || !(v->kind == ValueKind::kConstant || (inference && v->kind == ValueKind::kParameter))) return {};
-  if (!v->data.defined() || v->data.numel() != 1 || !is_floating(v->data.dtype())) return {};
-  return v->data.to(DType::F64).item<double>();
-}
 
 int64_t rank(const Value* v) { return static_cast<int64_t>(v->shape.size()); }
 bool same_shape(const Value* a, const Value* b) { return a->dtype == b->dtype && a->shape == b->shape; }
@@ -183,7 +164,7 @@ int fuse_attention(Graph& g, bool inference) {
   int changes = 0;
   for (bool again = true; again;) {
     again = false;
-    Uses u{g.uses(), g.is_output()};
+    Uses u(g);
     for (Node* n : g.nodes()) {
       if (n->op == OpId::matmul && fuse_one(g, n, u, inference)) {
         ++changes;

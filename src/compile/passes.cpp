@@ -236,6 +236,8 @@ const std::vector<Pass>& default_passes() {
       {"fuse-attention", "q @ k^T, scale, mask, softmax and @ v written out op by op (as ONNX carries attention) "
                          "become one scaled_dot_product_attention",
        [](Graph& g, const PassOptions& o) { return fuse_attention(g, o.inference); }},
+      {"fuse-gelu", "GELU written out op by op (erf or tanh form, as ONNX before opset 20 carries it) becomes one gelu",
+       [](Graph& g, const PassOptions& o) { return fuse_gelu(g, o.inference); }},
       {"fuse-epilogue", "linear/conv2d + activation / residual add become one fused_linear / fused_conv2d (graphs run without autograd)",
        [](Graph& g, const PassOptions& o) { return o.no_autograd ? fuse_epilogues(g) : 0; }},
       {"layout", "convolutions pass activations to each other channel-blocked, without reorders (graphs run without "

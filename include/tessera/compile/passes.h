@@ -71,6 +71,11 @@ int sparse_weights(Graph& g);
 // is_causal. Scales and -inf fills must be constants (or, for `inference`
 // graphs, frozen parameters).
 int fuse_attention(Graph& g, bool inference = true);
+// GELU written out op by op (0.5 x (1 + erf(x / sqrt 2)), or its tanh form;
+// each intermediate read once, the constants to f32 precision) becomes one
+// gelu node, which fuse_epilogues can then fuse into a linear layer.
+// Constants must be constants (or, for `inference` graphs, frozen parameters).
+int fuse_gelu(Graph& g, bool inference = true);
 // f32 linear followed by its activation (relu, gelu, silu, tanh) and/or a
 // residual add as one fused_linear node (the GEMM's epilogue); graphs run
 // without autograd only.
