@@ -279,7 +279,7 @@ TEST(Passes, PipelineSkipsByNameAndDumps) {
   EXPECT_NE(os.str().find("// after dce"), std::string::npos);
   std::string e = testing::error_of([&] { optimize(g, {.disable = {"fusion!"}}); });
   EXPECT_NE(e.find("unknown pass 'fusion!'"), std::string::npos) << e;
-  EXPECT_NE(e.find("simplify, fold-batch-norm, remove-pruned-channels, sparse-weights, fold, cse, dce, fuse-attention, fuse-epilogue, layout, fuse-elementwise"), std::string::npos) << e;
+  EXPECT_NE(e.find("simplify, fold-batch-norm, remove-pruned-channels, sparse-weights, fold, cse, dce, fuse-attention, fuse-gelu, fuse-epilogue, layout, fuse-elementwise"), std::string::npos) << e;
 }
 
 TEST(Passes, BatchNormFoldsIntoConvAndLinear) {
