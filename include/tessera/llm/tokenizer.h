@@ -1,0 +1,95 @@
+#pragma once
+// Tokenizers from a GGUF file's tokenizer.ggml.* metadata, giving the ids
+// llama.cpp gives for the same file and text.
+//
+// SentencePiece BPE (tokenizer.ggml.model "llama": Llama 1/2, Mistral, Phi-3
+// and the models Tessera trains): spaces become U+2581, a space is put in
+// front of the text (add_space_prefix), then the pair of adjacent pieces
+// whose joined text is the highest-scoring token is merged until no pair is
+// a token; what is left that is not a token is written as its bytes
+// (<0xXX> tokens, "byte fallback").
+//
+// Special tokens (control, user-defined, unknown) are found in the text
+// first, longest first. Control and unknown ones only where the caller says
+// the text may hold them (parse_special: a chat template's own text, never a
+// user's message); user-defined ones always, as llama.cpp does.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace tessera::llm {
+
+class GgufFile;
+
+// GGUF's tokenizer.ggml.token_type values.
+enum class TokenType : int32_t { Undefined = 0, Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+
+class Tokenizer {
+ public:
+  enum class Model { SentencePiece };
+
+  static Tokenizer from_gguf(const GgufFile& f);
+  // A SentencePiece-style vocabulary given directly (tests, Tessera's own models).
+  static Tokenizer sentencepiece(std::vector<std::string> tokens, std::vector<float> scores,
+                                 std::vector<TokenType> types, int32_t bos, int32_t eos, int32_t unk,
+                                 bool add_bos = true, bool add_eos = false, bool add_space_prefix = true);
+
+  // Text to ids. add_special: the BOS (and EOS) the model asks for; a BOS
+  // already at the start (from parse_special text) is not added again.
+  // parse_special: control tokens written in the text become those tokens.
+  std::vector<int32_t> encode(std::string_view text, bool add_special = true, bool parse_special = false) const;
+  // Ids to text. remove_special: leave out a leading BOS and trailing EOS;
+  // unparse_special: write control tokens' text (otherwise they write nothing).
+  std::string decode(const std::vector<int32_t>& ids, bool remove_special = true, bool unparse_special = false) const;
+  // One token's bytes as decode writes them (lstrip: drop one leading space).
+  std::string piece(int32_t id, bool unparse_special = false, bool lstrip = false) const;
+
+  Model model() const { return model_; }
+  int32_t size() const { return static_cast<int32_t>(tokens_.size()); }
+  const std::string& text(int32_t id) const;  // the vocabulary entry, as stored
+  TokenType type(int32_t id) const;
+  int32_t bos() const { return bos_; }  // -1 where the model has none
+  int32_t eos() const { return eos_; }
+  int32_t unk() const { return unk_; }
+  bool add_bos() const { return add_bos_; }
+  bool add_eos() const { return add_eos_; }
+  // The id of a token's exact text, or -1.
+  int32_t find(std::string_view text) const;
+
+ private:
+  void build();
+  void check_id(int32_t id, const char* what) const;
+  void encode_spm(std::string text, std::vector<int32_t>& out) const;
+  int32_t unknown_for(const std::string& piece) const;
+
+  Model model_ = Model::SentencePiece;
+  std::vector<std::string> tokens_;
+  std::vector<float> scores_;
+  std::vector<TokenType> types_;
+  std::unordered_map<std::string, int32_t> ids_;
+  std::vector<int32_t> special_;  // control, user-defined and unknown tokens, longest text first
+  int32_t byte_ids_[256];
+  int32_t bos_ = -1, eos_ = -1, unk_ = -1;
+  bool add_bos_ = true, add_eos_ = false, add_space_prefix_ = true;
+};
+
+// Decodes a stream of ids into text that never ends inside a UTF-8
+// character: the bytes of an unfinished one wait for the next token.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& t, bool unparse_special = false) : t_(t), unparse_special_(unparse_special) {}
+  // The complete characters this token finishes (maybe none).
+  std::string next(int32_t id);
+  // What is left at the end (an incomplete character's bytes, as U+FFFD).
+  std::string finish();
+
+ private:
+  const Tokenizer& t_;
+  bool unparse_special_;
+  bool first_ = true;
+  std::string pending_;
+};
+
+}  // namespace tessera::llm

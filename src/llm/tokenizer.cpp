@@ -1,0 +1,375 @@
+#include "tessera/llm/tokenizer.h"
+
+#include <algorithm>
+#include <queue>
+
+#include "tessera/core/error.h"
+#include "tessera/llm/gguf.h"
+
+namespace tessera::llm {
+namespace {
+
+const std::string kSpace = "\xe2\x96\x81";  // U+2581, SentencePiece's space
+
+// Bytes of the UTF-8 character that starts with byte c (1 for a stray byte).
+size_t utf8_len(unsigned char c) {
+  if (c < 0xC0) return 1;
+  if (c < 0xE0) return 2;
+  if (c < 0xF0) return 3;
+  return c < 0xF8 ? 4 : 1;
+}
+
+std::string escape_spaces(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + s.size() / 4);
+  for (char c : s) {
+    if (c == ' ') out += kSpace;
+    else out += c;
+  }
+  return out;
+}
+
+std::string unescape_spaces(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    if (s.compare(i, kSpace.size(), kSpace) == 0) {
+      out += ' ';
+      i += kSpace.size();
+    } else {
+      out += s[i++];
+    }
+  }
+  return out;
+}
+
+// The byte of a "<0xAB>" token, or -1.
+int byte_of(const std::string& t) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
+  auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  const int h = hex(t[3]), l = hex(t[4]);
+  return h < 0 || l < 0 ? -1 : h * 16 + l;
+}
+
+bool is_special(TokenType t) {
+  return t == TokenType::Control || t == TokenType::UserDefined || t == TokenType::Unknown;
+}
+
+}  // namespace
+
+// ---- construction -----------------------------------------------------------
+
+Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
+  const std::string& what = f.what();
+  const GgufValue* model = f.find("tokenizer.ggml.model");
+  TS_CHECK(model != nullptr, what, ": the file has no tokenizer (no tokenizer.ggml.model key)");
+  const std::string& name = model->as_string("tokenizer.ggml.model");
+  TS_CHECK(name == "llama", what, ": tokenizer.ggml.model '", name, "' is not supported yet (Tessera reads 'llama', "
+           "SentencePiece BPE)");
+  Tokenizer t;
+  t.model_ = Model::SentencePiece;
+  t.tokens_ = f.get("tokenizer.ggml.tokens").as_strings("tokenizer.ggml.tokens");
+  const size_t n = t.tokens_.size();
+  TS_CHECK(n > 0 && n < (size_t{1} << 31), what, ": tokenizer.ggml.tokens has ", n, " tokens (1 to 2^31 - 1)");
+  if (const GgufValue* s = f.find("tokenizer.ggml.scores")) {
+    const auto& v = s->as_floats("tokenizer.ggml.scores");
+    TS_CHECK(v.size() == n, what, ": tokenizer.ggml.scores has ", v.size(), " entries for ", n, " tokens");
+    t.scores_.assign(v.begin(), v.end());
+  } else {
+    t.scores_.assign(n, 0.0f);
+  }
+  if (const GgufValue* ty = f.find("tokenizer.ggml.token_type")) {
+    const auto& v = ty->as_ints("tokenizer.ggml.token_type");
+    TS_CHECK(v.size() == n, what, ": tokenizer.ggml.token_type has ", v.size(), " entries for ", n, " tokens");
+    for (size_t i = 0; i < n; ++i) {
+      TS_CHECK(v[i] >= 0 && v[i] <= 6, what, ": tokenizer.ggml.token_type[", i, "] is ", v[i], " (0 to 6)");
+      t.types_.push_back(static_cast<TokenType>(v[i]));
+    }
+  } else {
+    t.types_.assign(n, TokenType::Normal);
+  }
+  // llama.cpp's defaults for SentencePiece vocabularies.
+  t.unk_ = 0, t.bos_ = 1, t.eos_ = 2;
+  auto id_key = [&](const char* key, int32_t& id) {
+    if (const GgufValue* v = f.find(key)) {
+      const int64_t x = v->as_int(key);
+      TS_CHECK(x >= -1 && x < static_cast<int64_t>(n), what, ": ", key, " is ", x, ", not a token id (the vocabulary "
+               "has ", n, ")");
+      id = static_cast<int32_t>(x);
+    }
+  };
+  id_key("tokenizer.ggml.unknown_token_id", t.unk_);
+  id_key("tokenizer.ggml.bos_token_id", t.bos_);
+  id_key("tokenizer.ggml.eos_token_id", t.eos_);
+  for (int32_t* id : {&t.unk_, &t.bos_, &t.eos_})
+    if (*id >= static_cast<int32_t>(n)) *id = -1;
+  if (const GgufValue* v = f.find("tokenizer.ggml.add_bos_token")) t.add_bos_ = v->as_bool("tokenizer.ggml.add_bos_token");
+  if (const GgufValue* v = f.find("tokenizer.ggml.add_eos_token")) t.add_eos_ = v->as_bool("tokenizer.ggml.add_eos_token");
+  if (const GgufValue* v = f.find("tokenizer.ggml.add_space_prefix"))
+    t.add_space_prefix_ = v->as_bool("tokenizer.ggml.add_space_prefix");
+  TS_CHECK(!(t.add_bos_ && t.bos_ < 0), what, ": tokenizer.ggml.add_bos_token is set but there is no BOS token");
+  TS_CHECK(!(t.add_eos_ && t.eos_ < 0), what, ": tokenizer.ggml.add_eos_token is set but there is no EOS token");
+  t.build();
+  return t;
+}
+
+Tokenizer Tokenizer::sentencepiece(std::vector<std::string> tokens, std::vector<float> scores,
+                                   std::vector<TokenType> types, int32_t bos, int32_t eos, int32_t unk, bool add_bos,
+                                   bool add_eos, bool add_space_prefix) {
+  const size_t n = tokens.size();
+  TS_CHECK(n > 0 && scores.size() == n && types.size() == n, "Tokenizer: ", n, " tokens need as many scores (got ",
+           scores.size(), ") and types (got ", types.size(), ")");
+  Tokenizer t;
+  t.tokens_ = std::move(tokens);
+  t.scores_ = std::move(scores);
+  t.types_ = std::move(types);
+  t.bos_ = bos, t.eos_ = eos, t.unk_ = unk;
+  for (int32_t id : {bos, eos, unk})
+    TS_CHECK(id >= -1 && id < static_cast<int32_t>(n), "Tokenizer: special token id ", id, " is outside the ", n,
+             "-token vocabulary");
+  t.add_bos_ = add_bos, t.add_eos_ = add_eos, t.add_space_prefix_ = add_space_prefix;
+  TS_CHECK(!(add_bos && bos < 0) && !(add_eos && eos < 0), "Tokenizer: add_bos/add_eos need a BOS/EOS token");
+  t.build();
+  return t;
+}
+
+void Tokenizer::build() {
+  ids_.clear();
+  ids_.reserve(tokens_.size());
+  for (size_t i = 0; i < tokens_.size(); ++i) ids_[tokens_[i]] = static_cast<int32_t>(i);  // a repeated text: the last
+  special_.clear();
+  for (size_t i = 0; i < tokens_.size(); ++i)
+    if (is_special(types_[i]) && !tokens_[i].empty()) special_.push_back(static_cast<int32_t>(i));
+  std::stable_sort(special_.begin(), special_.end(),
+                   [&](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
+  static const char hex[] = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) {
+    const char name[7] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0};
+    int32_t id = find(name);
+    if (id < 0) id = find(std::string(1, static_cast<char>(b)));
+    byte_ids_[b] = id;
+  }
+}
+
+// ---- lookups ----------------------------------------------------------------
+
+void Tokenizer::check_id(int32_t id, const char* what) const {
+  TS_CHECK(id >= 0 && id < size(), "Tokenizer::", what, ": token id ", id, " is outside the ", size(),
+           "-token vocabulary");
+}
+
+const std::string& Tokenizer::text(int32_t id) const {
+  check_id(id, "text");
+  return tokens_[id];
+}
+
+TokenType Tokenizer::type(int32_t id) const {
+  check_id(id, "type");
+  return types_[id];
+}
+
+int32_t Tokenizer::find(std::string_view text) const {
+  auto it = ids_.find(std::string(text));
+  return it == ids_.end() ? -1 : it->second;
+}
+
+int32_t Tokenizer::unknown_for(const std::string& piece) const {
+  TS_CHECK(unk_ >= 0, "Tokenizer: '", piece, "' has no token, no byte tokens, and the vocabulary has no unknown token "
+           "to stand for it");
+  return unk_;
+}
+
+// ---- encoding ---------------------------------------------------------------
+
+namespace {
+
+struct Symbol {
+  int prev, next;
+  size_t begin, len;  // bytes of the text; len 0 once merged into its left neighbour
+};
+
+struct Bigram {
+  int left, right;
+  float score;
+  size_t len;
+  // The queue's top: the highest score, then the leftmost pair.
+  bool operator<(const Bigram& o) const { return score < o.score || (score == o.score && left > o.left); }
+};
+
+}  // namespace
+
+// llama.cpp's SentencePiece merge loop (llm_tokenizer_spm_session), so that
+// ties break the same way.
+void Tokenizer::encode_spm(std::string text, std::vector<int32_t>& out) const {
+  std::vector<Symbol> sym;
+  for (size_t off = 0; off < text.size();) {
+    const size_t len = std::min(utf8_len(static_cast<unsigned char>(text[off])), text.size() - off);
+    const int i = static_cast<int>(sym.size());
+    sym.push_back({i - 1, off + len == text.size() ? -1 : i + 1, off, len});
+    off += len;
+  }
+  std::priority_queue<Bigram> queue;
+  std::unordered_map<std::string, std::pair<int, int>> rev_merge;
+  auto try_add = [&](int left, int right) {
+    if (left < 0 || right < 0) return;
+    std::string joined = text.substr(sym[left].begin, sym[left].len + sym[right].len);
+    const int32_t id = find(joined);
+    if (id < 0) return;
+    queue.push({left, right, scores_[id], joined.size()});
+    rev_merge[std::move(joined)] = {left, right};
+  };
+  for (int i = 1; i < static_cast<int>(sym.size()); ++i) try_add(i - 1, i);
+  while (!queue.empty()) {
+    const Bigram b = queue.top();
+    queue.pop();
+    Symbol& l = sym[b.left];
+    Symbol& r = sym[b.right];
+    if (l.len == 0 || r.len == 0 || l.len + r.len != b.len) continue;  // stale: one side already merged
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = b.left;
+    try_add(l.prev, b.left);
+    try_add(b.left, l.next);
+  }
+  // A symbol that is a token is written as that token; one that is not is
+  // split back into the pair it was merged from, down to bytes.
+  std::vector<int> stack;
+  for (int i = sym.empty() ? -1 : 0; i != -1; i = sym[i].next) {
+    stack.push_back(i);
+    while (!stack.empty()) {
+      const Symbol& s = sym[stack.back()];
+      stack.pop_back();
+      const std::string piece = text.substr(s.begin, s.len);
+      if (const int32_t id = find(piece); id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+      auto m = rev_merge.find(piece);
+      if (m == rev_merge.end()) {
+        // Byte fallback; a character whose bytes are not all tokens is one <unk>.
+        bool bytes = true;
+        for (unsigned char c : piece) bytes = bytes && byte_ids_[c] >= 0;
+        if (bytes)
+          for (unsigned char c : piece) out.push_back(byte_ids_[c]);
+        else
+          out.push_back(unknown_for(piece));
+        continue;
+      }
+      stack.push_back(m->second.second);
+      stack.push_back(m->second.first);
+    }
+  }
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  // Fragments of raw text (id -1) and special tokens found in it.
+  struct Fragment {
+    int32_t id;
+    size_t begin, len;
+  };
+  std::vector<Fragment> frags;
+  if (!text.empty()) frags.push_back({-1, 0, text.size()});
+  for (int32_t id : special_) {
+    if (!parse_special && (types_[id] == TokenType::Control || types_[id] == TokenType::Unknown)) continue;
+    const std::string& s = tokens_[id];
+    std::vector<Fragment> next;
+    for (const Fragment& f : frags) {
+      if (f.id >= 0) {
+        next.push_back(f);
+        continue;
+      }
+      size_t pos = f.begin;
+      const size_t end = f.begin + f.len;
+      for (size_t m; (m = text.substr(0, end).find(s, pos)) != std::string_view::npos; pos = m + s.size()) {
+        if (m > pos) next.push_back({-1, pos, m - pos});
+        next.push_back({id, m, s.size()});
+      }
+      if (pos < end) next.push_back({-1, pos, end - pos});
+    }
+    frags = std::move(next);
+  }
+
+  std::vector<int32_t> out;
+  // Never two BOS: one written in the text stands for the one the model adds.
+  const bool text_has_bos = !frags.empty() && frags[0].id >= 0 && frags[0].id == bos_;
+  if (add_special && add_bos_ && !text_has_bos) out.push_back(bos_);
+  bool prev_special = true;
+  for (const Fragment& f : frags) {
+    if (f.id >= 0) {
+      out.push_back(f.id);
+      prev_special = true;
+      continue;
+    }
+    std::string raw = add_space_prefix_ && prev_special ? " " : "";
+    raw += text.substr(f.begin, f.len);
+    encode_spm(escape_spaces(raw), out);
+    prev_special = false;
+  }
+  if (add_special && add_eos_) out.push_back(eos_);
+  return out;
+}
+
+// ---- decoding ---------------------------------------------------------------
+
+std::string Tokenizer::piece(int32_t id, bool unparse_special, bool lstrip) const {
+  check_id(id, "piece");
+  std::string s;
+  switch (types_[id]) {
+    case TokenType::Control:
+    case TokenType::Unknown:
+      if (unparse_special) s = tokens_[id];
+      break;
+    case TokenType::UserDefined: s = tokens_[id]; break;
+    case TokenType::Normal: s = unescape_spaces(tokens_[id]); break;
+    case TokenType::Byte: {
+      const int b = byte_of(tokens_[id]);
+      if (b >= 0) s = std::string(1, static_cast<char>(b));
+      break;
+    }
+    default: break;  // undefined and unused tokens write nothing, as in llama.cpp
+  }
+  if (lstrip && !s.empty() && s[0] == ' ') s.erase(0, 1);
+  return s;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool remove_special, bool unparse_special) const {
+  size_t begin = 0, end = ids.size();
+  // llama.cpp's rule: the space the encoder put in front is dropped, except
+  // after a leading BOS that is removed.
+  bool strip = add_space_prefix_;
+  if (remove_special && add_bos_ && end > begin && ids[begin] == bos_) {
+    strip = false;
+    ++begin;
+  }
+  if (remove_special && add_eos_ && end > begin && ids[end - 1] == eos_) --end;
+  std::string out;
+  for (size_t i = begin; i < end; ++i) {
+    out += piece(ids[i], unparse_special, strip);
+    strip = false;
+  }
+  return out;
+}
+
+std::string StreamDecoder::next(int32_t id) {
+  pending_ += t_.piece(id, unparse_special_);
+  // Hold back a trailing character whose bytes have not all arrived.
+  size_t keep = 0;
+  for (size_t back = 1; back <= std::min<size_t>(4, pending_.size()); ++back) {
+    const unsigned char c = static_cast<unsigned char>(pending_[pending_.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    if (c >= 0xC0 && utf8_len(c) > back) keep = back;
+    break;
+  }
+  std::string out = pending_.substr(0, pending_.size() - keep);
+  pending_.erase(0, pending_.size() - keep);
+  return out;
+}
+
+std::string StreamDecoder::finish() {
+  std::string out = pending_.empty() ? "" : "\xef\xbf\xbd";  // U+FFFD for an unfinished character
+  pending_.clear();
+  return out;
+}
+
+}  // namespace tessera::llm

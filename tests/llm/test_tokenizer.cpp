@@ -1,0 +1,182 @@
+// Tokenizers (llm/tokenizer.h): SentencePiece merges, byte fallback, special
+// tokens only where allowed, the BOS/EOS rules, round trips, and a streaming
+// decoder that never splits a character. Against llama.cpp's own test
+// vectors when its vocabulary files are at hand (scripts/llm_compat.sh sets
+// TESSERA_LLAMA_CPP_VOCABS).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tessera/io/file.h"
+#include "tessera/llm/gguf.h"
+#include "tessera/llm/tokenizer.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+using llm::Tokenizer;
+using llm::TokenType;
+using Ids = std::vector<int32_t>;
+
+const std::string S = "\xe2\x96\x81";  // U+2581
+
+// <unk> <s> </s>, the 256 byte tokens, then pieces with scores.
+Tokenizer small_vocab(bool add_space_prefix = true, bool with_space_ab = true) {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<float> scores = {0, 0, 0};
+  std::vector<TokenType> types = {TokenType::Unknown, TokenType::Control, TokenType::Control};
+  static const char hex[] = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">");
+    scores.push_back(0);
+    types.push_back(TokenType::Byte);
+  }
+  auto add = [&](std::string t, float s, TokenType ty = TokenType::Normal) {
+    tokens.push_back(std::move(t));
+    scores.push_back(s);
+    types.push_back(ty);
+  };
+  add(S, -1);            // 259
+  add("a", -2);          // 260
+  add("b", -2);          // 261
+  add("ab", -0.5f);      // 262
+  add(with_space_ab ? S + "ab" : "unused", -0.1f);  // 263
+  add("c", -3);          // 264
+  add("<|im_start|>", 0, TokenType::Control);    // 265
+  add("<tool>", 0, TokenType::UserDefined);      // 266
+  add(S + "a", -0.5f);   // 267: ties with "ab" (-0.5): the leftmost pair merges first
+  return Tokenizer::sentencepiece(tokens, scores, types, 1, 2, 0, true, false, add_space_prefix);
+}
+
+TEST(Tokenizer, SentencePieceMergesByScoreThenPosition) {
+  Tokenizer t = small_vocab();
+  // " ab c" -> ▁ a b ▁ c: ▁a and ab tie at -0.5 and the leftmost pair (▁a)
+  // merges first, then ▁a + b = ▁ab (-0.1): ▁ab, ▁, c.
+  EXPECT_EQ(t.encode("ab c", false), (Ids{263, 259, 264}));
+  // Without ▁ab the tie decides: ▁a, b (had ab won: ▁, ab).
+  Tokenizer tie = small_vocab(true, false);
+  EXPECT_EQ(tie.encode("ab", false), (Ids{267, 261}));
+  EXPECT_EQ(tie.encode("b ab", false), (Ids{259, 261, 267, 261}));
+  // A character with no token is written as its UTF-8 bytes.
+  EXPECT_EQ(t.encode("\xc3\xa9", false), (Ids{259, 3 + 0xC3, 3 + 0xA9}));
+  EXPECT_EQ(t.encode("", false), Ids{});
+  EXPECT_EQ(t.encode("", true), Ids{1});
+  Tokenizer no_prefix = small_vocab(false);
+  EXPECT_EQ(no_prefix.encode("ab", false), (Ids{262}));
+}
+
+TEST(Tokenizer, SpecialTokensOnlyWhereAllowedAndNeverTwoBos) {
+  Tokenizer t = small_vocab();
+  // A control token in user text is just text; in template text it is the token.
+  Ids plain = t.encode("<|im_start|>", false, false);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 265), 0);
+  EXPECT_EQ(t.encode("<|im_start|>ab", false, true), (Ids{265, 263}));  // the text after a special gets the space
+  // User-defined tokens are found in any text, as llama.cpp does.
+  EXPECT_EQ(t.encode("c<tool>c", false, false), (Ids{259, 264, 266, 259, 264}));
+  // BOS: added once, also when the text starts with one.
+  EXPECT_EQ(t.encode("ab", true), (Ids{1, 263}));
+  EXPECT_EQ(t.encode("<s>ab", true, true), (Ids{1, 263}));
+  Tokenizer eos = Tokenizer::sentencepiece({"<unk>", "<s>", "</s>", "a"}, {0, 0, 0, 0},
+                                           {TokenType::Unknown, TokenType::Control, TokenType::Control, TokenType::Normal},
+                                           1, 2, 0, false, true);
+  // "▁" is no token here and there are no byte tokens: one unknown for it.
+  EXPECT_EQ(eos.encode("a", true), (Ids{0, 3, 2}));
+}
+
+TEST(Tokenizer, DecodeRoundTripsAndStreamsWholeCharacters) {
+  Tokenizer t = small_vocab();
+  for (std::string s : {"ab c", " ab", "\xc3\xa9t\xc3\xa9 ab", "a\nb", "c<tool>"}) {
+    EXPECT_EQ(t.decode(t.encode(s, false), false), s) << s;
+  }
+  // Text after a special token gets the prefix space too (llama.cpp's rule),
+  // which decoding keeps.
+  EXPECT_EQ(t.decode(t.encode("c<tool>c", false), false), "c<tool> c");
+  EXPECT_EQ(t.decode(t.encode("ab", true)), " ab");  // llama.cpp keeps the space after a removed BOS
+  EXPECT_EQ(t.decode({1, 263, 2}, false, true), "<s> ab</s>");
+  EXPECT_EQ(t.decode({1, 263, 2}, false, false), " ab");
+
+  llm::StreamDecoder d(t);
+  EXPECT_EQ(d.next(263), " ab");
+  EXPECT_EQ(d.next(3 + 0xC3), "");  // the first byte of é waits
+  EXPECT_EQ(d.next(3 + 0xA9), "\xc3\xa9");
+  EXPECT_EQ(d.next(3 + 0xE2), "");
+  EXPECT_EQ(d.finish(), "\xef\xbf\xbd");  // a character the stream never finished
+  EXPECT_NE(testing::error_of([&] { t.piece(9999); }).find("token id 9999 is outside the 268-token vocabulary"),
+            std::string::npos);
+}
+
+TEST(Tokenizer, FromGgufMetadata) {
+  llm::GgufWriter w;
+  w.set("tokenizer.ggml.model", llm::GgufValue::string("llama"));
+  w.set("tokenizer.ggml.tokens", llm::GgufValue::strings({"<unk>", "<s>", "</s>", S, "a", S + "a"}));
+  w.set("tokenizer.ggml.scores", llm::GgufValue::floats(llm::GgufType::F32, {0, 0, 0, -1, -2, -0.5}));
+  w.set("tokenizer.ggml.token_type", llm::GgufValue::integers(llm::GgufType::I32, {2, 3, 3, 1, 1, 1}));
+  w.set("tokenizer.ggml.bos_token_id", llm::GgufValue::integer(llm::GgufType::U32, 1));
+  std::string bytes = w.bytes();
+  Tokenizer t = Tokenizer::from_gguf(llm::GgufFile::parse(bytes.data(), bytes.size()));
+  EXPECT_EQ(t.encode("a a"), (Ids{1, 5, 5}));
+  EXPECT_EQ(t.bos(), 1);
+  EXPECT_EQ(t.eos(), 2);
+
+  w.set("tokenizer.ggml.token_type", llm::GgufValue::integers(llm::GgufType::I32, {2, 3, 3, 1, 1}));
+  bytes = w.bytes();
+  EXPECT_NE(testing::error_of([&] { Tokenizer::from_gguf(llm::GgufFile::parse(bytes.data(), bytes.size())); })
+                .find("tokenizer.ggml.token_type has 5 entries for 6 tokens"),
+            std::string::npos);
+  w.set("tokenizer.ggml.model", llm::GgufValue::string("bert"));
+  bytes = w.bytes();
+  EXPECT_NE(testing::error_of([&] { Tokenizer::from_gguf(llm::GgufFile::parse(bytes.data(), bytes.size())); })
+                .find("tokenizer.ggml.model 'bert' is not supported yet"),
+            std::string::npos);
+}
+
+// llama.cpp's test vectors (models/ggml-vocab-*.gguf with .inp and .out, in
+// its source tree, which node-llama-cpp's package carries): the same ids for
+// every SentencePiece vocabulary. add_special and parse_special off, as
+// llama.cpp's test-tokenizer-0 runs them.
+TEST(Tokenizer, LlamaCppVectors) {
+  const char* dir = std::getenv("TESSERA_LLAMA_CPP_VOCABS");
+  if (!dir) GTEST_SKIP() << "TESSERA_LLAMA_CPP_VOCABS is not set (scripts/llm_compat.sh sets it)";
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string path = e.path().string();
+    if (e.path().extension() != ".gguf" || !std::filesystem::exists(path + ".inp")) continue;
+    llm::GgufFile f = llm::GgufFile::open(path);
+    const llm::GgufValue* model = f.find("tokenizer.ggml.model");
+    if (!model || model->as_string() != "llama") continue;
+    Tokenizer t = Tokenizer::from_gguf(f);
+    const std::vector<char> inp = io::read_file(path + ".inp"), outp = io::read_file(path + ".out");
+    const std::string sep = "\n__ggml_vocab_test__\n";
+    std::string all(inp.begin(), inp.end());
+    std::vector<std::string> texts;
+    for (size_t pos = 0;;) {
+      size_t next = all.find(sep, pos);
+      if (next == std::string::npos) break;
+      texts.push_back(all.substr(pos, next - pos));
+      pos = next + sep.size();
+    }
+    std::istringstream lines(std::string(outp.begin(), outp.end()));
+    std::string line;
+    size_t i = 0, same = 0;
+    for (; i < texts.size() && std::getline(lines, line); ++i) {
+      std::istringstream ws(line);
+      Ids want;
+      for (int32_t id; ws >> id;) want.push_back(id);
+      Ids got = t.encode(texts[i], false, false);
+      EXPECT_EQ(got, want) << e.path().filename() << " text " << i << ": '" << texts[i] << "'";
+      same += got == want;
+      EXPECT_EQ(t.decode(got, false), texts[i]) << e.path().filename() << " text " << i;
+    }
+    EXPECT_GT(i, 10u);
+    std::printf("%s: %zu of %zu texts tokenize as llama.cpp does\n", e.path().filename().c_str(), same, i);
+    ++files;
+  }
+  EXPECT_GE(files, 1) << "no SentencePiece vocabulary with test vectors in " << dir;
+}
+
+}  // namespace
+}  // namespace tessera
