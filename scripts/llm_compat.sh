@@ -6,7 +6,10 @@
 # Today: every vocabulary GGUF of llama.cpp's source tree (which the package
 # carries as a git bundle) loads with `tessera gguf info`, and each
 # SentencePiece vocabulary tokenizes llama.cpp's test texts to llama.cpp's ids
-# (Tokenizer.LlamaCppVectors).
+# (Tokenizer.LlamaCppVectors), and Tessera's Llama written as GGUF (F32, F16,
+# Q8_0, Q4_0; grouped-query attention) loads in llama.cpp and gives the
+# log-probs Tessera gives on the same file (mean KL per position within the
+# bounds of issue 21, the same top token everywhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-${BUILD_DIR:-build}}
@@ -38,3 +41,32 @@ echo "$n files load"
 echo "== tokenizers: llama.cpp's test vectors"
 TESSERA_LLAMA_CPP_VOCABS="$src/models" "$build/tests/tessera_tests" --gtest_filter='Tokenizer.LlamaCppVectors' \
   --gtest_brief=1 | grep -E "texts tokenize|PASSED|FAILED"
+
+echo "== logits: Tessera's Llama GGUF files in llama.cpp"
+out="$cache/llm_compat"
+rm -rf "$out" && mkdir -p "$out"
+TESSERA_LLM_COMPAT_DIR="$out" "$build/tests/tessera_tests" --gtest_filter='LlamaGguf.WritesModelsForLlamaCpp' \
+  --gtest_brief=1 >/dev/null
+cp scripts/llm_compat_eval.mjs "$pkg/"
+status=0
+for type in F32 F16 Q8_0 Q4_0; do
+  base="$out/random-gqa-$type"
+  ids=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tokens'])" "$base.tessera.json")
+  (cd "$pkg" && node llm_compat_eval.mjs "$base.gguf" "$ids" 300 >"$base.llama.json")
+  # Mean KL(llama.cpp || Tessera) per position, within issue 21's bounds.
+  python3 - "$base" "$type" <<'PY' || status=1
+import json, math, sys
+base, kind = sys.argv[1], sys.argv[2]
+ours = json.load(open(base + ".tessera.json"))["logprobs"]
+ref = json.load(open(base + ".llama.json"))
+kl = [sum(math.exp(r) * (r - o) for r, o in zip(rr, oo) if r is not None) for rr, oo in zip(ref, ours)]
+same = sum(max(range(len(r)), key=lambda i: r[i] if r[i] is not None else -1e30) ==
+           max(range(len(o)), key=o.__getitem__) for r, o in zip(ref, ours))
+bound = {"F32": 1e-4, "F16": 1e-4, "Q8_0": 1e-3, "Q4_0": 5e-3}[kind]
+mean = sum(kl) / len(kl)
+print(f"{kind}: {len(kl)} positions, mean KL {mean:.3g} (bound {bound:g}), max {max(kl):.3g}; "
+      f"the same top token at {same} of {len(kl)}")
+sys.exit(0 if mean <= bound and same == len(kl) else 1)
+PY
+done
+exit $status

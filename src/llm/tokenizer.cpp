@@ -133,6 +133,22 @@ Tokenizer Tokenizer::sentencepiece(std::vector<std::string> tokens, std::vector<
   return t;
 }
 
+void Tokenizer::to_gguf(GgufWriter& w) const {
+  std::vector<double> scores(scores_.begin(), scores_.end());
+  std::vector<int64_t> types;
+  for (TokenType t : types_) types.push_back(static_cast<int64_t>(t));
+  w.set("tokenizer.ggml.model", GgufValue::string("llama"));
+  w.set("tokenizer.ggml.tokens", GgufValue::strings(tokens_));
+  w.set("tokenizer.ggml.scores", GgufValue::floats(GgufType::F32, std::move(scores)));
+  w.set("tokenizer.ggml.token_type", GgufValue::integers(GgufType::I32, std::move(types)));
+  for (auto [key, id] : {std::pair{"tokenizer.ggml.bos_token_id", bos_}, std::pair{"tokenizer.ggml.eos_token_id", eos_},
+                         std::pair{"tokenizer.ggml.unknown_token_id", unk_}})
+    if (id >= 0) w.set(key, GgufValue::integer(GgufType::U32, id));
+  w.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(add_bos_));
+  w.set("tokenizer.ggml.add_eos_token", GgufValue::boolean(add_eos_));
+  w.set("tokenizer.ggml.add_space_prefix", GgufValue::boolean(add_space_prefix_));
+}
+
 void Tokenizer::build() {
   ids_.clear();
   ids_.reserve(tokens_.size());

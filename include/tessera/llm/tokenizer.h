@@ -22,6 +22,7 @@
 namespace tessera::llm {
 
 class GgufFile;
+class GgufWriter;
 
 // GGUF's tokenizer.ggml.token_type values.
 enum class TokenType : int32_t { Undefined = 0, Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
@@ -35,6 +36,9 @@ class Tokenizer {
   static Tokenizer sentencepiece(std::vector<std::string> tokens, std::vector<float> scores,
                                  std::vector<TokenType> types, int32_t bos, int32_t eos, int32_t unk,
                                  bool add_bos = true, bool add_eos = false, bool add_space_prefix = true);
+
+  // Writes the vocabulary as tokenizer.ggml.* keys, as from_gguf reads them.
+  void to_gguf(GgufWriter& w) const;
 
   // Text to ids. add_special: the BOS (and EOS) the model asks for; a BOS
   // already at the start (from parse_special text) is not added again.

@@ -1,0 +1,42 @@
+#pragma once
+// Tessera's Llama (nn::zoo::Llama, Hugging Face names and rotate-half RoPE)
+// as a GGUF "llama" file with llama.cpp's tensor names and metadata, and back.
+//
+// GGUF's RoPE rotates adjacent pairs of a head's dimensions where Hugging
+// Face's rotates its two halves, so the rows of the query and key weights are
+// reordered on the way (what llama.cpp's converter does): within each head,
+// rows [0, d/2) and [d/2, d) are interleaved.
+#include <memory>
+#include <string>
+
+#include "tessera/llm/gguf.h"
+#include "tessera/nn/zoo/zoo.h"
+
+namespace tessera::llm {
+
+class Tokenizer;
+
+struct LlamaGgufOptions {
+  // The type of the 2-D weights: F32, F16, BF16, Q8_0 or Q4_0 (norm weights
+  // stay F32, as llama.cpp writes them).
+  GgmlType type = GgmlType::F32;
+  // Written as tokenizer.ggml.*; llama.cpp needs one to load the file.
+  const Tokenizer* tokenizer = nullptr;
+  std::string name = "tessera-llama";
+};
+
+GgufWriter llama_to_gguf(const nn::zoo::Llama& model, const LlamaGgufOptions& opts = {});
+void save_llama_gguf(const nn::zoo::Llama& model, const std::string& path, const LlamaGgufOptions& opts = {});
+
+// The configuration a "llama" GGUF describes (errors name a missing or
+// inconsistent key).
+nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f);
+// A model with the file's weights, dequantized to f32.
+std::shared_ptr<nn::zoo::Llama> load_llama_gguf(const GgufFile& f);
+
+// Query/key weight rows [n_heads * head_dim, in]: Hugging Face's order to
+// GGUF's, and back.
+Tensor rope_rows_to_gguf(const Tensor& w, int64_t n_heads);
+Tensor rope_rows_from_gguf(const Tensor& w, int64_t n_heads);
+
+}  // namespace tessera::llm

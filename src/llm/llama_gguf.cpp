@@ -1,0 +1,184 @@
+#include "tessera/llm/llama_gguf.h"
+
+#include <vector>
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/error.h"
+#include "tessera/llm/tokenizer.h"
+#include "tessera/ops/ops.h"
+#include "tessera/quant/weights.h"
+
+namespace tessera::llm {
+namespace {
+
+// One tensor of the model: its parameter name, its GGUF name, and the heads
+// its rows are grouped in when it is a query or key weight (0 otherwise).
+struct Name {
+  std::string param, gguf;
+  int64_t rope_heads = 0;
+};
+
+std::vector<Name> tensor_names(const nn::zoo::LlamaConfig& c) {
+  std::vector<Name> n = {{"model.embed_tokens.weight", "token_embd.weight"}};
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".", b = "blk." + std::to_string(i) + ".";
+    n.push_back({p + "input_layernorm.weight", b + "attn_norm.weight"});
+    n.push_back({p + "self_attn.q_proj.weight", b + "attn_q.weight", c.n_heads});
+    n.push_back({p + "self_attn.k_proj.weight", b + "attn_k.weight", c.n_kv_heads});
+    n.push_back({p + "self_attn.v_proj.weight", b + "attn_v.weight"});
+    n.push_back({p + "self_attn.o_proj.weight", b + "attn_output.weight"});
+    n.push_back({p + "post_attention_layernorm.weight", b + "ffn_norm.weight"});
+    n.push_back({p + "mlp.gate_proj.weight", b + "ffn_gate.weight"});
+    n.push_back({p + "mlp.up_proj.weight", b + "ffn_up.weight"});
+    n.push_back({p + "mlp.down_proj.weight", b + "ffn_down.weight"});
+  }
+  n.push_back({"model.norm.weight", "output_norm.weight"});
+  if (!c.tie_embeddings) n.push_back({"lm_head.weight", "output.weight"});
+  return n;
+}
+
+// llama.cpp's general.file_type for the type of a file's weights.
+uint32_t file_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return 0;
+    case GgmlType::F16: return 1;
+    case GgmlType::Q4_0: return 2;
+    case GgmlType::Q8_0: return 7;
+    case GgmlType::BF16: return 32;
+    default: TS_ERROR("llama_to_gguf: weights can be written as F32, F16, BF16, Q8_0 or Q4_0, not ", ggml_type_name(t));
+  }
+}
+
+// [rows, cols] with rows = heads * d regrouped: (h, half, i) <-> (h, i, half).
+Tensor regroup(const Tensor& w, int64_t heads, bool to_gguf) {
+  TS_CHECK(w.dim() == 2 && heads > 0 && w.size(0) % (2 * heads) == 0, "Llama GGUF: a query/key weight of shape ",
+           shape_str(w.shape()), " does not split into ", heads, " heads of an even size");
+  const int64_t half = w.size(0) / heads / 2, cols = w.size(1);
+  Tensor v = to_gguf ? w.reshape({heads, 2, half, cols}) : w.reshape({heads, half, 2, cols});
+  return ops::permute(v, {0, 2, 1, 3}).contiguous().reshape({w.size(0), cols});
+}
+
+uint32_t u32_of(const GgufFile& f, const std::string& key) {
+  const int64_t v = f.get(key).as_int(key);
+  TS_CHECK(v > 0 && v < (int64_t{1} << 31), f.what(), ": ", key, " is ", v, " (must be positive)");
+  return static_cast<uint32_t>(v);
+}
+
+}  // namespace
+
+Tensor rope_rows_to_gguf(const Tensor& w, int64_t n_heads) { return regroup(w, n_heads, true); }
+Tensor rope_rows_from_gguf(const Tensor& w, int64_t n_heads) { return regroup(w, n_heads, false); }
+
+GgufWriter llama_to_gguf(const nn::zoo::Llama& model, const LlamaGgufOptions& opts) {
+  const nn::zoo::LlamaConfig& c = model.config;
+  const uint32_t ftype = file_type(opts.type);
+  auto u32 = [](int64_t v) { return GgufValue::integer(GgufType::U32, v); };
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::string("llama"));
+  w.set("general.name", GgufValue::string(opts.name));
+  w.set("general.file_type", u32(ftype));
+  if (opts.type == GgmlType::Q8_0 || opts.type == GgmlType::Q4_0) w.set("general.quantization_version", u32(2));
+  w.set("llama.vocab_size", u32(c.vocab_size));
+  w.set("llama.context_length", u32(c.max_seq_len));
+  w.set("llama.embedding_length", u32(c.dim));
+  w.set("llama.block_count", u32(c.n_layers));
+  w.set("llama.feed_forward_length", u32(c.hidden_dim));
+  w.set("llama.rope.dimension_count", u32(c.dim / c.n_heads));
+  w.set("llama.attention.head_count", u32(c.n_heads));
+  w.set("llama.attention.head_count_kv", u32(c.n_kv_heads));
+  w.set("llama.attention.layer_norm_rms_epsilon", GgufValue::floating(GgufType::F32, c.norm_eps));
+  w.set("llama.rope.freq_base", GgufValue::floating(GgufType::F32, c.rope_theta));
+  if (opts.tokenizer) {
+    TS_CHECK(opts.tokenizer->size() == c.vocab_size, "llama_to_gguf: the tokenizer has ", opts.tokenizer->size(),
+             " tokens but the model's vocabulary is ", c.vocab_size);
+    opts.tokenizer->to_gguf(w);
+  }
+  NoGradGuard no_grad;
+  const nn::NamedTensors params = model.named_parameters();
+  auto param = [&](const std::string& name) {
+    for (const auto& [n, t] : params)
+      if (n == name) return t;
+    TS_ERROR("llama_to_gguf: the model has no parameter '", name, "'");
+  };
+  for (const Name& n : tensor_names(c)) {
+    Tensor t = param(n.param).detach().to(DType::F32);
+    if (n.rope_heads) t = rope_rows_to_gguf(t, n.rope_heads);
+    if (t.dim() == 1 || opts.type == GgmlType::F32) {
+      w.add_tensor(n.gguf, t.contiguous());
+    } else if (opts.type == GgmlType::F16 || opts.type == GgmlType::BF16) {
+      w.add_tensor(n.gguf, t.to(opts.type == GgmlType::F16 ? DType::F16 : DType::BF16).contiguous());
+    } else {
+      const char* format = opts.type == GgmlType::Q8_0 ? "q8_0" : "q4_0";
+      TS_CHECK(t.size(1) % 32 == 0, "llama_to_gguf: ", n.param, " has rows of ", t.size(1), " values; ", format,
+               " needs a multiple of 32");
+      quant::QuantizedWeight q = quant::quantize_weight(t, format);
+      w.add_tensor(n.gguf, opts.type, {t.size(1), t.size(0)}, q.qweight.reshape({-1}));
+    }
+  }
+  return w;
+}
+
+void save_llama_gguf(const nn::zoo::Llama& model, const std::string& path, const LlamaGgufOptions& opts) {
+  llama_to_gguf(model, opts).save(path);
+}
+
+nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f) {
+  const GgufValue* arch = f.find("general.architecture");
+  TS_CHECK(arch && arch->type() == GgufType::String && arch->as_string() == "llama", f.what(),
+           ": general.architecture is ", arch ? arch->summary() : std::string("missing"), ", not \"llama\"");
+  nn::zoo::LlamaConfig c;
+  c.dim = u32_of(f, "llama.embedding_length");
+  c.n_layers = u32_of(f, "llama.block_count");
+  c.hidden_dim = u32_of(f, "llama.feed_forward_length");
+  c.n_heads = u32_of(f, "llama.attention.head_count");
+  c.n_kv_heads = f.find("llama.attention.head_count_kv") ? u32_of(f, "llama.attention.head_count_kv") : c.n_heads;
+  c.max_seq_len = u32_of(f, "llama.context_length");
+  c.norm_eps = f.get("llama.attention.layer_norm_rms_epsilon").as_float("llama.attention.layer_norm_rms_epsilon");
+  if (const GgufValue* v = f.find("llama.rope.freq_base")) c.rope_theta = v->as_float("llama.rope.freq_base");
+  const GgufTensorInfo& embd = f.tensor_info("token_embd.weight");
+  TS_CHECK(embd.ne.size() == 2 && embd.ne[0] == c.dim, f.what(), ": token_embd.weight is ", shape_str(embd.shape()),
+           ", not [vocabulary, ", c.dim, "]");
+  c.vocab_size = embd.ne[1];
+  if (const GgufValue* v = f.find("llama.vocab_size"))
+    TS_CHECK(v->as_int("llama.vocab_size") == c.vocab_size, f.what(), ": llama.vocab_size ", v->as_int(),
+             " disagrees with token_embd.weight's ", c.vocab_size, " rows");
+  TS_CHECK(c.n_heads % c.n_kv_heads == 0 && c.dim % c.n_heads == 0 && (c.dim / c.n_heads) % 2 == 0, f.what(),
+           ": ", c.n_heads, " heads (", c.n_kv_heads, " for keys and values) do not divide the width ", c.dim,
+           " into even head sizes");
+  if (const GgufValue* v = f.find("llama.rope.dimension_count"))
+    TS_CHECK(v->as_int("llama.rope.dimension_count") == c.dim / c.n_heads, f.what(), ": RoPE over ", v->as_int(),
+             " of each head's ", c.dim / c.n_heads, " dimensions is not supported (all of them are)");
+  c.tie_embeddings = f.find_tensor("output.weight") == nullptr;
+  return c;
+}
+
+std::shared_ptr<nn::zoo::Llama> load_llama_gguf(const GgufFile& f) {
+  const nn::zoo::LlamaConfig c = llama_config_from_gguf(f);
+  auto model = std::make_shared<nn::zoo::Llama>(c);
+  NoGradGuard no_grad;
+  nn::NamedTensors params = model->named_parameters();
+  for (const Name& n : tensor_names(c)) {
+    const GgufTensorInfo& info = f.tensor_info(n.gguf);
+    Tensor* dst = nullptr;
+    for (auto& [pn, t] : params)
+      if (pn == n.param) dst = &t;
+    TS_CHECK(dst != nullptr, "load_llama_gguf: the model has no parameter '", n.param, "'");
+    TS_CHECK(info.shape() == dst->shape(), f.what(), ": ", n.gguf, " is ", shape_str(info.shape()), ", the model "
+             "needs ", shape_str(dst->shape()));
+    Tensor w;
+    switch (info.type) {
+      case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: w = f.tensor(n.gguf).to(DType::F32); break;
+      case GgmlType::Q8_0: w = ops::dequantize_weight(f.tensor(n.gguf), {}, {}, "q8_0"); break;
+      case GgmlType::Q4_0: w = ops::dequantize_weight(f.tensor(n.gguf), {}, {}, "q4_0"); break;
+      default: TS_ERROR(f.what(), ": ", n.gguf, " is ", ggml_type_name(info.type), ", which load_llama_gguf does not "
+                        "dequantize yet (it reads F32, F16, BF16, Q8_0 and Q4_0)");
+    }
+    w = w.reshape(dst->shape());
+    TS_CHECK(ops::all(ops::isfinite(w)).item<bool>(), f.what(), ": ", n.gguf, " holds values that are not finite");
+    if (n.rope_heads) w = rope_rows_from_gguf(w, n.rope_heads);
+    dst->copy_(w);
+  }
+  return model;
+}
+
+}  // namespace tessera::llm
