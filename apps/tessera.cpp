@@ -219,6 +219,17 @@ int cmd_gguf_info(const std::string& path, size_t max_chars) {
   return 0;
 }
 
+// A GGUF file's weights in another type; prints the sizes before and after.
+int cmd_quantize_gguf(const std::string& in, const std::string& out, const std::string& type) {
+  const std::optional<llm::GgmlType> t = llm::ggml_type_from_name(type);
+  TS_CHECK(t.has_value(), "quantize-gguf: unknown type '", type, "' (F32, F16, BF16, Q8_0 or Q4_0)");
+  llm::GgufFile f = llm::GgufFile::open(in);
+  llm::convert_gguf(f, *t).save(out);
+  std::printf("%s (%s) -> %s (%s, %s)\n", in.c_str(), human_bytes(f.file_size()).c_str(), out.c_str(),
+              llm::ggml_type_name(*t), human_bytes(std::filesystem::file_size(out)).c_str());
+  return 0;
+}
+
 // A checkpoint's model as a graph: traced on a batch of its evaluation data,
 // with the batch (and, for language models, the sequence) dimension dynamic.
 compile::Graph trace_model(Loaded& l, int64_t batch, bool fixed) {
@@ -844,6 +855,14 @@ int main(int argc, char** argv) {
   gguf_info->add_option("--width", gguf_chars, "characters of each metadata value shown (strings and arrays are "
                         "cut there)")->check(CLI::Range(8, 1 << 20));
 
+  auto* qgguf = app.add_subcommand("quantize-gguf", "convert a GGUF file's weights to another type (norms and 1-D "
+                                   "tensors keep theirs, as llama.cpp's quantizer does)");
+  std::string qg_in, qg_out, qg_type;
+  qgguf->add_option("input", qg_in, "the GGUF file to read")->required();
+  qgguf->add_option("output", qg_out, "the GGUF file to write")->required();
+  qgguf->add_option("type", qg_type, "F32, F16, BF16, Q8_0 or Q4_0")->required()
+      ->check(CLI::IsMember({"F32", "F16", "BF16", "Q8_0", "Q4_0", "f32", "f16", "bf16", "q8_0", "q4_0"}));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -862,6 +881,7 @@ int main(int argc, char** argv) {
     if (*run) return cmd_run(run_model, run_inputs, run_out, run_repeat, run_size);
     if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);
     if (*gguf_info) return cmd_gguf_info(gguf_path, gguf_chars);
+    if (*qgguf) return cmd_quantize_gguf(qg_in, qg_out, qg_type);
     if (*serve_cmd)
       return cmd_serve(sf);
     if (*client) return cmd_client(cf);

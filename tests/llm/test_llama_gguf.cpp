@@ -7,6 +7,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <unistd.h>
 
 #include "tessera/io/file.h"
 #include "tessera/llm/llama_gguf.h"
@@ -128,6 +131,42 @@ TEST(LlamaGguf, TokenizerTravelsAndBadFilesSayWhy) {
   GgufFile gpt2 = parsed(nameless, b3);
   EXPECT_NE(testing::error_of([&] { llm::load_llama_gguf(gpt2); }).find("general.architecture is \"gpt2\", not \"llama\""),
             std::string::npos);
+}
+
+// convert_gguf (tessera quantize-gguf): an F32 file converted to Q8_0 holds the
+// very bytes a Q8_0 export writes; norms stay F32; F16 -> Q4_0 loads; the CLI
+// converts a file on disk.
+TEST(LlamaGguf, ConvertingTypes) {
+  manual_seed(6);
+  auto m = std::make_shared<nn::zoo::Llama>(tiny(true, false));
+  std::string b32, b8;
+  GgufFile f32 = parsed(llm::llama_to_gguf(*m), b32);
+  GgufFile direct = parsed(llm::llama_to_gguf(*m, {.type = GgmlType::Q8_0}), b8);
+  std::string bc;
+  GgufFile converted = parsed(llm::convert_gguf(f32, GgmlType::Q8_0), bc);
+  EXPECT_EQ(converted.get("general.file_type").as_int(), 7);
+  for (const auto& t : direct.tensors()) {
+    const auto& c = converted.tensor_info(t.name);
+    EXPECT_EQ(c.type, t.type) << t.name;
+    ASSERT_EQ(c.nbytes, t.nbytes) << t.name;
+    EXPECT_EQ(std::memcmp(converted.tensor_data(c), direct.tensor_data(t), t.nbytes), 0) << t.name;
+  }
+  EXPECT_EQ(converted.tensor_info("output_norm.weight").type, GgmlType::F32);
+  std::string b16, b4;
+  GgufFile f16 = parsed(llm::convert_gguf(f32, GgmlType::F16), b16);
+  GgufFile q4 = parsed(llm::convert_gguf(f16, GgmlType::Q4_0), b4);
+  EXPECT_EQ(q4.tensor_info("blk.0.ffn_up.weight").type, GgmlType::Q4_0);
+  EXPECT_NO_THROW(llm::load_llama_gguf(q4));
+
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/tessera_qgguf_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  llm::save_llama_gguf(*m, dir + "/in.gguf");
+  std::string out;
+  ASSERT_EQ(testing::cli("quantize-gguf " + dir + "/in.gguf " + dir + "/out.gguf q8_0", &out), 0) << out;
+  EXPECT_NE(out.find("(Q8_0, "), std::string::npos) << out;
+  EXPECT_EQ(GgufFile::open(dir + "/out.gguf").tensor_info("blk.1.attn_v.weight").type, GgmlType::Q8_0);
+  EXPECT_EQ(testing::cli("quantize-gguf " + dir + "/in.gguf " + dir + "/out.gguf Q6_K", &out), 2) << out;
+  std::filesystem::remove_all(dir);
 }
 
 // For scripts/llm_compat.sh (skipped unless TESSERA_LLM_COMPAT_DIR is set):

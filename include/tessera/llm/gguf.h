@@ -170,4 +170,12 @@ class GgufWriter {
   std::vector<Entry> tensors_;
 };
 
+// A GGUF file with its weights converted to `type` (F32, F16, BF16, Q8_0 or
+// Q4_0): every tensor of 2 or more dimensions whose rows are whole blocks of
+// the type, except norms; 1-D tensors (norms, biases) and the rest keep their
+// type, as llama.cpp's quantizer does. The metadata is copied, with
+// general.file_type set to the new type. Sources may be F32, F16, BF16, Q8_0
+// or Q4_0 (K-quant sources are an error that names the tensor).
+GgufWriter convert_gguf(const GgufFile& in, GgmlType type);
+
 }  // namespace tessera::llm

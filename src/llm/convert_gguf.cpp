@@ -1,0 +1,76 @@
+// convert_gguf: a GGUF file's weights in another type (tessera quantize-gguf).
+#include <string>
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/error.h"
+#include "tessera/llm/gguf.h"
+#include "tessera/ops/ops.h"
+#include "tessera/quant/weights.h"
+
+namespace tessera::llm {
+namespace {
+
+// llama.cpp's general.file_type of a file whose weights are `t`.
+int64_t file_type_of(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return 0;
+    case GgmlType::F16: return 1;
+    case GgmlType::Q4_0: return 2;
+    case GgmlType::Q8_0: return 7;
+    case GgmlType::BF16: return 32;
+    default: TS_ERROR("convert_gguf: weights can be converted to F32, F16, BF16, Q8_0 or Q4_0, not ", ggml_type_name(t));
+  }
+}
+
+// A tensor's values as f32 [rows, ne[0]].
+Tensor as_f32_rows(const GgufFile& f, const GgufTensorInfo& t) {
+  const int64_t cols = t.ne[0], rows = cols == 0 ? 0 : t.numel() / cols;
+  switch (t.type) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
+      return f.tensor(t.name).to(DType::F32).reshape({rows, cols});
+    case GgmlType::Q8_0: return ops::dequantize_weight(f.tensor(t.name), {}, {}, "q8_0");
+    case GgmlType::Q4_0: return ops::dequantize_weight(f.tensor(t.name), {}, {}, "q4_0");
+    default: TS_ERROR(f.what(), ": tensor '", t.name, "' is ", ggml_type_name(t.type), ", which convert_gguf cannot "
+                      "read yet (F32, F16, BF16, Q8_0 and Q4_0 it can)");
+  }
+}
+
+bool is_norm(const std::string& name) { return name.find("norm") != std::string::npos; }
+
+// A tensor's bytes as a U8 view that keeps `t` (and what it maps) alive.
+Tensor bytes_of(const Tensor& t) {
+  Tensor c = t.contiguous();
+  return from_blob(c.raw_data(), {static_cast<int64_t>(c.nbytes())}, DType::U8, [c](void*) {});
+}
+
+}  // namespace
+
+GgufWriter convert_gguf(const GgufFile& in, GgmlType type) {
+  const int64_t ftype = file_type_of(type);
+  GgufWriter w(static_cast<uint32_t>(in.alignment()));
+  for (const auto& [key, v] : in.metadata())
+    if (key != "general.alignment") w.set(key, v);
+  w.set("general.file_type", GgufValue::integer(GgufType::U32, ftype));
+  if (type == GgmlType::Q8_0 || type == GgmlType::Q4_0)
+    w.set("general.quantization_version", GgufValue::integer(GgufType::U32, 2));
+  NoGradGuard no_grad;
+  for (const GgufTensorInfo& t : in.tensors()) {
+    const bool convert = t.ne.size() >= 2 && t.ne[0] % ggml_block_size(type) == 0 && !is_norm(t.name) && t.type != type;
+    if (!convert) {
+      w.add_tensor(t.name, t.type, t.ne, bytes_of(in.tensor(t.name)));
+      continue;
+    }
+    Tensor x = as_f32_rows(in, t);
+    Tensor bytes;
+    switch (type) {
+      case GgmlType::F32: bytes = x.contiguous(); break;
+      case GgmlType::F16: bytes = x.to(DType::F16).contiguous(); break;
+      case GgmlType::BF16: bytes = x.to(DType::BF16).contiguous(); break;
+      default: bytes = quant::quantize_weight(x, type == GgmlType::Q8_0 ? "q8_0" : "q4_0").qweight; break;
+    }
+    w.add_tensor(t.name, type, t.ne, bytes_of(bytes));
+  }
+  return w;
+}
+
+}  // namespace tessera::llm
