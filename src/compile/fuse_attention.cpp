@@ -161,20 +161,7 @@ bool fuse_one(Graph& g, Node* out, const Uses& u, bool inference) {
 }  // namespace
 
 int fuse_attention(Graph& g, bool inference) {
-  int changes = 0;
-  for (bool again = true; again;) {
-    again = false;
-    Uses u(g);
-    for (Node* n : g.nodes()) {
-      if (n->op == OpId::matmul && fuse_one(g, n, u, inference)) {
-        ++changes;
-        again = true;
-        break;  // uses changed
-      }
-    }
-    if (again) eliminate_dead_code(g);
-  }
-  return changes;
+  return rewrite_until_done(g, [&](Node* n, const Uses& u) { return n->op == OpId::matmul && fuse_one(g, n, u, inference); });
 }
 
 }  // namespace tessera::compile

@@ -7,6 +7,7 @@
 // The orders are the ones the primitives apply (linear's post-ops: eltwise
 // then binary add; conv's: sum then eltwise).
 #include "ops/op_utils.h"
+#include "compile/pattern.h"
 #include "tessera/compile/passes.h"
 #include "tessera/ops/op_table.h"
 
@@ -105,6 +106,29 @@ bool matmul_as_linear(Graph& g, Node* n, const std::vector<std::vector<Node*>>& 
   return true;
 }
 
+// linear [-> act] [-> add(residual)] as fused_linear; returns whether it fused.
+bool fuse_linear(Graph& g, Node* n, const std::vector<std::vector<Node*>>& uses, const std::vector<bool>& is_out) {
+  Value* y = n->outputs[0];
+  const Value* w = n->inputs[1];
+  if (y->dtype != DType::F32 || w->shape.size() != 2 || y->shape.size() < 2) return false;
+  Node* last = n;
+  std::string act = "none";
+  if (Node* u = only_user(y, uses, is_out); u && u->inputs.size() == 1 && !activation_of(u).empty()) {
+    act = activation_of(u);
+    last = u;
+  }
+  Value* residual = nullptr;
+  if (Node* u = residual_add(last->outputs[0], residual, uses, is_out)) last = u;
+  if (last == n) return false;
+  // At `last`'s place: every input (x, weight, bias defined before n, the
+  // residual read by `last`) exists there.
+  Node* f = g.add_node(OpId::fused_linear, {n->inputs[0], n->inputs[1], n->inputs[2], residual},
+                       ops::Attrs{{"activation", act}}, {{last->outputs[0]->dtype, last->outputs[0]->shape}}, last);
+  f->scope = n->scope;
+  g.replace_uses(last->outputs[0], f->outputs[0]);
+  return true;
+}
+
 }  // namespace
 
 int fuse_epilogues(Graph& g) {
@@ -120,41 +144,10 @@ int fuse_epilogues(Graph& g) {
       changes += made;
     }
   }
-  for (bool again = true; again;) {
-    again = false;
-    auto uses = g.uses();
-    auto is_out = g.is_output();
-    for (Node* n : g.nodes()) {
-      if (n->op == OpId::conv2d && fuse_conv(g, n, uses, is_out)) {
-        ++changes;
-        again = true;
-        break;  // uses changed
-      }
-      if (n->op != OpId::linear) continue;
-      Value* y = n->outputs[0];
-      const Value* w = n->inputs[1];
-      if (y->dtype != DType::F32 || w->shape.size() != 2 || y->shape.size() < 2) continue;
-      Node* last = n;
-      std::string act = "none";
-      if (Node* u = only_user(y, uses, is_out); u && u->inputs.size() == 1 && !activation_of(u).empty()) {
-        act = activation_of(u);
-        last = u;
-      }
-      Value* residual = nullptr;
-      if (Node* u = residual_add(last->outputs[0], residual, uses, is_out)) last = u;
-      if (last == n) continue;
-      // At `last`'s place: every input (x, weight, bias defined before n, the
-      // residual read by `last`) exists there.
-      Node* f = g.add_node(OpId::fused_linear, {n->inputs[0], n->inputs[1], n->inputs[2], residual},
-                           ops::Attrs{{"activation", act}}, {{last->outputs[0]->dtype, last->outputs[0]->shape}}, last);
-      f->scope = n->scope;
-      g.replace_uses(last->outputs[0], f->outputs[0]);
-      ++changes;
-      again = true;
-      break;  // uses changed
-    }
-    if (again) eliminate_dead_code(g);
-  }
+  changes += rewrite_until_done(g, [&](Node* n, const Uses& u) {
+    if (n->op == OpId::conv2d) return fuse_conv(g, n, u.of, u.is_out);
+    return n->op == OpId::linear && fuse_linear(g, n, u.of, u.is_out);
+  });
   return changes;
 }
 

@@ -99,20 +99,7 @@ bool fuse_one(Graph& g, Node* out, const Uses& u, bool inference) {
 }  // namespace
 
 int fuse_gelu(Graph& g, bool inference) {
-  int changes = 0;
-  for (bool again = true; again;) {
-    again = false;
-    Uses u(g);
-    for (Node* n : g.nodes()) {
-      if (n->op == OpId::mul && fuse_one(g, n, u, inference)) {
-        ++changes;
-        again = true;
-        break;  // uses changed
-      }
-    }
-    if (again) eliminate_dead_code(g);
-  }
-  return changes;
+  return rewrite_until_done(g, [&](Node* n, const Uses& u) { return n->op == OpId::mul && fuse_one(g, n, u, inference); });
 }
 
 }  // namespace tessera::compile

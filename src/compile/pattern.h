@@ -2,10 +2,12 @@
 // Helpers of the passes that match op patterns in a graph (fuse_attention,
 // fuse_gelu): who reads a value, which node made it, and the value of a
 // scalar constant.
+#include <functional>
 #include <optional>
 #include <vector>
 
 #include "tessera/compile/graph.h"
+#include "tessera/compile/passes.h"
 #include "tessera/ops/op_table.h"
 
 namespace tessera::compile {
@@ -31,6 +33,26 @@ inline std::optional<double> scalar_of(const Value* v, bool inference) {
   if (!v || !(v->kind == ValueKind::kConstant || (inference && v->kind == ValueKind::kParameter))) return {};
   if (!v->data.defined() || v->data.numel() != 1 || !is_floating(v->data.dtype())) return {};
   return v->data.to(DType::F64).item<double>();
+}
+
+// Offers each node to `rewrite` (which returns whether it changed the graph)
+// until a pass over all nodes changes nothing; the readers are recomputed
+// and dead nodes removed after each change. Returns the number of rewrites.
+inline int rewrite_until_done(Graph& g, const std::function<bool(Node*, const Uses&)>& rewrite) {
+  int changes = 0;
+  for (bool again = true; again;) {
+    again = false;
+    Uses u(g);
+    for (Node* n : g.nodes()) {
+      if (rewrite(n, u)) {
+        ++changes;
+        again = true;
+        break;  // the readers changed
+      }
+    }
+    if (again) eliminate_dead_code(g);
+  }
+  return changes;
 }
 
 }  // namespace tessera::compile

@@ -10,18 +10,6 @@
 namespace tessera::llm {
 namespace {
 
-// llama.cpp's general.file_type of a file whose weights are `t`.
-int64_t file_type_of(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32: return 0;
-    case GgmlType::F16: return 1;
-    case GgmlType::Q4_0: return 2;
-    case GgmlType::Q8_0: return 7;
-    case GgmlType::BF16: return 32;
-    default: TS_ERROR("convert_gguf: weights can be converted to F32, F16, BF16, Q8_0 or Q4_0, not ", ggml_type_name(t));
-  }
-}
-
 // A tensor's values as f32 [rows, ne[0]].
 Tensor as_f32_rows(const GgufFile& f, const GgufTensorInfo& t) {
   const int64_t cols = t.ne[0], rows = cols == 0 ? 0 : t.numel() / cols;
@@ -46,7 +34,7 @@ Tensor bytes_of(const Tensor& t) {
 }  // namespace
 
 GgufWriter convert_gguf(const GgufFile& in, GgmlType type) {
-  const int64_t ftype = file_type_of(type);
+  const int64_t ftype = ggml_file_type(type);
   GgufWriter w(static_cast<uint32_t>(in.alignment()));
   for (const auto& [key, v] : in.metadata())
     if (key != "general.alignment") w.set(key, v);

@@ -220,6 +220,17 @@ int64_t ggml_row_bytes(GgmlType t, int64_t n) {
   return n / ggml_block_size(t) * ggml_block_bytes(t);
 }
 
+int64_t ggml_file_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return 0;
+    case GgmlType::F16: return 1;
+    case GgmlType::Q4_0: return 2;
+    case GgmlType::Q8_0: return 7;
+    case GgmlType::BF16: return 32;
+    default: TS_ERROR("GGUF: weights can be written as F32, F16, BF16, Q8_0 or Q4_0, not ", ggml_type_name(t));
+  }
+}
+
 const char* gguf_type_name(GgufType t) {
   switch (t) {
     case GgufType::U8: return "u8";

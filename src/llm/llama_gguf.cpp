@@ -37,18 +37,6 @@ std::vector<Name> tensor_names(const nn::zoo::LlamaConfig& c) {
   return n;
 }
 
-// llama.cpp's general.file_type for the type of a file's weights.
-uint32_t file_type(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32: return 0;
-    case GgmlType::F16: return 1;
-    case GgmlType::Q4_0: return 2;
-    case GgmlType::Q8_0: return 7;
-    case GgmlType::BF16: return 32;
-    default: TS_ERROR("llama_to_gguf: weights can be written as F32, F16, BF16, Q8_0 or Q4_0, not ", ggml_type_name(t));
-  }
-}
-
 // [rows, cols] with rows = heads * d regrouped: (h, half, i) <-> (h, i, half).
 Tensor regroup(const Tensor& w, int64_t heads, bool to_gguf) {
   TS_CHECK(w.dim() == 2 && heads > 0 && w.size(0) % (2 * heads) == 0, "Llama GGUF: a query/key weight of shape ",
@@ -71,7 +59,7 @@ Tensor rope_rows_from_gguf(const Tensor& w, int64_t n_heads) { return regroup(w,
 
 GgufWriter llama_to_gguf(const nn::zoo::Llama& model, const LlamaGgufOptions& opts) {
   const nn::zoo::LlamaConfig& c = model.config;
-  const uint32_t ftype = file_type(opts.type);
+  const int64_t ftype = ggml_file_type(opts.type);
   auto u32 = [](int64_t v) { return GgufValue::integer(GgufType::U32, v); };
   GgufWriter w;
   w.set("general.architecture", GgufValue::string("llama"));

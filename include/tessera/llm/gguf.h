@@ -36,6 +36,9 @@ int64_t ggml_block_size(GgmlType t);
 int64_t ggml_block_bytes(GgmlType t);
 // Bytes of a row of n elements (n a multiple of the block size).
 int64_t ggml_row_bytes(GgmlType t, int64_t n);
+// llama.cpp's general.file_type for a file whose weights are F32, F16, BF16,
+// Q8_0 or Q4_0 (an error for the other types).
+int64_t ggml_file_type(GgmlType weights);
 
 // A metadata value's type (the numbers are GGUF's).
 enum class GgufType : uint32_t {
