@@ -22,6 +22,7 @@
 #include "tessera/io/npy.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/llm/gguf.h"
+#include "tessera/llm/tokenizer.h"
 #include "tessera/serve/protocol.h"
 
 namespace tessera::fuzz {
@@ -95,6 +96,10 @@ inline void run_target(std::string_view target, const char* p, size_t n) {
     for (const auto& t : f.tensors()) {
       Tensor x = f.tensor(t.name);
       if (x.numel() > 0) (void)x.contiguous();
+    }
+    if (f.find("tokenizer.ggml.model")) {  // a vocabulary: build it and tokenize with it
+      llm::Tokenizer tok = llm::Tokenizer::from_gguf(f);
+      for (bool special : {false, true}) (void)tok.decode(tok.encode("Hello <s> w\xc3\xb6rld\xff", true, special));
     }
   } else {
     throw std::logic_error("fuzz: unknown target " + std::string(target));
