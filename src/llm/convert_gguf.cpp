@@ -23,7 +23,15 @@ Tensor as_f32_rows(const GgufFile& f, const GgufTensorInfo& t) {
   }
 }
 
-bool is_norm(const std::string& name) { return name.find("norm") != std::string::npos; }
+// Whether llama.cpp's quantizer converts a tensor of this name: weights, but
+// not norms, MoE routers, position or token-type embeddings.
+bool quantizable(const std::string& name) {
+  auto ends_with = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
+  if (!ends_with("weight")) return false;
+  for (const char* skip : {"norm", "ffn_gate_inp", "pos_embd", "token_types", "ssm_conv1d", "attn_rel_b"})
+    if (name.find(skip) != std::string::npos) return false;
+  return true;
+}
 
 // A tensor's bytes as a U8 view that keeps `t` (and what it maps) alive.
 Tensor bytes_of(const Tensor& t) {
@@ -43,7 +51,7 @@ GgufWriter convert_gguf(const GgufFile& in, GgmlType type) {
     w.set("general.quantization_version", GgufValue::integer(GgufType::U32, 2));
   NoGradGuard no_grad;
   for (const GgufTensorInfo& t : in.tensors()) {
-    const bool convert = t.ne.size() >= 2 && t.ne[0] % ggml_block_size(type) == 0 && !is_norm(t.name) && t.type != type;
+    const bool convert = t.ne.size() >= 2 && t.ne[0] % ggml_block_size(type) == 0 && quantizable(t.name) && t.type != type;
     if (!convert) {
       w.add_tensor(t.name, t.type, t.ne, bytes_of(in.tensor(t.name)));
       continue;

@@ -21,6 +21,10 @@ constexpr uint32_t kMaxDims = 4;        // ggml's GGML_MAX_DIMS
 constexpr size_t kMaxTensorName = 63;   // ggml's GGML_MAX_NAME, less its NUL
 constexpr size_t kMaxKey = 65535;       // the specification's limit on keys
 constexpr int64_t kMaxElements = int64_t{1} << 50;
+// Array elements decoded from one file: an element takes 8 (numbers) to 32
+// (strings) bytes in memory for 1 to 8 on disk, so the bytes left alone do
+// not bound memory. A large vocabulary has under a million entries.
+constexpr uint64_t kMaxArrayElements = uint64_t{1} << 26;
 
 // ggml's names for every type number it defines, so that an error can say
 // which type a file uses that Tessera does not read.
@@ -126,7 +130,7 @@ bool read_bool(Cursor& c, const std::string& what, const std::string& key) {
   return b == 1;
 }
 
-GgufValue read_value(Cursor& c, GgufType t, const std::string& what, const std::string& key) {
+GgufValue read_value(Cursor& c, GgufType t, const std::string& what, const std::string& key, uint64_t& elements) {
   const std::string field = "the value of '" + key + "'";
   if (is_integer(t)) return GgufValue::integer(t, read_integer(c, t, field));
   switch (t) {
@@ -143,6 +147,9 @@ GgufValue read_value(Cursor& c, GgufType t, const std::string& what, const std::
   const uint64_t n = c.read<uint64_t>(field);
   TS_CHECK(n <= c.left() / min_bytes(elem), what, ": key '", key, "' claims ", n, " elements of ", gguf_type_name(elem),
            " at byte ", at, ", more than the ", c.left(), " bytes left can hold");
+  elements += n;
+  TS_CHECK(elements <= kMaxArrayElements, what, ": the metadata's arrays hold more than ", kMaxArrayElements,
+           " elements in all (key '", key, "' at byte ", at, ")");
   if (is_integer(elem) || elem == GgufType::Bool) {
     std::vector<int64_t> v(n);
     for (auto& x : v) x = elem == GgufType::Bool ? read_bool(c, what, key) : read_integer(c, elem, field);
@@ -188,7 +195,8 @@ std::optional<GgmlType> ggml_type_from_name(std::string_view name) {
   for (GgmlType t : kGgmlTypes) {
     const std::string_view n = ggml_type_name(t);
     if (n.size() == name.size() &&
-        std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) { return a == std::toupper(b); }))
+        std::equal(n.begin(), n.end(), name.begin(),
+                   [](char a, char b) { return a == std::toupper(static_cast<unsigned char>(b)); }))
       return t;
   }
   return std::nullopt;
@@ -252,8 +260,24 @@ const char* gguf_type_name(GgufType t) {
 
 // ---- values -----------------------------------------------------------------
 
+namespace {
+// Whether v fits an integer type (a U64 is given as its bit pattern: any v).
+bool fits(GgufType t, int64_t v) {
+  switch (t) {
+    case GgufType::U8: case GgufType::Bool: return v >= 0 && v <= 0xFF;
+    case GgufType::I8: return v >= -128 && v <= 127;
+    case GgufType::U16: return v >= 0 && v <= 0xFFFF;
+    case GgufType::I16: return v >= -32768 && v <= 32767;
+    case GgufType::U32: return v >= 0 && v <= 0xFFFFFFFFll;
+    case GgufType::I32: return v >= INT32_MIN && v <= INT32_MAX;
+    default: return true;
+  }
+}
+}  // namespace
+
 GgufValue GgufValue::integer(GgufType type, int64_t v) {
   TS_CHECK(is_integer(type), "GgufValue::integer: ", gguf_type_name(type), " is not an integer type");
+  TS_CHECK(fits(type, v), "GgufValue::integer: ", v, " does not fit ", gguf_type_name(type));
   GgufValue x;
   x.type_ = type;
   x.i_ = v;
@@ -282,6 +306,7 @@ GgufValue GgufValue::string(std::string v) {
 GgufValue GgufValue::integers(GgufType elem, std::vector<int64_t> v) {
   TS_CHECK(is_integer(elem) || elem == GgufType::Bool, "GgufValue::integers: ", gguf_type_name(elem),
            " is not an integer type");
+  for (int64_t x : v) TS_CHECK(fits(elem, x), "GgufValue::integers: ", x, " does not fit ", gguf_type_name(elem));
   GgufValue x;
   x.type_ = GgufType::Array;
   x.elem_ = elem;
@@ -433,6 +458,7 @@ void GgufFile::parse_all() {
            " bytes left can hold");
 
   std::set<std::string, std::less<>> keys;
+  uint64_t array_elements = 0;
   for (uint64_t i = 0; i < n_kv; ++i) {
     const size_t at = c.pos();
     std::string key = c.string("metadata key " + std::to_string(i));
@@ -441,7 +467,7 @@ void GgufFile::parse_all() {
     TS_CHECK(keys.insert(key).second, what, ": metadata key '", key, "' appears twice (again at byte ", at, ")");
     const size_t type_at = c.pos();
     const GgufType t = value_type(c.read<uint32_t>("the type of '" + key + "'"), what, key, type_at);
-    GgufValue v = read_value(c, t, what, key);
+    GgufValue v = read_value(c, t, what, key, array_elements);
     kv_.emplace_back(std::move(key), std::move(v));
   }
   if (const GgufValue* a = find("general.alignment")) {
@@ -492,12 +518,12 @@ void GgufFile::parse_all() {
   TS_CHECK(data_offset_ <= size_, what, ": the data section would start at byte ", data_offset_, ", past the end of "
            "the ", size_, "-byte file (truncated?)");
   const uint64_t data_size = size_ - data_offset_;
-  std::vector<const GgufTensorInfo*> order;
+  std::vector<const GgufTensorInfo*> order;  // the tensors with bytes (an empty one may share an offset)
   for (const auto& t : tensors_) {
     TS_CHECK(t.offset <= data_size && t.nbytes <= data_size - t.offset, what, ": tensor '", t.name, "' (",
              ggml_type_name(t.type), ", ", t.nbytes, " bytes at data offset ", t.offset, ") runs past the end of the ",
              data_size, "-byte data section (truncated?)");
-    order.push_back(&t);
+    if (t.nbytes > 0) order.push_back(&t);
   }
   std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
   for (size_t i = 1; i < order.size(); ++i)
@@ -558,6 +584,9 @@ GgufWriter::GgufWriter(uint32_t alignment) : alignment_(alignment) {
 
 void GgufWriter::set(const std::string& key, GgufValue v) {
   TS_CHECK(!key.empty() && key.size() <= kMaxKey, "GgufWriter: a key must be 1 to 65535 bytes");
+  TS_CHECK(key != "general.alignment" || (v.type() == GgufType::U32 && v.as_uint() == alignment_),
+           "GgufWriter: general.alignment follows the writer's alignment (", alignment_, "); give it to the "
+           "constructor instead");
   for (auto& [k, old] : kv_)
     if (k == key) {
       old = std::move(v);

@@ -15,27 +15,32 @@ namespace {
 // its rows are grouped in when it is a query or key weight (0 otherwise).
 struct Name {
   std::string param, gguf;
+  Shape shape;  // row-major
   int64_t rope_heads = 0;
 };
 
 std::vector<Name> tensor_names(const nn::zoo::LlamaConfig& c) {
-  std::vector<Name> n = {{"model.embed_tokens.weight", "token_embd.weight"}};
+  const int64_t d = c.dim, kv = c.dim / c.n_heads * c.n_kv_heads, h = c.hidden_dim;
+  std::vector<Name> n = {{"model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d}}};
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".", b = "blk." + std::to_string(i) + ".";
-    n.push_back({p + "input_layernorm.weight", b + "attn_norm.weight"});
-    n.push_back({p + "self_attn.q_proj.weight", b + "attn_q.weight", c.n_heads});
-    n.push_back({p + "self_attn.k_proj.weight", b + "attn_k.weight", c.n_kv_heads});
-    n.push_back({p + "self_attn.v_proj.weight", b + "attn_v.weight"});
-    n.push_back({p + "self_attn.o_proj.weight", b + "attn_output.weight"});
-    n.push_back({p + "post_attention_layernorm.weight", b + "ffn_norm.weight"});
-    n.push_back({p + "mlp.gate_proj.weight", b + "ffn_gate.weight"});
-    n.push_back({p + "mlp.up_proj.weight", b + "ffn_up.weight"});
-    n.push_back({p + "mlp.down_proj.weight", b + "ffn_down.weight"});
+    n.push_back({p + "input_layernorm.weight", b + "attn_norm.weight", {d}});
+    n.push_back({p + "self_attn.q_proj.weight", b + "attn_q.weight", {d, d}, c.n_heads});
+    n.push_back({p + "self_attn.k_proj.weight", b + "attn_k.weight", {kv, d}, c.n_kv_heads});
+    n.push_back({p + "self_attn.v_proj.weight", b + "attn_v.weight", {kv, d}});
+    n.push_back({p + "self_attn.o_proj.weight", b + "attn_output.weight", {d, d}});
+    n.push_back({p + "post_attention_layernorm.weight", b + "ffn_norm.weight", {d}});
+    n.push_back({p + "mlp.gate_proj.weight", b + "ffn_gate.weight", {h, d}});
+    n.push_back({p + "mlp.up_proj.weight", b + "ffn_up.weight", {h, d}});
+    n.push_back({p + "mlp.down_proj.weight", b + "ffn_down.weight", {d, h}});
   }
-  n.push_back({"model.norm.weight", "output_norm.weight"});
-  if (!c.tie_embeddings) n.push_back({"lm_head.weight", "output.weight"});
+  n.push_back({"model.norm.weight", "output_norm.weight", {d}});
+  if (!c.tie_embeddings) n.push_back({"lm_head.weight", "output.weight", {c.vocab_size, d}});
   return n;
 }
+
+// The longest context whose RoPE tables the model precomputes from a file.
+constexpr int64_t kMaxContext = int64_t{1} << 18;
 
 // [rows, cols] with rows = heads * d regrouped: (h, half, i) <-> (h, i, half).
 Tensor regroup(const Tensor& w, int64_t heads, bool to_gguf) {
@@ -137,6 +142,29 @@ nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f) {
     TS_CHECK(v->as_int("llama.rope.dimension_count") == c.dim / c.n_heads, f.what(), ": RoPE over ", v->as_int(),
              " of each head's ", c.dim / c.n_heads, " dimensions is not supported (all of them are)");
   c.tie_embeddings = f.find_tensor("output.weight") == nullptr;
+  TS_CHECK(c.max_seq_len <= kMaxContext, f.what(), ": llama.context_length ", c.max_seq_len, " is above the ",
+           kMaxContext, " positions Tessera's Llama precomputes RoPE tables for");
+  // What would change the computation and is not implemented is refused, not ignored.
+  if (const GgufValue* v = f.find("llama.rope.scaling.type"))
+    TS_CHECK(v->as_string("llama.rope.scaling.type") == "none", f.what(), ": llama.rope.scaling.type '",
+             v->as_string(), "' (RoPE scaling) is not supported yet");
+  // Every tensor the model needs, in its shape, and no other: checked before
+  // anything is allocated, so the sizes are those of tensors in the file.
+  const std::vector<Name> names = tensor_names(c);
+  for (const Name& n : names) {
+    const GgufTensorInfo* t = f.find_tensor(n.gguf);
+    TS_CHECK(t != nullptr, f.what(), ": the file has no tensor '", n.gguf, "', which a llama model of ", c.n_layers,
+             " layers needs");
+    TS_CHECK(t->shape() == n.shape, f.what(), ": ", n.gguf, " is ", shape_str(t->shape()), ", the configuration "
+             "needs ", shape_str(n.shape));
+  }
+  for (const GgufTensorInfo& t : f.tensors()) {
+    bool known = false;
+    for (const Name& n : names) known = known || n.gguf == t.name;
+    TS_CHECK(known, f.what(), ": tensor '", t.name, "' is not part of the llama models Tessera reads",
+             t.name == "rope_freqs.weight" ? " (per-dimension RoPE frequencies, Llama 3.1's scaling: not supported yet)"
+                                           : "");
+  }
   return c;
 }
 
@@ -150,9 +178,8 @@ std::shared_ptr<nn::zoo::Llama> load_llama_gguf(const GgufFile& f) {
     Tensor* dst = nullptr;
     for (auto& [pn, t] : params)
       if (pn == n.param) dst = &t;
-    TS_CHECK(dst != nullptr, "load_llama_gguf: the model has no parameter '", n.param, "'");
-    TS_CHECK(info.shape() == dst->shape(), f.what(), ": ", n.gguf, " is ", shape_str(info.shape()), ", the model "
-             "needs ", shape_str(dst->shape()));
+    TS_CHECK(dst != nullptr && info.shape() == dst->shape(), "load_llama_gguf: the model's parameter '", n.param,
+             "' does not match ", n.gguf);
     Tensor w;
     switch (info.type) {
       case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: w = f.tensor(n.gguf).to(DType::F32); break;

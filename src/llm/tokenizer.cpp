@@ -11,12 +11,11 @@ namespace {
 
 const std::string kSpace = "\xe2\x96\x81";  // U+2581, SentencePiece's space
 
-// Bytes of the UTF-8 character that starts with byte c (1 for a stray byte).
+// Bytes of the UTF-8 character that starts with byte c, by its high four
+// bits as llama.cpp counts them (a stray continuation byte: 1; 0xF8-0xFF: 4).
 size_t utf8_len(unsigned char c) {
-  if (c < 0xC0) return 1;
-  if (c < 0xE0) return 2;
-  if (c < 0xF0) return 3;
-  return c < 0xF8 ? 4 : 1;
+  static const size_t by_high_bits[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return by_high_bits[c >> 4];
 }
 
 std::string escape_spaces(std::string_view s) {
@@ -374,7 +373,7 @@ std::string StreamDecoder::next(int32_t id) {
   for (size_t back = 1; back <= std::min<size_t>(4, pending_.size()); ++back) {
     const unsigned char c = static_cast<unsigned char>(pending_[pending_.size() - back]);
     if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
-    if (c >= 0xC0 && utf8_len(c) > back) keep = back;
+    if (c >= 0xC0 && c < 0xF8 && utf8_len(c) > back) keep = back;
     break;
   }
   std::string out = pending_.substr(0, pending_.size() - keep);

@@ -257,6 +257,13 @@ TEST(Gguf, HostileFilesAreErrorsThatSayWhy) {
     d.s.append(64, '\0');
     expect_rejected(d.s, "tensor name 'a' appears twice");
   }
+  // An empty tensor may share its offset with the next one.
+  {
+    Bytes b;
+    b.header(2, 0).tensor("empty", {0, 8}, 0, 0).tensor("w", {8}, 0, 0).pad(32);
+    b.s.append(32, '\0');
+    EXPECT_EQ(error_of_parse(b.s), "");
+  }
   // The header ends, with tensors, before the data section could start.
   expect_rejected(Bytes().header(1, 0).tensor("w", {8}, 0, 0).s, "past the end of the");
 }
@@ -270,7 +277,14 @@ TEST(Gguf, TypesAndNames) {
   EXPECT_EQ(llm::ggml_row_bytes(GgmlType::BF16, 10), 20);
   EXPECT_NE(testing::error_of([] { llm::ggml_row_bytes(GgmlType::Q4_0, 48); }).find("not a whole number"),
             std::string::npos);
+  EXPECT_NE(testing::error_of([] { GgufValue::integer(GgufType::U8, 300); }).find("300 does not fit u8"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] { GgufValue::integers(GgufType::I16, {1, 40000}); }).find("40000 does not fit i16"),
+            std::string::npos);
   GgufWriter w;
+  EXPECT_NE(testing::error_of([&] { w.set("general.alignment", GgufValue::integer(GgufType::U32, 64)); })
+                .find("give it to the constructor"),
+            std::string::npos);
   EXPECT_NE(testing::error_of([&] { w.add_tensor("x", ones({2}, DType::I64)); })
                 .find("tensor 'x' is i64; write F32, F16 or BF16"),
             std::string::npos);

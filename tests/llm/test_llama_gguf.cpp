@@ -125,6 +125,27 @@ TEST(LlamaGguf, TokenizerTravelsAndBadFilesSayWhy) {
   GgufFile bad = parsed(w, b2);
   EXPECT_NE(testing::error_of([&] { llm::load_llama_gguf(bad); }).find("3 heads (4 for keys and values) do not divide"),
             std::string::npos);
+  auto load_error = [&](llm::GgufWriter& ww) {
+    std::string b;
+    GgufFile ff = parsed(ww, b);
+    return testing::error_of([&] { llm::load_llama_gguf(ff); });
+  };
+  llm::GgufWriter extra = llm::llama_to_gguf(*m);
+  extra.add_tensor("rope_freqs.weight", ones({8}));
+  EXPECT_NE(load_error(extra).find("tensor 'rope_freqs.weight' is not part of the llama models Tessera reads "
+                                   "(per-dimension RoPE frequencies"),
+            std::string::npos);
+  llm::GgufWriter scaled = llm::llama_to_gguf(*m);
+  scaled.set("llama.rope.scaling.type", llm::GgufValue::string("yarn"));
+  EXPECT_NE(load_error(scaled).find("llama.rope.scaling.type 'yarn' (RoPE scaling) is not supported yet"),
+            std::string::npos);
+  llm::GgufWriter huge = llm::llama_to_gguf(*m);
+  huge.set("llama.feed_forward_length", llm::GgufValue::integer(llm::GgufType::U32, 2147483647));
+  EXPECT_NE(load_error(huge).find("blk.0.ffn_gate.weight is [96, 64], the configuration needs [2147483647, 64]"),
+            std::string::npos);
+  llm::GgufWriter long_ctx = llm::llama_to_gguf(*m);
+  long_ctx.set("llama.context_length", llm::GgufValue::integer(llm::GgufType::U32, 1 << 30));
+  EXPECT_NE(load_error(long_ctx).find("precomputes RoPE tables for"), std::string::npos);
   llm::GgufWriter nameless;
   nameless.set("general.architecture", llm::GgufValue::string("gpt2"));
   std::string b3;

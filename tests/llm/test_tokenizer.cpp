@@ -63,6 +63,8 @@ TEST(Tokenizer, SentencePieceMergesByScoreThenPosition) {
   EXPECT_EQ(tie.encode("b ab", false), (Ids{259, 261, 267, 261}));
   // A character with no token is written as its UTF-8 bytes.
   EXPECT_EQ(t.encode("\xc3\xa9", false), (Ids{259, 3 + 0xC3, 3 + 0xA9}));
+  // A byte 0xF8-0xFF starts a 4-byte symbol, as llama.cpp counts it.
+  EXPECT_EQ(t.encode("\xff" "ab", false), (Ids{259, 3 + 0xFF, 3 + 'a', 3 + 'b'}));
   EXPECT_EQ(t.encode("", false), Ids{});
   EXPECT_EQ(t.encode("", true), Ids{1});
   Tokenizer no_prefix = small_vocab(false);
