@@ -1,4 +1,5 @@
-// convert_gguf: a GGUF file's weights in another type (tessera quantize-gguf).
+// GGUF tensors as f32, and convert_gguf: a file's weights in another type
+// (tessera quantize-gguf).
 #include <string>
 
 #include "tessera/autograd/grad_mode.h"
@@ -9,19 +10,6 @@
 
 namespace tessera::llm {
 namespace {
-
-// A tensor's values as f32 [rows, ne[0]].
-Tensor as_f32_rows(const GgufFile& f, const GgufTensorInfo& t) {
-  const int64_t cols = t.ne[0], rows = cols == 0 ? 0 : t.numel() / cols;
-  switch (t.type) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
-      return f.tensor(t.name).to(DType::F32).reshape({rows, cols});
-    case GgmlType::Q8_0: return ops::dequantize_weight(f.tensor(t.name), {}, {}, "q8_0");
-    case GgmlType::Q4_0: return ops::dequantize_weight(f.tensor(t.name), {}, {}, "q4_0");
-    default: TS_ERROR(f.what(), ": tensor '", t.name, "' is ", ggml_type_name(t.type), ", which convert_gguf cannot "
-                      "read yet (F32, F16, BF16, Q8_0 and Q4_0 it can)");
-  }
-}
 
 // Whether llama.cpp's quantizer converts a tensor of this name: weights, but
 // not norms, MoE routers, position or token-type embeddings.
@@ -41,6 +29,18 @@ Tensor bytes_of(const Tensor& t) {
 
 }  // namespace
 
+Tensor dequantize_gguf_tensor(const GgufFile& f, const GgufTensorInfo& t) {
+  const int64_t cols = t.ne[0], rows = cols == 0 ? 0 : t.numel() / cols;
+  switch (t.type) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
+      return f.tensor(t.name).to(DType::F32).reshape({rows, cols});
+    case GgmlType::Q8_0: return ops::dequantize_weight(f.tensor(t.name), {}, {}, "q8_0");
+    case GgmlType::Q4_0: return ops::dequantize_weight(f.tensor(t.name), {}, {}, "q4_0");
+    default: TS_ERROR(f.what(), ": tensor '", t.name, "' is ", ggml_type_name(t.type), ", which Tessera does not "
+                      "dequantize yet (F32, F16, BF16, Q8_0 and Q4_0 it does)");
+  }
+}
+
 GgufWriter convert_gguf(const GgufFile& in, GgmlType type) {
   const int64_t ftype = ggml_file_type(type);
   GgufWriter w(static_cast<uint32_t>(in.alignment()));
@@ -56,7 +56,7 @@ GgufWriter convert_gguf(const GgufFile& in, GgmlType type) {
       w.add_tensor(t.name, t.type, t.ne, bytes_of(in.tensor(t.name)));
       continue;
     }
-    Tensor x = as_f32_rows(in, t);
+    Tensor x = dequantize_gguf_tensor(in, t);
     Tensor bytes;
     switch (type) {
       case GgmlType::F32: bytes = x.contiguous(); break;

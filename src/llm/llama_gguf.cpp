@@ -144,7 +144,8 @@ nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f) {
   c.tie_embeddings = f.find_tensor("output.weight") == nullptr;
   TS_CHECK(c.max_seq_len <= kMaxContext, f.what(), ": llama.context_length ", c.max_seq_len, " is above the ",
            kMaxContext, " positions Tessera's Llama precomputes RoPE tables for");
-  // What would change the computation and is not implemented is refused, not ignored.
+  // Keys and tensors that would change the computation are refused unless
+  // Tessera computes them, so a file never loads as a different model.
   if (const GgufValue* v = f.find("llama.rope.scaling.type"))
     TS_CHECK(v->as_string("llama.rope.scaling.type") == "none", f.what(), ": llama.rope.scaling.type '",
              v->as_string(), "' (RoPE scaling) is not supported yet");
@@ -180,14 +181,7 @@ std::shared_ptr<nn::zoo::Llama> load_llama_gguf(const GgufFile& f) {
       if (pn == n.param) dst = &t;
     TS_CHECK(dst != nullptr && info.shape() == dst->shape(), "load_llama_gguf: the model's parameter '", n.param,
              "' does not match ", n.gguf);
-    Tensor w;
-    switch (info.type) {
-      case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: w = f.tensor(n.gguf).to(DType::F32); break;
-      case GgmlType::Q8_0: w = ops::dequantize_weight(f.tensor(n.gguf), {}, {}, "q8_0"); break;
-      case GgmlType::Q4_0: w = ops::dequantize_weight(f.tensor(n.gguf), {}, {}, "q4_0"); break;
-      default: TS_ERROR(f.what(), ": ", n.gguf, " is ", ggml_type_name(info.type), ", which load_llama_gguf does not "
-                        "dequantize yet (it reads F32, F16, BF16, Q8_0 and Q4_0)");
-    }
+    Tensor w = dequantize_gguf_tensor(f, info);
     w = w.reshape(dst->shape());
     TS_CHECK(ops::all(ops::isfinite(w)).item<bool>(), f.what(), ": ", n.gguf, " holds values that are not finite");
     if (n.rope_heads) w = rope_rows_from_gguf(w, n.rope_heads);

@@ -137,18 +137,10 @@ TEST(FuseAttention, LeavesWhatItCannotFuseAlone) {
 // Softmax, MatMul; the imported graph runs the fused kernel again, causal,
 // with a dynamic sequence length.
 TEST(FuseAttention, ExportedGptRunsFusedAttentionAgain) {
-  manual_seed(5);
-  nn::zoo::GPTConfig gc;
-  gc.vocab_size = 16, gc.block_size = 16, gc.n_layer = 2, gc.n_head = 2, gc.n_embd = 8;
-  auto gpt = std::make_shared<nn::zoo::GPT>(gc);
-  gpt->eval();
+  testing::ExportedGpt e = testing::exported_small_gpt(5);
   NoGradGuard ng;
-  CaptureOptions co;
-  co.dynamic = {{0, 0, "B"}, {0, 1, "T"}};
-  Graph g = capture([&](const TensorList& in) { return TensorList{(*gpt)(in[0])}; }, {randint(0, 16, {2, 5})},
-                    gpt->named_parameters(), co);
-  optimize(g, {.disable = tessera_only_passes()});
-  Model m(import_onnx_bytes(onnx_bytes(g)));
+  auto& gpt = e.gpt;
+  Model& m = e.imported;
   const Graph& imported = m.graph();
   EXPECT_EQ(count_op(imported, "scaled_dot_product_attention"), 2) << dump(imported);
   EXPECT_EQ(count_op(imported, "softmax"), 0) << dump(imported);

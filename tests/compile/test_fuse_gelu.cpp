@@ -98,18 +98,10 @@ TEST(FuseGelu, NearMissesStay) {
 // The GPT's MLP comes back from ONNX as linear + one fused GELU epilogue:
 // no erf left, no separate elementwise pass.
 TEST(FuseGelu, ExportedGptGetsItsGeluEpiloguesBack) {
-  manual_seed(5);
-  nn::zoo::GPTConfig gc;
-  gc.vocab_size = 16, gc.block_size = 16, gc.n_layer = 2, gc.n_head = 2, gc.n_embd = 8;
-  auto gpt = std::make_shared<nn::zoo::GPT>(gc);
-  gpt->eval();
+  testing::ExportedGpt e = testing::exported_small_gpt(5);
   NoGradGuard ng;
-  CaptureOptions co;
-  co.dynamic = {{0, 0, "B"}, {0, 1, "T"}};
-  Graph g = capture([&](const TensorList& in) { return TensorList{(*gpt)(in[0])}; }, {randint(0, 16, {2, 5})},
-                    gpt->named_parameters(), co);
-  optimize(g, {.disable = tessera_only_passes()});
-  Model m(import_onnx_bytes(onnx_bytes(g)));
+  auto& gpt = e.gpt;
+  Model& m = e.imported;
   const Graph& imported = m.graph();
   EXPECT_EQ(count_op(imported, "erf"), 0) << dump(imported);
   EXPECT_EQ(count_op(imported, "fused_elementwise"), 0) << dump(imported);

@@ -173,6 +173,11 @@ class GgufWriter {
   std::vector<Entry> tensors_;
 };
 
+// A tensor's values in f32, as [rows, ne[0]] (rows: the other dimensions'
+// product): F32/F16/BF16 converted, Q8_0/Q4_0 dequantized; a K-quant is an
+// error that names the tensor.
+Tensor dequantize_gguf_tensor(const GgufFile& f, const GgufTensorInfo& t);
+
 // A GGUF file with its weights converted to `type` (F32, F16, BF16, Q8_0 or
 // Q4_0): every tensor of 2 or more dimensions whose rows are whole blocks of
 // the type, except norms; 1-D tensors (norms, biases) and the rest keep their

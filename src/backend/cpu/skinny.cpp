@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
 
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/scratch.h"
@@ -74,39 +75,30 @@ void store(const GemmArgs& g, float* y) {
   }
 }
 
-// The products y [rows, n] in f32: A's rows widened to f32 (read in place
-// when they are f32 rows already) against the weights in their own type.
-template <typename T>
-void products(const GemmArgs& g, float* y) {
+// The products y [rows, n] in f32 by `kernel`, which reads A's rows as X
+// (f32 for the widening kernels; bf16 for the bf16-dot one, Note [bf16 dot
+// products]): in place when they are X rows already, else converted once.
+template <typename T, typename X, typename Kernel>
+void products(const GemmArgs& g, float* y, Kernel kernel) {
   const int64_t rows = g.batch * g.m, n = g.n, k = g.k;
-  const bool in_place = g.dtype == DType::F32 && rows_in_place(g);
-  F32Scratch xbuf(in_place ? 0 : rows * k);
-  if (!in_place) rows_as<T, float>(g, xbuf.data());
-  const float* x = in_place ? static_cast<const float*>(g.a) : xbuf.data();
+  const bool in_place = std::is_same_v<T, X> && rows_in_place(g);
+  Scratch<X> xbuf(in_place ? 0 : rows * k);
+  if (!in_place) rows_as<T, X>(g, xbuf.data());
+  const X* x = in_place ? static_cast<const X*>(g.a) : xbuf.data();
   const int64_t ldx = in_place ? g.sa[1] : k;
-  const SkinnyRows kernel = kernels().skinny_rows[idx(g.dtype)];
   parallel_for(0, n, grain(k, sizeof(T)), [&](int64_t r0, int64_t r1) { kernel(g.b, g.sb[2], k, x, ldx, rows, y, n, r0, r1); });
-}
-
-// bf16 weights and activations on the CPU's bf16 dot products (Note [bf16
-// dot products]): A's rows stay bf16.
-void products_bf16_dot(const GemmArgs& g, float* y) {
-  const int64_t rows = g.batch * g.m, n = g.n, k = g.k;
-  const bool in_place = rows_in_place(g);
-  Scratch<BFloat16> xbuf(in_place ? 0 : rows * k);
-  if (!in_place) rows_as<BFloat16, BFloat16>(g, xbuf.data());
-  const BFloat16* x = in_place ? static_cast<const BFloat16*>(g.a) : xbuf.data();
-  const int64_t ldx = in_place ? g.sa[1] : k;
-  const SkinnyRowsBf16 kernel = kernels().skinny_rows_bf16;
-  parallel_for(0, n, grain(k, sizeof(BFloat16)),
-               [&](int64_t r0, int64_t r1) { kernel(g.b, g.sb[2], k, x, ldx, rows, y, n, r0, r1); });
 }
 
 template <typename T>
 void run(const GemmArgs& g) {
   F32Scratch y(g.batch * g.m * g.n);
-  if (g.dtype == DType::BF16 && kernels().skinny_rows_bf16) products_bf16_dot(g, y.data());
-  else products<T>(g, y.data());
+  const SkinnyRows widening = kernels().skinny_rows[idx(g.dtype)];
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (kernels().skinny_rows_bf16) products<T, BFloat16>(g, y.data(), kernels().skinny_rows_bf16);
+    else products<T, float>(g, y.data(), widening);
+  } else {
+    products<T, float>(g, y.data(), widening);
+  }
   store<T>(g, y.data());
 }
 
