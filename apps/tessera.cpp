@@ -10,6 +10,7 @@
 //   tessera inspect model.tsr [--dump]
 //   tessera quantize runs/char_gpt --method q4_0 [--activations int8] [--output DIR]
 //   tessera prune runs/fashion_mnist_mlp --sparsity 0.9 --finetune-steps 500 [--rounds 3] [--method structured]
+//   tessera generate model.gguf -p "Once upon a time" [-n 128] [--temp 0.8] [--seed 1] (apps/generate.cpp)
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -30,6 +31,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "generate.h"
 #include "latency.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/capture.h"
@@ -863,6 +865,9 @@ int main(int argc, char** argv) {
   qgguf->add_option("type", qg_type, "F32, F16, BF16, Q8_0 or Q4_0")->required()
       ->check(CLI::IsMember({"F32", "F16", "BF16", "Q8_0", "Q4_0", "f32", "f16", "bf16", "q8_0", "q4_0"}));
 
+  cli::GenerateFlags gen;
+  cli::add_generate_command(app, gen);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -882,6 +887,7 @@ int main(int argc, char** argv) {
     if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);
     if (*gguf_info) return cmd_gguf_info(gguf_path, gguf_chars);
     if (*qgguf) return cmd_quantize_gguf(qg_in, qg_out, qg_type);
+    if (*gen.cmd) return cli::cmd_generate(gen);
     if (*serve_cmd)
       return cmd_serve(sf);
     if (*client) return cmd_client(cf);

@@ -13,6 +13,7 @@
 // AVX512-BF16).
 #include <cstdint>
 
+#include "backend/cpu/llm.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/sparse.h"
@@ -152,6 +153,12 @@ struct KernelTable {
   CsrRows csr_rows = nullptr;
   SkinnyRows skinny_rows[kNumDTypes] = {};  // f32, bf16, f16
   SkinnyRowsBf16 skinny_rows_bf16 = nullptr;  // only in the avx512_bf16 tier
+  // The LLM engine's row kernels (backend/cpu/llm.h).
+  RmsNormRow rms_norm_row = nullptr;
+  RopeRow rope_row = nullptr;
+  SwiGluRow swiglu_row = nullptr;
+  KvStoreRow kv_store_row = nullptr;
+  PagedAttentionHead paged_attention_head = nullptr;
 };
 
 const KernelTable& kernels();

@@ -68,4 +68,5 @@ void fill_pool_kernels(KernelTable& t);
 void fill_quant_kernels(KernelTable& t);
 void fill_sparse_kernels(KernelTable& t);
 void fill_skinny_kernels(KernelTable& t);
+void fill_llm_kernels(KernelTable& t);
 }  // namespace tessera::cpu::TESSERA_ISA

@@ -11,6 +11,7 @@ void fill_kernel_table(KernelTable& t) {
   fill_quant_kernels(t);
   fill_sparse_kernels(t);
   fill_skinny_kernels(t);
+  fill_llm_kernels(t);
 }
 
 }  // namespace tessera::cpu::TESSERA_ISA

@@ -1,0 +1,116 @@
+// `tessera generate MODEL -p TEXT`: text from a language model (a "llama"
+// GGUF file), streamed to stdout, with prefill and decode speeds on stderr.
+#include "generate.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "tessera/core/error.h"
+#include "tessera/core/parallel.h"
+#include "tessera/llm/engine.h"
+#include "tessera/llm/generate.h"
+#include "tessera/llm/tokenizer.h"
+
+namespace tessera::cli {
+namespace {
+
+// "256M", "2G", "1048576" -> bytes.
+int64_t byte_count(const std::string& text) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  int shift = 0;
+  const std::string suffix = text.substr(used);
+  if (suffix == "K" || suffix == "k") shift = 10;
+  else if (suffix == "M" || suffix == "m") shift = 20;
+  else if (suffix == "G" || suffix == "g") shift = 30;
+  else if (!suffix.empty()) shift = -1;
+  TS_CHECK(used > 0 && v > 0 && shift >= 0 && v < (1LL << (60 - shift)), "--kv-memory '", text,
+           "' is not a positive byte count (examples: 268435456, 256M, 2G)");
+  return static_cast<int64_t>(v) << shift;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, GenerateFlags& f) {
+  f.cmd = app.add_subcommand("generate", "generate text with a language model (a llama GGUF file): the text streams "
+                             "to stdout, prefill and decode speeds go to stderr");
+  CLI::App* c = f.cmd;
+  c->add_option("model", f.model, "the .gguf file")->required();
+  c->add_option("-p,--prompt", f.prompt, "the prompt text")->required();
+  c->add_option("-n,--max-tokens", f.max_tokens, "tokens to generate at most")->check(CLI::Range(0, 1 << 20));
+  c->add_option("--temp", f.sampling.temperature, "temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
+  c->add_option("--top-k", f.sampling.top_k, "keep the k most likely tokens (0: all)")->check(CLI::Range(0, 1 << 24));
+  c->add_option("--top-p", f.sampling.top_p, "keep the most likely tokens up to this probability (1: off)")
+      ->check(CLI::Range(0.0, 1.0));
+  c->add_option("--min-p", f.sampling.min_p, "drop tokens less likely than this times the most likely (0: off)")
+      ->check(CLI::Range(0.0, 1.0));
+  c->add_option("--repeat-penalty", f.sampling.repeat_penalty, "divide the logits of recent tokens (1: off)");
+  c->add_option("--repeat-last-n", f.sampling.repeat_last_n, "how many recent tokens the penalties see")
+      ->check(CLI::Range(0, 1 << 20));
+  c->add_option("--presence-penalty", f.sampling.presence_penalty, "subtracted from recent tokens' logits")
+      ->check(CLI::Range(-2.0, 2.0));
+  c->add_option("--frequency-penalty", f.sampling.frequency_penalty, "subtracted per occurrence in recent tokens")
+      ->check(CLI::Range(-2.0, 2.0));
+  c->add_option("--seed", f.sampling.seed, "the request's seed (the same seed gives the same text)");
+  c->add_option("--stop", f.stop, "end the text before this string (repeatable)");
+  c->add_flag("--ignore-eos", f.ignore_eos, "keep generating past the end-of-text token");
+  c->add_option("-t,--threads", f.threads, "threads (0: OMP_NUM_THREADS or all cores)")->check(CLI::Range(0, 1024));
+  c->add_option("--ctx", f.context, "positions per sequence (0: the model's)")->check(CLI::Range(0, 1 << 18));
+  c->add_option("--kv-memory", f.kv_memory, "bytes of KV cache, e.g. 256M (default: the context's tokens, at most 4096)");
+  c->add_option("--kv-type", f.kv_type, "KV cache type for keys and values: f16 or q8_0")
+      ->check(CLI::IsMember({"f16", "q8_0"}));
+  c->add_option("--batch", f.batch, "prompt tokens per step")->check(CLI::Range(1, 65536));
+}
+
+int cmd_generate(const GenerateFlags& f) {
+  if (f.threads > 0) set_num_threads(f.threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<llm::Model> model = llm::Model::load(f.model);
+  const llm::Tokenizer tok = llm::Tokenizer::from_gguf(model->file());
+  llm::EngineOptions eo;
+  eo.context = f.context;
+  eo.max_sequences = 1;
+  eo.max_batch_tokens = f.batch;
+  eo.k_type = eo.v_type = llm::kv_type_from_name(f.kv_type);
+  if (!f.kv_memory.empty()) eo.kv_memory = byte_count(f.kv_memory);
+  llm::Engine engine(model, eo);
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const llm::ModelSpec& s = model->spec();
+  std::fprintf(stderr, "model: %s, %lld layers, width %lld, vocabulary %lld, %s weights; loaded in %.2f s\n",
+               f.model.c_str(), static_cast<long long>(s.n_layers), static_cast<long long>(s.dim),
+               static_cast<long long>(s.vocab), llm::ggml_type_name(model->weight_type()), load_s);
+  std::fprintf(stderr, "KV cache: %s, %lld bytes per token, %lld blocks of %lld tokens; %d threads\n",
+               llm::kv_type_name(eo.k_type), static_cast<long long>(engine.kv_bytes_per_token()),
+               static_cast<long long>(engine.total_blocks()), static_cast<long long>(eo.block_tokens),
+               get_num_threads());
+
+  const std::vector<int32_t> prompt = tok.encode(f.prompt, true, false);
+  llm::GenerateOptions go;
+  go.sampling = f.sampling;
+  go.max_tokens = f.max_tokens;
+  go.stop = f.stop;
+  go.ignore_eos = f.ignore_eos;
+  go.prefill_chunk = f.batch;
+  std::fputs(f.prompt.c_str(), stdout);
+  const llm::GenerateResult r = llm::generate(engine, tok, prompt, go, [](std::string_view text, const llm::Sampled&) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  });
+  std::fputs("\n", stdout);
+  const auto n = static_cast<double>(r.tokens.size());
+  std::fprintf(stderr, "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %lld tokens in %.3f s (%.1f tokens/s); "
+               "finished: %s\n",
+               static_cast<long long>(r.prompt_tokens), r.prefill_seconds,
+               r.prefill_seconds > 0 ? static_cast<double>(r.prompt_tokens) / r.prefill_seconds : 0.0,
+               static_cast<long long>(r.tokens.size()), r.decode_seconds,
+               r.decode_seconds > 0 && n > 1 ? (n - 1) / r.decode_seconds : 0.0, r.finish_reason.c_str());
+  return 0;
+}
+
+}  // namespace tessera::cli

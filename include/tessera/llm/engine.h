@@ -1,0 +1,158 @@
+#pragma once
+// The LLM inference engine: a language model's weights as the file holds
+// them (memory-mapped, never dequantized), a paged KV cache, and one step
+// that runs prefill chunks of some sequences and decodes of others together.
+//
+//   auto model = llm::Model::load("model.gguf");
+//   llm::Engine engine(model, {.kv_memory = 256 << 20});
+//   int64_t s = engine.add_sequence();
+//   llm::Chunk c{s, prompt_ids, 1};                 // logits of the last token
+//   std::span<const float> logits = engine.step({&c, 1});   // [1, vocab]
+//
+// Everything a step needs is allocated when the engine is made; a step
+// allocates nothing. A token's logits are bit-identical whatever else shares
+// its step, however its prompt was chunked, wherever its cache blocks lie and
+// however many threads run (Note [Batch-invariant LLM kernels] in
+// backend/cpu/llm.h). docs/llm.md describes the engine.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessera/llm/gguf.h"
+
+namespace tessera::nn::zoo {
+struct Llama;
+}
+
+namespace tessera::llm {
+
+// The shape of a model the engine runs ("llama": RMSNorm, RoPE on adjacent
+// pairs, SwiGLU, grouped-query attention).
+struct ModelSpec {
+  std::string arch = "llama";
+  int64_t vocab = 0, dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, hidden = 0;
+  int64_t context = 0;  // positions the model was trained for
+  float norm_eps = 1e-5f;
+  double rope_theta = 10000.0;
+};
+
+class Model {
+ public:
+  // One weight matrix [rows, cols] in its file type (F32, F16, BF16, Q8_0, Q4_0).
+  struct Matrix {
+    GgmlType type = GgmlType::F32;
+    int64_t rows = 0, cols = 0;
+    const void* data = nullptr;
+  };
+  struct Layer {
+    const float* attn_norm = nullptr;
+    Matrix q, k, v, o;
+    const float* ffn_norm = nullptr;
+    Matrix gate, up, down;
+  };
+
+  // A "llama" GGUF file; its weights stay in the mapping.
+  static std::shared_ptr<Model> load(const std::string& path);
+  static std::shared_ptr<Model> from_gguf(GgufFile file);
+  // Tessera's Llama, its weights converted to `type` (F32, F16, BF16, Q8_0, Q4_0).
+  static std::shared_ptr<Model> from_llama(const nn::zoo::Llama& model, GgmlType type = GgmlType::F32);
+
+  const ModelSpec& spec() const { return spec_; }
+  const GgufFile& file() const { return file_; }
+  const Matrix& embedding() const { return embedding_; }
+  const std::vector<Layer>& layers() const { return layers_; }
+  const float* output_norm() const { return output_norm_; }
+  const Matrix& output() const { return output_; }  // the embedding when tied
+  // The type most of the weights have (the layers' matrices).
+  GgmlType weight_type() const { return layers_.empty() ? embedding_.type : layers_[0].q.type; }
+  // Bytes of weights one decoded token reads: every layer's matrices and the output.
+  int64_t bytes_per_token_read() const;
+
+ private:
+  Model() = default;
+  GgufFile file_;
+  ModelSpec spec_;
+  Matrix embedding_, output_;
+  std::vector<Layer> layers_;
+  const float* output_norm_ = nullptr;
+  std::vector<std::vector<float>> norms_;  // norm weights converted to f32
+};
+
+enum class KvType : uint8_t { F16, Q8_0 };
+const char* kv_type_name(KvType t);
+// "f16", "q8_0" (any case); an error naming both otherwise.
+KvType kv_type_from_name(const std::string& name);
+
+struct EngineOptions {
+  // Bytes of the KV cache pool (every layer's K and V). 0: enough for
+  // max_sequences sequences of min(context, 4096) tokens.
+  int64_t kv_memory = 0;
+  int64_t block_tokens = 16;      // tokens per cache block
+  int64_t max_batch_tokens = 512;  // tokens one step carries, all chunks together
+  int64_t max_sequences = 16;      // sequences alive at once
+  int64_t max_logit_rows = 0;      // logit rows one step returns (0: max_sequences)
+  int64_t context = 0;             // positions per sequence (0: the model's, at most 2^18)
+  KvType k_type = KvType::F16, v_type = KvType::F16;
+};
+
+// Adds a low-rank adapter's contribution to a projection's outputs for the
+// rows of one chunk: y[r, :] += f(x[r, :]) for r < rows. Called once per
+// layer and projection for each chunk that carries one.
+enum class Projection : uint8_t { Q, K, V, O, Gate, Up, Down };
+class Adapter {
+ public:
+  virtual ~Adapter() = default;
+  virtual void add(int64_t layer, Projection p, const float* x, int64_t ldx, float* y, int64_t ldy,
+                   int64_t rows) const = 0;
+};
+
+// Tokens of one sequence for one step, at the sequence's next positions.
+struct Chunk {
+  int64_t seq = 0;
+  std::span<const int32_t> tokens;
+  // Logits of the chunk's last `logits` tokens (0 to tokens.size()).
+  int64_t logits = 0;
+  const Adapter* adapter = nullptr;
+};
+
+class Engine {
+ public:
+  explicit Engine(std::shared_ptr<const Model> model, const EngineOptions& opts = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const Model& model() const { return *model_; }
+  const EngineOptions& options() const { return opts_; }
+
+  // A new empty sequence; an error when max_sequences are alive.
+  int64_t add_sequence();
+  // Ends a sequence and frees its cache blocks.
+  void remove_sequence(int64_t seq);
+  // Forgets the sequence's tokens from position `length` on (0: all).
+  void truncate_sequence(int64_t seq, int64_t length);
+  int64_t sequence_length(int64_t seq) const;
+
+  // One forward pass over the chunks (at most one per sequence): writes
+  // their keys and values to the cache and returns the logits asked for,
+  // [rows, vocab], chunk by chunk in order. The span stays valid until the
+  // next step. Bad input (an unknown sequence, a token outside the
+  // vocabulary, too many tokens, a full cache) is an error before anything
+  // changes.
+  std::span<const float> step(std::span<const Chunk> chunks);
+
+  int64_t total_blocks() const;
+  int64_t free_blocks() const;
+  // KV cache bytes per token (every layer's K and V).
+  int64_t kv_bytes_per_token() const;
+
+ private:
+  struct State;
+  std::shared_ptr<const Model> model_;
+  EngineOptions opts_;
+  std::unique_ptr<State> st_;
+};
+
+}  // namespace tessera::llm

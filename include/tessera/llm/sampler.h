@@ -1,0 +1,72 @@
+#pragma once
+// Choosing the next token from a row of logits.
+//
+// The transforms run in llama.cpp's order: logit bias, penalties (repeat,
+// presence, frequency, over the last repeat_last_n tokens), top-k, top-p and
+// min-p (on the probabilities at temperature 1), temperature, then a draw.
+// temperature 0 is greedy: the first token of highest logit after bias and
+// penalties.
+//
+// Note [Counter-based sampling]
+// The draw for a request is uniform(seed, choice, position): Philox-4x32-10
+// keyed by the request's seed, its counter the choice index and the token's
+// position. No generator state is carried from token to token, so a seeded
+// request gives the same text however it is batched or resumed, and its n
+// choices (choice 0..n-1) differ from each other.
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace tessera::llm {
+
+struct SamplingParams {
+  float temperature = 0.8f;     // 0: greedy
+  int64_t top_k = 40;           // 0: every token
+  float top_p = 0.95f;          // 1: off
+  float min_p = 0.05f;          // 0: off
+  float repeat_penalty = 1.0f;  // 1: off; > 1 makes recent tokens less likely
+  int64_t repeat_last_n = 64;   // tokens the penalties look back over (0: none)
+  float presence_penalty = 0.f, frequency_penalty = 0.f;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the token's logit
+  uint64_t seed = 0;
+  int64_t top_logprobs = 0;  // how many of the most likely tokens to report (0 to 20)
+};
+
+// Philox-4x32-10: a uniform double in [0, 1) for (seed, choice, position).
+double counter_uniform(uint64_t seed, uint64_t choice, uint64_t position);
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.f;
+};
+
+struct Sampled {
+  int32_t token = 0;
+  // log-softmax of the raw logits (before bias, penalties and temperature):
+  // the model's own probability of the token.
+  float logprob = 0.f;
+  std::span<const TokenLogprob> top;  // the top_logprobs most likely tokens, most likely first
+};
+
+class Sampler {
+ public:
+  // Checks the parameters (an error names the bad one and its range).
+  Sampler(int64_t vocab, SamplingParams params);
+
+  // The token at `position` of choice `choice`; `history` holds the tokens
+  // before it (for the penalties). Allocates nothing; `top` stays valid
+  // until the next call.
+  Sampled sample(const float* logits, std::span<const int32_t> history, uint64_t choice, uint64_t position);
+
+  const SamplingParams& params() const { return p_; }
+
+ private:
+  int64_t vocab_;
+  SamplingParams p_;
+  std::vector<float> work_;
+  std::vector<int32_t> order_;
+  std::vector<TokenLogprob> top_;
+};
+
+}  // namespace tessera::llm

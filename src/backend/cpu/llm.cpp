@@ -1,0 +1,99 @@
+// Portable references of the LLM engine's kernels (backend/cpu/llm.h).
+#include "backend/cpu/llm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/quant.h"
+#include "tessera/core/half.h"
+
+namespace tessera::cpu {
+
+const char* kv_format_name(KvFormat f) { return f == KvFormat::F16 ? "f16" : "q8_0"; }
+
+int64_t kv_row_bytes(KvFormat f, int64_t n) {
+  return f == KvFormat::F16 ? n * 2 : n / kQBlock * static_cast<int64_t>(sizeof(BlockQ8_0));
+}
+
+void rms_norm_row_ref(const float* x, const float* w, float* y, int64_t n, float eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const double r = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i] * r * w[i]);
+}
+
+void rope_row_ref(float* x, int64_t n_heads, int64_t head_dim, const float* cs) {
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t i = 0; i < head_dim / 2; ++i) {
+      float* p = x + h * head_dim + 2 * i;
+      const double c = cs[2 * i], s = cs[2 * i + 1], a = p[0], b = p[1];
+      p[0] = static_cast<float>(a * c - b * s);
+      p[1] = static_cast<float>(a * s + b * c);
+    }
+}
+
+void swiglu_row_ref(const float* g, const float* u, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double gi = g[i];
+    y[i] = static_cast<float>(gi / (1.0 + std::exp(-gi)) * u[i]);
+  }
+}
+
+void kv_store_row_ref(KvFormat f, const float* x, int64_t n, uint8_t* out) {
+  if (f == KvFormat::F16) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t h = Half::from_float(x[i]);
+      std::memcpy(out + 2 * i, &h, 2);
+    }
+    return;
+  }
+  for (int64_t b = 0; b < n / kQBlock; ++b) {  // ggml quantize_row_q8_0_ref
+    const float* v = x + b * kQBlock;
+    float amax = 0.f;
+    for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+    BlockQ8_0 blk;
+    blk.d = Half::from_float(d);
+    for (int j = 0; j < kQBlock; ++j) blk.qs[j] = static_cast<int8_t>(std::roundf(v[j] * id));
+    std::memcpy(out + b * sizeof(BlockQ8_0), &blk, sizeof blk);
+  }
+}
+
+float kv_load_ref(KvFormat f, const uint8_t* row, int64_t i) {
+  if (f == KvFormat::F16) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * i, 2);
+    return Half::to_float(h);
+  }
+  BlockQ8_0 blk;
+  std::memcpy(&blk, row + i / kQBlock * sizeof(BlockQ8_0), sizeof blk);
+  return Half::to_float(blk.d) * static_cast<float>(blk.qs[i % kQBlock]);
+}
+
+void paged_attention_head_ref(const PagedAttention& a, const float* q, const int32_t* blocks, int64_t n_keys,
+                              int64_t kv_head, float* scores, float* out) {
+  const KvLayer& L = a.layer;
+  const int64_t kb = kv_row_bytes(L.k_format, L.kv_dim), vb = kv_row_bytes(L.v_format, L.kv_dim);
+  auto row = [&](const uint8_t* base, int64_t rb, int64_t pos) {
+    return base + (blocks[pos / L.block_tokens] * L.block_tokens + pos % L.block_tokens) * rb;
+  };
+  double mx = -INFINITY;
+  for (int64_t p = 0; p < n_keys; ++p) {
+    const uint8_t* k = row(L.k, kb, p);
+    double s = 0;
+    for (int64_t d = 0; d < a.head_dim; ++d) s += static_cast<double>(q[d]) * kv_load_ref(L.k_format, k, kv_head * a.head_dim + d);
+    scores[p] = static_cast<float>(s * a.scale);
+    mx = std::max(mx, static_cast<double>(scores[p]));
+  }
+  double sum = 0;
+  for (int64_t p = 0; p < n_keys; ++p) sum += std::exp(scores[p] - mx);
+  for (int64_t d = 0; d < a.head_dim; ++d) {
+    double o = 0;
+    for (int64_t p = 0; p < n_keys; ++p)
+      o += std::exp(scores[p] - mx) / sum * kv_load_ref(L.v_format, row(L.v, vb, p), kv_head * a.head_dim + d);
+    out[d] = static_cast<float>(o);
+  }
+}
+
+}  // namespace tessera::cpu

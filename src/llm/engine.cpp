@@ -1,0 +1,472 @@
+// The LLM engine: the paged KV cache, the step's bookkeeping, and the forward
+// pass over packed token rows (include/tessera/llm/engine.h).
+#include "tessera/llm/engine.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+
+#include "backend/cpu/kernel_table.h"
+#include "tessera/core/error.h"
+#include "tessera/core/half.h"
+#include "tessera/core/parallel.h"
+
+namespace tessera::llm {
+
+const char* kv_type_name(KvType t) { return t == KvType::F16 ? "f16" : "q8_0"; }
+
+KvType kv_type_from_name(const std::string& name) {
+  std::string n = name;
+  for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (n == "f16") return KvType::F16;
+  if (n == "q8_0") return KvType::Q8_0;
+  TS_ERROR("KV cache type '", name, "' is not one of f16, q8_0");
+}
+
+namespace {
+
+using cpu::BlockQ8Act;
+using cpu::KernelTable;
+using cpu::kQBlock;
+using Matrix = Model::Matrix;
+
+cpu::KvFormat kv_format(KvType t) { return t == KvType::F16 ? cpu::KvFormat::F16 : cpu::KvFormat::Q8_0; }
+
+// Activation rows tiled so a tile stays in L2 while the weights stream past.
+constexpr int64_t kRowTile = 64;
+// Rows of a matrix product are handed to threads in groups of this many.
+constexpr int64_t kRowGroup = 16;
+
+bool quantized(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
+
+// An input of matrix products: m rows of `cols` f32 values (stride ld), and
+// the forms the weights' kernels read, made once for all the products.
+struct Act {
+  const float* x = nullptr;
+  int64_t ld = 0, m = 0, cols = 0;
+  const BlockQ8Act* q8 = nullptr;  // [m, cols / 32], for Q8_0/Q4_0 weights
+  const BFloat16* bf = nullptr;     // [m, cols], for BF16 weights on the bf16 dot kernel
+};
+
+struct Job {
+  const Matrix* w;
+  const Act* a;
+  float* y;
+  int64_t ldy;
+};
+
+// Output rows [r0, r1) of one product, activation tile by tile.
+void product_rows(const KernelTable& kt, const Job& j, int64_t r0, int64_t r1) {
+  const Matrix& w = *j.w;
+  const Act& a = *j.a;
+  for (int64_t i0 = 0; i0 < a.m; i0 += kRowTile) {
+    const int64_t mi = std::min(kRowTile, a.m - i0);
+    float* y = j.y + i0 * j.ldy;
+    switch (w.type) {
+      case GgmlType::F32:
+        kt.skinny_rows[cpu::idx(DType::F32)](w.data, w.cols, w.cols, a.x + i0 * a.ld, a.ld, mi, y, j.ldy, r0, r1);
+        break;
+      case GgmlType::F16:
+        kt.skinny_rows[cpu::idx(DType::F16)](w.data, w.cols, w.cols, a.x + i0 * a.ld, a.ld, mi, y, j.ldy, r0, r1);
+        break;
+      case GgmlType::BF16:
+        if (kt.skinny_rows_bf16)
+          kt.skinny_rows_bf16(w.data, w.cols, w.cols, a.bf + i0 * a.cols, a.cols, mi, y, j.ldy, r0, r1);
+        else
+          kt.skinny_rows[cpu::idx(DType::BF16)](w.data, w.cols, w.cols, a.x + i0 * a.ld, a.ld, mi, y, j.ldy, r0, r1);
+        break;
+      case GgmlType::Q8_0:
+      case GgmlType::Q4_0: {
+        cpu::QuantMatrix qm;
+        qm.format = w.type == GgmlType::Q8_0 ? cpu::QFormat::Q8_0 : cpu::QFormat::Q4_0;
+        qm.rows = w.rows;
+        qm.cols = w.cols;
+        qm.data = static_cast<const uint8_t*>(w.data);
+        kt.qdot_rows[static_cast<int>(qm.format)](qm, a.q8 + i0 * (a.cols / kQBlock), mi, y, j.ldy, r0, r1);
+        break;
+      }
+      default: TS_ERROR("engine: weight type ", ggml_type_name(w.type), " has no kernel");
+    }
+  }
+}
+
+// Runs the products together: their output rows, in groups, split among the
+// threads (never a sum: each output is computed whole by one thread).
+template <size_t N>
+void run_products(const KernelTable& kt, const Job (&jobs)[N]) {
+  int64_t groups = 0, work = 0;
+  for (const Job& j : jobs) {
+    groups += (j.w->rows + kRowGroup - 1) / kRowGroup;
+    work += j.w->rows * j.w->cols * j.a->m;
+  }
+  const int64_t grain = std::max<int64_t>(1, groups * 65536 / std::max<int64_t>(1, work));
+  parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
+    int64_t base = 0;
+    for (const Job& j : jobs) {
+      const int64_t n = (j.w->rows + kRowGroup - 1) / kRowGroup;
+      const int64_t b = std::max(g0, base), e = std::min(g1, base + n);
+      if (b < e) product_rows(kt, j, (b - base) * kRowGroup, std::min(j.w->rows, (e - base) * kRowGroup));
+      base += n;
+    }
+  });
+}
+
+// Row `tok` of the embedding matrix as f32.
+void embedding_row(const KernelTable& kt, const Matrix& e, int64_t tok, float* out) {
+  const int64_t n = e.cols;
+  switch (e.type) {
+    case GgmlType::F32: std::memcpy(out, static_cast<const float*>(e.data) + tok * n, n * sizeof(float)); break;
+    case GgmlType::F16: {
+      const auto* p = static_cast<const uint16_t*>(e.data) + tok * n;
+      for (int64_t i = 0; i < n; ++i) out[i] = Half::to_float(p[i]);
+      break;
+    }
+    case GgmlType::BF16: {
+      const auto* p = static_cast<const uint16_t*>(e.data) + tok * n;
+      for (int64_t i = 0; i < n; ++i) {
+        const uint32_t u = static_cast<uint32_t>(p[i]) << 16;
+        std::memcpy(out + i, &u, 4);
+      }
+      break;
+    }
+    default: {
+      cpu::QuantMatrix qm;
+      qm.format = e.type == GgmlType::Q8_0 ? cpu::QFormat::Q8_0 : cpu::QFormat::Q4_0;
+      qm.rows = e.rows;
+      qm.cols = e.cols;
+      qm.data = static_cast<const uint8_t*>(e.data);
+      kt.qdequant_rows[static_cast<int>(qm.format)](qm, tok, tok + 1, out);
+    }
+  }
+}
+
+template <typename T>
+std::unique_ptr<T[]> buffer(int64_t n, const char* what) {
+  try {
+    return std::unique_ptr<T[]>(new T[static_cast<size_t>(std::max<int64_t>(n, 1))]);
+  } catch (const std::bad_alloc&) {
+    TS_ERROR("engine: cannot allocate the ", what, " (", n * static_cast<int64_t>(sizeof(T)), " bytes)");
+  }
+}
+
+}  // namespace
+
+struct Engine::State {
+  const KernelTable* kt = nullptr;
+  int64_t context = 0, n_blocks = 0, max_blocks_per_seq = 0, threads = 0;
+  int64_t q_dim = 0, kv_dim = 0, k_row = 0, v_row = 0;
+  // The cache: per layer, K rows of every block then V rows.
+  std::unique_ptr<uint8_t[]> pool;
+  std::vector<cpu::KvLayer> layers;
+  std::vector<int32_t> refcount, free_list;
+  struct Seq {
+    bool alive = false;
+    int64_t length = 0;
+    std::vector<int32_t> blocks;  // capacity reserved for the whole context
+  };
+  std::vector<Seq> seqs;
+  // Step buffers, sized for max_batch_tokens rows.
+  std::unique_ptr<float[]> x, h, q, k, v, att, g, u, hl, logits, rope, scores;
+  std::unique_ptr<BlockQ8Act[]> xq;
+  std::unique_ptr<BFloat16[]> xb;
+  std::unique_ptr<int64_t[]> row_seq, row_pos, row_tok, logit_row;
+  std::vector<int64_t> step_mark;  // per sequence: the step that last named it
+  int64_t step_count = 0;
+
+  int32_t take_block() {
+    const int32_t b = free_list.back();
+    free_list.pop_back();
+    refcount[b] = 1;
+    return b;
+  }
+  void release_block(int32_t b) {
+    if (--refcount[b] == 0) free_list.push_back(b);
+  }
+};
+
+Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
+    : model_(std::move(model)), opts_(opts), st_(std::make_unique<State>()) {
+  TS_CHECK(model_ != nullptr, "engine: no model");
+  const ModelSpec& s = model_->spec();
+  State& st = *st_;
+  st.kt = &cpu::kernels();
+  TS_CHECK(opts_.block_tokens >= 1 && opts_.block_tokens <= 1024, "engine: block_tokens ", opts_.block_tokens,
+           " must be 1 to 1024");
+  TS_CHECK(opts_.max_batch_tokens >= 1 && opts_.max_batch_tokens <= 65536, "engine: max_batch_tokens ",
+           opts_.max_batch_tokens, " must be 1 to 65536");
+  TS_CHECK(opts_.max_sequences >= 1 && opts_.max_sequences <= 4096, "engine: max_sequences ", opts_.max_sequences,
+           " must be 1 to 4096");
+  if (opts_.max_logit_rows == 0) opts_.max_logit_rows = opts_.max_sequences;
+  TS_CHECK(opts_.max_logit_rows >= 1 && opts_.max_logit_rows <= opts_.max_batch_tokens, "engine: max_logit_rows ",
+           opts_.max_logit_rows, " must be 1 to max_batch_tokens (", opts_.max_batch_tokens, ")");
+  st.context = opts_.context ? opts_.context : std::min<int64_t>(s.context, int64_t{1} << 18);
+  TS_CHECK(st.context >= 1 && st.context <= (int64_t{1} << 18), "engine: context ", st.context,
+           " must be 1 to 262144 positions");
+  for (KvType t : {opts_.k_type, opts_.v_type})
+    TS_CHECK(t == KvType::F16 || s.head_dim % kQBlock == 0, "engine: a Q8_0 KV cache needs heads of a multiple of "
+             "32 dimensions; this model's have ", s.head_dim, " (use f16)");
+  st.q_dim = s.n_heads * s.head_dim;
+  st.kv_dim = s.n_kv_heads * s.head_dim;
+  st.k_row = cpu::kv_row_bytes(kv_format(opts_.k_type), st.kv_dim);
+  st.v_row = cpu::kv_row_bytes(kv_format(opts_.v_type), st.kv_dim);
+
+  // The cache pool: whole blocks of every layer's K and V.
+  const int64_t block_bytes = opts_.block_tokens * (st.k_row + st.v_row) * s.n_layers;
+  st.max_blocks_per_seq = (st.context + opts_.block_tokens - 1) / opts_.block_tokens;
+  int64_t memory = opts_.kv_memory;
+  if (memory == 0) memory = opts_.max_sequences * std::min<int64_t>(st.context, 4096) * kv_bytes_per_token();
+  TS_CHECK(memory >= block_bytes, "engine: --kv-memory of ", memory, " bytes holds no cache block (one block of ",
+           opts_.block_tokens, " tokens takes ", block_bytes, " bytes)");
+  st.n_blocks = std::min<int64_t>(memory / block_bytes, int64_t{1} << 30);
+  st.pool = buffer<uint8_t>(st.n_blocks * block_bytes, "KV cache");
+  const int64_t rows = st.n_blocks * opts_.block_tokens;
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    cpu::KvLayer L;
+    L.k_format = kv_format(opts_.k_type);
+    L.v_format = kv_format(opts_.v_type);
+    L.block_tokens = opts_.block_tokens;
+    L.kv_dim = st.kv_dim;
+    L.k = st.pool.get() + l * rows * (st.k_row + st.v_row);
+    L.v = L.k + rows * st.k_row;
+    st.layers.push_back(L);
+  }
+  st.refcount.assign(static_cast<size_t>(st.n_blocks), 0);
+  st.free_list.reserve(static_cast<size_t>(st.n_blocks));
+  for (int64_t b = st.n_blocks - 1; b >= 0; --b) st.free_list.push_back(static_cast<int32_t>(b));
+  st.seqs.resize(static_cast<size_t>(opts_.max_sequences));
+  for (State::Seq& q : st.seqs) q.blocks.reserve(static_cast<size_t>(st.max_blocks_per_seq));
+  st.step_mark.assign(static_cast<size_t>(opts_.max_sequences), -1);
+
+  // Step buffers.
+  const int64_t T = opts_.max_batch_tokens, wide = std::max(s.dim, s.hidden);
+  st.x = buffer<float>(T * s.dim, "activations");
+  st.h = buffer<float>(T * std::max(s.dim, st.q_dim), "activations");
+  st.q = buffer<float>(T * st.q_dim, "queries");
+  st.k = buffer<float>(T * st.kv_dim, "keys");
+  st.v = buffer<float>(T * st.kv_dim, "values");
+  st.att = buffer<float>(T * st.q_dim, "attention outputs");
+  st.g = buffer<float>(T * s.hidden, "feed-forward activations");
+  st.u = buffer<float>(T * s.hidden, "feed-forward activations");
+  st.hl = buffer<float>(opts_.max_logit_rows * s.dim, "final activations");
+  st.logits = buffer<float>(opts_.max_logit_rows * s.vocab, "logits");
+  st.xq = buffer<BlockQ8Act>(T * (std::max(wide, st.q_dim) / kQBlock + 1), "quantized activations");
+  st.xb = buffer<BFloat16>(T * std::max(wide, st.q_dim), "bf16 activations");
+  st.row_seq = buffer<int64_t>(T, "row table");
+  st.row_pos = buffer<int64_t>(T, "row table");
+  st.row_tok = buffer<int64_t>(T, "row table");
+  st.logit_row = buffer<int64_t>(opts_.max_logit_rows, "row table");
+  st.threads = std::max<int64_t>(omp_get_num_procs(), get_num_threads());
+  st.scores = buffer<float>(st.threads * st.context, "attention scores");
+  // RoPE: cos and sin of pos * base^(-2i / head_dim), interleaved, per position.
+  const int64_t half = s.head_dim / 2;
+  st.rope = buffer<float>(st.context * s.head_dim, "RoPE table");
+  for (int64_t p = 0; p < st.context; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const double a = static_cast<double>(p) * std::pow(s.rope_theta, -2.0 * static_cast<double>(i) / s.head_dim);
+      st.rope[p * s.head_dim + 2 * i] = static_cast<float>(std::cos(a));
+      st.rope[p * s.head_dim + 2 * i + 1] = static_cast<float>(std::sin(a));
+    }
+}
+
+Engine::~Engine() = default;
+
+int64_t Engine::kv_bytes_per_token() const {
+  return (st_->k_row + st_->v_row) * model_->spec().n_layers;
+}
+int64_t Engine::total_blocks() const { return st_->n_blocks; }
+int64_t Engine::free_blocks() const { return static_cast<int64_t>(st_->free_list.size()); }
+
+int64_t Engine::add_sequence() {
+  for (size_t i = 0; i < st_->seqs.size(); ++i)
+    if (!st_->seqs[i].alive) {
+      st_->seqs[i].alive = true;
+      st_->seqs[i].length = 0;
+      return static_cast<int64_t>(i);
+    }
+  TS_ERROR("engine: all ", opts_.max_sequences, " sequences are in use (EngineOptions::max_sequences)");
+}
+
+void Engine::remove_sequence(int64_t seq) {
+  TS_CHECK(seq >= 0 && seq < opts_.max_sequences && st_->seqs[seq].alive, "engine: no sequence ", seq);
+  truncate_sequence(seq, 0);
+  st_->seqs[seq].alive = false;
+}
+
+void Engine::truncate_sequence(int64_t seq, int64_t length) {
+  TS_CHECK(seq >= 0 && seq < opts_.max_sequences && st_->seqs[seq].alive, "engine: no sequence ", seq);
+  State::Seq& s = st_->seqs[seq];
+  TS_CHECK(length >= 0 && length <= s.length, "engine: cannot truncate sequence ", seq, " of ", s.length,
+           " tokens to ", length);
+  const size_t keep = static_cast<size_t>((length + opts_.block_tokens - 1) / opts_.block_tokens);
+  while (s.blocks.size() > keep) {
+    st_->release_block(s.blocks.back());
+    s.blocks.pop_back();
+  }
+  s.length = length;
+}
+
+int64_t Engine::sequence_length(int64_t seq) const {
+  TS_CHECK(seq >= 0 && seq < opts_.max_sequences && st_->seqs[seq].alive, "engine: no sequence ", seq);
+  return st_->seqs[seq].length;
+}
+
+std::span<const float> Engine::step(std::span<const Chunk> chunks) {
+  State& st = *st_;
+  const ModelSpec& s = model_->spec();
+  const KernelTable& kt = *st.kt;
+  // Everything is checked before anything changes.
+  ++st.step_count;
+  int64_t T = 0, L = 0, need = 0;
+  for (const Chunk& c : chunks) {
+    TS_CHECK(c.seq >= 0 && c.seq < opts_.max_sequences && st.seqs[c.seq].alive, "engine step: no sequence ", c.seq);
+    TS_CHECK(st.step_mark[c.seq] != st.step_count, "engine step: sequence ", c.seq,
+             " has two chunks in one step (give it one)");
+    st.step_mark[c.seq] = st.step_count;
+    const int64_t n = static_cast<int64_t>(c.tokens.size()), len = st.seqs[c.seq].length;
+    TS_CHECK(n >= 1, "engine step: the chunk of sequence ", c.seq, " has no tokens");
+    TS_CHECK(c.logits >= 0 && c.logits <= n, "engine step: ", c.logits, " logit rows asked of a chunk of ", n,
+             " tokens");
+    TS_CHECK(len + n <= st.context, "engine step: sequence ", c.seq, " would reach ", len + n,
+             " tokens, past the context of ", st.context);
+    for (int32_t t : c.tokens)
+      TS_CHECK(t >= 0 && t < s.vocab, "engine step: token id ", t, " is outside the vocabulary [0, ", s.vocab, ")");
+    T += n;
+    L += c.logits;
+    need += (len + n + opts_.block_tokens - 1) / opts_.block_tokens - static_cast<int64_t>(st.seqs[c.seq].blocks.size());
+  }
+  TS_CHECK(T <= opts_.max_batch_tokens, "engine step: ", T, " tokens, more than max_batch_tokens (",
+           opts_.max_batch_tokens, ")");
+  TS_CHECK(L <= opts_.max_logit_rows, "engine step: ", L, " logit rows, more than max_logit_rows (",
+           opts_.max_logit_rows, ")");
+  TS_CHECK(need <= free_blocks(), "engine step: the KV cache is full (", need, " blocks needed, ", free_blocks(),
+           " free of ", st.n_blocks, "); raise --kv-memory or end sequences");
+  TS_CHECK(get_num_threads() <= st.threads, "engine step: ", get_num_threads(), " threads, more than the ",
+           st.threads, " the engine was made for");
+  if (T == 0) return {};
+
+  // Cache blocks, and each row's sequence, position and token.
+  int64_t r = 0, lr = 0;
+  for (const Chunk& c : chunks) {
+    State::Seq& q = st.seqs[c.seq];
+    const int64_t n = static_cast<int64_t>(c.tokens.size());
+    while (static_cast<int64_t>(q.blocks.size()) * opts_.block_tokens < q.length + n) q.blocks.push_back(st.take_block());
+    for (int64_t j = 0; j < n; ++j, ++r) {
+      st.row_seq[r] = c.seq;
+      st.row_pos[r] = q.length + j;
+      st.row_tok[r] = c.tokens[j];
+      if (j >= n - c.logits) st.logit_row[lr++] = r;
+    }
+  }
+
+  const int64_t D = s.dim, H = s.hidden, hd = s.head_dim, qd = st.q_dim, kvd = st.kv_dim;
+  const int64_t group = s.n_heads / s.n_kv_heads;
+  auto rows = [&](int64_t n, int64_t per_row, auto&& f) {
+    parallel_for(0, n, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, per_row)), [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) f(i);
+    });
+  };
+  // Quantized / bf16 forms of an input, for the types of the matrices it meets.
+  auto prepare = [&](Act& a, std::initializer_list<const Matrix*> ws) {
+    bool q8 = false, bf = false;
+    for (const Matrix* w : ws) {
+      q8 = q8 || quantized(w->type);
+      bf = bf || (w->type == GgmlType::BF16 && kt.skinny_rows_bf16);
+    }
+    const int64_t nb = a.cols / kQBlock;
+    if (q8) {
+      rows(a.m, a.cols, [&](int64_t i) { kt.quantize_act(a.x + i * a.ld, a.cols, st.xq.get() + i * nb); });
+      a.q8 = st.xq.get();
+    }
+    if (bf) {
+      rows(a.m, a.cols, [&](int64_t i) {
+        for (int64_t c = 0; c < a.cols; ++c) st.xb[i * a.cols + c] = BFloat16(a.x[i * a.ld + c]);
+      });
+      a.bf = st.xb.get();
+    }
+  };
+  auto adapters = [&](int64_t layer, Projection p, const float* x, int64_t ldx, float* y, int64_t ldy) {
+    int64_t r0 = 0;
+    for (const Chunk& c : chunks) {
+      const int64_t n = static_cast<int64_t>(c.tokens.size());
+      if (c.adapter) c.adapter->add(layer, p, x + r0 * ldx, ldx, y + r0 * ldy, ldy, n);
+      r0 += n;
+    }
+  };
+  const Matrix& emb = model_->embedding();
+  rows(T, D, [&](int64_t i) { embedding_row(kt, emb, st.row_tok[i], st.x.get() + i * D); });
+
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const Model::Layer& W = model_->layers()[l];
+    const cpu::KvLayer& kv = st.layers[l];
+    float *x = st.x.get(), *h = st.h.get();
+    // Attention.
+    rows(T, D, [&](int64_t i) { kt.rms_norm_row(x + i * D, W.attn_norm, h + i * D, D, s.norm_eps); });
+    Act a{h, D, T, D};
+    prepare(a, {&W.q, &W.k, &W.v});
+    run_products(kt, {Job{&W.q, &a, st.q.get(), qd}, Job{&W.k, &a, st.k.get(), kvd}, Job{&W.v, &a, st.v.get(), kvd}});
+    adapters(l, Projection::Q, h, D, st.q.get(), qd);
+    adapters(l, Projection::K, h, D, st.k.get(), kvd);
+    adapters(l, Projection::V, h, D, st.v.get(), kvd);
+    rows(T, qd + 2 * kvd, [&](int64_t i) {
+      const float* cs = st.rope.get() + st.row_pos[i] * hd;
+      kt.rope_row(st.q.get() + i * qd, s.n_heads, hd, cs);
+      kt.rope_row(st.k.get() + i * kvd, s.n_kv_heads, hd, cs);
+      const State::Seq& q = st.seqs[st.row_seq[i]];
+      const int64_t pos = st.row_pos[i];
+      const int64_t slot = q.blocks[pos / opts_.block_tokens] * opts_.block_tokens + pos % opts_.block_tokens;
+      kt.kv_store_row(kv.k_format, st.k.get() + i * kvd, kvd, kv.k + slot * st.k_row);
+      kt.kv_store_row(kv.v_format, st.v.get() + i * kvd, kvd, kv.v + slot * st.v_row);
+    });
+    const cpu::PagedAttention pa{kv, hd, scale};
+    int64_t max_keys = 1;
+    for (int64_t i = 0; i < T; ++i) max_keys = std::max(max_keys, st.row_pos[i] + 1);
+    parallel_for(0, T * s.n_heads, std::max<int64_t>(1, 16384 / (max_keys * hd)), [&](int64_t a0, int64_t a1) {
+      float* scores = st.scores.get() + omp_get_thread_num() * st.context;
+      for (int64_t it = a0; it < a1; ++it) {
+        const int64_t i = it / s.n_heads, hh = it % s.n_heads;
+        kt.paged_attention_head(pa, st.q.get() + i * qd + hh * hd, st.seqs[st.row_seq[i]].blocks.data(),
+                                st.row_pos[i] + 1, hh / group, scores, st.att.get() + i * qd + hh * hd);
+      }
+    });
+    Act ao{st.att.get(), qd, T, qd};
+    prepare(ao, {&W.o});
+    run_products(kt, {Job{&W.o, &ao, h, D}});
+    adapters(l, Projection::O, st.att.get(), qd, h, D);
+    rows(T, D, [&](int64_t i) {
+      for (int64_t c = 0; c < D; ++c) x[i * D + c] += h[i * D + c];
+    });
+    // Feed-forward.
+    rows(T, D, [&](int64_t i) { kt.rms_norm_row(x + i * D, W.ffn_norm, h + i * D, D, s.norm_eps); });
+    Act af{h, D, T, D};
+    prepare(af, {&W.gate, &W.up});
+    run_products(kt, {Job{&W.gate, &af, st.g.get(), H}, Job{&W.up, &af, st.u.get(), H}});
+    adapters(l, Projection::Gate, h, D, st.g.get(), H);
+    adapters(l, Projection::Up, h, D, st.u.get(), H);
+    rows(T, H, [&](int64_t i) { kt.swiglu_row(st.g.get() + i * H, st.u.get() + i * H, st.g.get() + i * H, H); });
+    Act ad{st.g.get(), H, T, H};
+    prepare(ad, {&W.down});
+    run_products(kt, {Job{&W.down, &ad, h, D}});
+    adapters(l, Projection::Down, st.g.get(), H, h, D);
+    rows(T, D, [&](int64_t i) {
+      for (int64_t c = 0; c < D; ++c) x[i * D + c] += h[i * D + c];
+    });
+  }
+
+  // Logits of the rows asked for.
+  for (const Chunk& c : chunks) st.seqs[c.seq].length += static_cast<int64_t>(c.tokens.size());
+  if (L == 0) return {};
+  rows(L, D, [&](int64_t i) {
+    kt.rms_norm_row(st.x.get() + st.logit_row[i] * D, model_->output_norm(), st.hl.get() + i * D, D, s.norm_eps);
+  });
+  Act al{st.hl.get(), D, L, D};
+  const Matrix& out = model_->output();
+  prepare(al, {&out});
+  run_products(kt, {Job{&out, &al, st.logits.get(), s.vocab}});
+  return {st.logits.get(), static_cast<size_t>(L * s.vocab)};
+}
+
+}  // namespace tessera::llm

@@ -1,0 +1,106 @@
+// One request through the engine (include/tessera/llm/generate.h).
+#include "tessera/llm/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "tessera/core/error.h"
+
+namespace tessera::llm {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Bytes at the end of `text` that could begin one of the stop strings.
+size_t held_back(std::string_view text, const std::vector<std::string>& stop) {
+  size_t hold = 0;
+  for (const std::string& s : stop)
+    for (size_t n = std::min(s.size() - 1, text.size()); n > hold; --n)
+      if (text.substr(text.size() - n) == std::string_view(s).substr(0, n)) {
+        hold = n;
+        break;
+      }
+  return hold;
+}
+
+}  // namespace
+
+GenerateResult generate(Engine& engine, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+                        const GenerateOptions& opts, const TextCallback& on_text) {
+  TS_CHECK(!prompt.empty(), "generate: the prompt has no tokens");
+  TS_CHECK(opts.max_tokens >= 0, "generate: max_tokens ", opts.max_tokens, " must be 0 or more");
+  TS_CHECK(opts.prefill_chunk >= 1, "generate: prefill_chunk ", opts.prefill_chunk, " must be positive");
+  for (const std::string& s : opts.stop) TS_CHECK(!s.empty(), "generate: an empty stop string");
+  const int64_t vocab = engine.model().spec().vocab;
+  TS_CHECK(tokenizer.size() == vocab, "generate: the tokenizer has ", tokenizer.size(), " tokens, the model ", vocab);
+  Sampler sampler(vocab, opts.sampling);
+  GenerateResult res;
+  res.prompt_tokens = static_cast<int64_t>(prompt.size());
+  const int64_t seq = engine.add_sequence();
+  struct Remove {
+    Engine& e;
+    int64_t s;
+    ~Remove() { e.remove_sequence(s); }
+  } remove{engine, seq};
+
+  // The prompt, chunk by chunk; logits of its last token.
+  const int64_t chunk = std::min(opts.prefill_chunk, engine.options().max_batch_tokens);
+  auto t0 = std::chrono::steady_clock::now();
+  std::span<const float> logits;
+  for (size_t i = 0; i < prompt.size(); i += static_cast<size_t>(chunk)) {
+    const size_t n = std::min(prompt.size() - i, static_cast<size_t>(chunk));
+    Chunk c{seq, std::span<const int32_t>(prompt.data() + i, n), i + n == prompt.size() ? 1 : 0};
+    logits = engine.step({&c, 1});
+  }
+  res.prefill_seconds = seconds_since(t0);
+
+  res.tokens.reserve(static_cast<size_t>(opts.max_tokens));
+  res.logprobs.reserve(static_cast<size_t>(opts.max_tokens));
+  std::vector<int32_t> history = prompt;
+  history.reserve(prompt.size() + static_cast<size_t>(opts.max_tokens));
+  StreamDecoder decoder(tokenizer);
+  std::string pending;  // decoded text not yet passed on (a possible stop string's start)
+  res.finish_reason = "length";
+  t0 = std::chrono::steady_clock::now();
+  const int64_t context = engine.options().context ? engine.options().context : engine.model().spec().context;
+  for (int64_t i = 0; i < opts.max_tokens; ++i) {
+    const uint64_t pos = history.size();
+    const Sampled s = sampler.sample(logits.data(), history, opts.choice, pos);
+    const bool eos = !opts.ignore_eos && s.token == tokenizer.eos();
+    if (eos || std::find(opts.stop_tokens.begin(), opts.stop_tokens.end(), s.token) != opts.stop_tokens.end()) {
+      res.finish_reason = "stop";
+      break;
+    }
+    res.tokens.push_back(s.token);
+    res.logprobs.push_back(s.logprob);
+    history.push_back(s.token);
+    pending += decoder.next(s.token);
+    size_t cut = std::string::npos;
+    for (const std::string& st : opts.stop) cut = std::min(cut, pending.find(st));
+    if (cut != std::string::npos) {
+      res.text += pending.substr(0, cut);
+      if (on_text) on_text(pending.substr(0, cut), s);
+      pending.clear();
+      res.finish_reason = "stop";
+      break;
+    }
+    const size_t ready = pending.size() - held_back(pending, opts.stop);
+    res.text += pending.substr(0, ready);
+    if (on_text) on_text(std::string_view(pending).substr(0, ready), s);
+    pending.erase(0, ready);
+    if (i + 1 == opts.max_tokens || static_cast<int64_t>(history.size()) >= context) break;
+    Chunk c{seq, std::span<const int32_t>(&history.back(), 1), 1};
+    logits = engine.step({&c, 1});
+  }
+  if (res.finish_reason == "length") {
+    pending += decoder.finish();
+    res.text += pending;
+    if (on_text && !pending.empty()) on_text(pending, Sampled{});
+  }
+  res.decode_seconds = seconds_since(t0);
+  return res;
+}
+
+}  // namespace tessera::llm

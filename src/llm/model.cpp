@@ -1,0 +1,101 @@
+// llm::Model: a "llama" GGUF file's weights, as the engine reads them.
+#include <cmath>
+#include <cstring>
+
+#include "tessera/core/error.h"
+#include "tessera/llm/engine.h"
+#include "tessera/llm/llama_gguf.h"
+#include "tessera/nn/zoo/zoo.h"
+
+namespace tessera::llm {
+namespace {
+
+// The engine's kernels take these types for a matrix (Q4_K/Q6_K: not yet).
+bool engine_type(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
+         t == GgmlType::Q4_0;
+}
+
+constexpr int64_t kMaxHeadDim = 512;  // the attention kernel's buffers (kernels/llm.cpp)
+
+}  // namespace
+
+std::shared_ptr<Model> Model::load(const std::string& path) { return from_gguf(GgufFile::open(path)); }
+
+std::shared_ptr<Model> Model::from_llama(const nn::zoo::Llama& model, GgmlType type) {
+  LlamaGgufOptions o;
+  o.type = type;
+  const std::string image = llama_to_gguf(model, o).bytes();
+  return from_gguf(GgufFile::parse(image.data(), image.size(), "Tessera Llama"));
+}
+
+std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
+  const nn::zoo::LlamaConfig c = llama_config_from_gguf(file);  // every tensor present, in its shape
+  std::shared_ptr<Model> m(new Model());
+  m->file_ = std::move(file);
+  const GgufFile& f = m->file_;
+  ModelSpec& s = m->spec_;
+  s.vocab = c.vocab_size;
+  s.dim = c.dim;
+  s.n_layers = c.n_layers;
+  s.n_heads = c.n_heads;
+  s.n_kv_heads = c.n_kv_heads;
+  s.head_dim = c.dim / c.n_heads;
+  s.hidden = c.hidden_dim;
+  s.context = c.max_seq_len;
+  s.norm_eps = static_cast<float>(c.norm_eps);
+  s.rope_theta = c.rope_theta;
+  TS_CHECK(s.head_dim <= kMaxHeadDim, f.what(), ": heads of ", s.head_dim, " dimensions; the engine takes up to ",
+           kMaxHeadDim);
+  TS_CHECK(s.norm_eps >= 0.f && s.rope_theta > 0.0, f.what(), ": RMSNorm epsilon ", s.norm_eps,
+           " and RoPE base ", s.rope_theta, " must be non-negative and positive");
+
+  auto matrix = [&](const std::string& name) {
+    const GgufTensorInfo& t = f.tensor_info(name);
+    TS_CHECK(engine_type(t.type), f.what(), ": ", name, " is ", ggml_type_name(t.type),
+             "; the engine runs F32, F16, BF16, Q8_0 and Q4_0 weights (convert with `tessera quantize-gguf`)");
+    Matrix mx;
+    mx.type = t.type;
+    mx.rows = t.shape()[0];
+    mx.cols = t.shape()[1];
+    mx.data = f.tensor_data(t);
+    return mx;
+  };
+  auto norm = [&](const std::string& name) {
+    const Tensor w = dequantize_gguf_tensor(f, f.tensor_info(name));
+    std::vector<float> v(static_cast<size_t>(w.numel()));
+    std::memcpy(v.data(), w.contiguous().data_ptr<float>(), v.size() * sizeof(float));
+    for (float x : v) TS_CHECK(std::isfinite(x), f.what(), ": ", name, " holds values that are not finite");
+    m->norms_.push_back(std::move(v));
+    return m->norms_.back().data();
+  };
+  m->norms_.reserve(2 * s.n_layers + 1);  // pointers into it stay valid
+  m->embedding_ = matrix("token_embd.weight");
+  for (int64_t i = 0; i < s.n_layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    Layer L;
+    L.attn_norm = norm(b + "attn_norm.weight");
+    L.q = matrix(b + "attn_q.weight");
+    L.k = matrix(b + "attn_k.weight");
+    L.v = matrix(b + "attn_v.weight");
+    L.o = matrix(b + "attn_output.weight");
+    L.ffn_norm = norm(b + "ffn_norm.weight");
+    L.gate = matrix(b + "ffn_gate.weight");
+    L.up = matrix(b + "ffn_up.weight");
+    L.down = matrix(b + "ffn_down.weight");
+    m->layers_.push_back(L);
+  }
+  m->output_norm_ = norm("output_norm.weight");
+  m->output_ = f.find_tensor("output.weight") ? matrix("output.weight") : m->embedding_;
+  return m;
+}
+
+int64_t Model::bytes_per_token_read() const {
+  auto bytes = [](const Matrix& m) { return m.rows * ggml_row_bytes(m.type, m.cols); };
+  int64_t n = bytes(output_);
+  for (const Layer& L : layers_)
+    n += bytes(L.q) + bytes(L.k) + bytes(L.v) + bytes(L.o) + bytes(L.gate) + bytes(L.up) + bytes(L.down);
+  return n;
+}
+
+}  // namespace tessera::llm

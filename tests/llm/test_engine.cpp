@@ -1,0 +1,275 @@
+// The LLM engine (llm/engine.h): logits equal to Tessera's Llama module on the
+// same weights; bit-identical tokens and logits whatever else shares a step,
+// however the prompt is chunked, wherever the cache blocks lie and at 1 or 2
+// threads; no allocation during decode steps; the cache's blocks come back;
+// bad input is an error before anything changes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "tessera/core/allocator.h"
+#include "tessera/core/parallel.h"
+#include "tessera/llm/engine.h"
+#include "tessera/llm/llama_gguf.h"
+#include "tessera/nn/zoo/zoo.h"
+#include "tessera/ops/ops.h"
+#include "test_util.h"
+
+// Every operator new in this test binary is counted while g_count_news is set.
+static std::atomic<bool> g_count_news{false};
+static std::atomic<int64_t> g_news{0};
+void* operator new(size_t n) {
+  if (g_count_news.load(std::memory_order_relaxed)) g_news.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n) { return ::operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+
+namespace tessera {
+namespace {
+
+#define EXPECT_THROW_MSG(stmt, want)                                              \
+  do {                                                                            \
+    const std::string e_ = testing::error_of([&] { stmt; });                      \
+    EXPECT_NE(e_.find(want), std::string::npos) << "wanted '" << want << "', got: " << e_; \
+  } while (0)
+
+using llm::Chunk;
+using llm::Engine;
+using llm::GgmlType;
+
+nn::zoo::LlamaConfig small_config(int64_t kv_heads = 2, int64_t head_dim = 32) {
+  nn::zoo::LlamaConfig c;
+  c.vocab_size = 96, c.n_heads = 4, c.dim = 4 * head_dim, c.n_layers = 2, c.n_kv_heads = kv_heads;
+  c.hidden_dim = 160, c.max_seq_len = 256, c.norm_eps = 1e-5, c.rope_theta = 10000;
+  return c;
+}
+
+std::shared_ptr<nn::zoo::Llama> small_llama(uint64_t seed, int64_t kv_heads = 2) {
+  manual_seed(seed);
+  auto m = std::make_shared<nn::zoo::Llama>(small_config(kv_heads));
+  m->eval();
+  // Larger weights than the initializer's, so that logits are far from uniform.
+  NoGradGuard ng;
+  for (auto& [n, p] : m->named_parameters())
+    if (p.dim() == 2) p.copy_(ops::mul(p, 3.0));
+  return m;
+}
+
+std::vector<int32_t> tokens(int64_t n, uint64_t seed) {
+  std::vector<int32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((seed * 7919 + i * 104729 + i * i * 31) % 96);
+  return t;
+}
+
+// Every position's logits of `ids` run in chunks of `chunk` tokens, after
+// `shift` other sequences took cache blocks.
+std::vector<float> run_chunked(Engine& e, const std::vector<int32_t>& ids, int64_t chunk, int64_t shift = 0) {
+  std::vector<int64_t> others;
+  for (int64_t i = 0; i < shift; ++i) {
+    others.push_back(e.add_sequence());
+    std::vector<int32_t> t = tokens(17, i);
+    Chunk c{others.back(), t, 0};
+    e.step({&c, 1});
+  }
+  const int64_t seq = e.add_sequence();
+  std::vector<float> out;
+  for (size_t i = 0; i < ids.size(); i += chunk) {
+    const size_t n = std::min<size_t>(chunk, ids.size() - i);
+    Chunk c{seq, std::span<const int32_t>(ids.data() + i, n), static_cast<int64_t>(n)};
+    auto l = e.step({&c, 1});
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  e.remove_sequence(seq);
+  for (int64_t s : others) e.remove_sequence(s);
+  return out;
+}
+
+llm::EngineOptions opts(int64_t batch = 128) {
+  llm::EngineOptions o;
+  o.max_batch_tokens = batch;
+  o.max_logit_rows = batch;
+  o.max_sequences = 16;
+  o.kv_memory = 8 << 20;
+  return o;
+}
+
+TEST(LlmEngine, MatchesTheLlamaModuleInF32) {
+  for (int64_t kv_heads : {4, 2, 1}) {
+    auto m = small_llama(11, kv_heads);
+    Engine e(llm::Model::from_llama(*m, GgmlType::F32), opts());
+    const std::vector<int32_t> ids = tokens(40, 5);
+    const std::vector<float> got = run_chunked(e, ids, 40);
+    Tensor t = tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 40});
+    NoGradGuard ng;
+    Tensor want = (*m)(t).contiguous();
+    ASSERT_EQ(want.numel(), static_cast<int64_t>(got.size()));
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      err = std::max(err, std::fabs(double(got[i]) - want.data_ptr<float>()[i]));
+      scale = std::max(scale, std::fabs(double(want.data_ptr<float>()[i])));
+    }
+    // The cache holds keys and values in f16: about 1e-3 of the logits' size.
+    EXPECT_LT(err, 3e-3 * scale) << "kv heads " << kv_heads << ", logits up to " << scale;
+    EXPECT_GT(scale, 1.0);
+  }
+}
+
+// Against the module holding the same (dequantized) weights: what is left is
+// the engine's own rounding (int8 activations for Q8_0/Q4_0, bf16 ones on the
+// bf16 dot kernel, the f16 cache).
+TEST(LlmEngine, HalfAndQuantizedWeightsMatchTheModuleOnTheSameWeights) {
+  auto m = small_llama(12);
+  const std::vector<int32_t> ids = tokens(24, 9);
+  Tensor t = tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 24});
+  for (auto [type, tol] : {std::pair{GgmlType::F16, 1e-3}, std::pair{GgmlType::BF16, 1.5e-2},
+                           std::pair{GgmlType::Q8_0, 3e-2}, std::pair{GgmlType::Q4_0, 3e-2}}) {
+    auto model = llm::Model::from_llama(*m, type);
+    Engine e(model, opts());
+    const std::vector<float> got = run_chunked(e, ids, 24);
+    auto same_weights = llm::load_llama_gguf(model->file());
+    same_weights->eval();
+    NoGradGuard ng;
+    Tensor want = (*same_weights)(t).contiguous();
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double w = want.data_ptr<float>()[i];
+      err += (got[i] - w) * (got[i] - w);
+      norm += w * w;
+    }
+    EXPECT_LT(std::sqrt(err / norm), tol) << llm::ggml_type_name(type);
+  }
+}
+
+// Note [Batch-invariant LLM kernels]: chunking, neighbours, slots, threads.
+TEST(LlmEngine, LogitsAreBitIdenticalWhateverSharesTheStep) {
+  auto m = small_llama(13);
+  const int threads = get_num_threads();
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0})
+    for (llm::KvType kv : {llm::KvType::F16, llm::KvType::Q8_0}) {
+      SCOPED_TRACE(std::string(llm::ggml_type_name(type)) + " weights, " + llm::kv_type_name(kv) + " cache");
+      llm::EngineOptions o = opts();
+      o.k_type = o.v_type = kv;
+      Engine e(llm::Model::from_llama(*m, type), o);
+      const std::vector<int32_t> ids = tokens(70, 3);
+      const std::vector<float> alone = run_chunked(e, ids, 70);
+      for (int64_t chunk : {1, 7, 64}) EXPECT_EQ(run_chunked(e, ids, chunk), alone) << "chunks of " << chunk;
+      EXPECT_EQ(run_chunked(e, ids, 70, 3), alone) << "other blocks";
+      set_num_threads(threads == 1 ? 2 : 1);
+      EXPECT_EQ(run_chunked(e, ids, 13), alone) << "threads";
+      set_num_threads(threads);
+      // In one step with 1 to 15 other sequences, some prefilling, some decoding.
+      for (int64_t others : {1, 5, 15}) {
+        const int64_t seq = e.add_sequence();
+        std::vector<int64_t> seqs;
+        std::vector<std::vector<int32_t>> their;
+        for (int64_t i = 0; i < others; ++i) {
+          seqs.push_back(e.add_sequence());
+          their.push_back(tokens(i % 3 == 0 ? 1 : 5 + i, 100 + i));
+        }
+        std::vector<float> got;
+        for (size_t p = 0; p < ids.size(); p += 10) {
+          std::vector<Chunk> cs;
+          for (int64_t i = 0; i < others; ++i)
+            if ((p / 10 + i) % 2 == 0) cs.push_back({seqs[i], their[i], 1});
+          const size_t n = std::min<size_t>(10, ids.size() - p);
+          const size_t before = cs.size() / 2;  // chunks ahead of ours, one logit row each
+          cs.insert(cs.begin() + static_cast<int64_t>(before),
+                    Chunk{seq, std::span<const int32_t>(ids.data() + p, n), static_cast<int64_t>(n)});
+          auto l = e.step(cs);
+          got.insert(got.end(), l.begin() + static_cast<int64_t>(before * 96),
+                     l.begin() + static_cast<int64_t>((before + n) * 96));
+        }
+        EXPECT_EQ(got, alone) << others << " other sequences";
+        e.remove_sequence(seq);
+        for (int64_t s : seqs) e.remove_sequence(s);
+      }
+      EXPECT_EQ(e.free_blocks(), e.total_blocks());
+    }
+}
+
+TEST(LlmEngine, DecodeStepsAllocateNothing) {
+  auto m = small_llama(14);
+  for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
+    Engine e(llm::Model::from_llama(*m, type), opts());
+    const int64_t seq = e.add_sequence();
+    std::vector<int32_t> prompt = tokens(9, 1);
+    Chunk c{seq, prompt, 1};
+    e.step({&c, 1});
+    int32_t next = 5;
+    Chunk d{seq, std::span<const int32_t>(&next, 1), 1};
+    e.step({&d, 1});  // warm: the thread pool exists
+    const int64_t allocs = memory_stats().allocations;
+    g_news = 0;
+    g_count_news = true;
+    for (int i = 0; i < 100; ++i) {
+      auto l = e.step({&d, 1});
+      next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    }
+    g_count_news = false;
+    EXPECT_EQ(g_news.load(), 0) << llm::ggml_type_name(type);
+    EXPECT_EQ(memory_stats().allocations, allocs);
+    EXPECT_EQ(e.sequence_length(seq), 110);
+  }
+}
+
+TEST(LlmEngine, CacheBlocksComeBackAndAFullCacheIsAnError) {
+  auto m = small_llama(15);
+  llm::EngineOptions o = opts();
+  o.block_tokens = 16;
+  o.kv_memory = 0;
+  o.max_sequences = 2;
+  o.context = 64;
+  Engine e(llm::Model::from_llama(*m), o);
+  EXPECT_EQ(e.kv_bytes_per_token(), 2 * 2 * (2 * 32) * 2);  // layers * (K, V) * kv_dim * f16
+  EXPECT_EQ(e.total_blocks(), 2 * 64 / 16);
+  const int64_t a = e.add_sequence(), b = e.add_sequence();
+  EXPECT_THROW_MSG(e.add_sequence(), "all 2 sequences are in use");
+  std::vector<int32_t> t = tokens(40, 2);
+  Chunk ca{a, t, 0};
+  e.step({&ca, 1});
+  EXPECT_EQ(e.free_blocks(), 8 - 3);
+  e.truncate_sequence(a, 16);
+  EXPECT_EQ(e.free_blocks(), 8 - 1);
+  EXPECT_EQ(e.sequence_length(a), 16);
+  e.remove_sequence(a);
+  EXPECT_EQ(e.free_blocks(), 8);
+  Chunk cb{b, t, 1};
+  e.step({&cb, 1});
+  Chunk more{b, std::span<const int32_t>(t.data(), 30), 0};
+  EXPECT_THROW_MSG(e.step({&more, 1}), "past the context of 64");
+
+  // Errors before anything changes.
+  const int64_t len = e.sequence_length(b), free = e.free_blocks();
+  int32_t bad = 96;
+  Chunk cbad{b, std::span<const int32_t>(&bad, 1), 1};
+  EXPECT_THROW_MSG(e.step({&cbad, 1}), "token id 96 is outside the vocabulary [0, 96)");
+  Chunk twice[2] = {{b, std::span<const int32_t>(t.data(), 1), 0}, {b, std::span<const int32_t>(t.data(), 1), 0}};
+  EXPECT_THROW_MSG(e.step(twice), "has two chunks in one step");
+  Chunk none{a, std::span<const int32_t>(t.data(), 1), 0};
+  EXPECT_THROW_MSG(e.step({&none, 1}), "no sequence 0");
+  EXPECT_EQ(e.sequence_length(b), len);
+  EXPECT_EQ(e.free_blocks(), free);
+  llm::EngineOptions small = opts();
+  small.kv_memory = 1000;
+  EXPECT_THROW_MSG(Engine(llm::Model::from_llama(*m), small), "holds no cache block");
+  llm::EngineOptions tiny = opts();
+  tiny.kv_memory = 2 * 16 * 2 * 64 * 2 * 2;  // two blocks
+  Engine f(llm::Model::from_llama(*m), tiny);
+  const int64_t s = f.add_sequence();
+  Chunk big{s, t, 0};
+  EXPECT_THROW_MSG(f.step({&big, 1}), "the KV cache is full (3 blocks needed, 2 free of 2)");
+  EXPECT_EQ(f.free_blocks(), 2);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,199 @@
+// Sampling (llm/sampler.h) and one request through the engine
+// (llm/generate.h): greedy is the argmax; a seed reproduces its tokens, its
+// choices differ; the filters keep what they promise; log-probs are the
+// model's; stop strings end the text before them; bad parameters are errors
+// that name them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "tessera/llm/generate.h"
+#include "tessera/llm/sampler.h"
+#include "tessera/nn/zoo/zoo.h"
+#include "tessera/ops/ops.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+using llm::Sampler;
+using llm::SamplingParams;
+
+std::vector<float> logits_of(std::initializer_list<float> v) { return std::vector<float>(v); }
+
+TEST(Sampler, CounterUniformIsUniformAndKeyedBySeedChoiceAndPosition) {
+  double sum = 0;
+  int below_tenth = 0;
+  for (uint64_t p = 0; p < 20000; ++p) {
+    const double u = llm::counter_uniform(42, 0, p);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+    below_tenth += u < 0.1;
+  }
+  EXPECT_NEAR(sum / 20000, 0.5, 0.01);
+  EXPECT_NEAR(below_tenth / 20000.0, 0.1, 0.01);
+  EXPECT_EQ(llm::counter_uniform(1, 2, 3), llm::counter_uniform(1, 2, 3));
+  EXPECT_NE(llm::counter_uniform(1, 2, 3), llm::counter_uniform(1, 2, 4));
+  EXPECT_NE(llm::counter_uniform(1, 2, 3), llm::counter_uniform(1, 3, 3));
+  EXPECT_NE(llm::counter_uniform(1, 2, 3), llm::counter_uniform(2, 2, 3));
+}
+
+TEST(Sampler, GreedyLogprobsAndTopLogprobs) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.top_logprobs = 2;
+  Sampler s(4, p);
+  const std::vector<float> l = logits_of({1.f, 3.f, 2.f, 3.f});
+  llm::Sampled t = s.sample(l.data(), {}, 0, 0);
+  EXPECT_EQ(t.token, 1);  // the first of the highest
+  const double z = std::log(std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0));
+  EXPECT_NEAR(t.logprob, 3.0 - z, 1e-6);
+  ASSERT_EQ(t.top.size(), 2u);
+  EXPECT_EQ(t.top[0].token, 1);
+  EXPECT_EQ(t.top[1].token, 3);
+  EXPECT_NEAR(t.top[1].logprob, 3.0 - z, 1e-6);
+}
+
+TEST(Sampler, FiltersPenaltiesAndBias) {
+  const std::vector<float> l = logits_of({0.f, 5.f, 4.f, 3.f, -2.f});
+  auto counts = [&](SamplingParams p, std::vector<int32_t> hist = {}) {
+    Sampler s(5, p);
+    std::vector<int> c(5);
+    for (uint64_t i = 0; i < 4000; ++i) c[s.sample(l.data(), hist, 0, i).token]++;
+    return c;
+  };
+  SamplingParams p;
+  p.temperature = 1.f;
+  p.top_p = 1.f;
+  p.min_p = 0.f;
+  p.top_k = 2;
+  std::vector<int> c = counts(p);
+  EXPECT_EQ(c[0] + c[3] + c[4], 0);
+  EXPECT_NEAR(c[1] / 4000.0, 1 / (1 + std::exp(-1.0)), 0.03);
+  p.top_k = 0;
+  p.min_p = 0.3f;  // exp(-1) = 0.37 kept, exp(-2) = 0.14 not
+  c = counts(p);
+  EXPECT_EQ(c[0] + c[3] + c[4], 0);
+  EXPECT_GT(c[2], 0);
+  p.min_p = 0.f;
+  p.top_p = 0.5f;  // token 1 alone holds 0.66
+  c = counts(p);
+  EXPECT_EQ(c[1], 4000);
+  p.top_p = 1.f;
+  p.logit_bias = {{4, 10.f}};
+  c = counts(p);
+  EXPECT_NEAR(c[4] / 4000.0, std::exp(8.0) / (1 + std::exp(5.0) + std::exp(4.0) + std::exp(3.0) + std::exp(8.0)), 0.02);
+  p.logit_bias.clear();
+  p.temperature = 0.f;
+  p.repeat_penalty = 2.f;  // 5 / 2 < 4
+  c = counts(p, {1, 1});
+  EXPECT_EQ(c[2], 4000);
+  p.repeat_penalty = 1.f;
+  p.frequency_penalty = 0.6f;  // 5 - 2 * 0.6 < 4
+  c = counts(p, {1, 1});
+  EXPECT_EQ(c[2], 4000);
+  p.frequency_penalty = 0.f;
+  p.presence_penalty = 0.6f;  // 5 - 0.6 > 4
+  c = counts(p, {1, 1});
+  EXPECT_EQ(c[1], 4000);
+}
+
+TEST(Sampler, BadParametersNameThemselves) {
+  auto err = [](auto set) {
+    SamplingParams p;
+    set(p);
+    return testing::error_of([&] { Sampler(10, p); });
+  };
+  EXPECT_NE(err([](SamplingParams& p) { p.temperature = -1; }).find("temperature -1"), std::string::npos);
+  EXPECT_NE(err([](SamplingParams& p) { p.top_p = 0; }).find("top_p 0 must be in (0, 1]"), std::string::npos);
+  EXPECT_NE(err([](SamplingParams& p) { p.min_p = 2; }).find("min_p 2"), std::string::npos);
+  EXPECT_NE(err([](SamplingParams& p) { p.top_logprobs = 21; }).find("top_logprobs 21"), std::string::npos);
+  EXPECT_NE(err([](SamplingParams& p) { p.logit_bias = {{10, 1.f}}; }).find("logit bias for token 10"),
+            std::string::npos);
+  EXPECT_NE(err([](SamplingParams& p) { p.repeat_penalty = 0; }).find("repeat_penalty 0"), std::string::npos);
+}
+
+// A byte-level vocabulary over a random Llama, for whole requests.
+struct Fixture {
+  std::shared_ptr<llm::Model> model;
+  llm::Tokenizer tok;
+};
+Fixture fixture() {
+  std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
+  std::vector<llm::TokenType> types = {llm::TokenType::Unknown, llm::TokenType::Control, llm::TokenType::Control};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    pieces.push_back(name);
+    types.push_back(llm::TokenType::Byte);
+  }
+  for (const char* w : {"\xe2\x96\x81", "a", "b", "c", "ab", "\xe2\x96\x81" "ab", "\xc3\xa9"}) {
+    pieces.push_back(w);
+    types.push_back(llm::TokenType::Normal);
+  }
+  std::vector<float> scores(pieces.size(), 0.f);
+  llm::Tokenizer tok = llm::Tokenizer::sentencepiece(pieces, scores, types, 1, 2, 0);
+  nn::zoo::LlamaConfig c;
+  c.vocab_size = tok.size(), c.dim = 64, c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 2, c.hidden_dim = 64;
+  c.max_seq_len = 128;
+  manual_seed(21);
+  nn::zoo::Llama m(c);
+  return {llm::Model::from_llama(m), std::move(tok)};
+}
+
+TEST(Generate, SeededRequestsReproduceAndChoicesDiffer) {
+  Fixture f = fixture();
+  llm::EngineOptions eo;
+  eo.max_sequences = 2;
+  llm::Engine e(f.model, eo);
+  llm::GenerateOptions go;
+  go.sampling.temperature = 1.5f;
+  go.sampling.top_k = 0;
+  go.sampling.min_p = 0.f;
+  go.sampling.seed = 7;
+  go.max_tokens = 24;
+  go.ignore_eos = true;
+  const std::vector<int32_t> prompt = f.tok.encode("ab c");
+  const llm::GenerateResult a = llm::generate(e, f.tok, prompt, go);
+  const llm::GenerateResult b = llm::generate(e, f.tok, prompt, go);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.tokens.size(), 24u);
+  EXPECT_EQ(a.finish_reason, "length");
+  go.choice = 1;
+  EXPECT_NE(llm::generate(e, f.tok, prompt, go).tokens, a.tokens);
+  // The streamed pieces make up the text.
+  go.choice = 0;
+  std::string streamed;
+  llm::generate(e, f.tok, prompt, go, [&](std::string_view t, const llm::Sampled&) { streamed += t; });
+  EXPECT_EQ(a.text, streamed);
+  EXPECT_EQ(e.free_blocks(), e.total_blocks());
+}
+
+TEST(Generate, StopStringsEndTheTextBeforeThem) {
+  Fixture f = fixture();
+  llm::Engine e(f.model, {});
+  llm::GenerateOptions go;
+  go.sampling.temperature = 0;
+  go.max_tokens = 40;
+  go.ignore_eos = true;
+  const std::vector<int32_t> prompt = f.tok.encode("ab");
+  const llm::GenerateResult all = llm::generate(e, f.tok, prompt, go);
+  ASSERT_GE(all.text.size(), 6u);
+  // A stop string taken from the middle of the greedy text.
+  const std::string stop = all.text.substr(3, 3);
+  go.stop = {stop};
+  std::string streamed;
+  const llm::GenerateResult r =
+      llm::generate(e, f.tok, prompt, go, [&](std::string_view t, const llm::Sampled&) { streamed += t; });
+  EXPECT_EQ(r.finish_reason, "stop");
+  EXPECT_EQ(r.text, all.text.substr(0, all.text.find(stop)));
+  EXPECT_EQ(streamed, r.text);
+  go.stop = {""};
+  EXPECT_NE(testing::error_of([&] { llm::generate(e, f.tok, prompt, go); }).find("an empty stop string"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera
