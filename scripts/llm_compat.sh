@@ -8,8 +8,9 @@
 # SentencePiece vocabulary tokenizes llama.cpp's test texts to llama.cpp's ids
 # (Tokenizer.LlamaCppVectors), and Tessera's Llama written as GGUF (F32, F16,
 # Q8_0, Q4_0; grouped-query attention) loads in llama.cpp and gives the
-# log-probs Tessera gives on the same file (mean KL per position within the
-# bounds of issue 21, the same top token everywhere).
+# log-probs Tessera gives on the same file, through the Llama module and
+# through the LLM engine (mean KL per position within the bounds of issue 21,
+# the same top token everywhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-${BUILD_DIR:-build}}
@@ -57,16 +58,20 @@ for type in F32 F16 Q8_0 Q4_0; do
   python3 - "$base" "$type" <<'PY' || status=1
 import json, math, sys
 base, kind = sys.argv[1], sys.argv[2]
-ours = json.load(open(base + ".tessera.json"))["logprobs"]
+mine = json.load(open(base + ".tessera.json"))
 ref = json.load(open(base + ".llama.json"))
-kl = [sum(math.exp(r) * (r - o) for r, o in zip(rr, oo) if r is not None) for rr, oo in zip(ref, ours)]
-same = sum(max(range(len(r)), key=lambda i: r[i] if r[i] is not None else -1e30) ==
-           max(range(len(o)), key=o.__getitem__) for r, o in zip(ref, ours))
 bound = {"F32": 1e-4, "F16": 1e-4, "Q8_0": 1e-3, "Q4_0": 5e-3}[kind]
-mean = sum(kl) / len(kl)
-print(f"{kind}: {len(kl)} positions, mean KL {mean:.3g} (bound {bound:g}), max {max(kl):.3g}; "
-      f"the same top token at {same} of {len(kl)}")
-sys.exit(0 if mean <= bound and same == len(kl) else 1)
+ok = True
+for name, key in (("module", "logprobs"), ("engine", "engine_logprobs")):
+    ours = mine[key]
+    kl = [sum(math.exp(r) * (r - o) for r, o in zip(rr, oo) if r is not None) for rr, oo in zip(ref, ours)]
+    same = sum(max(range(len(r)), key=lambda i: r[i] if r[i] is not None else -1e30) ==
+               max(range(len(o)), key=o.__getitem__) for r, o in zip(ref, ours))
+    mean = sum(kl) / len(kl)
+    print(f"{kind} {name}: {len(kl)} positions, mean KL {mean:.3g} (bound {bound:g}), max {max(kl):.3g}; "
+          f"the same top token at {same} of {len(kl)}")
+    ok = ok and mean <= bound and same == len(kl)
+sys.exit(0 if ok else 1)
 PY
 done
 exit $status

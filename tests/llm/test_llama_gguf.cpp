@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "tessera/io/file.h"
+#include "tessera/llm/engine.h"
 #include "tessera/llm/llama_gguf.h"
 #include "tessera/llm/tokenizer.h"
 #include "tessera/ops/ops.h"
@@ -235,6 +236,23 @@ TEST(LlamaGguf, WritesModelsForLlamaCpp) {
     for (int64_t t = 0; t < lp.size(0); ++t) {
       json += t ? ", [" : "[";
       for (int64_t v = 0; v < lp.size(1); ++v) json += (v ? "," : "") + std::to_string(p[t * lp.size(1) + v]);
+      json += "]";
+    }
+    // The engine's on the same file (its kernels, its f16 cache).
+    llm::EngineOptions eo;
+    eo.max_logit_rows = static_cast<int64_t>(ids.size());
+    llm::Engine engine(llm::Model::load(base + ".gguf"), eo);
+    const std::vector<int32_t> ids32(ids.begin(), ids.end());
+    llm::Chunk chunk{engine.add_sequence(), ids32, static_cast<int64_t>(ids.size())};
+    const std::span<const float> logits = engine.step({&chunk, 1});
+    json += "], \"engine_logprobs\": [";
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const float* row = logits.data() + t * c.vocab_size;
+      double mx = row[0], z = 0;
+      for (int64_t v = 0; v < c.vocab_size; ++v) mx = std::max(mx, double(row[v]));
+      for (int64_t v = 0; v < c.vocab_size; ++v) z += std::exp(row[v] - mx);
+      json += t ? ", [" : "[";
+      for (int64_t v = 0; v < c.vocab_size; ++v) json += (v ? "," : "") + std::to_string(row[v] - mx - std::log(z));
       json += "]";
     }
     io::write_file_atomic(base + ".tessera.json", [&](io::Writer& w) { w.write(json + "]}\n"); });

@@ -1,0 +1,60 @@
+// llama.cpp's side of bench/llm_compare.py, through npm's node-llama-cpp: the
+// same measurements as `tessera_llm_bench run` on the same GGUF file.
+//   node llm_llamacpp.mjs MODEL.gguf prefill|decode|batch THREADS TOKENS SEQS CTX
+// prints one JSON line: tokens/s, the RSS growth past the loaded model, and
+// the CPU variant of ggml that was loaded.
+import {getLlama} from "node-llama-cpp";
+
+const [, , modelPath, measure, threadsArg, tokensArg, seqsArg, ctxArg] = process.argv;
+const threads = Number(threadsArg), n = Number(tokensArg), ctx = Number(ctxArg);
+const seqs = measure === "batch" ? Number(seqsArg) : 1;
+const llama = await getLlama({gpu: false, build: "never", logLevel: "error", maxThreads: threads});
+const model = await llama.loadModel({modelPath});
+const prompt = Array.from({length: n + seqs + 8}, (_, i) => 100 + (i * 7919) % 20000);
+
+// The weights' pages read once (a one-token evaluation in a throwaway context).
+{
+  const warm = await model.createContext({contextSize: 256, threads});
+  await warm.getSequence().evaluateWithoutGeneratingNewTokens([1]);
+  await warm.dispose();
+}
+const rss0 = process.memoryUsage().rss;
+const context = await model.createContext({contextSize: ctx, sequences: seqs, threads, batchSize: 512,
+                                           flashAttention: false});
+const now = () => performance.now() / 1000;
+let t0 = 0, t1 = 0, tokens = 0;
+const greedy = {temperature: 0};
+// n tokens generated one at a time from a sequence holding `start`.
+async function decode(seq, start, count) {
+  await seq.evaluateWithoutGeneratingNewTokens(start.slice(0, -1));
+  return async () => {
+    let k = 0;
+    for await (const _ of seq.evaluate(start.slice(-1), greedy)) if (++k >= count) break;
+  };
+}
+if (measure === "prefill") {
+  const seq = context.getSequence();
+  t0 = now();
+  await seq.evaluateWithoutGeneratingNewTokens(prompt.slice(0, n));
+  t1 = now();
+  tokens = n;
+} else if (measure === "decode") {
+  const run = await decode(context.getSequence(), prompt.slice(0, 8), n);
+  t0 = now();
+  await run();
+  t1 = now();
+  tokens = n;
+} else {
+  const runs = [];
+  for (let i = 0; i < seqs; ++i) runs.push(decode(context.getSequence(), prompt.slice(i, i + 8), n));
+  const ready = await Promise.all(runs);
+  t0 = now();
+  await Promise.all(ready.map(r => r()));
+  t1 = now();
+  tokens = n * seqs;
+}
+const info = llama.systemInfo;
+console.log(JSON.stringify({measure, tokens, seconds: t1 - t0, tokens_per_s: tokens / (t1 - t0),
+                            rss_growth: process.memoryUsage().rss - rss0, context: context.contextSize,
+                            system_info: info}));
+process.exit(0);

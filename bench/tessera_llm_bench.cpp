@@ -1,0 +1,151 @@
+// The LLM engine's side of bench/llm_compare.py.
+//
+//   tessera_llm_bench make-model --size S|M [--kv-heads N] --type Q8_0 --vocab VOCAB.gguf --out F.gguf [--seed 1]
+//       a random-weight Llama shaped like stories15M (S) or a 110M model (M),
+//       with the tokenizer of VOCAB.gguf, written as GGUF by Tessera
+//   tessera_llm_bench run --model F.gguf --threads N --measure prefill|decode|batch [--tokens N] [--seqs N]
+//       one measurement, as a JSON line: tokens/s and the RSS growth past the loaded model
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/generator.h"
+#include "tessera/core/parallel.h"
+#include "tessera/llm/engine.h"
+#include "tessera/llm/llama_gguf.h"
+#include "tessera/llm/tokenizer.h"
+#include "tessera/nn/zoo/zoo.h"
+
+using namespace tessera;
+
+namespace {
+
+std::string arg(int argc, char** argv, const char* name, const char* def = nullptr) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!std::strcmp(argv[i], name)) return argv[i + 1];
+  if (!def) {
+    std::fprintf(stderr, "missing %s\n", name);
+    std::exit(2);
+  }
+  return def;
+}
+
+// Resident set size now, from /proc/self/statm (bytes).
+int64_t rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * 4096;
+}
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+int make_model(int argc, char** argv) {
+  const std::string size = arg(argc, argv, "--size");
+  nn::zoo::LlamaConfig c;
+  c.vocab_size = 32000, c.norm_eps = 1e-5, c.rope_theta = 10000;
+  if (size == "S") c.dim = 288, c.n_layers = 6, c.n_heads = 6, c.hidden_dim = 768, c.max_seq_len = 256;
+  else if (size == "M") c.dim = 768, c.n_layers = 12, c.n_heads = 12, c.hidden_dim = 2048, c.max_seq_len = 1024;
+  else return std::fprintf(stderr, "--size is S or M\n"), 2;
+  c.n_kv_heads = std::stoll(arg(argc, argv, "--kv-heads", std::to_string(c.n_heads).c_str()));
+  const llm::Tokenizer tok = llm::Tokenizer::from_gguf(llm::GgufFile::open(arg(argc, argv, "--vocab")));
+  c.vocab_size = tok.size();
+  manual_seed(std::stoull(arg(argc, argv, "--seed", "1")));
+  nn::zoo::Llama model(c);
+  llm::LlamaGgufOptions o;
+  o.type = *llm::ggml_type_from_name(arg(argc, argv, "--type"));
+  o.tokenizer = &tok;
+  o.name = "tessera-random-llama-" + size;
+  llm::save_llama_gguf(model, arg(argc, argv, "--out"), o);
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  set_num_threads(std::stoi(arg(argc, argv, "--threads", "1")));
+  const std::string measure = arg(argc, argv, "--measure");
+  const int64_t n = std::stoll(arg(argc, argv, "--tokens", "64"));
+  const int64_t seqs = std::stoll(arg(argc, argv, "--seqs", "16"));
+  const int64_t context = std::stoll(arg(argc, argv, "--ctx", "1024"));
+  auto model = llm::Model::load(arg(argc, argv, "--model"));
+  // The weights' pages are read once first (llama.cpp's first evaluation does
+  // the same), so the RSS growth counts the engine's memory only.
+  const auto& file = model->file();
+  volatile uint8_t sink = 0;
+  for (const auto& t : file.tensors())
+    for (uint64_t b = 0; b < t.nbytes; b += 4096) sink = sink + static_cast<uint8_t>(file.tensor_data(t)[b]);
+  const int64_t rss0 = rss_bytes();
+  llm::EngineOptions o;
+  o.context = context;
+  o.max_sequences = measure == "batch" ? seqs : 1;
+  o.max_batch_tokens = std::max<int64_t>(512, o.max_sequences);
+  llm::Engine e(model, o);
+  std::vector<int32_t> prompt(static_cast<size_t>(n + seqs + 8));  // prompts of 8 start at 0..seqs-1
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + (i * 7919) % 20000);
+  double t0 = 0, t1 = 0;
+  int64_t tokens = 0;
+  if (measure == "prefill") {
+    const int64_t s = e.add_sequence();
+    llm::Chunk c{s, {prompt.data(), static_cast<size_t>(n)}, 1};
+    t0 = now();
+    e.step({&c, 1});
+    t1 = now();
+    tokens = n;
+  } else if (measure == "decode") {
+    const int64_t s = e.add_sequence();
+    llm::Chunk c{s, {prompt.data(), 8}, 1};
+    auto l = e.step({&c, 1});
+    int32_t next = 0;
+    t0 = now();
+    for (int64_t i = 0; i < n; ++i) {
+      next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+      llm::Chunk d{s, {&next, 1}, 1};
+      l = e.step({&d, 1});
+    }
+    t1 = now();
+    tokens = n;
+  } else {  // batch: seqs sequences, each a short prompt, then n decode steps of all of them
+    std::vector<llm::Chunk> cs;
+    std::vector<int32_t> next(static_cast<size_t>(seqs));
+    for (int64_t i = 0; i < seqs; ++i) cs.push_back({e.add_sequence(), {prompt.data() + i, 8}, 1});
+    auto l = e.step(cs);
+    const int64_t V = model->spec().vocab;
+    t0 = now();
+    for (int64_t step = 0; step < n; ++step) {
+      for (int64_t i = 0; i < seqs; ++i) {
+        next[i] = static_cast<int32_t>(std::max_element(l.begin() + i * V, l.begin() + (i + 1) * V) - (l.begin() + i * V));
+        cs[i].tokens = {&next[i], 1};
+      }
+      l = e.step(cs);
+    }
+    t1 = now();
+    tokens = n * seqs;
+  }
+  std::printf("{\"measure\": \"%s\", \"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.3f, \"rss_growth\": %lld, "
+              "\"kv_bytes_per_token\": %lld, \"weight_bytes_per_token\": %lld, \"isa\": \"%s\"}\n",
+              measure.c_str(), static_cast<long long>(tokens), t1 - t0, tokens / (t1 - t0),
+              static_cast<long long>(rss_bytes() - rss0), static_cast<long long>(e.kv_bytes_per_token()),
+              static_cast<long long>(model->bytes_per_token_read()), std::getenv("TESSERA_CPU_CAPABILITY") ?
+              std::getenv("TESSERA_CPU_CAPABILITY") : "best");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc >= 2 && !std::strcmp(argv[1], "make-model")) return make_model(argc, argv);
+    if (argc >= 2 && !std::strcmp(argv[1], "run")) return run(argc, argv);
+    std::fprintf(stderr, "usage: tessera_llm_bench make-model|run ... (see the file's header)\n");
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
