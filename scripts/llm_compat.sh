@@ -65,12 +65,18 @@ ok = True
 for name, key in (("module", "logprobs"), ("engine", "engine_logprobs")):
     ours = mine[key]
     kl = [sum(math.exp(r) * (r - o) for r, o in zip(rr, oo) if r is not None) for rr, oo in zip(ref, ours)]
-    same = sum(max(range(len(r)), key=lambda i: r[i] if r[i] is not None else -1e30) ==
-               max(range(len(o)), key=o.__getitem__) for r, o in zip(ref, ours))
+    # The top token must agree wherever llama.cpp's top two are at least 1e-3 apart.
+    same = clear = 0
+    for r, o in zip(ref, ours):
+        rr = sorted((x for x in r if x is not None), reverse=True)
+        top_r = max(range(len(r)), key=lambda i: r[i] if r[i] is not None else -1e30)
+        if rr[0] - rr[1] >= 1e-3:
+            clear += 1
+            same += top_r == max(range(len(o)), key=o.__getitem__)
     mean = sum(kl) / len(kl)
     print(f"{kind} {name}: {len(kl)} positions, mean KL {mean:.3g} (bound {bound:g}), max {max(kl):.3g}; "
-          f"the same top token at {same} of {len(kl)}")
-    ok = ok and mean <= bound and same == len(kl)
+          f"the same top token at {same} of the {clear} positions whose top two differ by 1e-3 or more")
+    ok = ok and mean <= bound and same == clear
 sys.exit(0 if ok else 1)
 PY
 done

@@ -48,6 +48,7 @@ struct Act {
   const float* x = nullptr;
   int64_t ld = 0, m = 0, cols = 0;
   const BlockQ8Act* q8 = nullptr;  // [m, cols / 32], for Q8_0/Q4_0 weights
+  const uint8_t* packed = nullptr;  // [m, packed_act_bytes(cols)], for repacked Q8_0/Q4_0 weights
   const BFloat16* bf = nullptr;     // [m, cols], for BF16 weights on the bf16 dot kernel
 };
 
@@ -80,6 +81,17 @@ void product_rows(const KernelTable& kt, const Job& j, int64_t r0, int64_t r1) {
         break;
       case GgmlType::Q8_0:
       case GgmlType::Q4_0: {
+        const auto f = w.type == GgmlType::Q8_0 ? cpu::QFormat::Q8_0 : cpu::QFormat::Q4_0;
+        if (w.packed) {
+          cpu::PackedQMatrix pm;
+          pm.format = f;
+          pm.rows = w.rows;
+          pm.cols = w.cols;
+          pm.pairs = cpu::qpack_pairs(w.cols);
+          pm.data = w.packed;
+          kt.qgemm_rows[static_cast<int>(f)](pm, a.packed + i0 * cpu::packed_act_bytes(a.cols), mi, y, j.ldy, r0, r1);
+          break;
+        }
         cpu::QuantMatrix qm;
         qm.format = w.type == GgmlType::Q8_0 ? cpu::QFormat::Q8_0 : cpu::QFormat::Q4_0;
         qm.rows = w.rows;
@@ -171,15 +183,29 @@ struct Engine::State {
   // Step buffers, sized for max_batch_tokens rows.
   std::unique_ptr<float[]> x, h, q, k, v, att, g, u, hl, logits, rope, scores;
   std::unique_ptr<BlockQ8Act[]> xq;
+  std::unique_ptr<uint8_t[]> xp;
   std::unique_ptr<BFloat16[]> xb;
   std::unique_ptr<int64_t[]> row_seq, row_pos, row_tok, logit_row;
+  // Attention work items: up to 4 query vectors of one chunk sharing a key head.
+  struct AttnItem {
+    int64_t row0, kv_head, v0, count;  // the chunk's first row; vectors v0.. (v = token * group + head in group)
+  };
+  std::unique_ptr<AttnItem[]> items;
   std::vector<int64_t> step_mark;  // per sequence: the step that last named it
   int64_t step_count = 0;
 
+  // A block for a sequence. Its keys are zeroed: attention reads keys in runs
+  // of 16, past the sequence's last one (those scores are never used, but
+  // the memory should hold numbers).
   int32_t take_block() {
     const int32_t b = free_list.back();
     free_list.pop_back();
     refcount[b] = 1;
+    for (const cpu::KvLayer& L : layers)
+      if (L.k_format == cpu::KvFormat::F16)
+        std::memset(L.k + b * L.block_tokens * L.kv_dim * 2, 0, static_cast<size_t>(L.block_tokens * L.kv_dim * 2));
+      else
+        std::memset(L.k + b * L.block_tokens * k_row, 0, static_cast<size_t>(L.block_tokens * k_row));
     return b;
   }
   void release_block(int32_t b) {
@@ -193,8 +219,8 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
   const ModelSpec& s = model_->spec();
   State& st = *st_;
   st.kt = &cpu::kernels();
-  TS_CHECK(opts_.block_tokens >= 1 && opts_.block_tokens <= 1024, "engine: block_tokens ", opts_.block_tokens,
-           " must be 1 to 1024");
+  TS_CHECK(opts_.block_tokens >= 16 && opts_.block_tokens <= 1024 && opts_.block_tokens % 16 == 0,
+           "engine: block_tokens ", opts_.block_tokens, " must be a multiple of 16 from 16 to 1024");
   TS_CHECK(opts_.max_batch_tokens >= 1 && opts_.max_batch_tokens <= 65536, "engine: max_batch_tokens ",
            opts_.max_batch_tokens, " must be 1 to 65536");
   TS_CHECK(opts_.max_sequences >= 1 && opts_.max_sequences <= 4096, "engine: max_sequences ", opts_.max_sequences,
@@ -253,13 +279,15 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
   st.hl = buffer<float>(opts_.max_logit_rows * s.dim, "final activations");
   st.logits = buffer<float>(opts_.max_logit_rows * s.vocab, "logits");
   st.xq = buffer<BlockQ8Act>(T * (std::max(wide, st.q_dim) / kQBlock + 1), "quantized activations");
+  st.xp = buffer<uint8_t>(T * cpu::packed_act_bytes(std::max(wide, st.q_dim)), "packed activations");
   st.xb = buffer<BFloat16>(T * std::max(wide, st.q_dim), "bf16 activations");
   st.row_seq = buffer<int64_t>(T, "row table");
   st.row_pos = buffer<int64_t>(T, "row table");
   st.row_tok = buffer<int64_t>(T, "row table");
   st.logit_row = buffer<int64_t>(opts_.max_logit_rows, "row table");
   st.threads = std::max<int64_t>(omp_get_num_procs(), get_num_threads());
-  st.scores = buffer<float>(st.threads * st.context, "attention scores");
+  st.scores = buffer<float>(st.threads * cpu::attention_scratch(st.context), "attention scores");
+  st.items = buffer<State::AttnItem>(T * s.n_heads + opts_.max_sequences * s.n_kv_heads, "attention items");
   // RoPE: cos and sin of pos * base^(-2i / head_dim), interleaved, per position.
   const int64_t half = s.head_dim / 2;
   st.rope = buffer<float>(st.context * s.head_dim, "RoPE table");
@@ -370,10 +398,16 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
   };
   // Quantized / bf16 forms of an input, for the types of the matrices it meets.
   auto prepare = [&](Act& a, std::initializer_list<const Matrix*> ws) {
-    bool q8 = false, bf = false;
+    bool q8 = false, packed = false, bf = false;
     for (const Matrix* w : ws) {
-      q8 = q8 || quantized(w->type);
+      q8 = q8 || (quantized(w->type) && !w->packed);
+      packed = packed || w->packed;
       bf = bf || (w->type == GgmlType::BF16 && kt.skinny_rows_bf16);
+    }
+    if (packed) {
+      const int64_t pb = cpu::packed_act_bytes(a.cols);
+      rows(a.m, a.cols, [&](int64_t i) { cpu::qpack_act(a.x + i * a.ld, a.cols, st.xp.get() + i * pb); });
+      a.packed = st.xp.get();
     }
     const int64_t nb = a.cols / kQBlock;
     if (q8) {
@@ -417,19 +451,33 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
       kt.rope_row(st.k.get() + i * kvd, s.n_kv_heads, hd, cs);
       const State::Seq& q = st.seqs[st.row_seq[i]];
       const int64_t pos = st.row_pos[i];
-      const int64_t slot = q.blocks[pos / opts_.block_tokens] * opts_.block_tokens + pos % opts_.block_tokens;
-      kt.kv_store_row(kv.k_format, st.k.get() + i * kvd, kvd, kv.k + slot * st.k_row);
-      kt.kv_store_row(kv.v_format, st.v.get() + i * kvd, kvd, kv.v + slot * st.v_row);
+      const int64_t block = q.blocks[pos / opts_.block_tokens], slot = pos % opts_.block_tokens;
+      cpu::kv_store_k(kv, st.k.get() + i * kvd, block, slot);
+      cpu::kv_store_v(kv, st.v.get() + i * kvd, block, slot);
     });
+    // Attention: per chunk and key head, the chunk's query vectors of that
+    // head group in sets of up to 4.
     const cpu::PagedAttention pa{kv, hd, scale};
-    int64_t max_keys = 1;
-    for (int64_t i = 0; i < T; ++i) max_keys = std::max(max_keys, st.row_pos[i] + 1);
-    parallel_for(0, T * s.n_heads, std::max<int64_t>(1, 16384 / (max_keys * hd)), [&](int64_t a0, int64_t a1) {
-      float* scores = st.scores.get() + omp_get_thread_num() * st.context;
+    int64_t n_items = 0, max_keys = 1, r0 = 0;
+    for (const Chunk& c : chunks) {
+      const int64_t n = static_cast<int64_t>(c.tokens.size());
+      for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh)
+        for (int64_t v0 = 0; v0 < n * group; v0 += cpu::kAttnQueries)
+          st.items[n_items++] = {r0, kvh, v0, std::min<int64_t>(cpu::kAttnQueries, n * group - v0)};
+      max_keys = std::max(max_keys, st.row_pos[r0 + n - 1] + 1);
+      r0 += n;
+    }
+    parallel_for(0, n_items, std::max<int64_t>(1, 8192 / (max_keys * hd)), [&](int64_t a0, int64_t a1) {
+      float* scratch = st.scores.get() + omp_get_thread_num() * cpu::attention_scratch(st.context);
       for (int64_t it = a0; it < a1; ++it) {
-        const int64_t i = it / s.n_heads, hh = it % s.n_heads;
-        kt.paged_attention_head(pa, st.q.get() + i * qd + hh * hd, st.seqs[st.row_seq[i]].blocks.data(),
-                                st.row_pos[i] + 1, hh / group, scores, st.att.get() + i * qd + hh * hd);
+        const State::AttnItem& w = st.items[it];
+        cpu::AttnQuery qs[cpu::kAttnQueries];
+        for (int64_t j = 0; j < w.count; ++j) {
+          const int64_t v = w.v0 + j, row = w.row0 + v / group, head = w.kv_head * group + v % group;
+          qs[j] = {st.q.get() + row * qd + head * hd, st.att.get() + row * qd + head * hd, st.row_pos[row] + 1};
+        }
+        kt.paged_attention_set(pa, qs, static_cast<int>(w.count), st.seqs[st.row_seq[w.row0]].blocks.data(),
+                               w.kv_head, scratch);
       }
     });
     Act ao{st.att.get(), qd, T, qd};

@@ -2,7 +2,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/kernel_table.h"
 #include "tessera/core/error.h"
+#include "tessera/core/parallel.h"
 #include "tessera/llm/engine.h"
 #include "tessera/llm/llama_gguf.h"
 #include "tessera/nn/zoo/zoo.h"
@@ -87,6 +89,26 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
   }
   m->output_norm_ = norm("output_norm.weight");
   m->output_ = f.find_tensor("output.weight") ? matrix("output.weight") : m->embedding_;
+  // Q8_0/Q4_0 repacked once for the int8 dot-product kernels, where the CPU has them.
+  const cpu::KernelTable& kt = cpu::kernels();
+  auto pack = [&](Matrix& mx) {
+    if (mx.type != GgmlType::Q8_0 && mx.type != GgmlType::Q4_0) return;
+    cpu::QuantMatrix q;
+    q.format = mx.type == GgmlType::Q8_0 ? cpu::QFormat::Q8_0 : cpu::QFormat::Q4_0;
+    if (!kt.qgemm_rows[static_cast<int>(q.format)]) return;
+    q.rows = mx.rows;
+    q.cols = mx.cols;
+    q.data = static_cast<const uint8_t*>(mx.data);
+    std::vector<uint8_t> buf(static_cast<size_t>(cpu::packed_matrix_bytes(q.format, mx.rows, mx.cols)));
+    uint8_t* out = buf.data();
+    parallel_for(0, (mx.rows + cpu::kPackRows - 1) / cpu::kPackRows, 16,
+                 [&](int64_t t0, int64_t t1) { cpu::qpack_weights(q, t0, t1, out); });
+    mx.packed = out;
+    m->packed_.push_back(std::move(buf));  // the vector's buffer does not move
+  };
+  for (Layer& L : m->layers_)
+    for (Matrix* mx : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) pack(*mx);
+  pack(m->output_);
   return m;
 }
 

@@ -70,42 +70,55 @@ TEST(LlmKernels, RowKernelsMatchTheirReferences) {
   }
 }
 
-TEST(LlmKernels, PagedAttentionMatchesTheReferenceWhereverTheBlocksLie) {
+// Every query's output is the reference's within float rounding, and the
+// same bits whatever set it comes in and wherever its blocks lie.
+TEST(LlmKernels, PagedAttentionMatchesTheReferenceWhateverTheSetAndBlocks) {
   for (const KernelTable& kt : testing::kernel_tables())
     for (KvFormat kf : {KvFormat::F16, KvFormat::Q8_0})
       for (KvFormat vf : {KvFormat::F16, KvFormat::Q8_0}) {
         SCOPED_TRACE(std::string(kt.isa) + " K " + cpu::kv_format_name(kf) + " V " + cpu::kv_format_name(vf));
-        const int64_t hd = 64, kv_heads = 2, kv_dim = hd * kv_heads, bt = 16, n_blocks = 12, keys = 150;
-        const int64_t kb = cpu::kv_row_bytes(kf, kv_dim), vb = cpu::kv_row_bytes(vf, kv_dim);
-        std::vector<uint8_t> k(n_blocks * bt * kb), v(n_blocks * bt * vb);
-        // The same rows in two block layouts: blocks 0..9 in order, and scattered.
-        const std::vector<int32_t> a = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, b = {11, 3, 7, 0, 10, 2, 9, 5, 1, 8};
-        std::vector<uint8_t> k2 = k, v2 = v;
+        const int64_t hd = 64, kv_heads = 2, kv_dim = hd * kv_heads, bt = 32, n_blocks = 8, keys = 150;
+        const int64_t kb = kf == KvFormat::F16 ? kv_dim * 2 : cpu::kv_row_bytes(kf, kv_dim);
+        const int64_t vb = cpu::kv_row_bytes(vf, kv_dim);
+        std::vector<uint8_t> k(n_blocks * bt * kb), v(n_blocks * bt * vb), k2 = k, v2 = v;
+        cpu::KvLayer la{kf, vf, bt, kv_dim, k.data(), v.data()}, lb{kf, vf, bt, kv_dim, k2.data(), v2.data()};
+        // The same tokens in two block layouts: in order, and scattered.
+        const std::vector<int32_t> a = {0, 1, 2, 3, 4}, b = {6, 3, 0, 7, 2};
         for (int64_t p = 0; p < keys; ++p) {
           const std::vector<float> kr = randn(kv_dim, 100 + p, 2.f), vr = randn(kv_dim, 500 + p);
-          for (auto [kk, vv, tab] : {std::tuple{&k, &v, &a}, std::tuple{&k2, &v2, &b}}) {
-            const int64_t slot = (*tab)[p / bt] * bt + p % bt;
-            kt.kv_store_row(kf, kr.data(), kv_dim, kk->data() + slot * kb);
-            kt.kv_store_row(vf, vr.data(), kv_dim, vv->data() + slot * vb);
-          }
+          cpu::kv_store_k(la, kr.data(), a[p / bt], p % bt);
+          cpu::kv_store_v(la, vr.data(), a[p / bt], p % bt);
+          cpu::kv_store_k(lb, kr.data(), b[p / bt], p % bt);
+          cpu::kv_store_v(lb, vr.data(), b[p / bt], p % bt);
         }
-        cpu::PagedAttention pa;
-        pa.layer = {kf, vf, bt, kv_dim, k.data(), v.data()};
-        pa.head_dim = hd;
-        pa.scale = 0.125f;
-        cpu::PagedAttention pb = pa;
-        pb.layer.k = k2.data();
-        pb.layer.v = v2.data();
-        const std::vector<float> q = randn(hd, 7);
-        for (int64_t n : {1, 15, 16, 17, 150})
-          for (int64_t h = 0; h < kv_heads; ++h) {
-            std::vector<float> scores(keys), got(hd), again(hd), want(hd);
-            kt.paged_attention_head(pa, q.data(), a.data(), n, h, scores.data(), got.data());
-            kt.paged_attention_head(pb, q.data(), b.data(), n, h, scores.data(), again.data());
-            cpu::paged_attention_head_ref(pa, q.data(), a.data(), n, h, scores.data(), want.data());
-            expect_near_all(got, want, 2e-5, "attention");
-            EXPECT_EQ(got, again) << n << " keys, head " << h;
+        for (int64_t p = 0; p < keys; p += 37)
+          for (int64_t e = 0; e < kv_dim; e += 13) ASSERT_EQ(cpu::kv_load_k(la, a[p / bt], p % bt, e),
+                                                             cpu::kv_load_k(lb, b[p / bt], p % bt, e));
+        cpu::PagedAttention pa{la, hd, 0.125f}, pb{lb, hd, 0.125f};
+        std::vector<float> scratch(cpu::attention_scratch(keys));
+        const std::vector<int64_t> n_keys = {1, 15, 16, 17, 150, 149, 33};
+        std::vector<std::vector<float>> q, alone(n_keys.size());
+        for (size_t j = 0; j < n_keys.size(); ++j) q.push_back(randn(hd, 7 + j));
+        for (int64_t h = 0; h < kv_heads; ++h) {
+          for (size_t j = 0; j < n_keys.size(); ++j) {
+            alone[j].assign(hd, 0.f);
+            std::vector<float> want(hd);
+            cpu::AttnQuery one{q[j].data(), alone[j].data(), n_keys[j]};
+            kt.paged_attention_set(pa, &one, 1, a.data(), h, scratch.data());
+            cpu::AttnQuery ref{q[j].data(), want.data(), n_keys[j]};
+            cpu::paged_attention_ref(pa, ref, a.data(), h);
+            expect_near_all(alone[j], want, 2e-5, "attention");
           }
+          // Sets of 2 to 4 queries, in the other block layout.
+          for (int nq = 2; nq <= 4; ++nq)
+            for (size_t j0 = 0; j0 + nq <= n_keys.size(); ++j0) {
+              std::vector<std::vector<float>> out(nq, std::vector<float>(hd));
+              cpu::AttnQuery qs[4];
+              for (int j = 0; j < nq; ++j) qs[j] = {q[j0 + j].data(), out[j].data(), n_keys[j0 + j]};
+              kt.paged_attention_set(pb, qs, nq, b.data(), h, scratch.data());
+              for (int j = 0; j < nq; ++j) EXPECT_EQ(out[j], alone[j0 + j]) << "set of " << nq << ", query " << j0 + j;
+            }
+        }
       }
 }
 

@@ -45,6 +45,9 @@ class Model {
     GgmlType type = GgmlType::F32;
     int64_t rows = 0, cols = 0;
     const void* data = nullptr;
+    // Q8_0/Q4_0 repacked at load for the CPU's int8 dot products, where it
+    // has them (backend/cpu/qgemm.h); null otherwise.
+    const uint8_t* packed = nullptr;
   };
   struct Layer {
     const float* attn_norm = nullptr;
@@ -78,6 +81,7 @@ class Model {
   std::vector<Layer> layers_;
   const float* output_norm_ = nullptr;
   std::vector<std::vector<float>> norms_;  // norm weights converted to f32
+  std::vector<std::vector<uint8_t>> packed_;  // repacked matrices
 };
 
 enum class KvType : uint8_t { F16, Q8_0 };

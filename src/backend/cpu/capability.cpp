@@ -25,7 +25,8 @@ Isa detect() {
   if (best == Isa::Avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
     best = Isa::Avx512;
-  if (best == Isa::Avx512 && __builtin_cpu_supports("avx512bf16")) best = Isa::Avx512Bf16;
+  if (best == Isa::Avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni"))
+    best = Isa::Avx512Bf16;
   if (const char* want = std::getenv("TESSERA_CPU_CAPABILITY")) {
     Isa w = best;
     if (!std::strcmp(want, "base")) w = Isa::Base;
@@ -47,6 +48,7 @@ KernelTable build() {
     case Isa::Avx512Bf16:
       isa_avx512::fill_kernel_table(t);
       isa_avx512::fill_bf16_dot_kernels(t);
+      isa_avx512::fill_qgemm_vnni_kernels(t);
       t.isa = "avx512_bf16";
       break;
   }

@@ -9,12 +9,13 @@
 // namespaces tessera::cpu::isa_<name>, and capability.cpp picks one from cpuid
 // (TESSERA_CPU_CAPABILITY=base|avx2|avx512|avx512_bf16 lowers it, for
 // testing). The avx512_bf16 tier is the AVX-512 table plus the few kernels
-// that use bf16 dot products (target attributes, chosen only on CPUs with
-// AVX512-BF16).
+// that use bf16 and int8 (VNNI) dot products (target attributes, chosen only
+// on CPUs with AVX512-BF16 and AVX512-VNNI, which all such CPUs have).
 #include <cstdint>
 
 #include "backend/cpu/llm.h"
 #include "backend/cpu/pool.h"
+#include "backend/cpu/qgemm.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/sparse.h"
 #include "tessera/core/dtype.h"
@@ -125,6 +126,11 @@ using SkinnyRows = void (*)(const void* w, int64_t ldw, int64_t k, const float* 
 using SkinnyRowsBf16 = void (*)(const void* w, int64_t ldw, int64_t k, const BFloat16* x, int64_t ldx, int64_t m,
                                 float* y, int64_t ldy, int64_t r0, int64_t r1);
 
+// Repacked Q8_0/Q4_0 weights (backend/cpu/qgemm.h) against packed int8
+// activation rows: y[i * ldy + r] for tokens i < m and weight rows [r0, r1).
+using QGemmRows = void (*)(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, int64_t ldy, int64_t r0,
+                           int64_t r1);
+
 struct KernelTable {
   const char* isa = "";
   Loop1d unary[kNumUnary][kNumDTypes] = {};
@@ -153,12 +159,13 @@ struct KernelTable {
   CsrRows csr_rows = nullptr;
   SkinnyRows skinny_rows[kNumDTypes] = {};  // f32, bf16, f16
   SkinnyRowsBf16 skinny_rows_bf16 = nullptr;  // only in the avx512_bf16 tier
+  QGemmRows qgemm_rows[kNumQFormats] = {};    // Q8_0 and Q4_0, only in the avx512_bf16 tier (VNNI)
   // The LLM engine's row kernels (backend/cpu/llm.h).
   RmsNormRow rms_norm_row = nullptr;
   RopeRow rope_row = nullptr;
   SwiGluRow swiglu_row = nullptr;
   KvStoreRow kv_store_row = nullptr;
-  PagedAttentionHead paged_attention_head = nullptr;
+  PagedAttentionSet paged_attention_set = nullptr;
 };
 
 const KernelTable& kernels();
@@ -168,7 +175,8 @@ namespace isa_base { void fill_kernel_table(KernelTable& t); }
 namespace isa_avx2 { void fill_kernel_table(KernelTable& t); }
 namespace isa_avx512 {
 void fill_kernel_table(KernelTable& t);
-void fill_bf16_dot_kernels(KernelTable& t);  // the avx512_bf16 tier's additions
+void fill_bf16_dot_kernels(KernelTable& t);    // the avx512_bf16 tier's additions:
+void fill_qgemm_vnni_kernels(KernelTable& t);  // bf16 and int8 (VNNI) dot products
 }
 
 }  // namespace tessera::cpu

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
+#include "backend/cpu/kernel_table.h"
 #include "backend/cpu/quant.h"
 #include "tessera/core/half.h"
 
@@ -71,28 +73,46 @@ float kv_load_ref(KvFormat f, const uint8_t* row, int64_t i) {
   return Half::to_float(blk.d) * static_cast<float>(blk.qs[i % kQBlock]);
 }
 
-void paged_attention_head_ref(const PagedAttention& a, const float* q, const int32_t* blocks, int64_t n_keys,
-                              int64_t kv_head, float* scores, float* out) {
+void kv_store_k(const KvLayer& L, const float* x, int64_t b, int64_t s) {
+  if (L.k_format == KvFormat::Q8_0) {
+    kernels().kv_store_row(L.k_format, x, L.kv_dim, L.k + (b * L.block_tokens + s) * kv_row_bytes(L.k_format, L.kv_dim));
+    return;
+  }
+  auto* k = reinterpret_cast<uint16_t*>(L.k) + b * L.kv_dim * L.block_tokens + s;
+  for (int64_t e = 0; e < L.kv_dim; ++e) k[e * L.block_tokens] = Half::from_float(x[e]);
+}
+
+void kv_store_v(const KvLayer& L, const float* x, int64_t b, int64_t s) {
+  kernels().kv_store_row(L.v_format, x, L.kv_dim, L.v + (b * L.block_tokens + s) * kv_row_bytes(L.v_format, L.kv_dim));
+}
+
+float kv_load_k(const KvLayer& L, int64_t b, int64_t s, int64_t e) {
+  if (L.k_format == KvFormat::Q8_0)
+    return kv_load_ref(L.k_format, L.k + (b * L.block_tokens + s) * kv_row_bytes(L.k_format, L.kv_dim), e);
+  return Half::to_float(reinterpret_cast<const uint16_t*>(L.k)[(b * L.kv_dim + e) * L.block_tokens + s]);
+}
+
+float kv_load_v(const KvLayer& L, int64_t b, int64_t s, int64_t e) {
+  return kv_load_ref(L.v_format, L.v + (b * L.block_tokens + s) * kv_row_bytes(L.v_format, L.kv_dim), e);
+}
+
+void paged_attention_ref(const PagedAttention& a, const AttnQuery& q, const int32_t* blocks, int64_t kv_head) {
   const KvLayer& L = a.layer;
-  const int64_t kb = kv_row_bytes(L.k_format, L.kv_dim), vb = kv_row_bytes(L.v_format, L.kv_dim);
-  auto row = [&](const uint8_t* base, int64_t rb, int64_t pos) {
-    return base + (blocks[pos / L.block_tokens] * L.block_tokens + pos % L.block_tokens) * rb;
-  };
+  const int64_t n = q.n_keys, bt = L.block_tokens, off = kv_head * a.head_dim;
+  std::vector<double> sc(static_cast<size_t>(n));
   double mx = -INFINITY;
-  for (int64_t p = 0; p < n_keys; ++p) {
-    const uint8_t* k = row(L.k, kb, p);
+  for (int64_t p = 0; p < n; ++p) {
     double s = 0;
-    for (int64_t d = 0; d < a.head_dim; ++d) s += static_cast<double>(q[d]) * kv_load_ref(L.k_format, k, kv_head * a.head_dim + d);
-    scores[p] = static_cast<float>(s * a.scale);
-    mx = std::max(mx, static_cast<double>(scores[p]));
+    for (int64_t d = 0; d < a.head_dim; ++d) s += static_cast<double>(q.q[d]) * kv_load_k(L, blocks[p / bt], p % bt, off + d);
+    sc[p] = s * a.scale;
+    mx = std::max(mx, sc[p]);
   }
   double sum = 0;
-  for (int64_t p = 0; p < n_keys; ++p) sum += std::exp(scores[p] - mx);
+  for (int64_t p = 0; p < n; ++p) sum += std::exp(sc[p] - mx);
   for (int64_t d = 0; d < a.head_dim; ++d) {
     double o = 0;
-    for (int64_t p = 0; p < n_keys; ++p)
-      o += std::exp(scores[p] - mx) / sum * kv_load_ref(L.v_format, row(L.v, vb, p), kv_head * a.head_dim + d);
-    out[d] = static_cast<float>(o);
+    for (int64_t p = 0; p < n; ++p) o += std::exp(sc[p] - mx) / sum * kv_load_v(L, blocks[p / bt], p % bt, off + d);
+    q.out[d] = static_cast<float>(o);
   }
 }
 

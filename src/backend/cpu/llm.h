@@ -22,8 +22,12 @@ enum class KvFormat : uint8_t { F16, Q8_0 };
 const char* kv_format_name(KvFormat f);
 int64_t kv_row_bytes(KvFormat f, int64_t n);
 
-// One layer of a paged cache: rows of `block_tokens` tokens per block, block
-// b's row s at base + (b * block_tokens + s) * row_bytes, for K and for V.
+// One layer of a paged cache of `block_tokens` tokens per block (a multiple
+// of 16). V: block b's row s at v + (b * block_tokens + s) * row bytes.
+// K in Q8_0: rows the same way. K in F16: by dimension within a block, the
+// block's 16-token runs of one dimension contiguous (value e of slot s at
+// f16 index (b * kv_dim + e) * block_tokens + s), so that attention reads
+// 16 keys' values of a dimension with one load.
 struct KvLayer {
   KvFormat k_format = KvFormat::F16, v_format = KvFormat::F16;
   int64_t block_tokens = 16;
@@ -31,15 +35,30 @@ struct KvLayer {
   uint8_t* k = nullptr;
   uint8_t* v = nullptr;
 };
+// Stores one token's keys or values (kv_dim values) at slot s of block b.
+void kv_store_k(const KvLayer& L, const float* x, int64_t b, int64_t s);
+void kv_store_v(const KvLayer& L, const float* x, int64_t b, int64_t s);
+// Value e of the token at slot s of block b, as stored.
+float kv_load_k(const KvLayer& L, int64_t b, int64_t s, int64_t e);
+float kv_load_v(const KvLayer& L, int64_t b, int64_t s, int64_t e);
 
-// Attention of one query head over positions [0, n_keys) of a sequence whose
-// cache blocks are `blocks`: out[head_dim] = softmax(scale * q . K) V for key
-// head `kv_head`. `scores` has room for n_keys floats.
+// Attention over a sequence's cache blocks for up to 4 query vectors that
+// share key head `kv_head` (tokens of one sequence, or the heads of a
+// group): out[head_dim] = softmax(scale * q . K[0, n_keys)) V. Each query's
+// result depends only on its own q and n_keys.
 struct PagedAttention {
   KvLayer layer;
   int64_t head_dim = 0;
   float scale = 1.f;
 };
+struct AttnQuery {
+  const float* q = nullptr;
+  float* out = nullptr;
+  int64_t n_keys = 0;
+};
+constexpr int kAttnQueries = 4;
+// Floats of scratch the attention kernel needs for keys up to n_keys.
+inline int64_t attention_scratch(int64_t n_keys) { return kAttnQueries * ((n_keys + 15) / 16 * 16) + 2 * 16 * 512; }
 
 using RmsNormRow = void (*)(const float* x, const float* w, float* y, int64_t n, float eps);
 // Rotates pairs (2i, 2i+1) of each of n_heads heads of one token by the angle
@@ -49,8 +68,8 @@ using RopeRow = void (*)(float* x, int64_t n_heads, int64_t head_dim, const floa
 using SwiGluRow = void (*)(const float* g, const float* u, float* y, int64_t n);
 // One row of n values in the format's bytes.
 using KvStoreRow = void (*)(KvFormat f, const float* x, int64_t n, uint8_t* out);
-using PagedAttentionHead = void (*)(const PagedAttention& a, const float* q, const int32_t* blocks, int64_t n_keys,
-                                    int64_t kv_head, float* scores, float* out);
+using PagedAttentionSet = void (*)(const PagedAttention& a, const AttnQuery* qs, int nq, const int32_t* blocks,
+                                   int64_t kv_head, float* scratch);
 
 // Portable references, in double where they sum.
 void rms_norm_row_ref(const float* x, const float* w, float* y, int64_t n, float eps);
@@ -61,7 +80,6 @@ void swiglu_row_ref(const float* g, const float* u, float* y, int64_t n);
 void kv_store_row_ref(KvFormat f, const float* x, int64_t n, uint8_t* out);
 // Value i of a stored row.
 float kv_load_ref(KvFormat f, const uint8_t* row, int64_t i);
-void paged_attention_head_ref(const PagedAttention& a, const float* q, const int32_t* blocks, int64_t n_keys,
-                              int64_t kv_head, float* scores, float* out);
+void paged_attention_ref(const PagedAttention& a, const AttnQuery& q, const int32_t* blocks, int64_t kv_head);
 
 }  // namespace tessera::cpu

@@ -27,8 +27,6 @@ inline V loadv(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void storev(float* p, V v) { std::memcpy(p, &v, sizeof v); }
-inline V splat(float f) { return V{} + f; }
 
 // Lane l += lane l + h for h = kW/2 down to 1.
 inline float hsum(V v) {
@@ -93,6 +91,8 @@ void kv_store_row(KvFormat f, const float* x, int64_t n, uint8_t* out) {
   }
 }
 
+constexpr int64_t kMaxHeadDim = 512;  // the buffers below (the engine checks models against it)
+
 // Values [off, off + n) of a stored row to f32 (n a multiple of 32 for Q8_0,
 // off too).
 inline void kv_load(KvFormat f, const uint8_t* row, int64_t off, int64_t n, float* out) {
@@ -113,41 +113,97 @@ inline void kv_load(KvFormat f, const uint8_t* row, int64_t off, int64_t n, floa
   }
 }
 
-constexpr int64_t kMaxHeadDim = 512;
+// 16 keys' values for one key head: kt[d * 16 + j] = dimension d of key j
+// of the run starting at slot s0 of block b.
+inline void load_keys16(const KvLayer& L, int64_t b, int64_t s0, int64_t off, int64_t hd, float* kt) {
+  const int64_t bt = L.block_tokens;
+  if (L.k_format == KvFormat::F16) {
+    const auto* h = reinterpret_cast<const uint16_t*>(L.k) + (b * L.kv_dim + off) * bt + s0;
+    for (int64_t d = 0; d < hd; ++d) kv_load(KvFormat::F16, reinterpret_cast<const uint8_t*>(h + d * bt), 0, 16, kt + d * 16);
+    return;
+  }
+  alignas(64) float row[kMaxHeadDim];
+  const int64_t rb = kv_row_bytes(L.k_format, L.kv_dim);
+  for (int j = 0; j < 16; ++j) {
+    kv_load(L.k_format, L.k + (b * bt + s0 + j) * rb, off, hd, row);
+    for (int64_t d = 0; d < hd; ++d) kt[d * 16 + j] = row[d];
+  }
+}
 
-// Two passes over the keys: the scores (and their max), then exp and the
-// weighted sum of V rows in position order, vectorized across the head's
-// dimensions; divided by the sum of weights at the end.
-void paged_attention_head(const PagedAttention& a, const float* q, const int32_t* blocks, int64_t n_keys,
-                          int64_t kv_head, float* scores, float* out) {
+typedef float V16 __attribute__((vector_size(64)));
+inline V16 load16(const float* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline float hsum16(V16 v) {
+  float a[16];
+  std::memcpy(a, &v, sizeof a);
+  for (int h = 8; h >= 1; h /= 2)
+    for (int l = 0; l < h; ++l) a[l] += a[l + h];
+  return a[0];
+}
+
+// Note [Batch-invariant LLM kernels]: every step below runs per query in an
+// order fixed by its n_keys alone, so the set a query comes in changes nothing.
+//   scores, 16 keys at a time: four chains over the dimensions d = c mod 4,
+//     in order, added as (0 + 1) + (2 + 3), times the scale;
+//   the max; exp(s - max); their sum in 16 lanes by runs of 16, the lanes
+//     added by the halving tree, then the leftover keys in order;
+//   the output: sum over keys in order of weight * value, then / sum.
+// Each run of 16 keys is read and widened once for all the queries of the set.
+void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, const int32_t* blocks,
+                         int64_t kv_head, float* scratch) {
   const KvLayer& L = a.layer;
-  const int64_t hd = a.head_dim, off = kv_head * hd;
-  const int64_t kb = kv_row_bytes(L.k_format, L.kv_dim), vb = kv_row_bytes(L.v_format, L.kv_dim);
-  alignas(64) float buf[kMaxHeadDim];
-  float mx = -INFINITY;
-  for (int64_t p = 0; p < n_keys; ++p) {
-    const int64_t slot = blocks[p / L.block_tokens] * L.block_tokens + p % L.block_tokens;
-    kv_load(L.k_format, L.k + slot * kb, off, hd, buf);
-    const float s = dot(q, buf, hd) * a.scale;
-    scores[p] = s;
-    mx = s > mx ? s : mx;
+  const int64_t hd = a.head_dim, off = kv_head * hd, bt = L.block_tokens;
+  int64_t most = 0;
+  for (int j = 0; j < nq; ++j) most = qs[j].n_keys > most ? qs[j].n_keys : most;
+  const int64_t stride = (most + 15) / 16 * 16;
+  float* scores = scratch;
+  float* kt = scratch + kAttnQueries * stride;
+  float* vb = kt + 16 * kMaxHeadDim;
+  for (int64_t c = 0; c < most; c += 16) {
+    load_keys16(L, blocks[c / bt], c % bt, off, hd, kt);
+    for (int j = 0; j < nq; ++j) {
+      if (c >= qs[j].n_keys) continue;
+      const float* q = qs[j].q;
+      V16 acc[4] = {};
+      for (int64_t d = 0; d < hd; ++d) acc[d & 3] += q[d] * load16(kt + d * 16);
+      const V16 sv = ((acc[0] + acc[1]) + (acc[2] + acc[3])) * a.scale;
+      std::memcpy(scores + j * stride + c, &sv, sizeof sv);
+    }
   }
-  for (int64_t p = 0; p < n_keys; ++p) scores[p] = vexp_ftz(scores[p] - mx);
-  V sumv = {};
-  const int64_t nv = n_keys / kW * kW;
-  for (int64_t p = 0; p < nv; p += kW) sumv += loadv(scores + p);
-  float sum = hsum(sumv);
-  for (int64_t p = nv; p < n_keys; ++p) sum += scores[p];
-  alignas(64) float acc[kMaxHeadDim];
-  for (int64_t d = 0; d < hd; ++d) acc[d] = 0.f;
-  for (int64_t p = 0; p < n_keys; ++p) {
-    const int64_t slot = blocks[p / L.block_tokens] * L.block_tokens + p % L.block_tokens;
-    kv_load(L.v_format, L.v + slot * vb, off, hd, buf);
-    const float w = scores[p];
-    for (int64_t d = 0; d < hd; ++d) acc[d] += w * buf[d];
+  float inv[kAttnQueries];
+  for (int j = 0; j < nq; ++j) {
+    float* sc = scores + j * stride;
+    const int64_t n = qs[j].n_keys;
+    float mx = -INFINITY;
+    for (int64_t p = 0; p < n; ++p) mx = sc[p] > mx ? sc[p] : mx;
+    for (int64_t p = 0; p < n; ++p) sc[p] = vexp_ftz(sc[p] - mx);
+    V16 lanes = {};
+    const int64_t full = n / 16 * 16;
+    for (int64_t p = 0; p < full; p += 16) lanes += load16(sc + p);
+    float sum = hsum16(lanes);
+    for (int64_t p = full; p < n; ++p) sum += sc[p];
+    inv[j] = 1.f / sum;
   }
-  const float inv = 1.f / sum;
-  for (int64_t d = 0; d < hd; ++d) out[d] = acc[d] * inv;
+  alignas(64) float acc[kAttnQueries][kMaxHeadDim];
+  for (int j = 0; j < nq; ++j)
+    for (int64_t d = 0; d < hd; ++d) acc[j][d] = 0.f;
+  const int64_t vrb = kv_row_bytes(L.v_format, L.kv_dim);
+  for (int64_t c = 0; c < most; c += 16) {
+    const int64_t rows = most - c < 16 ? most - c : 16;
+    for (int64_t i = 0; i < rows; ++i)
+      kv_load(L.v_format, L.v + (blocks[(c + i) / bt] * bt + (c + i) % bt) * vrb, off, hd, vb + i * hd);
+    for (int j = 0; j < nq; ++j) {
+      const float* w = scores + j * stride + c;
+      const int64_t n = qs[j].n_keys - c < rows ? qs[j].n_keys - c : rows;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t d = 0; d < hd; ++d) acc[j][d] += w[i] * vb[i * hd + d];
+    }
+  }
+  for (int j = 0; j < nq; ++j)
+    for (int64_t d = 0; d < hd; ++d) qs[j].out[d] = acc[j][d] * inv[j];
 }
 
 }  // namespace
@@ -157,7 +213,7 @@ void fill_llm_kernels(KernelTable& t) {
   t.rope_row = rope_row;
   t.swiglu_row = swiglu_row;
   t.kv_store_row = kv_store_row;
-  t.paged_attention_head = paged_attention_head;
+  t.paged_attention_set = paged_attention_set;
 }
 
 }  // namespace tessera::cpu::TESSERA_ISA
