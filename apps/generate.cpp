@@ -103,6 +103,7 @@ int cmd_generate(const GenerateFlags& f) {
     std::fflush(stdout);
   });
   std::fputs("\n", stdout);
+  std::fflush(stdout);
   const auto n = static_cast<double>(r.tokens.size());
   std::fprintf(stderr, "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %lld tokens in %.3f s (%.1f tokens/s); "
                "finished: %s\n",

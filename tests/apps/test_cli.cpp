@@ -16,7 +16,7 @@ TEST(Cli, VersionHelpAndUsageErrors) {
   EXPECT_STREQ(tessera::version(), TESSERA_VERSION);
 
   ASSERT_EQ(testing::cli("--help", &out), 0) << out;
-  for (const char* sub : {"train", "eval", "info", "export", "run", "inspect", "quantize", "prune", "serve", "client", "gguf"})
+  for (const char* sub : {"train", "eval", "info", "export", "run", "inspect", "quantize", "prune", "serve", "client", "gguf", "generate"})
     EXPECT_NE(out.find(std::string("\n  ") + sub + " "), std::string::npos) << sub << " missing from the help:\n" << out;
 
   // A usage error: the message and the command's usage, exit 2.

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <set>
 
 #include "tessera/llm/generate.h"
+#include "tessera/llm/llama_gguf.h"
 #include "tessera/llm/sampler.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/ops/ops.h"
@@ -120,7 +122,7 @@ struct Fixture {
   std::shared_ptr<llm::Model> model;
   llm::Tokenizer tok;
 };
-Fixture fixture() {
+Fixture fixture(nn::zoo::Llama** keep = nullptr) {
   std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
   std::vector<llm::TokenType> types = {llm::TokenType::Unknown, llm::TokenType::Control, llm::TokenType::Control};
   for (int b = 0; b < 256; ++b) {
@@ -139,8 +141,11 @@ Fixture fixture() {
   c.vocab_size = tok.size(), c.dim = 64, c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 2, c.hidden_dim = 64;
   c.max_seq_len = 128;
   manual_seed(21);
-  nn::zoo::Llama m(c);
-  return {llm::Model::from_llama(m), std::move(tok)};
+  static nn::zoo::Llama* m = nullptr;
+  delete m;
+  m = new nn::zoo::Llama(c);
+  if (keep) *keep = m;
+  return {llm::Model::from_llama(*m), std::move(tok)};
 }
 
 TEST(Generate, SeededRequestsReproduceAndChoicesDiffer) {
@@ -193,6 +198,38 @@ TEST(Generate, StopStringsEndTheTextBeforeThem) {
   go.stop = {""};
   EXPECT_NE(testing::error_of([&] { llm::generate(e, f.tok, prompt, go); }).find("an empty stop string"),
             std::string::npos);
+}
+
+// `tessera generate` on a GGUF file: the prompt and the text on stdout, the
+// speeds on stderr; the same seed gives the same text; bad input is an error.
+TEST(Generate, CommandLineStreamsTextAndSpeeds) {
+  nn::zoo::Llama* m = nullptr;
+  Fixture f = fixture(&m);
+  const std::string dir = testing::scratch_dir("cli_generate"), file = dir + "/tiny.gguf";
+  std::filesystem::create_directories(dir);
+  llm::save_llama_gguf(*m, file, {.type = llm::GgmlType::Q8_0, .tokenizer = &f.tok});
+  // The text: after the two lines about the model and the cache, before the speeds.
+  auto text = [](const std::string& o) {
+    const size_t a = o.find('\n', o.find("KV cache: ")) + 1;
+    return o.substr(a, o.find("prefill: ") - a);
+  };
+  const std::string cmd = "generate " + file + " -p ab -n 12 --temp 1 --top-k 0 --seed 5 --ignore-eos";
+  std::string out, again;
+  ASSERT_EQ(testing::cli(cmd, &out), 0) << out;
+  EXPECT_NE(out.find("Q8_0 weights"), std::string::npos) << out;
+  EXPECT_EQ(text(out).rfind("ab", 0), 0u) << out;
+  EXPECT_GT(text(out).size(), 3u) << out;
+  EXPECT_NE(out.find("prefill: 2 tokens in"), std::string::npos) << out;
+  EXPECT_NE(out.find("decode: 12 tokens in"), std::string::npos) << out;
+  ASSERT_EQ(testing::cli(cmd, &again), 0);
+  EXPECT_EQ(text(again), text(out));
+  ASSERT_EQ(testing::cli(cmd + " --threads 2 --batch 1 --kv-type q8_0", &again), 0);
+  EXPECT_NE(again.find("KV cache: q8_0"), std::string::npos) << again;
+  EXPECT_EQ(testing::cli("generate " + file + " -p ab --kv-type q4", &out), 2) << out;
+  EXPECT_EQ(testing::cli("generate " + file + " -p ab --kv-memory 12X", &out), 1) << out;
+  EXPECT_NE(out.find("--kv-memory '12X' is not a positive byte count"), std::string::npos) << out;
+  EXPECT_EQ(testing::cli("generate /nonexistent.gguf -p ab", &out), 1) << out;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
