@@ -58,6 +58,7 @@ FULL = {
     "ptq": ["--threads", "1", "2", "--rounds", "2"],
     "sparse": ["--rounds", "1", "--finetune-steps", "200", "--repeat", "100"],
     "serve": ["--seconds", "4", "--soak-seconds", "60"],
+    "llm": ["--rounds", "3"],
 }
 QUICK = {
     "ops": ["--rounds", "1", "--threads", "1", "--quick", "--skip-default",
@@ -76,6 +77,7 @@ QUICK = {
     "ptq": ["--threads", "1", "--rounds", "1", "--calibration-batches", "2"],
     "sparse": ["--rounds", "1", "--finetune-steps", "5", "--repeat", "5"],
     "serve": ["--seconds", "1", "--soak-seconds", "3", "--only", "max,curve,soak"],
+    "llm": ["--rounds", "1", "--types", "Q4_0"],
 }
 # The trained models: config, overrides (full, quick).
 RUNS = {
@@ -87,7 +89,7 @@ RUNS = {
                   "scheduler.warmup_steps=2"]),
 }
 TARGETS = ["tessera_cli", "tessera_bench", "torch_bench", "tessera_train_bench", "tessera_compile_bench",
-           "tessera_quant_bench", "tessera_gemv_bench", "tessera_serve_load", "tessera_serve_httplib", "tessera_serve_beast"]
+           "tessera_quant_bench", "tessera_gemv_bench", "tessera_serve_load", "tessera_serve_httplib", "tessera_serve_beast", "tessera_llm_bench"]
 
 
 def log(*a):
@@ -388,6 +390,13 @@ def sec_gemv(ctx):
                        "--json", j, *ctx.settings("gemv")], j, ctx.log_path("gemv"), ctx.timeout)
     d = load_json(j)
     return {"exit": code, "rows": d["rows"], "tiers_not_run": d["tiers_not_run"]}
+
+
+def sec_llm(ctx):
+    j = ctx.tmp("llm.json")
+    code = run_script([PY, os.path.join(HERE, "llm_compare.py"), "--build-dir", ctx.build_dir, "--json", j,
+                       *ctx.settings("llm")], j, ctx.log_path("llm"), ctx.timeout)
+    return {"exit": code, **load_json(j)}
 
 
 def sec_quant(ctx):
@@ -780,6 +789,32 @@ def render_gemv(d, h):
     return out
 
 
+def render_llm(d, h):
+    names = {"prefill": "prefill, 512 tokens", "decode": "decode, one stream", "batch": "decode, 16 sequences"}
+    rows = []
+    for r in d["rows"]:
+        ratio = r["tessera_tps"] / r["llama_tps"]
+        target = "" if r["target"] is None else (f">= {r['target']}x: " + ("met" if ratio >= r["target"] else "**missed**"))
+        bw = f"{r['tessera_gbps']:.1f}" if "tessera_gbps" in r else ""
+        rows.append([r["type"], names[r["measure"]], r["threads"], fnum(r["tessera_tps"]), fnum(r["llama_tps"]),
+                     f"**{ratio:.2f}x**" if r["target"] is not None else f"({ratio:.2f}x)", target, bw,
+                     f"{r['tessera_rss'] / 2**20:.0f} / {r['llama_rss'] / 2**20:.0f}"])
+    first = d["rows"][0]
+    out = ["", f"Median of {d['rounds']} rounds, engines alternated; node-llama-cpp {d['node_llama_cpp']}, whose "
+               f"llama.cpp reported: `{d['llama_system_info'].strip()}`", "", machine_line(h), ""]
+    out += table(["weights", "measure", "threads", "Tessera tokens/s", "llama.cpp tokens/s", "Tessera / llama.cpp",
+                  "target", "Tessera decode GB/s of weights", "RSS growth MiB, Tessera / llama.cpp"], rows,
+                 ["---", "---", "---:", "---:", "---:", "---:", "---", "---:", "---:"])
+    out += ["", f"KV cache: {first['kv_bytes_per_token']:,} bytes per token on both sides (f16 keys and values, "
+                "12 layers of 768). The RSS growth is the memory past the loaded model at the end of the run: "
+                "llama.cpp allocates its whole cache (16 x 1024 tokens in the batch case) when the context is "
+                "made; Tessera's paged cache holds only the blocks the sequences use. Decode at 2 threads has no "
+                "ratio: node-llama-cpp starts a thread per decode call.", "",
+            "Files (sha256): " + ", ".join(f"`{os.path.basename(m['path'])}` {m['sha256'][:16]}" for m in
+                                           d["models"].values())]
+    return out
+
+
 def render_quant(d, h):
     out = []
     shapes = quant_one_row(d)
@@ -1063,6 +1098,13 @@ against `ops::linear` (oneDNN's dense f32 GEMM) on the same randomly pruned weig
 `sparse-weights` pass uses the sparse kernel for weights with at most 5% nonzeros. Structured pruning removes whole
 channels, so the compiled graph is smaller: `tessera prune` on the trained CNN, dense against pruned compiled
 forwards, and the test accuracy after a short fine-tuning."""),
+    ("llm", "LLM engine against llama.cpp", sec_llm, render_llm, """\
+`bench/llm_compare.py`: `tessera_llm_bench run` (the LLM engine, `llm/engine.h`) against llama.cpp through npm's
+node-llama-cpp (`bench/llm_llamacpp.mjs`) on the same GGUF files: random-weight Llama models shaped like a 110M
+model (width 768, 12 layers, 12 heads, feed-forward 2048, llama.cpp's 32,000-piece SentencePiece vocabulary),
+written by Tessera in F16, Q8_0 and Q4_0. Prefill: 512 prompt tokens in one step; decode: 64 tokens one at a
+time after an 8-token prompt; 16 sequences: 32 steps decoding all of them together, aggregate tokens/s. Decode
+GB/s: the weight bytes one token reads times tokens/s. Greedy choice on both sides."""),
     ("serve", "Serving: `tessera serve` under load", sec_serve, render_serve, """\
 `bench/serve_bench.py`: the trained MLP and CNN exported as compiled graphs and served by `tessera serve` (max
 batch 64, 500 us batching delay, one instance), driven by `bench/serve_load.cpp` (one thread, epoll, 64 keep-alive
@@ -1083,7 +1125,8 @@ SHORT = {"ops": "per-op overhead, bandwidth, matmul, softmax, layer norm, conv, 
          "quant": "weight-only int8/int4 products and a GPT vs PyTorch f32 and dynamic int8",
          "ptq": "static int8 CNN: accuracy and latency vs PyTorch and ONNX Runtime",
          "sparse": "CSR sparse vs dense products by sparsity; structured pruning speed-up",
-         "serve": "HTTP serving throughput, latency curve, transports, soak"}
+         "serve": "HTTP serving throughput, latency curve, transports, soak",
+         "llm": "LLM prefill, decode and batched decode vs llama.cpp on the same GGUF files"}
 
 
 # ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 # (pinned; installed once into $TESSERA_CACHE/node-llama-cpp, default
 # ~/.cache/tessera; works offline afterwards). Not part of CI: it needs npm.
 #   scripts/llm_compat.sh [build dir, default build]
+#   scripts/llm_compat.sh --install-only     (what bench/llm_compare.py needs)
 # Today: every vocabulary GGUF of llama.cpp's source tree (which the package
 # carries as a git bundle) loads with `tessera gguf info`, and each
 # SentencePiece vocabulary tokenizes llama.cpp's test texts to llama.cpp's ids
@@ -13,6 +14,8 @@
 # the same top token everywhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+install_only=false
+if [ "${1:-}" = "--install-only" ]; then install_only=true; shift; fi
 build=${1:-${BUILD_DIR:-build}}
 cache=${TESSERA_CACHE:-$HOME/.cache/tessera}
 pkg="$cache/node-llama-cpp"
@@ -29,6 +32,7 @@ if [ ! -d "$src/models" ]; then
   rm -rf "$src"
   git clone -q "$pkg/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$src" 2>/dev/null
 fi
+$install_only && exit 0
 [ -x "$build/apps/tessera" ] && [ -x "$build/tests/tessera_tests" ] || cmake --build "$build" --target tessera_cli tessera_tests
 
 echo "== GGUF: llama.cpp's vocabulary files"

@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""Tessera's LLM engine against llama.cpp (npm's node-llama-cpp, pinned by
+scripts/llm_compat.sh) on the same GGUF files.
+
+    /usr/bin/python3 bench/llm_compare.py [--build-dir build-bench] [--rounds 3] [--json out.json]
+
+The files: random-weight Llama models shaped like a 110M model (width 768, 12
+layers, 12 heads, feed-forward 2048, llama.cpp's 32,000-piece SentencePiece
+vocabulary), written by `tessera_llm_bench make-model` in F16, Q8_0 and Q4_0,
+cached under $TESSERA_CACHE/llm-bench (default ~/.cache/tessera) with their
+sha256. Measurements (`tessera_llm_bench run` and `bench/llm_llamacpp.mjs`, one
+process each, the engines alternated, median of the rounds):
+  prefill   512 prompt tokens in one step, 2 threads
+  decode    64 tokens one at a time after an 8-token prompt, 1 thread (and 2, reported without a ratio:
+            node-llama-cpp starts a thread per decode call)
+  batch     16 sequences decoding together, 32 steps, 2 threads: aggregate tokens/s, and the RSS growth
+            past the loaded model (weights read once first on both sides)
+"""
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CACHE = os.environ.get("TESSERA_CACHE", os.path.expanduser("~/.cache/tessera"))
+VERSION = "3.21.1"
+TYPES = ["F16", "Q8_0", "Q4_0"]
+# (measure, threads, tokens, sequences, target ratio by type or None)
+CASES = [
+    ("prefill", 2, 512, 1, {"F16": 1.0, "Q8_0": 1.3, "Q4_0": 1.0}),
+    ("decode", 1, 64, 1, {"F16": 1.0, "Q8_0": 1.3, "Q4_0": 1.15}),
+    ("decode", 2, 64, 1, None),
+    ("batch", 2, 32, 16, {"F16": 2.0, "Q8_0": 2.0, "Q4_0": 2.0}),
+]
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def run_json(cmd, cwd=None):
+    out = subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True, timeout=600).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-bench"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--types", default=",".join(TYPES))
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    bench = os.path.join(args.build_dir, "bench", "tessera_llm_bench")
+    if not os.path.exists(bench):
+        subprocess.run(["cmake", "--build", args.build_dir, "--target", "tessera_llm_bench"], check=True)
+    subprocess.run(["bash", os.path.join(ROOT, "scripts", "llm_compat.sh"), "--install-only"], check=True)
+    pkg = os.path.join(CACHE, "node-llama-cpp")
+    vocab = os.path.join(CACHE, f"llama.cpp-{VERSION}", "models", "ggml-vocab-llama-spm.gguf")
+    subprocess.run(["cp", os.path.join(HERE, "llm_llamacpp.mjs"), pkg], check=True)
+    models = {}
+    os.makedirs(os.path.join(CACHE, "llm-bench"), exist_ok=True)
+    for t in args.types.split(","):
+        path = os.path.join(CACHE, "llm-bench", f"random-110M-{t}.gguf")
+        if not os.path.exists(path):
+            log(f"writing {path}")
+            subprocess.run([bench, "make-model", "--size", "M", "--type", t, "--vocab", vocab, "--out", path,
+                            "--seed", "1"], check=True)
+        models[t] = {"path": path, "sha256": sha256(path), "bytes": os.path.getsize(path)}
+
+    results = {}
+    system_info = ""
+    for rnd in range(args.rounds):
+        for t, m in models.items():
+            for measure, threads, tokens, seqs, _ in CASES:
+                key = f"{t}/{measure}/{threads}"
+                tes = [bench, "run", "--model", m["path"], "--threads", str(threads), "--measure", measure,
+                       "--tokens", str(tokens), "--seqs", str(seqs), "--ctx", "1024"]
+                ref = ["node", "llm_llamacpp.mjs", m["path"], measure, str(threads), str(tokens), str(seqs), "1024"]
+                order = [("tessera", tes, None), ("llama.cpp", ref, pkg)]
+                if rnd % 2:
+                    order.reverse()
+                for name, cmd, cwd in order:
+                    r = run_json(cmd, cwd)
+                    system_info = r.get("system_info", system_info)
+                    results.setdefault(key, {}).setdefault(name, []).append(r)
+                    log(f"round {rnd + 1} {key} {name}: {r['tokens_per_s']:.1f} tokens/s")
+
+    rows = []
+    for t in models:
+        for measure, threads, tokens, seqs, target in CASES:
+            runs = results[f"{t}/{measure}/{threads}"]
+            med = {n: statistics.median(r["tokens_per_s"] for r in rs) for n, rs in runs.items()}
+            rss = {n: statistics.median(r["rss_growth"] for r in rs) for n, rs in runs.items()}
+            first = runs["tessera"][0]
+            row = {"type": t, "measure": measure, "threads": threads, "tokens": tokens, "sequences": seqs,
+                   "tessera_tps": med["tessera"], "llama_tps": med["llama.cpp"],
+                   "tessera_rounds": [r["tokens_per_s"] for r in runs["tessera"]],
+                   "llama_rounds": [r["tokens_per_s"] for r in runs["llama.cpp"]],
+                   "tessera_rss": rss["tessera"], "llama_rss": rss["llama.cpp"],
+                   "kv_bytes_per_token": first["kv_bytes_per_token"],
+                   "weight_bytes_per_token": first["weight_bytes_per_token"],
+                   "target": target[t] if target else None}
+            if measure == "decode":
+                row["tessera_gbps"] = med["tessera"] * first["weight_bytes_per_token"] / 1e9
+            rows.append(row)
+            ratio = "" if target is None else f" ratio {med['tessera'] / med['llama.cpp']:.2f} (target {target[t]})"
+            print(f"{t} {measure} {threads}t: Tessera {med['tessera']:.1f}, llama.cpp {med['llama.cpp']:.1f} "
+                  f"tokens/s{ratio}; RSS growth {rss['tessera'] / 2**20:.0f} / {rss['llama.cpp'] / 2**20:.0f} MiB")
+    out = {"rows": rows, "models": models, "rounds": args.rounds, "node_llama_cpp": VERSION,
+           "llama_system_info": system_info}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
