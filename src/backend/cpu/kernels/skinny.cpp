@@ -102,6 +102,20 @@ inline float hsum(V v) {
   return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
+// Note [Prefetching the next rows]
+// The R rows of a block are R interleaved streams; on short rows (an LLM's
+// 768-wide f16 projections, 1.5 KB a row) the hardware prefetcher does not
+// follow them and a batch-1 product read 8 GB/s where one row at a time read
+// 27 (Zen 5). Touching the next block's rows, a cache line per row as this
+// block's reads cross one, brings it back to 25. No effect on any result.
+// (An asm statement: GCC 12 drops __builtin_prefetch from these loops.)
+template <typename T, int R>
+inline void prefetch_next_rows(const T* w, int64_t ldw, int64_t p) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));  // elements per cache line
+  if ((p & (kLine - 1)) == 0)
+    for (int r = 0; r < R; ++r) asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(w + (R + r) * ldw + p)));
+}
+
 // out[r * M + i] = row r of w (R rows, stride ldw) . xs[i] (M rows), k long,
 // with weights of type T widened to float.
 template <typename T>
@@ -116,6 +130,7 @@ struct Widening {
     for (int64_t p = 0; p < kv; p += kW) {
       V xv[M];
       for (int i = 0; i < M; ++i) xv[i] = load_x(xs[i] + p);
+      prefetch_next_rows<T, R>(w, ldw, p);
       for (int r = 0; r < R; ++r) {
         const V wv = load_w(w + r * ldw + p);
         for (int i = 0; i < M; ++i) acc[r][i] += wv * xv[i];
@@ -192,6 +207,7 @@ struct Bf16Dot {
     __m512bh xv[M];
     for (int i = 0; i < M; ++i)
       xv[i] = (__m512bh)(Tail ? _mm512_maskz_loadu_epi16(mask, xs[i] + p) : _mm512_loadu_si512(xs[i] + p));
+    prefetch_next_rows<uint16_t, R>(w, ldw, p);
     for (int r = 0; r < R; ++r) {
       const uint16_t* wr = w + r * ldw + p;
       const __m512bh wv = (__m512bh)(Tail ? _mm512_maskz_loadu_epi16(mask, wr) : _mm512_loadu_si512(wr));
