@@ -59,7 +59,7 @@ int make_model(int argc, char** argv) {
   c.vocab_size = tok.size();
   manual_seed(std::stoull(arg(argc, argv, "--seed", "1")));
   nn::zoo::Llama model(c);
-  llm::LlamaGgufOptions o;
+  llm::GgufExportOptions o;
   o.type = *llm::ggml_type_from_name(arg(argc, argv, "--type"));
   o.tokenizer = &tok;
   o.name = "tessera-random-llama-" + size;

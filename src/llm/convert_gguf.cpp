@@ -41,6 +41,23 @@ Tensor dequantize_gguf_tensor(const GgufFile& f, const GgufTensorInfo& t) {
   }
 }
 
+Tensor to_ggml_bytes(const Tensor& x, GgmlType type) {
+  TS_CHECK(x.dim() == 2, "to_ggml_bytes: a matrix is needed, got ", shape_str(x.shape()));
+  Tensor f = x.to(DType::F32);
+  switch (type) {
+    case GgmlType::F32: return bytes_of(f);
+    case GgmlType::F16: return bytes_of(f.to(DType::F16));
+    case GgmlType::BF16: return bytes_of(f.to(DType::BF16));
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0: {
+      const char* format = type == GgmlType::Q8_0 ? "q8_0" : "q4_0";
+      TS_CHECK(x.size(1) % 32 == 0, format, " needs rows of a multiple of 32 values, got ", x.size(1));
+      return bytes_of(quant::quantize_weight(f, format).qweight);
+    }
+    default: TS_ERROR("to_ggml_bytes: Tessera does not write ", ggml_type_name(type));
+  }
+}
+
 GgufWriter convert_gguf(const GgufFile& in, GgmlType type) {
   const int64_t ftype = ggml_file_type(type);
   GgufWriter w(static_cast<uint32_t>(in.alignment()));
@@ -56,15 +73,7 @@ GgufWriter convert_gguf(const GgufFile& in, GgmlType type) {
       w.add_tensor(t.name, t.type, t.ne, bytes_of(in.tensor(t.name)));
       continue;
     }
-    Tensor x = dequantize_gguf_tensor(in, t);
-    Tensor bytes;
-    switch (type) {
-      case GgmlType::F32: bytes = x.contiguous(); break;
-      case GgmlType::F16: bytes = x.to(DType::F16).contiguous(); break;
-      case GgmlType::BF16: bytes = x.to(DType::BF16).contiguous(); break;
-      default: bytes = quant::quantize_weight(x, type == GgmlType::Q8_0 ? "q8_0" : "q4_0").qweight; break;
-    }
-    w.add_tensor(t.name, type, t.ne, bytes_of(bytes));
+    w.add_tensor(t.name, type, t.ne, to_ggml_bytes(dequantize_gguf_tensor(in, t), type));
   }
   return w;
 }

@@ -430,7 +430,25 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
     }
   };
   const Matrix& emb = model_->embedding();
-  rows(T, D, [&](int64_t i) { embedding_row(kt, emb, st.row_tok[i], st.x.get() + i * D); });
+  const float* positions = model_->positions();
+  rows(T, D, [&](int64_t i) {
+    float* x = st.x.get() + i * D;
+    embedding_row(kt, emb, st.row_tok[i], x);
+    if (positions)
+      for (int64_t c = 0; c < D; ++c) x[c] += positions[st.row_pos[i] * D + c];
+  });
+  // gpt2: LayerNorm with biases, biases after the products, GELU; llama: RMSNorm, RoPE, SwiGLU.
+  const bool gpt = s.arch == "gpt2";
+  auto norm = [&](const float* x, const float* w, const float* b, float* y) {
+    if (gpt) kt.layer_norm_fwd[cpu::idx(DType::F32)](x, w, b, y, nullptr, nullptr, 1, D, s.norm_eps, false);
+    else kt.rms_norm_row(x, w, y, D, s.norm_eps);
+  };
+  auto add_bias = [](float* y, const float* b, int64_t n) {
+    if (b)
+      for (int64_t c = 0; c < n; ++c) y[c] += b[c];
+  };
+  const cpu::Loop1d gelu = kt.unary[static_cast<int>(s.gelu_erf ? cpu::UnaryKernel::Gelu : cpu::UnaryKernel::GeluTanh)]
+                                   [cpu::idx(DType::F32)];
 
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   for (int64_t l = 0; l < s.n_layers; ++l) {
@@ -438,7 +456,7 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
     const cpu::KvLayer& kv = st.layers[l];
     float *x = st.x.get(), *h = st.h.get();
     // Attention.
-    rows(T, D, [&](int64_t i) { kt.rms_norm_row(x + i * D, W.attn_norm, h + i * D, D, s.norm_eps); });
+    rows(T, D, [&](int64_t i) { norm(x + i * D, W.attn_norm, W.attn_norm_b, h + i * D); });
     Act a{h, D, T, D};
     prepare(a, {&W.q, &W.k, &W.v});
     run_products(kt, {Job{&W.q, &a, st.q.get(), qd}, Job{&W.k, &a, st.k.get(), kvd}, Job{&W.v, &a, st.v.get(), kvd}});
@@ -446,9 +464,14 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
     adapters(l, Projection::K, h, D, st.k.get(), kvd);
     adapters(l, Projection::V, h, D, st.v.get(), kvd);
     rows(T, qd + 2 * kvd, [&](int64_t i) {
-      const float* cs = st.rope.get() + st.row_pos[i] * hd;
-      kt.rope_row(st.q.get() + i * qd, s.n_heads, hd, cs);
-      kt.rope_row(st.k.get() + i * kvd, s.n_kv_heads, hd, cs);
+      add_bias(st.q.get() + i * qd, W.bq, qd);
+      add_bias(st.k.get() + i * kvd, W.bk, kvd);
+      add_bias(st.v.get() + i * kvd, W.bv, kvd);
+      if (!gpt) {
+        const float* cs = st.rope.get() + st.row_pos[i] * hd;
+        kt.rope_row(st.q.get() + i * qd, s.n_heads, hd, cs);
+        kt.rope_row(st.k.get() + i * kvd, s.n_kv_heads, hd, cs);
+      }
       const State::Seq& q = st.seqs[st.row_seq[i]];
       const int64_t pos = st.row_pos[i];
       const int64_t block = q.blocks[pos / opts_.block_tokens], slot = pos % opts_.block_tokens;
@@ -485,21 +508,36 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
     run_products(kt, {Job{&W.o, &ao, h, D}});
     adapters(l, Projection::O, st.att.get(), qd, h, D);
     rows(T, D, [&](int64_t i) {
+      add_bias(h + i * D, W.bo, D);
       for (int64_t c = 0; c < D; ++c) x[i * D + c] += h[i * D + c];
     });
-    // Feed-forward.
-    rows(T, D, [&](int64_t i) { kt.rms_norm_row(x + i * D, W.ffn_norm, h + i * D, D, s.norm_eps); });
+    // Feed-forward: silu(gate) * up, or gelu(up), then down.
+    rows(T, D, [&](int64_t i) { norm(x + i * D, W.ffn_norm, W.ffn_norm_b, h + i * D); });
     Act af{h, D, T, D};
-    prepare(af, {&W.gate, &W.up});
-    run_products(kt, {Job{&W.gate, &af, st.g.get(), H}, Job{&W.up, &af, st.u.get(), H}});
-    adapters(l, Projection::Gate, h, D, st.g.get(), H);
-    adapters(l, Projection::Up, h, D, st.u.get(), H);
-    rows(T, H, [&](int64_t i) { kt.swiglu_row(st.g.get() + i * H, st.u.get() + i * H, st.g.get() + i * H, H); });
+    if (gpt) {
+      prepare(af, {&W.up});
+      run_products(kt, {Job{&W.up, &af, st.g.get(), H}});
+      adapters(l, Projection::Up, h, D, st.g.get(), H);
+      rows(T, H, [&](int64_t i) {
+        float* g = st.g.get() + i * H;
+        add_bias(g, W.bup, H);
+        char* data[2] = {reinterpret_cast<char*>(g), reinterpret_cast<char*>(g)};
+        const int64_t strides[2] = {4, 4};
+        gelu(data, strides, H, nullptr);
+      });
+    } else {
+      prepare(af, {&W.gate, &W.up});
+      run_products(kt, {Job{&W.gate, &af, st.g.get(), H}, Job{&W.up, &af, st.u.get(), H}});
+      adapters(l, Projection::Gate, h, D, st.g.get(), H);
+      adapters(l, Projection::Up, h, D, st.u.get(), H);
+      rows(T, H, [&](int64_t i) { kt.swiglu_row(st.g.get() + i * H, st.u.get() + i * H, st.g.get() + i * H, H); });
+    }
     Act ad{st.g.get(), H, T, H};
     prepare(ad, {&W.down});
     run_products(kt, {Job{&W.down, &ad, h, D}});
     adapters(l, Projection::Down, st.g.get(), H, h, D);
     rows(T, D, [&](int64_t i) {
+      add_bias(h + i * D, W.bdown, D);
       for (int64_t c = 0; c < D; ++c) x[i * D + c] += h[i * D + c];
     });
   }
@@ -508,7 +546,7 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
   for (const Chunk& c : chunks) st.seqs[c.seq].length += static_cast<int64_t>(c.tokens.size());
   if (L == 0) return {};
   rows(L, D, [&](int64_t i) {
-    kt.rms_norm_row(st.x.get() + st.logit_row[i] * D, model_->output_norm(), st.hl.get() + i * D, D, s.norm_eps);
+    norm(st.x.get() + st.logit_row[i] * D, model_->output_norm(), model_->output_norm_bias(), st.hl.get() + i * D);
   });
   Act al{st.hl.get(), D, L, D};
   const Matrix& out = model_->output();

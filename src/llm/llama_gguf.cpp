@@ -62,7 +62,7 @@ uint32_t u32_of(const GgufFile& f, const std::string& key) {
 Tensor rope_rows_to_gguf(const Tensor& w, int64_t n_heads) { return regroup(w, n_heads, true); }
 Tensor rope_rows_from_gguf(const Tensor& w, int64_t n_heads) { return regroup(w, n_heads, false); }
 
-GgufWriter llama_to_gguf(const nn::zoo::Llama& model, const LlamaGgufOptions& opts) {
+GgufWriter llama_to_gguf(const nn::zoo::Llama& model, const GgufExportOptions& opts) {
   const nn::zoo::LlamaConfig& c = model.config;
   const int64_t ftype = ggml_file_type(opts.type);
   auto u32 = [](int64_t v) { return GgufValue::integer(GgufType::U32, v); };
@@ -96,22 +96,13 @@ GgufWriter llama_to_gguf(const nn::zoo::Llama& model, const LlamaGgufOptions& op
   for (const Name& n : tensor_names(c)) {
     Tensor t = param(n.param).detach().to(DType::F32);
     if (n.rope_heads) t = rope_rows_to_gguf(t, n.rope_heads);
-    if (t.dim() == 1 || opts.type == GgmlType::F32) {
-      w.add_tensor(n.gguf, t.contiguous());
-    } else if (opts.type == GgmlType::F16 || opts.type == GgmlType::BF16) {
-      w.add_tensor(n.gguf, t.to(opts.type == GgmlType::F16 ? DType::F16 : DType::BF16).contiguous());
-    } else {
-      const char* format = opts.type == GgmlType::Q8_0 ? "q8_0" : "q4_0";
-      TS_CHECK(t.size(1) % 32 == 0, "llama_to_gguf: ", n.param, " has rows of ", t.size(1), " values; ", format,
-               " needs a multiple of 32");
-      quant::QuantizedWeight q = quant::quantize_weight(t, format);
-      w.add_tensor(n.gguf, opts.type, {t.size(1), t.size(0)}, q.qweight.reshape({-1}));
-    }
+    if (t.dim() == 1) w.add_tensor(n.gguf, t.contiguous());  // norms stay F32, as llama.cpp writes them
+    else w.add_tensor(n.gguf, opts.type, {t.size(1), t.size(0)}, to_ggml_bytes(t, opts.type));
   }
   return w;
 }
 
-void save_llama_gguf(const nn::zoo::Llama& model, const std::string& path, const LlamaGgufOptions& opts) {
+void save_llama_gguf(const nn::zoo::Llama& model, const std::string& path, const GgufExportOptions& opts) {
   llama_to_gguf(model, opts).save(path);
 }
 

@@ -6,6 +6,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/parallel.h"
 #include "tessera/llm/engine.h"
+#include "tessera/llm/gpt_gguf.h"
 #include "tessera/llm/llama_gguf.h"
 #include "tessera/nn/zoo/zoo.h"
 
@@ -25,15 +26,34 @@ constexpr int64_t kMaxHeadDim = 512;  // the attention kernel's buffers (kernels
 std::shared_ptr<Model> Model::load(const std::string& path) { return from_gguf(GgufFile::open(path)); }
 
 std::shared_ptr<Model> Model::from_llama(const nn::zoo::Llama& model, GgmlType type) {
-  LlamaGgufOptions o;
+  GgufExportOptions o;
   o.type = type;
   const std::string image = llama_to_gguf(model, o).bytes();
   return from_gguf(GgufFile::parse(image.data(), image.size(), "Tessera Llama"));
 }
 
+std::shared_ptr<Model> Model::from_gpt(const nn::zoo::GPT& model, GgmlType type) {
+  GgufExportOptions o;
+  o.type = type;
+  const std::string image = gpt_to_gguf(model, o).bytes();
+  return from_gguf(GgufFile::parse(image.data(), image.size(), "Tessera GPT"));
+}
+
 std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
-  const nn::zoo::LlamaConfig c = llama_config_from_gguf(file);  // every tensor present, in its shape
+  const GgufValue* arch = file.find("general.architecture");
+  const bool gpt = arch && arch->type() == GgufType::String && arch->as_string() == "gpt2";
   std::shared_ptr<Model> m(new Model());
+  nn::zoo::LlamaConfig c;
+  if (gpt) {
+    const nn::zoo::GPTConfig g = gpt_config_from_gguf(file);  // every tensor present, in its shape
+    c.vocab_size = g.vocab_size, c.dim = g.n_embd, c.n_layers = g.n_layer, c.n_heads = g.n_head;
+    c.n_kv_heads = g.n_head, c.hidden_dim = 4 * g.n_embd, c.max_seq_len = g.block_size;
+    c.norm_eps = file.get("gpt2.attention.layer_norm_epsilon").as_float("gpt2.attention.layer_norm_epsilon");
+    m->spec_.arch = "gpt2";
+    if (const GgufValue* v = file.find("tessera.gelu")) m->spec_.gelu_erf = v->as_string("tessera.gelu") == "erf";
+  } else {
+    c = llama_config_from_gguf(file);  // every tensor present, in its shape
+  }
   m->file_ = std::move(file);
   const GgufFile& f = m->file_;
   ModelSpec& s = m->spec_;
@@ -71,23 +91,46 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
     m->norms_.push_back(std::move(v));
     return m->norms_.back().data();
   };
-  m->norms_.reserve(2 * s.n_layers + 1);  // pointers into it stay valid
+  m->norms_.reserve(10 * s.n_layers + 4);  // pointers into it stay valid
+  auto optional = [&](const std::string& name) { return f.find_tensor(name) ? norm(name) : nullptr; };
   m->embedding_ = matrix("token_embd.weight");
   for (int64_t i = 0; i < s.n_layers; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     Layer L;
     L.attn_norm = norm(b + "attn_norm.weight");
-    L.q = matrix(b + "attn_q.weight");
-    L.k = matrix(b + "attn_k.weight");
-    L.v = matrix(b + "attn_v.weight");
-    L.o = matrix(b + "attn_output.weight");
     L.ffn_norm = norm(b + "ffn_norm.weight");
-    L.gate = matrix(b + "ffn_gate.weight");
+    L.o = matrix(b + "attn_output.weight");
     L.up = matrix(b + "ffn_up.weight");
     L.down = matrix(b + "ffn_down.weight");
+    if (gpt) {
+      // Q, K and V are row ranges of one matrix (and bias).
+      const Matrix qkv = matrix(b + "attn_qkv.weight");
+      const int64_t d = s.dim, rb = ggml_row_bytes(qkv.type, qkv.cols);
+      Matrix* parts[3] = {&L.q, &L.k, &L.v};
+      for (int j = 0; j < 3; ++j) {
+        *parts[j] = qkv;
+        parts[j]->rows = d;
+        parts[j]->data = static_cast<const uint8_t*>(qkv.data) + j * d * rb;
+      }
+      L.attn_norm_b = optional(b + "attn_norm.bias");
+      L.ffn_norm_b = optional(b + "ffn_norm.bias");
+      if (const float* bqkv = optional(b + "attn_qkv.bias")) L.bq = bqkv, L.bk = bqkv + d, L.bv = bqkv + 2 * d;
+      L.bo = optional(b + "attn_output.bias");
+      L.bup = optional(b + "ffn_up.bias");
+      L.bdown = optional(b + "ffn_down.bias");
+    } else {
+      L.q = matrix(b + "attn_q.weight");
+      L.k = matrix(b + "attn_k.weight");
+      L.v = matrix(b + "attn_v.weight");
+      L.gate = matrix(b + "ffn_gate.weight");
+    }
     m->layers_.push_back(L);
   }
   m->output_norm_ = norm("output_norm.weight");
+  if (gpt) {
+    m->output_norm_b_ = optional("output_norm.bias");
+    m->positions_ = norm("position_embd.weight");
+  }
   m->output_ = f.find_tensor("output.weight") ? matrix("output.weight") : m->embedding_;
   // Q8_0/Q4_0 repacked once for the int8 dot-product kernels, where the CPU has them.
   const cpu::KernelTable& kt = cpu::kernels();
@@ -107,7 +150,8 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
     m->packed_.push_back(std::move(buf));  // the vector's buffer does not move
   };
   for (Layer& L : m->layers_)
-    for (Matrix* mx : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) pack(*mx);
+    for (Matrix* mx : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
+      if (mx->data) pack(*mx);
   pack(m->output_);
   return m;
 }
@@ -116,7 +160,8 @@ int64_t Model::bytes_per_token_read() const {
   auto bytes = [](const Matrix& m) { return m.rows * ggml_row_bytes(m.type, m.cols); };
   int64_t n = bytes(output_);
   for (const Layer& L : layers_)
-    n += bytes(L.q) + bytes(L.k) + bytes(L.v) + bytes(L.o) + bytes(L.gate) + bytes(L.up) + bytes(L.down);
+    n += bytes(L.q) + bytes(L.k) + bytes(L.v) + bytes(L.o) + (L.gate.data ? bytes(L.gate) : 0) + bytes(L.up) +
+         bytes(L.down);
   return n;
 }
 

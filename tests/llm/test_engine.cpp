@@ -15,6 +15,7 @@
 #include "tessera/core/allocator.h"
 #include "tessera/core/parallel.h"
 #include "tessera/llm/engine.h"
+#include "tessera/llm/gpt_gguf.h"
 #include "tessera/llm/llama_gguf.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/ops/ops.h"
@@ -127,6 +128,47 @@ TEST(LlmEngine, MatchesTheLlamaModuleInF32) {
 // Against the module holding the same (dequantized) weights: what is left is
 // the engine's own rounding (int8 activations for Q8_0/Q4_0, bf16 ones on the
 // bf16 dot kernel, the f16 cache).
+// A GPT (gpt2 in GGUF): the file loads back to the same module, and the
+// engine's logits are the module's, chunked or not, in every weight type.
+TEST(LlmEngine, RunsTesserasGpt) {
+  for (bool bias : {true, false}) {
+    nn::zoo::GPTConfig c;
+    c.vocab_size = 96, c.block_size = 64, c.n_layer = 2, c.n_head = 4, c.n_embd = 64, c.bias = bias;
+    c.weight_tying = bias;
+    manual_seed(16);
+    nn::zoo::GPT m(c);
+    m.eval();
+    NoGradGuard ng;
+    for (auto& [n, p] : m.named_parameters()) p.copy_(ops::add(ops::mul(p, 3.0), ops::mul(ops::randn(p.shape()), 0.05)));
+    const std::vector<int32_t> ids = tokens(40, 8);
+    Tensor t = tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 40});
+    Tensor want = m(t).contiguous();
+    const std::string image = llm::gpt_to_gguf(m).bytes();
+    auto back = llm::load_gpt_gguf(llm::GgufFile::parse(image.data(), image.size(), "gpt.gguf"));
+    back->eval();
+    EXPECT_CLOSE((*back)(t), want, 0, 0);
+    for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
+      auto model = llm::Model::from_gpt(m, type);
+      auto same_weights = llm::load_gpt_gguf(model->file());  // the module on the file's (quantized) weights
+      same_weights->eval();
+      want = (*same_weights)(t).contiguous();
+      Engine e(model, opts());
+      EXPECT_EQ(e.model().spec().arch, "gpt2");
+      EXPECT_TRUE(e.model().spec().gelu_erf);
+      const std::vector<float> got = run_chunked(e, ids, 40);
+      EXPECT_EQ(run_chunked(e, ids, 7), got);
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double w = want.data_ptr<float>()[i];
+        err += (got[i] - w) * (got[i] - w);
+        norm += w * w;
+      }
+      // Q8_0: the int8 activations (random weights scaled up: large activations).
+      EXPECT_LT(std::sqrt(err / norm), type == GgmlType::F32 ? 1e-3 : 4e-2) << "bias " << bias;
+    }
+  }
+}
+
 TEST(LlmEngine, HalfAndQuantizedWeightsMatchTheModuleOnTheSameWeights) {
   auto m = small_llama(12);
   const std::vector<int32_t> ids = tokens(24, 9);

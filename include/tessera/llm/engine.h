@@ -24,14 +24,17 @@
 
 namespace tessera::nn::zoo {
 struct Llama;
+struct GPT;
 }
 
 namespace tessera::llm {
 
-// The shape of a model the engine runs ("llama": RMSNorm, RoPE on adjacent
-// pairs, SwiGLU, grouped-query attention).
+// The shape of a model the engine runs: "llama" (RMSNorm, RoPE on adjacent
+// pairs, SwiGLU, grouped-query attention) or "gpt2" (LayerNorm with biases,
+// learned positions, biases on every product, GELU).
 struct ModelSpec {
   std::string arch = "llama";
+  bool gelu_erf = false;  // gpt2: the exact GELU (Tessera's GPT) instead of the tanh form
   int64_t vocab = 0, dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, hidden = 0;
   int64_t context = 0;  // positions the model was trained for
   float norm_eps = 1e-5f;
@@ -53,20 +56,26 @@ class Model {
     const float* attn_norm = nullptr;
     Matrix q, k, v, o;
     const float* ffn_norm = nullptr;
-    Matrix gate, up, down;
+    Matrix gate, up, down;  // gate: llama only
+    // gpt2: the norms' biases and the products' (null where the model has none).
+    const float *attn_norm_b = nullptr, *ffn_norm_b = nullptr;
+    const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr, *bup = nullptr, *bdown = nullptr;
   };
 
-  // A "llama" GGUF file; its weights stay in the mapping.
+  // A "llama" or "gpt2" GGUF file; its weights stay in the mapping.
   static std::shared_ptr<Model> load(const std::string& path);
   static std::shared_ptr<Model> from_gguf(GgufFile file);
-  // Tessera's Llama, its weights converted to `type` (F32, F16, BF16, Q8_0, Q4_0).
+  // Tessera's Llama or GPT, its weights converted to `type` (F32, F16, BF16, Q8_0, Q4_0).
   static std::shared_ptr<Model> from_llama(const nn::zoo::Llama& model, GgmlType type = GgmlType::F32);
+  static std::shared_ptr<Model> from_gpt(const nn::zoo::GPT& model, GgmlType type = GgmlType::F32);
 
   const ModelSpec& spec() const { return spec_; }
   const GgufFile& file() const { return file_; }
   const Matrix& embedding() const { return embedding_; }
   const std::vector<Layer>& layers() const { return layers_; }
   const float* output_norm() const { return output_norm_; }
+  const float* output_norm_bias() const { return output_norm_b_; }  // gpt2
+  const float* positions() const { return positions_; }             // gpt2: [context, dim]
   const Matrix& output() const { return output_; }  // the embedding when tied
   // The type most of the weights have (the layers' matrices).
   GgmlType weight_type() const { return layers_.empty() ? embedding_.type : layers_[0].q.type; }
@@ -80,6 +89,8 @@ class Model {
   Matrix embedding_, output_;
   std::vector<Layer> layers_;
   const float* output_norm_ = nullptr;
+  const float* output_norm_b_ = nullptr;
+  const float* positions_ = nullptr;
   std::vector<std::vector<float>> norms_;  // norm weights converted to f32
   std::vector<std::vector<uint8_t>> packed_;  // repacked matrices
 };

@@ -178,6 +178,10 @@ class GgufWriter {
 // error that names the tensor.
 Tensor dequantize_gguf_tensor(const GgufFile& f, const GgufTensorInfo& t);
 
+// An f32 matrix [rows, cols] as the bytes of a ggml type (F32, F16, BF16,
+// Q8_0 or Q4_0; the last two need cols % 32 == 0), as a U8 tensor.
+Tensor to_ggml_bytes(const Tensor& x, GgmlType type);
+
 // A GGUF file with its weights converted to `type` (F32, F16, BF16, Q8_0 or
 // Q4_0): every tensor of 2 or more dimensions whose rows are whole blocks of
 // the type, except norms; 1-D tensors (norms, biases) and the rest keep their

@@ -16,7 +16,7 @@ namespace tessera::llm {
 
 class Tokenizer;
 
-struct LlamaGgufOptions {
+struct GgufExportOptions {
   // The type of the 2-D weights: F32, F16, BF16, Q8_0 or Q4_0 (norm weights
   // stay F32, as llama.cpp writes them).
   GgmlType type = GgmlType::F32;
@@ -25,8 +25,8 @@ struct LlamaGgufOptions {
   std::string name = "tessera-llama";
 };
 
-GgufWriter llama_to_gguf(const nn::zoo::Llama& model, const LlamaGgufOptions& opts = {});
-void save_llama_gguf(const nn::zoo::Llama& model, const std::string& path, const LlamaGgufOptions& opts = {});
+GgufWriter llama_to_gguf(const nn::zoo::Llama& model, const GgufExportOptions& opts = {});
+void save_llama_gguf(const nn::zoo::Llama& model, const std::string& path, const GgufExportOptions& opts = {});
 
 // The configuration a "llama" GGUF describes (errors name a missing or
 // inconsistent key).

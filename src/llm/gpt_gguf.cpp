@@ -1,0 +1,142 @@
+// Tessera's GPT as a GGUF "gpt2" file and back (include/tessera/llm/gpt_gguf.h).
+#include "tessera/llm/gpt_gguf.h"
+
+#include <vector>
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/error.h"
+#include "tessera/llm/tokenizer.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera::llm {
+namespace {
+
+struct Name {
+  std::string param, gguf;
+  Shape shape;  // row-major
+};
+
+// Every tensor of a GPT of this configuration: its parameter and GGUF names.
+std::vector<Name> tensor_names(const nn::zoo::GPTConfig& c) {
+  const int64_t d = c.n_embd, h = 4 * c.n_embd;
+  std::vector<Name> n = {{"transformer.wte.weight", "token_embd.weight", {c.vocab_size, d}},
+                         {"transformer.wpe.weight", "position_embd.weight", {c.block_size, d}}};
+  auto add = [&](const std::string& p, const std::string& g, Shape s, bool bias_too, int64_t bias_size) {
+    n.push_back({p + ".weight", g + ".weight", std::move(s)});
+    if (bias_too) n.push_back({p + ".bias", g + ".bias", {bias_size}});
+  };
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = "transformer.h." + std::to_string(i) + ".", b = "blk." + std::to_string(i) + ".";
+    add(p + "ln_1", b + "attn_norm", {d}, c.bias, d);
+    add(p + "attn.c_attn", b + "attn_qkv", {3 * d, d}, c.bias, 3 * d);
+    add(p + "attn.c_proj", b + "attn_output", {d, d}, c.bias, d);
+    add(p + "ln_2", b + "ffn_norm", {d}, c.bias, d);
+    add(p + "mlp.c_fc", b + "ffn_up", {h, d}, c.bias, h);
+    add(p + "mlp.c_proj", b + "ffn_down", {d, h}, c.bias, d);
+  }
+  add("transformer.ln_f", "output_norm", {d}, c.bias, d);
+  if (!c.weight_tying) n.push_back({"lm_head.weight", "output.weight", {c.vocab_size, d}});
+  return n;
+}
+
+uint32_t u32_of(const GgufFile& f, const std::string& key) {
+  const int64_t v = f.get(key).as_int(key);
+  TS_CHECK(v > 0 && v < (int64_t{1} << 31), f.what(), ": ", key, " is ", v, " (must be positive)");
+  return static_cast<uint32_t>(v);
+}
+
+}  // namespace
+
+GgufWriter gpt_to_gguf(const nn::zoo::GPT& model, const GgufExportOptions& opts) {
+  const nn::zoo::GPTConfig& c = model.config;
+  auto u32 = [](int64_t v) { return GgufValue::integer(GgufType::U32, v); };
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::string("gpt2"));
+  w.set("general.name", GgufValue::string(opts.name));
+  w.set("general.file_type", u32(ggml_file_type(opts.type)));
+  if (opts.type == GgmlType::Q8_0 || opts.type == GgmlType::Q4_0) w.set("general.quantization_version", u32(2));
+  w.set("gpt2.vocab_size", u32(c.vocab_size));
+  w.set("gpt2.context_length", u32(c.block_size));
+  w.set("gpt2.embedding_length", u32(c.n_embd));
+  w.set("gpt2.block_count", u32(c.n_layer));
+  w.set("gpt2.feed_forward_length", u32(4 * c.n_embd));
+  w.set("gpt2.attention.head_count", u32(c.n_head));
+  w.set("gpt2.attention.layer_norm_epsilon", GgufValue::floating(GgufType::F32, 1e-5));
+  w.set("tessera.gelu", GgufValue::string("erf"));
+  if (opts.tokenizer) {
+    TS_CHECK(opts.tokenizer->size() == c.vocab_size, "gpt_to_gguf: the tokenizer has ", opts.tokenizer->size(),
+             " tokens but the model's vocabulary is ", c.vocab_size);
+    opts.tokenizer->to_gguf(w);
+  }
+  NoGradGuard no_grad;
+  const nn::NamedTensors params = model.named_parameters();
+  for (const Name& n : tensor_names(c)) {
+    Tensor t;
+    for (const auto& [pn, p] : params)
+      if (pn == n.param) t = p.detach().to(DType::F32);
+    TS_CHECK(t.defined(), "gpt_to_gguf: the model has no parameter '", n.param, "'");
+    // Norms, biases and the position table stay F32, as llama.cpp's quantizer leaves them.
+    if (t.dim() == 1 || n.gguf == "position_embd.weight") w.add_tensor(n.gguf, t.contiguous());
+    else w.add_tensor(n.gguf, opts.type, {t.size(1), t.size(0)}, to_ggml_bytes(t, opts.type));
+  }
+  return w;
+}
+
+void save_gpt_gguf(const nn::zoo::GPT& model, const std::string& path, const GgufExportOptions& opts) {
+  gpt_to_gguf(model, opts).save(path);
+}
+
+nn::zoo::GPTConfig gpt_config_from_gguf(const GgufFile& f) {
+  const GgufValue* arch = f.find("general.architecture");
+  TS_CHECK(arch && arch->type() == GgufType::String && arch->as_string() == "gpt2", f.what(),
+           ": general.architecture is ", arch ? arch->summary() : std::string("missing"), ", not \"gpt2\"");
+  nn::zoo::GPTConfig c;
+  c.n_embd = u32_of(f, "gpt2.embedding_length");
+  c.n_layer = u32_of(f, "gpt2.block_count");
+  c.n_head = u32_of(f, "gpt2.attention.head_count");
+  c.block_size = u32_of(f, "gpt2.context_length");
+  TS_CHECK(c.n_embd % c.n_head == 0, f.what(), ": ", c.n_head, " heads do not divide the width ", c.n_embd);
+  TS_CHECK(u32_of(f, "gpt2.feed_forward_length") == 4 * c.n_embd, f.what(), ": gpt2.feed_forward_length ",
+           f.get("gpt2.feed_forward_length").as_int(), " is not 4 x the width ", c.n_embd, " (Tessera's GPT)");
+  TS_CHECK(c.block_size <= (int64_t{1} << 18), f.what(), ": gpt2.context_length ", c.block_size,
+           " is above 262144");
+  const GgufTensorInfo& embd = f.tensor_info("token_embd.weight");
+  TS_CHECK(embd.ne.size() == 2 && embd.ne[0] == c.n_embd, f.what(), ": token_embd.weight is ",
+           shape_str(embd.shape()), ", not [vocabulary, ", c.n_embd, "]");
+  c.vocab_size = embd.ne[1];
+  c.weight_tying = f.find_tensor("output.weight") == nullptr;
+  c.bias = f.find_tensor("blk.0.attn_qkv.bias") != nullptr;
+  const std::vector<Name> names = tensor_names(c);
+  for (const Name& n : names) {
+    const GgufTensorInfo* t = f.find_tensor(n.gguf);
+    TS_CHECK(t != nullptr, f.what(), ": the file has no tensor '", n.gguf, "', which a gpt2 model of ", c.n_layer,
+             " layers needs");
+    TS_CHECK(t->shape() == n.shape, f.what(), ": ", n.gguf, " is ", shape_str(t->shape()), ", the configuration "
+             "needs ", shape_str(n.shape));
+  }
+  for (const GgufTensorInfo& t : f.tensors()) {
+    bool known = false;
+    for (const Name& n : names) known = known || n.gguf == t.name;
+    TS_CHECK(known, f.what(), ": tensor '", t.name, "' is not part of the gpt2 models Tessera reads");
+  }
+  return c;
+}
+
+std::shared_ptr<nn::zoo::GPT> load_gpt_gguf(const GgufFile& f) {
+  const nn::zoo::GPTConfig c = gpt_config_from_gguf(f);
+  auto model = std::make_shared<nn::zoo::GPT>(c);
+  NoGradGuard no_grad;
+  nn::NamedTensors params = model->named_parameters();
+  for (const Name& n : tensor_names(c)) {
+    Tensor* dst = nullptr;
+    for (auto& [pn, t] : params)
+      if (pn == n.param) dst = &t;
+    TS_CHECK(dst != nullptr, "load_gpt_gguf: the model has no parameter '", n.param, "'");
+    Tensor w = dequantize_gguf_tensor(f, f.tensor_info(n.gguf)).reshape(dst->shape());
+    TS_CHECK(ops::all(ops::isfinite(w)).item<bool>(), f.what(), ": ", n.gguf, " holds values that are not finite");
+    dst->copy_(w);
+  }
+  return model;
+}
+
+}  // namespace tessera::llm
