@@ -1,10 +1,12 @@
-// `tessera generate MODEL -p TEXT`: text from a language model (a "llama"
-// GGUF file), streamed to stdout, with prefill and decode speeds on stderr.
+// `tessera generate MODEL -p TEXT`: text from a language model (a GGUF file,
+// or a Llama or GPT that `tessera train` made), streamed to stdout, with
+// prefill and decode speeds on stderr.
 #include "generate.h"
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "tessera/core/error.h"
 #include "tessera/core/parallel.h"
@@ -38,10 +40,12 @@ int64_t byte_count(const std::string& text) {
 }  // namespace
 
 void add_generate_command(CLI::App& app, GenerateFlags& f) {
-  f.cmd = app.add_subcommand("generate", "generate text with a language model (a llama GGUF file): the text streams "
-                             "to stdout, prefill and decode speeds go to stderr");
+  f.cmd = app.add_subcommand("generate", "generate text with a language model (a llama or gpt2 GGUF file, or a run "
+                             "or checkpoint of `tessera train`): the text streams to stdout, speeds go to stderr");
   CLI::App* c = f.cmd;
-  c->add_option("model", f.model, "the .gguf file")->required();
+  c->add_option("model", f.model, "the .gguf file, or a training run or checkpoint directory")->required();
+  c->add_option("--weights", f.weights, "a training run's weights in the engine: f32, f16, bf16, q8_0 or q4_0")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   c->add_option("-p,--prompt", f.prompt, "the prompt text")->required();
   c->add_option("-n,--max-tokens", f.max_tokens, "tokens to generate at most")->check(CLI::Range(0, 1 << 20));
   c->add_option("--temp", f.sampling.temperature, "temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
@@ -68,11 +72,19 @@ void add_generate_command(CLI::App& app, GenerateFlags& f) {
   c->add_option("--batch", f.batch, "prompt tokens per step")->check(CLI::Range(1, 65536));
 }
 
-int cmd_generate(const GenerateFlags& f) {
+bool is_gguf_file(const std::string& path) {
+  std::FILE* fp = std::fopen(path.c_str(), "rb");
+  if (!fp) return false;
+  char magic[4] = {};
+  const bool gguf = std::fread(magic, 1, 4, fp) == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+  std::fclose(fp);
+  return gguf;
+}
+
+int cmd_generate(const GenerateFlags& f, std::shared_ptr<llm::Model> model, const llm::Tokenizer& tok,
+                 const std::string& what, double load_s) {
   if (f.threads > 0) set_num_threads(f.threads);
   const auto t0 = std::chrono::steady_clock::now();
-  std::shared_ptr<llm::Model> model = llm::Model::load(f.model);
-  const llm::Tokenizer tok = llm::Tokenizer::from_gguf(model->file());
   llm::EngineOptions eo;
   eo.context = f.context;
   eo.max_sequences = 1;
@@ -80,10 +92,10 @@ int cmd_generate(const GenerateFlags& f) {
   eo.k_type = eo.v_type = llm::kv_type_from_name(f.kv_type);
   if (!f.kv_memory.empty()) eo.kv_memory = byte_count(f.kv_memory);
   llm::Engine engine(model, eo);
-  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  load_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const llm::ModelSpec& s = model->spec();
-  std::fprintf(stderr, "model: %s, %lld layers, width %lld, vocabulary %lld, %s weights; loaded in %.2f s\n",
-               f.model.c_str(), static_cast<long long>(s.n_layers), static_cast<long long>(s.dim),
+  std::fprintf(stderr, "model: %s (%s), %lld layers, width %lld, vocabulary %lld, %s weights; loaded in %.2f s\n",
+               what.c_str(), s.arch.c_str(), static_cast<long long>(s.n_layers), static_cast<long long>(s.dim),
                static_cast<long long>(s.vocab), llm::ggml_type_name(model->weight_type()), load_s);
   std::fprintf(stderr, "KV cache: %s, %lld bytes per token, %lld blocks of %lld tokens; %d threads\n",
                llm::kv_type_name(eo.k_type), static_cast<long long>(engine.kv_bytes_per_token()),

@@ -5,13 +5,15 @@
 #include <string>
 #include <vector>
 
+#include "tessera/llm/engine.h"
 #include "tessera/llm/sampler.h"
+#include "tessera/llm/tokenizer.h"
 
 namespace tessera::cli {
 
 struct GenerateFlags {
   CLI::App* cmd = nullptr;
-  std::string model, prompt, kv_memory, kv_type = "f16";
+  std::string model, prompt, kv_memory, kv_type = "f16", weights = "f32";
   int64_t max_tokens = 128, context = 0, batch = 512;
   int threads = 0;
   llm::SamplingParams sampling;
@@ -20,6 +22,11 @@ struct GenerateFlags {
 };
 
 void add_generate_command(CLI::App& app, GenerateFlags& f);
-int cmd_generate(const GenerateFlags& f);
+// Whether `path` is a GGUF file (by its first bytes), not a training run.
+bool is_gguf_file(const std::string& path);
+// Generates with a loaded model: a GGUF file's, or a training run's (the
+// caller builds it and its tokenizer; `what` names it).
+int cmd_generate(const GenerateFlags& f, std::shared_ptr<llm::Model> model, const llm::Tokenizer& tok,
+                 const std::string& what, double load_seconds);
 
 }  // namespace tessera::cli

@@ -40,7 +40,10 @@
 #include "tessera/compile/model.h"
 #include "tessera/compile/onnx.h"
 #include "tessera/compile/passes.h"
+#include "tessera/llm/engine.h"
 #include "tessera/llm/gguf.h"
+#include "tessera/llm/tokenizer.h"
+#include "tessera/nn/zoo/zoo.h"
 #include "tessera/compile/serialize.h"
 #include "tessera/core/allocator.h"
 #include "tessera/io/npy.h"
@@ -222,6 +225,31 @@ int cmd_gguf_info(const std::string& path, size_t max_chars) {
 }
 
 // A GGUF file's weights in another type; prints the sizes before and after.
+// `tessera generate` on a GGUF file, or on a Llama or GPT that `tessera train`
+// made (its weights in --weights, its character or byte vocabulary).
+int cmd_generate(const cli::GenerateFlags& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  if (cli::is_gguf_file(f.model)) {
+    std::shared_ptr<llm::Model> model = llm::Model::load(f.model);
+    const llm::Tokenizer tok = llm::Tokenizer::from_gguf(model->file());
+    return cli::cmd_generate(f, model, tok, f.model, seconds());
+  }
+  TS_CHECK(std::filesystem::exists(f.model), "generate: ", f.model, " does not exist (a .gguf file, or a run or "
+           "checkpoint of tessera train)");
+  Loaded l = load_model(f.model);
+  const train::Recipe& r = l.recipe;
+  TS_CHECK(r.task == train::Task::LanguageModel && !r.text_level.empty(), "generate: ", l.dir, " is not a language "
+           "model trained on text (its data has no vocabulary to write text with)");
+  const llm::GgmlType type = *llm::ggml_type_from_name(f.weights);
+  std::shared_ptr<llm::Model> model;
+  if (auto* gpt = dynamic_cast<nn::zoo::GPT*>(r.model.get())) model = llm::Model::from_gpt(*gpt, type);
+  else if (auto* llama = dynamic_cast<nn::zoo::Llama*>(r.model.get())) model = llm::Model::from_llama(*llama, type);
+  else TS_ERROR("generate: ", l.dir, " holds a ", r.model_name, "; the engine runs llama and gpt models");
+  const llm::Tokenizer tok = llm::Tokenizer::characters(r.text_level == "byte" ? std::vector<std::string>{} : r.vocab);
+  return cli::cmd_generate(f, model, tok, l.dir, seconds());
+}
+
 int cmd_quantize_gguf(const std::string& in, const std::string& out, const std::string& type) {
   const std::optional<llm::GgmlType> t = llm::ggml_type_from_name(type);
   TS_CHECK(t.has_value(), "quantize-gguf: unknown type '", type, "' (F32, F16, BF16, Q8_0 or Q4_0)");
@@ -887,7 +915,7 @@ int main(int argc, char** argv) {
     if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);
     if (*gguf_info) return cmd_gguf_info(gguf_path, gguf_chars);
     if (*qgguf) return cmd_quantize_gguf(qg_in, qg_out, qg_type);
-    if (*gen.cmd) return cli::cmd_generate(gen);
+    if (*gen.cmd) return cmd_generate(gen);
     if (*serve_cmd)
       return cmd_serve(sf);
     if (*client) return cmd_client(cf);

@@ -132,7 +132,32 @@ Tokenizer Tokenizer::sentencepiece(std::vector<std::string> tokens, std::vector<
   return t;
 }
 
+Tokenizer Tokenizer::characters(std::vector<std::string> chars) {
+  Tokenizer t;
+  t.model_ = Model::Characters;
+  if (chars.empty()) {
+    static const char hex[] = "0123456789ABCDEF";
+    for (int b = 0; b < 256; ++b) {
+      t.tokens_.push_back(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">");
+      t.types_.push_back(TokenType::Byte);
+    }
+  } else {
+    for (const std::string& c : chars)
+      TS_CHECK(!c.empty() && utf8_len(static_cast<unsigned char>(c[0])) == c.size(), "Tokenizer: vocabulary entry '",
+               c, "' is not one UTF-8 character");
+    t.tokens_ = std::move(chars);
+    t.types_.assign(t.tokens_.size(), TokenType::UserDefined);  // written as they are
+  }
+  t.scores_.assign(t.tokens_.size(), 0.f);
+  t.add_bos_ = t.add_eos_ = t.add_space_prefix_ = false;
+  t.build();
+  t.special_.clear();  // single characters: no special-token pass
+  return t;
+}
+
 void Tokenizer::to_gguf(GgufWriter& w) const {
+  TS_CHECK(model_ == Model::SentencePiece, "Tokenizer: a character vocabulary has no GGUF tokenizer model "
+           "(llama.cpp could not read it)");
   std::vector<double> scores(scores_.begin(), scores_.end());
   std::vector<int64_t> types;
   for (TokenType t : types_) types.push_back(static_cast<int64_t>(t));
@@ -278,6 +303,22 @@ void Tokenizer::encode_spm(std::string text, std::vector<int32_t>& out) const {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  if (model_ == Model::Characters) {
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < text.size();) {
+      if (byte_ids_[0] >= 0 && types_[0] == TokenType::Byte) {  // the byte vocabulary
+        out.push_back(byte_ids_[static_cast<unsigned char>(text[i++])]);
+        continue;
+      }
+      const size_t n = std::min<size_t>(utf8_len(static_cast<unsigned char>(text[i])), text.size() - i);
+      const int32_t id = find(text.substr(i, n));
+      TS_CHECK(id >= 0, "Tokenizer: the character '", std::string(text.substr(i, n)), "' at byte ", i,
+               " is not in the model's vocabulary of ", size(), " characters");
+      out.push_back(id);
+      i += n;
+    }
+    return out;
+  }
   // Fragments of raw text (id -1) and special tokens found in it.
   struct Fragment {
     int32_t id;

@@ -74,6 +74,12 @@ TEST(CliQuantize, QuantizedGptExportsAndRuns) {
   ASSERT_EQ(cli("train " + cfg + " --output " + dir + "/run --set train.steps=2 --set scheduler.warmup_steps=1 --set train.eval_batches=1 --set "
                 "model.n_layer=1 --set model.n_embd=64 --set model.n_head=2 --plain",
                 &out), 0) << out;
+  // `tessera generate` on the run: its GPT in the LLM engine, its character vocabulary.
+  ASSERT_EQ(cli("generate " + dir + "/run -p 'The ' -n 16 --weights q8_0 --seed 1", &out), 0) << out;
+  EXPECT_NE(out.find("(gpt2), 1 layers, width 64"), std::string::npos) << out;
+  EXPECT_NE(out.find("decode: 16 tokens"), std::string::npos) << out;
+  EXPECT_EQ(cli("generate " + dir + "/run -p '\xe2\x98\x83'", &out), 1) << out;  // a snowman: not in the fortunes
+  EXPECT_NE(out.find("is not in the model's vocabulary"), std::string::npos) << out;
   ASSERT_EQ(cli("quantize " + dir + "/run --method q8_0 --activations int8 --batches 2 --repeat 2", &out), 0) << out;
   EXPECT_NE(out.find("perplexity"), std::string::npos) << out;
   const std::string q = dir + "/run/quantized/q8_0";

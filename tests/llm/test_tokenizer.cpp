@@ -182,3 +182,28 @@ TEST(Tokenizer, LlamaCppVectors) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// The vocabularies of `tessera train`'s character- and byte-level models.
+TEST(Tokenizer, CharacterAndByteVocabularies) {
+  llm::Tokenizer c = llm::Tokenizer::characters({" ", "a", "b", "\xc3\xa9"});
+  EXPECT_EQ(c.encode("ab \xc3\xa9" "a"), (std::vector<int32_t>{1, 2, 0, 3, 1}));
+  EXPECT_EQ(c.decode({1, 2, 0, 3, 1}), "ab \xc3\xa9" "a");
+  EXPECT_EQ(c.bos(), -1);
+  EXPECT_NE(testing::error_of([&] { c.encode("abc"); }).find("the character 'c' at byte 2 is not in the model's "
+                                                              "vocabulary of 4 characters"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { llm::Tokenizer::characters({"ab"}); }).find("'ab' is not one UTF-8 character"),
+            std::string::npos);
+  llm::Tokenizer b = llm::Tokenizer::characters({});
+  EXPECT_EQ(b.size(), 256);
+  EXPECT_EQ(b.encode("A\xff"), (std::vector<int32_t>{65, 255}));
+  EXPECT_EQ(b.decode({104, 105}), "hi");
+  llm::StreamDecoder s(c);
+  EXPECT_EQ(s.next(3), "\xc3\xa9");
+}
+
+}  // namespace
+}  // namespace tessera

@@ -29,13 +29,20 @@ enum class TokenType : int32_t { Undefined = 0, Normal = 1, Unknown = 2, Control
 
 class Tokenizer {
  public:
-  enum class Model { SentencePiece };
+  // Characters: the vocabulary of a character- or byte-level model that
+  // `tessera train` made (each token one UTF-8 character, or one byte).
+  enum class Model { SentencePiece, Characters };
 
   static Tokenizer from_gguf(const GgufFile& f);
   // A SentencePiece-style vocabulary given directly (tests, Tessera's own models).
   static Tokenizer sentencepiece(std::vector<std::string> tokens, std::vector<float> scores,
                                  std::vector<TokenType> types, int32_t bos, int32_t eos, int32_t unk,
                                  bool add_bos = true, bool add_eos = false, bool add_space_prefix = true);
+
+  // A character-level vocabulary (each entry one UTF-8 character), or the 256
+  // bytes when `chars` is empty. No BOS or EOS; a character outside the
+  // vocabulary is an error naming it.
+  static Tokenizer characters(std::vector<std::string> chars);
 
   // Writes the vocabulary as tokenizer.ggml.* keys, as from_gguf reads them.
   void to_gguf(GgufWriter& w) const;
