@@ -1,9 +1,11 @@
 // GGUF tensors as f32, and convert_gguf: a file's weights in another type
 // (tessera quantize-gguf).
+#include <cstring>
 #include <string>
 
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
+#include "tessera/core/half.h"
 #include "tessera/llm/gguf.h"
 #include "tessera/ops/ops.h"
 #include "tessera/quant/weights.h"
@@ -36,8 +38,74 @@ Tensor dequantize_gguf_tensor(const GgufFile& f, const GgufTensorInfo& t) {
       return f.tensor(t.name).to(DType::F32).reshape({rows, cols});
     case GgmlType::Q8_0: return ops::dequantize_weight(f.tensor(t.name), {}, {}, "q8_0");
     case GgmlType::Q4_0: return ops::dequantize_weight(f.tensor(t.name), {}, {}, "q4_0");
+    case GgmlType::Q4_K:
+    case GgmlType::Q6_K: {
+      Tensor out = empty({rows, cols}, DType::F32);
+      const auto* src = reinterpret_cast<const uint8_t*>(f.tensor_data(t));
+      (t.type == GgmlType::Q4_K ? dequantize_q4_k : dequantize_q6_k)(src, rows * cols, out.data_ptr<float>());
+      return out;
+    }
     default: TS_ERROR(f.what(), ": tensor '", t.name, "' is ", ggml_type_name(t.type), ", which Tessera does not "
-                      "dequantize yet (F32, F16, BF16, Q8_0 and Q4_0 it does)");
+                      "dequantize yet (F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K it does)");
+  }
+}
+
+// ggml's K-quant layouts (ggml-common.h): 256 values per super-block.
+void dequantize_q4_k(const uint8_t* blocks, int64_t n, float* out) {
+  // f16 d, f16 dmin, 12 bytes of 6-bit scales and mins (8 of each), 128 bytes of nibbles.
+  auto scale_min = [](int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
+    if (j < 4) {
+      d = q[j] & 63;
+      m = q[j + 4] & 63;
+    } else {
+      d = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+      m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+  };
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const uint8_t* x = blocks + b * 144;
+    uint16_t dh, mh;
+    std::memcpy(&dh, x, 2);
+    std::memcpy(&mh, x + 2, 2);
+    const float d = Half::to_float(dh), dmin = Half::to_float(mh);
+    const uint8_t* scales = x + 4;
+    const uint8_t* q = x + 16;
+    float* y = out + b * 256;
+    for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
+      uint8_t sc, m;
+      scale_min(is, scales, sc, m);
+      const float d1 = d * sc, m1 = dmin * m;
+      scale_min(is + 1, scales, sc, m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+    }
+  }
+}
+
+void dequantize_q6_k(const uint8_t* blocks, int64_t n, float* out) {
+  // 128 bytes of low 4 bits, 64 bytes of high 2 bits, 16 int8 scales, f16 d.
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const uint8_t* x = blocks + b * 210;
+    const uint8_t* ql = x;
+    const uint8_t* qh = x + 128;
+    const auto* sc = reinterpret_cast<const int8_t*>(x + 192);
+    uint16_t dh;
+    std::memcpy(&dh, x + 208, 2);
+    const float d = Half::to_float(dh);
+    float* y = out + b * 256;
+    for (int h = 0; h < 256; h += 128, y += 128, ql += 64, qh += 32, sc += 8)
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = d * sc[is] * q1;
+        y[l + 32] = d * sc[is + 2] * q2;
+        y[l + 64] = d * sc[is + 4] * q3;
+        y[l + 96] = d * sc[is + 6] * q4;
+      }
   }
 }
 

@@ -74,13 +74,26 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
 
   auto matrix = [&](const std::string& name) {
     const GgufTensorInfo& t = f.tensor_info(name);
-    TS_CHECK(engine_type(t.type), f.what(), ": ", name, " is ", ggml_type_name(t.type),
-             "; the engine runs F32, F16, BF16, Q8_0 and Q4_0 weights (convert with `tessera quantize-gguf`)");
     Matrix mx;
     mx.type = t.type;
     mx.rows = t.shape()[0];
     mx.cols = t.shape()[1];
     mx.data = f.tensor_data(t);
+    if (t.type == GgmlType::Q4_K || t.type == GgmlType::Q6_K) {
+      // No K-quant kernels yet: requantized to Q8_0 once (llama.cpp's Q4_0
+      // files keep their output matrix in Q6_K).
+      auto it = m->converted_.find(name);
+      if (it == m->converted_.end()) {
+        const Tensor w = dequantize_gguf_tensor(f, t);
+        const cpu::QuantizedWeights q = cpu::quantize_ref(cpu::QFormat::Q8_0, w.data_ptr<float>(), mx.rows, mx.cols);
+        it = m->converted_.emplace(name, q.data).first;
+      }
+      mx.type = GgmlType::Q8_0;
+      mx.data = it->second.data();
+    }
+    TS_CHECK(engine_type(mx.type), f.what(), ": ", name, " is ", ggml_type_name(t.type),
+             "; the engine runs F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K weights (convert with "
+             "`tessera quantize-gguf`)");
     return mx;
   };
   auto norm = [&](const std::string& name) {

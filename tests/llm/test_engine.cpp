@@ -11,8 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <random>
 
 #include "tessera/core/allocator.h"
+#include "tessera/core/half.h"
 #include "tessera/core/parallel.h"
 #include "tessera/llm/engine.h"
 #include "tessera/llm/gpt_gguf.h"
@@ -190,6 +192,54 @@ TEST(LlmEngine, HalfAndQuantizedWeightsMatchTheModuleOnTheSameWeights) {
     }
     EXPECT_LT(std::sqrt(err / norm), tol) << llm::ggml_type_name(type);
   }
+}
+
+// llama.cpp's Q4_0 files keep their output matrix in Q6_K: the engine runs it
+// (requantized to Q8_0 at load) within that rounding of the module on the
+// file's exact values.
+TEST(LlmEngine, RunsKQuantMatrices) {
+  nn::zoo::LlamaConfig c = small_config();
+  c.dim = 256;  // rows of whole 256-value super-blocks
+  c.n_heads = 8;
+  manual_seed(17);
+  nn::zoo::Llama m(c);
+  m.eval();
+  const std::string image = llm::llama_to_gguf(m).bytes();
+  const llm::GgufFile src = llm::GgufFile::parse(image.data(), image.size(), "f32.gguf");
+  llm::GgufWriter w;
+  for (const auto& [k, v] : src.metadata()) w.set(k, v);
+  std::mt19937 g(3);
+  for (const llm::GgufTensorInfo& t : src.tensors()) {
+    if (t.name != "output.weight") {
+      w.add_tensor(t.name, src.tensor(t.name));
+      continue;
+    }
+    std::vector<uint8_t> blocks(static_cast<size_t>(t.numel() / 256 * 210));
+    for (uint8_t& b : blocks) b = static_cast<uint8_t>(g());
+    for (size_t b = 0; b < blocks.size() / 210; ++b) {  // a modest f16 d in each super-block
+      const uint16_t d = Half::from_float(1e-3f * static_cast<float>(1 + b % 7));
+      std::memcpy(blocks.data() + b * 210 + 208, &d, 2);
+    }
+    Tensor bytes = tensor(std::vector<uint8_t>(blocks.begin(), blocks.end()));
+    w.add_tensor(t.name, GgmlType::Q6_K, t.ne, bytes);
+  }
+  const std::string kimage = w.bytes();
+  const llm::GgufFile kfile = llm::GgufFile::parse(kimage.data(), kimage.size(), "q6_k.gguf");
+  auto exact = llm::load_llama_gguf(kfile);
+  exact->eval();
+  const std::vector<int32_t> ids = tokens(20, 4);
+  NoGradGuard ng;
+  Tensor want = (*exact)(tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 20})).contiguous();
+  Engine e(llm::Model::from_gguf(kfile), opts());
+  EXPECT_EQ(e.model().output().type, GgmlType::Q8_0);
+  const std::vector<float> got = run_chunked(e, ids, 20);
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double v = want.data_ptr<float>()[i];
+    err += (got[i] - v) * (got[i] - v);
+    norm += v * v;
+  }
+  EXPECT_LT(std::sqrt(err / norm), 2e-2);
 }
 
 // Note [Batch-invariant LLM kernels]: chunking, neighbours, slots, threads.

@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 #include <filesystem>
 #include <unistd.h>
 #include <string>
 #include <vector>
 
 #include "tessera/io/file.h"
+#include "tessera/core/half.h"
 #include "tessera/llm/gguf.h"
 #include "tessera/ops/ops.h"
 #include "test_util.h"
@@ -311,6 +313,65 @@ TEST(Gguf, CliInfo) {
   EXPECT_EQ(testing::cli("gguf info " + path, &out), 1) << out;
   EXPECT_NE(out.find("error: " + path + ": "), std::string::npos) << out;
   std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// K-quant super-blocks packed here from known scales and codes by ggml's
+// layout (ggml-common.h): the dequantized values are d * scale * code (Q6_K)
+// and d * scale * code - dmin * min (Q4_K), group by group in order.
+TEST(Gguf, DequantizesKQuantSuperBlocks) {
+  std::mt19937 g(5);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(g); };
+  // Q6_K: 16 groups of 16 values, int8 scales, codes -32..31.
+  std::vector<uint8_t> q6(2 * 210, 0);
+  std::vector<float> want6(512);
+  for (int b = 0; b < 2; ++b) {
+    uint8_t* x = q6.data() + b * 210;
+    const float d = b ? 0.0125f : 0.5f;
+    const uint16_t dh = Half::from_float(d);
+    std::memcpy(x + 208, &dh, 2);
+    int8_t sc[16];
+    for (int i = 0; i < 16; ++i) sc[i] = static_cast<int8_t>(pick(-128, 127));
+    std::memcpy(x + 192, sc, 16);
+    for (int i = 0; i < 256; ++i) {
+      const int q = pick(-32, 31), u = q + 32;
+      const int h = i / 128, k = (i % 128) / 32, l = i % 32;
+      uint8_t* ql = x + h * 64 + l + (k % 2 ? 32 : 0);
+      *ql |= static_cast<uint8_t>(k < 2 ? (u & 15) : (u & 15) << 4);
+      x[128 + h * 32 + l] |= static_cast<uint8_t>((u >> 4) << (2 * k));
+      want6[b * 256 + i] = Half::to_float(dh) * sc[i / 16] * q;
+    }
+  }
+  std::vector<float> got(512);
+  llm::dequantize_q6_k(q6.data(), 512, got.data());
+  EXPECT_EQ(got, want6);
+  // Q4_K: 8 groups of 32 values, 6-bit scales and mins, codes 0..15.
+  std::vector<uint8_t> q4(144, 0);
+  std::vector<float> want4(256);
+  const uint16_t dh = Half::from_float(0.25f), mh = Half::from_float(0.125f);
+  std::memcpy(q4.data(), &dh, 2);
+  std::memcpy(q4.data() + 2, &mh, 2);
+  int sc[8], mn[8];
+  for (int s = 0; s < 8; ++s) sc[s] = pick(0, 63), mn[s] = pick(0, 63);
+  uint8_t* k = q4.data() + 4;
+  for (int s = 0; s < 4; ++s) {
+    k[s] = static_cast<uint8_t>(sc[s] | ((sc[s + 4] >> 4) << 6));
+    k[s + 4] = static_cast<uint8_t>(mn[s] | ((mn[s + 4] >> 4) << 6));
+    k[s + 8] = static_cast<uint8_t>((sc[s + 4] & 15) | ((mn[s + 4] & 15) << 4));
+  }
+  for (int i = 0; i < 256; ++i) {
+    const int q = pick(0, 15), s = i / 32, j = i / 64, l = i % 32;
+    q4[16 + j * 32 + l] |= static_cast<uint8_t>(s % 2 ? q << 4 : q);
+    want4[i] = 0.25f * sc[s] * q - 0.125f * mn[s];
+  }
+  got.assign(256, 0.f);
+  llm::dequantize_q4_k(q4.data(), 256, got.data());
+  EXPECT_EQ(got, want4);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 // however many threads run (Note [Batch-invariant LLM kernels] in
 // backend/cpu/llm.h). docs/llm.md describes the engine.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -93,6 +94,7 @@ class Model {
   const float* positions_ = nullptr;
   std::vector<std::vector<float>> norms_;  // norm weights converted to f32
   std::vector<std::vector<uint8_t>> packed_;  // repacked matrices
+  std::map<std::string, std::vector<uint8_t>> converted_;  // K-quant matrices as Q8_0, by tensor name
 };
 
 enum class KvType : uint8_t { F16, Q8_0 };

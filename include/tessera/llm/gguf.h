@@ -173,9 +173,14 @@ class GgufWriter {
   std::vector<Entry> tensors_;
 };
 
+// n values (a multiple of 256) of Q4_K / Q6_K super-blocks to f32, as
+// ggml's dequantize_row_q4_K / _q6_K compute them (the same float operations
+// in the same order).
+void dequantize_q4_k(const uint8_t* blocks, int64_t n, float* out);
+void dequantize_q6_k(const uint8_t* blocks, int64_t n, float* out);
+
 // A tensor's values in f32, as [rows, ne[0]] (rows: the other dimensions'
-// product): F32/F16/BF16 converted, Q8_0/Q4_0 dequantized; a K-quant is an
-// error that names the tensor.
+// product): F32/F16/BF16 converted, Q8_0/Q4_0/Q4_K/Q6_K dequantized.
 Tensor dequantize_gguf_tensor(const GgufFile& f, const GgufTensorInfo& t);
 
 // An f32 matrix [rows, cols] as the bytes of a ggml type (F32, F16, BF16,
@@ -186,8 +191,8 @@ Tensor to_ggml_bytes(const Tensor& x, GgmlType type);
 // Q4_0): every tensor of 2 or more dimensions whose rows are whole blocks of
 // the type, except norms; 1-D tensors (norms, biases) and the rest keep their
 // type, as llama.cpp's quantizer does. The metadata is copied, with
-// general.file_type set to the new type. Sources may be F32, F16, BF16, Q8_0
-// or Q4_0 (K-quant sources are an error that names the tensor).
+// general.file_type set to the new type. Sources may be F32, F16, BF16,
+// Q8_0, Q4_0, Q4_K or Q6_K.
 GgufWriter convert_gguf(const GgufFile& in, GgmlType type);
 
 }  // namespace tessera::llm
