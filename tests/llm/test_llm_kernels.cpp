@@ -124,3 +124,39 @@ TEST(LlmKernels, PagedAttentionMatchesTheReferenceWhateverTheSetAndBlocks) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// The int8 dot-product products over repacked Q8_0/Q4_0 weights (only in the
+// avx512_bf16 tier): within float rounding of the reference, and each token's
+// outputs the same bits alone or among others.
+TEST(LlmKernels, PackedInt8ProductsMatchTheReferenceAndAreBatchInvariant) {
+  const KernelTable& kt = cpu::kernels();
+  if (!kt.qgemm_rows[static_cast<int>(cpu::QFormat::Q8_0)]) GTEST_SKIP() << "no VNNI kernels in tier " << kt.isa;
+  for (cpu::QFormat f : {cpu::QFormat::Q8_0, cpu::QFormat::Q4_0})
+    for (int64_t cols : {32, 96, 256}) {
+      const int64_t rows = 10, m = 9;
+      const std::vector<float> w = randn(rows * cols, 11, 0.5f), x = randn(m * cols, 12, 2.f);
+      const cpu::QuantizedWeights q = cpu::quantize_ref(f, w.data(), rows, cols);
+      const cpu::QuantMatrix qm = cpu::view_of(q, f, rows, cols);
+      std::vector<uint8_t> packed(cpu::packed_matrix_bytes(f, rows, cols));
+      cpu::qpack_weights(qm, 0, (rows + 3) / 4, packed.data());
+      std::vector<uint8_t> act(m * cpu::packed_act_bytes(cols));
+      for (int64_t i = 0; i < m; ++i) cpu::qpack_act(x.data() + i * cols, cols, act.data() + i * cpu::packed_act_bytes(cols));
+      const cpu::PackedQMatrix pm{f, rows, cols, cpu::qpack_pairs(cols), packed.data()};
+      std::vector<float> all(m * rows), want(m * rows);
+      kt.qgemm_rows[static_cast<int>(f)](pm, act.data(), m, all.data(), rows, 0, rows);
+      cpu::qgemm_ref(pm, act.data(), m, want.data(), rows);
+      for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << i;
+      for (int64_t i = 0; i < m; ++i) {  // each token alone, rows split in two
+        std::vector<float> one(rows);
+        kt.qgemm_rows[static_cast<int>(f)](pm, act.data() + i * cpu::packed_act_bytes(cols), 1, one.data(), rows, 0, 4);
+        kt.qgemm_rows[static_cast<int>(f)](pm, act.data() + i * cpu::packed_act_bytes(cols), 1, one.data(), rows, 4, rows);
+        for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(one[r], all[i * rows + r]) << cpu::qformat_name(f) << " " << cols;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace tessera

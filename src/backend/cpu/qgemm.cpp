@@ -81,11 +81,12 @@ void qpack_act(const float* x, int64_t cols, uint8_t* out) {
       }
       for (int j = 0; j < kQBlock; ++j) o[pair_slot(half, j)] = static_cast<uint8_t>(q[j]);
     }
-    float dv[16];
-    int32_t c8[16] = {}, c128[16] = {};
+    float dv[16], c8[16] = {}, c128[16] = {};
     for (int lane = 0; lane < 16; ++lane) dv[lane] = d[lane_block(lane)];
-    c8[0] = -8 * sum[0], c8[4] = -8 * sum[1];
-    c128[0] = -128 * sum[0], c128[4] = -128 * sum[1];
+    for (int half = 0; half < 2; ++half) {
+      c8[4 * half] = -8.f * d[half] * static_cast<float>(sum[half]);
+      c128[4 * half] = -128.f * d[half] * static_cast<float>(sum[half]);
+    }
     std::memcpy(o + 64, dv, 64);
     std::memcpy(o + 128, c8, 64);
     std::memcpy(o + 192, c128, 64);

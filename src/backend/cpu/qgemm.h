@@ -7,19 +7,20 @@
 // vpdpbusd multiplies unsigned bytes by signed ones. The weights' codes are
 // made unsigned once, at load: Q8_0's as w + 128, Q4_0's nibbles are 0..15
 // already (w + 8); the activations stay signed (int8, one f32 scale per 32
-// values, as quantize_act), and the offset comes back exactly in int32 as
-// -128 (or -8) times the sum of the block's activation codes, which starts
-// the accumulation. Two blocks go in one 512-bit register, in the order
+// values, as quantize_act). Two blocks go in one 512-bit register, in the
+// order
 //   [block 0 values 0..15 | block 1 values 0..15 | block 0 16..31 | block 1 16..31]
 // (16 bytes each), which is how a Q4_0 pair's nibbles unpack with one shift
 // of the upper half. So int32 lanes 0-3 and 8-11 belong to the first block,
-// 4-7 and 12-15 to the second, and the per-lane scale vector is laid out the
-// same way. Per output (row r, token i) and block pair:
-//   s = offset correction + dot(codes)   exact in int32
-//   acc += float(s) * (dw * dx)          one rounding of the scale, one fma
-// then the 16 lanes are added by a fixed halving tree: the same bits for a
-// token whatever the number of tokens, the tile it falls in or the thread
-// (Note [Batch-invariant LLM kernels]).
+// 4-7 and 12-15 to the second, and the per-lane scale vectors are laid out
+// the same way. Per output (row r, token i) and block pair:
+//   s = dot(codes)                        exact in int32
+//   t = dx * float(s) + cx                cx = -offset * dx * sum(x codes), in lanes 0 and 4
+//   acc += dw * t                         two fmas
+// (the offset's share, dw * dx * offset * sum, taken off in float), then the
+// 16 lanes are added by a fixed halving tree: the same bits for a token
+// whatever the number of tokens, the tile it falls in or the thread (Note
+// [Batch-invariant LLM kernels]).
 #include <cstdint>
 
 #include "backend/cpu/quant.h"
@@ -27,8 +28,9 @@
 namespace tessera::cpu {
 
 // One activation row packed: per block pair, 64 code bytes (the order above),
-// the scale vector (16 f32), and the two offset corrections (16 int32 each,
-// -8 * sum and -128 * sum in lanes 0 and 4, zeros elsewhere).
+// the scale vector dx (16 f32), and the offset terms cx for Q4_0 and for
+// Q8_0 (16 f32 each: -8 or -128 times dx times the block's code sum in lanes
+// 0 and 4, zeros elsewhere).
 constexpr int64_t kPackedActPairBytes = 64 + 64 + 64 + 64;
 inline int64_t qpack_pairs(int64_t cols) { return (cols / kQBlock + 1) / 2; }
 inline int64_t packed_act_bytes(int64_t cols) { return qpack_pairs(cols) * kPackedActPairBytes; }

@@ -63,10 +63,11 @@ TS_VNNI void tile(const PackedQMatrix& w, int64_t r0, int64_t r1, const uint8_t*
       const uint8_t* a = act + ((i0 + i) * P + p) * kPackedActPairBytes;
       const __m512i xc = _mm512_loadu_si512(a);
       const __m512 dx = _mm512_loadu_ps(a + 64);
-      const __m512i corr = _mm512_loadu_si512(a + corr_at);
+      const __m512 cx = _mm512_loadu_ps(a + corr_at);
       for (int r = 0; r < R; ++r) {
-        const __m512i s = _mm512_dpbusd_epi32(corr, wc[r], xc);
-        acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], dx), acc[r][i]);
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wc[r], xc);
+        const __m512 t = _mm512_fmadd_ps(dx, _mm512_cvtepi32_ps(s), cx);
+        acc[r][i] = _mm512_fmadd_ps(dw[r], t, acc[r][i]);
       }
     }
   }
