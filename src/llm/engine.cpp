@@ -450,6 +450,14 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
   const cpu::Loop1d gelu = kt.unary[static_cast<int>(s.gelu_erf ? cpu::UnaryKernel::Gelu : cpu::UnaryKernel::GeluTanh)]
                                    [cpu::idx(DType::F32)];
 
+  // x += h (+ the product's bias), row by row.
+  auto residual = [&](const float* bias) {
+    rows(T, D, [&](int64_t i) {
+      float *x = st.x.get() + i * D, *h = st.h.get() + i * D;
+      add_bias(h, bias, D);
+      for (int64_t c = 0; c < D; ++c) x[c] += h[c];
+    });
+  };
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const Model::Layer& W = model_->layers()[l];
@@ -507,10 +515,7 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
     prepare(ao, {&W.o});
     run_products(kt, {Job{&W.o, &ao, h, D}});
     adapters(l, Projection::O, st.att.get(), qd, h, D);
-    rows(T, D, [&](int64_t i) {
-      add_bias(h + i * D, W.bo, D);
-      for (int64_t c = 0; c < D; ++c) x[i * D + c] += h[i * D + c];
-    });
+    residual(W.bo);
     // Feed-forward: silu(gate) * up, or gelu(up), then down.
     rows(T, D, [&](int64_t i) { norm(x + i * D, W.ffn_norm, W.ffn_norm_b, h + i * D); });
     Act af{h, D, T, D};
@@ -536,10 +541,7 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
     prepare(ad, {&W.down});
     run_products(kt, {Job{&W.down, &ad, h, D}});
     adapters(l, Projection::Down, st.g.get(), H, h, D);
-    rows(T, D, [&](int64_t i) {
-      add_bias(h + i * D, W.bdown, D);
-      for (int64_t c = 0; c < D; ++c) x[i * D + c] += h[i * D + c];
-    });
+    residual(W.bdown);
   }
 
   // Logits of the rows asked for.

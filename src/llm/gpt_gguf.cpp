@@ -1,6 +1,8 @@
 // Tessera's GPT as a GGUF "gpt2" file and back (include/tessera/llm/gpt_gguf.h).
 #include "tessera/llm/gpt_gguf.h"
 
+#include "llm/gguf_model.h"
+
 #include <vector>
 
 #include "tessera/autograd/grad_mode.h"
@@ -11,10 +13,8 @@
 namespace tessera::llm {
 namespace {
 
-struct Name {
-  std::string param, gguf;
-  Shape shape;  // row-major
-};
+using Name = detail::TensorName;
+using detail::u32_of;
 
 // Every tensor of a GPT of this configuration: its parameter and GGUF names.
 std::vector<Name> tensor_names(const nn::zoo::GPTConfig& c) {
@@ -37,12 +37,6 @@ std::vector<Name> tensor_names(const nn::zoo::GPTConfig& c) {
   add("transformer.ln_f", "output_norm", {d}, c.bias, d);
   if (!c.weight_tying) n.push_back({"lm_head.weight", "output.weight", {c.vocab_size, d}});
   return n;
-}
-
-uint32_t u32_of(const GgufFile& f, const std::string& key) {
-  const int64_t v = f.get(key).as_int(key);
-  TS_CHECK(v > 0 && v < (int64_t{1} << 31), f.what(), ": ", key, " is ", v, " (must be positive)");
-  return static_cast<uint32_t>(v);
 }
 
 }  // namespace
@@ -68,17 +62,8 @@ GgufWriter gpt_to_gguf(const nn::zoo::GPT& model, const GgufExportOptions& opts)
              " tokens but the model's vocabulary is ", c.vocab_size);
     opts.tokenizer->to_gguf(w);
   }
-  NoGradGuard no_grad;
-  const nn::NamedTensors params = model.named_parameters();
-  for (const Name& n : tensor_names(c)) {
-    Tensor t;
-    for (const auto& [pn, p] : params)
-      if (pn == n.param) t = p.detach().to(DType::F32);
-    TS_CHECK(t.defined(), "gpt_to_gguf: the model has no parameter '", n.param, "'");
-    // Norms, biases and the position table stay F32, as llama.cpp's quantizer leaves them.
-    if (t.dim() == 1 || n.gguf == "position_embd.weight") w.add_tensor(n.gguf, t.contiguous());
-    else w.add_tensor(n.gguf, opts.type, {t.size(1), t.size(0)}, to_ggml_bytes(t, opts.type));
-  }
+  // The position table stays F32 too, as llama.cpp's quantizer leaves it.
+  detail::add_parameters(w, model, tensor_names(c), opts.type, {"position_embd.weight"});
   return w;
 }
 
@@ -106,36 +91,14 @@ nn::zoo::GPTConfig gpt_config_from_gguf(const GgufFile& f) {
   c.vocab_size = embd.ne[1];
   c.weight_tying = f.find_tensor("output.weight") == nullptr;
   c.bias = f.find_tensor("blk.0.attn_qkv.bias") != nullptr;
-  const std::vector<Name> names = tensor_names(c);
-  for (const Name& n : names) {
-    const GgufTensorInfo* t = f.find_tensor(n.gguf);
-    TS_CHECK(t != nullptr, f.what(), ": the file has no tensor '", n.gguf, "', which a gpt2 model of ", c.n_layer,
-             " layers needs");
-    TS_CHECK(t->shape() == n.shape, f.what(), ": ", n.gguf, " is ", shape_str(t->shape()), ", the configuration "
-             "needs ", shape_str(n.shape));
-  }
-  for (const GgufTensorInfo& t : f.tensors()) {
-    bool known = false;
-    for (const Name& n : names) known = known || n.gguf == t.name;
-    TS_CHECK(known, f.what(), ": tensor '", t.name, "' is not part of the gpt2 models Tessera reads");
-  }
+  detail::check_tensors(f, tensor_names(c), "gpt2", c.n_layer);
   return c;
 }
 
 std::shared_ptr<nn::zoo::GPT> load_gpt_gguf(const GgufFile& f) {
   const nn::zoo::GPTConfig c = gpt_config_from_gguf(f);
   auto model = std::make_shared<nn::zoo::GPT>(c);
-  NoGradGuard no_grad;
-  nn::NamedTensors params = model->named_parameters();
-  for (const Name& n : tensor_names(c)) {
-    Tensor* dst = nullptr;
-    for (auto& [pn, t] : params)
-      if (pn == n.param) dst = &t;
-    TS_CHECK(dst != nullptr, "load_gpt_gguf: the model has no parameter '", n.param, "'");
-    Tensor w = dequantize_gguf_tensor(f, f.tensor_info(n.gguf)).reshape(dst->shape());
-    TS_CHECK(ops::all(ops::isfinite(w)).item<bool>(), f.what(), ": ", n.gguf, " holds values that are not finite");
-    dst->copy_(w);
-  }
+  detail::load_parameters(f, *model, tensor_names(c));
   return model;
 }
 

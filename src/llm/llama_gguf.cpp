@@ -1,5 +1,7 @@
 #include "tessera/llm/llama_gguf.h"
 
+#include "llm/gguf_model.h"
+
 #include <vector>
 
 #include "tessera/autograd/grad_mode.h"
@@ -11,13 +13,8 @@
 namespace tessera::llm {
 namespace {
 
-// One tensor of the model: its parameter name, its GGUF name, and the heads
-// its rows are grouped in when it is a query or key weight (0 otherwise).
-struct Name {
-  std::string param, gguf;
-  Shape shape;  // row-major
-  int64_t rope_heads = 0;
-};
+using Name = detail::TensorName;
+using detail::u32_of;
 
 std::vector<Name> tensor_names(const nn::zoo::LlamaConfig& c) {
   const int64_t d = c.dim, kv = c.dim / c.n_heads * c.n_kv_heads, h = c.hidden_dim;
@@ -51,12 +48,6 @@ Tensor regroup(const Tensor& w, int64_t heads, bool to_gguf) {
   return ops::permute(v, {0, 2, 1, 3}).contiguous().reshape({w.size(0), cols});
 }
 
-uint32_t u32_of(const GgufFile& f, const std::string& key) {
-  const int64_t v = f.get(key).as_int(key);
-  TS_CHECK(v > 0 && v < (int64_t{1} << 31), f.what(), ": ", key, " is ", v, " (must be positive)");
-  return static_cast<uint32_t>(v);
-}
-
 }  // namespace
 
 Tensor rope_rows_to_gguf(const Tensor& w, int64_t n_heads) { return regroup(w, n_heads, true); }
@@ -86,19 +77,7 @@ GgufWriter llama_to_gguf(const nn::zoo::Llama& model, const GgufExportOptions& o
              " tokens but the model's vocabulary is ", c.vocab_size);
     opts.tokenizer->to_gguf(w);
   }
-  NoGradGuard no_grad;
-  const nn::NamedTensors params = model.named_parameters();
-  auto param = [&](const std::string& name) {
-    for (const auto& [n, t] : params)
-      if (n == name) return t;
-    TS_ERROR("llama_to_gguf: the model has no parameter '", name, "'");
-  };
-  for (const Name& n : tensor_names(c)) {
-    Tensor t = param(n.param).detach().to(DType::F32);
-    if (n.rope_heads) t = rope_rows_to_gguf(t, n.rope_heads);
-    if (t.dim() == 1) w.add_tensor(n.gguf, t.contiguous());  // norms stay F32, as llama.cpp writes them
-    else w.add_tensor(n.gguf, opts.type, {t.size(1), t.size(0)}, to_ggml_bytes(t, opts.type));
-  }
+  detail::add_parameters(w, model, tensor_names(c), opts.type, {}, rope_rows_to_gguf);
   return w;
 }
 
@@ -140,44 +119,18 @@ nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f) {
   if (const GgufValue* v = f.find("llama.rope.scaling.type"))
     TS_CHECK(v->as_string("llama.rope.scaling.type") == "none", f.what(), ": llama.rope.scaling.type '",
              v->as_string(), "' (RoPE scaling) is not supported yet");
-  // Every tensor the model needs, in its shape, and no other: checked before
-  // anything is allocated, so the sizes are those of tensors in the file.
-  const std::vector<Name> names = tensor_names(c);
-  for (const Name& n : names) {
-    const GgufTensorInfo* t = f.find_tensor(n.gguf);
-    TS_CHECK(t != nullptr, f.what(), ": the file has no tensor '", n.gguf, "', which a llama model of ", c.n_layers,
-             " layers needs");
-    TS_CHECK(t->shape() == n.shape, f.what(), ": ", n.gguf, " is ", shape_str(t->shape()), ", the configuration "
-             "needs ", shape_str(n.shape));
-  }
-  for (const GgufTensorInfo& t : f.tensors()) {
-    bool known = false;
-    for (const Name& n : names) known = known || n.gguf == t.name;
-    TS_CHECK(known, f.what(), ": tensor '", t.name, "' is not part of the llama models Tessera reads",
-             t.name == "rope_freqs.weight" ? " (per-dimension RoPE frequencies, Llama 3.1's scaling: not supported yet)"
-                                           : "");
-  }
+  // Every tensor the model needs, in its shape, and no other.
+  detail::check_tensors(f, tensor_names(c), "llama", c.n_layers, [](const std::string& t) {
+    return std::string(t == "rope_freqs.weight" ? " (per-dimension RoPE frequencies, Llama 3.1's scaling: not "
+                                                  "supported yet)" : "");
+  });
   return c;
 }
 
 std::shared_ptr<nn::zoo::Llama> load_llama_gguf(const GgufFile& f) {
   const nn::zoo::LlamaConfig c = llama_config_from_gguf(f);
   auto model = std::make_shared<nn::zoo::Llama>(c);
-  NoGradGuard no_grad;
-  nn::NamedTensors params = model->named_parameters();
-  for (const Name& n : tensor_names(c)) {
-    const GgufTensorInfo& info = f.tensor_info(n.gguf);
-    Tensor* dst = nullptr;
-    for (auto& [pn, t] : params)
-      if (pn == n.param) dst = &t;
-    TS_CHECK(dst != nullptr && info.shape() == dst->shape(), "load_llama_gguf: the model's parameter '", n.param,
-             "' does not match ", n.gguf);
-    Tensor w = dequantize_gguf_tensor(f, info);
-    w = w.reshape(dst->shape());
-    TS_CHECK(ops::all(ops::isfinite(w)).item<bool>(), f.what(), ": ", n.gguf, " holds values that are not finite");
-    if (n.rope_heads) w = rope_rows_from_gguf(w, n.rope_heads);
-    dst->copy_(w);
-  }
+  detail::load_parameters(f, *model, tensor_names(c), rope_rows_from_gguf);
   return model;
 }
 
