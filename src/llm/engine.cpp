@@ -231,6 +231,8 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
   st.context = opts_.context ? opts_.context : std::min<int64_t>(s.context, int64_t{1} << 18);
   TS_CHECK(st.context >= 1 && st.context <= (int64_t{1} << 18), "engine: context ", st.context,
            " must be 1 to 262144 positions");
+  TS_CHECK(!model_->positions() || st.context <= s.context, "engine: context ", st.context, " is longer than the ",
+           s.context, " positions this ", s.arch, " model has embeddings for");
   for (KvType t : {opts_.k_type, opts_.v_type})
     TS_CHECK(t == KvType::F16 || s.head_dim % kQBlock == 0, "engine: a Q8_0 KV cache needs heads of a multiple of "
              "32 dimensions; this model's have ", s.head_dim, " (use f16)");

@@ -50,7 +50,11 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
     c.n_kv_heads = g.n_head, c.hidden_dim = 4 * g.n_embd, c.max_seq_len = g.block_size;
     c.norm_eps = file.get("gpt2.attention.layer_norm_epsilon").as_float("gpt2.attention.layer_norm_epsilon");
     m->spec_.arch = "gpt2";
-    if (const GgufValue* v = file.find("tessera.gelu")) m->spec_.gelu_erf = v->as_string("tessera.gelu") == "erf";
+    if (const GgufValue* v = file.find("tessera.gelu")) {
+      const std::string g = v->as_string("tessera.gelu");
+      TS_CHECK(g == "erf" || g == "tanh", file.what(), ": tessera.gelu is '", g, "', not 'erf' or 'tanh'");
+      m->spec_.gelu_erf = g == "erf";
+    }
   } else {
     c = llama_config_from_gguf(file);  // every tensor present, in its shape
   }

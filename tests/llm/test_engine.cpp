@@ -159,6 +159,10 @@ TEST(LlmEngine, RunsTesserasGpt) {
       EXPECT_TRUE(e.model().spec().gelu_erf);
       const std::vector<float> got = run_chunked(e, ids, 40);
       EXPECT_EQ(run_chunked(e, ids, 7), got);
+      llm::EngineOptions longer = opts();
+      longer.context = 65;
+      EXPECT_THROW_MSG(Engine(llm::Model::from_gpt(m), longer),
+                       "context 65 is longer than the 64 positions this gpt2 model has embeddings for");
       double err = 0, norm = 0;
       for (size_t i = 0; i < got.size(); ++i) {
         const double w = want.data_ptr<float>()[i];
