@@ -62,6 +62,8 @@ TEST(LlmKernels, RowKernelsMatchTheirReferences) {
       x[7] = 0.f;
       x[40] = -1e-8f;
       for (int j = 64; j < 96; ++j) x[j] = 0.f;  // an all-zero Q8_0 block
+      x[100] = NAN;                               // and one with a NaN
+      x[140] = INFINITY;
       std::vector<uint8_t> got(cpu::kv_row_bytes(f, n)), want(got.size());
       kt.kv_store_row(f, x.data(), n, got.data());
       cpu::kv_store_row_ref(f, x.data(), n, want.data());

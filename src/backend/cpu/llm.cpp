@@ -53,11 +53,15 @@ void kv_store_row_ref(KvFormat f, const float* x, int64_t n, uint8_t* out) {
   for (int64_t b = 0; b < n / kQBlock; ++b) {  // ggml quantize_row_q8_0_ref
     const float* v = x + b * kQBlock;
     float amax = 0.f;
-    for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
-    const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+    bool finite = true;  // NaN or infinity: a NaN scale, codes 0
+    for (int j = 0; j < kQBlock; ++j) {
+      amax = std::max(amax, std::fabs(v[j]));
+      finite = finite && std::fabs(v[j]) <= 3.4e38f;
+    }
+    const float d = finite ? amax / 127.f : NAN, id = finite && d != 0.f ? 1.f / d : 0.f;
     BlockQ8_0 blk;
     blk.d = Half::from_float(d);
-    for (int j = 0; j < kQBlock; ++j) blk.qs[j] = static_cast<int8_t>(std::roundf(v[j] * id));
+    for (int j = 0; j < kQBlock; ++j) blk.qs[j] = static_cast<int8_t>(finite ? std::roundf(v[j] * id) : 0.f);
     std::memcpy(out + b * sizeof(BlockQ8_0), &blk, sizeof blk);
   }
 }
