@@ -135,8 +135,10 @@ int cmd_train(const std::string& config_path, const std::string& resume, const s
   std::printf("  %s eval %s      # evaluate the checkpoint again\n", self(), ckpt.c_str());
   std::printf("  %s info %s      # the model, its training state and metrics\n", self(), ckpt.c_str());
   std::printf("  %s train %s --set train.epochs=N --resume latest   # train longer\n", self(), config_path.c_str());
+  if (t.recipe().task == train::Task::LanguageModel && !t.recipe().text_level.empty())
+    std::printf("  %s generate %s -p \"The \" -n 200   # text from the model (docs/llm.md)\n", self(), ckpt.c_str());
   std::printf("  other configs: examples/configs/ (fashion_mnist_mlp, fashion_mnist_cnn, resnet18_synthetic, "
-              "char_gpt)\n");
+              "char_gpt, char_llama)\n");
   return 0;
 }
 
