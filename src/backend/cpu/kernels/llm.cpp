@@ -132,13 +132,11 @@ inline void load_keys16(const KvLayer& L, int64_t b, int64_t s0, int64_t off, in
   }
 }
 
+// 16 float lanes whatever the ISA (two or four registers below AVX-512),
+// passed by reference: a 64-byte vector by value changes the ABI there.
 typedef float V16 __attribute__((vector_size(64)));
-inline V16 load16(const float* p) {
-  V16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline float hsum16(V16 v) {
+inline void load16(V16& v, const float* p) { std::memcpy(&v, p, sizeof v); }
+inline float hsum16(const V16& v) {
   float a[16];
   std::memcpy(a, &v, sizeof a);
   for (int h = 8; h >= 1; h /= 2)
@@ -170,7 +168,11 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
       if (c >= qs[j].n_keys) continue;
       const float* q = qs[j].q;
       V16 acc[4] = {};
-      for (int64_t d = 0; d < hd; ++d) acc[d & 3] += q[d] * load16(kt + d * 16);
+      for (int64_t d = 0; d < hd; ++d) {
+        V16 k;
+        load16(k, kt + d * 16);
+        acc[d & 3] += q[d] * k;
+      }
       const V16 sv = ((acc[0] + acc[1]) + (acc[2] + acc[3])) * a.scale;
       std::memcpy(scores + j * stride + c, &sv, sizeof sv);
     }
@@ -184,7 +186,11 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
     for (int64_t p = 0; p < n; ++p) sc[p] = vexp_ftz(sc[p] - mx);
     V16 lanes = {};
     const int64_t full = n / 16 * 16;
-    for (int64_t p = 0; p < full; p += 16) lanes += load16(sc + p);
+    for (int64_t p = 0; p < full; p += 16) {
+      V16 e;
+      load16(e, sc + p);
+      lanes += e;
+    }
     float sum = hsum16(lanes);
     for (int64_t p = full; p < n; ++p) sum += sc[p];
     inv[j] = 1.f / sum;
