@@ -123,14 +123,14 @@ struct Widening {
   using W = T;
   using X = float;
   static constexpr int kR = cpu::TESSERA_ISA::kR, kM = cpu::TESSERA_ISA::kM;
-  template <int R, int M>
+  template <int R, int M, bool Prefetch>
   static void block(const T* w, int64_t ldw, int64_t k, const float* const* xs, float* out) {
     V acc[R][M] = {};
     const int64_t kv = k / kW * kW;
     for (int64_t p = 0; p < kv; p += kW) {
       V xv[M];
       for (int i = 0; i < M; ++i) xv[i] = load_x(xs[i] + p);
-      prefetch_next_rows<T, R>(w, ldw, p);
+      if constexpr (Prefetch) prefetch_next_rows<T, R>(w, ldw, p);
       for (int r = 0; r < R; ++r) {
         const V wv = load_w(w + r * ldw + p);
         for (int i = 0; i < M; ++i) acc[r][i] += wv * xv[i];
@@ -146,15 +146,19 @@ struct Widening {
 };
 
 // K::block for a runtime (rows, cols) <= (kR, kM): one instantiation each.
-template <class K, int R, int... Ms>
+// Prefetch: whether this pass over the rows is the first (the next rows are
+// touched once, not once per group of activation rows).
+template <class K, bool Prefetch, int R, int... Ms>
 inline void block_m(int m, std::integer_sequence<int, Ms...>, const typename K::W* w, int64_t ldw, int64_t k,
                     const typename K::X* const* xs, float* out) {
-  ((m == Ms + 1 ? (K::template block<R, Ms + 1>(w, ldw, k, xs, out), 0) : 0), ...);
+  ((m == Ms + 1 ? (K::template block<R, Ms + 1, Prefetch>(w, ldw, k, xs, out), 0) : 0), ...);
 }
-template <class K, int... Rs>
+template <class K, bool Prefetch, int... Rs>
 inline void block_rm(int r, int m, std::integer_sequence<int, Rs...>, const typename K::W* w, int64_t ldw, int64_t k,
                      const typename K::X* const* xs, float* out) {
-  ((r == Rs + 1 ? (block_m<K, Rs + 1>(m, std::make_integer_sequence<int, K::kM>{}, w, ldw, k, xs, out), 0) : 0), ...);
+  ((r == Rs + 1 ? (block_m<K, Prefetch, Rs + 1>(m, std::make_integer_sequence<int, K::kM>{}, w, ldw, k, xs, out), 0)
+                : 0),
+   ...);
 }
 
 // y[i * ldy + r] = x[i, :] . w[r, :] for i < m, r in [r0, r1).
@@ -170,7 +174,8 @@ inline void rows(const void* wp, int64_t ldw, int64_t k, const typename K::X* x,
       const typename K::X* xs[kM];
       for (int i = 0; i < mi; ++i) xs[i] = x + (i0 + i) * ldx;
       float out[kR * kM];
-      block_rm<K>(rr, mi, std::make_integer_sequence<int, kR>{}, w + r * ldw, ldw, k, xs, out);
+      if (i0 == 0) block_rm<K, true>(rr, mi, std::make_integer_sequence<int, kR>{}, w + r * ldw, ldw, k, xs, out);
+      else block_rm<K, false>(rr, mi, std::make_integer_sequence<int, kR>{}, w + r * ldw, ldw, k, xs, out);
       for (int j = 0; j < rr; ++j)
         for (int i = 0; i < mi; ++i) y[(i0 + i) * ldy + r + j] = out[j * mi + i];
     }
@@ -201,13 +206,13 @@ struct Bf16Dot {
   using X = uint16_t;
   static constexpr int kR = 4, kM = 4;
 
-  template <int R, int M, bool Tail>
+  template <int R, int M, bool Tail, bool Prefetch>
   TS_BF16_DOT static inline void step(__m512 (&acc)[R][M], const uint16_t* w, int64_t ldw, const uint16_t* const* xs,
                                       int64_t p, __mmask32 mask) {
     __m512bh xv[M];
     for (int i = 0; i < M; ++i)
       xv[i] = (__m512bh)(Tail ? _mm512_maskz_loadu_epi16(mask, xs[i] + p) : _mm512_loadu_si512(xs[i] + p));
-    prefetch_next_rows<uint16_t, R>(w, ldw, p);
+    if constexpr (Prefetch) prefetch_next_rows<uint16_t, R>(w, ldw, p);
     for (int r = 0; r < R; ++r) {
       const uint16_t* wr = w + r * ldw + p;
       const __m512bh wv = (__m512bh)(Tail ? _mm512_maskz_loadu_epi16(mask, wr) : _mm512_loadu_si512(wr));
@@ -215,14 +220,15 @@ struct Bf16Dot {
     }
   }
 
-  template <int R, int M>
+  template <int R, int M, bool Prefetch>
   TS_BF16_DOT static void block(const uint16_t* w, int64_t ldw, int64_t k, const uint16_t* const* xs, float* out) {
     __m512 acc[R][M];
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < M; ++i) acc[r][i] = _mm512_setzero_ps();
     const int64_t kv = k / 32 * 32;
-    for (int64_t p = 0; p < kv; p += 32) step<R, M, false>(acc, w, ldw, xs, p, 0);
-    if (kv < k) step<R, M, true>(acc, w, ldw, xs, kv, static_cast<__mmask32>((uint64_t{1} << (k - kv)) - 1));
+    for (int64_t p = 0; p < kv; p += 32) step<R, M, false, Prefetch>(acc, w, ldw, xs, p, 0);
+    if (kv < k)
+      step<R, M, true, Prefetch>(acc, w, ldw, xs, kv, static_cast<__mmask32>((uint64_t{1} << (k - kv)) - 1));
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < M; ++i) {
         V v;
