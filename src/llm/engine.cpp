@@ -131,17 +131,13 @@ void embedding_row(const KernelTable& kt, const Matrix& e, int64_t tok, float* o
   const int64_t n = e.cols;
   switch (e.type) {
     case GgmlType::F32: std::memcpy(out, static_cast<const float*>(e.data) + tok * n, n * sizeof(float)); break;
-    case GgmlType::F16: {
-      const auto* p = static_cast<const uint16_t*>(e.data) + tok * n;
-      for (int64_t i = 0; i < n; ++i) out[i] = Half::to_float(p[i]);
-      break;
-    }
-    case GgmlType::BF16: {
-      const auto* p = static_cast<const uint16_t*>(e.data) + tok * n;
-      for (int64_t i = 0; i < n; ++i) {
-        const uint32_t u = static_cast<uint32_t>(p[i]) << 16;
-        std::memcpy(out + i, &u, 4);
-      }
+    case GgmlType::F16:
+    case GgmlType::BF16: {  // the cast kernel
+      const DType from = e.type == GgmlType::F16 ? DType::F16 : DType::BF16;
+      char* data[2] = {reinterpret_cast<char*>(out),
+                       const_cast<char*>(static_cast<const char*>(e.data)) + tok * n * 2};
+      const int64_t strides[2] = {4, 2};
+      kt.cast[cpu::idx(from)][cpu::idx(DType::F32)](data, strides, n, nullptr);
       break;
     }
     default: {

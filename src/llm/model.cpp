@@ -108,7 +108,6 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
     m->norms_.push_back(std::move(v));
     return m->norms_.back().data();
   };
-  m->norms_.reserve(10 * s.n_layers + 4);  // pointers into it stay valid
   auto optional = [&](const std::string& name) { return f.find_tensor(name) ? norm(name) : nullptr; };
   m->embedding_ = matrix("token_embd.weight");
   for (int64_t i = 0; i < s.n_layers; ++i) {

@@ -92,7 +92,7 @@ class Model {
   const float* output_norm_ = nullptr;
   const float* output_norm_b_ = nullptr;
   const float* positions_ = nullptr;
-  std::vector<std::vector<float>> norms_;  // norm weights converted to f32
+  std::vector<std::vector<float>> norms_;  // norm weights converted to f32 (their buffers never move)
   std::vector<std::vector<uint8_t>> packed_;  // repacked matrices
   std::map<std::string, std::vector<uint8_t>> converted_;  // K-quant matrices as Q8_0, by tensor name
 };
