@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <queue>
 
+#include "llm/pretokenize.h"
 #include "tessera/core/error.h"
 #include "tessera/llm/gguf.h"
 
@@ -54,6 +55,78 @@ bool is_special(TokenType t) {
   return t == TokenType::Control || t == TokenType::UserDefined || t == TokenType::Unknown;
 }
 
+// GPT-2's byte-to-Unicode table: the printable bytes stand for themselves,
+// the others (controls, space, 127-160, 173) for U+0100 upwards in order.
+struct ByteChars {
+  uint32_t of_byte[256];
+  int16_t byte_of[324];  // code point -> byte, or -1
+  ByteChars() {
+    std::fill(std::begin(byte_of), std::end(byte_of), int16_t{-1});
+    uint32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+      of_byte[b] = printable ? static_cast<uint32_t>(b) : next++;
+      byte_of[of_byte[b]] = static_cast<int16_t>(b);
+    }
+  }
+};
+const ByteChars& byte_chars() {
+  static const ByteChars t;
+  return t;
+}
+
+// A word's bytes written as GPT-2's characters.
+std::string byte_encode(std::string_view word) {
+  std::string out;
+  out.reserve(word.size() * 2);
+  for (unsigned char c : word) append_utf8(byte_chars().of_byte[c], out);
+  return out;
+}
+
+// The bytes a byte-level token stands for; a character outside the table
+// (never in a well-formed vocabulary) is kept as its UTF-8.
+std::string byte_decode(const std::string& token) {
+  std::string out;
+  for (uint32_t c : utf8_code_points(token)) {
+    if (c < 324 && byte_chars().byte_of[c] >= 0) out += static_cast<char>(byte_chars().byte_of[c]);
+    else append_utf8(c, out);
+  }
+  return out;
+}
+
+// llama.cpp's clean-up of decoded byte-level text (clean_spaces): no space
+// before . , ! ?, none around a lone apostrophe, none before 's 'm 're 've.
+std::string clean_spaces(const std::string& s) {
+  std::string a;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char x = s[i];
+    if (i > 0 && s[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',')) a.pop_back();
+    a += x;
+  }
+  std::string b;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const char x = a[i];
+    if (i > 0 && x == '\'' && i + 1 < a.size() && a[i - 1] == ' ' && a[i + 1] == ' ') {
+      b.pop_back();
+      b += x;
+      ++i;  // and the space after it
+      continue;
+    }
+    b += x;
+  }
+  std::string c;
+  for (size_t i = 0; i < b.size(); ++i) {
+    const char x = b[i];
+    if (i > 0 && b[i - 1] == ' ' && x == '\'' && i + 1 < b.size()) {
+      const char x1 = b[i + 1];
+      const char x2 = i + 2 < b.size() ? b[i + 2] : 0;
+      if (x1 == 's' || x1 == 'm' || (x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e')) c.pop_back();
+    }
+    c += x;
+  }
+  return c;
+}
+
 }  // namespace
 
 // ---- construction -----------------------------------------------------------
@@ -63,10 +136,10 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   const GgufValue* model = f.find("tokenizer.ggml.model");
   TS_CHECK(model != nullptr, what, ": the file has no tokenizer (no tokenizer.ggml.model key)");
   const std::string& name = model->as_string("tokenizer.ggml.model");
-  TS_CHECK(name == "llama", what, ": tokenizer.ggml.model '", name, "' is not supported yet (Tessera reads 'llama', "
-           "SentencePiece BPE)");
+  TS_CHECK(name == "llama" || name == "gpt2", what, ": tokenizer.ggml.model '", name, "' is not one Tessera reads "
+           "('llama': SentencePiece BPE, 'gpt2': byte-level BPE)");
   Tokenizer t;
-  t.model_ = Model::SentencePiece;
+  t.model_ = name == "gpt2" ? Model::Bpe : Model::SentencePiece;
   t.tokens_ = f.get("tokenizer.ggml.tokens").as_strings("tokenizer.ggml.tokens");
   const size_t n = t.tokens_.size();
   TS_CHECK(n > 0 && n < (size_t{1} << 31), what, ": tokenizer.ggml.tokens has ", n, " tokens (1 to 2^31 - 1)");
@@ -87,8 +160,18 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   } else {
     t.types_.assign(n, TokenType::Normal);
   }
-  // llama.cpp's defaults for SentencePiece vocabularies.
-  t.unk_ = 0, t.bos_ = 1, t.eos_ = 2;
+  if (t.model_ == Model::Bpe) {
+    const GgufValue* merges = f.find("tokenizer.ggml.merges");
+    TS_CHECK(merges != nullptr, what, ": a byte-level BPE tokenizer needs tokenizer.ggml.merges");
+    t.set_merges(merges->as_strings("tokenizer.ggml.merges"));
+    const GgufValue* pre = f.find("tokenizer.ggml.pre");
+    TS_CHECK(pre != nullptr, what, ": a byte-level BPE tokenizer needs tokenizer.ggml.pre, the pre-tokenizer that cuts "
+             "text into words (e.g. 'gpt-2', 'llama-bpe', 'qwen2')");
+    t.set_pre(pre->as_string("tokenizer.ggml.pre"), what);
+  }
+  // llama.cpp's defaults: SentencePiece <unk> <s> </s>; byte-level GPT-2's id 11.
+  if (t.model_ == Model::Bpe) t.unk_ = -1, t.bos_ = 11, t.eos_ = 11;
+  else t.unk_ = 0, t.bos_ = 1, t.eos_ = 2;
   auto id_key = [&](const char* key, int32_t& id) {
     if (const GgufValue* v = f.find(key)) {
       const int64_t x = v->as_int(key);
@@ -102,6 +185,10 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   id_key("tokenizer.ggml.eos_token_id", t.eos_);
   for (int32_t* id : {&t.unk_, &t.bos_, &t.eos_})
     if (*id >= static_cast<int32_t>(n)) *id = -1;
+  if (t.model_ == Model::Bpe) {  // byte-level defaults: no space prefix, BOS only for Llama 3
+    t.add_space_prefix_ = false;
+    t.add_bos_ = t.ignore_merges_;  // llama.cpp sets both for the Llama 3 names
+  }
   if (const GgufValue* v = f.find("tokenizer.ggml.add_bos_token")) t.add_bos_ = v->as_bool("tokenizer.ggml.add_bos_token");
   if (const GgufValue* v = f.find("tokenizer.ggml.add_eos_token")) t.add_eos_ = v->as_bool("tokenizer.ggml.add_eos_token");
   if (const GgufValue* v = f.find("tokenizer.ggml.add_space_prefix"))
@@ -132,6 +219,51 @@ Tokenizer Tokenizer::sentencepiece(std::vector<std::string> tokens, std::vector<
   return t;
 }
 
+Tokenizer Tokenizer::bpe(std::vector<std::string> tokens, std::vector<TokenType> types,
+                         std::vector<std::string> merges, std::string_view pre, int32_t bos, int32_t eos, bool add_bos,
+                         bool add_eos) {
+  const size_t n = tokens.size();
+  TS_CHECK(n > 0 && types.size() == n, "Tokenizer: ", n, " tokens need as many types (got ", types.size(), ")");
+  Tokenizer t;
+  t.model_ = Model::Bpe;
+  t.tokens_ = std::move(tokens);
+  t.types_ = std::move(types);
+  t.scores_.assign(n, 0.f);
+  for (int32_t id : {bos, eos})
+    TS_CHECK(id >= -1 && id < static_cast<int32_t>(n), "Tokenizer: special token id ", id, " is outside the ", n,
+             "-token vocabulary");
+  t.bos_ = bos, t.eos_ = eos, t.unk_ = -1;
+  t.add_bos_ = add_bos, t.add_eos_ = add_eos, t.add_space_prefix_ = false;
+  TS_CHECK(!(add_bos && bos < 0) && !(add_eos && eos < 0), "Tokenizer: add_bos/add_eos need a BOS/EOS token");
+  t.set_merges(std::move(merges));
+  t.set_pre(pre, "Tokenizer");
+  t.build();
+  return t;
+}
+
+void Tokenizer::set_merges(std::vector<std::string> merges) {
+  TS_CHECK(merges.size() < (size_t{1} << 31), "Tokenizer: ", merges.size(), " merges (at most 2^31 - 1)");
+  merges_ = std::move(merges);
+  ranks_.clear();
+  ranks_.reserve(merges_.size());
+  for (size_t i = 0; i < merges_.size(); ++i) {
+    // "left right", split at the first space after the first byte (llama.cpp's
+    // rule); a line without one can never match and is kept only for writing.
+    const size_t sp = merges_[i].find(' ', 1);
+    if (sp == std::string::npos) continue;
+    ranks_.emplace(merges_[i], static_cast<int32_t>(i));  // a repeated line keeps its first rank
+  }
+}
+
+void Tokenizer::set_pre(std::string_view pre, const std::string& what) {
+  const PreTokenizer p = pre_tokenizer_from_name(pre, what);
+  pre_ = static_cast<int>(p);
+  pre_name_ = pre;
+  ignore_merges_ = pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "falcon3" || pre == "pixtral";
+  // llama.cpp cleans decoded spaces for byte-level vocabularies except these.
+  clean_spaces_ = !(pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "command-r");
+}
+
 Tokenizer Tokenizer::characters(std::vector<std::string> chars) {
   Tokenizer t;
   t.model_ = Model::Characters;
@@ -156,21 +288,26 @@ Tokenizer Tokenizer::characters(std::vector<std::string> chars) {
 }
 
 void Tokenizer::to_gguf(GgufWriter& w) const {
-  TS_CHECK(model_ == Model::SentencePiece, "Tokenizer: a character vocabulary has no GGUF tokenizer model "
+  TS_CHECK(model_ != Model::Characters, "Tokenizer: a character vocabulary has no GGUF tokenizer model "
            "(llama.cpp could not read it)");
   std::vector<double> scores(scores_.begin(), scores_.end());
   std::vector<int64_t> types;
   for (TokenType t : types_) types.push_back(static_cast<int64_t>(t));
-  w.set("tokenizer.ggml.model", GgufValue::string("llama"));
+  w.set("tokenizer.ggml.model", GgufValue::string(model_ == Model::Bpe ? "gpt2" : "llama"));
   w.set("tokenizer.ggml.tokens", GgufValue::strings(tokens_));
-  w.set("tokenizer.ggml.scores", GgufValue::floats(GgufType::F32, std::move(scores)));
+  if (model_ == Model::Bpe) {
+    w.set("tokenizer.ggml.pre", GgufValue::string(pre_name_));
+    w.set("tokenizer.ggml.merges", GgufValue::strings(merges_));
+  } else {
+    w.set("tokenizer.ggml.scores", GgufValue::floats(GgufType::F32, std::move(scores)));
+  }
   w.set("tokenizer.ggml.token_type", GgufValue::integers(GgufType::I32, std::move(types)));
   for (auto [key, id] : {std::pair{"tokenizer.ggml.bos_token_id", bos_}, std::pair{"tokenizer.ggml.eos_token_id", eos_},
                          std::pair{"tokenizer.ggml.unknown_token_id", unk_}})
     if (id >= 0) w.set(key, GgufValue::integer(GgufType::U32, id));
   w.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(add_bos_));
   w.set("tokenizer.ggml.add_eos_token", GgufValue::boolean(add_eos_));
-  w.set("tokenizer.ggml.add_space_prefix", GgufValue::boolean(add_space_prefix_));
+  if (model_ == Model::SentencePiece) w.set("tokenizer.ggml.add_space_prefix", GgufValue::boolean(add_space_prefix_));
 }
 
 void Tokenizer::build() {
@@ -302,6 +439,79 @@ void Tokenizer::encode_spm(std::string text, std::vector<int32_t>& out) const {
   }
 }
 
+namespace {
+
+struct BpeSymbol {
+  int prev, next;
+  size_t begin, len;
+};
+
+struct BpeBigram {
+  int left, right;
+  int32_t rank;
+  size_t len;
+  // The queue's top: the lowest rank, then the leftmost pair.
+  bool operator<(const BpeBigram& o) const { return rank > o.rank || (rank == o.rank && left > o.left); }
+};
+
+}  // namespace
+
+// llama.cpp's byte-level merge loop (llm_tokenizer_bpe_session), word by word.
+void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) const {
+  std::vector<BpeSymbol> sym;
+  std::priority_queue<BpeBigram> queue;
+  std::string key;
+  for (const std::string& raw : pre_tokenize(text, static_cast<PreTokenizer>(pre_))) {
+    const std::string word = byte_encode(raw);
+    if (ignore_merges_) {
+      if (const int32_t id = find(word); id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+    }
+    sym.clear();
+    for (size_t off = 0; off < word.size();) {
+      const size_t len = std::min(utf8_len(static_cast<unsigned char>(word[off])), word.size() - off);
+      const int i = static_cast<int>(sym.size());
+      sym.push_back({i - 1, off + len == word.size() ? -1 : i + 1, off, len});
+      off += len;
+    }
+    auto try_add = [&](int left, int right) {
+      if (left < 0 || right < 0) return;
+      key.assign(word, sym[left].begin, sym[left].len);
+      key += ' ';
+      key.append(word, sym[right].begin, sym[right].len);
+      auto it = ranks_.find(key);
+      if (it == ranks_.end()) return;
+      queue.push({left, right, it->second, sym[left].len + sym[right].len});
+    };
+    for (int i = 1; i < static_cast<int>(sym.size()); ++i) try_add(i - 1, i);
+    while (!queue.empty()) {
+      const BpeBigram b = queue.top();
+      queue.pop();
+      BpeSymbol& l = sym[b.left];
+      BpeSymbol& r = sym[b.right];
+      if (l.len == 0 || r.len == 0 || l.len + r.len != b.len || l.next != b.right) continue;  // stale
+      l.len += r.len;
+      r.len = 0;
+      l.next = r.next;
+      if (r.next >= 0) sym[r.next].prev = b.left;
+      try_add(l.prev, b.left);
+      try_add(b.left, l.next);
+    }
+    for (int i = sym.empty() ? -1 : 0; i != -1; i = sym[i].next) {
+      const std::string_view piece(word.data() + sym[i].begin, sym[i].len);
+      if (const int32_t id = find(piece); id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+      // Not a token: each of its bytes that is one (llama.cpp's fallback).
+      for (unsigned char c : piece)
+        if (byte_ids_[c] >= 0) out.push_back(byte_ids_[c]);
+    }
+  }
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
   if (model_ == Model::Characters) {
     std::vector<int32_t> out;
@@ -357,6 +567,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       prev_special = true;
       continue;
     }
+    if (model_ == Model::Bpe) {
+      encode_bpe(text.substr(f.begin, f.len), out);
+      prev_special = false;
+      continue;
+    }
     std::string raw = add_space_prefix_ && prev_special ? " " : "";
     raw += text.substr(f.begin, f.len);
     encode_spm(escape_spaces(raw), out);
@@ -377,7 +592,7 @@ std::string Tokenizer::piece(int32_t id, bool unparse_special, bool lstrip) cons
       if (unparse_special) s = tokens_[id];
       break;
     case TokenType::UserDefined: s = tokens_[id]; break;
-    case TokenType::Normal: s = unescape_spaces(tokens_[id]); break;
+    case TokenType::Normal: s = model_ == Model::Bpe ? byte_decode(tokens_[id]) : unescape_spaces(tokens_[id]); break;
     case TokenType::Byte: {
       const int b = byte_of(tokens_[id]);
       if (b >= 0) s = std::string(1, static_cast<char>(b));
@@ -404,7 +619,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool remove_speci
     out += piece(ids[i], unparse_special, strip);
     strip = false;
   }
-  return out;
+  return clean_spaces_ ? clean_spaces(out) : out;
 }
 
 std::string StreamDecoder::next(int32_t id) {

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 #include <fstream>
 #include <sstream>
 
@@ -132,7 +133,7 @@ TEST(Tokenizer, FromGgufMetadata) {
   w.set("tokenizer.ggml.model", llm::GgufValue::string("bert"));
   bytes = w.bytes();
   EXPECT_NE(testing::error_of([&] { Tokenizer::from_gguf(llm::GgufFile::parse(bytes.data(), bytes.size())); })
-                .find("tokenizer.ggml.model 'bert' is not supported yet"),
+                .find("tokenizer.ggml.model 'bert' is not one Tessera reads"),
             std::string::npos);
 }
 
@@ -149,8 +150,16 @@ TEST(Tokenizer, LlamaCppVectors) {
     if (e.path().extension() != ".gguf" || !std::filesystem::exists(path + ".inp")) continue;
     llm::GgufFile f = llm::GgufFile::open(path);
     const llm::GgufValue* model = f.find("tokenizer.ggml.model");
-    if (!model || model->as_string() != "llama") continue;
-    Tokenizer t = Tokenizer::from_gguf(f);
+    if (!model || (model->as_string() != "llama" && model->as_string() != "gpt2")) continue;
+    const llm::GgufValue* pre = f.find("tokenizer.ggml.pre");
+    Tokenizer t = Tokenizer::sentencepiece({"x"}, {0}, {TokenType::Normal}, -1, -1, -1, false);
+    try {
+      t = Tokenizer::from_gguf(f);
+    } catch (const Error& err) {  // a pre-tokenizer Tessera does not have: said, not tested
+      ASSERT_TRUE(pre != nullptr) << err.what();
+      std::printf("%s: not tested (%s)\n", e.path().filename().c_str(), err.what());
+      continue;
+    }
     const std::vector<char> inp = io::read_file(path + ".inp"), outp = io::read_file(path + ".out");
     const std::string sep = "\n__ggml_vocab_test__\n";
     std::string all(inp.begin(), inp.end());
@@ -171,7 +180,11 @@ TEST(Tokenizer, LlamaCppVectors) {
       Ids got = t.encode(texts[i], false, false);
       EXPECT_EQ(got, want) << e.path().filename() << " text " << i << ": '" << texts[i] << "'";
       same += got == want;
-      EXPECT_EQ(t.decode(got, false), texts[i]) << e.path().filename() << " text " << i;
+      // Byte-level vocabularies decode with llama.cpp's space clean-up, which
+      // changes " ." " ," " !" " ?" " '": those texts do not round-trip.
+      const bool cleaned = t.model() == Tokenizer::Model::Bpe &&
+                           std::regex_search(texts[i], std::regex(" [.,!?']"));
+      if (!cleaned) EXPECT_EQ(t.decode(got, false), texts[i]) << e.path().filename() << " text " << i;
     }
     EXPECT_GT(i, 10u);
     std::printf("%s: %zu of %zu texts tokenize as llama.cpp does\n", e.path().filename().c_str(), same, i);

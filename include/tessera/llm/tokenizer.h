@@ -9,6 +9,13 @@
 // a token; what is left that is not a token is written as its bytes
 // (<0xXX> tokens, "byte fallback").
 //
+// Byte-level BPE (tokenizer.ggml.model "gpt2": GPT-2, Llama 3, Qwen 2,
+// StarCoder...): each byte is written as one printable character (GPT-2's
+// byte-to-Unicode table), the text is cut into words by the pre-tokenizer
+// tokenizer.ggml.pre names (llm/pretokenize.h), and inside each word the
+// adjacent pair with the lowest rank in tokenizer.ggml.merges is merged until
+// no pair is listed.
+//
 // Special tokens (control, user-defined, unknown) are found in the text
 // first, longest first. Control and unknown ones only where the caller says
 // the text may hold them (parse_special: a chat template's own text, never a
@@ -31,13 +38,18 @@ class Tokenizer {
  public:
   // Characters: the vocabulary of a character- or byte-level model that
   // `tessera train` made (each token one UTF-8 character, or one byte).
-  enum class Model { SentencePiece, Characters };
+  enum class Model { SentencePiece, Bpe, Characters };
 
   static Tokenizer from_gguf(const GgufFile& f);
   // A SentencePiece-style vocabulary given directly (tests, Tessera's own models).
   static Tokenizer sentencepiece(std::vector<std::string> tokens, std::vector<float> scores,
                                  std::vector<TokenType> types, int32_t bos, int32_t eos, int32_t unk,
                                  bool add_bos = true, bool add_eos = false, bool add_space_prefix = true);
+
+  // A byte-level BPE vocabulary given directly: tokens in GPT-2's byte
+  // encoding, merges as "left right", the pre-tokenizer by its GGUF name.
+  static Tokenizer bpe(std::vector<std::string> tokens, std::vector<TokenType> types, std::vector<std::string> merges,
+                       std::string_view pre, int32_t bos, int32_t eos, bool add_bos = false, bool add_eos = false);
 
   // A character-level vocabulary (each entry one UTF-8 character), or the 256
   // bytes when `chars` is empty. No BOS or EOS; a character outside the
@@ -73,6 +85,9 @@ class Tokenizer {
   void build();
   void check_id(int32_t id, const char* what) const;
   void encode_spm(std::string text, std::vector<int32_t>& out) const;
+  void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
+  void set_merges(std::vector<std::string> merges);
+  void set_pre(std::string_view pre, const std::string& what);
   int32_t unknown_for(const std::string& piece) const;
 
   Model model_ = Model::SentencePiece;
@@ -84,6 +99,13 @@ class Tokenizer {
   int32_t byte_ids_[256];
   int32_t bos_ = -1, eos_ = -1, unk_ = -1;
   bool add_bos_ = true, add_eos_ = false, add_space_prefix_ = true;
+  // Byte-level BPE only.
+  std::vector<std::string> merges_;                // as in the file, for to_gguf
+  std::unordered_map<std::string, int32_t> ranks_;  // "left right" -> its line in merges_
+  std::string pre_name_;
+  int pre_ = 0;                // llm::PreTokenizer
+  bool ignore_merges_ = false;  // a word that is a token is that token (Llama 3)
+  bool clean_spaces_ = false;   // decode drops the space before . , ! ? and contractions
 };
 
 // Decodes a stream of ids into text that never ends inside a UTF-8
