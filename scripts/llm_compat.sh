@@ -7,7 +7,10 @@
 # Today: every vocabulary GGUF of llama.cpp's source tree (which the package
 # carries as a git bundle) loads with `tessera gguf info`, and each
 # SentencePiece vocabulary tokenizes llama.cpp's test texts to llama.cpp's ids
-# (Tokenizer.LlamaCppVectors), and Tessera's Llama written as GGUF (F32, F16,
+# (Tokenizer.LlamaCppVectors), and so does each byte-level BPE one Tessera has
+# a pre-tokenizer for; nine vocabularies give llama.cpp's ids, with and without
+# special tokens parsed, and its decoded text on 10,000 random strings
+# (Tokenizer.MatchesLlamaCppOnRandomStrings); Tessera's Llama written as GGUF (F32, F16,
 # Q8_0, Q4_0; grouped-query attention) loads in llama.cpp and gives the
 # log-probs Tessera gives on the same file, through the Llama module and
 # through the LLM engine (mean KL per position within the bounds of issue 21,
@@ -46,6 +49,16 @@ echo "$n files load"
 echo "== tokenizers: llama.cpp's test vectors"
 TESSERA_LLAMA_CPP_VOCABS="$src/models" "$build/tests/tessera_tests" --gtest_filter='Tokenizer.LlamaCppVectors' \
   --gtest_brief=1 | grep -E "texts tokenize|PASSED|FAILED"
+
+echo "== tokenizers: 10,000 random strings against node-llama-cpp"
+cp scripts/llm_compat_tokenize.mjs "$pkg/"
+vocabs=()
+for v in llama-spm phi-3 gpt-2 llama-bpe qwen2 command-r starcoder refact mpt; do vocabs+=("$src/models/ggml-vocab-$v.gguf"); done
+mkdir -p "$cache/llm_compat_tokens"
+cases="$cache/llm_compat_tokens/cases.json"
+(cd "$pkg" && node llm_compat_tokenize.mjs 10000 21 "$cases" "${vocabs[@]}" 2>/dev/null)
+TESSERA_TOKENIZE_CASES="$cases" "$build/tests/tessera_tests" --gtest_filter='Tokenizer.MatchesLlamaCppOnRandomStrings' \
+  --gtest_brief=1 | grep -E "ids [0-9]|PASSED|FAILED"
 
 echo "== logits: Tessera's Llama GGUF files in llama.cpp"
 out="$cache/llm_compat"

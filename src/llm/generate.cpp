@@ -68,7 +68,7 @@ GenerateResult generate(Engine& engine, const Tokenizer& tokenizer, const std::v
   for (int64_t i = 0; i < opts.max_tokens; ++i) {
     const uint64_t pos = history.size();
     const Sampled s = sampler.sample(logits.data(), history, opts.choice, pos);
-    const bool eos = !opts.ignore_eos && s.token == tokenizer.eos();
+    const bool eos = !opts.ignore_eos && tokenizer.is_end_of_generation(s.token);
     if (eos || std::find(opts.stop_tokens.begin(), opts.stop_tokens.end(), s.token) != opts.stop_tokens.end()) {
       res.finish_reason = "stop";
       break;

@@ -51,6 +51,16 @@ int byte_of(const std::string& t) {
   return h < 0 || l < 0 ? -1 : h * 16 + l;
 }
 
+constexpr uint8_t kStripLeft = 1, kStripRight = 2;
+
+int32_t find_linear(const std::vector<std::string>& tokens, std::string_view text) {
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] == text) return static_cast<int32_t>(i);
+  return -1;
+}
+
+bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }  // C's isspace
+
 bool is_special(TokenType t) {
   return t == TokenType::Control || t == TokenType::UserDefined || t == TokenType::Unknown;
 }
@@ -195,6 +205,9 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
     t.add_space_prefix_ = v->as_bool("tokenizer.ggml.add_space_prefix");
   TS_CHECK(!(t.add_bos_ && t.bos_ < 0), what, ": tokenizer.ggml.add_bos_token is set but there is no BOS token");
   TS_CHECK(!(t.add_eos_ && t.eos_ < 0), what, ": tokenizer.ggml.add_eos_token is set but there is no EOS token");
+  std::string model_name;
+  if (const GgufValue* v = f.find("general.name"); v && v->type() == GgufType::String) model_name = v->as_string();
+  t.apply_llama_cpp_fixes(model_name);
   t.build();
   return t;
 }
@@ -215,6 +228,7 @@ Tokenizer Tokenizer::sentencepiece(std::vector<std::string> tokens, std::vector<
              "-token vocabulary");
   t.add_bos_ = add_bos, t.add_eos_ = add_eos, t.add_space_prefix_ = add_space_prefix;
   TS_CHECK(!(add_bos && bos < 0) && !(add_eos && eos < 0), "Tokenizer: add_bos/add_eos need a BOS/EOS token");
+  t.apply_llama_cpp_fixes("");
   t.build();
   return t;
 }
@@ -237,6 +251,7 @@ Tokenizer Tokenizer::bpe(std::vector<std::string> tokens, std::vector<TokenType>
   TS_CHECK(!(add_bos && bos < 0) && !(add_eos && eos < 0), "Tokenizer: add_bos/add_eos need a BOS/EOS token");
   t.set_merges(std::move(merges));
   t.set_pre(pre, "Tokenizer");
+  t.apply_llama_cpp_fixes("");
   t.build();
   return t;
 }
@@ -308,6 +323,40 @@ void Tokenizer::to_gguf(GgufWriter& w) const {
   w.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(add_bos_));
   w.set("tokenizer.ggml.add_eos_token", GgufValue::boolean(add_eos_));
   if (model_ == Model::SentencePiece) w.set("tokenizer.ggml.add_space_prefix", GgufValue::boolean(add_space_prefix_));
+}
+
+// What llama.cpp changes in a vocabulary at load, by token text, so that
+// Tessera reads the same file the same way (llama_vocab::impl::load):
+// end-of-turn tokens that a converter left normal or user-defined become
+// control tokens (never matched in user text) and end generation; Phi-3's
+// special tokens eat the spaces after them.
+void Tokenizer::apply_llama_cpp_fixes(const std::string& model_name) {
+  static const char* const end_texts[] = {
+      "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+      "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+      "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+      "[e~["};
+  end_of_generation_.clear();
+  for (size_t i = 0; i < tokens_.size(); ++i)
+    for (const char* e : end_texts)
+      if (tokens_[i] == e) {
+        types_[i] = TokenType::Control;
+        end_of_generation_.push_back(static_cast<int32_t>(i));
+      }
+  if (eos_ >= 0 && !is_end_of_generation(eos_)) end_of_generation_.push_back(eos_);
+  strip_.assign(tokens_.size(), 0);
+  std::string lower = model_name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.find("phi-3") != std::string::npos || lower.find("phi3") != std::string::npos) {
+    for (size_t i = 0; i < tokens_.size(); ++i)
+      if (is_special(types_[i])) strip_[i] = kStripRight;
+    for (const char* keep : {"<unk>", "<s>", "<|endoftext|>"})
+      if (const int32_t id = find_linear(tokens_, keep); id >= 0) strip_[id] = 0;
+  }
+}
+
+bool Tokenizer::is_end_of_generation(int32_t id) const {
+  return std::find(end_of_generation_.begin(), end_of_generation_.end(), id) != end_of_generation_.end();
 }
 
 void Tokenizer::build() {
@@ -547,9 +596,16 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       }
       size_t pos = f.begin;
       const size_t end = f.begin + f.len;
-      for (size_t m; (m = text.substr(0, end).find(s, pos)) != std::string_view::npos; pos = m + s.size()) {
-        if (m > pos) next.push_back({-1, pos, m - pos});
+      const uint8_t strip = strip_.empty() ? 0 : strip_[id];
+      for (size_t m; (m = text.substr(0, end).find(s, pos)) != std::string_view::npos;) {
+        size_t left_end = m;
+        if (strip & kStripLeft)
+          while (left_end > pos && is_space(text[left_end - 1])) --left_end;
+        if (left_end > pos) next.push_back({-1, pos, left_end - pos});
         next.push_back({id, m, s.size()});
+        pos = m + s.size();
+        if (strip & kStripRight)
+          while (pos < end && is_space(text[pos])) ++pos;
       }
       if (pos < end) next.push_back({-1, pos, end - pos});
     }

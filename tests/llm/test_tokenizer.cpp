@@ -11,6 +11,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "llm/pretokenize.h"
 #include "tessera/io/file.h"
 #include "tessera/llm/gguf.h"
 #include "tessera/llm/tokenizer.h"
@@ -24,6 +27,13 @@ using llm::TokenType;
 using Ids = std::vector<int32_t>;
 
 const std::string S = "\xe2\x96\x81";  // U+2581
+
+// Whether every byte belongs to a well-formed UTF-8 sequence (no U+FFFD read).
+bool valid_utf8(const std::string& s) {
+  std::string back;
+  for (uint32_t c : llm::utf8_code_points(s)) llm::append_utf8(c, back);
+  return back == s;
+}
 
 // <unk> <s> </s>, the 256 byte tokens, then pieces with scores.
 Tokenizer small_vocab(bool add_space_prefix = true, bool with_space_ab = true) {
@@ -137,6 +147,30 @@ TEST(Tokenizer, FromGgufMetadata) {
             std::string::npos);
 }
 
+// llama.cpp's load-time fixes: an end-of-turn token left user-defined by a
+// converter becomes control (never matched in user text) and ends
+// generation; a Phi-3 vocabulary's special tokens eat the spaces after them.
+TEST(Tokenizer, LlamaCppLoadTimeFixes) {
+  llm::GgufWriter w;
+  w.set("general.name", llm::GgufValue::string("Phi3 mini"));
+  w.set("tokenizer.ggml.model", llm::GgufValue::string("llama"));
+  w.set("tokenizer.ggml.tokens", llm::GgufValue::strings({"<unk>", "<s>", "</s>", "<|end|>", "<|user|>", S, "a", "b"}));
+  w.set("tokenizer.ggml.scores", llm::GgufValue::floats(llm::GgufType::F32, {0, 0, 0, 0, 0, -1, -2, -2}));
+  w.set("tokenizer.ggml.token_type", llm::GgufValue::integers(llm::GgufType::I32, {2, 3, 3, 4, 4, 1, 1, 1}));
+  std::string bytes = w.bytes();
+  Tokenizer t = Tokenizer::from_gguf(llm::GgufFile::parse(bytes.data(), bytes.size()));
+  EXPECT_EQ(t.type(3), TokenType::Control);
+  EXPECT_TRUE(t.is_end_of_generation(3));
+  EXPECT_TRUE(t.is_end_of_generation(2));
+  EXPECT_FALSE(t.is_end_of_generation(4));
+  // Parsed: <|end|> eats the spaces after it (rstrip), <|user|> (user-defined) too.
+  EXPECT_EQ(t.encode("a<|end|>  b", false, true), (Ids{5, 6, 3, 5, 7}));
+  EXPECT_EQ(t.encode("<|user|>  b", false, false), (Ids{4, 5, 7}));
+  // Not parsed: <|end|> is plain text now that it is a control token.
+  const Ids plain = t.encode("a<|end|>", false, false);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 3), 0);
+}
+
 // llama.cpp's test vectors (models/ggml-vocab-*.gguf with .inp and .out, in
 // its source tree, which node-llama-cpp's package carries): the same ids for
 // every SentencePiece vocabulary. add_special and parse_special off, as
@@ -191,6 +225,46 @@ TEST(Tokenizer, LlamaCppVectors) {
     ++files;
   }
   EXPECT_GE(files, 1) << "no SentencePiece vocabulary with test vectors in " << dir;
+}
+
+// Random strings tokenized by llama.cpp (scripts/llm_compat_tokenize.mjs,
+// run by scripts/llm_compat.sh): the same ids from the same text, and the
+// same text from those ids wherever the decoded bytes are UTF-8 (JavaScript
+// strings cannot hold the rest).
+TEST(Tokenizer, MatchesLlamaCppOnRandomStrings) {
+  const char* cases = std::getenv("TESSERA_TOKENIZE_CASES");
+  if (!cases) GTEST_SKIP() << "TESSERA_TOKENIZE_CASES is not set (scripts/llm_compat.sh sets it)";
+  const std::vector<char> raw = io::read_file(cases);
+  const nlohmann::json j = nlohmann::json::parse(raw.begin(), raw.end());
+  const std::vector<std::string> texts = j.at("texts").get<std::vector<std::string>>();
+  for (const nlohmann::json& v : j.at("vocabs")) {
+    const std::string path = v.at("path").get<std::string>();
+    Tokenizer t = Tokenizer::from_gguf(llm::GgufFile::open(path));
+    size_t same_ids = 0, same_special = 0, same_text = 0, decoded = 0, shown = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const Ids want = v.at("ids")[i].get<Ids>();
+      const Ids got = t.encode(texts[i], false, false);
+      if (got == want) ++same_ids;
+      else if (++shown <= 5)  // the first few differences
+        ADD_FAILURE() << path << " text " << i << " '" << texts[i] << "'\n  ids " << ::testing::PrintToString(got)
+                      << "\n want " << ::testing::PrintToString(want);
+      const Ids want_special = v.at("special")[i].get<Ids>();
+      const Ids got_special = t.encode(texts[i], false, true);
+      if (got_special == want_special) ++same_special;
+      else if (++shown <= 5)
+        ADD_FAILURE() << path << " text " << i << " with special tokens '" << texts[i] << "'\n  ids "
+                      << ::testing::PrintToString(got_special) << "\n want " << ::testing::PrintToString(want_special);
+      const std::string text = t.decode(want, false, false);
+      if (!valid_utf8(text)) continue;
+      ++decoded;
+      same_text += text == v.at("text")[i].get<std::string>();
+    }
+    std::printf("%s: ids %zu of %zu, with special tokens %zu, decoded text %zu of %zu\n",
+                std::filesystem::path(path).filename().c_str(), same_ids, texts.size(), same_special, same_text, decoded);
+    EXPECT_EQ(same_ids, texts.size()) << path;
+    EXPECT_EQ(same_special, texts.size()) << path;
+    EXPECT_EQ(same_text, decoded) << path;
+  }
 }
 
 }  // namespace

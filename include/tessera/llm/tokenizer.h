@@ -75,6 +75,9 @@ class Tokenizer {
   TokenType type(int32_t id) const;
   int32_t bos() const { return bos_; }  // -1 where the model has none
   int32_t eos() const { return eos_; }
+  // Whether generation ends at this token: EOS, and the end-of-turn tokens
+  // llama.cpp recognizes by their text (<|eot_id|>, <|im_end|>, <|end|>, ...).
+  bool is_end_of_generation(int32_t id) const;
   int32_t unk() const { return unk_; }
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
@@ -83,6 +86,7 @@ class Tokenizer {
 
  private:
   void build();
+  void apply_llama_cpp_fixes(const std::string& model_name);
   void check_id(int32_t id, const char* what) const;
   void encode_spm(std::string text, std::vector<int32_t>& out) const;
   void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
@@ -96,6 +100,8 @@ class Tokenizer {
   std::vector<TokenType> types_;
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<int32_t> special_;  // control, user-defined and unknown tokens, longest text first
+  std::vector<int32_t> end_of_generation_;
+  std::vector<uint8_t> strip_;    // per token: kStripLeft / kStripRight, the spaces a special token eats
   int32_t byte_ids_[256];
   int32_t bos_ = -1, eos_ = -1, unk_ = -1;
   bool add_bos_ = true, add_eos_ = false, add_space_prefix_ = true;
