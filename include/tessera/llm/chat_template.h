@@ -1,0 +1,57 @@
+#pragma once
+// Chat templates: the Jinja subset that models' tokenizer.chat_template
+// strings use, rendered as Hugging Face's @huggingface/jinja renders them
+// (the reference llama.cpp's tooling and transformers.js use): statements
+// if/elif/else, for (with loop.*, tuple targets, an `if` filter and else),
+// set (names, namespace attributes, tuples, blocks), macro, break, continue;
+// expressions with Python's operators, literals, slices, filters, tests and
+// the string and dict methods templates call; raise_exception, namespace,
+// range and strftime_now. trim_blocks and lstrip_blocks are on, as in
+// transformers.
+//
+// Sandboxed: a template reads only the context it is given, calls nothing
+// outside this file, and runs under limits on steps, nesting and output.
+// A construct outside the subset (an unknown statement, filter, test or
+// method) is an error when the template is loaded, naming it and its line;
+// never a wrong prompt.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::llm {
+
+class Tokenizer;
+
+struct ChatTemplateLimits {
+  int64_t max_steps = 1'000'000;       // statements, loop iterations, calls and filters
+  int max_depth = 100;                 // nested blocks, expressions and macro calls
+  int64_t max_output = 16 << 20;       // bytes of rendered text
+  int64_t max_source = 1 << 20;        // bytes of template
+};
+
+class ChatTemplate {
+ public:
+  // Parses `source`; `what` names it in errors (a file, "tokenizer.chat_template").
+  explicit ChatTemplate(const std::string& source, const std::string& what = "chat template",
+                        ChatTemplateLimits limits = {});
+  ~ChatTemplate();
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
+
+  // Renders with `context`'s keys as variables (messages, add_generation_prompt,
+  // bos_token, eos_token, tools...). Object keys keep their order.
+  std::string render(const nlohmann::ordered_json& context) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The usual context for a conversation: messages (each {"role", "content"}),
+// add_generation_prompt, and the tokenizer's BOS and EOS texts.
+nlohmann::ordered_json chat_context(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                    const Tokenizer& tokenizer);
+
+}  // namespace tessera::llm

@@ -1,0 +1,150 @@
+// Chat templates (llm/chat_template.h): the Jinja subset's statements,
+// expressions, filters and tests with their expected text; whitespace
+// control; load errors that name the construct; the sandbox's limits.
+// Against @huggingface/jinja on five models' templates in
+// ChatTemplate.MatchesHuggingFaceJinja (scripts/llm_compat.sh).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "tessera/io/file.h"
+#include "tessera/llm/chat_template.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+using llm::ChatTemplate;
+using json = nlohmann::ordered_json;
+
+std::string render(const std::string& src, const json& ctx = json::object()) { return ChatTemplate(src).render(ctx); }
+
+TEST(ChatTemplate, StatementsAndLoops) {
+  const json ctx = {{"messages", json::array({{{"role", "user"}, {"content", "a"}}, {{"role", "assistant"}, {"content", "b"}}})}};
+  EXPECT_EQ(render("{% for m in messages %}[{{ loop.index0 }}{{ m.role }}:{{ m['content'] }}{% if loop.last %}!{% endif %}]"
+                   "{% endfor %}", ctx),
+            "[0user:a][1assistant:b!]");
+  EXPECT_EQ(render("{% for m in messages if m.role == 'assistant' %}{{ m.content }}{% else %}none{% endfor %}", ctx), "b");
+  EXPECT_EQ(render("{% for x in [] %}x{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(render("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}"), "a=1;b=2;");
+  EXPECT_EQ(render("{% for x in range(5) %}{% if x == 1 %}{% continue %}{% endif %}{% if x == 3 %}{% break %}{% endif %}"
+                   "{{ x }}{% endfor %}"),
+            "02");
+  // set inside a loop stays there; a namespace carries it out.
+  EXPECT_EQ(render("{% set n = 0 %}{% set ns = namespace(n=0) %}{% for x in [1, 2, 3] %}{% set n = n + x %}"
+                   "{% set ns.n = ns.n + x %}{% endfor %}{{ n }},{{ ns.n }}"),
+            "0,6");
+  EXPECT_EQ(render("{% if a %}1{% elif b %}2{% else %}3{% endif %}", {{"a", false}, {"b", true}}), "2");
+  EXPECT_EQ(render("{% set s %}in{{ 1 + 1 }}{% endset %}[{{ s }}]"), "[in2]");
+  EXPECT_EQ(render("{% macro greet(name, p='!') %}hi {{ name }}{{ p }}{% endmacro %}{{ greet('x') }}{{ greet('y', p='?') }}"),
+            "hi x!hi y?");
+}
+
+TEST(ChatTemplate, ExpressionsPrintAsHuggingFaceJinjaDoes) {
+  EXPECT_EQ(render("{{ 7 // 2 }} {{ 7 / 2 }} {{ 7 % 3 }} {{ 2 ** 3 }} {{ -3 + 1.5 }} {{ 4 / 2 }}"), "3 3.5 1 8 -1.5 2.0");
+  EXPECT_EQ(render("{{ true }} {{ none }} {{ [1, 'a', none] }} {{ {'k': [true]} }}"), "true  [1, \"a\", null] {\"k\": [true]}");
+  EXPECT_EQ(render("{{ 'a' ~ 1 ~ x }}|{{ 'x' + 'y' }}|{{ 'ab' in 'cabd' }}|{{ 2 in [1, 2] }}|{{ 'k' not in {'k': 1} }}"),
+            "a1|xy|true|true|false");
+  EXPECT_EQ(render("{{ 'yes' if 1 > 2 else 'no' }}{{ 'shown' if false }}"), "no");
+  EXPECT_EQ(render("{{ 'hello'[1:3] }} {{ 'hello'[-1] }} {{ [1, 2, 3][::-1] }} {{ [1, 2, 3][:-1] }}"), "el o [3, 2, 1] [1, 2]");
+  EXPECT_EQ(render("{{ x is defined }} {{ x is not defined }} {{ 'a' is string }} {{ 3 is odd }} {{ [] is iterable }}"),
+            "false true true true true");
+  EXPECT_EQ(render("{{ 'a' \"b\" }}{{ '\\n\\t\\u00e9' }}"), "ab\n\t\xc3\xa9");
+}
+
+TEST(ChatTemplate, Filters) {
+  EXPECT_EQ(render("{{ '  x  ' | trim }}|{{ 'ab' | upper }}|{{ 'hello world' | title }}|{{ [3, 1, 2] | sort | join(',') }}"),
+            "x|AB|Hello World|1,2,3");
+  EXPECT_EQ(render("{{ {'b': 1, 'a': [1, 'x']} | tojson }}"), "{\"b\": 1, \"a\": [1, \"x\"]}");
+  EXPECT_EQ(render("{{ {'a': [1]} | tojson(indent=2) }}"), "{\n  \"a\": [\n    1\n  ]\n}");
+  EXPECT_EQ(render("{{ 'caf\xc3\xa9' | tojson(ensure_ascii=true) }}"), "\"caf\\u00e9\"");
+  const json ctx = {{"ms", json::array({{{"role", "user"}, {"n", 1}}, {{"role", "tool"}, {"n", 2}}, {{"role", "user"}, {"n", 3}}})}};
+  EXPECT_EQ(render("{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='n') | list }}", ctx), "[1, 3]");
+  EXPECT_EQ(render("{{ ms | rejectattr('role', 'equalto', 'user') | length }}", ctx), "1");
+  EXPECT_EQ(render("{{ x | default('d') }}{{ '' | default('e', true) }}{{ [1, 1, 2] | unique | list }}"), "de[1, 2]");
+  EXPECT_EQ(render("{{ 'a\nb' | indent(2) }}|{{ 'a-b-c'.split('-') }}|{{ 'xay'.replace('a', 'b') }}|{{ ' q '.strip() }}"),
+            "a\n  b|[\"a\", \"b\", \"c\"]|xby|q");
+  EXPECT_EQ(render("{{ '12' | int + 1 }} {{ 2 | string }} {{ 'Ab'.startswith('A') }} {{ {'a': 1}.get('b', 9) }}"),
+            "13 2 true 9");
+}
+
+TEST(ChatTemplate, WhitespaceControlAndBlocks) {
+  // trim_blocks and lstrip_blocks: a block tag's own line leaves nothing.
+  EXPECT_EQ(render("a\n  {% if true %}\n  b\n  {% endif %}\nc\n"), "a\n  b\nc");
+  EXPECT_EQ(render("x  {{- 'y' -}}  \n z"), "xyz");
+  EXPECT_EQ(render("x {#- note -#} y{# gone #}"), "xy");
+}
+
+TEST(ChatTemplate, UnknownConstructsAreLoadErrors) {
+  auto err = [](const std::string& src) { return testing::error_of([&] { ChatTemplate t(src, "t.jinja"); }); };
+  EXPECT_NE(err("{% include 'x' %}").find("t.jinja: line 1: the statement 'include' is not in Tessera's Jinja subset"),
+            std::string::npos);
+  EXPECT_NE(err("\n{{ x | frobnicate }}").find("line 2: the filter 'frobnicate' is not in Tessera's Jinja subset"),
+            std::string::npos);
+  EXPECT_NE(err("{{ x is prime }}").find("the test 'prime' is not in"), std::string::npos);
+  EXPECT_NE(err("{{ x.zfill(3) }}").find("the method 'zfill()' is not in"), std::string::npos);
+  EXPECT_NE(err("{{ cycler(1) }}").find("the function 'cycler()' is not in"), std::string::npos);
+  EXPECT_NE(err("{% if x %}open").find("'if' is never closed"), std::string::npos);
+  EXPECT_NE(err("{{ 'unterminated }}").find("a string is never closed"), std::string::npos);
+  EXPECT_NE(err("{% for x in y %}{% endif %}").find("unexpected 'endif'"), std::string::npos);
+}
+
+TEST(ChatTemplate, SandboxLimits) {
+  llm::ChatTemplateLimits lim;
+  lim.max_steps = 1000;
+  EXPECT_NE(testing::error_of([&] { ChatTemplate("{% for x in range(100000) %}{% endfor %}", "t", lim).render(json::object()); })
+                .find("more than 1000 steps"),
+            std::string::npos);
+  lim = {};
+  lim.max_output = 100;
+  EXPECT_NE(testing::error_of([&] { ChatTemplate("{% for x in range(200) %}xx{% endfor %}", "t", lim).render(json::object()); })
+                .find("passed 100 bytes"),
+            std::string::npos);
+  // A macro that calls itself runs out of depth, not of stack.
+  EXPECT_NE(testing::error_of([] { render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"); })
+                .find("nests deeper than"),
+            std::string::npos);
+  std::string deep(5000, '(');
+  EXPECT_NE(testing::error_of([&] { ChatTemplate t("{{ " + deep + " }}"); }).find("nests deeper than"), std::string::npos);
+  EXPECT_NE(testing::error_of([] { render("{{ raise_exception('roles must alternate') }}"); })
+                .find("the template raised: roles must alternate"),
+            std::string::npos);
+  EXPECT_EQ(render("{{ x.y is defined }}"), "false");
+  EXPECT_NE(testing::error_of([] { render("{{ 'a' ~ none }}"); }).find("'~' on none"), std::string::npos);
+}
+
+// @huggingface/jinja's output for five models' templates on a suite of
+// conversations (scripts/llm_compat_chat.mjs, run by scripts/llm_compat.sh).
+TEST(ChatTemplate, MatchesHuggingFaceJinja) {
+  const char* path = std::getenv("TESSERA_CHAT_CASES");
+  if (!path) GTEST_SKIP() << "TESSERA_CHAT_CASES is not set (scripts/llm_compat.sh sets it)";
+  const std::vector<char> raw = io::read_file(path);
+  const json j = json::parse(raw.begin(), raw.end());
+  size_t same = 0, both_raised = 0, n = 0;
+  for (const json& c : j.at("cases")) {
+    ++n;
+    const std::string name = c.at("template").get<std::string>() + ": " + c.at("title").get<std::string>();
+    ChatTemplate t(c.at("source").get<std::string>(), c.at("template").get<std::string>());
+    std::string got, error;
+    try {
+      got = t.render(c.at("context"));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    if (c.at("output").is_null()) {
+      EXPECT_FALSE(error.empty()) << name << ": @huggingface/jinja raised '" << c.at("error").get<std::string>()
+                                  << "', Tessera rendered:\n" << got;
+      both_raised += !error.empty();
+      continue;
+    }
+    const std::string want = c.at("output").get<std::string>();
+    EXPECT_TRUE(error.empty()) << name << ": " << error;
+    EXPECT_EQ(got, want) << name;
+    same += error.empty() && got == want;
+  }
+  std::printf("%zu of %zu renders byte-identical, %zu raised in both\n", same, n, both_raised);
+  EXPECT_EQ(same + both_raised, n);
+}
+
+}  // namespace
+}  // namespace tessera
