@@ -401,10 +401,39 @@ std::string preprocess(std::string src) {
   for (size_t k = 0; k < a.size(); ++k) {
     b += a[k];
     if (a[k] == '}' && k > 0 && (a[k - 1] == '#' || a[k - 1] == '%' || a[k - 1] == '-') && k + 1 < a.size() &&
-        a[k + 1] == '\n' && b.size() >= 2)
+        a[k + 1] == '\n')
       ++k;  // the newline after a block tag
   }
-  return b;
+  // {% generation %} and {% endgeneration %} (transformers' marks for the
+  // assistant's tokens) are dropped, with their whitespace control.
+  std::string c;
+  c.reserve(b.size());
+  for (size_t k = 0; k < b.size();) {
+    if (b.compare(k, 2, "{%") == 0) {
+      size_t e = k + 2;
+      const bool lstrip = e < b.size() && b[e] == '-';
+      e += lstrip;
+      while (e < b.size() && std::isspace(static_cast<unsigned char>(b[e]))) ++e;
+      if (b.compare(e, 3, "end") == 0) e += 3;
+      if (b.compare(e, 10, "generation") == 0) {
+        e += 10;
+        while (e < b.size() && std::isspace(static_cast<unsigned char>(b[e]))) ++e;
+        const bool rstrip = e < b.size() && b[e] == '-';
+        e += rstrip;
+        if (b.compare(e, 2, "%}") == 0) {
+          e += 2;
+          if (lstrip)
+            while (!c.empty() && std::isspace(static_cast<unsigned char>(c.back()))) c.pop_back();
+          if (rstrip)
+            while (e < b.size() && std::isspace(static_cast<unsigned char>(b[e]))) ++e;
+          k = e;
+          continue;
+        }
+      }
+    }
+    c += b[k++];
+  }
+  return c;
 }
 
 bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
