@@ -10,6 +10,13 @@
 
 #include "tessera/core/error.h"
 #include "tessera/core/parallel.h"
+#include <iostream>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/io/file.h"
+#include "tessera/llm/chat_template.h"
 #include "tessera/llm/engine.h"
 #include "tessera/llm/generate.h"
 #include "tessera/llm/tokenizer.h"
@@ -39,14 +46,11 @@ int64_t byte_count(const std::string& text) {
 
 }  // namespace
 
-void add_generate_command(CLI::App& app, GenerateFlags& f) {
-  f.cmd = app.add_subcommand("generate", "generate text with a language model (a llama or gpt2 GGUF file, or a run "
-                             "or checkpoint of `tessera train`): the text streams to stdout, speeds go to stderr");
-  CLI::App* c = f.cmd;
+// The flags `generate` and `chat` share: the model, sampling, the engine.
+void add_model_options(CLI::App* c, GenerateFlags& f) {
   c->add_option("model", f.model, "the .gguf file, or a training run or checkpoint directory")->required();
   c->add_option("--weights", f.weights, "a training run's weights in the engine: f32, f16, bf16, q8_0 or q4_0")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
-  c->add_option("-p,--prompt", f.prompt, "the prompt text")->required();
   c->add_option("-n,--max-tokens", f.max_tokens, "tokens to generate at most")->check(CLI::Range(0, 1 << 20));
   c->add_option("--temp", f.sampling.temperature, "temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
   c->add_option("--top-k", f.sampling.top_k, "keep the k most likely tokens (0: all)")->check(CLI::Range(0, 1 << 24));
@@ -72,6 +76,21 @@ void add_generate_command(CLI::App& app, GenerateFlags& f) {
   c->add_option("--batch", f.batch, "prompt tokens per step")->check(CLI::Range(1, 65536));
 }
 
+void add_generate_command(CLI::App& app, GenerateFlags& f) {
+  f.cmd = app.add_subcommand("generate", "generate text with a language model (a llama or gpt2 GGUF file, or a run "
+                             "or checkpoint of `tessera train`): the text streams to stdout, speeds go to stderr");
+  add_model_options(f.cmd, f);
+  f.cmd->add_option("-p,--prompt", f.prompt, "the prompt text")->required();
+}
+
+void add_chat_command(CLI::App& app, GenerateFlags& f) {
+  f.cmd = app.add_subcommand("chat", "talk with a language model: each line on stdin is your message, the reply "
+                             "streams to stdout; the model's chat template (tokenizer.chat_template) makes the prompt");
+  add_model_options(f.cmd, f);
+  f.cmd->add_option("--chat-template", f.chat_template, "a Jinja chat template file to use instead of the model's");
+  f.cmd->add_option("--system", f.system, "a system message to open the conversation");
+}
+
 bool is_gguf_file(const std::string& path) {
   std::FILE* fp = std::fopen(path.c_str(), "rb");
   if (!fp) return false;
@@ -81,8 +100,10 @@ bool is_gguf_file(const std::string& path) {
   return gguf;
 }
 
-int cmd_generate(const GenerateFlags& f, std::shared_ptr<llm::Model> model, const llm::Tokenizer& tok,
-                 const std::string& what, double load_s) {
+namespace {
+
+std::unique_ptr<llm::Engine> make_engine(const GenerateFlags& f, std::shared_ptr<llm::Model> model, const std::string& what,
+                        double load_s) {
   if (f.threads > 0) set_num_threads(f.threads);
   const auto t0 = std::chrono::steady_clock::now();
   llm::EngineOptions eo;
@@ -91,31 +112,30 @@ int cmd_generate(const GenerateFlags& f, std::shared_ptr<llm::Model> model, cons
   eo.max_batch_tokens = f.batch;
   eo.k_type = eo.v_type = llm::kv_type_from_name(f.kv_type);
   if (!f.kv_memory.empty()) eo.kv_memory = byte_count(f.kv_memory);
-  llm::Engine engine(model, eo);
+  auto engine = std::make_unique<llm::Engine>(model, eo);
   load_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const llm::ModelSpec& s = model->spec();
   std::fprintf(stderr, "model: %s (%s), %lld layers, width %lld, vocabulary %lld, %s weights; loaded in %.2f s\n",
                what.c_str(), s.arch.c_str(), static_cast<long long>(s.n_layers), static_cast<long long>(s.dim),
                static_cast<long long>(s.vocab), llm::ggml_type_name(model->weight_type()), load_s);
   std::fprintf(stderr, "KV cache: %s, %lld bytes per token, %lld blocks of %lld tokens; %d threads\n",
-               llm::kv_type_name(eo.k_type), static_cast<long long>(engine.kv_bytes_per_token()),
-               static_cast<long long>(engine.total_blocks()), static_cast<long long>(eo.block_tokens),
+               llm::kv_type_name(eo.k_type), static_cast<long long>(engine->kv_bytes_per_token()),
+               static_cast<long long>(engine->total_blocks()), static_cast<long long>(eo.block_tokens),
                get_num_threads());
+  return engine;
+}
 
-  const std::vector<int32_t> prompt = tok.encode(f.prompt, true, false);
+llm::GenerateOptions generate_options(const GenerateFlags& f) {
   llm::GenerateOptions go;
   go.sampling = f.sampling;
   go.max_tokens = f.max_tokens;
   go.stop = f.stop;
   go.ignore_eos = f.ignore_eos;
   go.prefill_chunk = f.batch;
-  std::fputs(f.prompt.c_str(), stdout);
-  const llm::GenerateResult r = llm::generate(engine, tok, prompt, go, [](std::string_view text, const llm::Sampled&) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-  });
-  std::fputs("\n", stdout);
-  std::fflush(stdout);
+  return go;
+}
+
+void print_speeds(const llm::GenerateResult& r) {
   const auto n = static_cast<double>(r.tokens.size());
   std::fprintf(stderr, "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %lld tokens in %.3f s (%.1f tokens/s); "
                "finished: %s\n",
@@ -123,6 +143,79 @@ int cmd_generate(const GenerateFlags& f, std::shared_ptr<llm::Model> model, cons
                r.prefill_seconds > 0 ? static_cast<double>(r.prompt_tokens) / r.prefill_seconds : 0.0,
                static_cast<long long>(r.tokens.size()), r.decode_seconds,
                r.decode_seconds > 0 && n > 1 ? (n - 1) / r.decode_seconds : 0.0, r.finish_reason.c_str());
+}
+
+void stream(std::string_view text, const llm::Sampled&) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+// For a model without a chat template (Tessera's character and byte models):
+// each message on its own line after its role.
+std::string trim_reply(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \n"), e = s.find_last_not_of(" \n");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+const char* const kPlainTemplate =
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}";
+
+}  // namespace
+
+int cmd_generate(const GenerateFlags& f, std::shared_ptr<llm::Model> model, const llm::Tokenizer& tok,
+                 const std::string& what, double load_s) {
+  std::unique_ptr<llm::Engine> engine = make_engine(f, model, what, load_s);
+  const std::vector<int32_t> prompt = tok.encode(f.prompt, true, false);
+  std::fputs(f.prompt.c_str(), stdout);
+  const llm::GenerateResult r = llm::generate(*engine, tok, prompt, generate_options(f), stream);
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  print_speeds(r);
+  return 0;
+}
+
+int cmd_chat(const GenerateFlags& f, std::shared_ptr<llm::Model> model, const llm::Tokenizer& tok,
+             const std::string& what, double load_s, const std::string& model_template) {
+  std::string source = model_template, source_name = "tokenizer.chat_template";
+  if (!f.chat_template.empty()) {
+    const std::vector<char> bytes = io::read_file(f.chat_template);
+    source.assign(bytes.begin(), bytes.end());
+    source_name = f.chat_template;
+  }
+  llm::GenerateOptions go = generate_options(f);
+  if (source.empty()) {
+    source = kPlainTemplate;
+    source_name = "the plain template (role: text lines)";
+    go.stop.push_back("\nuser:");  // the model writing the user's next line
+  }
+  const llm::ChatTemplate tmpl(source, source_name);  // a construct outside the subset stops here
+  std::unique_ptr<llm::Engine> engine = make_engine(f, model, what, load_s);
+  std::fprintf(stderr, "chat template: %s; one message per line, end with Ctrl-D\n", source_name.c_str());
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!f.system.empty()) messages.push_back({{"role", "system"}, {"content", f.system}});
+  const bool interactive = isatty(STDIN_FILENO);
+  for (std::string line;;) {
+    if (interactive) std::fputs("> ", stderr);
+    if (!std::getline(std::cin, line)) break;
+    if (line.empty()) continue;
+    messages.push_back({{"role", "user"}, {"content", line}});
+    // Special tokens count in the template's own text, never in a message's.
+    const llm::RenderedChat chat = llm::render_chat(tmpl, messages, true, tok);
+    const std::vector<int32_t> prompt = tok.encode(chat.text, true, true, chat.content_spans);
+    const int64_t context = f.context ? f.context : std::min<int64_t>(model->spec().context, int64_t{1} << 18);
+    if (static_cast<int64_t>(prompt.size()) >= context) {
+      std::fprintf(stderr, "the conversation is %zu tokens, the context %lld: it no longer fits (start over, or give "
+                   "a larger --ctx if the model allows)\n", prompt.size(), static_cast<long long>(context));
+      return 1;
+    }
+    go.max_tokens = std::min<int64_t>(f.max_tokens, context - static_cast<int64_t>(prompt.size()));
+    const llm::GenerateResult r = llm::generate(*engine, tok, prompt, go, stream);
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    print_speeds(r);
+    messages.push_back({{"role", "assistant"}, {"content", trim_reply(r.text)}});
+  }
   return 0;
 }
 

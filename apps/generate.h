@@ -14,6 +14,7 @@ namespace tessera::cli {
 struct GenerateFlags {
   CLI::App* cmd = nullptr;
   std::string model, prompt, kv_memory, kv_type = "f16", weights = "f32";
+  std::string chat_template, system;  // `tessera chat` only
   int64_t max_tokens = 128, context = 0, batch = 512;
   int threads = 0;
   llm::SamplingParams sampling;
@@ -22,11 +23,19 @@ struct GenerateFlags {
 };
 
 void add_generate_command(CLI::App& app, GenerateFlags& f);
+// `tessera chat`: the same model and sampling flags, a conversation on stdin.
+void add_chat_command(CLI::App& app, GenerateFlags& f);
 // Whether `path` is a GGUF file (by its first bytes), not a training run.
 bool is_gguf_file(const std::string& path);
 // Generates with a loaded model: a GGUF file's, or a training run's (the
 // caller builds it and its tokenizer; `what` names it).
 int cmd_generate(const GenerateFlags& f, std::shared_ptr<llm::Model> model, const llm::Tokenizer& tok,
                  const std::string& what, double load_seconds);
+// A conversation: each line of stdin is a user's message, each reply is
+// streamed to stdout; the prompt is the chat template's rendering of the
+// whole conversation (`model_template`: the GGUF's tokenizer.chat_template,
+// or empty; --chat-template overrides it).
+int cmd_chat(const GenerateFlags& f, std::shared_ptr<llm::Model> model, const llm::Tokenizer& tok,
+             const std::string& what, double load_seconds, const std::string& model_template);
 
 }  // namespace tessera::cli

@@ -229,26 +229,33 @@ int cmd_gguf_info(const std::string& path, size_t max_chars) {
 // A GGUF file's weights in another type; prints the sizes before and after.
 // `tessera generate` on a GGUF file, or on a Llama or GPT that `tessera train`
 // made (its weights in --weights, its character or byte vocabulary).
-int cmd_generate(const cli::GenerateFlags& f) {
+// `generate` and `chat`: the model from a GGUF file or a training run, with
+// its tokenizer (and a GGUF's chat template).
+int cmd_generate(const cli::GenerateFlags& f, bool chat) {
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const char* verb = chat ? "chat" : "generate";
   if (cli::is_gguf_file(f.model)) {
     std::shared_ptr<llm::Model> model = llm::Model::load(f.model);
     const llm::Tokenizer tok = llm::Tokenizer::from_gguf(model->file());
-    return cli::cmd_generate(f, model, tok, f.model, seconds());
+    if (!chat) return cli::cmd_generate(f, model, tok, f.model, seconds());
+    const llm::GgufValue* t = model->file().find("tokenizer.chat_template");
+    const std::string tmpl = t && t->type() == llm::GgufType::String ? t->as_string() : "";
+    return cli::cmd_chat(f, model, tok, f.model, seconds(), tmpl);
   }
-  TS_CHECK(std::filesystem::exists(f.model), "generate: ", f.model, " does not exist (a .gguf file, or a run or "
+  TS_CHECK(std::filesystem::exists(f.model), verb, ": ", f.model, " does not exist (a .gguf file, or a run or "
            "checkpoint of tessera train)");
   Loaded l = load_model(f.model);
   const train::Recipe& r = l.recipe;
-  TS_CHECK(r.task == train::Task::LanguageModel && !r.text_level.empty(), "generate: ", l.dir, " is not a language "
+  TS_CHECK(r.task == train::Task::LanguageModel && !r.text_level.empty(), verb, ": ", l.dir, " is not a language "
            "model trained on text (its data has no vocabulary to write text with)");
   const llm::GgmlType type = *llm::ggml_type_from_name(f.weights);
   std::shared_ptr<llm::Model> model;
   if (auto* gpt = dynamic_cast<nn::zoo::GPT*>(r.model.get())) model = llm::Model::from_gpt(*gpt, type);
   else if (auto* llama = dynamic_cast<nn::zoo::Llama*>(r.model.get())) model = llm::Model::from_llama(*llama, type);
-  else TS_ERROR("generate: ", l.dir, " holds a ", r.model_name, "; the engine runs llama and gpt models");
+  else TS_ERROR(verb, ": ", l.dir, " holds a ", r.model_name, "; the engine runs llama and gpt models");
   const llm::Tokenizer tok = llm::Tokenizer::characters(r.text_level == "byte" ? std::vector<std::string>{} : r.vocab);
+  if (chat) return cli::cmd_chat(f, model, tok, l.dir, seconds(), "");
   return cli::cmd_generate(f, model, tok, l.dir, seconds());
 }
 
@@ -895,8 +902,9 @@ int main(int argc, char** argv) {
   qgguf->add_option("type", qg_type, "F32, F16, BF16, Q8_0 or Q4_0")->required()
       ->check(CLI::IsMember({"F32", "F16", "BF16", "Q8_0", "Q4_0", "f32", "f16", "bf16", "q8_0", "q4_0"}));
 
-  cli::GenerateFlags gen;
+  cli::GenerateFlags gen, chat;
   cli::add_generate_command(app, gen);
+  cli::add_chat_command(app, chat);
 
   try {
     app.parse(argc, argv);
@@ -917,7 +925,8 @@ int main(int argc, char** argv) {
     if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);
     if (*gguf_info) return cmd_gguf_info(gguf_path, gguf_chars);
     if (*qgguf) return cmd_quantize_gguf(qg_in, qg_out, qg_type);
-    if (*gen.cmd) return cmd_generate(gen);
+    if (*gen.cmd) return cmd_generate(gen, false);
+    if (*chat.cmd) return cmd_generate(chat, true);
     if (*serve_cmd)
       return cmd_serve(sf);
     if (*client) return cmd_client(cf);

@@ -10,7 +10,11 @@
 # (Tokenizer.LlamaCppVectors), and so does each byte-level BPE one Tessera has
 # a pre-tokenizer for; nine vocabularies give llama.cpp's ids, with and without
 # special tokens parsed, and its decoded text on 10,000 random strings
-# (Tokenizer.MatchesLlamaCppOnRandomStrings); Tessera's Llama written as GGUF (F32, F16,
+# (Tokenizer.MatchesLlamaCppOnRandomStrings); the chat templates of Llama 3.1,
+# Mistral Nemo, Qwen 2.5, Gemma 2 and Phi-3.5 render byte for byte as
+# @huggingface/jinja renders them on a suite of conversations (system,
+# multi-turn, tools, tool results), and every other template in llama.cpp's
+# tree is surveyed the same way (ChatTemplate.MatchesHuggingFaceJinja); Tessera's Llama written as GGUF (F32, F16,
 # Q8_0, Q4_0; grouped-query attention) loads in llama.cpp and gives the
 # log-probs Tessera gives on the same file, through the Llama module and
 # through the LLM engine (mean KL per position within the bounds of issue 21,
@@ -59,6 +63,21 @@ cases="$cache/llm_compat_tokens/cases.json"
 (cd "$pkg" && node llm_compat_tokenize.mjs 10000 21 "$cases" "${vocabs[@]}" 2>/dev/null)
 TESSERA_TOKENIZE_CASES="$cases" "$build/tests/tessera_tests" --gtest_filter='Tokenizer.MatchesLlamaCppOnRandomStrings' \
   --gtest_brief=1 | grep -E "ids [0-9]|PASSED|FAILED"
+
+echo "== chat templates: @huggingface/jinja on five models' templates, then a survey of every template in llama.cpp's tree"
+cp scripts/llm_compat_chat.mjs "$pkg/"
+t="$src/models/templates"
+(cd "$pkg" && node llm_compat_chat.mjs "$cache/llm_compat_tokens/chat.json" \
+   "llama-3.1=$t/meta-llama-Llama-3.1-8B-Instruct.jinja" "mistral-nemo=$t/mistralai-Mistral-Nemo-Instruct-2407.jinja" \
+   "qwen-2.5=$t/Qwen-Qwen2.5-7B-Instruct.jinja" "gemma-2=$t/google-gemma-2-2b-it.jinja" \
+   "phi-3.5=$t/microsoft-Phi-3.5-mini-instruct.jinja" >/dev/null)
+TESSERA_CHAT_CASES="$cache/llm_compat_tokens/chat.json" "$build/tests/tessera_tests" \
+  --gtest_filter='ChatTemplate.MatchesHuggingFaceJinja' --gtest_brief=1 | grep -E "renders match|PASSED|FAILED"
+all=()
+for f in "$t"/*.jinja; do all+=("$(basename "$f" .jinja)=$f"); done
+(cd "$pkg" && node llm_compat_chat.mjs "$cache/llm_compat_tokens/chat_all.json" "${all[@]}" >/dev/null)
+TESSERA_CHAT_REPORT_ONLY=1 TESSERA_CHAT_CASES="$cache/llm_compat_tokens/chat_all.json" "$build/tests/tessera_tests" \
+  --gtest_filter='ChatTemplate.MatchesHuggingFaceJinja' --gtest_brief=1 | grep -E "renders match"
 
 echo "== logits: Tessera's Llama GGUF files in llama.cpp"
 out="$cache/llm_compat"

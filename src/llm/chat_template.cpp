@@ -2216,3 +2216,42 @@ nlohmann::ordered_json chat_context(const nlohmann::ordered_json& messages, bool
 }
 
 }  // namespace tessera::llm
+
+namespace tessera::llm {
+
+RenderedChat render_chat(const ChatTemplate& t, const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                         const Tokenizer& tokenizer) {
+  static const std::string open = "\xee\x80\x80", close = "\xee\x80\x81";  // U+E000, U+E001
+  nlohmann::ordered_json marked = messages;
+  for (auto& m : marked) {
+    if (!m.is_object() || !m.contains("content") || !m["content"].is_string()) continue;
+    const std::string c = m["content"].get<std::string>();
+    TS_CHECK(c.find(open) == std::string::npos && c.find(close) == std::string::npos,
+             "chat: a message holds U+E000 or U+E001, which Tessera reserves to mark message text");
+    if (!c.empty()) m["content"] = open + c + close;
+  }
+  const std::string raw = t.render(chat_context(marked, add_generation_prompt, tokenizer));
+  RenderedChat out;
+  out.text.reserve(raw.size());
+  size_t begin = std::string::npos;
+  for (size_t k = 0; k < raw.size();) {
+    if (raw.compare(k, open.size(), open) == 0) {
+      TS_CHECK(begin == std::string::npos, "chat: the template nests or splits a message's text (it should write each "
+               "content whole)");
+      begin = out.text.size();
+      k += open.size();
+    } else if (raw.compare(k, close.size(), close) == 0) {
+      TS_CHECK(begin != std::string::npos, "chat: the template cuts a message's text (it should write each content "
+               "whole)");
+      out.content_spans.emplace_back(begin, out.text.size());
+      begin = std::string::npos;
+      k += close.size();
+    } else {
+      out.text += raw[k++];
+    }
+  }
+  TS_CHECK(begin == std::string::npos, "chat: the template cuts a message's text (it should write each content whole)");
+  return out;
+}
+
+}  // namespace tessera::llm

@@ -561,7 +561,8 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) con
   }
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
+                                       const std::vector<std::pair<size_t, size_t>>& plain) const {
   if (model_ == Model::Characters) {
     std::vector<int32_t> out;
     for (size_t i = 0; i < text.size();) {
@@ -586,8 +587,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   std::vector<Fragment> frags;
   if (!text.empty()) frags.push_back({-1, 0, text.size()});
   for (int32_t id : special_) {
-    if (!parse_special && (types_[id] == TokenType::Control || types_[id] == TokenType::Unknown)) continue;
+    const bool control = types_[id] == TokenType::Control || types_[id] == TokenType::Unknown;
+    if (!parse_special && control) continue;
     const std::string& s = tokens_[id];
+    auto in_plain = [&](size_t m) {
+      for (const auto& [b, e] : plain)
+        if (m < e && m + s.size() > b) return true;
+      return false;
+    };
     std::vector<Fragment> next;
     for (const Fragment& f : frags) {
       if (f.id >= 0) {
@@ -597,7 +604,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       size_t pos = f.begin;
       const size_t end = f.begin + f.len;
       const uint8_t strip = strip_.empty() ? 0 : strip_[id];
-      for (size_t m; (m = text.substr(0, end).find(s, pos)) != std::string_view::npos;) {
+      for (size_t m, from = pos; (m = text.substr(0, end).find(s, from)) != std::string_view::npos;) {
+        if (control && in_plain(m)) {  // user text: these characters stay characters
+          from = m + 1;
+          continue;
+        }
         size_t left_end = m;
         if (strip & kStripLeft)
           while (left_end > pos && is_space(text[left_end - 1])) --left_end;
@@ -606,6 +617,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
         pos = m + s.size();
         if (strip & kStripRight)
           while (pos < end && is_space(text[pos])) ++pos;
+        from = pos;
       }
       if (pos < end) next.push_back({-1, pos, end - pos});
     }

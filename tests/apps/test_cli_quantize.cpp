@@ -80,6 +80,11 @@ TEST(CliQuantize, QuantizedGptExportsAndRuns) {
   EXPECT_NE(out.find("decode: 16 tokens"), std::string::npos) << out;
   EXPECT_EQ(cli("generate " + dir + "/run -p '\xe2\x98\x83'", &out), 1) << out;  // a snowman: not in the fortunes
   EXPECT_NE(out.find("is not in the model's vocabulary"), std::string::npos) << out;
+  // `tessera chat` on the run: the plain template, two turns from stdin.
+  std::ofstream(dir + "/turns.txt") << "Who is it?\nWhy?\n";
+  ASSERT_EQ(cli("chat " + dir + "/run -n 8 --seed 1 --ignore-eos < " + dir + "/turns.txt", &out), 0) << out;
+  EXPECT_NE(out.find("chat template: the plain template"), std::string::npos) << out;
+  EXPECT_NE(out.find("prefill: ", out.find("prefill: ") + 1), std::string::npos) << out;
   ASSERT_EQ(cli("quantize " + dir + "/run --method q8_0 --activations int8 --batches 2 --repeat 2", &out), 0) << out;
   EXPECT_NE(out.find("perplexity"), std::string::npos) << out;
   const std::string q = dir + "/run/quantized/q8_0";

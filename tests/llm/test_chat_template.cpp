@@ -10,6 +10,7 @@
 
 #include "tessera/io/file.h"
 #include "tessera/llm/chat_template.h"
+#include "tessera/llm/tokenizer.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -112,6 +113,22 @@ TEST(ChatTemplate, SandboxLimits) {
             std::string::npos);
   EXPECT_EQ(render("{{ x.y is defined }}"), "false");
   EXPECT_NE(testing::error_of([] { render("{{ 'a' ~ none }}"); }).find("'~' on none"), std::string::npos);
+}
+
+// Message texts are marked while rendering, so the tokenizer can keep
+// special tokens out of them.
+TEST(ChatTemplate, RenderChatMarksMessageTexts) {
+  llm::Tokenizer tok = llm::Tokenizer::characters({});
+  ChatTemplate t("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}");
+  const json msgs = json::array({{{"role", "user"}, {"content", "hi <x>"}}, {{"role", "assistant"}, {"content", "yo"}}});
+  const llm::RenderedChat r = llm::render_chat(t, msgs, false, tok);
+  EXPECT_EQ(r.text, "[user]hi <x>[assistant]yo");
+  ASSERT_EQ(r.content_spans.size(), 2u);
+  EXPECT_EQ(r.text.substr(r.content_spans[0].first, r.content_spans[0].second - r.content_spans[0].first), "hi <x>");
+  EXPECT_EQ(r.text.substr(r.content_spans[1].first, r.content_spans[1].second - r.content_spans[1].first), "yo");
+  ChatTemplate cut("{% for m in messages %}{{ m.content[:2] }}{% endfor %}");
+  EXPECT_NE(testing::error_of([&] { llm::render_chat(cut, msgs, false, tok); }).find("cuts a message's text"),
+            std::string::npos);
 }
 
 // @huggingface/jinja's output on a suite of conversations

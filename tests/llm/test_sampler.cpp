@@ -5,6 +5,8 @@
 // that name them.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -12,6 +14,7 @@
 #include "tessera/llm/generate.h"
 #include "tessera/llm/llama_gguf.h"
 #include "tessera/llm/sampler.h"
+#include "tessera/io/file.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/ops/ops.h"
 #include "test_util.h"
@@ -230,6 +233,48 @@ TEST(Generate, CommandLineStreamsTextAndSpeeds) {
   EXPECT_NE(out.find("--kv-memory '12X' is not a positive byte count"), std::string::npos) << out;
   EXPECT_EQ(testing::cli("generate /nonexistent.gguf -p ab", &out), 1) << out;
   std::filesystem::remove_all(dir);
+}
+
+// `tessera chat`: each line of stdin is a turn; the prompt is the template's
+// rendering of the whole conversation; control tokens typed by the user stay
+// characters.
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+TEST(Generate, ChatCommandTakesTurnsThroughTheTemplate) {
+  nn::zoo::Llama* m = nullptr;
+  Fixture f = fixture(&m);
+  const std::string dir = testing::scratch_dir("cli_chat"), file = dir + "/tiny.gguf";
+  std::filesystem::create_directories(dir);
+  llm::save_llama_gguf(*m, file, {.type = llm::GgmlType::F16, .tokenizer = &f.tok});
+  const std::string tmpl = dir + "/t.jinja", in = dir + "/in.txt";
+  write_text(tmpl, std::string("{% for m in messages %}<s>{{ m.role }}: {{ m.content }}</s>{% endfor %}"
+                                   "{% if add_generation_prompt %}<s>assistant:{% endif %}"));
+  write_text(in, std::string("ab\nc </s> a\n"));
+  std::string out;
+  ASSERT_EQ(testing::cli("chat " + file + " --chat-template " + tmpl + " --system be -n 3 --ignore-eos --temp 0 < " + in,
+                         &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("chat template: " + tmpl), std::string::npos) << out;
+  // Turn 1: BOS system turn, user turn, assistant prompt; turn 2 adds the reply and the next line.
+  const size_t first = out.find("prefill: "), second = out.find("prefill: ", first + 1);
+  ASSERT_NE(second, std::string::npos) << out;
+  EXPECT_LT(std::stoll(out.substr(first + 9)), std::stoll(out.substr(second + 9))) << out;
+  // No template of its own and none given: the plain one.
+  ASSERT_EQ(testing::cli("chat " + file + " -n 2 --ignore-eos < " + in, &out), 0) << out;
+  EXPECT_NE(out.find("chat template: the plain template"), std::string::npos) << out;
+  write_text(tmpl, std::string("{{ messages | shuffle }}"));
+  EXPECT_EQ(testing::cli("chat " + file + " --chat-template " + tmpl + " < " + in, &out), 1) << out;
+  EXPECT_NE(out.find("the filter 'shuffle' is not in Tessera's Jinja subset"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+
+  // The tokenizer side: "</s>" inside a message's text is characters.
+  const std::string text = "<s>a</s>b";
+  const std::vector<int32_t> parsed = f.tok.encode(text, true, true);
+  const std::vector<int32_t> guarded = f.tok.encode(text, true, true, {{3, 8}});
+  EXPECT_NE(std::find(parsed.begin(), parsed.end(), 2), parsed.end());
+  EXPECT_EQ(std::find(guarded.begin(), guarded.end(), 2), guarded.end());
+  EXPECT_EQ(guarded.front(), 1);  // the template's own <s> is still BOS
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -48,6 +50,21 @@ class ChatTemplate {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// A conversation rendered for the model: the text, and the byte ranges of it
+// that came from the messages' contents (the tokenizer matches special
+// tokens outside them only: a user who writes "<|im_end|>" gets those
+// characters, not the control token).
+struct RenderedChat {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> content_spans;  // [begin, end)
+};
+// Renders `messages` (each {"role", "content", ...}) with the tokenizer's
+// BOS/EOS texts. The contents are marked while rendering (U+E000...U+E001,
+// private-use code points); a template that cuts into a content is an error
+// naming the message, never a prompt with a special token from user text.
+RenderedChat render_chat(const ChatTemplate& t, const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                         const Tokenizer& tokenizer);
 
 // The usual context for a conversation: messages (each {"role", "content"}),
 // add_generation_prompt, and the tokenizer's BOS and EOS texts.

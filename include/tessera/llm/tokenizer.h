@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace tessera::llm {
@@ -62,7 +63,10 @@ class Tokenizer {
   // Text to ids. add_special: the BOS (and EOS) the model asks for; a BOS
   // already at the start (from parse_special text) is not added again.
   // parse_special: control tokens written in the text become those tokens.
-  std::vector<int32_t> encode(std::string_view text, bool add_special = true, bool parse_special = false) const;
+  // plain: byte ranges [begin, end) of `text` where no special token is
+  // matched even with parse_special (the messages inside a chat template).
+  std::vector<int32_t> encode(std::string_view text, bool add_special = true, bool parse_special = false,
+                              const std::vector<std::pair<size_t, size_t>>& plain = {}) const;
   // Ids to text. remove_special: leave out a leading BOS and trailing EOS;
   // unparse_special: write control tokens' text (otherwise they write nothing).
   std::string decode(const std::vector<int32_t>& ids, bool remove_special = true, bool unparse_special = false) const;
