@@ -1,6 +1,7 @@
 #pragma once
 // The fuzz targets: every parser of outside input (safetensors, .npy, tar
-// shards, YAML, ONNX models, compiled graph.json, KServe infer requests, GGUF) and
+// shards, YAML, ONNX models, compiled graph.json, KServe infer requests, GGUF,
+// chat templates) and
 // the model loader that imports *and runs* ONNX and compiled graphs. One
 // libFuzzer binary per target (fuzz_targets.cpp, scripts/fuzz.sh); the test
 // suite replays each target's committed corpus (tests/fuzz/<target>/) through
@@ -21,6 +22,7 @@
 #include "tessera/io/config.h"
 #include "tessera/io/npy.h"
 #include "tessera/io/safetensors.h"
+#include "tessera/llm/chat_template.h"
 #include "tessera/llm/gguf.h"
 #include "tessera/llm/tokenizer.h"
 #include "tessera/serve/protocol.h"
@@ -28,7 +30,8 @@
 namespace tessera::fuzz {
 
 inline constexpr const char* kTargets[] = {"safetensors", "npy",   "tar",           "yaml", "onnx",
-                                           "graph",       "infer_request", "model", "gguf"};
+                                           "graph",       "infer_request", "model", "gguf",
+                                           "chat_template"};
 
 // The largest single tensor a fuzzed model may allocate (peak RSS stays small).
 inline constexpr int64_t kModelMaxAllocation = int64_t{64} << 20;
@@ -101,6 +104,24 @@ inline void run_target(std::string_view target, const char* p, size_t n) {
       llm::Tokenizer tok = llm::Tokenizer::from_gguf(f);
       for (bool special : {false, true}) (void)tok.decode(tok.encode("Hello <s> w\xc3\xb6rld\xff", true, special));
     }
+  } else if (target == "chat_template") {
+    // The input is a template; it renders a small conversation with tools
+    // under tight limits, as text and through render_chat.
+    llm::ChatTemplateLimits lim;
+    lim.max_steps = 20000;
+    lim.max_output = 1 << 16;
+    llm::ChatTemplate t(std::string(p, n), "fuzz", lim);
+    const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(R"([
+      {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi <|end|> there"},
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "call12345", "type": "function",
+        "function": {"name": "f", "arguments": {"x": 1, "y": [true, null, 2.5]}}}]},
+      {"role": "tool", "tool_call_id": "call12345", "content": "{\"ok\": 1}"}])");
+    nlohmann::ordered_json ctx = {{"messages", messages}, {"add_generation_prompt", true}, {"bos_token", "<s>"},
+                                  {"eos_token", "</s>"}};
+    ctx["tools"] = nlohmann::ordered_json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+    (void)t.render(ctx);
+    const llm::Tokenizer bytes = llm::Tokenizer::characters({});
+    (void)llm::render_chat(t, messages, false, bytes);
   } else {
     throw std::logic_error("fuzz: unknown target " + std::string(target));
   }
