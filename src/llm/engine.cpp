@@ -286,15 +286,9 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
   st.threads = std::max<int64_t>(omp_get_num_procs(), get_num_threads());
   st.scores = buffer<float>(st.threads * cpu::attention_scratch(st.context), "attention scores");
   st.items = buffer<State::AttnItem>(T * s.n_heads + opts_.max_sequences * s.n_kv_heads, "attention items");
-  // RoPE: cos and sin of pos * base^(-2i / head_dim), interleaved, per position.
-  const int64_t half = s.head_dim / 2;
+  // RoPE: cos and sin per position and dimension pair, interleaved.
   st.rope = buffer<float>(st.context * s.head_dim, "RoPE table");
-  for (int64_t p = 0; p < st.context; ++p)
-    for (int64_t i = 0; i < half; ++i) {
-      const double a = static_cast<double>(p) * std::pow(s.rope_theta, -2.0 * static_cast<double>(i) / s.head_dim);
-      st.rope[p * s.head_dim + 2 * i] = static_cast<float>(std::cos(a));
-      st.rope[p * s.head_dim + 2 * i + 1] = static_cast<float>(std::sin(a));
-    }
+  for (int64_t p = 0; p < st.context; ++p) rope_cos_sin(s, p, st.rope.get() + p * s.head_dim);
 }
 
 Engine::~Engine() = default;

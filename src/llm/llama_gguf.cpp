@@ -85,7 +85,7 @@ void save_llama_gguf(const nn::zoo::Llama& model, const std::string& path, const
   llama_to_gguf(model, opts).save(path);
 }
 
-nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f) {
+nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f, bool rope_scaling) {
   const GgufValue* arch = f.find("general.architecture");
   TS_CHECK(arch && arch->type() == GgufType::String && arch->as_string() == "llama", f.what(),
            ": general.architecture is ", arch ? arch->summary() : std::string("missing"), ", not \"llama\"");
@@ -116,13 +116,22 @@ nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f) {
            kMaxContext, " positions Tessera's Llama precomputes RoPE tables for");
   // Keys and tensors that would change the computation are refused unless
   // Tessera computes them, so a file never loads as a different model.
-  if (const GgufValue* v = f.find("llama.rope.scaling.type"))
-    TS_CHECK(v->as_string("llama.rope.scaling.type") == "none", f.what(), ": llama.rope.scaling.type '",
-             v->as_string(), "' (RoPE scaling) is not supported yet");
+  if (!rope_scaling) {
+    if (const GgufValue* v = f.find("llama.rope.scaling.type"))
+      TS_CHECK(v->as_string("llama.rope.scaling.type") == "none", f.what(), ": llama.rope.scaling.type '",
+               v->as_string(), "' (RoPE scaling): the LLM engine runs it (tessera generate), the Llama module does not");
+    for (const char* key : {"llama.rope.scaling.factor", "llama.rope.scale_linear"})
+      if (const GgufValue* v = f.find(key))
+        TS_CHECK(v->as_float(key) == 0.0 || v->as_float(key) == 1.0, f.what(), ": ", key, " ", v->as_float(),
+                 " (RoPE scaling): the LLM engine runs it (tessera generate), the Llama module does not");
+  }
   // Every tensor the model needs, in its shape, and no other.
-  detail::check_tensors(f, tensor_names(c), "llama", c.n_layers, [](const std::string& t) {
-    return std::string(t == "rope_freqs.weight" ? " (per-dimension RoPE frequencies, Llama 3.1's scaling: not "
-                                                  "supported yet)" : "");
+  std::vector<Name> names = tensor_names(c);
+  if (rope_scaling && f.find_tensor("rope_freqs.weight"))
+    names.push_back({"", "rope_freqs.weight", {c.dim / c.n_heads / 2}, 0});
+  detail::check_tensors(f, names, "llama", c.n_layers, [](const std::string& t) {
+    return std::string(t == "rope_freqs.weight" ? " (per-dimension RoPE frequencies, Llama 3.1's scaling: the LLM "
+                                                  "engine runs it, the Llama module does not)" : "");
   });
   return c;
 }

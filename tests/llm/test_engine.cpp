@@ -5,6 +5,8 @@
 // bad input is an error before anything changes.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -278,8 +280,53 @@ TEST(LlmEngine, RefusesFilesItCannotRun) {
   EXPECT_NE(error(rewrite("", "llama.attention.head_count", llm::GgufValue::integer(llm::GgufType::U32, 3)))
                 .find("do not divide the width"),
             std::string::npos);
-  EXPECT_NE(error(rewrite("", "llama.rope.scaling.type", llm::GgufValue::string("yarn"))).find("RoPE scaling"),
+  EXPECT_NE(error(rewrite("", "llama.rope.scaling.type", llm::GgufValue::string("longrope")))
+                .find("llama.rope.scaling.type 'longrope' is not one the engine computes (none, linear, yarn)"),
             std::string::npos);
+}
+
+// RoPE angles with llama.cpp's scaling options, against the formulas written
+// out in double: plain, linear, per-pair frequency factors, and YaRN (the
+// fast dimensions keep their angles, the slow ones are interpolated, all are
+// scaled by 0.1 ln(factor) + 1).
+TEST(LlmEngine, RopeScalingAngles) {
+  llm::ModelSpec s;
+  s.head_dim = 32, s.rope_theta = 10000, s.context = 64;
+  std::vector<float> cs(32);
+  auto freq = [&](int64_t i) { return std::pow(10000.0, -2.0 * static_cast<double>(i) / 32.0); };
+  auto expect_angles = [&](int64_t pos, const std::function<double(int64_t)>& angle, double mag, double tol) {
+    llm::rope_cos_sin(s, pos, cs.data());
+    for (int64_t i = 0; i < 16; ++i) {
+      EXPECT_NEAR(cs[2 * i], mag * std::cos(angle(i)), tol) << "pair " << i << " at " << pos;
+      EXPECT_NEAR(cs[2 * i + 1], mag * std::sin(angle(i)), tol) << "pair " << i << " at " << pos;
+    }
+  };
+  expect_angles(37, [&](int64_t i) { return 37 * freq(i); }, 1.0, 2e-5);
+  s.rope.type = llm::RopeScaling::Type::Linear;
+  s.rope.factor = 4;
+  expect_angles(37, [&](int64_t i) { return 37 / 4.0 * freq(i); }, 1.0, 2e-5);
+  s.rope = {};
+  for (int i = 0; i < 16; ++i) s.rope.freq_factors.push_back(1.0f + 0.5f * static_cast<float>(i));
+  expect_angles(37, [&](int64_t i) { return 37 * freq(i) / (1.0 + 0.5 * static_cast<double>(i)); }, 1.0, 2e-5);
+  s.rope = {};
+  s.rope.type = llm::RopeScaling::Type::Yarn;
+  s.rope.factor = 4, s.rope.original_context = 4096;
+  s.context = 16384;
+  // Correction range: pairs below floor(d(32)) extrapolate, above ceil(d(1)) interpolate.
+  auto d = [](double rot) { return 32 * std::log(4096 / (rot * 2 * M_PI)) / (2 * std::log(10000.0)); };
+  const int64_t lo = static_cast<int64_t>(std::floor(d(32))), hi = static_cast<int64_t>(std::ceil(d(1)));
+  ASSERT_LT(lo, hi);
+  ASSERT_LT(hi, 15);
+  const double mag = 0.1 * std::log(4.0) + 1.0;
+  llm::rope_cos_sin(s, 1000, cs.data());
+  for (int64_t i : {int64_t{0}, lo}) {  // extrapolated: the original angle
+    EXPECT_NEAR(cs[2 * i], mag * std::cos(1000 * freq(i)), 1e-3) << i;
+    EXPECT_NEAR(cs[2 * i + 1], mag * std::sin(1000 * freq(i)), 1e-3) << i;
+  }
+  for (int64_t i : {hi, int64_t{15}}) {  // interpolated: position / factor
+    EXPECT_NEAR(cs[2 * i], mag * std::cos(250 * freq(i)), 1e-4) << i;
+    EXPECT_NEAR(cs[2 * i + 1], mag * std::sin(250 * freq(i)), 1e-4) << i;
+  }
 }
 
 // Note [Batch-invariant LLM kernels]: chunking, neighbours, slots, threads.

@@ -5,6 +5,8 @@
 // naming the tensor or key.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -138,7 +140,8 @@ TEST(LlamaGguf, TokenizerTravelsAndBadFilesSayWhy) {
             std::string::npos);
   llm::GgufWriter scaled = llm::llama_to_gguf(*m);
   scaled.set("llama.rope.scaling.type", llm::GgufValue::string("yarn"));
-  EXPECT_NE(load_error(scaled).find("llama.rope.scaling.type 'yarn' (RoPE scaling) is not supported yet"),
+  EXPECT_NE(load_error(scaled).find("llama.rope.scaling.type 'yarn' (RoPE scaling): the LLM engine runs it (tessera "
+                                    "generate), the Llama module does not"),
             std::string::npos);
   llm::GgufWriter huge = llm::llama_to_gguf(*m);
   huge.set("llama.feed_forward_length", llm::GgufValue::integer(llm::GgufType::U32, 2147483647));
@@ -223,39 +226,76 @@ TEST(LlamaGguf, WritesModelsForLlamaCpp) {
   }
   llm::Tokenizer tok = llm::Tokenizer::sentencepiece(tokens, scores, types, 1, 2, 0);
   const std::vector<int64_t> ids = {1, 10, 20, 30, 40, 50, 60, 290, 7, 299, 3, 150};
+  auto rows_json = [&](const float* p, int64_t rows, int64_t cols) {
+    std::string json;
+    for (int64_t t = 0; t < rows; ++t) {
+      json += t ? ", [" : "[";
+      for (int64_t v = 0; v < cols; ++v) json += (v ? "," : "") + std::to_string(p[t * cols + v]);
+      json += "]";
+    }
+    return json;
+  };
+  // The engine's log-probs on a file (its kernels, its f16 cache).
+  auto engine_json = [&](const std::string& path) {
+    llm::EngineOptions eo;
+    eo.max_logit_rows = static_cast<int64_t>(ids.size());
+    llm::Engine engine(llm::Model::load(path), eo);
+    const std::vector<int32_t> ids32(ids.begin(), ids.end());
+    llm::Chunk chunk{engine.add_sequence(), ids32, static_cast<int64_t>(ids.size())};
+    const std::span<const float> logits = engine.step({&chunk, 1});
+    std::vector<float> lp(logits.begin(), logits.end());
+    for (size_t t = 0; t < ids.size(); ++t) {
+      float* row = lp.data() + t * c.vocab_size;
+      double mx = row[0], z = 0;
+      for (int64_t v = 0; v < c.vocab_size; ++v) mx = std::max(mx, double(row[v]));
+      for (int64_t v = 0; v < c.vocab_size; ++v) z += std::exp(row[v] - mx);
+      for (int64_t v = 0; v < c.vocab_size; ++v) row[v] = static_cast<float>(row[v] - mx - std::log(z));
+    }
+    return rows_json(lp.data(), static_cast<int64_t>(ids.size()), c.vocab_size);
+  };
+  std::string ids_json;
+  for (size_t i = 0; i < ids.size(); ++i) ids_json += (i ? ", " : "") + std::to_string(ids[i]);
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0}) {
     const std::string base = std::string(dir) + "/random-gqa-" + llm::ggml_type_name(type);
     llm::save_llama_gguf(*m, base + ".gguf", {.type = type, .tokenizer = &tok});
     auto back = llm::load_llama_gguf(GgufFile::open(base + ".gguf"));
     back->eval();
     Tensor lp = ops::log_softmax((*back)(tensor(ids).reshape({1, -1})), -1).select(0, 0).contiguous();
-    std::string json = "{\"tokens\": [";
-    for (size_t i = 0; i < ids.size(); ++i) json += (i ? ", " : "") + std::to_string(ids[i]);
-    json += "], \"logprobs\": [";
-    const float* p = lp.data_ptr<float>();
-    for (int64_t t = 0; t < lp.size(0); ++t) {
-      json += t ? ", [" : "[";
-      for (int64_t v = 0; v < lp.size(1); ++v) json += (v ? "," : "") + std::to_string(p[t * lp.size(1) + v]);
-      json += "]";
-    }
-    // The engine's on the same file (its kernels, its f16 cache).
-    llm::EngineOptions eo;
-    eo.max_logit_rows = static_cast<int64_t>(ids.size());
-    llm::Engine engine(llm::Model::load(base + ".gguf"), eo);
-    const std::vector<int32_t> ids32(ids.begin(), ids.end());
-    llm::Chunk chunk{engine.add_sequence(), ids32, static_cast<int64_t>(ids.size())};
-    const std::span<const float> logits = engine.step({&chunk, 1});
-    json += "], \"engine_logprobs\": [";
-    for (size_t t = 0; t < ids.size(); ++t) {
-      const float* row = logits.data() + t * c.vocab_size;
-      double mx = row[0], z = 0;
-      for (int64_t v = 0; v < c.vocab_size; ++v) mx = std::max(mx, double(row[v]));
-      for (int64_t v = 0; v < c.vocab_size; ++v) z += std::exp(row[v] - mx);
-      json += t ? ", [" : "[";
-      for (int64_t v = 0; v < c.vocab_size; ++v) json += (v ? "," : "") + std::to_string(row[v] - mx - std::log(z));
-      json += "]";
-    }
-    io::write_file_atomic(base + ".tessera.json", [&](io::Writer& w) { w.write(json + "]}\n"); });
+    const std::string json = "{\"tokens\": [" + ids_json + "], \"logprobs\": [" +
+                             rows_json(lp.data_ptr<float>(), lp.size(0), lp.size(1)) + "], \"engine_logprobs\": [" +
+                             engine_json(base + ".gguf") + "]}\n";
+    io::write_file_atomic(base + ".tessera.json", [&](io::Writer& w) { w.write(json); });
+  }
+  // RoPE scaling, which only the engine runs: linear, YaRN (extending an
+  // original context of 8), and Llama 3.1-style per-pair frequency factors.
+  struct Scaled {
+    const char* name;
+    std::function<void(llm::GgufWriter&)> set;
+  };
+  const std::vector<Scaled> scaled = {
+      {"rope-linear", [](llm::GgufWriter& w) {
+         w.set("llama.rope.scaling.type", llm::GgufValue::string("linear"));
+         w.set("llama.rope.scaling.factor", llm::GgufValue::floating(llm::GgufType::F32, 4.0));
+       }},
+      {"rope-yarn", [](llm::GgufWriter& w) {
+         w.set("llama.rope.scaling.type", llm::GgufValue::string("yarn"));
+         w.set("llama.rope.scaling.factor", llm::GgufValue::floating(llm::GgufType::F32, 4.0));
+         w.set("llama.rope.scaling.original_context_length", llm::GgufValue::integer(llm::GgufType::U32, 8));
+       }},
+      {"rope-freqs", [&](llm::GgufWriter& w) {
+         std::vector<float> f(16);
+         for (size_t i = 0; i < f.size(); ++i) f[i] = 1.0f + 0.5f * static_cast<float>(i);  // 1 to 8.5
+         w.add_tensor("rope_freqs.weight", tensor(f));
+       }},
+  };
+  for (const Scaled& v : scaled) {
+    const std::string base = std::string(dir) + "/random-gqa-" + v.name;
+    llm::GgufWriter w = llm::llama_to_gguf(*m, {.type = GgmlType::F32, .tokenizer = &tok});
+    v.set(w);
+    w.save(base + ".gguf");
+    const std::string json = "{\"tokens\": [" + ids_json + "], \"engine_logprobs\": [" + engine_json(base + ".gguf") +
+                             "]}\n";
+    io::write_file_atomic(base + ".tessera.json", [&](io::Writer& w2) { w2.write(json); });
   }
 }
 

@@ -29,8 +29,11 @@ GgufWriter llama_to_gguf(const nn::zoo::Llama& model, const GgufExportOptions& o
 void save_llama_gguf(const nn::zoo::Llama& model, const std::string& path, const GgufExportOptions& opts = {});
 
 // The configuration a "llama" GGUF describes (errors name a missing or
-// inconsistent key).
-nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f);
+// inconsistent key). With rope_scaling, RoPE scaling keys and the
+// rope_freqs.weight tensor are accepted (the LLM engine computes them;
+// llm::rope_scaling_from_gguf reads them); without, they are refused, since
+// the Llama module does not.
+nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f, bool rope_scaling = false);
 // A model with the file's weights, dequantized to f32.
 std::shared_ptr<nn::zoo::Llama> load_llama_gguf(const GgufFile& f);
 
