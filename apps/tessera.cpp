@@ -42,6 +42,8 @@
 #include "tessera/compile/passes.h"
 #include "tessera/llm/engine.h"
 #include "tessera/llm/gguf.h"
+#include "tessera/llm/gpt_gguf.h"
+#include "tessera/llm/llama_gguf.h"
 #include "tessera/llm/tokenizer.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/compile/serialize.h"
@@ -254,7 +256,8 @@ int cmd_generate(const cli::GenerateFlags& f, bool chat) {
   if (auto* gpt = dynamic_cast<nn::zoo::GPT*>(r.model.get())) model = llm::Model::from_gpt(*gpt, type);
   else if (auto* llama = dynamic_cast<nn::zoo::Llama*>(r.model.get())) model = llm::Model::from_llama(*llama, type);
   else TS_ERROR(verb, ": ", l.dir, " holds a ", r.model_name, "; the engine runs llama and gpt models");
-  const llm::Tokenizer tok = llm::Tokenizer::characters(r.text_level == "byte" ? std::vector<std::string>{} : r.vocab);
+  const llm::Tokenizer tok = r.tokenizer ? *r.tokenizer
+                             : llm::Tokenizer::characters(r.text_level == "byte" ? std::vector<std::string>{} : r.vocab);
   if (chat) return cli::cmd_chat(f, model, tok, l.dir, seconds(), "");
   return cli::cmd_generate(f, model, tok, l.dir, seconds());
 }
@@ -294,9 +297,30 @@ compile::Graph trace_model(Loaded& l, int64_t batch, bool fixed) {
   return compile::capture_module(*r.model, x, co);
 }
 
+// A language model run as a GGUF file llama.cpp loads: its Llama or GPT in
+// `type`, and its tokenizer when it was trained on one.
+int export_gguf(Loaded& l, std::string output, const std::string& type_name) {
+  const train::Recipe& r = l.recipe;
+  const std::optional<llm::GgmlType> type = llm::ggml_type_from_name(type_name);
+  TS_CHECK(type.has_value(), "export: --gguf-type '", type_name, "' is not F32, F16, BF16, Q8_0 or Q4_0");
+  TS_CHECK(r.task == train::Task::LanguageModel, "export: ", l.dir, " is not a language model; GGUF holds Llama and "
+           "GPT models");
+  if (output.empty()) output = "model.gguf";
+  const llm::GgufExportOptions opts{.type = *type, .tokenizer = r.tokenizer.get(), .name = std::filesystem::path(l.dir).filename().string()};
+  if (auto* llama = dynamic_cast<nn::zoo::Llama*>(r.model.get())) llm::save_llama_gguf(*llama, output, opts);
+  else if (auto* gpt = dynamic_cast<nn::zoo::GPT*>(r.model.get())) llm::save_gpt_gguf(*gpt, output, opts);
+  else TS_ERROR("export: ", l.dir, " holds a ", r.model_name, "; GGUF export takes llama and gpt models");
+  std::printf("exported %s (step %lld) to %s (%s, %s)%s\n", l.dir.c_str(),
+              static_cast<long long>(l.ckpt.state.value("step", 0)), output.c_str(), llm::ggml_type_name(*type),
+              human_bytes(std::filesystem::file_size(output)).c_str(),
+              r.tokenizer ? ", with its tokenizer" : "; no tokenizer (a character vocabulary): llama.cpp cannot load it");
+  return 0;
+}
+
 int cmd_export(const std::string& arg, const std::string& format, std::string output, int64_t batch, bool fixed,
-               bool dump) {
+               bool dump, const std::string& gguf_type) {
   Loaded l = load_model(arg);
+  if (format == "gguf") return export_gguf(l, output, gguf_type);
   compile::Graph g = trace_model(l, batch, fixed);
   compile::PassOptions po;
   if (format == "onnx") po.disable = compile::tessera_only_passes();  // ONNX has no fused kernels; runtimes fuse themselves
@@ -774,13 +798,16 @@ int main(int argc, char** argv) {
   std::string info_ckpt;
   info->add_option("checkpoint", info_ckpt, "a checkpoint directory, or a run directory")->required();
 
-  auto* exp = app.add_subcommand("export", "export a checkpoint's model as ONNX or a compiled Tessera graph");
-  std::string exp_ckpt, exp_format = "onnx", exp_out;
+  auto* exp = app.add_subcommand("export", "export a checkpoint's model as ONNX, a compiled Tessera graph, or GGUF "
+                                  "(language models)");
+  std::string exp_ckpt, exp_format = "onnx", exp_out, exp_gguf_type = "F32";
   int64_t exp_batch = 2;
   bool exp_fixed = false, exp_dump = false;
   exp->add_option("checkpoint", exp_ckpt, "a checkpoint directory, or a run directory (its latest)")->required();
-  exp->add_option("--format", exp_format, "onnx (opset 17) or tessera (graph.json + weights.safetensors)")
-      ->check(CLI::IsMember({"onnx", "tessera"}));
+  exp->add_option("--format", exp_format, "onnx (opset 17), tessera (graph.json + weights.safetensors) or gguf "
+                  "(a Llama or GPT with its tokenizer, for tessera generate and llama.cpp)")
+      ->check(CLI::IsMember({"onnx", "tessera", "gguf"}));
+  exp->add_option("--gguf-type", exp_gguf_type, "the GGUF file's weight type: F32, F16, BF16, Q8_0 or Q4_0");
   exp->add_option("--output", exp_out, "the file (onnx) or directory (tessera); default model.onnx / model.tsr");
   exp->add_option("--batch", exp_batch, "the batch size to trace with (the batch dimension stays dynamic)");
   exp->add_flag("--static", exp_fixed, "fix every dimension at the traced size");
@@ -920,7 +947,7 @@ int main(int argc, char** argv) {
     if (*train) return cmd_train(config, resume, sets, output, plain ? 0 : -1, profile, precision);
     if (*eval) return cmd_eval(ckpt, batches);
     if (*info) return cmd_info(info_ckpt);
-    if (*exp) return cmd_export(exp_ckpt, exp_format, exp_out, exp_batch, exp_fixed, exp_dump);
+    if (*exp) return cmd_export(exp_ckpt, exp_format, exp_out, exp_batch, exp_fixed, exp_dump, exp_gguf_type);
     if (*run) return cmd_run(run_model, run_inputs, run_out, run_repeat, run_size);
     if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);
     if (*gguf_info) return cmd_gguf_info(gguf_path, gguf_chars);

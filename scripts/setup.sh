@@ -4,8 +4,9 @@
 #   scripts/setup.sh          build + tests
 #   scripts/setup.sh --bench  also the references for bench/ (libtorch, PyTorch)
 #   scripts/setup.sh --fuzz   also clang with libFuzzer (scripts/fuzz.sh)
-#   scripts/setup.sh --test   also what the integration tests start (prometheus) and
+#   scripts/setup.sh --test   also what the integration tests start (prometheus),
 #                             Debian's locale sources (locales: a comma-decimal locale test)
+#                             and sentencepiece (spm_train/spm_encode: the fortunes tokenizer)
 set -euo pipefail
 
 # Build: compiler, CMake, oneDNN, JSON/YAML/CLI parsing, zlib, HTTP for the
@@ -17,7 +18,7 @@ packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libdnnl-dev pytho
           nlohmann-json3-dev libsimdjson-dev libboost-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcpp-httplib-dev
           libonnx-dev libprotobuf-dev libicu-dev dataset-fashion-mnist fortunes)
 if [ "${1:-}" = "--test" ]; then
-  packages+=(prometheus locales)
+  packages+=(prometheus locales sentencepiece)
 fi
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang libclang-rt-14-dev)

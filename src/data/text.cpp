@@ -67,7 +67,24 @@ TextDataset::TextDataset(const std::string& text, int64_t block, const std::stri
            " needs at least ", block + 1);
 }
 
+std::shared_ptr<TextDataset> TextDataset::from_tokens(std::vector<int64_t> ids, int64_t vocab_size, int64_t block,
+                                                     int64_t stride) {
+  TS_CHECK(block > 0, "TextDataset: block_size must be positive, got ", block);
+  TS_CHECK(static_cast<int64_t>(ids.size()) > block, "TextDataset: the text has ", ids.size(), " tokens; a block of ",
+           block, " needs at least ", block + 1);
+  for (int64_t id : ids)
+    TS_CHECK(id >= 0 && id < vocab_size, "TextDataset: token ", id, " is outside the vocabulary of ", vocab_size);
+  auto d = std::shared_ptr<TextDataset>(new TextDataset());
+  d->tokens_ = tessera::tensor(ids);
+  d->block_ = block;
+  d->stride_ = stride > 0 ? stride : block;
+  d->level_ = "tokens";
+  d->token_vocab_ = vocab_size;
+  return d;
+}
+
 Tensor TextDataset::encode(const std::string& text) const {
+  TS_CHECK(level_ != "tokens", "TextDataset: a tokenized dataset encodes with its tokenizer");
   std::vector<int64_t> ids;
   if (level_ == "byte") {
     ids.reserve(text.size());
@@ -86,6 +103,7 @@ std::string TextDataset::decode(const Tensor& tokens) const {
   std::string out;
   for (int64_t id : tokens.to_vector<int64_t>()) {
     TS_CHECK(id >= 0 && id < vocab_size(), "TextDataset: token ", id, " is outside the vocabulary of ", vocab_size());
+    TS_CHECK(level_ != "tokens", "TextDataset: a tokenized dataset decodes with its tokenizer");
     if (level_ == "byte")
       out += static_cast<char>(id);
     else
@@ -115,6 +133,7 @@ std::shared_ptr<TextDataset> TextDataset::split(double begin, double end) const 
   d->level_ = level_;
   d->vocab_ = vocab_;
   d->index_ = index_;
+  d->token_vocab_ = token_vocab_;
   return d;
 }
 

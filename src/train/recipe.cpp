@@ -4,6 +4,7 @@
 
 #include "tessera/data/datasets.h"
 #include "tessera/data/shards.h"
+#include "tessera/llm/tokenizer.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/quant/prune.h"
 #include "tessera/quant/qat.h"
@@ -144,16 +145,44 @@ void build_data(Config c, Recipe& r) {
   } else if (kind == "text" || kind == "fortunes") {
     std::string text = kind == "fortunes" ? data::read_fortunes(c.get<std::string>("path", data::kFortunesDir))
                                           : data::read_text_file(c.require<std::string>("path"));
-    const std::string level = c.get<std::string>("level", "char");
     const int64_t block = c.get<int64_t>("block_size", 128), stride = c.get<int64_t>("stride", 0);
     const double val = c.get<double>("val_fraction", 0.1);
     TS_CHECK(val > 0 && val < 0.5, "config: data.val_fraction must be in (0, 0.5), got ", val);
-    data::TextDataset all(text, block, level, {}, stride);
-    auto tr = all.split(0, 1 - val), ev = all.split(1 - val, 1);
+    std::shared_ptr<data::TextDataset> all;
+    if (c.has("tokenizer")) {
+      // Subword tokens: each document (a fortune, or the whole file) encoded
+      // with the tokenizer, BOS first as the model's tokenizer asks.
+      TS_CHECK(!c.has("level"), "config: data.level and data.tokenizer exclude each other");
+      auto tok = std::make_shared<llm::Tokenizer>(llm::Tokenizer::from_file(c.require<std::string>("tokenizer")));
+      std::vector<int64_t> ids;
+      auto add = [&](std::string_view doc) {
+        for (int32_t id : tok->encode(doc, true, false)) ids.push_back(id);
+      };
+      if (kind == "fortunes") {
+        for (size_t pos = 0; pos < text.size();) {  // fortunes end with a line holding "%"
+          size_t end = text.find("\n%\n", pos);
+          const size_t next = end == std::string::npos ? text.size() : end + 3;
+          if (end == std::string::npos) end = text.size();
+          std::string_view doc(text.data() + pos, end - pos);
+          if (doc.starts_with("%\n")) doc.remove_prefix(2);
+          if (!doc.empty()) add(std::string(doc) + "\n");
+          pos = next;
+        }
+      } else {
+        add(text);
+      }
+      all = data::TextDataset::from_tokens(std::move(ids), tok->size(), block, stride);
+      r.tokenizer = tok;
+      r.text_level = "tokens";
+    } else {
+      const std::string level = c.get<std::string>("level", "char");
+      all = std::make_shared<data::TextDataset>(text, block, level, std::vector<std::string>{}, stride);
+      r.vocab = all->vocab();
+      r.text_level = level;
+    }
+    auto tr = all->split(0, 1 - val), ev = all->split(1 - val, 1);
     r.train_data = take(tr, train_subset);
     r.eval_data = take(ev, eval_subset);
-    r.vocab = all.vocab();
-    r.text_level = level;
     r.task = Task::LanguageModel;
   } else if (kind == "synthetic_tokens") {
     const int64_t block = c.get<int64_t>("block_size", 256), vocab = c.get<int64_t>("vocab_size", 256);
@@ -279,7 +308,7 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
     manual_seed(s.seed);  // the model's initial weights follow the seed
     Config model_cfg = root.section("model");
     if (r.task == Task::LanguageModel && !model_cfg.has("vocab_size") && r.train_data) {
-      int64_t vocab = r.vocab.empty() ? 256 : static_cast<int64_t>(r.vocab.size());
+      int64_t vocab = r.tokenizer ? r.tokenizer->size() : r.vocab.empty() ? 256 : static_cast<int64_t>(r.vocab.size());
       if (model_cfg.json().value("name", "") == "gpt" || model_cfg.json().value("name", "") == "llama") {
         json j = model_cfg.json();
         j["vocab_size"] = vocab;

@@ -171,6 +171,64 @@ TEST(Tokenizer, LlamaCppLoadTimeFixes) {
   EXPECT_EQ(std::count(plain.begin(), plain.end(), 3), 0);
 }
 
+// The fortunes tokenizer (scripts/fortunes_tokenizer.sh: spm_train on
+// Debian's fortunes): Tessera reads the .model file and gives spm_encode's ids
+// for every tenth line of the corpus, and decodes them back.
+TEST(Tokenizer, FortunesSentencePieceMatchesSpmEncode) {
+  if (std::system("command -v spm_train >/dev/null 2>&1 && test -d /usr/share/games/fortunes") != 0)
+    GTEST_SKIP() << "needs Debian's sentencepiece and fortunes (scripts/setup.sh --test)";
+  const std::string dir = testing::scratch_dir("fortunes_spm");
+  ASSERT_EQ(std::system((std::string(TESSERA_SOURCE_DIR) + "/scripts/fortunes_tokenizer.sh " + dir + " >/dev/null").c_str()), 0);
+  Tokenizer t = Tokenizer::from_sentencepiece_file(dir + "/fortunes.model");
+  EXPECT_EQ(t.size(), 8000);
+  EXPECT_EQ(t.bos(), 1);
+  EXPECT_EQ(t.eos(), 2);
+  EXPECT_EQ(t.unk(), 0);
+  EXPECT_EQ(t.type(3), TokenType::Byte);
+  std::ifstream corpus(dir + "/corpus.txt");
+  std::vector<std::string> lines;
+  std::string line;
+  for (int64_t n = 0; std::getline(corpus, line); ++n)
+    if (n % 10 == 0 && !line.empty()) lines.push_back(line);
+  {
+    std::ofstream sample(dir + "/sample.txt");
+    for (const std::string& l : lines) sample << l << "\n";
+  }
+  ASSERT_EQ(std::system(("spm_encode --model=" + dir + "/fortunes.model --output_format=id < " + dir +
+                         "/sample.txt > " + dir + "/sample.ids").c_str()), 0);
+  std::ifstream ids_file(dir + "/sample.ids");
+  size_t same = 0, round_trip = 0, n = 0;
+  for (; n < lines.size() && std::getline(ids_file, line); ++n) {
+    std::istringstream ws(line);
+    Ids want;
+    for (int32_t id; ws >> id;) want.push_back(id);
+    const Ids got = t.encode(lines[n], false, false);
+    if (got == want) ++same;
+    else if (n - same <= 3) ADD_FAILURE() << "line '" << lines[n] << "': " << ::testing::PrintToString(got) << " vs spm_encode's " << ::testing::PrintToString(want);
+    round_trip += t.decode(got, false) == lines[n];
+  }
+  std::printf("fortunes tokenizer: %zu of %zu lines as spm_encode, %zu round-trip\n", same, n, round_trip);
+  EXPECT_GT(n, 5000u);
+  EXPECT_EQ(same, n);
+  EXPECT_EQ(round_trip, n);
+  std::filesystem::remove_all(dir);
+}
+
+// A SentencePiece model Tessera cannot tokenize as SentencePiece does is
+// refused, naming why; truncated files are errors, not crashes.
+TEST(Tokenizer, SentencePieceModelsItCannotReadAreRefused) {
+  // ModelProto { pieces { piece: "a" score: 0 type: NORMAL } trainer_spec { model_type: UNIGRAM } }
+  const std::string unigram = std::string("\x0a\x08\x0a\x01" "a" "\x15\x00\x00\x00\x00", 10) + std::string("\x12\x02\x18\x01", 4);
+  auto err = [](const std::string& b) {
+    return testing::error_of([&] { Tokenizer::from_sentencepiece(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "m.model"); });
+  };
+  EXPECT_NE(err(unigram).find("m.model: a unigram SentencePiece model"), std::string::npos) << err(unigram);
+  const std::string bpe_nfkc = unigram.substr(0, 10) + std::string("\x12\x02\x18\x02", 4);
+  EXPECT_NE(err(bpe_nfkc).find("normalizes text (normalizer 'nmt_nfkc'"), std::string::npos) << err(bpe_nfkc);
+  EXPECT_NE(err(unigram.substr(0, 7)).find("m.model: a field of"), std::string::npos) << err(unigram.substr(0, 7));
+  EXPECT_NE(err("").find("no pieces"), std::string::npos);
+}
+
 // llama.cpp's test vectors (models/ggml-vocab-*.gguf with .inp and .out, in
 // its source tree, which node-llama-cpp's package carries): the same ids for
 // every SentencePiece vocabulary. add_special and parse_special off, as

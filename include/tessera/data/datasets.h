@@ -60,9 +60,15 @@ class TextDataset : public Dataset {
  public:
   TextDataset(const std::string& text, int64_t block_size, const std::string& level = "byte",
               std::vector<std::string> vocab = {}, int64_t stride = 0);
+  // Text already tokenized (level "tokens", e.g. by a SentencePiece
+  // tokenizer): ids in [0, vocab_size).
+  static std::shared_ptr<TextDataset> from_tokens(std::vector<int64_t> ids, int64_t vocab_size, int64_t block_size,
+                                                  int64_t stride = 0);
   int64_t size() const override;
   Example get(int64_t i) const override;
-  int64_t vocab_size() const { return level_ == "byte" ? 256 : static_cast<int64_t>(vocab_.size()); }
+  int64_t vocab_size() const {
+    return level_ == "byte" ? 256 : level_ == "tokens" ? token_vocab_ : static_cast<int64_t>(vocab_.size());
+  }
   const std::vector<std::string>& vocab() const { return vocab_; }  // char level
   const std::string& level() const { return level_; }
   Tensor encode(const std::string& text) const;
@@ -74,7 +80,7 @@ class TextDataset : public Dataset {
  private:
   TextDataset() = default;
   Tensor tokens_;  // I64 [n]
-  int64_t block_ = 0, stride_ = 0;
+  int64_t block_ = 0, stride_ = 0, token_vocab_ = 0;
   std::string level_;
   std::vector<std::string> vocab_;
   std::map<std::string, int64_t> index_;

@@ -42,6 +42,13 @@ class Tokenizer {
   enum class Model { SentencePiece, Bpe, Characters };
 
   static Tokenizer from_gguf(const GgufFile& f);
+  // A SentencePiece .model file (BPE, trained with the identity normalizer:
+  // spm_train --model_type=bpe --normalization_rule_name=identity
+  // --remove_extra_whitespaces=false); anything else is an error naming it.
+  static Tokenizer from_sentencepiece_file(const std::string& path);
+  static Tokenizer from_sentencepiece(const uint8_t* data, size_t size, const std::string& what);
+  // A .gguf file's tokenizer or a SentencePiece .model file, by the file's first bytes.
+  static Tokenizer from_file(const std::string& path);
   // A SentencePiece-style vocabulary given directly (tests, Tessera's own models).
   static Tokenizer sentencepiece(std::vector<std::string> tokens, std::vector<float> scores,
                                  std::vector<TokenType> types, int32_t bos, int32_t eos, int32_t unk,

@@ -16,6 +16,10 @@
 #include "tessera/optim/scheduler.h"
 #include "tessera/train/grad_scaler.h"
 
+namespace tessera::llm {
+class Tokenizer;
+}
+
 namespace tessera::train {
 
 // "classification": logits [N, C] vs labels [N]; "language_model": logits
@@ -64,7 +68,8 @@ struct Recipe {
   nn::ModulePtr model;
   data::DatasetPtr train_data, eval_data;
   std::vector<std::string> vocab;  // char-level text: the vocabulary
-  std::string text_level;          // "byte" / "char" for text data
+  std::string text_level;          // "byte" / "char" / "tokens" for text data
+  std::shared_ptr<const llm::Tokenizer> tokenizer;  // "tokens": data.tokenizer's (SentencePiece or GGUF)
   TrainSettings train;
   MonitorSettings monitor;
   std::string output_dir;
