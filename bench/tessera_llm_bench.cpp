@@ -5,9 +5,17 @@
 //       with the tokenizer of VOCAB.gguf, written as GGUF by Tessera
 //   tessera_llm_bench run --model F.gguf --threads N --measure prefill|decode|batch [--tokens N] [--seqs N]
 //       one measurement, as a JSON line: tokens/s and the RSS growth past the loaded model
+//   tessera_llm_bench eval --model F.gguf --config CFG.yaml --tokenizer T.model [--windows 16] [--greedy 64]
+//                          [--threads N] --out R.json
+//       perplexity over the first windows of the config's held-out data (the
+//       split `tessera train` evaluates on) and a greedy continuation of the
+//       first window's first 16 tokens, with each step's top-two margin; the
+//       windows are written out so llama.cpp evaluates the same tokens
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -21,7 +29,10 @@
 #include "tessera/llm/engine.h"
 #include "tessera/llm/llama_gguf.h"
 #include "tessera/llm/tokenizer.h"
+#include "tessera/io/config.h"
+#include "tessera/io/file.h"
 #include "tessera/nn/zoo/zoo.h"
+#include "tessera/train/recipe.h"
 
 using namespace tessera;
 
@@ -136,13 +147,100 @@ int run(int argc, char** argv) {
   return 0;
 }
 
+// log-softmax of one row, in double.
+std::vector<double> log_probs(const float* row, int64_t V) {
+  double mx = row[0], z = 0;
+  for (int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+  for (int64_t v = 0; v < V; ++v) z += std::exp(row[v] - mx);
+  std::vector<double> out(static_cast<size_t>(V));
+  for (int64_t v = 0; v < V; ++v) out[v] = row[v] - mx - std::log(z);
+  return out;
+}
+
+int eval(int argc, char** argv) {
+  set_num_threads(std::stoi(arg(argc, argv, "--threads", "1")));
+  const int64_t windows = std::stoll(arg(argc, argv, "--windows", "16"));
+  const int64_t greedy = std::stoll(arg(argc, argv, "--greedy", "64"));
+  const std::vector<char> yaml = io::read_file(arg(argc, argv, "--config"));
+  nlohmann::json cfg = io::parse_yaml(std::string(yaml.begin(), yaml.end()), "eval config");
+  cfg["data"]["tokenizer"] = arg(argc, argv, "--tokenizer");
+  const train::Recipe r = train::build_recipe(cfg, "eval config", false);
+  auto model = llm::Model::load(arg(argc, argv, "--model"));
+  const int64_t V = model->spec().vocab;
+  std::vector<std::vector<int32_t>> wins;
+  for (int64_t i = 0; i < windows && i < r.eval_data->size(); ++i) {
+    const auto ex = r.eval_data->get(i * std::max<int64_t>(1, r.eval_data->size() / windows));
+    std::vector<int32_t> w;
+    for (int64_t id : ex.at(0).to_vector<int64_t>()) w.push_back(static_cast<int32_t>(id));
+    w.push_back(static_cast<int32_t>(ex.at(1).to_vector<int64_t>().back()));  // the window and its next token
+    wins.push_back(std::move(w));
+  }
+  llm::EngineOptions o;
+  o.max_sequences = 1;
+  o.max_logit_rows = static_cast<int64_t>(wins.at(0).size());
+  o.max_batch_tokens = o.max_logit_rows;
+  llm::Engine e(model, o);
+  double nll = 0, seconds = 0;
+  int64_t count = 0;
+  std::string wins_json, nll_json;
+  for (const auto& w : wins) {
+    const int64_t s = e.add_sequence();
+    const int64_t n = static_cast<int64_t>(w.size()) - 1;
+    llm::Chunk c{s, {w.data(), static_cast<size_t>(n)}, n};
+    const double t0 = now();
+    auto logits = e.step({&c, 1});
+    seconds += now() - t0;
+    double window_nll = 0;
+    for (int64_t t = 0; t < n; ++t) window_nll -= log_probs(logits.data() + t * V, V)[w[t + 1]];
+    nll += window_nll;
+    count += n;
+    e.remove_sequence(s);
+    wins_json += std::string(wins_json.empty() ? "" : ", ") + "[";
+    for (size_t k = 0; k < w.size(); ++k) wins_json += (k ? ", " : "") + std::to_string(w[k]);
+    wins_json += "]";
+    nll_json += (nll_json.empty() ? "" : ", ") + std::to_string(window_nll);
+  }
+  // Greedy: the first window's first 16 tokens, then argmax token by token.
+  std::vector<int32_t> prompt(wins[0].begin(), wins[0].begin() + 16), out;
+  std::string margins;
+  const int64_t s = e.add_sequence();
+  llm::Chunk c{s, {prompt.data(), prompt.size()}, 1};
+  auto l = e.step({&c, 1});
+  const double g0 = now();
+  for (int64_t i = 0; i < greedy; ++i) {
+    const std::vector<double> lp = log_probs(l.data(), V);
+    std::vector<double> sorted = lp;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+    const int32_t next = static_cast<int32_t>(std::max_element(lp.begin(), lp.end()) - lp.begin());
+    out.push_back(next);
+    margins += (margins.empty() ? "" : ", ") + std::to_string(sorted[0] - sorted[1]);
+    llm::Chunk d{s, {&out.back(), 1}, 1};
+    l = e.step({&d, 1});
+  }
+  const double decode_s = now() - g0;
+  std::string prompt_json, out_json;
+  for (int32_t t : prompt) prompt_json += (prompt_json.empty() ? "" : ", ") + std::to_string(t);
+  for (int32_t t : out) out_json += (out_json.empty() ? "" : ", ") + std::to_string(t);
+  const std::string json = "{\"windows\": [" + wins_json + "], \"window_nll\": [" + nll_json + "], \"nll\": " +
+                           std::to_string(nll) + ", \"count\": " + std::to_string(count) + ", \"perplexity\": " +
+                           std::to_string(std::exp(nll / count)) + ", \"prefill_tokens_per_s\": " +
+                           std::to_string(count / seconds) + ", \"decode_tokens_per_s\": " +
+                           std::to_string(greedy / decode_s) + ", \"greedy_prompt\": [" + prompt_json +
+                           "], \"greedy\": [" + out_json + "], \"margins\": [" + margins + "]}\n";
+  std::ofstream(arg(argc, argv, "--out")) << json;
+  std::printf("%s: perplexity %.4f over %lld tokens\n", arg(argc, argv, "--model").c_str(), std::exp(nll / count),
+              static_cast<long long>(count));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     if (argc >= 2 && !std::strcmp(argv[1], "make-model")) return make_model(argc, argv);
     if (argc >= 2 && !std::strcmp(argv[1], "run")) return run(argc, argv);
-    std::fprintf(stderr, "usage: tessera_llm_bench make-model|run ... (see the file's header)\n");
+    if (argc >= 2 && !std::strcmp(argv[1], "eval")) return eval(argc, argv);
+    std::fprintf(stderr, "usage: tessera_llm_bench make-model|run|eval ... (see the file's header)\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

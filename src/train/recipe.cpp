@@ -1,5 +1,6 @@
 #include "tessera/train/recipe.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "tessera/data/datasets.h"
@@ -153,7 +154,12 @@ void build_data(Config c, Recipe& r) {
       // Subword tokens: each document (a fortune, or the whole file) encoded
       // with the tokenizer, BOS first as the model's tokenizer asks.
       TS_CHECK(!c.has("level"), "config: data.level and data.tokenizer exclude each other");
-      auto tok = std::make_shared<llm::Tokenizer>(llm::Tokenizer::from_file(c.require<std::string>("tokenizer")));
+      std::string tpath = c.require<std::string>("tokenizer");
+      if (tpath.starts_with("~/"))
+        if (const char* home = std::getenv("HOME")) tpath = home + tpath.substr(1);
+      TS_CHECK(std::filesystem::exists(tpath), "config: data.tokenizer ", tpath, " does not exist (a SentencePiece "
+               ".model or a .gguf file; scripts/fortunes_tokenizer.sh makes the fortunes one)");
+      auto tok = std::make_shared<llm::Tokenizer>(llm::Tokenizer::from_file(tpath));
       std::vector<int64_t> ids;
       auto add = [&](std::string_view doc) {
         for (int32_t id : tok->encode(doc, true, false)) ids.push_back(id);

@@ -1,0 +1,54 @@
+// llama.cpp's side of the fortunes models' comparison (scripts/llm_compat.sh,
+// bench/llm_compare.py): on the windows Tessera evaluated (its eval JSON from
+// `tessera_llm_bench eval`), the negative log-likelihood of each next token,
+// and the greedy continuation of the same prompt with each step's top-two
+// margin. Same file, same token ids.
+//   node llm_compat_fortunes.mjs MODEL.gguf TESSERA_EVAL.json OUT.json
+import {getLlama} from "node-llama-cpp";
+import {readFileSync, writeFileSync} from "node:fs";
+
+const [, , modelPath, tesseraPath, outPath] = process.argv;
+const mine = JSON.parse(readFileSync(tesseraPath, "utf8"));
+const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
+const model = await llama.loadModel({modelPath});
+const n = mine.windows[0].length;
+const context = await model.createContext({contextSize: Math.max(256, n + 16), threads: 1, batchSize: n});
+const sequence = context.getSequence();
+const vocab = model.tokens ? undefined : undefined;
+const options = {temperature: 1, topK: 1 << 20, topP: 1, minP: 0};
+const logp = (probs, token) => Math.log(probs.get(token) ?? 0);
+
+const windowNll = [];
+let nll = 0, count = 0;
+const t0 = performance.now();
+for (const w of mine.windows) {
+  await sequence.clearHistory();
+  const inputs = w.slice(0, -1).map(t => [t, {generateNext: {probabilities: true, options}}]);
+  const out = await sequence.controlledEvaluate(inputs);
+  let s = 0;
+  for (let i = 0; i < out.length; ++i) s -= logp(out[i].next.probabilities, w[i + 1]);
+  windowNll.push(s);
+  nll += s;
+  count += out.length;
+}
+const evalSeconds = (performance.now() - t0) / 1000;
+
+await sequence.clearHistory();
+const prompt = mine.greedy_prompt;
+let last = await sequence.controlledEvaluate(prompt.map((t, i) => i === prompt.length - 1
+  ? [t, {generateNext: {probabilities: true, options}}] : t));
+const greedy = [], margins = [];
+for (let i = 0; i < mine.greedy.length; ++i) {
+  const probs = last[last.length - 1].next.probabilities;
+  let best = -1, bestP = -1, secondP = -1;
+  for (const [token, p] of probs) {
+    if (p > bestP) { secondP = bestP; bestP = p; best = token; }
+    else if (p > secondP) secondP = p;
+  }
+  greedy.push(best);
+  margins.push(Math.log(bestP) - Math.log(Math.max(secondP, 1e-300)));
+  last = await sequence.controlledEvaluate([[best, {generateNext: {probabilities: true, options}}]]);
+}
+writeFileSync(outPath, JSON.stringify({window_nll: windowNll, nll, count, perplexity: Math.exp(nll / count),
+                                       eval_seconds: evalSeconds, greedy, margins}));
+process.exit(0);
