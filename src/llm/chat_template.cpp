@@ -923,7 +923,7 @@ class Parser {
     s->a.push_back(std::move(a));
     return s;
   }
-  ExprPtr binary(const char* op, ExprPtr l, ExprPtr r) {
+  ExprPtr binary(std::string op, ExprPtr l, ExprPtr r) {
     ExprPtr e = make(E::Binary);
     e->name = op;
     e->a.push_back(std::move(l));
@@ -973,22 +973,14 @@ class Parser {
       } else {
         return l;
       }
-      ExprPtr e = make(E::Binary);
-      e->name = op;
-      e->a.push_back(std::move(l));
-      e->a.push_back(additive());
-      l = std::move(e);
+      l = binary(op, std::move(l), additive());
     }
   }
   ExprPtr additive() {
     ExprPtr l = multiplicative();
     while (at(Tok::Punct, "+") || at(Tok::Punct, "-") || at(Tok::Punct, "~")) {
       const std::string op = t_[pos_++].text;
-      ExprPtr e = make(E::Binary);
-      e->name = op;
-      e->a.push_back(std::move(l));
-      e->a.push_back(multiplicative());
-      l = std::move(e);
+      l = binary(op, std::move(l), multiplicative());
     }
     return l;
   }
@@ -996,11 +988,7 @@ class Parser {
     ExprPtr l = power();
     while (at(Tok::Punct, "*") || at(Tok::Punct, "/") || at(Tok::Punct, "//") || at(Tok::Punct, "%")) {
       const std::string op = t_[pos_++].text;
-      ExprPtr e = make(E::Binary);
-      e->name = op;
-      e->a.push_back(std::move(l));
-      e->a.push_back(power());
-      l = std::move(e);
+      l = binary(op, std::move(l), power());
     }
     return l;
   }

@@ -414,6 +414,37 @@ struct Symbol {
   size_t begin, len;  // bytes of the text; len 0 once merged into its left neighbour
 };
 
+// One symbol per UTF-8 character of `text`, linked in order.
+void split_characters(std::string_view text, std::vector<Symbol>& sym) {
+  sym.clear();
+  for (size_t off = 0; off < text.size();) {
+    const size_t len = std::min(utf8_len(static_cast<unsigned char>(text[off])), text.size() - off);
+    const int i = static_cast<int>(sym.size());
+    sym.push_back({i - 1, off + len == text.size() ? -1 : i + 1, off, len});
+    off += len;
+  }
+}
+
+// Merges the queue's best pair while it is still current (neither side
+// merged since it was offered), then offers the pairs it makes with its
+// neighbours; llama.cpp's loop for both SentencePiece and byte-level BPE.
+template <class Queue, class Offer>
+void merge_pairs(std::vector<Symbol>& sym, Queue& queue, Offer&& offer) {
+  while (!queue.empty()) {
+    const auto b = queue.top();
+    queue.pop();
+    Symbol& l = sym[b.left];
+    Symbol& r = sym[b.right];
+    if (l.len == 0 || r.len == 0 || l.len + r.len != b.len) continue;  // stale
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = b.left;
+    offer(l.prev, b.left);
+    offer(b.left, l.next);
+  }
+}
+
 struct Bigram {
   int left, right;
   float score;
@@ -428,12 +459,7 @@ struct Bigram {
 // ties break the same way.
 void Tokenizer::encode_spm(std::string text, std::vector<int32_t>& out) const {
   std::vector<Symbol> sym;
-  for (size_t off = 0; off < text.size();) {
-    const size_t len = std::min(utf8_len(static_cast<unsigned char>(text[off])), text.size() - off);
-    const int i = static_cast<int>(sym.size());
-    sym.push_back({i - 1, off + len == text.size() ? -1 : i + 1, off, len});
-    off += len;
-  }
+  split_characters(text, sym);
   std::priority_queue<Bigram> queue;
   std::unordered_map<std::string, std::pair<int, int>> rev_merge;
   auto try_add = [&](int left, int right) {
@@ -445,19 +471,7 @@ void Tokenizer::encode_spm(std::string text, std::vector<int32_t>& out) const {
     rev_merge[std::move(joined)] = {left, right};
   };
   for (int i = 1; i < static_cast<int>(sym.size()); ++i) try_add(i - 1, i);
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
-    Symbol& l = sym[b.left];
-    Symbol& r = sym[b.right];
-    if (l.len == 0 || r.len == 0 || l.len + r.len != b.len) continue;  // stale: one side already merged
-    l.len += r.len;
-    r.len = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[r.next].prev = b.left;
-    try_add(l.prev, b.left);
-    try_add(b.left, l.next);
-  }
+  merge_pairs(sym, queue, try_add);
   // A symbol that is a token is written as that token; one that is not is
   // split back into the pair it was merged from, down to bytes.
   std::vector<int> stack;
@@ -490,11 +504,6 @@ void Tokenizer::encode_spm(std::string text, std::vector<int32_t>& out) const {
 
 namespace {
 
-struct BpeSymbol {
-  int prev, next;
-  size_t begin, len;
-};
-
 struct BpeBigram {
   int left, right;
   int32_t rank;
@@ -507,7 +516,7 @@ struct BpeBigram {
 
 // llama.cpp's byte-level merge loop (llm_tokenizer_bpe_session), word by word.
 void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) const {
-  std::vector<BpeSymbol> sym;
+  std::vector<Symbol> sym;
   std::priority_queue<BpeBigram> queue;
   std::string key;
   for (const std::string& raw : pre_tokenize(text, static_cast<PreTokenizer>(pre_))) {
@@ -518,13 +527,7 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) con
         continue;
       }
     }
-    sym.clear();
-    for (size_t off = 0; off < word.size();) {
-      const size_t len = std::min(utf8_len(static_cast<unsigned char>(word[off])), word.size() - off);
-      const int i = static_cast<int>(sym.size());
-      sym.push_back({i - 1, off + len == word.size() ? -1 : i + 1, off, len});
-      off += len;
-    }
+    split_characters(word, sym);
     auto try_add = [&](int left, int right) {
       if (left < 0 || right < 0) return;
       key.assign(word, sym[left].begin, sym[left].len);
@@ -535,19 +538,7 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) con
       queue.push({left, right, it->second, sym[left].len + sym[right].len});
     };
     for (int i = 1; i < static_cast<int>(sym.size()); ++i) try_add(i - 1, i);
-    while (!queue.empty()) {
-      const BpeBigram b = queue.top();
-      queue.pop();
-      BpeSymbol& l = sym[b.left];
-      BpeSymbol& r = sym[b.right];
-      if (l.len == 0 || r.len == 0 || l.len + r.len != b.len || l.next != b.right) continue;  // stale
-      l.len += r.len;
-      r.len = 0;
-      l.next = r.next;
-      if (r.next >= 0) sym[r.next].prev = b.left;
-      try_add(l.prev, b.left);
-      try_add(b.left, l.next);
-    }
+    merge_pairs(sym, queue, try_add);
     for (int i = sym.empty() ? -1 : 0; i != -1; i = sym[i].next) {
       const std::string_view piece(word.data() + sym[i].begin, sym[i].len);
       if (const int32_t id = find(piece); id >= 0) {
