@@ -15,6 +15,9 @@ process each, the engines alternated, median of the rounds):
             node-llama-cpp starts a thread per decode call)
   batch     16 sequences decoding together, 32 steps, 2 threads: aggregate tokens/s, and the RSS growth
             past the loaded model (weights read once first on both sides)
+And the fortunes models Tessera trained (scripts/fortunes_models.sh; those in the cache), in F32, F16, Q8_0 and
+Q4_0: held-out perplexity over 16 windows of 128 tokens on both sides (`tessera_llm_bench eval`,
+scripts/llm_compat_fortunes.mjs), prefill of 128 tokens at 2 threads and decode at 1 thread.
 """
 import argparse
 import hashlib
@@ -119,10 +122,55 @@ def main():
             print(f"{t} {measure} {threads}t: Tessera {med['tessera']:.1f}, llama.cpp {med['llama.cpp']:.1f} "
                   f"tokens/s{ratio}; RSS growth {rss['tessera'] / 2**20:.0f} / {rss['llama.cpp'] / 2**20:.0f} MiB")
     out = {"rows": rows, "models": models, "rounds": args.rounds, "node_llama_cpp": VERSION,
-           "llama_system_info": system_info}
+           "llama_system_info": system_info, "fortunes": fortunes(bench, pkg, args.rounds)}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
+
+
+FORTUNES_CASES = [("prefill", 2, 128), ("decode", 1, 64)]
+
+
+def fortunes(bench, pkg, rounds):
+    """The fortunes models in the cache: perplexity and speed, both engines."""
+    fdir = os.path.join(CACHE, "fortunes")
+    subprocess.run(["cp", os.path.join(ROOT, "scripts", "llm_compat_fortunes.mjs"), pkg], check=True)
+    rows = []
+    for size in ["2m", "15m", "20m"]:
+        for t in ["F32", "F16", "Q8_0", "Q4_0"]:
+            path = os.path.join(fdir, "models", f"fortunes-{size}-{t}.gguf")
+            if not os.path.exists(path):
+                continue
+            base = os.path.join(fdir, "models", f"bench-{size}-{t}")
+            subprocess.run([bench, "eval", "--model", path, "--config",
+                            os.path.join(ROOT, "examples", "configs", f"fortunes_llama_{size}.yaml"), "--tokenizer",
+                            os.path.join(fdir, "fortunes.model"), "--windows", "16", "--greedy", "64", "--out",
+                            base + ".tessera.json"], check=True, capture_output=True)
+            subprocess.run(["node", "llm_compat_fortunes.mjs", path, base + ".tessera.json", base + ".llama.json"],
+                           cwd=pkg, check=True, capture_output=True)
+            mine, ref = json.load(open(base + ".tessera.json")), json.load(open(base + ".llama.json"))
+            row = {"size": size, "type": t, "sha256": sha256(path), "tessera_ppl": mine["perplexity"],
+                   "llama_ppl": ref["perplexity"],
+                   "greedy_same": next((i for i, (a, b) in enumerate(zip(mine["greedy"], ref["greedy"])) if a != b),
+                                       len(ref["greedy"]))}
+            for measure, threads, tokens in FORTUNES_CASES:
+                runs = {"tessera": [], "llama.cpp": []}
+                for rnd in range(rounds):
+                    order = [("tessera", [bench, "run", "--model", path, "--threads", str(threads), "--measure",
+                                          measure, "--tokens", str(tokens), "--ctx", "256"], None),
+                             ("llama.cpp", ["node", "llm_llamacpp.mjs", path, measure, str(threads), str(tokens), "1",
+                                            "256"], pkg)]
+                    if rnd % 2:
+                        order.reverse()
+                    for name, cmd, cwd in order:
+                        runs[name].append(run_json(cmd, cwd)["tokens_per_s"])
+                row[f"{measure}_tessera"] = statistics.median(runs["tessera"])
+                row[f"{measure}_llama"] = statistics.median(runs["llama.cpp"])
+            log(f"fortunes {size} {t}: perplexity {row['tessera_ppl']:.3f} / {row['llama_ppl']:.3f}, prefill "
+                f"{row['prefill_tessera']:.0f} / {row['prefill_llama']:.0f}, decode {row['decode_tessera']:.0f} / "
+                f"{row['decode_llama']:.0f} tokens/s")
+            rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":
