@@ -51,17 +51,43 @@ Tensor dequantize_gguf_tensor(const GgufFile& f, const GgufTensorInfo& t) {
 }
 
 // ggml's K-quant layouts (ggml-common.h): 256 values per super-block.
-void dequantize_q4_k(const uint8_t* blocks, int64_t n, float* out) {
-  // f16 d, f16 dmin, 12 bytes of 6-bit scales and mins (8 of each), 128 bytes of nibbles.
-  auto scale_min = [](int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
-    if (j < 4) {
-      d = q[j] & 63;
-      m = q[j + 4] & 63;
-    } else {
-      d = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-      m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+namespace {
+// Q4_K: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins (8 of each), 128
+// bytes of nibbles; sub-block j's scale and min (ggml's get_scale_min_k4).
+void scale_min(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
+  if (j < 4) {
+    d = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    d = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+}  // namespace
+
+void q4_k_to_int4(const uint8_t* blocks, int64_t n, uint8_t* nibbles, uint16_t* scales, uint16_t* mins) {
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const uint8_t* x = blocks + b * 144;
+    uint16_t dh, mh;
+    std::memcpy(&dh, x, 2);
+    std::memcpy(&mh, x + 2, 2);
+    const float d = Half::to_float(dh), dmin = Half::to_float(mh);
+    const uint8_t* q = x + 16;
+    for (int s = 0; s < 8; ++s) {  // sub-block s: the low (even s) or high (odd s) nibbles of 32 bytes
+      uint8_t sc, m;
+      scale_min(s, x + 4, sc, m);
+      const int64_t g = b * 8 + s;
+      scales[g] = Half::from_float(d * sc);
+      mins[g] = Half::from_float(-(dmin * m));
+      const uint8_t* src = q + (s / 2) * 32;
+      const int shift = (s & 1) * 4;
+      for (int k = 0; k < 16; ++k)  // Int4's order: value k low, value k + 16 high
+        nibbles[g * 16 + k] = static_cast<uint8_t>(((src[k] >> shift) & 15) | (((src[k + 16] >> shift) & 15) << 4));
     }
-  };
+  }
+}
+
+void dequantize_q4_k(const uint8_t* blocks, int64_t n, float* out) {
   for (int64_t b = 0; b < n / 256; ++b) {
     const uint8_t* x = blocks + b * 144;
     uint16_t dh, mh;

@@ -40,7 +40,19 @@ constexpr int64_t kRowTile = 64;
 // Rows of a matrix product are handed to threads in groups of this many.
 constexpr int64_t kRowGroup = 16;
 
-bool quantized(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0; }
+bool quantized(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K; }
+
+// A Q8_0, Q4_0 or Q4_K (as Int4 groups of 32) matrix as the quantized kernels see it.
+cpu::QuantMatrix quant_view(const Matrix& w) {
+  cpu::QuantMatrix qm;
+  qm.format = w.type == GgmlType::Q8_0 ? cpu::QFormat::Q8_0 : w.type == GgmlType::Q4_0 ? cpu::QFormat::Q4_0
+                                                                                        : cpu::QFormat::Int4;
+  qm.rows = w.rows;
+  qm.cols = w.cols;
+  qm.data = static_cast<const uint8_t*>(w.data);
+  if (w.type == GgmlType::Q4_K) qm.group = kQBlock, qm.scales = w.scales, qm.mins = w.mins;
+  return qm;
+}
 
 // An input of matrix products: m rows of `cols` f32 values (stride ld), and
 // the forms the weights' kernels read, made once for all the products.
@@ -80,8 +92,10 @@ void product_rows(const KernelTable& kt, const Job& j, int64_t r0, int64_t r1) {
           kt.skinny_rows[cpu::idx(DType::BF16)](w.data, w.cols, w.cols, a.x + i0 * a.ld, a.ld, mi, y, j.ldy, r0, r1);
         break;
       case GgmlType::Q8_0:
-      case GgmlType::Q4_0: {
-        const auto f = w.type == GgmlType::Q8_0 ? cpu::QFormat::Q8_0 : cpu::QFormat::Q4_0;
+      case GgmlType::Q4_0:
+      case GgmlType::Q4_K: {
+        const cpu::QuantMatrix qm = quant_view(w);
+        const cpu::QFormat f = qm.format;
         if (w.packed) {
           cpu::PackedQMatrix pm;
           pm.format = f;
@@ -92,12 +106,7 @@ void product_rows(const KernelTable& kt, const Job& j, int64_t r0, int64_t r1) {
           kt.qgemm_rows[static_cast<int>(f)](pm, a.packed + i0 * cpu::packed_act_bytes(a.cols), mi, y, j.ldy, r0, r1);
           break;
         }
-        cpu::QuantMatrix qm;
-        qm.format = w.type == GgmlType::Q8_0 ? cpu::QFormat::Q8_0 : cpu::QFormat::Q4_0;
-        qm.rows = w.rows;
-        qm.cols = w.cols;
-        qm.data = static_cast<const uint8_t*>(w.data);
-        kt.qdot_rows[static_cast<int>(qm.format)](qm, a.q8 + i0 * (a.cols / kQBlock), mi, y, j.ldy, r0, r1);
+        kt.qdot_rows[static_cast<int>(f)](qm, a.q8 + i0 * (a.cols / kQBlock), mi, y, j.ldy, r0, r1);
         break;
       }
       default: TS_ERROR("engine: weight type ", ggml_type_name(w.type), " has no kernel");
@@ -141,11 +150,7 @@ void embedding_row(const KernelTable& kt, const Matrix& e, int64_t tok, float* o
       break;
     }
     default: {
-      cpu::QuantMatrix qm;
-      qm.format = e.type == GgmlType::Q8_0 ? cpu::QFormat::Q8_0 : cpu::QFormat::Q4_0;
-      qm.rows = e.rows;
-      qm.cols = e.cols;
-      qm.data = static_cast<const uint8_t*>(e.data);
+      const cpu::QuantMatrix qm = quant_view(e);
       kt.qdequant_rows[static_cast<int>(qm.format)](qm, tok, tok + 1, out);
     }
   }

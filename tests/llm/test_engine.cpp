@@ -208,9 +208,10 @@ TEST(LlmEngine, HalfAndQuantizedWeightsMatchTheModuleOnTheSameWeights) {
   }
 }
 
-// llama.cpp's Q4_0 files keep their output matrix in Q6_K: the engine runs it
-// (requantized to Q8_0 at load) within that rounding of the module on the
-// file's exact values.
+// K-quant matrices: Q4_K runs on the Int4 kernels (its codes as they are,
+// its sub-block scales and mins rounded to f16), Q6_K requantized to Q8_0
+// (llama.cpp's Q4_0 files keep their output matrix in Q6_K); both within that
+// rounding of the module on the file's exact values.
 TEST(LlmEngine, RunsKQuantMatrices) {
   nn::zoo::LlamaConfig c = small_config();
   c.dim = 256;  // rows of whole 256-value super-blocks
@@ -220,40 +221,83 @@ TEST(LlmEngine, RunsKQuantMatrices) {
   m.eval();
   const std::string image = llm::llama_to_gguf(m).bytes();
   const llm::GgufFile src = llm::GgufFile::parse(image.data(), image.size(), "f32.gguf");
-  llm::GgufWriter w;
-  for (const auto& [k, v] : src.metadata()) w.set(k, v);
-  std::mt19937 g(3);
-  for (const llm::GgufTensorInfo& t : src.tensors()) {
-    if (t.name != "output.weight") {
-      w.add_tensor(t.name, src.tensor(t.name));
-      continue;
+  for (GgmlType kq : {GgmlType::Q6_K, GgmlType::Q4_K}) {
+    const int64_t block = kq == GgmlType::Q6_K ? 210 : 144;
+    llm::GgufWriter w;
+    for (const auto& [k, v] : src.metadata()) w.set(k, v);
+    std::mt19937 g(3);
+    for (const llm::GgufTensorInfo& t : src.tensors()) {
+      // The output matrix and one layer's products in the K-quant.
+      if (t.name != "output.weight" && t.name != "blk.0.attn_q.weight" && t.name != "blk.0.ffn_down.weight") {
+        w.add_tensor(t.name, src.tensor(t.name));
+        continue;
+      }
+      if (t.ne[0] % 256 != 0) {
+        w.add_tensor(t.name, src.tensor(t.name));
+        continue;
+      }
+      std::vector<uint8_t> blocks(static_cast<size_t>(t.numel() / 256 * block));
+      for (uint8_t& b : blocks) b = static_cast<uint8_t>(g());
+      for (size_t b = 0; b < blocks.size() / block; ++b) {  // a modest f16 d (and dmin) in each super-block
+        const uint16_t d = Half::from_float(1e-3f * static_cast<float>(1 + b % 7));
+        if (kq == GgmlType::Q6_K) {
+          std::memcpy(blocks.data() + b * block + 208, &d, 2);
+        } else {
+          const uint16_t dmin = Half::from_float(5e-4f * static_cast<float>(1 + b % 5));
+          std::memcpy(blocks.data() + b * block, &d, 2);
+          std::memcpy(blocks.data() + b * block + 2, &dmin, 2);
+        }
+      }
+      w.add_tensor(t.name, kq, t.ne, tensor(std::vector<uint8_t>(blocks.begin(), blocks.end())));
     }
-    std::vector<uint8_t> blocks(static_cast<size_t>(t.numel() / 256 * 210));
-    for (uint8_t& b : blocks) b = static_cast<uint8_t>(g());
-    for (size_t b = 0; b < blocks.size() / 210; ++b) {  // a modest f16 d in each super-block
-      const uint16_t d = Half::from_float(1e-3f * static_cast<float>(1 + b % 7));
-      std::memcpy(blocks.data() + b * 210 + 208, &d, 2);
+    const std::string kimage = w.bytes();
+    const llm::GgufFile kfile = llm::GgufFile::parse(kimage.data(), kimage.size(), "k.gguf");
+    auto exact = llm::load_llama_gguf(kfile);
+    exact->eval();
+    const std::vector<int32_t> ids = tokens(20, 4);
+    NoGradGuard ng;
+    Tensor want = (*exact)(tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 20})).contiguous();
+    Engine e(llm::Model::from_gguf(kfile), opts());
+    const GgmlType runs_as = kq == GgmlType::Q6_K ? GgmlType::Q8_0 : GgmlType::Q4_K;
+    EXPECT_EQ(e.model().output().type, runs_as);
+    EXPECT_EQ(e.model().layers()[0].q.type, runs_as);
+    const std::vector<float> got = run_chunked(e, ids, 20);
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double v = want.data_ptr<float>()[i];
+      err += (got[i] - v) * (got[i] - v);
+      norm += v * v;
     }
-    Tensor bytes = tensor(std::vector<uint8_t>(blocks.begin(), blocks.end()));
-    w.add_tensor(t.name, GgmlType::Q6_K, t.ne, bytes);
+    EXPECT_LT(std::sqrt(err / norm), 2e-2) << llm::ggml_type_name(kq);
+    // The same logits whatever the chunking (the Int4 kernels are per-row too).
+    EXPECT_EQ(run_chunked(e, ids, 7), got) << llm::ggml_type_name(kq);
   }
-  const std::string kimage = w.bytes();
-  const llm::GgufFile kfile = llm::GgufFile::parse(kimage.data(), kimage.size(), "q6_k.gguf");
-  auto exact = llm::load_llama_gguf(kfile);
-  exact->eval();
-  const std::vector<int32_t> ids = tokens(20, 4);
-  NoGradGuard ng;
-  Tensor want = (*exact)(tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 20})).contiguous();
-  Engine e(llm::Model::from_gguf(kfile), opts());
-  EXPECT_EQ(e.model().output().type, GgmlType::Q8_0);
-  const std::vector<float> got = run_chunked(e, ids, 20);
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double v = want.data_ptr<float>()[i];
-    err += (got[i] - v) * (got[i] - v);
-    norm += v * v;
+}
+
+// Q4_K as Int4 groups: every value as ggml dequantizes it, up to the f16
+// rounding of each sub-block's scale and min.
+TEST(LlmEngine, Q4KRepacksAsInt4Groups) {
+  std::mt19937 g(9);
+  std::vector<uint8_t> blocks(2 * 144);
+  for (uint8_t& b : blocks) b = static_cast<uint8_t>(g());
+  for (int b = 0; b < 2; ++b) {
+    const uint16_t d = Half::from_float(0.01f + 0.003f * static_cast<float>(b));
+    const uint16_t dmin = Half::from_float(0.02f);
+    std::memcpy(blocks.data() + b * 144, &d, 2);
+    std::memcpy(blocks.data() + b * 144 + 2, &dmin, 2);
   }
-  EXPECT_LT(std::sqrt(err / norm), 2e-2);
+  std::vector<float> want(512);
+  llm::dequantize_q4_k(blocks.data(), 512, want.data());
+  std::vector<uint8_t> nib(256);
+  std::vector<uint16_t> sc(16), mn(16);
+  llm::q4_k_to_int4(blocks.data(), 512, nib.data(), sc.data(), mn.data());
+  for (int i = 0; i < 512; ++i) {
+    const int grp = i / 32, k = i % 32;
+    const int q = k < 16 ? nib[grp * 16 + k] & 15 : nib[grp * 16 + k - 16] >> 4;
+    const float s = Half::to_float(sc[grp]), m = Half::to_float(mn[grp]);
+    // f16 keeps 11 bits: each of s and m within 2^-11 of its exact value.
+    EXPECT_NEAR(s * static_cast<float>(q) + m, want[i], std::ldexp(std::abs(s) * 15 + std::abs(m), -11) + 1e-6) << i;
+  }
 }
 
 // A file the engine cannot run is an error that names the problem.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <random>
 
 #include <cmath>
 #include <cstdlib>
@@ -265,6 +266,52 @@ TEST(LlamaGguf, WritesModelsForLlamaCpp) {
                              rows_json(lp.data_ptr<float>(), lp.size(0), lp.size(1)) + "], \"engine_logprobs\": [" +
                              engine_json(base + ".gguf") + "]}\n";
     io::write_file_atomic(base + ".tessera.json", [&](io::Writer& w) { w.write(json); });
+  }
+  // K-quants (Tessera does not write them): every 2-D weight of a width-256
+  // model as random Q4_K super-blocks, the output matrix as Q6_K, as in
+  // llama.cpp's Q4_K_M files.
+  {
+    nn::zoo::LlamaConfig kc = c;
+    kc.dim = 256, kc.hidden_dim = 512;
+    manual_seed(12);
+    nn::zoo::Llama km(kc);
+    const std::string image = llm::llama_to_gguf(km, {.type = GgmlType::F32, .tokenizer = &tok}).bytes();
+    const GgufFile src = GgufFile::parse(image.data(), image.size(), "f32.gguf");
+    llm::GgufWriter w;
+    for (const auto& [k, v] : src.metadata()) w.set(k, v);
+    std::mt19937 g(5);
+    for (const llm::GgufTensorInfo& t : src.tensors()) {
+      if (t.ne.size() != 2 || t.ne[0] % 256 != 0) {
+        w.add_tensor(t.name, src.tensor(t.name));
+        continue;
+      }
+      const bool q6 = t.name == "output.weight" || t.name == "token_embd.weight";
+      const int64_t block = q6 ? 210 : 144;
+      std::vector<uint8_t> blocks(static_cast<size_t>(t.numel() / 256 * block));
+      for (uint8_t& b : blocks) b = static_cast<uint8_t>(g());
+      for (size_t b = 0; b < blocks.size() / block; ++b) {
+        // Scales that keep the logits a few units apart (neither flat nor one-hot).
+        const uint16_t d = Half::from_float(1e-4f * static_cast<float>(1 + b % 3));
+        const uint16_t dmin = Half::from_float(5e-5f * static_cast<float>(1 + b % 3));
+        if (q6) {
+          std::memcpy(blocks.data() + b * block + 208, &d, 2);
+        } else {
+          std::memcpy(blocks.data() + b * block, &d, 2);
+          std::memcpy(blocks.data() + b * block + 2, &dmin, 2);
+        }
+      }
+      w.add_tensor(t.name, q6 ? GgmlType::Q6_K : GgmlType::Q4_K, t.ne,
+                   tensor(std::vector<uint8_t>(blocks.begin(), blocks.end())));
+    }
+    const std::string base = std::string(dir) + "/random-gqa-Q4_K";
+    w.save(base + ".gguf");
+    auto back = llm::load_llama_gguf(GgufFile::open(base + ".gguf"));
+    back->eval();
+    Tensor lp = ops::log_softmax((*back)(tensor(ids).reshape({1, -1})), -1).select(0, 0).contiguous();
+    const std::string json = "{\"tokens\": [" + ids_json + "], \"logprobs\": [" +
+                             rows_json(lp.data_ptr<float>(), lp.size(0), lp.size(1)) + "], \"engine_logprobs\": [" +
+                             engine_json(base + ".gguf") + "]}\n";
+    io::write_file_atomic(base + ".tessera.json", [&](io::Writer& w2) { w2.write(json); });
   }
   // RoPE scaling, which only the engine runs: linear, YaRN (extending an
   // original context of 8), and Llama 3.1-style per-pair frequency factors.

@@ -177,6 +177,10 @@ class GgufWriter {
 // ggml's dequantize_row_q4_K / _q6_K compute them (the same float operations
 // in the same order).
 void dequantize_q4_k(const uint8_t* blocks, int64_t n, float* out);
+// n values of Q4_K as Tessera's Int4 groups of 32 (backend/cpu/quant.h): the
+// codes as they are, in Int4's nibble order (n / 2 bytes), and each
+// sub-block's scale d * sc and min -dmin * m rounded to f16 (n / 32 each).
+void q4_k_to_int4(const uint8_t* blocks, int64_t n, uint8_t* nibbles, uint16_t* scales, uint16_t* mins);
 void dequantize_q6_k(const uint8_t* blocks, int64_t n, float* out);
 
 // A tensor's values in f32, as [rows, ne[0]] (rows: the other dimensions'
