@@ -156,10 +156,11 @@ def fortunes(bench, pkg, rounds):
             for measure, threads, tokens in FORTUNES_CASES:
                 runs = {"tessera": [], "llama.cpp": []}
                 for rnd in range(rounds):
+                    # Prompt ids within the 8,000-piece vocabulary.
                     order = [("tessera", [bench, "run", "--model", path, "--threads", str(threads), "--measure",
-                                          measure, "--tokens", str(tokens), "--ctx", "256"], None),
+                                          measure, "--tokens", str(tokens), "--ctx", "256", "--spread", "7900"], None),
                              ("llama.cpp", ["node", "llm_llamacpp.mjs", path, measure, str(threads), str(tokens), "1",
-                                            "256"], pkg)]
+                                            "256", "7900"], pkg)]
                     if rnd % 2:
                         order.reverse()
                     for name, cmd, cwd in order:

@@ -5,12 +5,14 @@
 // the CPU variant of ggml that was loaded.
 import {getLlama} from "node-llama-cpp";
 
-const [, , modelPath, measure, threadsArg, tokensArg, seqsArg, ctxArg] = process.argv;
+const [, , modelPath, measure, threadsArg, tokensArg, seqsArg, ctxArg, spreadArg] = process.argv;
 const threads = Number(threadsArg), n = Number(tokensArg), ctx = Number(ctxArg);
 const seqs = measure === "batch" ? Number(seqsArg) : 1;
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error", maxThreads: threads});
 const model = await llama.loadModel({modelPath});
-const prompt = Array.from({length: n + seqs + 8}, (_, i) => 100 + (i * 7919) % 20000);
+// Prompt ids 100 + (i * 7919) mod spread (default 20,000), as tessera_llm_bench's --spread.
+const spread = Number(spreadArg ?? 20000);
+const prompt = Array.from({length: n + seqs + 8}, (_, i) => 100 + (i * 7919) % spread);
 
 // The weights' pages read once (a one-token evaluation in a throwaway context).
 {

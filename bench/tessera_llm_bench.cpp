@@ -3,7 +3,7 @@
 //   tessera_llm_bench make-model --size S|M [--kv-heads N] --type Q8_0 --vocab VOCAB.gguf --out F.gguf [--seed 1]
 //       a random-weight Llama shaped like stories15M (S) or a 110M model (M),
 //       with the tokenizer of VOCAB.gguf, written as GGUF by Tessera
-//   tessera_llm_bench run --model F.gguf --threads N --measure prefill|decode|batch [--tokens N] [--seqs N]
+//   tessera_llm_bench run --model F.gguf --threads N --measure prefill|decode|batch [--tokens N] [--seqs N] [--spread N]
 //       one measurement, as a JSON line: tokens/s and the RSS growth past the loaded model
 //   tessera_llm_bench eval --model F.gguf --config CFG.yaml --tokenizer T.model [--windows 16] [--greedy 64]
 //                          [--threads N] --out R.json
@@ -98,7 +98,9 @@ int run(int argc, char** argv) {
   o.max_batch_tokens = std::max<int64_t>(512, o.max_sequences);
   llm::Engine e(model, o);
   std::vector<int32_t> prompt(static_cast<size_t>(n + seqs + 8));  // prompts of 8 start at 0..seqs-1
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + (i * 7919) % 20000);
+  // Prompt ids spread over the vocabulary, as bench/llm_llamacpp.mjs's.
+  const int64_t spread = std::stoll(arg(argc, argv, "--spread", "20000"));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + (i * 7919) % spread);
   double t0 = 0, t1 = 0;
   int64_t tokens = 0;
   if (measure == "prefill") {
