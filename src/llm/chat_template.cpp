@@ -1130,7 +1130,8 @@ class Parser {
       case Tok::Number: {
         ExprPtr e = make(E::Literal);
         if (t.text.find('.') != std::string::npos) {
-          e->literal = Value::number(std::stod(t.text));
+          // Digits and one point: strtod reads any length (overflow gives infinity, never an exception).
+          e->literal = Value::number(std::strtod(t.text.c_str(), nullptr));
         } else {
           int64_t v = 0;
           auto r = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
@@ -1506,7 +1507,11 @@ class Renderer {
     }
     if (obj.kind == Kind::Array || obj.kind == Kind::String) {
       if (key.kind == Kind::Int || (dot && key.kind == Kind::String && !key.s.empty() && std::isdigit(static_cast<unsigned char>(key.s[0])))) {
-        const int64_t k0 = key.kind == Kind::Int ? key.i : std::stoll(key.s);
+        int64_t k0 = key.i;
+        if (key.kind != Kind::Int) {  // x.0: the lexer's digits, maybe too many for 64 bits
+          auto r = std::from_chars(key.s.data(), key.s.data() + key.s.size(), k0);
+          if (r.ec != std::errc()) return Value();
+        }
         if (obj.kind == Kind::Array) {
           const int64_t n = static_cast<int64_t>(obj.a->size());
           const int64_t k = k0 < 0 ? n + k0 : k0;

@@ -112,6 +112,9 @@ TEST(ChatTemplate, SandboxLimits) {
                 .find("the template raised: roles must alternate"),
             std::string::npos);
   EXPECT_EQ(render("{{ x.y is defined }}"), "false");
+  // Numbers too long for their types: no exception escapes.
+  EXPECT_EQ(render("{{ [1, 2].99999999999999999999999 is defined }}"), "false");
+  EXPECT_EQ(render("{{ " + std::string(400, '9') + ".5 > 1 }}"), "true");
   EXPECT_NE(testing::error_of([] { render("{{ 'a' ~ none }}"); }).find("'~' on none"), std::string::npos);
 }
 
