@@ -2229,8 +2229,8 @@ RenderedChat render_chat(const ChatTemplate& t, const nlohmann::ordered_json& me
   size_t begin = std::string::npos;
   for (size_t k = 0; k < raw.size();) {
     if (raw.compare(k, open.size(), open) == 0) {
-      TS_CHECK(begin == std::string::npos, "chat: the template nests or splits a message's text (it should write each "
-               "content whole)");
+      TS_CHECK(begin == std::string::npos, "chat: the template cuts a message's text (it should write each content "
+               "whole)");
       begin = out.text.size();
       k += open.size();
     } else if (raw.compare(k, close.size(), close) == 0) {
