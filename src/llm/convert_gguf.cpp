@@ -63,15 +63,21 @@ void scale_min(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
     m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
   }
 }
+// A Q4_K super-block's f16 d and dmin as floats.
+void q4_k_scales(const uint8_t* x, float& d, float& dmin) {
+  uint16_t dh, mh;
+  std::memcpy(&dh, x, 2);
+  std::memcpy(&mh, x + 2, 2);
+  d = Half::to_float(dh);
+  dmin = Half::to_float(mh);
+}
 }  // namespace
 
 void q4_k_to_int4(const uint8_t* blocks, int64_t n, uint8_t* nibbles, uint16_t* scales, uint16_t* mins) {
   for (int64_t b = 0; b < n / 256; ++b) {
     const uint8_t* x = blocks + b * 144;
-    uint16_t dh, mh;
-    std::memcpy(&dh, x, 2);
-    std::memcpy(&mh, x + 2, 2);
-    const float d = Half::to_float(dh), dmin = Half::to_float(mh);
+    float d, dmin;
+    q4_k_scales(x, d, dmin);
     const uint8_t* q = x + 16;
     for (int s = 0; s < 8; ++s) {  // sub-block s: the low (even s) or high (odd s) nibbles of 32 bytes
       uint8_t sc, m;
@@ -90,10 +96,8 @@ void q4_k_to_int4(const uint8_t* blocks, int64_t n, uint8_t* nibbles, uint16_t* 
 void dequantize_q4_k(const uint8_t* blocks, int64_t n, float* out) {
   for (int64_t b = 0; b < n / 256; ++b) {
     const uint8_t* x = blocks + b * 144;
-    uint16_t dh, mh;
-    std::memcpy(&dh, x, 2);
-    std::memcpy(&mh, x + 2, 2);
-    const float d = Half::to_float(dh), dmin = Half::to_float(mh);
+    float d, dmin;
+    q4_k_scales(x, d, dmin);
     const uint8_t* scales = x + 4;
     const uint8_t* q = x + 16;
     float* y = out + b * 256;

@@ -256,15 +256,18 @@ TEST(LlamaGguf, WritesModelsForLlamaCpp) {
   };
   std::string ids_json;
   for (size_t i = 0; i < ids.size(); ++i) ids_json += (i ? ", " : "") + std::to_string(ids[i]);
-  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0}) {
-    const std::string base = std::string(dir) + "/random-gqa-" + llm::ggml_type_name(type);
-    llm::save_llama_gguf(*m, base + ".gguf", {.type = type, .tokenizer = &tok});
+  // The file's log-probs through the Llama module and through the engine.
+  auto module_and_engine_json = [&](const std::string& base) {
     auto back = llm::load_llama_gguf(GgufFile::open(base + ".gguf"));
     back->eval();
     Tensor lp = ops::log_softmax((*back)(tensor(ids).reshape({1, -1})), -1).select(0, 0).contiguous();
-    const std::string json = "{\"tokens\": [" + ids_json + "], \"logprobs\": [" +
-                             rows_json(lp.data_ptr<float>(), lp.size(0), lp.size(1)) + "], \"engine_logprobs\": [" +
-                             engine_json(base + ".gguf") + "]}\n";
+    return "{\"tokens\": [" + ids_json + "], \"logprobs\": [" + rows_json(lp.data_ptr<float>(), lp.size(0), lp.size(1)) +
+           "], \"engine_logprobs\": [" + engine_json(base + ".gguf") + "]}\n";
+  };
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0}) {
+    const std::string base = std::string(dir) + "/random-gqa-" + llm::ggml_type_name(type);
+    llm::save_llama_gguf(*m, base + ".gguf", {.type = type, .tokenizer = &tok});
+    const std::string json = module_and_engine_json(base);
     io::write_file_atomic(base + ".tessera.json", [&](io::Writer& w) { w.write(json); });
   }
   // K-quants (Tessera does not write them): every 2-D weight of a width-256
@@ -305,12 +308,7 @@ TEST(LlamaGguf, WritesModelsForLlamaCpp) {
     }
     const std::string base = std::string(dir) + "/random-gqa-Q4_K";
     w.save(base + ".gguf");
-    auto back = llm::load_llama_gguf(GgufFile::open(base + ".gguf"));
-    back->eval();
-    Tensor lp = ops::log_softmax((*back)(tensor(ids).reshape({1, -1})), -1).select(0, 0).contiguous();
-    const std::string json = "{\"tokens\": [" + ids_json + "], \"logprobs\": [" +
-                             rows_json(lp.data_ptr<float>(), lp.size(0), lp.size(1)) + "], \"engine_logprobs\": [" +
-                             engine_json(base + ".gguf") + "]}\n";
+    const std::string json = module_and_engine_json(base);
     io::write_file_atomic(base + ".tessera.json", [&](io::Writer& w2) { w2.write(json); });
   }
   // RoPE scaling, which only the engine runs: linear, YaRN (extending an
