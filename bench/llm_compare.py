@@ -6,7 +6,8 @@ scripts/llm_compat.sh) on the same GGUF files.
 
 The files: random-weight Llama models shaped like a 110M model (width 768, 12
 layers, 12 heads, feed-forward 2048, llama.cpp's 32,000-piece SentencePiece
-vocabulary), written by `tessera_llm_bench make-model` in F16, Q8_0 and Q4_0,
+vocabulary), written by `tessera_llm_bench make-model` in F16, Q8_0, Q4_0 and Q4_K (as `tessera
+quantize-gguf` writes it: the output matrix in Q6_K),
 cached under $TESSERA_CACHE/llm-bench (default ~/.cache/tessera) with their
 sha256. Measurements (`tessera_llm_bench run` and `bench/llm_llamacpp.mjs`, one
 process each, the engines alternated, median of the rounds):
@@ -31,13 +32,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CACHE = os.environ.get("TESSERA_CACHE", os.path.expanduser("~/.cache/tessera"))
 VERSION = "3.21.1"
-TYPES = ["F16", "Q8_0", "Q4_0"]
+TYPES = ["F16", "Q8_0", "Q4_0", "Q4_K"]
 # (measure, threads, tokens, sequences, target ratio by type or None)
 CASES = [
-    ("prefill", 2, 512, 1, {"F16": 1.0, "Q8_0": 1.3, "Q4_0": 1.0}),
-    ("decode", 1, 64, 1, {"F16": 1.0, "Q8_0": 1.3, "Q4_0": 1.15}),
+    ("prefill", 2, 512, 1, {"F16": 1.0, "Q8_0": 1.3, "Q4_0": 1.0, "Q4_K": 1.0}),
+    ("decode", 1, 64, 1, {"F16": 1.0, "Q8_0": 1.3, "Q4_0": 1.15, "Q4_K": 1.0}),
     ("decode", 2, 64, 1, None),
-    ("batch", 2, 32, 16, {"F16": 2.0, "Q8_0": 2.0, "Q4_0": 2.0}),
+    ("batch", 2, 32, 16, {"F16": 2.0, "Q8_0": 2.0, "Q4_0": 2.0, "Q4_K": 2.0}),
 ]
 
 

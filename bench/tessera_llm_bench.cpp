@@ -71,10 +71,18 @@ int make_model(int argc, char** argv) {
   manual_seed(std::stoull(arg(argc, argv, "--seed", "1")));
   nn::zoo::Llama model(c);
   llm::GgufExportOptions o;
-  o.type = *llm::ggml_type_from_name(arg(argc, argv, "--type"));
+  const llm::GgmlType type = *llm::ggml_type_from_name(arg(argc, argv, "--type"));
+  o.type = type;
   o.tokenizer = &tok;
   o.name = "tessera-random-llama-" + size;
-  llm::save_llama_gguf(model, arg(argc, argv, "--out"), o);
+  if (type != llm::GgmlType::Q4_K && type != llm::GgmlType::Q6_K) {
+    llm::save_llama_gguf(model, arg(argc, argv, "--out"), o);
+    return 0;
+  }
+  // K-quants as `tessera quantize-gguf` writes them, from the F32 file.
+  o.type = llm::GgmlType::F32;
+  const std::string image = llm::llama_to_gguf(model, o).bytes();
+  llm::convert_gguf(llm::GgufFile::parse(image.data(), image.size(), "F32 image"), type).save(arg(argc, argv, "--out"));
   return 0;
 }
 

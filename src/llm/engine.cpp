@@ -40,17 +40,23 @@ constexpr int64_t kRowTile = 64;
 // Rows of a matrix product are handed to threads in groups of this many.
 constexpr int64_t kRowGroup = 16;
 
-bool quantized(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K; }
+bool quantized(GgmlType t) {
+  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+}
 
-// A Q8_0, Q4_0 or Q4_K (as Int4 groups of 32) matrix as the quantized kernels see it.
+// A Q8_0, Q4_0, Q4_K or Q6_K matrix as the quantized kernels see it (the
+// GGUF blocks as they are in the file).
 cpu::QuantMatrix quant_view(const Matrix& w) {
   cpu::QuantMatrix qm;
-  qm.format = w.type == GgmlType::Q8_0 ? cpu::QFormat::Q8_0 : w.type == GgmlType::Q4_0 ? cpu::QFormat::Q4_0
-                                                                                        : cpu::QFormat::Int4;
+  switch (w.type) {
+    case GgmlType::Q8_0: qm.format = cpu::QFormat::Q8_0; break;
+    case GgmlType::Q4_0: qm.format = cpu::QFormat::Q4_0; break;
+    case GgmlType::Q4_K: qm.format = cpu::QFormat::Q4_K; break;
+    default: qm.format = cpu::QFormat::Q6_K; break;
+  }
   qm.rows = w.rows;
   qm.cols = w.cols;
   qm.data = static_cast<const uint8_t*>(w.data);
-  if (w.type == GgmlType::Q4_K) qm.group = kQBlock, qm.scales = w.scales, qm.mins = w.mins;
   return qm;
 }
 
@@ -93,7 +99,8 @@ void product_rows(const KernelTable& kt, const Job& j, int64_t r0, int64_t r1) {
         break;
       case GgmlType::Q8_0:
       case GgmlType::Q4_0:
-      case GgmlType::Q4_K: {
+      case GgmlType::Q4_K:
+      case GgmlType::Q6_K: {
         const cpu::QuantMatrix qm = quant_view(w);
         const cpu::QFormat f = qm.format;
         if (w.packed) {

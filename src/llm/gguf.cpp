@@ -234,8 +234,10 @@ int64_t ggml_file_type(GgmlType t) {
     case GgmlType::F16: return 1;
     case GgmlType::Q4_0: return 2;
     case GgmlType::Q8_0: return 7;
+    case GgmlType::Q4_K: return 14;  // llama.cpp's "Q4_K - Small"
+    case GgmlType::Q6_K: return 18;
     case GgmlType::BF16: return 32;
-    default: TS_ERROR("GGUF: weights can be written as F32, F16, BF16, Q8_0 or Q4_0, not ", ggml_type_name(t));
+    default: TS_ERROR("GGUF: weights can be written as F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K, not ", ggml_type_name(t));
   }
 }
 

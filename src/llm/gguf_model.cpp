@@ -39,6 +39,15 @@ Tensor* find_param(nn::NamedTensors& params, const std::string& name) {
 }
 }  // namespace
 
+int64_t export_file_type(GgmlType type) {
+  TS_CHECK(type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 || type == GgmlType::Q8_0 ||
+               type == GgmlType::Q4_0,
+           "GGUF export: weights are written as F32, F16, BF16, Q8_0 or Q4_0, not ", ggml_type_name(type),
+           " (for Q4_K or Q6_K, export F32 and convert it with `tessera quantize-gguf` / llm::convert_gguf, which "
+           "keeps the matrices whose rows are not whole super-blocks of 256)");
+  return ggml_file_type(type);
+}
+
 void add_parameters(GgufWriter& w, const nn::Module& model, const std::vector<TensorName>& names, GgmlType type,
                     const std::vector<std::string>& keep_f32, Tensor (*reorder)(const Tensor&, int64_t)) {
   NoGradGuard no_grad;

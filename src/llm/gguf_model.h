@@ -28,6 +28,11 @@ uint32_t u32_of(const GgufFile& f, const std::string& key);
 void check_tensors(const GgufFile& f, const std::vector<TensorName>& names, const std::string& arch,
                    int64_t layers, std::string (*hint)(const std::string& tensor) = nullptr);
 
+// The export options' weight type, checked: F32, F16, BF16, Q8_0 or Q4_0
+// (K-quants come from convert_gguf, which keeps matrices whose rows are not
+// whole super-blocks). Returns its general.file_type.
+int64_t export_file_type(GgmlType type);
+
 // The module's parameters into a writer: 2-D ones in `type`, 1-D ones (and
 // those named in keep_f32) in F32; `reorder` rewrites a rope_heads tensor.
 void add_parameters(GgufWriter& w, const nn::Module& model, const std::vector<TensorName>& names, GgmlType type,

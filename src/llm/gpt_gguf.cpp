@@ -47,7 +47,7 @@ GgufWriter gpt_to_gguf(const nn::zoo::GPT& model, const GgufExportOptions& opts)
   GgufWriter w;
   w.set("general.architecture", GgufValue::string("gpt2"));
   w.set("general.name", GgufValue::string(opts.name));
-  w.set("general.file_type", u32(ggml_file_type(opts.type)));
+  w.set("general.file_type", u32(detail::export_file_type(opts.type)));
   if (opts.type == GgmlType::Q8_0 || opts.type == GgmlType::Q4_0) w.set("general.quantization_version", u32(2));
   w.set("gpt2.vocab_size", u32(c.vocab_size));
   w.set("gpt2.context_length", u32(c.block_size));

@@ -55,7 +55,7 @@ Tensor rope_rows_from_gguf(const Tensor& w, int64_t n_heads) { return regroup(w,
 
 GgufWriter llama_to_gguf(const nn::zoo::Llama& model, const GgufExportOptions& opts) {
   const nn::zoo::LlamaConfig& c = model.config;
-  const int64_t ftype = ggml_file_type(opts.type);
+  const int64_t ftype = detail::export_file_type(opts.type);
   auto u32 = [](int64_t v) { return GgufValue::integer(GgufType::U32, v); };
   GgufWriter w;
   w.set("general.architecture", GgufValue::string("llama"));

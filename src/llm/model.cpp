@@ -13,10 +13,10 @@
 namespace tessera::llm {
 namespace {
 
-// The engine's kernels take these types for a matrix (Q4_K/Q6_K: not yet).
+// The engine's kernels take these types for a matrix.
 bool engine_type(GgmlType t) {
   return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
-         t == GgmlType::Q4_0 || t == GgmlType::Q4_K;
+         t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
 }
 
 constexpr int64_t kMaxHeadDim = 512;  // the attention kernel's buffers (kernels/llm.cpp)
@@ -168,33 +168,6 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
     mx.rows = t.shape()[0];
     mx.cols = t.shape()[1];
     mx.data = f.tensor_data(t);
-    if (t.type == GgmlType::Q4_K) {
-      // Q4_K runs on the Int4 kernels (groups of 32 with a scale and a min):
-      // the codes as they are, each sub-block's scale and min rounded to f16.
-      auto it = m->converted_.find(name);
-      const int64_t n = mx.rows * mx.cols, groups = n / 32;
-      if (it == m->converted_.end()) {
-        std::vector<uint8_t> buf(static_cast<size_t>(n / 2 + 4 * groups));
-        q4_k_to_int4(static_cast<const uint8_t*>(mx.data), n, buf.data(),
-                     reinterpret_cast<uint16_t*>(buf.data() + n / 2),
-                     reinterpret_cast<uint16_t*>(buf.data() + n / 2 + 2 * groups));
-        it = m->converted_.emplace(name, std::move(buf)).first;
-      }
-      mx.data = it->second.data();
-      mx.scales = reinterpret_cast<const uint16_t*>(it->second.data() + n / 2);
-      mx.mins = reinterpret_cast<const uint16_t*>(it->second.data() + n / 2 + 2 * groups);
-    } else if (t.type == GgmlType::Q6_K) {
-      // No Q6_K kernel: requantized to Q8_0 once (llama.cpp's Q4_0 files
-      // keep their output matrix in Q6_K).
-      auto it = m->converted_.find(name);
-      if (it == m->converted_.end()) {
-        const Tensor w = dequantize_gguf_tensor(f, t);
-        const cpu::QuantizedWeights q = cpu::quantize_ref(cpu::QFormat::Q8_0, w.data_ptr<float>(), mx.rows, mx.cols);
-        it = m->converted_.emplace(name, q.data).first;
-      }
-      mx.type = GgmlType::Q8_0;
-      mx.data = it->second.data();
-    }
     TS_CHECK(engine_type(mx.type), f.what(), ": ", name, " is ", ggml_type_name(t.type),
              "; the engine runs F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K weights (convert with "
              "`tessera quantize-gguf`)");
@@ -271,22 +244,13 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
 Model::Matrix Model::Matrix::rows_at(int64_t r0, int64_t n) const {
   Matrix m = *this;
   m.rows = n;
-  if (type == GgmlType::Q4_K) {  // Int4 groups: nibbles, then scales and mins per 32 values
-    m.data = static_cast<const uint8_t*>(data) + r0 * cols / 2;
-    m.scales = scales + r0 * cols / 32;
-    m.mins = mins + r0 * cols / 32;
-  } else {
-    m.data = static_cast<const uint8_t*>(data) + r0 * ggml_row_bytes(type, cols);
-  }
+  m.data = static_cast<const uint8_t*>(data) + r0 * ggml_row_bytes(type, cols);
   TS_CHECK(packed == nullptr, "Model::Matrix::rows_at: a repacked matrix is cut before it is packed");
   return m;
 }
 
 int64_t Model::bytes_per_token_read() const {
-  // Q4_K as the engine reads it: 4-bit codes and two f16 per 32 values.
-  auto bytes = [](const Matrix& m) {
-    return m.type == GgmlType::Q4_K ? m.rows * m.cols / 32 * 20 : m.rows * ggml_row_bytes(m.type, m.cols);
-  };
+  auto bytes = [](const Matrix& m) { return m.rows * ggml_row_bytes(m.type, m.cols); };
   int64_t n = bytes(output_);
   for (const Layer& L : layers_)
     n += bytes(L.q) + bytes(L.k) + bytes(L.v) + bytes(L.o) + (L.gate.data ? bytes(L.gate) : 0) + bytes(L.up) +

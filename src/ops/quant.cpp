@@ -13,13 +13,8 @@ namespace {
 
 // The input dimension a packed row of `row_bytes` holds in format f.
 int64_t cols_of(cpu::QFormat f, int64_t row_bytes) {
-  switch (f) {
-    case cpu::QFormat::Q8_0: return row_bytes / static_cast<int64_t>(sizeof(cpu::BlockQ8_0)) * cpu::kQBlock;
-    case cpu::QFormat::Q4_0: return row_bytes / static_cast<int64_t>(sizeof(cpu::BlockQ4_0)) * cpu::kQBlock;
-    case cpu::QFormat::Int8: return row_bytes;
-    case cpu::QFormat::Int4: return row_bytes * 2;
-  }
-  return 0;
+  if (cpu::qformat_is_block(f)) return row_bytes / cpu::qblock_bytes(f) * cpu::qblock_elems(f);
+  return f == cpu::QFormat::Int8 ? row_bytes : row_bytes * 2;
 }
 
 // Validates the weight tensors against the format and returns the view the
@@ -45,7 +40,7 @@ cpu::QuantMatrix matrix_of(const char* op, const Tensor& qweight, const Tensor& 
     check_aux(scales, "scales", DType::F16, Shape{rows, groups});
     check_aux(mins, "mins", DType::F16, Shape{rows, groups});
   }
-  if (f == cpu::QFormat::Q8_0 || f == cpu::QFormat::Q4_0)
+  if (cpu::qformat_is_block(f))
     TS_CHECK(!scales.defined() && !mins.defined(), op, ": ", cpu::qformat_name(f),
              " keeps its scales inside the blocks; pass no scales or mins");
   if (f != cpu::QFormat::Int4) TS_CHECK(!mins.defined(), op, ": only int4 has mins");

@@ -118,15 +118,19 @@ void check_quantized_weights(nn::Module& model) {
              "quantized weights of '", path, "': qweight must be a contiguous 2-D u8 tensor");
     const int64_t rows = q.qweight.size(0), rb = q.qweight.size(1);
     const auto* data = static_cast<const uint8_t*>(q.qweight.raw_data());
-    if (f == cpu::QFormat::Q8_0 || f == cpu::QFormat::Q4_0) {
-      const int64_t bs = f == cpu::QFormat::Q8_0 ? sizeof(cpu::BlockQ8_0) : sizeof(cpu::BlockQ4_0);
+    if (cpu::qformat_is_block(f)) {
+      // Each block's f16 scales: d first (Q6_K: last), Q4_K's dmin after d.
+      const int64_t bs = cpu::qblock_bytes(f);
+      std::vector<int64_t> at = {f == cpu::QFormat::Q6_K ? bs - 2 : 0};
+      if (f == cpu::QFormat::Q4_K) at.push_back(2);
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t b = 0; b + bs <= rb; b += bs) {
-          uint16_t h;
-          std::memcpy(&h, data + r * rb + b, 2);
-          float d = Half::to_float(h);
-          if (!std::isfinite(d)) fail("a block scale", r, d);
-        }
+        for (int64_t b = 0; b + bs <= rb; b += bs)
+          for (int64_t o : at) {
+            uint16_t h;
+            std::memcpy(&h, data + r * rb + b + o, 2);
+            float d = Half::to_float(h);
+            if (!std::isfinite(d)) fail("a block scale", r, d);
+          }
     }
     for (const Tensor* t : {&q.scales, &q.mins}) {
       if (!t->defined()) continue;

@@ -208,10 +208,9 @@ TEST(LlmEngine, HalfAndQuantizedWeightsMatchTheModuleOnTheSameWeights) {
   }
 }
 
-// K-quant matrices: Q4_K runs on the Int4 kernels (its codes as they are,
-// its sub-block scales and mins rounded to f16), Q6_K requantized to Q8_0
-// (llama.cpp's Q4_0 files keep their output matrix in Q6_K); both within that
-// rounding of the module on the file's exact values.
+// K-quant matrices run on their own kernels, the file's blocks as they are
+// (llama.cpp's Q4_0 files keep their output matrix in Q6_K): within the
+// activations' 8-bit rounding of the module on the file's exact values.
 TEST(LlmEngine, RunsKQuantMatrices) {
   nn::zoo::LlamaConfig c = small_config();
   c.dim = 256;  // rows of whole 256-value super-blocks
@@ -258,9 +257,8 @@ TEST(LlmEngine, RunsKQuantMatrices) {
     NoGradGuard ng;
     Tensor want = (*exact)(tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 20})).contiguous();
     Engine e(llm::Model::from_gguf(kfile), opts());
-    const GgmlType runs_as = kq == GgmlType::Q6_K ? GgmlType::Q8_0 : GgmlType::Q4_K;
-    EXPECT_EQ(e.model().output().type, runs_as);
-    EXPECT_EQ(e.model().layers()[0].q.type, runs_as);
+    EXPECT_EQ(e.model().output().type, kq);  // run as they are, not requantized
+    EXPECT_EQ(e.model().layers()[0].q.type, kq);
     const std::vector<float> got = run_chunked(e, ids, 20);
     double err = 0, norm = 0;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -269,35 +267,29 @@ TEST(LlmEngine, RunsKQuantMatrices) {
       norm += v * v;
     }
     EXPECT_LT(std::sqrt(err / norm), 2e-2) << llm::ggml_type_name(kq);
-    // The same logits whatever the chunking (the Int4 kernels are per-row too).
+    // The same logits whatever the chunking (the K-quant kernels are per-row too).
     EXPECT_EQ(run_chunked(e, ids, 7), got) << llm::ggml_type_name(kq);
   }
-}
-
-// Q4_K as Int4 groups: every value as ggml dequantizes it, up to the f16
-// rounding of each sub-block's scale and min.
-TEST(LlmEngine, Q4KRepacksAsInt4Groups) {
-  std::mt19937 g(9);
-  std::vector<uint8_t> blocks(2 * 144);
-  for (uint8_t& b : blocks) b = static_cast<uint8_t>(g());
-  for (int b = 0; b < 2; ++b) {
-    const uint16_t d = Half::from_float(0.01f + 0.003f * static_cast<float>(b));
-    const uint16_t dmin = Half::from_float(0.02f);
-    std::memcpy(blocks.data() + b * 144, &d, 2);
-    std::memcpy(blocks.data() + b * 144 + 2, &dmin, 2);
+  // quantize-gguf's Q4_K: the layers in Q4_K, the output matrix in Q6_K, and
+  // the engine within rounding of the module on the converted file.
+  const std::string q4k = llm::convert_gguf(src, GgmlType::Q4_K).bytes();
+  const llm::GgufFile qfile = llm::GgufFile::parse(q4k.data(), q4k.size(), "q4_k.gguf");
+  Engine e(llm::Model::from_gguf(qfile), opts());
+  EXPECT_EQ(e.model().layers()[0].q.type, GgmlType::Q4_K);
+  EXPECT_EQ(e.model().output().type, GgmlType::Q6_K);
+  auto module = llm::load_llama_gguf(qfile);
+  module->eval();
+  const std::vector<int32_t> ids = tokens(12, 5);
+  NoGradGuard ng;
+  Tensor want = (*module)(tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 12})).contiguous();
+  const std::vector<float> got = run_chunked(e, ids, 12);
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double v = want.data_ptr<float>()[i];
+    err += (got[i] - v) * (got[i] - v);
+    norm += v * v;
   }
-  std::vector<float> want(512);
-  llm::dequantize_q4_k(blocks.data(), 512, want.data());
-  std::vector<uint8_t> nib(256);
-  std::vector<uint16_t> sc(16), mn(16);
-  llm::q4_k_to_int4(blocks.data(), 512, nib.data(), sc.data(), mn.data());
-  for (int i = 0; i < 512; ++i) {
-    const int grp = i / 32, k = i % 32;
-    const int q = k < 16 ? nib[grp * 16 + k] & 15 : nib[grp * 16 + k - 16] >> 4;
-    const float s = Half::to_float(sc[grp]), m = Half::to_float(mn[grp]);
-    // f16 keeps 11 bits: each of s and m within 2^-11 of its exact value.
-    EXPECT_NEAR(s * static_cast<float>(q) + m, want[i], std::ldexp(std::abs(s) * 15 + std::abs(m), -11) + 1e-6) << i;
-  }
+  EXPECT_LT(std::sqrt(err / norm), 2e-2);
 }
 
 // A file the engine cannot run is an error that names the problem.

@@ -347,9 +347,13 @@ TEST(Gguf, DequantizesKQuantSuperBlocks) {
       want6[b * 256 + i] = Half::to_float(dh) * sc[i / 16] * q;
     }
   }
-  std::vector<float> got(512);
-  llm::dequantize_q6_k(q6.data(), 512, got.data());
-  EXPECT_EQ(got, want6);
+  // Through the backend's dequantizer (every row of a [1, bytes] u8 matrix).
+  auto dequantize = [](const std::vector<uint8_t>& bytes, const char* format) {
+    Tensor t = ops::dequantize_weight(tensor(bytes).reshape({1, static_cast<int64_t>(bytes.size())}), {}, {}, format);
+    const float* p = t.contiguous().data_ptr<float>();
+    return std::vector<float>(p, p + t.numel());
+  };
+  EXPECT_EQ(dequantize(q6, "q6_k"), want6);
   // Q4_K: 8 groups of 32 values, 6-bit scales and mins, codes 0..15.
   std::vector<uint8_t> q4(144, 0);
   std::vector<float> want4(256);
@@ -369,9 +373,7 @@ TEST(Gguf, DequantizesKQuantSuperBlocks) {
     q4[16 + j * 32 + l] |= static_cast<uint8_t>(s % 2 ? q << 4 : q);
     want4[i] = 0.25f * sc[s] * q - 0.125f * mn[s];
   }
-  got.assign(256, 0.f);
-  llm::dequantize_q4_k(q4.data(), 256, got.data());
-  EXPECT_EQ(got, want4);
+  EXPECT_EQ(dequantize(q4, "q4_k"), want4);
 }
 
 }  // namespace

@@ -15,7 +15,6 @@
 // however many threads run (Note [Batch-invariant LLM kernels] in
 // backend/cpu/llm.h). docs/llm.md describes the engine.
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -66,7 +65,7 @@ RopeScaling rope_scaling_from_gguf(const GgufFile& f, int64_t head_dim);
 class Model {
  public:
   // One weight matrix [rows, cols] in its file type (F32, F16, BF16, Q8_0,
-  // Q4_0, Q4_K; Q6_K is requantized to Q8_0 at load).
+  // Q4_0, Q4_K, Q6_K), read where the file maps it.
   struct Matrix {
     GgmlType type = GgmlType::F32;
     int64_t rows = 0, cols = 0;
@@ -74,10 +73,6 @@ class Model {
     // Q8_0/Q4_0 repacked at load for the CPU's int8 dot products, where it
     // has them (backend/cpu/qgemm.h); null otherwise.
     const uint8_t* packed = nullptr;
-    // Q4_K, repacked at load as Int4 groups of 32 (backend/cpu/quant.h):
-    // data holds the nibbles, these the f16 scales and mins [rows, cols / 32].
-    const uint16_t* scales = nullptr;
-    const uint16_t* mins = nullptr;
     // Rows [r0, r0 + n) as a matrix of their own.
     Matrix rows_at(int64_t r0, int64_t n) const;
   };
@@ -122,7 +117,6 @@ class Model {
   const float* positions_ = nullptr;
   std::vector<std::vector<float>> norms_;  // norm weights converted to f32 (their buffers never move)
   std::vector<std::vector<uint8_t>> packed_;  // repacked matrices
-  std::map<std::string, std::vector<uint8_t>> converted_;  // K-quant matrices as loaded, by tensor name
 };
 
 enum class KvType : uint8_t { F16, Q8_0 };

@@ -173,28 +173,22 @@ class GgufWriter {
   std::vector<Entry> tensors_;
 };
 
-// n values (a multiple of 256) of Q4_K / Q6_K super-blocks to f32, as
-// ggml's dequantize_row_q4_K / _q6_K compute them (the same float operations
-// in the same order).
-void dequantize_q4_k(const uint8_t* blocks, int64_t n, float* out);
-// n values of Q4_K as Tessera's Int4 groups of 32 (backend/cpu/quant.h): the
-// codes as they are, in Int4's nibble order (n / 2 bytes), and each
-// sub-block's scale d * sc and min -dmin * m rounded to f16 (n / 32 each).
-void q4_k_to_int4(const uint8_t* blocks, int64_t n, uint8_t* nibbles, uint16_t* scales, uint16_t* mins);
-void dequantize_q6_k(const uint8_t* blocks, int64_t n, float* out);
-
 // A tensor's values in f32, as [rows, ne[0]] (rows: the other dimensions'
 // product): F32/F16/BF16 converted, Q8_0/Q4_0/Q4_K/Q6_K dequantized.
 Tensor dequantize_gguf_tensor(const GgufFile& f, const GgufTensorInfo& t);
 
 // An f32 matrix [rows, cols] as the bytes of a ggml type (F32, F16, BF16,
-// Q8_0 or Q4_0; the last two need cols % 32 == 0), as a U8 tensor.
+// Q8_0, Q4_0 with cols % 32 == 0, Q4_K, Q6_K with cols % 256 == 0; quantized
+// as llama.cpp's reference quantizers do), as a U8 tensor.
 Tensor to_ggml_bytes(const Tensor& x, GgmlType type);
 
-// A GGUF file with its weights converted to `type` (F32, F16, BF16, Q8_0 or
-// Q4_0): every tensor of 2 or more dimensions whose rows are whole blocks of
-// the type, except norms; 1-D tensors (norms, biases) and the rest keep their
-// type, as llama.cpp's quantizer does. The metadata is copied, with
+// A GGUF file with its weights converted to `type` (F32, F16, BF16, Q8_0,
+// Q4_0, Q4_K or Q6_K): every tensor of 2 or more dimensions whose rows are
+// whole blocks of the type, except norms; 1-D tensors (norms, biases) and the
+// rest keep their type, as llama.cpp's quantizer does. For Q4_K the output
+// matrix (the token embedding when tied) is written in Q6_K, as llama.cpp's
+// Q4_K_S does (which also puts a few early layers' V and down products in
+// Q5_K, a type Tessera does not have). The metadata is copied, with
 // general.file_type set to the new type. Sources may be F32, F16, BF16,
 // Q8_0, Q4_0, Q4_K or Q6_K.
 GgufWriter convert_gguf(const GgufFile& in, GgmlType type);

@@ -23,6 +23,8 @@ const char* qformat_name(QFormat f) {
     case QFormat::Q4_0: return "q4_0";
     case QFormat::Int8: return "int8";
     case QFormat::Int4: return "int4";
+    case QFormat::Q4_K: return "q4_k";
+    case QFormat::Q6_K: return "q6_k";
   }
   return "?";
 }
@@ -30,24 +32,35 @@ const char* qformat_name(QFormat f) {
 QFormat qformat_from_name(const std::string& name) {
   for (int i = 0; i < kNumQFormats; ++i)
     if (name == qformat_name(static_cast<QFormat>(i))) return static_cast<QFormat>(i);
-  TS_ERROR("unknown quantized format '", name, "': expected one of q8_0, q4_0, int8, int4");
+  TS_ERROR("unknown quantized format '", name, "': expected one of q8_0, q4_0, int8, int4, q4_k, q6_k");
+}
+
+bool qformat_is_block(QFormat f) { return f != QFormat::Int8 && f != QFormat::Int4; }
+
+int64_t qblock_elems(QFormat f) { return f == QFormat::Q4_K || f == QFormat::Q6_K ? kQKBlock : kQBlock; }
+
+int64_t qblock_bytes(QFormat f) {
+  switch (f) {
+    case QFormat::Q8_0: return sizeof(BlockQ8_0);
+    case QFormat::Q4_0: return sizeof(BlockQ4_0);
+    case QFormat::Q4_K: return sizeof(BlockQ4_K);
+    case QFormat::Q6_K: return sizeof(BlockQ6_K);
+    default: return 0;
+  }
 }
 
 int64_t qrow_bytes(QFormat f, int64_t cols) {
-  switch (f) {
-    case QFormat::Q8_0: return cols / kQBlock * static_cast<int64_t>(sizeof(BlockQ8_0));
-    case QFormat::Q4_0: return cols / kQBlock * static_cast<int64_t>(sizeof(BlockQ4_0));
-    case QFormat::Int8: return cols;
-    case QFormat::Int4: return cols / 2;
-  }
-  return 0;
+  if (qformat_is_block(f)) return cols / qblock_elems(f) * qblock_bytes(f);
+  return f == QFormat::Int8 ? cols : cols / 2;
 }
 
 void check_qshape(QFormat f, int64_t cols, int64_t group) {
   TS_CHECK(cols > 0, qformat_name(f), ": the input dimension must be positive, got ", cols);
-  if (f == QFormat::Q8_0 || f == QFormat::Q4_0)
-    TS_CHECK(cols % kQBlock == 0, qformat_name(f), " packs 32-element blocks along the input dimension, which is ",
-             cols, " (not a multiple of 32); use int8 or int4 with a group that divides it, or keep the layer in float");
+  if (qformat_is_block(f))
+    TS_CHECK(cols % qblock_elems(f) == 0, qformat_name(f), " packs ", qblock_elems(f), "-element blocks along the "
+             "input dimension, which is ", cols, " (not a multiple of ", qblock_elems(f), "); use ",
+             qblock_elems(f) == kQBlock ? "int8 or int4 with a group that divides it" : "q8_0 or q4_0 (blocks of 32)",
+             ", or keep the layer in float");
   if (f == QFormat::Int4) {
     TS_CHECK(group >= 32 && group <= 256 && group % 32 == 0, "int4: group size must be 32, 64, 96, ..., 256 (a "
              "multiple of 32), got ", group);
@@ -90,8 +103,84 @@ float weight_at(const QuantMatrix& w, int64_t r, int64_t k) {
       float m = from_h(static_cast<const uint16_t*>(w.mins)[r * groups + g]);
       return s * static_cast<float>(v) + m;
     }
+    case QFormat::Q4_K: {  // as ggml's dequantize_row_q4_K: (d * sc) * q - dmin * m
+      const auto* b = reinterpret_cast<const BlockQ4_K*>(row) + k / kQKBlock;
+      const int j = static_cast<int>(k % kQKBlock), sub = j / 32;
+      int sc, m;
+      q4_k_scale_min(sub, b->scales, sc, m);
+      const int q = (b->qs[32 * (sub / 2) + j % 32] >> (4 * (sub & 1))) & 15;
+      return from_h(b->d) * static_cast<float>(sc) * static_cast<float>(q) - from_h(b->dmin) * static_cast<float>(m);
+    }
+    case QFormat::Q6_K: {  // as ggml's dequantize_row_q6_K: d * sc * (q - 32)
+      const auto* b = reinterpret_cast<const BlockQ6_K*>(row) + k / kQKBlock;
+      const int j = static_cast<int>(k % kQKBlock);
+      return from_h(b->d) * static_cast<float>(b->scales[j / 16]) * static_cast<float>(q6_k_code(*b, j) - 32);
+    }
   }
   return 0.f;
+}
+
+// Weight (r, k)'s integer code, and the integer scale of its 16 values
+// (1 outside the K-quants), for the integer product's reference.
+int code_at(const QuantMatrix& w, int64_t r, int64_t k, int& scale) {
+  const uint8_t* row = w.data + r * qrow_bytes(w.format, w.cols);
+  scale = 1;
+  switch (w.format) {
+    case QFormat::Q8_0: return (reinterpret_cast<const BlockQ8_0*>(row) + k / kQBlock)->qs[k % kQBlock];
+    case QFormat::Q4_0: {
+      const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + k / kQBlock;
+      const int j = static_cast<int>(k % kQBlock);
+      return (j < 16 ? (b->qs[j] & 15) : (b->qs[j - 16] >> 4)) - 8;
+    }
+    case QFormat::Int8: return reinterpret_cast<const int8_t*>(row)[k];
+    case QFormat::Int4: {
+      const int64_t g = k / w.group, j = k % w.group, half = w.group / 2;
+      const uint8_t* q = row + g * half;
+      return j < half ? (q[j] & 15) : (q[j - half] >> 4);
+    }
+    case QFormat::Q4_K: {
+      const auto* b = reinterpret_cast<const BlockQ4_K*>(row) + k / kQKBlock;
+      const int j = static_cast<int>(k % kQKBlock), sub = j / 32;
+      int m;
+      q4_k_scale_min(sub, b->scales, scale, m);
+      return (b->qs[32 * (sub / 2) + j % 32] >> (4 * (sub & 1))) & 15;
+    }
+    case QFormat::Q6_K: {
+      const auto* b = reinterpret_cast<const BlockQ6_K*>(row) + k / kQKBlock;
+      const int j = static_cast<int>(k % kQKBlock);
+      scale = b->scales[j / 16];
+      return q6_k_code(*b, j) - 32;
+    }
+  }
+  return 0;
+}
+
+// The float factor of 32-block b of row r (times the integer sum) and its
+// min (times the activations' d * sum), as the integer kernels combine them.
+void block_factors(const QuantMatrix& w, int64_t r, int64_t b, float& d, float& mn) {
+  const uint8_t* row = w.data + r * qrow_bytes(w.format, w.cols);
+  const int64_t k = b * kQBlock;
+  d = 1.f, mn = 0.f;
+  switch (w.format) {
+    case QFormat::Q8_0: d = from_h((reinterpret_cast<const BlockQ8_0*>(row) + b)->d); break;
+    case QFormat::Q4_0: d = from_h((reinterpret_cast<const BlockQ4_0*>(row) + b)->d); break;
+    case QFormat::Int8: break;
+    case QFormat::Int4: {
+      const int64_t g = k / w.group, groups = w.cols / w.group;
+      d = from_h(static_cast<const uint16_t*>(w.scales)[r * groups + g]);
+      mn = from_h(static_cast<const uint16_t*>(w.mins)[r * groups + g]);
+      break;
+    }
+    case QFormat::Q4_K: {
+      const auto* blk = reinterpret_cast<const BlockQ4_K*>(row) + k / kQKBlock;
+      int sc, m;
+      q4_k_scale_min(static_cast<int>(k % kQKBlock / 32), blk->scales, sc, m);
+      d = from_h(blk->d);
+      mn = -(from_h(blk->dmin) * static_cast<float>(m));
+      break;
+    }
+    case QFormat::Q6_K: d = from_h((reinterpret_cast<const BlockQ6_K*>(row) + k / kQKBlock)->d); break;
+  }
 }
 
 }  // namespace
@@ -138,6 +227,10 @@ QuantizedWeights quantize_ref(QFormat f, const float* w, int64_t rows, int64_t c
         }
         std::memcpy(out + b * sizeof(BlockQ4_0), &blk, sizeof blk);
       }
+    } else if (f == QFormat::Q4_K) {
+      quantize_q4_k(x, cols, reinterpret_cast<BlockQ4_K*>(out));
+    } else if (f == QFormat::Q6_K) {
+      quantize_q6_k(x, cols, reinterpret_cast<BlockQ6_K*>(out));
     } else if (f == QFormat::Int8) {
       if (r == 0) q.scales.resize(rows * sizeof(float));
       float amax = 0.f;
@@ -223,50 +316,25 @@ bool qdot_supported(const QuantMatrix& w) { return w.cols % kQBlock == 0; }
 void qdot_ref(const QuantMatrix& w, const BlockQ8Act* xq, int64_t m, float* y) {
   TS_CHECK(qdot_supported(w), "qdot: the input dimension ", w.cols, " is not a multiple of 32");
   const int64_t nb = w.cols / kQBlock;
-  for (int64_t r = 0; r < w.rows; ++r) {
-    // Recover each weight's integer code and its block factor from the format.
+  for (int64_t r = 0; r < w.rows; ++r)
     for (int64_t i = 0; i < m; ++i) {
       float acc = 0.f;
       for (int64_t b = 0; b < nb; ++b) {
         const BlockQ8Act& a = xq[i * nb + b];
         int32_t isum = 0;
-        float d = 1.f, mn = 0.f;
-        const uint8_t* rp = w.data + r * qrow_bytes(w.format, w.cols);
         for (int j = 0; j < kQBlock; ++j) {
-          const int64_t k = b * kQBlock + j;
-          int q = 0;
-          switch (w.format) {
-            case QFormat::Q8_0: {
-              const auto* blk = reinterpret_cast<const BlockQ8_0*>(rp) + b;
-              q = blk->qs[j];
-              d = from_h(blk->d);
-              break;
-            }
-            case QFormat::Q4_0: {
-              const auto* blk = reinterpret_cast<const BlockQ4_0*>(rp) + b;
-              q = (j < 16 ? (blk->qs[j] & 15) : (blk->qs[j - 16] >> 4)) - 8;
-              d = from_h(blk->d);
-              break;
-            }
-            case QFormat::Int8: q = reinterpret_cast<const int8_t*>(rp)[k]; break;
-            case QFormat::Int4: {
-              const int64_t g = k / w.group, jj = k % w.group, half = w.group / 2, groups = w.cols / w.group;
-              const uint8_t* qp = rp + g * half;
-              q = jj < half ? (qp[jj] & 15) : (qp[jj - half] >> 4);
-              d = from_h(static_cast<const uint16_t*>(w.scales)[r * groups + g]);
-              mn = from_h(static_cast<const uint16_t*>(w.mins)[r * groups + g]);
-              break;
-            }
-          }
-          isum += q * a.qs[j];
+          int scale;
+          const int q = code_at(w, r, b * kQBlock + j, scale);
+          isum += scale * q * a.qs[j];
         }
+        float d, mn;
+        block_factors(w, r, b, d, mn);
         acc += static_cast<float>(isum) * (d * a.d);
-        if (w.format == QFormat::Int4) acc += mn * a.s;
+        acc += mn * a.s;
       }
       if (w.format == QFormat::Int8) acc *= static_cast<const float*>(w.scales)[r];
       y[i * w.rows + r] = acc;
     }
-  }
 }
 
 // Up to this many activation rows, weights are decoded in registers; above,

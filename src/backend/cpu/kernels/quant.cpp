@@ -32,8 +32,11 @@ inline float f16(uint16_t h) {
 #endif
 }
 
-// The decoding unit: 32 weights, or a whole Int4 group (its two nibble halves).
-inline int64_t unit_of(const QuantMatrix& w) { return w.format == QFormat::Int4 ? w.group : kQBlock; }
+// The decoding unit: 32 weights, a whole Int4 group (its two nibble halves),
+// or a K-quant super-block.
+inline int64_t unit_of(const QuantMatrix& w) {
+  return w.format == QFormat::Int4 ? w.group : qformat_is_block(w.format) ? qblock_elems(w.format) : kQBlock;
+}
 
 // 16 bytes of an int4 group: low nibbles to lo, high ones to hi. A constant
 // trip count and restrict pointers let it vectorize (a loop over the group's
@@ -64,6 +67,33 @@ inline void decode_unit(const QuantMatrix& w, const uint8_t* row, int64_t r, int
     const auto* q = reinterpret_cast<const int8_t*>(row) + u * kQBlock;
     float d = static_cast<const float*>(w.scales)[r];
     for (int64_t j = 0; j < n; ++j) out[j] = d * static_cast<float>(q[j]);
+  } else if constexpr (F == QFormat::Q4_K) {  // ggml's dequantize_row_q4_K
+    const auto* b = reinterpret_cast<const BlockQ4_K*>(row) + u;
+    const float d = f16(b->d), dmin = f16(b->dmin);
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      q4_k_scale_min(j, b->scales, sc, m);
+      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+      const uint8_t* q = b->qs + 32 * (j / 2);
+      const int shift = 4 * (j & 1);
+      for (int l = 0; l < 32; ++l) out[32 * j + l] = d1 * static_cast<float>((q[l] >> shift) & 15) - m1;
+    }
+  } else if constexpr (F == QFormat::Q6_K) {  // ggml's dequantize_row_q6_K
+    const auto* b = reinterpret_cast<const BlockQ6_K*>(row) + u;
+    const float d = f16(b->d);
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = b->ql + 64 * h;
+      const uint8_t* qh = b->qh + 32 * h;
+      const int8_t* sc = b->scales + 8 * h;
+      float* y = out + 128 * h;
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        y[l] = d * sc[is] * static_cast<float>(((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
+        y[l + 32] = d * sc[is + 2] * static_cast<float>(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        y[l + 64] = d * sc[is + 4] * static_cast<float>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        y[l + 96] = d * sc[is + 6] * static_cast<float>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+      }
+    }
   } else {
     const int64_t groups = w.cols / w.group, half = w.group / 2;
     const uint8_t* q = row + u * half;
@@ -185,6 +215,18 @@ inline __m256i dot32(__m256i w, __m256i x) {
   else p = _mm256_maddubs_epi16(w, x);
   return _mm256_madd_epi16(p, ones);
 }
+// Eight int32 sums of w . x over 32 bytes, the products of bytes 0-15 times
+// s0 and of bytes 16-31 times s1 (lanes 0-3 and 4-7): the K-quants' integer
+// sub-block scales, applied exactly (|w x| pairs fit int16, times |s| <= 128
+// fit int32). Signed codes (Q6_K) use the sign trick.
+template <bool kSigned>
+inline __m256i dot32_scaled(__m256i w, __m256i x, int s0, int s1) {
+  const __m256i s = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(s0)), _mm_set1_epi16(static_cast<int16_t>(s1)));
+  __m256i p;
+  if constexpr (kSigned) p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  else p = _mm256_maddubs_epi16(w, x);
+  return _mm256_madd_epi16(p, s);
+}
 // 16 bytes of nibbles -> 32 bytes: the low nibbles, then the high ones.
 inline __m256i unpack_nibbles16(const uint8_t* p) {
   __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -211,6 +253,16 @@ inline void dot_row(const QuantMatrix& w, const uint8_t* row, int64_t r, const B
       if constexpr (F == QFormat::Q4_0 || F == QFormat::Int4) extra[i] += e * a.s;
     }
   };
+  // A K-quant block: codes times their sub-blocks' integer scales s0, s1.
+  auto kblock = [&](int64_t b, __m256i qw, int s0, int s1, float d, float e) {
+    for (int i = 0; i < MI; ++i) {
+      const BlockQ8Act& a = xs[i][b];
+      __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+      __m256 p = _mm256_cvtepi32_ps(dot32_scaled<F == QFormat::Q6_K>(qw, qx, s0, s1));
+      acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), p, acc[i]);
+      if constexpr (F == QFormat::Q4_K) extra[i] += e * a.s;
+    }
+  };
   if constexpr (F == QFormat::Q8_0) {
     const auto* blk = reinterpret_cast<const BlockQ8_0*>(row);
     for (int64_t b = 0; b < nb; ++b)
@@ -223,6 +275,44 @@ inline void dot_row(const QuantMatrix& w, const uint8_t* row, int64_t r, const B
     }
   } else if constexpr (F == QFormat::Int8) {
     for (int64_t b = 0; b < nb; ++b) block(b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * kQBlock)), 1.f, 0.f);
+  } else if constexpr (F == QFormat::Q4_K) {
+    const __m256i lo = _mm256_set1_epi8(15);
+    const auto* blk = reinterpret_cast<const BlockQ4_K*>(row);
+    for (int64_t s = 0; s < nb / 8; ++s) {
+      const float d = f16(blk[s].d), dmin = f16(blk[s].dmin);
+      for (int p = 0; p < 4; ++p) {  // sub-blocks 2p (low nibbles) and 2p + 1 (high) of 32 bytes
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[s].qs + 32 * p));
+        int sc, m;
+        q4_k_scale_min(2 * p, blk[s].scales, sc, m);
+        kblock(8 * s + 2 * p, _mm256_and_si256(v, lo), sc, sc, d, -(dmin * static_cast<float>(m)));
+        q4_k_scale_min(2 * p + 1, blk[s].scales, sc, m);
+        kblock(8 * s + 2 * p + 1, _mm256_and_si256(_mm256_srli_epi16(v, 4), lo), sc, sc, d,
+               -(dmin * static_cast<float>(m)));
+      }
+    }
+  } else if constexpr (F == QFormat::Q6_K) {
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+    const auto* blk = reinterpret_cast<const BlockQ6_K*>(row);
+    // Code = low 4 bits | 2 high bits << 4, less 32 (shifts are per 16 bits;
+    // the masks keep bits from crossing into the neighbouring byte).
+    auto code = [&](__m256i low4, __m256i qh, int shift) {
+      const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), m2), 4);
+      return _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(low4, m4), hi), off);
+    };
+    for (int64_t s = 0; s < nb / 8; ++s) {
+      const float d = f16(blk[s].d);
+      for (int h = 0; h < 2; ++h) {  // 128 values: blocks i = 0..3 of 32
+        const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[s].ql + 64 * h));
+        const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[s].ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[s].qh + 32 * h));
+        const int8_t* sc = blk[s].scales + 8 * h;
+        const int64_t b0 = 8 * s + 4 * h;
+        kblock(b0, code(ql0, qh, 0), sc[0], sc[1], d, 0.f);
+        kblock(b0 + 1, code(ql1, qh, 2), sc[2], sc[3], d, 0.f);
+        kblock(b0 + 2, code(_mm256_srli_epi16(ql0, 4), qh, 4), sc[4], sc[5], d, 0.f);
+        kblock(b0 + 3, code(_mm256_srli_epi16(ql1, 4), qh, 6), sc[6], sc[7], d, 0.f);
+      }
+    }
   } else {
     const int64_t groups = w.cols / w.group, half = w.group / 2, bpg = w.group / kQBlock;
     const auto* sc = static_cast<const uint16_t*>(w.scales) + r * groups;
@@ -254,27 +344,44 @@ inline void dot_row(const QuantMatrix& w, const uint8_t* row, int64_t r, const B
   const int64_t groups = F == QFormat::Int4 ? w.cols / w.group : 0, half = w.group / 2;
   float acc[MI] = {};
   for (int64_t b = 0; b < nb; ++b) {
-    int8_t qw[kQBlock];
+    int qw[kQBlock];
+    int s16[2] = {1, 1};  // the integer scales of values 0-15 and 16-31 (K-quants)
     float d = 1.f, mn = 0.f;
     if constexpr (F == QFormat::Q8_0) {
       const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
-      std::memcpy(qw, blk->qs, kQBlock);
+      for (int j = 0; j < kQBlock; ++j) qw[j] = blk->qs[j];
       d = f16(blk->d);
     } else if constexpr (F == QFormat::Q4_0) {
       const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
       for (int j = 0; j < 16; ++j) {
-        qw[j] = static_cast<int8_t>((blk->qs[j] & 15) - 8);
-        qw[j + 16] = static_cast<int8_t>((blk->qs[j] >> 4) - 8);
+        qw[j] = (blk->qs[j] & 15) - 8;
+        qw[j + 16] = (blk->qs[j] >> 4) - 8;
       }
       d = f16(blk->d);
     } else if constexpr (F == QFormat::Int8) {
-      std::memcpy(qw, row + b * kQBlock, kQBlock);
+      for (int j = 0; j < kQBlock; ++j) qw[j] = reinterpret_cast<const int8_t*>(row)[b * kQBlock + j];
+    } else if constexpr (F == QFormat::Q4_K) {
+      const auto* blk = reinterpret_cast<const BlockQ4_K*>(row) + b / 8;
+      const int sub = static_cast<int>(b % 8);
+      int m;
+      q4_k_scale_min(sub, blk->scales, s16[0], m);
+      s16[1] = s16[0];
+      for (int j = 0; j < kQBlock; ++j) qw[j] = (blk->qs[32 * (sub / 2) + j] >> (4 * (sub & 1))) & 15;
+      d = f16(blk->d);
+      mn = -(f16(blk->dmin) * static_cast<float>(m));
+    } else if constexpr (F == QFormat::Q6_K) {
+      const auto* blk = reinterpret_cast<const BlockQ6_K*>(row) + b / 8;
+      const int k0 = static_cast<int>(b % 8) * kQBlock;
+      for (int j = 0; j < kQBlock; ++j) qw[j] = q6_k_code(*blk, k0 + j) - 32;
+      s16[0] = blk->scales[k0 / 16];
+      s16[1] = blk->scales[k0 / 16 + 1];
+      d = f16(blk->d);
     } else {
       const int64_t k0 = b * kQBlock, g = k0 / w.group;
       const uint8_t* q = row + g * half;
       for (int j = 0; j < kQBlock; ++j) {
         const int64_t jj = k0 % w.group + j;
-        qw[j] = static_cast<int8_t>(jj < half ? (q[jj] & 15) : (q[jj - half] >> 4));
+        qw[j] = jj < half ? (q[jj] & 15) : (q[jj - half] >> 4);
       }
       d = f16(static_cast<const uint16_t*>(w.scales)[r * groups + g]);
       mn = f16(static_cast<const uint16_t*>(w.mins)[r * groups + g]);
@@ -282,9 +389,9 @@ inline void dot_row(const QuantMatrix& w, const uint8_t* row, int64_t r, const B
     for (int i = 0; i < MI; ++i) {
       const BlockQ8Act& a = xs[i][b];
       int32_t s = 0;
-      for (int j = 0; j < kQBlock; ++j) s += static_cast<int32_t>(qw[j]) * a.qs[j];
+      for (int j = 0; j < kQBlock; ++j) s += s16[j / 16] * qw[j] * a.qs[j];
       acc[i] += static_cast<float>(s) * (d * a.d);
-      if constexpr (F == QFormat::Int4) acc[i] += mn * a.s;
+      if constexpr (F == QFormat::Int4 || F == QFormat::Q4_K) acc[i] += mn * a.s;
     }
   }
   const float rs = F == QFormat::Int8 ? static_cast<const float*>(w.scales)[r] : 1.f;
@@ -344,7 +451,7 @@ void fill_quant_kernels(KernelTable& t) {
   t.qmatmul_rows[static_cast<int>(QFormat::F)] = matmul_rows<QFormat::F>; \
   t.qdequant_rows[static_cast<int>(QFormat::F)] = dequant_rows<QFormat::F>; \
   t.qdot_rows[static_cast<int>(QFormat::F)] = dot_rows<QFormat::F>;
-  TS_Q(Q8_0) TS_Q(Q4_0) TS_Q(Int8) TS_Q(Int4)
+  TS_Q(Q8_0) TS_Q(Q4_0) TS_Q(Int8) TS_Q(Int4) TS_Q(Q4_K) TS_Q(Q6_K)
 #undef TS_Q
 }
 
