@@ -270,7 +270,7 @@ TEST(LlamaGguf, WritesModelsForLlamaCpp) {
     const std::string json = module_and_engine_json(base);
     io::write_file_atomic(base + ".tessera.json", [&](io::Writer& w) { w.write(json); });
   }
-  // K-quants (Tessera does not write them): every 2-D weight of a width-256
+  // K-quants as llama.cpp's files hold them: every 2-D weight of a width-256
   // model as random Q4_K super-blocks, the output matrix as Q6_K, as in
   // llama.cpp's Q4_K_M files.
   {
@@ -310,6 +310,18 @@ TEST(LlamaGguf, WritesModelsForLlamaCpp) {
     w.save(base + ".gguf");
     const std::string json = module_and_engine_json(base);
     io::write_file_atomic(base + ".tessera.json", [&](io::Writer& w2) { w2.write(json); });
+    // And as Tessera's quantizer writes them (llm::convert_gguf, `tessera
+    // quantize-gguf`), from the width-256 model's weights.
+    for (auto& [n, p] : km.named_parameters())
+      if (p.dim() == 2) p.mul_(5.0);
+    const std::string image5 = llm::llama_to_gguf(km, {.type = GgmlType::F32, .tokenizer = &tok}).bytes();
+    const GgufFile src5 = GgufFile::parse(image5.data(), image5.size(), "f32.gguf");
+    for (GgmlType kq : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+      const std::string qbase = std::string(dir) + "/random-gqa-" + llm::ggml_type_name(kq) + "-written";
+      llm::convert_gguf(src5, kq).save(qbase + ".gguf");
+      const std::string qjson = module_and_engine_json(qbase);
+      io::write_file_atomic(qbase + ".tessera.json", [&](io::Writer& w2) { w2.write(qjson); });
+    }
   }
   // RoPE scaling, which only the engine runs: linear, YaRN (extending an
   // original context of 8), and Llama 3.1-style per-pair frequency factors.
