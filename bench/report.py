@@ -1121,7 +1121,7 @@ forwards, and the test accuracy after a short fine-tuning."""),
 `bench/llm_compare.py`: `tessera_llm_bench run` (the LLM engine, `llm/engine.h`) against llama.cpp through npm's
 node-llama-cpp (`bench/llm_llamacpp.mjs`) on the same GGUF files: random-weight Llama models shaped like a 110M
 model (width 768, 12 layers, 12 heads, feed-forward 2048, llama.cpp's 32,000-piece SentencePiece vocabulary),
-written by Tessera in F16, Q8_0 and Q4_0. Prefill: 512 prompt tokens in one step; decode: 64 tokens one at a
+written by Tessera in F16, Q8_0, Q4_0 and Q4_K (`tessera quantize-gguf`: the output matrix in Q6_K). Prefill: 512 prompt tokens in one step; decode: 64 tokens one at a
 time after an 8-token prompt; 16 sequences: 32 steps decoding all of them together, aggregate tokens/s. Decode
 GB/s: the weight bytes one token reads times tokens/s. Greedy choice on both sides."""),
     ("serve", "Serving: `tessera serve` under load", sec_serve, render_serve, """\

@@ -84,6 +84,17 @@ std::vector<int32_t> tokens(int64_t n, uint64_t seed) {
   return t;
 }
 
+// ||got - want|| / ||want|| over the engine's logits and the module's.
+double relative_error(const std::vector<float>& got, const Tensor& want) {
+  const float* w = want.contiguous().data_ptr<float>();
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err += (got[i] - w[i]) * (double(got[i]) - w[i]);
+    norm += double(w[i]) * w[i];
+  }
+  return std::sqrt(err / norm);
+}
+
 // Every position's logits of `ids` run in chunks of `chunk` tokens, after
 // `shift` other sequences took cache blocks.
 std::vector<float> run_chunked(Engine& e, const std::vector<int32_t>& ids, int64_t chunk, int64_t shift = 0) {
@@ -173,14 +184,8 @@ TEST(LlmEngine, RunsTesserasGpt) {
       longer.context = 65;
       EXPECT_THROW_MSG(Engine(llm::Model::from_gpt(m), longer),
                        "context 65 is longer than the 64 positions this gpt2 model has embeddings for");
-      double err = 0, norm = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        const double w = want.data_ptr<float>()[i];
-        err += (got[i] - w) * (got[i] - w);
-        norm += w * w;
-      }
       // Q8_0: the int8 activations (random weights scaled up: large activations).
-      EXPECT_LT(std::sqrt(err / norm), type == GgmlType::F32 ? 1e-3 : 4e-2) << "bias " << bias;
+      EXPECT_LT(relative_error(got, want), type == GgmlType::F32 ? 1e-3 : 4e-2) << "bias " << bias;
     }
   }
 }
@@ -198,13 +203,7 @@ TEST(LlmEngine, HalfAndQuantizedWeightsMatchTheModuleOnTheSameWeights) {
     same_weights->eval();
     NoGradGuard ng;
     Tensor want = (*same_weights)(t).contiguous();
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double w = want.data_ptr<float>()[i];
-      err += (got[i] - w) * (got[i] - w);
-      norm += w * w;
-    }
-    EXPECT_LT(std::sqrt(err / norm), tol) << llm::ggml_type_name(type);
+    EXPECT_LT(relative_error(got, want), tol) << llm::ggml_type_name(type);
   }
 }
 
@@ -260,13 +259,7 @@ TEST(LlmEngine, RunsKQuantMatrices) {
     EXPECT_EQ(e.model().output().type, kq);  // run as they are, not requantized
     EXPECT_EQ(e.model().layers()[0].q.type, kq);
     const std::vector<float> got = run_chunked(e, ids, 20);
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double v = want.data_ptr<float>()[i];
-      err += (got[i] - v) * (got[i] - v);
-      norm += v * v;
-    }
-    EXPECT_LT(std::sqrt(err / norm), 2e-2) << llm::ggml_type_name(kq);
+    EXPECT_LT(relative_error(got, want), 2e-2) << llm::ggml_type_name(kq);
     // The same logits whatever the chunking (the K-quant kernels are per-row too).
     EXPECT_EQ(run_chunked(e, ids, 7), got) << llm::ggml_type_name(kq);
   }
@@ -283,13 +276,7 @@ TEST(LlmEngine, RunsKQuantMatrices) {
   NoGradGuard ng;
   Tensor want = (*module)(tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 12})).contiguous();
   const std::vector<float> got = run_chunked(e, ids, 12);
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double v = want.data_ptr<float>()[i];
-    err += (got[i] - v) * (got[i] - v);
-    norm += v * v;
-  }
-  EXPECT_LT(std::sqrt(err / norm), 2e-2);
+  EXPECT_LT(relative_error(got, want), 2e-2);
 }
 
 // A file the engine cannot run is an error that names the problem.
