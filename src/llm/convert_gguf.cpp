@@ -1,5 +1,6 @@
 // GGUF tensors as f32, and convert_gguf: a file's weights in another type
 // (tessera quantize-gguf).
+#include <cctype>
 #include <cstring>
 #include <string>
 
@@ -23,6 +24,14 @@ bool quantizable(const std::string& name) {
   return true;
 }
 
+// The backend's name of a quantized ggml type ("q8_0", "q4_0", "q4_k", "q6_k"):
+// its ggml name in lower case.
+std::string quant_format(GgmlType t) {
+  std::string n = ggml_type_name(t);
+  for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return n;
+}
+
 // A tensor's bytes as a U8 view that keeps `t` (and what it maps) alive.
 Tensor bytes_of(const Tensor& t) {
   Tensor c = t.contiguous();
@@ -36,10 +45,8 @@ Tensor dequantize_gguf_tensor(const GgufFile& f, const GgufTensorInfo& t) {
   switch (t.type) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
       return f.tensor(t.name).to(DType::F32).reshape({rows, cols});
-    case GgmlType::Q8_0: return ops::dequantize_weight(f.tensor(t.name), {}, {}, "q8_0");
-    case GgmlType::Q4_0: return ops::dequantize_weight(f.tensor(t.name), {}, {}, "q4_0");
-    case GgmlType::Q4_K: return ops::dequantize_weight(f.tensor(t.name), {}, {}, "q4_k");
-    case GgmlType::Q6_K: return ops::dequantize_weight(f.tensor(t.name), {}, {}, "q6_k");
+    case GgmlType::Q8_0: case GgmlType::Q4_0: case GgmlType::Q4_K: case GgmlType::Q6_K:
+      return ops::dequantize_weight(f.tensor(t.name), {}, {}, quant_format(t.type));
     default: TS_ERROR(f.what(), ": tensor '", t.name, "' is ", ggml_type_name(t.type), ", which Tessera does not "
                       "dequantize yet (F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K it does)");
   }
@@ -56,8 +63,7 @@ Tensor to_ggml_bytes(const Tensor& x, GgmlType type) {
     case GgmlType::Q4_0:
     case GgmlType::Q4_K:
     case GgmlType::Q6_K: {
-      const std::string format = type == GgmlType::Q8_0 ? "q8_0" : type == GgmlType::Q4_0 ? "q4_0"
-                                 : type == GgmlType::Q4_K ? "q4_k" : "q6_k";
+      const std::string format = quant_format(type);
       const int64_t block = ggml_block_size(type);
       TS_CHECK(x.size(1) % block == 0, format, " needs rows of a multiple of ", block, " values, got ", x.size(1));
       return bytes_of(quant::quantize_weight(f, format).qweight);
