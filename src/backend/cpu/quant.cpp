@@ -108,7 +108,7 @@ float weight_at(const QuantMatrix& w, int64_t r, int64_t k) {
       const int j = static_cast<int>(k % kQKBlock), sub = j / 32;
       int sc, m;
       q4_k_scale_min(sub, b->scales, sc, m);
-      const int q = (b->qs[32 * (sub / 2) + j % 32] >> (4 * (sub & 1))) & 15;
+      const int q = q4_k_code(*b, j);
       return from_h(b->d) * static_cast<float>(sc) * static_cast<float>(q) - from_h(b->dmin) * static_cast<float>(m);
     }
     case QFormat::Q6_K: {  // as ggml's dequantize_row_q6_K: d * sc * (q - 32)
@@ -143,7 +143,7 @@ int code_at(const QuantMatrix& w, int64_t r, int64_t k, int& scale) {
       const int j = static_cast<int>(k % kQKBlock), sub = j / 32;
       int m;
       q4_k_scale_min(sub, b->scales, scale, m);
-      return (b->qs[32 * (sub / 2) + j % 32] >> (4 * (sub & 1))) & 15;
+      return q4_k_code(*b, j);
     }
     case QFormat::Q6_K: {
       const auto* b = reinterpret_cast<const BlockQ6_K*>(row) + k / kQKBlock;

@@ -77,6 +77,12 @@ inline void q4_k_scale_min(int j, const uint8_t* s, int& sc, int& m) {
     m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
 }
+// Q4_K value k (0..255) of a super-block as its code q in [0, 15]:
+// sub-block j = k / 32 is the low (j even) or high nibbles of bytes 32*(j/2)...
+inline int q4_k_code(const BlockQ4_K& b, int k) {
+  const int j = k / 32;
+  return (b.qs[32 * (j / 2) + k % 32] >> (4 * (j & 1))) & 15;
+}
 // Q6_K value k (0..255) of a super-block as its code q in [0, 63]: each half
 // of 128 values takes 64 bytes of ql and 32 of qh; within a half, value
 // 32 * i + l is the low (i < 2) or high nibble of ql[l + 32 * (i & 1)] and

@@ -366,7 +366,7 @@ inline void dot_row(const QuantMatrix& w, const uint8_t* row, int64_t r, const B
       int m;
       q4_k_scale_min(sub, blk->scales, s16[0], m);
       s16[1] = s16[0];
-      for (int j = 0; j < kQBlock; ++j) qw[j] = (blk->qs[32 * (sub / 2) + j] >> (4 * (sub & 1))) & 15;
+      for (int j = 0; j < kQBlock; ++j) qw[j] = q4_k_code(*blk, sub * kQBlock + j);
       d = f16(blk->d);
       mn = -(f16(blk->dmin) * static_cast<float>(m));
     } else if constexpr (F == QFormat::Q6_K) {
