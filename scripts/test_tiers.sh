@@ -3,8 +3,9 @@
 # machine can execute, so that every kernel path is tested whatever the CPU:
 # Tessera's kernel table (TESSERA_CPU_CAPABILITY) and oneDNN's instruction
 # set (DNNL_MAX_CPU_ISA) are lowered together. Tessera's own kernels come in
-# base, AVX2 and AVX-512 builds, and the AVX-512 one adds bf16 dot products
-# where the CPU has them (avx512_bf16); the VNNI tier is oneDNN's alone (int8
+# base, AVX2 and AVX-512 builds; the AVX-512 one adds bf16 and int8 (VNNI)
+# dot products where the CPU has them (avx512_bf16), and int8 products on AMX
+# tiles where it has those (avx512_amx); the VNNI tier is oneDNN's alone (int8
 # dot products). Prints which tiers ran and which this CPU cannot.
 #   scripts/test_tiers.sh [build dir, default build]
 set -uo pipefail
@@ -20,6 +21,7 @@ tiers=(
   "avx512      avx512  AVX512_CORE      avx512f avx512bw avx512vl avx512dq"
   "avx512_vnni avx512  AVX512_CORE_VNNI avx512f avx512bw avx512vl avx512dq avx512_vnni"
   "avx512_bf16 avx512_bf16 AVX512_CORE_BF16 avx512f avx512bw avx512vl avx512dq avx512_vnni avx512_bf16"
+  "avx512_amx  avx512_amx AVX512_CORE_AMX avx512f avx512bw avx512vl avx512dq avx512_vnni avx512_bf16 amx_tile amx_int8"
 )
 # The suites, run in one process per tier (the full run above runs each test in its own).
 tests='OpTable.*:BackwardOps.*:Golden*.*:OptimGolden.*:NNGolden.*:MaxPool.*:ConcurrentGemm.*:Quant*.*:Int8*.*:Ptq.*:Qat.*:FakeQuantize.*:Observers.*:Autocast*.*:AmpTraining.*:Fusion.*:EpilogueFusion.*:Layout.*:Tier.*:Skinny.*:LlmKernels.*:LlmEngine.*:*OpInfoTest.*'

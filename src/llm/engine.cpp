@@ -37,8 +37,10 @@ cpu::KvFormat kv_format(KvType t) { return t == KvType::F16 ? cpu::KvFormat::F16
 
 // Activation rows tiled so a tile stays in L2 while the weights stream past.
 constexpr int64_t kRowTile = 64;
-// Rows of a matrix product are handed to threads in groups of this many.
+// Rows of a matrix product are handed to threads in groups of this many
+// (a whole number of the int8 products' row groups).
 constexpr int64_t kRowGroup = 16;
+static_assert(kRowGroup % cpu::kPackRows == 0);
 
 bool quantized(GgmlType t) {
   return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
@@ -108,7 +110,6 @@ void product_rows(const KernelTable& kt, const Job& j, int64_t r0, int64_t r1) {
           pm.format = f;
           pm.rows = w.rows;
           pm.cols = w.cols;
-          pm.pairs = cpu::qpack_pairs(w.cols);
           pm.data = w.packed;
           kt.qgemm_rows[static_cast<int>(f)](pm, a.packed + i0 * cpu::packed_act_bytes(a.cols), mi, y, j.ldy, r0, r1);
           break;
@@ -194,7 +195,7 @@ struct Engine::State {
   std::unique_ptr<uint8_t[]> xp;
   std::unique_ptr<BFloat16[]> xb;
   std::unique_ptr<int64_t[]> row_seq, row_pos, row_tok, logit_row;
-  // Attention work items: up to 4 query vectors of one chunk sharing a key head.
+  // Attention work items: up to kAttnQueries query vectors of one chunk sharing a key head.
   struct AttnItem {
     int64_t row0, kv_head, v0, count;  // the chunk's first row; vectors v0.. (v = token * group + head in group)
   };
@@ -491,7 +492,7 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
       cpu::kv_store_v(kv, st.v.get() + i * kvd, block, slot);
     });
     // Attention: per chunk and key head, the chunk's query vectors of that
-    // head group in sets of up to 4.
+    // head group in sets of up to kAttnQueries.
     const cpu::PagedAttention pa{kv, hd, scale};
     int64_t n_items = 0, max_keys = 1, r0 = 0;
     for (const Chunk& c : chunks) {

@@ -217,7 +217,7 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
     m->positions_ = norm("position_embd.weight");
   }
   m->output_ = f.find_tensor("output.weight") ? matrix("output.weight") : m->embedding_;
-  // Q8_0/Q4_0 repacked once for the int8 dot-product kernels, where the CPU has them.
+  // Q8_0/Q4_0 repacked once for the int8 products (VNNI, AMX), where the CPU has them.
   const cpu::KernelTable& kt = cpu::kernels();
   auto pack = [&](Matrix& mx) {
     if (mx.type != GgmlType::Q8_0 && mx.type != GgmlType::Q4_0) return;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -130,33 +131,59 @@ TEST(LlmKernels, PagedAttentionMatchesTheReferenceWhateverTheSetAndBlocks) {
 namespace tessera {
 namespace {
 
-// The int8 dot-product products over repacked Q8_0/Q4_0 weights (only in the
-// avx512_bf16 tier): within float rounding of the reference, and each token's
-// outputs the same bits alone or among others.
+// The int8 products over repacked Q8_0/Q4_0 weights (the avx512_bf16 tier's
+// VNNI kernel; the avx512_amx tier's AMX tiles for whole groups of 16 tokens):
+// the reference's bits (Note [Packed int8 products]), which are within float
+// rounding of the f64 product of the dequantized values; each token's
+// outputs the same bits alone or among others, whatever the row split.
 TEST(LlmKernels, PackedInt8ProductsMatchTheReferenceAndAreBatchInvariant) {
   const KernelTable& kt = cpu::kernels();
   if (!kt.qgemm_rows[static_cast<int>(cpu::QFormat::Q8_0)]) GTEST_SKIP() << "no VNNI kernels in tier " << kt.isa;
   for (cpu::QFormat f : {cpu::QFormat::Q8_0, cpu::QFormat::Q4_0})
     for (int64_t cols : {32, 96, 256}) {
-      const int64_t rows = 10, m = 9;
+      const int64_t rows = 40, m = 37;  // two whole AMX token groups and 5 tokens more; a part row group
       const std::vector<float> w = randn(rows * cols, 11, 0.5f), x = randn(m * cols, 12, 2.f);
       const cpu::QuantizedWeights q = cpu::quantize_ref(f, w.data(), rows, cols);
       const cpu::QuantMatrix qm = cpu::view_of(q, f, rows, cols);
       std::vector<uint8_t> packed(cpu::packed_matrix_bytes(f, rows, cols));
-      cpu::qpack_weights(qm, 0, (rows + 3) / 4, packed.data());
-      std::vector<uint8_t> act(m * cpu::packed_act_bytes(cols));
-      for (int64_t i = 0; i < m; ++i) cpu::qpack_act(x.data() + i * cols, cols, act.data() + i * cpu::packed_act_bytes(cols));
-      const cpu::PackedQMatrix pm{f, rows, cols, cpu::qpack_pairs(cols), packed.data()};
+      cpu::qpack_weights(qm, 0, (rows + cpu::kPackRows - 1) / cpu::kPackRows, packed.data());
+      const int64_t ab = cpu::packed_act_bytes(cols);
+      std::vector<uint8_t> act(m * ab);
+      for (int64_t i = 0; i < m; ++i) cpu::qpack_act(x.data() + i * cols, cols, act.data() + i * ab);
+      const cpu::PackedQMatrix pm{f, rows, cols, packed.data()};
       std::vector<float> all(m * rows), want(m * rows);
       kt.qgemm_rows[static_cast<int>(f)](pm, act.data(), m, all.data(), rows, 0, rows);
       cpu::qgemm_ref(pm, act.data(), m, want.data(), rows);
-      for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << i;
-      for (int64_t i = 0; i < m; ++i) {  // each token alone, rows split in two
+      for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], want[i]) << cpu::qformat_name(f) << " " << cols << " " << i;
+      // The reference against the f64 product of what the codes stand for.
+      std::vector<float> wd(rows * cols);
+      cpu::dequantize_ref(qm, 0, rows, wd.data());
+      for (int64_t i = 0; i < m; ++i) {
+        std::vector<float> xd(cols);
+        for (int64_t c = 0; c < cols; ++c) {
+          float dx;
+          std::memcpy(&dx, act.data() + i * ab + cols + c / 32 * 4, 4);
+          xd[c] = dx * static_cast<float>(act[i * ab + c] - 128);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          double e = 0, mag = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            e += static_cast<double>(wd[r * cols + c]) * xd[c];
+            mag += std::fabs(static_cast<double>(wd[r * cols + c]) * xd[c]);
+          }
+          ASSERT_NEAR(want[i * rows + r], e, 2e-6 * mag + 1e-30) << i << " " << r;
+        }
+      }
+      for (int64_t i = 0; i < m; ++i) {  // each token alone, rows split at a group
         std::vector<float> one(rows);
-        kt.qgemm_rows[static_cast<int>(f)](pm, act.data() + i * cpu::packed_act_bytes(cols), 1, one.data(), rows, 0, 4);
-        kt.qgemm_rows[static_cast<int>(f)](pm, act.data() + i * cpu::packed_act_bytes(cols), 1, one.data(), rows, 4, rows);
+        kt.qgemm_rows[static_cast<int>(f)](pm, act.data() + i * ab, 1, one.data(), rows, 0, 16);
+        kt.qgemm_rows[static_cast<int>(f)](pm, act.data() + i * ab, 1, one.data(), rows, 16, rows);
         for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(one[r], all[i * rows + r]) << cpu::qformat_name(f) << " " << cols;
       }
+      // 16 tokens from the middle (an AMX tile of other neighbours), every row.
+      std::vector<float> mid(16 * rows);
+      kt.qgemm_rows[static_cast<int>(f)](pm, act.data() + 5 * ab, 16, mid.data(), rows, 0, rows);
+      for (int64_t r = 0; r < 16 * rows; ++r) EXPECT_EQ(mid[r], all[5 * rows + r]) << cpu::qformat_name(f) << " " << cols;
     }
 }
 

@@ -18,8 +18,8 @@ TEST(Tier, KernelsRunAtTheLevelAsked) {
   const char* tier_env = std::getenv("TESSERA_TIER");
   if (!tier_env) GTEST_SKIP() << "not a tier run (scripts/test_tiers.sh)";
   const std::string tier = tier_env;
-  // Tessera's kernels have one AVX-512 table and its bf16-dot additions;
-  // the VNNI tier is oneDNN's alone.
+  // Tessera's kernels have one AVX-512 table and its bf16/VNNI and AMX
+  // additions; the VNNI tier is oneDNN's alone.
   const std::string want = tier == "avx512_vnni" ? "avx512" : tier;
   EXPECT_EQ(std::string(cpu::kernels().isa), want);
   using I = dnnl::cpu_isa;
@@ -29,6 +29,7 @@ TEST(Tier, KernelsRunAtTheLevelAsked) {
   if (tier == "avx512") EXPECT_TRUE(isa == I::avx512_core) << static_cast<int>(isa);
   if (tier == "avx512_vnni") EXPECT_TRUE(isa == I::avx512_core_vnni) << static_cast<int>(isa);
   if (tier == "avx512_bf16") EXPECT_TRUE(isa == I::avx512_core_bf16) << static_cast<int>(isa);
+  if (tier == "avx512_amx") EXPECT_TRUE(isa == I::avx512_core_amx) << static_cast<int>(isa);
 }
 
 }  // namespace

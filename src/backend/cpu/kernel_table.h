@@ -127,7 +127,8 @@ using SkinnyRowsBf16 = void (*)(const void* w, int64_t ldw, int64_t k, const BFl
                                 float* y, int64_t ldy, int64_t r0, int64_t r1);
 
 // Repacked Q8_0/Q4_0 weights (backend/cpu/qgemm.h) against packed int8
-// activation rows: y[i * ldy + r] for tokens i < m and weight rows [r0, r1).
+// activation rows: y[i * ldy + r] for tokens i < m and weight rows [r0, r1)
+// (r0 a multiple of kPackRows).
 using QGemmRows = void (*)(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, int64_t ldy, int64_t r0,
                            int64_t r1);
 
@@ -159,7 +160,7 @@ struct KernelTable {
   CsrRows csr_rows = nullptr;
   SkinnyRows skinny_rows[kNumDTypes] = {};  // f32, bf16, f16
   SkinnyRowsBf16 skinny_rows_bf16 = nullptr;  // only in the avx512_bf16 tier
-  QGemmRows qgemm_rows[kNumQFormats] = {};    // Q8_0 and Q4_0, only in the avx512_bf16 tier (VNNI)
+  QGemmRows qgemm_rows[kNumQFormats] = {};    // Q8_0 and Q4_0: avx512_bf16 (VNNI) and avx512_amx tiers
   // The LLM engine's row kernels (backend/cpu/llm.h).
   RmsNormRow rms_norm_row = nullptr;
   RopeRow rope_row = nullptr;
@@ -177,6 +178,7 @@ namespace isa_avx512 {
 void fill_kernel_table(KernelTable& t);
 void fill_bf16_dot_kernels(KernelTable& t);    // the avx512_bf16 tier's additions:
 void fill_qgemm_vnni_kernels(KernelTable& t);  // bf16 and int8 (VNNI) dot products
+void fill_qgemm_amx_kernels(KernelTable& t);   // the avx512_amx tier's: int8 products on AMX tiles
 }
 
 }  // namespace tessera::cpu

@@ -167,13 +167,24 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
     for (int j = 0; j < nq; ++j) {
       if (c >= qs[j].n_keys) continue;
       const float* q = qs[j].q;
-      V16 acc[4] = {};
-      for (int64_t d = 0; d < hd; ++d) {
-        V16 k;
+      V16 acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {}, k;  // chain d mod 4, named so they stay in registers
+      int64_t d = 0;
+      for (; d + 4 <= hd; d += 4) {
         load16(k, kt + d * 16);
-        acc[d & 3] += q[d] * k;
+        acc0 += q[d] * k;
+        load16(k, kt + (d + 1) * 16);
+        acc1 += q[d + 1] * k;
+        load16(k, kt + (d + 2) * 16);
+        acc2 += q[d + 2] * k;
+        load16(k, kt + (d + 3) * 16);
+        acc3 += q[d + 3] * k;
       }
-      const V16 sv = ((acc[0] + acc[1]) + (acc[2] + acc[3])) * a.scale;
+      V16* tail[3] = {&acc0, &acc1, &acc2};
+      for (; d < hd; ++d) {
+        load16(k, kt + d * 16);
+        *tail[d & 3] += q[d] * k;
+      }
+      const V16 sv = ((acc0 + acc1) + (acc2 + acc3)) * a.scale;
       std::memcpy(scores + j * stride + c, &sv, sizeof sv);
     }
   }
@@ -181,8 +192,17 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
   for (int j = 0; j < nq; ++j) {
     float* sc = scores + j * stride;
     const int64_t n = qs[j].n_keys;
+    // The max in 16 lanes, then across them: exact in any order.
+    V16 lanes_mx = {}, s;
+    lanes_mx -= INFINITY;
+    int64_t p0 = 0;
+    for (; p0 + 16 <= n; p0 += 16) {
+      load16(s, sc + p0);
+      lanes_mx = s > lanes_mx ? s : lanes_mx;
+    }
     float mx = -INFINITY;
-    for (int64_t p = 0; p < n; ++p) mx = sc[p] > mx ? sc[p] : mx;
+    for (int l = 0; l < 16; ++l) mx = lanes_mx[l] > mx ? lanes_mx[l] : mx;
+    for (int64_t p = p0; p < n; ++p) mx = sc[p] > mx ? sc[p] : mx;
     for (int64_t p = 0; p < n; ++p) sc[p] = vexp_ftz(sc[p] - mx);
     V16 lanes = {};
     const int64_t full = n / 16 * 16;
@@ -206,8 +226,21 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
     for (int j = 0; j < nq; ++j) {
       const float* w = scores + j * stride + c;
       const int64_t n = qs[j].n_keys - c < rows ? qs[j].n_keys - c : rows;
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t d = 0; d < hd; ++d) acc[j][d] += w[i] * vb[i * hd + d];
+      // Per dimension the keys in order, as a plain loop would; 64 dimensions
+      // a pass, held in registers across the keys.
+      int64_t d = 0;
+      for (; d + 64 <= hd; d += 64) {
+        V16 o[4], v;
+        for (int u = 0; u < 4; ++u) load16(o[u], acc[j] + d + 16 * u);
+        for (int64_t i = 0; i < n; ++i)
+          for (int u = 0; u < 4; ++u) {
+            load16(v, vb + i * hd + d + 16 * u);
+            o[u] += w[i] * v;
+          }
+        std::memcpy(acc[j] + d, o, sizeof o);
+      }
+      for (; d < hd; ++d)
+        for (int64_t i = 0; i < n; ++i) acc[j][d] += w[i] * vb[i * hd + d];
     }
   }
   for (int j = 0; j < nq; ++j)

@@ -1,17 +1,24 @@
-// The int8 dot-product product over repacked Q8_0/Q4_0 weights
-// (backend/cpu/qgemm.h, Note [Packed int8 products]): AVX512 VNNI only,
-// filled into the avx512_bf16 tier (every CPU with AVX512-BF16 has VNNI).
-// Tiles of 4 weight rows by 4 tokens: each weight pair of blocks is unpacked
-// once for 4 tokens, each token's codes and scales loaded once for 4 rows.
+// The int8 products over repacked Q8_0/Q4_0 weights (backend/cpu/qgemm.h,
+// Note [Packed int8 products]): AVX512-VNNI in the avx512_bf16 tier (every
+// CPU with AVX512-BF16 has VNNI), AMX tiles added in the avx512_amx tier.
+// VNNI goes 16 weight rows at a time, a row in each int32 lane (the
+// activation's 4 bytes broadcast), up to 8 tokens per pass so that each
+// weight block is unpacked once for them; AMX 16 tokens at a time, a
+// block's 16 x 16 int32 sums taken out of the tile and scaled in the vector
+// unit, 16 accumulators (one per token, a row in each lane) kept in
+// registers. (Four 16 x 16 tiles a block, accumulators in memory, measured
+// slower on a Xeon with AMX: the scaling, not the tiles, is the cost.)
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include <immintrin.h>
 
 #include "backend/cpu/kernels/common.h"
 #include "backend/cpu/qgemm.h"
+#include "backend/cpu/scratch.h"
 
 namespace tessera::cpu::TESSERA_ISA {
 
@@ -19,83 +26,205 @@ namespace tessera::cpu::TESSERA_ISA {
 namespace {
 
 #define TS_VNNI __attribute__((target("avx512vnni")))
+#define TS_AMX __attribute__((target("avx512vnni,amx-tile,amx-int8")))
 
-constexpr int kM = 4;  // tokens per tile (the rows: kPackRows)
+constexpr int kVnniTokens = 8;  // tokens per VNNI pass
+constexpr int kAmxTokens = 16;  // tokens per AMX tile
 
-// Lane l += lane l + h for h = 8, 4, 2, 1.
-inline float hsum16(__m512 v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
 }
 
-// Rows [r0, r0 + 4) (those below r1 written) against tokens [i0, i0 + M).
-template <QFormat F, int M>
-TS_VNNI void tile(const PackedQMatrix& w, int64_t r0, int64_t r1, const uint8_t* act, int64_t i0, float* y,
-                  int64_t ldy) {
-  constexpr int R = static_cast<int>(kPackRows);
-  const int64_t P = w.pairs, cb = packed_pair_code_bytes(F), tb = packed_tile_pair_bytes(F);
-  // Lanes 0-3 and 8-11 take the pair's first scale, 4-7 and 12-15 the second.
-  const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  constexpr int corr_at = F == QFormat::Q8_0 ? 192 : 128;
-  const uint8_t* t = w.data + r0 / R * P * tb;
-  __m512 acc[R][M];
-  for (int r = 0; r < R; ++r)
-    for (int i = 0; i < M; ++i) acc[r][i] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < P; ++p, t += tb) {
-    __m512i wc[R];
-    __m512 dw[R];
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* c = t + r * cb;
-      if constexpr (F == QFormat::Q8_0) {
-        wc[r] = _mm512_loadu_si512(c);
-      } else {  // [b0 bytes | b1 bytes] twice; the upper copy's high nibbles
-        __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
-        v = _mm512_mask_srli_epi16(v, static_cast<__mmask32>(0xFFFF0000u), v, 4);
-        wc[r] = _mm512_and_si512(v, low4);
-      }
-      const auto* s = reinterpret_cast<const double*>(t + R * cb + r * 8);
-      dw[r] = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(s))));
-    }
-    for (int i = 0; i < M; ++i) {
-      const uint8_t* a = act + ((i0 + i) * P + p) * kPackedActPairBytes;
-      const __m512i xc = _mm512_loadu_si512(a);
-      const __m512 dx = _mm512_loadu_ps(a + 64);
-      const __m512 cx = _mm512_loadu_ps(a + corr_at);
-      for (int r = 0; r < R; ++r) {
-        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wc[r], xc);
-        const __m512 t = _mm512_fmadd_ps(dx, _mm512_cvtepi32_ps(s), cx);
-        acc[r][i] = _mm512_fmadd_ps(dw[r], t, acc[r][i]);
-      }
+// A block's 8 chunks of signed codes for 16 rows (chunk c: values 4c..4c+3).
+template <QFormat F>
+inline void load_codes(const uint8_t* o, __m512i wc[8]) {
+  if constexpr (F == QFormat::Q8_0) {
+    for (int c = 0; c < 8; ++c) wc[c] = _mm512_loadu_si512(o + 64 * c);
+  } else {  // low nibbles: chunks 0-3, high nibbles: chunks 4-7; code - 8
+    const __m512i low4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+    for (int c = 0; c < 4; ++c) {
+      const __m512i v = _mm512_loadu_si512(o + 64 * c);
+      wc[c] = _mm512_sub_epi8(_mm512_and_si512(v, low4), eight);
+      wc[c + 4] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), eight);
     }
   }
-  for (int r = 0; r < R && r0 + r < r1; ++r)
-    for (int i = 0; i < M; ++i) y[(i0 + i) * ldy + r0 + r] = hsum16(acc[r][i]);
 }
 
-using TileFn = void (*)(const PackedQMatrix&, int64_t, int64_t, const uint8_t*, int64_t, float*, int64_t);
-template <QFormat F, int... Ms>
-constexpr std::array<TileFn, sizeof...(Ms)> tiles_of(std::integer_sequence<int, Ms...>) {
-  return {tile<F, Ms + 1>...};
+// The block's 16 weight scales, and 128 x their code sums.
+inline __m512 block_scales(const uint8_t* sd) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sd)));
+}
+inline __m512i block_offsets(const uint8_t* sd) {
+  return _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sd + 32))), 7);
 }
 
-// Weight rows [r0, r1) (r0 a multiple of 4) against tokens [0, m), 4 rows by
-// 4 tokens at a time.
+// acc += (dw * dx) * float(s - offsets), lane by lane: the formula of the Note.
+inline __m512 scale_add(__m512i s, __m512i offsets, __m512 dw, float dx, __m512 acc) {
+  const __m512 t = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, offsets));
+  return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), t, acc);
+}
+
+inline float act_scale(const uint8_t* act, int64_t cols, int64_t b) {
+  float dx;
+  std::memcpy(&dx, act + cols + 4 * b, 4);
+  return dx;
+}
+
+// Row group g (rows 16g.., lanes kept by `keep` written) against tokens
+// [i0, i0 + T), by vpdpbusd.
+template <QFormat F, int T>
+TS_VNNI void vnni_tile(const PackedQMatrix& w, int64_t g, const uint8_t* act, int64_t i0, float* y, int64_t ldy,
+                       __mmask16 keep) {
+  const int64_t nb = w.cols / kQBlock, cb = packed_block_code_bytes(F), gb = packed_group_block_bytes(F);
+  const int64_t ab = packed_act_bytes(w.cols);
+  const uint8_t* o = w.data + g * nb * gb;
+  const uint8_t* a = act + i0 * ab;
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, o += gb) {
+    __m512i wc[8];
+    load_codes<F>(o, wc);
+    const __m512 dw = block_scales(o + cb);
+    const __m512i off = block_offsets(o + cb);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* x = a + t * ab + b * kQBlock;
+      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();  // two chains: exact either way
+      for (int c = 0; c < 8; c += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32(static_cast<int>(load_u32(x + 4 * c))), wc[c]);
+        s1 = _mm512_dpbusd_epi32(s1, _mm512_set1_epi32(static_cast<int>(load_u32(x + 4 * c + 4))), wc[c + 1]);
+      }
+      acc[t] = scale_add(_mm512_add_epi32(s0, s1), off, dw, act_scale(a + t * ab, w.cols, b), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (i0 + t) * ldy + g * kPackRows, keep, acc[t]);
+}
+
+using VnniTile = void (*)(const PackedQMatrix&, int64_t, const uint8_t*, int64_t, float*, int64_t, __mmask16);
+template <QFormat F, int... Ts>
+constexpr std::array<VnniTile, sizeof...(Ts)> vnni_tiles(std::integer_sequence<int, Ts...>) {
+  return {vnni_tile<F, Ts + 1>...};
+}
+
 template <QFormat F>
-TS_VNNI void qgemm_rows(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, int64_t ldy, int64_t r0,
-                        int64_t r1) {
-  static constexpr auto kTiles = tiles_of<F>(std::make_integer_sequence<int, kM>{});
-  for (int64_t r = r0; r < r1; r += kPackRows)
-    for (int64_t i = 0; i < m; i += kM) kTiles[std::min<int64_t>(kM, m - i) - 1](w, r, r1, act, i, y, ldy);
+TS_VNNI void vnni_tokens(const PackedQMatrix& w, int64_t g, const uint8_t* act, int64_t i0, int64_t m, float* y,
+                         int64_t ldy, __mmask16 keep) {
+  static constexpr auto kTiles = vnni_tiles<F>(std::make_integer_sequence<int, kVnniTokens>{});
+  for (int64_t i = i0; i < m; i += kVnniTokens) kTiles[std::min<int64_t>(kVnniTokens, m - i) - 1](w, g, act, i, y, ldy, keep);
+}
+
+__mmask16 rows_kept(int64_t g, int64_t r1) {
+  const int64_t n = std::min<int64_t>(kPackRows, r1 - g * kPackRows);
+  return static_cast<__mmask16>((1u << n) - 1);
+}
+
+// Weight rows [r0, r1) (r0 a multiple of 16) against tokens [0, m).
+template <QFormat F>
+TS_VNNI void qgemm_rows_vnni(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, int64_t ldy, int64_t r0,
+                             int64_t r1) {
+  for (int64_t g = r0 / kPackRows; g * kPackRows < r1; ++g) vnni_tokens<F>(w, g, act, 0, m, y, ldy, rows_kept(g, r1));
+}
+
+// AMX tiles: 0-2 for even blocks, 3-5 for odd ones (two blocks in flight):
+// the activations (16 tokens x 32 bytes), the weights (8 x 64 bytes: 4
+// values of the 16 rows a line), the int32 sums (16 tokens x 16 rows).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {32, 64, 64, 32, 64, 64};
+  uint8_t rows[16] = {16, 8, 16, 16, 8, 16};
+};
+static_assert(sizeof(TileConfig) == 64);
+constexpr TileConfig kTileConfig{};
+
+// Row group g against tokens [i0, i0 + 16). `codes` holds the group's
+// blocks' signed codes, a block every code_stride bytes (512 for Q4_0's
+// unpacked copy; for Q8_0 the packed matrix itself).
+template <QFormat F>
+TS_AMX void amx_tile(const PackedQMatrix& w, int64_t g, const uint8_t* codes, int64_t code_stride,
+                     const uint8_t* act, int64_t i0, float* y, int64_t ldy, __mmask16 keep) {
+  const int64_t nb = w.cols / kQBlock, cb = packed_block_code_bytes(F), gb = packed_group_block_bytes(F);
+  const int64_t ab = packed_act_bytes(w.cols);
+  const uint8_t* o = w.data + g * nb * gb;
+  const uint8_t* a = act + i0 * ab;
+  alignas(64) int32_t sums[2][kAmxTokens][16];
+  __m512 acc[kAmxTokens];  // a token each, its 16 rows in the lanes
+  for (int t = 0; t < kAmxTokens; ++t) acc[t] = _mm512_setzero_ps();
+  auto add_block = [&](int64_t b, const int32_t(*s)[16]) {
+    const __m512 dw = block_scales(o + b * gb + cb);
+    const __m512i off = block_offsets(o + b * gb + cb);
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxTokens; ++t)
+      acc[t] = scale_add(_mm512_load_si512(s[t]), off, dw, act_scale(a + t * ab, w.cols, b), acc[t]);
+  };
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    _tile_zero(2);
+    _tile_loadd(0, a + b * kQBlock, ab);
+    _tile_loadd(1, codes + b * code_stride, 64);
+    _tile_dpbusd(2, 0, 1);
+    _tile_stored(2, sums[0], 64);
+    _tile_zero(5);
+    _tile_loadd(3, a + (b + 1) * kQBlock, ab);
+    _tile_loadd(4, codes + (b + 1) * code_stride, 64);
+    _tile_dpbusd(5, 3, 4);
+    _tile_stored(5, sums[1], 64);
+    add_block(b, sums[0]);
+    add_block(b + 1, sums[1]);
+  }
+  if (b < nb) {
+    _tile_zero(2);
+    _tile_loadd(0, a + b * kQBlock, ab);
+    _tile_loadd(1, codes + b * code_stride, 64);
+    _tile_dpbusd(2, 0, 1);
+    _tile_stored(2, sums[0], 64);
+    add_block(b, sums[0]);
+  }
+  for (int t = 0; t < kAmxTokens; ++t) _mm512_mask_storeu_ps(y + (i0 + t) * ldy + g * kPackRows, keep, acc[t]);
+}
+
+// Whole groups of 16 tokens on AMX, the rest on VNNI (the same bits).
+template <QFormat F>
+TS_AMX void qgemm_rows_amx(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, int64_t ldy, int64_t r0,
+                           int64_t r1) {
+  const int64_t whole = m / kAmxTokens * kAmxTokens;
+  const int64_t nb = w.cols / kQBlock, gb = packed_group_block_bytes(F);
+  if (whole > 0) _tile_loadconfig(&kTileConfig);
+  // Q4_0's nibbles unpacked, a row group at a time, for the tile loads.
+  std::optional<Scratch<uint8_t>> unpacked;
+  if (F == QFormat::Q4_0 && whole > 0) unpacked.emplace(nb * 512);
+  for (int64_t g = r0 / kPackRows; g * kPackRows < r1; ++g) {
+    const __mmask16 keep = rows_kept(g, r1);
+    if (whole > 0) {
+      const uint8_t* codes = w.data + g * nb * gb;
+      int64_t stride = gb;
+      if constexpr (F == QFormat::Q4_0) {
+        for (int64_t b = 0; b < nb; ++b) {
+          __m512i wc[8];
+          load_codes<F>(codes + b * gb, wc);
+          for (int c = 0; c < 8; ++c) _mm512_storeu_si512(unpacked->data() + b * 512 + 64 * c, wc[c]);
+        }
+        asm volatile("" ::: "memory");  // the tile loads below read what was just stored
+        codes = unpacked->data();
+        stride = 512;
+      }
+      for (int64_t i = 0; i < whole; i += kAmxTokens) amx_tile<F>(w, g, codes, stride, act, i, y, ldy, keep);
+    }
+    vnni_tokens<F>(w, g, act, whole, m, y, ldy, keep);
+  }
+  if (whole > 0) _tile_release();
 }
 
 }  // namespace
 
 void fill_qgemm_vnni_kernels(KernelTable& t) {
-  t.qgemm_rows[static_cast<int>(QFormat::Q8_0)] = qgemm_rows<QFormat::Q8_0>;
-  t.qgemm_rows[static_cast<int>(QFormat::Q4_0)] = qgemm_rows<QFormat::Q4_0>;
+  t.qgemm_rows[static_cast<int>(QFormat::Q8_0)] = qgemm_rows_vnni<QFormat::Q8_0>;
+  t.qgemm_rows[static_cast<int>(QFormat::Q4_0)] = qgemm_rows_vnni<QFormat::Q4_0>;
+}
+
+void fill_qgemm_amx_kernels(KernelTable& t) {
+  t.qgemm_rows[static_cast<int>(QFormat::Q8_0)] = qgemm_rows_amx<QFormat::Q8_0>;
+  t.qgemm_rows[static_cast<int>(QFormat::Q4_0)] = qgemm_rows_amx<QFormat::Q4_0>;
 }
 #endif
 
