@@ -217,12 +217,16 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
     m->positions_ = norm("position_embd.weight");
   }
   m->output_ = f.find_tensor("output.weight") ? matrix("output.weight") : m->embedding_;
-  // Q8_0/Q4_0 repacked once for the int8 products (VNNI, AMX), where the CPU has them.
+  // Q8_0/Q4_0/Q4_K repacked once for the int8 products (VNNI, AMX), where the CPU has them.
   const cpu::KernelTable& kt = cpu::kernels();
   auto pack = [&](Matrix& mx) {
-    if (mx.type != GgmlType::Q8_0 && mx.type != GgmlType::Q4_0) return;
     cpu::QuantMatrix q;
-    q.format = mx.type == GgmlType::Q8_0 ? cpu::QFormat::Q8_0 : cpu::QFormat::Q4_0;
+    switch (mx.type) {
+      case GgmlType::Q8_0: q.format = cpu::QFormat::Q8_0; break;
+      case GgmlType::Q4_0: q.format = cpu::QFormat::Q4_0; break;
+      case GgmlType::Q4_K: q.format = cpu::QFormat::Q4_K; break;
+      default: return;
+    }
     if (!kt.qgemm_rows[static_cast<int>(q.format)]) return;
     q.rows = mx.rows;
     q.cols = mx.cols;

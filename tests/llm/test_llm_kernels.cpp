@@ -131,7 +131,7 @@ TEST(LlmKernels, PagedAttentionMatchesTheReferenceWhateverTheSetAndBlocks) {
 namespace tessera {
 namespace {
 
-// The int8 products over repacked Q8_0/Q4_0 weights (the avx512_bf16 tier's
+// The int8 products over repacked Q8_0/Q4_0/Q4_K weights (the avx512_bf16 tier's
 // VNNI kernel; the avx512_amx tier's AMX tiles for whole groups of 16 tokens):
 // the reference's bits (Note [Packed int8 products]), which are within float
 // rounding of the f64 product of the dequantized values; each token's
@@ -139,8 +139,9 @@ namespace {
 TEST(LlmKernels, PackedInt8ProductsMatchTheReferenceAndAreBatchInvariant) {
   const KernelTable& kt = cpu::kernels();
   if (!kt.qgemm_rows[static_cast<int>(cpu::QFormat::Q8_0)]) GTEST_SKIP() << "no VNNI kernels in tier " << kt.isa;
-  for (cpu::QFormat f : {cpu::QFormat::Q8_0, cpu::QFormat::Q4_0})
-    for (int64_t cols : {32, 96, 256}) {
+  for (cpu::QFormat f : {cpu::QFormat::Q8_0, cpu::QFormat::Q4_0, cpu::QFormat::Q4_K})
+    for (int64_t cols : {32, 96, 256, 512}) {
+      if (cols % cpu::qblock_elems(f)) continue;
       const int64_t rows = 40, m = 37;  // two whole AMX token groups and 5 tokens more; a part row group
       const std::vector<float> w = randn(rows * cols, 11, 0.5f), x = randn(m * cols, 12, 2.f);
       const cpu::QuantizedWeights q = cpu::quantize_ref(f, w.data(), rows, cols);
@@ -164,6 +165,12 @@ TEST(LlmKernels, PackedInt8ProductsMatchTheReferenceAndAreBatchInvariant) {
           float dx;
           std::memcpy(&dx, act.data() + i * ab + cols + c / 32 * 4, 4);
           xd[c] = dx * static_cast<float>(act[i * ab + c] - 128);
+          if (c % 32 == 31) {  // the block's code sum, as packed
+            int32_t sx = 0, want_sx = 0;
+            std::memcpy(&sx, act.data() + i * ab + cols + cols / 32 * 4 + c / 32 * 4, 4);
+            for (int64_t k = c - 31; k <= c; ++k) want_sx += act[i * ab + k] - 128;
+            ASSERT_EQ(sx, want_sx);
+          }
         }
         for (int64_t r = 0; r < rows; ++r) {
           double e = 0, mag = 0;

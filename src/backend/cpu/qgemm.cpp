@@ -8,44 +8,88 @@
 #include "tessera/core/half.h"
 
 namespace tessera::cpu {
+namespace {
+
+// Byte of chunk c, row k, lane j in a block's codes.
+inline int64_t code_at(int64_t k, int j) { return j / 4 * 64 + k * 4 + j % 4; }
+
+// A row's block b (32 values) as codes and factors, whatever its format.
+struct RowBlock {
+  int8_t q[kQBlock] = {};  // Q8_0, Q4_0: signed codes; Q4_K: nibbles 0..15
+  uint16_t d = 0;          // Q8_0, Q4_0: the block's scale; Q4_K: the super-block's d
+  uint16_t dmin = 0;       // Q4_K
+  uint8_t sc = 0, m = 0;   // Q4_K
+};
+
+RowBlock row_block(const QuantMatrix& w, int64_t r, int64_t b) {
+  RowBlock o;
+  if (r >= w.rows) return o;  // a padding row: all zeros
+  const uint8_t* row = w.data + r * qrow_bytes(w.format, w.cols);
+  if (w.format == QFormat::Q8_0) {
+    BlockQ8_0 q;
+    std::memcpy(&q, row + b * sizeof q, sizeof q);
+    std::memcpy(o.q, q.qs, kQBlock);
+    o.d = q.d;
+  } else if (w.format == QFormat::Q4_0) {
+    BlockQ4_0 q;
+    std::memcpy(&q, row + b * sizeof q, sizeof q);
+    for (int j = 0; j < kQBlock; ++j) o.q[j] = static_cast<int8_t>((j < 16 ? q.qs[j] & 15 : q.qs[j - 16] >> 4) - 8);
+    o.d = q.d;
+  } else {
+    constexpr int64_t per = kQKBlock / kQBlock;
+    BlockQ4_K q;
+    std::memcpy(&q, row + b / per * sizeof q, sizeof q);
+    const int j = static_cast<int>(b % per);
+    for (int k = 0; k < kQBlock; ++k) o.q[k] = static_cast<int8_t>(q4_k_code(q, j * kQBlock + k));
+    int sc, m;
+    q4_k_scale_min(j, q.scales, sc, m);
+    o.sc = static_cast<uint8_t>(sc);
+    o.m = static_cast<uint8_t>(m);
+    o.d = q.d;
+    o.dmin = q.dmin;
+  }
+  return o;
+}
+
+}  // namespace
 
 void qpack_weights(const QuantMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
-  const int64_t nb = w.cols / kQBlock, rb = qrow_bytes(w.format, w.cols);
-  const int64_t cb = packed_block_code_bytes(w.format), gb = packed_group_block_bytes(w.format);
-  const bool q8 = w.format == QFormat::Q8_0;
-  for (int64_t g = g0; g < g1; ++g)
+  const QFormat f = w.format;
+  const int64_t nb = w.cols / kQBlock, cb = packed_block_code_bytes(f), gbytes = packed_group_bytes(f, w.cols);
+  const bool nibbles = f != QFormat::Q8_0;
+  for (int64_t g = g0; g < g1; ++g) {
+    uint8_t* og = out + g * gbytes;
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* o = out + (g * nb + b) * gb;
-      uint16_t d[kPackRows];
-      int16_t sum[kPackRows];
+      uint8_t* o = og + packed_block_offset(f, b);
+      uint8_t* fac = o + cb;
+      if (nibbles) std::memset(o, 0, static_cast<size_t>(cb));
       for (int64_t k = 0; k < kPackRows; ++k) {
-        const int64_t r = g * kPackRows + k;
-        const uint8_t* blk = r < w.rows ? w.data + r * rb + b * (q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0)) : nullptr;
-        int s = 0;
-        if (q8) {
-          BlockQ8_0 q{};  // a padding row: scale 0, codes 0
-          if (blk) std::memcpy(&q, blk, sizeof q);
-          for (int j = 0; j < kQBlock; ++j) {
-            o[j / 4 * 64 + k * 4 + j % 4] = static_cast<uint8_t>(q.qs[j]);
-            s += q.qs[j];
+        const RowBlock rb = row_block(w, g * kPackRows + k, b);
+        int sum = 0;
+        for (int j = 0; j < kQBlock; ++j) {
+          sum += rb.q[j];
+          if (!nibbles) {
+            o[code_at(k, j)] = static_cast<uint8_t>(rb.q[j]);
+          } else {  // values j and j + 16 share a byte, low and high nibble
+            const auto nib = static_cast<uint8_t>(f == QFormat::Q4_0 ? rb.q[j] + 8 : rb.q[j]);
+            o[code_at(k, j % 16)] |= static_cast<uint8_t>(j < 16 ? nib : nib << 4);
           }
-          d[k] = q.d;
-        } else {
-          BlockQ4_0 q;
-          std::memset(&q, 0x88, sizeof q);  // a padding row: codes 8 - 8 = 0
-          q.d = 0;
-          if (blk) std::memcpy(&q, blk, sizeof q);
-          for (int j = 0; j < kQBlock / 2; ++j) {
-            o[j / 4 * 64 + k * 4 + j % 4] = q.qs[j];
-            s += (q.qs[j] & 15) + (q.qs[j] >> 4) - 16;
-          }
-          d[k] = q.d;
         }
-        sum[k] = static_cast<int16_t>(s);
+        const auto s16 = static_cast<int16_t>(sum);
+        std::memcpy(fac + 32 + 2 * k, &s16, 2);
+        if (f == QFormat::Q4_K) {
+          fac[k] = rb.sc;
+          fac[16 + k] = rb.m;
+          if (b % (kQKBlock / kQBlock) == 0) {  // the super-block's header, before its first block
+            std::memcpy(o - kPackedSuperHeader + 2 * k, &rb.d, 2);
+            std::memcpy(o - kPackedSuperHeader + 32 + 2 * k, &rb.dmin, 2);
+          }
+        } else {
+          std::memcpy(fac + 2 * k, &rb.d, 2);
+        }
       }
-      std::memcpy(o + cb, d, sizeof d);
-      std::memcpy(o + cb + 32, sum, sizeof sum);
     }
+  }
 }
 
 void qpack_act(const float* x, int64_t cols, uint8_t* out) {
@@ -65,44 +109,59 @@ void qpack_act(const float* x, int64_t cols, uint8_t* out) {
     // nearbyint does in the default rounding mode, for |v| <= 127, without
     // a libm call per value on a baseline x86-64 build).
     constexpr float kMagic = 12582912.0f;
+    int32_t sum = 0;
     for (int j = 0; j < kQBlock; ++j) {
-      const float r = finite ? (v[j] * id + kMagic) - kMagic : 0.f;
-      out[b * kQBlock + j] = static_cast<uint8_t>(static_cast<int>(r) + 128);
+      const int q = static_cast<int>(finite ? (v[j] * id + kMagic) - kMagic : 0.f);
+      out[b * kQBlock + j] = static_cast<uint8_t>(q + 128);
+      sum += q;
     }
     std::memcpy(out + cols + b * 4, &d, 4);
+    std::memcpy(out + cols + nb * 4 + b * 4, &sum, 4);
   }
 }
 
 void qgemm_ref(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, int64_t ldy) {
-  const int64_t nb = w.cols / kQBlock, cb = packed_block_code_bytes(w.format);
-  const int64_t gb = packed_group_block_bytes(w.format), ab = packed_act_bytes(w.cols);
+  const QFormat f = w.format;
+  const int64_t nb = w.cols / kQBlock, cb = packed_block_code_bytes(f);
+  const int64_t gbytes = packed_group_bytes(f, w.cols), ab = packed_act_bytes(w.cols);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t r = 0; r < w.rows; ++r) {
       const int64_t k = r % kPackRows;
       float acc = 0.f;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* o = w.data + (r / kPackRows * nb + b) * gb;
+        const uint8_t* o = w.data + r / kPackRows * gbytes + packed_block_offset(f, b);
+        const uint8_t* fac = o + cb;
         const uint8_t* a = act + i * ab + b * kQBlock;
         int32_t s = 0;
         for (int j = 0; j < kQBlock; ++j) {
           int code;
-          if (w.format == QFormat::Q8_0) {
-            code = static_cast<int8_t>(o[j / 4 * 64 + k * 4 + j % 4]);
+          if (f == QFormat::Q8_0) {
+            code = static_cast<int8_t>(o[code_at(k, j)]);
           } else {
-            const uint8_t byte = o[j % 16 / 4 * 64 + k * 4 + j % 4];
-            code = (j < 16 ? byte & 15 : byte >> 4) - 8;
+            const uint8_t byte = o[code_at(k, j % 16)];
+            code = (j < 16 ? byte & 15 : byte >> 4) - (f == QFormat::Q4_0 ? 8 : 0);
           }
           s += a[j] * code;
         }
-        uint16_t d;
         int16_t sum;
         float dx;
-        std::memcpy(&d, o + cb + 2 * k, 2);
-        std::memcpy(&sum, o + cb + 32 + 2 * k, 2);
+        std::memcpy(&sum, fac + 32 + 2 * k, 2);
         std::memcpy(&dx, act + i * ab + w.cols + b * 4, 4);
         s -= 128 * sum;
-        const float scale = Half::to_float(d) * dx;
-        acc = std::fma(scale, static_cast<float>(s), acc);
+        if (f == QFormat::Q4_K) {
+          const uint8_t* head = w.data + r / kPackRows * gbytes + packed_block_offset(f, b / 8 * 8) - kPackedSuperHeader;
+          uint16_t d, dmin;
+          int32_t sx;
+          std::memcpy(&d, head + 2 * k, 2);
+          std::memcpy(&dmin, head + 32 + 2 * k, 2);
+          std::memcpy(&sx, act + i * ab + w.cols + nb * 4 + b * 4, 4);
+          acc = std::fma(Half::to_float(d) * dx, static_cast<float>(fac[k]) * static_cast<float>(s), acc);
+          acc = std::fma(-(Half::to_float(dmin) * dx), static_cast<float>(fac[16 + k]) * static_cast<float>(sx), acc);
+        } else {
+          uint16_t d;
+          std::memcpy(&d, fac + 2 * k, 2);
+          acc = std::fma(Half::to_float(d) * dx, static_cast<float>(s), acc);
+        }
       }
       y[i * ldy + r] = acc;
     }

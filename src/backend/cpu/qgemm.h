@@ -1,5 +1,5 @@
 #pragma once
-// Q8_0 and Q4_0 weights repacked for the CPU's int8 products, and the matrix
+// Q8_0, Q4_0 and Q4_K weights repacked for the CPU's int8 products, and the matrix
 // product over them (kernels/qgemm.cpp): AVX512-VNNI's vpdpbusd (64 unsigned
 // x signed byte products summed 4 at a time into 16 int32 lanes) and, where
 // the CPU has them, AMX tiles (tdpbusd: a 16 x 64-byte unsigned tile times a
@@ -11,7 +11,11 @@
 //   acc = fma(dw * dx, float(s), acc)                   blocks in order, acc from 0
 // where w are the weight's signed codes (Q8_0's as stored, Q4_0's nibble - 8),
 // dw its f16 scale, x the activation's int8 codes (as quantize_act) and dx
-// their scale. The activation codes are made unsigned (+128) for vpdpbusd
+// their scale. Q4_K's weights are d * sc * q - dmin * m (q the nibble, sc
+// and m the 32 values' 6-bit scale and min), so for it
+//   acc = fma(d * dx, float(sc) * float(s), acc)       the product exact
+//   acc = fma(-(dmin * dx), float(m) * float(sx), acc)  sx = sum_k x_k, exact
+// in that order. The activation codes are made unsigned (+128) for vpdpbusd
 // and tdpbusd, whose first operand is unsigned; 128 times the weight block's
 // code sum, stored with the weights, takes that back out. Every step is one
 // integer or one correctly rounded float operation on one (r, i), so the
@@ -22,9 +26,10 @@
 // The weights are laid out as AMX's second operand wants them, which is also
 // what a VNNI product with the 16 output rows in the 16 lanes wants: per
 // group of 16 rows and block, 64-byte chunks c = 0..7 hold values 4c..4c+3
-// of rows 0..15 (4 bytes per row). Q4_0 keeps its nibbles: chunk c (c < 4)
-// holds, per row, the block's bytes qs[4c..4c+3], whose low nibbles are
-// values 4c..4c+3 (chunk c) and high nibbles values 16+4c.. (chunk c + 4).
+// of rows 0..15 (4 bytes per row). Q4_0 and Q4_K keep their nibbles: chunk
+// c (c < 4) holds, per row, 4 bytes whose low nibbles are values 4c..4c+3
+// (chunk c) and high nibbles values 16+4c.. (chunk c + 4), which for Q4_0 are
+// the block's bytes qs[4c..4c+3].
 #include <cstdint>
 
 #include "backend/cpu/quant.h"
@@ -32,27 +37,44 @@
 namespace tessera::cpu {
 
 // One activation row packed: its `cols` codes + 128 (u8), then one f32
-// scale per block.
-inline int64_t packed_act_bytes(int64_t cols) { return cols + cols / kQBlock * 4; }
+// scale per block, then each block's code sum (int32).
+inline int64_t packed_act_bytes(int64_t cols) { return cols + cols / kQBlock * 8; }
 
 // A weight matrix repacked in groups of 16 rows (the last padded with zero
-// rows): per group and block, the codes (512 bytes for Q8_0, 256 for Q4_0,
-// the chunks above), then the 16 rows' scales (f16) and code sums (int16).
+// rows): per group and block, the codes (512 bytes for Q8_0, 256 for the
+// nibbles, the chunks above), then 64 bytes of the 16 rows' factors: for
+// Q8_0 and Q4_0 their scales (f16) and code sums (int16); for Q4_K their
+// sc (u8), m (u8) and code sums (int16), each super-block of 8 blocks led by
+// the rows' d and dmin (f16, 64 bytes).
 constexpr int64_t kPackRows = 16;
 struct PackedQMatrix {
-  QFormat format = QFormat::Q8_0;  // Q8_0 or Q4_0
+  QFormat format = QFormat::Q8_0;  // Q8_0, Q4_0 or Q4_K
   int64_t rows = 0, cols = 0;
   const uint8_t* data = nullptr;
 };
+// Whether a format has the packed form.
+inline bool qformat_packs(QFormat f) { return f == QFormat::Q8_0 || f == QFormat::Q4_0 || f == QFormat::Q4_K; }
 inline int64_t packed_block_code_bytes(QFormat f) { return f == QFormat::Q8_0 ? 512 : 256; }
-// Bytes of one group's block, and of the whole packed matrix.
 inline int64_t packed_group_block_bytes(QFormat f) { return packed_block_code_bytes(f) + kPackRows * 4; }
+constexpr int64_t kPackedSuperHeader = kPackRows * 4;  // Q4_K: d and dmin
+// Where block b of a row group starts (its codes; the factors follow them),
+// and a row group's bytes.
+inline int64_t packed_block_offset(QFormat f, int64_t b) {
+  if (f != QFormat::Q4_K) return b * packed_group_block_bytes(f);
+  constexpr int64_t per = kQKBlock / kQBlock;
+  return b / per * (kPackedSuperHeader + per * packed_group_block_bytes(f)) + kPackedSuperHeader +
+         b % per * packed_group_block_bytes(f);
+}
+inline int64_t packed_group_bytes(QFormat f, int64_t cols) {
+  const int64_t nb = cols / kQBlock;
+  return nb * packed_group_block_bytes(f) + (f == QFormat::Q4_K ? cols / kQKBlock * kPackedSuperHeader : 0);
+}
 inline int64_t packed_matrix_bytes(QFormat f, int64_t rows, int64_t cols) {
-  return (rows + kPackRows - 1) / kPackRows * (cols / kQBlock) * packed_group_block_bytes(f);
+  return (rows + kPackRows - 1) / kPackRows * packed_group_bytes(f, cols);
 }
 
-// Groups [g0, g1) of w (Q8_0 or Q4_0, GGUF blocks) into `out`, which holds
-// the whole packed matrix (packed_matrix_bytes).
+// Groups [g0, g1) of w (Q8_0, Q4_0 or Q4_K, GGUF blocks) into `out`, which
+// holds the whole packed matrix (packed_matrix_bytes).
 void qpack_weights(const QuantMatrix& w, int64_t g0, int64_t g1, uint8_t* out);
 // One activation row of `cols` values (a multiple of 32) into out
 // (packed_act_bytes(cols)); rounding as quantize_act. A non-finite value

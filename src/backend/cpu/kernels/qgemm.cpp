@@ -1,4 +1,4 @@
-// The int8 products over repacked Q8_0/Q4_0 weights (backend/cpu/qgemm.h,
+// The int8 products over repacked Q8_0/Q4_0/Q4_K weights (backend/cpu/qgemm.h,
 // Note [Packed int8 products]): AVX512-VNNI in the avx512_bf16 tier (every
 // CPU with AVX512-BF16 has VNNI), AMX tiles added in the avx512_amx tier.
 // VNNI goes 16 weight rows at a time, a row in each int32 lane (the
@@ -30,6 +30,7 @@ namespace {
 
 constexpr int kVnniTokens = 8;  // tokens per VNNI pass
 constexpr int kAmxTokens = 16;  // tokens per AMX tile
+constexpr int64_t kPrefetchBytes = 4096;  // VNNI: how far ahead the weight stream is asked for
 
 inline uint32_t load_u32(const uint8_t* p) {
   uint32_t v;
@@ -42,52 +43,81 @@ template <QFormat F>
 inline void load_codes(const uint8_t* o, __m512i wc[8]) {
   if constexpr (F == QFormat::Q8_0) {
     for (int c = 0; c < 8; ++c) wc[c] = _mm512_loadu_si512(o + 64 * c);
-  } else {  // low nibbles: chunks 0-3, high nibbles: chunks 4-7; code - 8
-    const __m512i low4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+  } else {  // low nibbles: chunks 0-3, high nibbles: chunks 4-7; Q4_0's code - 8
+    const __m512i low4 = _mm512_set1_epi8(0x0F), bias = _mm512_set1_epi8(F == QFormat::Q4_0 ? 8 : 0);
     for (int c = 0; c < 4; ++c) {
       const __m512i v = _mm512_loadu_si512(o + 64 * c);
-      wc[c] = _mm512_sub_epi8(_mm512_and_si512(v, low4), eight);
-      wc[c + 4] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), eight);
+      wc[c] = _mm512_sub_epi8(_mm512_and_si512(v, low4), bias);
+      wc[c + 4] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), bias);
     }
   }
 }
 
-// The block's 16 weight scales, and 128 x their code sums.
-inline __m512 block_scales(const uint8_t* sd) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sd)));
-}
-inline __m512i block_offsets(const uint8_t* sd) {
-  return _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sd + 32))), 7);
-}
-
-// acc += (dw * dx) * float(s - offsets), lane by lane: the formula of the Note.
-inline __m512 scale_add(__m512i s, __m512i offsets, __m512 dw, float dx, __m512 acc) {
-  const __m512 t = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, offsets));
-  return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), t, acc);
-}
-
-inline float act_scale(const uint8_t* act, int64_t cols, int64_t b) {
+// The activations' scale and code sum for block b of a packed row.
+inline float act_scale(const uint8_t* row, int64_t cols, int64_t b) {
   float dx;
-  std::memcpy(&dx, act + cols + 4 * b, 4);
+  std::memcpy(&dx, row + cols + 4 * b, 4);
   return dx;
 }
+inline float act_sum(const uint8_t* row, int64_t cols, int64_t b) {
+  int32_t sx;
+  std::memcpy(&sx, row + cols + cols / kQBlock * 4 + 4 * b, 4);
+  return static_cast<float>(sx);
+}
+
+// One block's factors for the 16 rows of a group, and the Note's formula
+// with them, lane by lane.
+template <QFormat F>
+struct Factors {
+  __m512i off;        // 128 x the codes' sums
+  __m512 d, sc, dmin, m;  // Q8_0, Q4_0: d only
+
+  // `o`: the group's packed bytes; b: the block.
+  Factors(const uint8_t* o, int64_t b) {
+    const uint8_t* fac = o + packed_block_offset(F, b) + packed_block_code_bytes(F);
+    off = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(fac + 32))), 7);
+    if constexpr (F == QFormat::Q4_K) {
+      const uint8_t* head = o + packed_block_offset(F, b / 8 * 8) - kPackedSuperHeader;
+      d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(head)));
+      dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(head + 32)));
+      sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fac))));
+      m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fac + 16))));
+    } else {
+      d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(fac)));
+    }
+  }
+
+  // acc plus the block's share for one token: s its int32 sums (+128 codes),
+  // `row` its packed activation row.
+  __m512 add(__m512i s, const uint8_t* row, int64_t cols, int64_t b, __m512 acc) const {
+    const __m512 t = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, off));
+    const __m512 dx = _mm512_set1_ps(act_scale(row, cols, b));
+    if constexpr (F == QFormat::Q4_K) {
+      acc = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_mul_ps(sc, t), acc);
+      return _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_mul_ps(m, _mm512_set1_ps(act_sum(row, cols, b))), acc);
+    } else {
+      return _mm512_fmadd_ps(_mm512_mul_ps(d, dx), t, acc);
+    }
+  }
+};
 
 // Row group g (rows 16g.., lanes kept by `keep` written) against tokens
 // [i0, i0 + T), by vpdpbusd.
 template <QFormat F, int T>
 TS_VNNI void vnni_tile(const PackedQMatrix& w, int64_t g, const uint8_t* act, int64_t i0, float* y, int64_t ldy,
                        __mmask16 keep) {
-  const int64_t nb = w.cols / kQBlock, cb = packed_block_code_bytes(F), gb = packed_group_block_bytes(F);
-  const int64_t ab = packed_act_bytes(w.cols);
-  const uint8_t* o = w.data + g * nb * gb;
+  const int64_t nb = w.cols / kQBlock, ab = packed_act_bytes(w.cols);
+  const uint8_t* o = w.data + g * packed_group_bytes(F, w.cols);
   const uint8_t* a = act + i0 * ab;
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b, o += gb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = o + packed_block_offset(F, b);
+    for (int64_t l = 0; l < packed_group_block_bytes(F); l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + l), _MM_HINT_T0);
     __m512i wc[8];
-    load_codes<F>(o, wc);
-    const __m512 dw = block_scales(o + cb);
-    const __m512i off = block_offsets(o + cb);
+    load_codes<F>(blk, wc);
+    const Factors<F> fac(o, b);
     for (int t = 0; t < T; ++t) {
       const uint8_t* x = a + t * ab + b * kQBlock;
       __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();  // two chains: exact either way
@@ -95,7 +125,7 @@ TS_VNNI void vnni_tile(const PackedQMatrix& w, int64_t g, const uint8_t* act, in
         s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32(static_cast<int>(load_u32(x + 4 * c))), wc[c]);
         s1 = _mm512_dpbusd_epi32(s1, _mm512_set1_epi32(static_cast<int>(load_u32(x + 4 * c + 4))), wc[c + 1]);
       }
-      acc[t] = scale_add(_mm512_add_epi32(s0, s1), off, dw, act_scale(a + t * ab, w.cols, b), acc[t]);
+      acc[t] = fac.add(_mm512_add_epi32(s0, s1), a + t * ab, w.cols, b, acc[t]);
     }
   }
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (i0 + t) * ldy + g * kPackRows, keep, acc[t]);
@@ -138,24 +168,21 @@ static_assert(sizeof(TileConfig) == 64);
 constexpr TileConfig kTileConfig{};
 
 // Row group g against tokens [i0, i0 + 16). `codes` holds the group's
-// blocks' signed codes, a block every code_stride bytes (512 for Q4_0's
-// unpacked copy; for Q8_0 the packed matrix itself).
+// blocks' signed codes, a block every code_stride bytes (512 for the
+// nibbles' unpacked copy; for Q8_0 the packed matrix itself).
 template <QFormat F>
 TS_AMX void amx_tile(const PackedQMatrix& w, int64_t g, const uint8_t* codes, int64_t code_stride,
                      const uint8_t* act, int64_t i0, float* y, int64_t ldy, __mmask16 keep) {
-  const int64_t nb = w.cols / kQBlock, cb = packed_block_code_bytes(F), gb = packed_group_block_bytes(F);
-  const int64_t ab = packed_act_bytes(w.cols);
-  const uint8_t* o = w.data + g * nb * gb;
+  const int64_t nb = w.cols / kQBlock, ab = packed_act_bytes(w.cols);
+  const uint8_t* o = w.data + g * packed_group_bytes(F, w.cols);
   const uint8_t* a = act + i0 * ab;
   alignas(64) int32_t sums[2][kAmxTokens][16];
   __m512 acc[kAmxTokens];  // a token each, its 16 rows in the lanes
   for (int t = 0; t < kAmxTokens; ++t) acc[t] = _mm512_setzero_ps();
   auto add_block = [&](int64_t b, const int32_t(*s)[16]) {
-    const __m512 dw = block_scales(o + b * gb + cb);
-    const __m512i off = block_offsets(o + b * gb + cb);
+    const Factors<F> fac(o, b);
 #pragma GCC unroll 16
-    for (int t = 0; t < kAmxTokens; ++t)
-      acc[t] = scale_add(_mm512_load_si512(s[t]), off, dw, act_scale(a + t * ab, w.cols, b), acc[t]);
+    for (int t = 0; t < kAmxTokens; ++t) acc[t] = fac.add(_mm512_load_si512(s[t]), a + t * ab, w.cols, b, acc[t]);
   };
   int64_t b = 0;
   for (; b + 1 < nb; b += 2) {
@@ -188,20 +215,20 @@ template <QFormat F>
 TS_AMX void qgemm_rows_amx(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, int64_t ldy, int64_t r0,
                            int64_t r1) {
   const int64_t whole = m / kAmxTokens * kAmxTokens;
-  const int64_t nb = w.cols / kQBlock, gb = packed_group_block_bytes(F);
+  const int64_t nb = w.cols / kQBlock;
   if (whole > 0) _tile_loadconfig(&kTileConfig);
-  // Q4_0's nibbles unpacked, a row group at a time, for the tile loads.
+  // Nibbles unpacked, a row group at a time, for the tile loads.
   std::optional<Scratch<uint8_t>> unpacked;
-  if (F == QFormat::Q4_0 && whole > 0) unpacked.emplace(nb * 512);
+  if (F != QFormat::Q8_0 && whole > 0) unpacked.emplace(nb * 512);
   for (int64_t g = r0 / kPackRows; g * kPackRows < r1; ++g) {
     const __mmask16 keep = rows_kept(g, r1);
     if (whole > 0) {
-      const uint8_t* codes = w.data + g * nb * gb;
-      int64_t stride = gb;
-      if constexpr (F == QFormat::Q4_0) {
+      const uint8_t* codes = w.data + g * packed_group_bytes(F, w.cols);
+      int64_t stride = packed_group_block_bytes(F);
+      if constexpr (F != QFormat::Q8_0) {
         for (int64_t b = 0; b < nb; ++b) {
           __m512i wc[8];
-          load_codes<F>(codes + b * gb, wc);
+          load_codes<F>(codes + packed_block_offset(F, b), wc);
           for (int c = 0; c < 8; ++c) _mm512_storeu_si512(unpacked->data() + b * 512 + 64 * c, wc[c]);
         }
         asm volatile("" ::: "memory");  // the tile loads below read what was just stored
@@ -220,11 +247,13 @@ TS_AMX void qgemm_rows_amx(const PackedQMatrix& w, const uint8_t* act, int64_t m
 void fill_qgemm_vnni_kernels(KernelTable& t) {
   t.qgemm_rows[static_cast<int>(QFormat::Q8_0)] = qgemm_rows_vnni<QFormat::Q8_0>;
   t.qgemm_rows[static_cast<int>(QFormat::Q4_0)] = qgemm_rows_vnni<QFormat::Q4_0>;
+  t.qgemm_rows[static_cast<int>(QFormat::Q4_K)] = qgemm_rows_vnni<QFormat::Q4_K>;
 }
 
 void fill_qgemm_amx_kernels(KernelTable& t) {
   t.qgemm_rows[static_cast<int>(QFormat::Q8_0)] = qgemm_rows_amx<QFormat::Q8_0>;
   t.qgemm_rows[static_cast<int>(QFormat::Q4_0)] = qgemm_rows_amx<QFormat::Q4_0>;
+  t.qgemm_rows[static_cast<int>(QFormat::Q4_K)] = qgemm_rows_amx<QFormat::Q4_K>;
 }
 #endif
 
