@@ -111,6 +111,8 @@ def cpu_header():
             if k == "flags" and not flags:
                 flags = v.split()
     isa = next((f for f in ("avx512_bf16", "avx512_vnni", "avx512f", "avx2") if f in flags), "below avx2")
+    if isa == "avx512_bf16" and "amx_int8" in flags:
+        isa = "avx512_amx"  # Tessera's tier with int8 products on AMX tiles
     fam, model = int(info.get("cpu family", "0")), int(info.get("model", "0"))
     uarch = None
     if info.get("vendor_id") == "AuthenticAMD":
@@ -125,7 +127,7 @@ def cpu_header():
         "cpu_id": f"family {fam}, model {model}, stepping {info.get('stepping', '?')}",
         "uarch": uarch,
         "isa": isa,
-        "isa_flags": " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+        "isa_flags": " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
                               if f in flags),
         "logical_cpus": os.cpu_count(),
         "kernel": platform.release(),
