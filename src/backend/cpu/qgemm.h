@@ -52,8 +52,6 @@ struct PackedQMatrix {
   int64_t rows = 0, cols = 0;
   const uint8_t* data = nullptr;
 };
-// Whether a format has the packed form.
-inline bool qformat_packs(QFormat f) { return f == QFormat::Q8_0 || f == QFormat::Q4_0 || f == QFormat::Q4_K; }
 inline int64_t packed_block_code_bytes(QFormat f) { return f == QFormat::Q8_0 ? 512 : 256; }
 inline int64_t packed_group_block_bytes(QFormat f) { return packed_block_code_bytes(f) + kPackRows * 4; }
 constexpr int64_t kPackedSuperHeader = kPackRows * 4;  // Q4_K: d and dmin

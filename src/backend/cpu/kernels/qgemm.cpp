@@ -167,6 +167,17 @@ struct alignas(64) TileConfig {
 static_assert(sizeof(TileConfig) == 64);
 constexpr TileConfig kTileConfig{};
 
+// One block's int32 sums for 16 tokens x 16 rows into s, on tiles A
+// (activations), B (weight codes) and C (sums); tile numbers are immediates.
+template <int A, int B, int C>
+TS_AMX inline void tile_sums(const uint8_t* act, int64_t ab, const uint8_t* codes, int32_t (*s)[16]) {
+  _tile_zero(C);
+  _tile_loadd(A, act, ab);
+  _tile_loadd(B, codes, 64);
+  _tile_dpbusd(C, A, B);
+  _tile_stored(C, s, 64);
+}
+
 // Row group g against tokens [i0, i0 + 16). `codes` holds the group's
 // blocks' signed codes, a block every code_stride bytes (512 for the
 // nibbles' unpacked copy; for Q8_0 the packed matrix itself).
@@ -186,25 +197,13 @@ TS_AMX void amx_tile(const PackedQMatrix& w, int64_t g, const uint8_t* codes, in
   };
   int64_t b = 0;
   for (; b + 1 < nb; b += 2) {
-    _tile_zero(2);
-    _tile_loadd(0, a + b * kQBlock, ab);
-    _tile_loadd(1, codes + b * code_stride, 64);
-    _tile_dpbusd(2, 0, 1);
-    _tile_stored(2, sums[0], 64);
-    _tile_zero(5);
-    _tile_loadd(3, a + (b + 1) * kQBlock, ab);
-    _tile_loadd(4, codes + (b + 1) * code_stride, 64);
-    _tile_dpbusd(5, 3, 4);
-    _tile_stored(5, sums[1], 64);
+    tile_sums<0, 1, 2>(a + b * kQBlock, ab, codes + b * code_stride, sums[0]);
+    tile_sums<3, 4, 5>(a + (b + 1) * kQBlock, ab, codes + (b + 1) * code_stride, sums[1]);
     add_block(b, sums[0]);
     add_block(b + 1, sums[1]);
   }
   if (b < nb) {
-    _tile_zero(2);
-    _tile_loadd(0, a + b * kQBlock, ab);
-    _tile_loadd(1, codes + b * code_stride, 64);
-    _tile_dpbusd(2, 0, 1);
-    _tile_stored(2, sums[0], 64);
+    tile_sums<0, 1, 2>(a + b * kQBlock, ab, codes + b * code_stride, sums[0]);
     add_block(b, sums[0]);
   }
   for (int t = 0; t < kAmxTokens; ++t) _mm512_mask_storeu_ps(y + (i0 + t) * ldy + g * kPackRows, keep, acc[t]);
