@@ -167,15 +167,24 @@ struct alignas(64) TileConfig {
 static_assert(sizeof(TileConfig) == 64);
 constexpr TileConfig kTileConfig{};
 
-// One block's int32 sums for 16 tokens x 16 rows into s, on tiles A
-// (activations), B (weight codes) and C (sums); tile numbers are immediates.
-template <int A, int B, int C>
+// One block's int32 sums for 16 tokens x 16 rows into s: tiles 0-2 (even
+// blocks) or 3-5 (odd ones). The intrinsics paste the tile number into the
+// instruction text, so it has to be a literal, not a template parameter.
+template <bool Odd>
 TS_AMX inline void tile_sums(const uint8_t* act, int64_t ab, const uint8_t* codes, int32_t (*s)[16]) {
-  _tile_zero(C);
-  _tile_loadd(A, act, ab);
-  _tile_loadd(B, codes, 64);
-  _tile_dpbusd(C, A, B);
-  _tile_stored(C, s, 64);
+  if constexpr (!Odd) {
+    _tile_zero(2);
+    _tile_loadd(0, act, ab);
+    _tile_loadd(1, codes, 64);
+    _tile_dpbusd(2, 0, 1);
+    _tile_stored(2, s, 64);
+  } else {
+    _tile_zero(5);
+    _tile_loadd(3, act, ab);
+    _tile_loadd(4, codes, 64);
+    _tile_dpbusd(5, 3, 4);
+    _tile_stored(5, s, 64);
+  }
 }
 
 // Row group g against tokens [i0, i0 + 16). `codes` holds the group's
@@ -197,13 +206,13 @@ TS_AMX void amx_tile(const PackedQMatrix& w, int64_t g, const uint8_t* codes, in
   };
   int64_t b = 0;
   for (; b + 1 < nb; b += 2) {
-    tile_sums<0, 1, 2>(a + b * kQBlock, ab, codes + b * code_stride, sums[0]);
-    tile_sums<3, 4, 5>(a + (b + 1) * kQBlock, ab, codes + (b + 1) * code_stride, sums[1]);
+    tile_sums<false>(a + b * kQBlock, ab, codes + b * code_stride, sums[0]);
+    tile_sums<true>(a + (b + 1) * kQBlock, ab, codes + (b + 1) * code_stride, sums[1]);
     add_block(b, sums[0]);
     add_block(b + 1, sums[1]);
   }
   if (b < nb) {
-    tile_sums<0, 1, 2>(a + b * kQBlock, ab, codes + b * code_stride, sums[0]);
+    tile_sums<false>(a + b * kQBlock, ab, codes + b * code_stride, sums[0]);
     add_block(b, sums[0]);
   }
   for (int t = 0; t < kAmxTokens; ++t) _mm512_mask_storeu_ps(y + (i0 + t) * ldy + g * kPackRows, keep, acc[t]);
