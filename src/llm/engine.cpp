@@ -67,8 +67,8 @@ cpu::QuantMatrix quant_view(const Matrix& w) {
 struct Act {
   const float* x = nullptr;
   int64_t ld = 0, m = 0, cols = 0;
-  const BlockQ8Act* q8 = nullptr;  // [m, cols / 32], for Q8_0/Q4_0 weights
-  const uint8_t* packed = nullptr;  // [m, packed_act_bytes(cols)], for repacked Q8_0/Q4_0 weights
+  const BlockQ8Act* q8 = nullptr;  // [m, cols / 32], for quantized weights not repacked
+  const uint8_t* packed = nullptr;  // [m, packed_act_bytes(cols)], for repacked weights
   const BFloat16* bf = nullptr;     // [m, cols], for BF16 weights on the bf16 dot kernel
 };
 

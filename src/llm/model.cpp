@@ -217,7 +217,7 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
     m->positions_ = norm("position_embd.weight");
   }
   m->output_ = f.find_tensor("output.weight") ? matrix("output.weight") : m->embedding_;
-  // Q8_0/Q4_0/Q4_K repacked once for the int8 products (VNNI, AMX), where the CPU has them.
+  // Q8_0/Q4_0/Q4_K/Q6_K repacked once for the int8 products (VNNI, AMX), where the CPU has them.
   const cpu::KernelTable& kt = cpu::kernels();
   auto pack = [&](Matrix& mx) {
     cpu::QuantMatrix q;
@@ -225,6 +225,7 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
       case GgmlType::Q8_0: q.format = cpu::QFormat::Q8_0; break;
       case GgmlType::Q4_0: q.format = cpu::QFormat::Q4_0; break;
       case GgmlType::Q4_K: q.format = cpu::QFormat::Q4_K; break;
+      case GgmlType::Q6_K: q.format = cpu::QFormat::Q6_K; break;
       default: return;
     }
     if (!kt.qgemm_rows[static_cast<int>(q.format)]) return;

@@ -131,7 +131,7 @@ TEST(LlmKernels, PagedAttentionMatchesTheReferenceWhateverTheSetAndBlocks) {
 namespace tessera {
 namespace {
 
-// The int8 products over repacked Q8_0/Q4_0/Q4_K weights (the avx512_bf16 tier's
+// The int8 products over repacked Q8_0/Q4_0/Q4_K/Q6_K weights (the avx512_bf16 tier's
 // VNNI kernel; the avx512_amx tier's AMX tiles for whole groups of 16 tokens):
 // the reference's bits (Note [Packed int8 products]), which are within float
 // rounding of the f64 product of the dequantized values; each token's
@@ -139,7 +139,7 @@ namespace {
 TEST(LlmKernels, PackedInt8ProductsMatchTheReferenceAndAreBatchInvariant) {
   const KernelTable& kt = cpu::kernels();
   if (!kt.qgemm_rows[static_cast<int>(cpu::QFormat::Q8_0)]) GTEST_SKIP() << "no VNNI kernels in tier " << kt.isa;
-  for (cpu::QFormat f : {cpu::QFormat::Q8_0, cpu::QFormat::Q4_0, cpu::QFormat::Q4_K})
+  for (cpu::QFormat f : {cpu::QFormat::Q8_0, cpu::QFormat::Q4_0, cpu::QFormat::Q4_K, cpu::QFormat::Q6_K})
     for (int64_t cols : {32, 96, 256, 512}) {
       if (cols % cpu::qblock_elems(f)) continue;
       const int64_t rows = 40, m = 37;  // two whole AMX token groups and 5 tokens more; a part row group

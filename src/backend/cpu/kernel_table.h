@@ -160,7 +160,7 @@ struct KernelTable {
   CsrRows csr_rows = nullptr;
   SkinnyRows skinny_rows[kNumDTypes] = {};  // f32, bf16, f16
   SkinnyRowsBf16 skinny_rows_bf16 = nullptr;  // only in the avx512_bf16 tier
-  QGemmRows qgemm_rows[kNumQFormats] = {};    // Q8_0 and Q4_0: avx512_bf16 (VNNI) and avx512_amx tiers
+  QGemmRows qgemm_rows[kNumQFormats] = {};    // Q8_0, Q4_0, Q4_K, Q6_K: avx512_bf16 (VNNI) and avx512_amx tiers
   // The LLM engine's row kernels (backend/cpu/llm.h).
   RmsNormRow rms_norm_row = nullptr;
   RopeRow rope_row = nullptr;

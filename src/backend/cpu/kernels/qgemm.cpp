@@ -1,4 +1,4 @@
-// The int8 products over repacked Q8_0/Q4_0/Q4_K weights (backend/cpu/qgemm.h,
+// The int8 products over repacked Q8_0/Q4_0/Q4_K/Q6_K weights (backend/cpu/qgemm.h,
 // Note [Packed int8 products]): AVX512-VNNI in the avx512_bf16 tier (every
 // CPU with AVX512-BF16 has VNNI), AMX tiles added in the avx512_amx tier.
 // VNNI goes 16 weight rows at a time, a row in each int32 lane (the
@@ -38,11 +38,31 @@ inline uint32_t load_u32(const uint8_t* p) {
   return v;
 }
 
+// Q6_K: chunk c's 2 high bits (at bits 2(c % 4) of each byte of h) moved
+// to bits 4 and 5.
+inline __m512i q6_high(__m512i h, int c) {
+  const __m512i v = c == 0   ? _mm512_slli_epi16(h, 4)
+                    : c == 1 ? _mm512_slli_epi16(h, 2)
+                    : c == 2 ? h
+                             : _mm512_srli_epi16(h, 2);
+  return _mm512_and_si512(v, _mm512_set1_epi8(0x30));
+}
+
 // A block's 8 chunks of signed codes for 16 rows (chunk c: values 4c..4c+3).
 template <QFormat F>
 inline void load_codes(const uint8_t* o, __m512i wc[8]) {
   if constexpr (F == QFormat::Q8_0) {
     for (int c = 0; c < 8; ++c) wc[c] = _mm512_loadu_si512(o + 64 * c);
+  } else if constexpr (F == QFormat::Q6_K) {  // low 4 bits as the nibbles below, high 2 from two more lines; q - 32
+    const __m512i low4 = _mm512_set1_epi8(0x0F), bias = _mm512_set1_epi8(32);
+    const __m512i h0 = _mm512_loadu_si512(o + 256), h1 = _mm512_loadu_si512(o + 320);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m512i v = _mm512_loadu_si512(o + 64 * c);
+      const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      wc[c] = _mm512_sub_epi8(_mm512_or_si512(lo, q6_high(h0, c)), bias);
+      wc[c + 4] = _mm512_sub_epi8(_mm512_or_si512(hi, q6_high(h1, c)), bias);
+    }
   } else {  // low nibbles: chunks 0-3, high nibbles: chunks 4-7; Q4_0's code - 8
     const __m512i low4 = _mm512_set1_epi8(0x0F), bias = _mm512_set1_epi8(F == QFormat::Q4_0 ? 8 : 0);
     for (int c = 0; c < 4; ++c) {
@@ -69,15 +89,25 @@ inline float act_sum(const uint8_t* row, int64_t cols, int64_t b) {
 // with them, lane by lane.
 template <QFormat F>
 struct Factors {
-  __m512i off;        // 128 x the codes' sums
-  __m512 d, sc, dmin, m;  // Q8_0, Q4_0: d only
+  __m512i off;            // 128 x the codes' sums (Q6_K: each half's times its scale)
+  __m512i sc_lo, sc_hi;   // Q6_K
+  __m512 d, sc, dmin, m;  // Q8_0, Q4_0, Q6_K: d only
 
   // `o`: the group's packed bytes; b: the block.
   Factors(const uint8_t* o, int64_t b) {
+    const uint8_t* head = o + packed_header_offset(F, b);  // K-quants
+    if constexpr (F == QFormat::Q6_K) {
+      const int64_t jb = b % (kQKBlock / kQBlock);
+      d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(head)));
+      const uint8_t* scales = head + kQ6ScaleAt + 2 * jb * kPackRows;
+      sc_lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+      sc_hi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + kPackRows)));
+      off = _mm512_loadu_si512(head + kQ6OffsetAt + jb * kPackRows * 4);
+      return;
+    }
     const uint8_t* fac = o + packed_block_offset(F, b) + packed_block_code_bytes(F);
     off = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(fac + 32))), 7);
     if constexpr (F == QFormat::Q4_K) {
-      const uint8_t* head = o + packed_block_offset(F, b / 8 * 8) - kPackedSuperHeader;
       d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(head)));
       dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(head + 32)));
       sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(fac))));
@@ -87,8 +117,8 @@ struct Factors {
     }
   }
 
-  // acc plus the block's share for one token: s its int32 sums (+128 codes),
-  // `row` its packed activation row.
+  // acc plus the block's share for one token: s its int32 sums over the
+  // block (+128 codes), `row` its packed activation row. Not for Q6_K.
   __m512 add(__m512i s, const uint8_t* row, int64_t cols, int64_t b, __m512 acc) const {
     const __m512 t = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, off));
     const __m512 dx = _mm512_set1_ps(act_scale(row, cols, b));
@@ -97,6 +127,15 @@ struct Factors {
       return _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_mul_ps(m, _mm512_set1_ps(act_sum(row, cols, b))), acc);
     } else {
       return _mm512_fmadd_ps(_mm512_mul_ps(d, dx), t, acc);
+    }
+  }
+  // The same from the sums over values 0..15 (lo) and 16..31 (hi).
+  __m512 add_halves(__m512i lo, __m512i hi, const uint8_t* row, int64_t cols, int64_t b, __m512 acc) const {
+    if constexpr (F == QFormat::Q6_K) {
+      const __m512i s = _mm512_sub_epi32(_mm512_add_epi32(_mm512_mullo_epi32(sc_lo, lo), _mm512_mullo_epi32(sc_hi, hi)), off);
+      return _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act_scale(row, cols, b))), _mm512_cvtepi32_ps(s), acc);
+    } else {
+      return add(_mm512_add_epi32(lo, hi), row, cols, b, acc);
     }
   }
 };
@@ -120,12 +159,12 @@ TS_VNNI void vnni_tile(const PackedQMatrix& w, int64_t g, const uint8_t* act, in
     const Factors<F> fac(o, b);
     for (int t = 0; t < T; ++t) {
       const uint8_t* x = a + t * ab + b * kQBlock;
-      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();  // two chains: exact either way
-      for (int c = 0; c < 8; c += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32(static_cast<int>(load_u32(x + 4 * c))), wc[c]);
-        s1 = _mm512_dpbusd_epi32(s1, _mm512_set1_epi32(static_cast<int>(load_u32(x + 4 * c + 4))), wc[c + 1]);
+      __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();  // values 0..15, 16..31
+      for (int c = 0; c < 4; ++c) {
+        lo = _mm512_dpbusd_epi32(lo, _mm512_set1_epi32(static_cast<int>(load_u32(x + 4 * c))), wc[c]);
+        hi = _mm512_dpbusd_epi32(hi, _mm512_set1_epi32(static_cast<int>(load_u32(x + 16 + 4 * c))), wc[c + 4]);
       }
-      acc[t] = fac.add(_mm512_add_epi32(s0, s1), a + t * ab, w.cols, b, acc[t]);
+      acc[t] = fac.add_halves(lo, hi, a + t * ab, w.cols, b, acc[t]);
     }
   }
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (i0 + t) * ldy + g * kPackRows, keep, acc[t]);
@@ -156,19 +195,32 @@ TS_VNNI void qgemm_rows_vnni(const PackedQMatrix& w, const uint8_t* act, int64_t
   for (int64_t g = r0 / kPackRows; g * kPackRows < r1; ++g) vnni_tokens<F>(w, g, act, 0, m, y, ldy, rows_kept(g, r1));
 }
 
-// AMX tiles: 0-2 for even blocks, 3-5 for odd ones (two blocks in flight):
-// the activations (16 tokens x 32 bytes), the weights (8 x 64 bytes: 4
-// values of the 16 rows a line), the int32 sums (16 tokens x 16 rows).
+// AMX tiles 0-2 and 3-5, two sets: the activations (16 tokens x 32 bytes),
+// the weights (8 x 64 bytes: 4 values of the 16 rows a line), the int32
+// sums (16 tokens x 16 rows), for two blocks in flight; for Q6_K the two
+// halves of a block (16 bytes a token, 4 lines of weights).
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {32, 64, 64, 32, 64, 64};
-  uint8_t rows[16] = {16, 8, 16, 16, 8, 16};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
 };
 static_assert(sizeof(TileConfig) == 64);
-constexpr TileConfig kTileConfig{};
+constexpr TileConfig tile_config(uint16_t act_bytes) {
+  TileConfig c;
+  for (int set = 0; set < 2; ++set) {
+    c.colsb[3 * set] = act_bytes;
+    c.rows[3 * set] = kAmxTokens;
+    c.colsb[3 * set + 1] = 64;
+    c.rows[3 * set + 1] = static_cast<uint8_t>(act_bytes / 4);
+    c.colsb[3 * set + 2] = 64;
+    c.rows[3 * set + 2] = kAmxTokens;
+  }
+  return c;
+}
+constexpr TileConfig kBlockTiles = tile_config(kQBlock), kHalfTiles = tile_config(kQBlock / 2);
 
-// One block's int32 sums for 16 tokens x 16 rows into s: tiles 0-2 (even
-// blocks) or 3-5 (odd ones). The intrinsics paste the tile number into the
+// One block's (or half's) int32 sums for 16 tokens x 16 rows into s: tiles
+// 0-2 or 3-5. The intrinsics paste the tile number into the
 // instruction text, so it has to be a literal, not a template parameter.
 template <bool Odd>
 TS_AMX inline void tile_sums(const uint8_t* act, int64_t ab, const uint8_t* codes, int32_t (*s)[16]) {
@@ -204,6 +256,19 @@ TS_AMX void amx_tile(const PackedQMatrix& w, int64_t g, const uint8_t* codes, in
 #pragma GCC unroll 16
     for (int t = 0; t < kAmxTokens; ++t) acc[t] = fac.add(_mm512_load_si512(s[t]), a + t * ab, w.cols, b, acc[t]);
   };
+  if constexpr (F == QFormat::Q6_K) {
+    for (int64_t b = 0; b < nb; ++b) {
+      tile_sums<false>(a + b * kQBlock, ab, codes + b * code_stride, sums[0]);
+      tile_sums<true>(a + b * kQBlock + 16, ab, codes + b * code_stride + 256, sums[1]);
+      const Factors<F> fac(o, b);
+#pragma GCC unroll 16
+      for (int t = 0; t < kAmxTokens; ++t)
+        acc[t] = fac.add_halves(_mm512_load_si512(sums[0][t]), _mm512_load_si512(sums[1][t]), a + t * ab, w.cols, b,
+                                acc[t]);
+    }
+    for (int t = 0; t < kAmxTokens; ++t) _mm512_mask_storeu_ps(y + (i0 + t) * ldy + g * kPackRows, keep, acc[t]);
+    return;
+  }
   int64_t b = 0;
   for (; b + 1 < nb; b += 2) {
     tile_sums<false>(a + b * kQBlock, ab, codes + b * code_stride, sums[0]);
@@ -224,7 +289,7 @@ TS_AMX void qgemm_rows_amx(const PackedQMatrix& w, const uint8_t* act, int64_t m
                            int64_t r1) {
   const int64_t whole = m / kAmxTokens * kAmxTokens;
   const int64_t nb = w.cols / kQBlock;
-  if (whole > 0) _tile_loadconfig(&kTileConfig);
+  if (whole > 0) _tile_loadconfig(F == QFormat::Q6_K ? &kHalfTiles : &kBlockTiles);
   // Nibbles unpacked, a row group at a time, for the tile loads.
   std::optional<Scratch<uint8_t>> unpacked;
   if (F != QFormat::Q8_0 && whole > 0) unpacked.emplace(nb * 512);
@@ -256,12 +321,14 @@ void fill_qgemm_vnni_kernels(KernelTable& t) {
   t.qgemm_rows[static_cast<int>(QFormat::Q8_0)] = qgemm_rows_vnni<QFormat::Q8_0>;
   t.qgemm_rows[static_cast<int>(QFormat::Q4_0)] = qgemm_rows_vnni<QFormat::Q4_0>;
   t.qgemm_rows[static_cast<int>(QFormat::Q4_K)] = qgemm_rows_vnni<QFormat::Q4_K>;
+  t.qgemm_rows[static_cast<int>(QFormat::Q6_K)] = qgemm_rows_vnni<QFormat::Q6_K>;
 }
 
 void fill_qgemm_amx_kernels(KernelTable& t) {
   t.qgemm_rows[static_cast<int>(QFormat::Q8_0)] = qgemm_rows_amx<QFormat::Q8_0>;
   t.qgemm_rows[static_cast<int>(QFormat::Q4_0)] = qgemm_rows_amx<QFormat::Q4_0>;
   t.qgemm_rows[static_cast<int>(QFormat::Q4_K)] = qgemm_rows_amx<QFormat::Q4_K>;
+  t.qgemm_rows[static_cast<int>(QFormat::Q6_K)] = qgemm_rows_amx<QFormat::Q6_K>;
 }
 #endif
 
