@@ -264,11 +264,13 @@ int cmd_generate(const cli::GenerateFlags& f, bool chat) {
 
 int cmd_quantize_gguf(const std::string& in, const std::string& out, const std::string& type) {
   const std::optional<llm::GgmlType> t = llm::ggml_type_from_name(type);
-  TS_CHECK(t.has_value(), "quantize-gguf: unknown type '", type, "' (F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K)");
+  const std::optional<llm::GgufMix> mix = llm::gguf_mix_from_name(type);
+  TS_CHECK(t.has_value() || mix.has_value(), "quantize-gguf: unknown type '", type,
+           "' (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, or llama.cpp's mix Q4_K_M)");
   llm::GgufFile f = llm::GgufFile::open(in);
-  llm::convert_gguf(f, *t).save(out);
+  (mix ? llm::convert_gguf(f, *mix) : llm::convert_gguf(f, *t)).save(out);
   std::printf("%s (%s) -> %s (%s, %s)\n", in.c_str(), human_bytes(f.file_size()).c_str(), out.c_str(),
-              llm::ggml_type_name(*t), human_bytes(std::filesystem::file_size(out)).c_str());
+              mix ? "Q4_K_M" : llm::ggml_type_name(*t), human_bytes(std::filesystem::file_size(out)).c_str());
   return 0;
 }
 
@@ -926,10 +928,11 @@ int main(int argc, char** argv) {
   std::string qg_in, qg_out, qg_type;
   qgguf->add_option("input", qg_in, "the GGUF file to read")->required();
   qgguf->add_option("output", qg_out, "the GGUF file to write")->required();
-  qgguf->add_option("type", qg_type, "F32, F16, BF16, Q8_0, Q4_0, Q4_K (the output matrix in Q6_K) or Q6_K")
+  qgguf->add_option("type", qg_type, "F32, F16, BF16, Q8_0, Q4_0, Q4_K (the output matrix in Q6_K), Q6_K, or "
+                    "Q4_K_M (llama.cpp's mix: Q4_K, with some layers' V and down products and the output in Q6_K)")
       ->required()
-      ->check(CLI::IsMember({"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "f32", "f16", "bf16", "q8_0", "q4_0",
-                             "q4_k", "q6_k"}));
+      ->check(CLI::IsMember({"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "Q4_K_M", "f32", "f16", "bf16",
+                             "q8_0", "q4_0", "q4_k", "q6_k"}));
 
   cli::GenerateFlags gen, chat;
   cli::add_generate_command(app, gen);

@@ -279,6 +279,48 @@ TEST(LlmEngine, RunsKQuantMatrices) {
   EXPECT_LT(relative_error(got, want), 2e-2);
 }
 
+// quantize-gguf's Q4_K_M: Q6_K where llama.cpp puts it (the output, and the
+// V and down products of layers 0, 3, 6 and 7 of 8: the first and last
+// eighth, every third between), Q4_K elsewhere; the engine within rounding
+// of the module on the converted file, every matrix repacked where it can be.
+TEST(LlmEngine, QuantizesToLlamaCppsQ4KMMix) {
+  nn::zoo::LlamaConfig c = small_config();
+  c.dim = 256, c.n_heads = 8, c.hidden_dim = 256, c.n_layers = 8;
+  manual_seed(19);
+  nn::zoo::Llama m(c);
+  m.eval();
+  const std::string image = llm::llama_to_gguf(m).bytes();
+  const llm::GgufFile src = llm::GgufFile::parse(image.data(), image.size(), "f32.gguf");
+  ASSERT_EQ(llm::gguf_mix_from_name("Q4_K_M"), llm::GgufMix::Q4_K_M);
+  EXPECT_FALSE(llm::gguf_mix_from_name("Q4_K_S").has_value());
+  const std::string bytes = llm::convert_gguf(src, llm::GgufMix::Q4_K_M).bytes();
+  const llm::GgufFile q = llm::GgufFile::parse(bytes.data(), bytes.size(), "q4_k_m.gguf");
+  EXPECT_EQ(q.get("general.file_type").as_int(), 15);
+  const bool tied = q.find_tensor("output.weight") == nullptr;
+  EXPECT_EQ(q.find_tensor(tied ? "token_embd.weight" : "output.weight")->type, GgmlType::Q6_K);
+  if (!tied) EXPECT_EQ(q.find_tensor("token_embd.weight")->type, GgmlType::Q4_K);
+  for (int i = 0; i < 8; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    const GgmlType more = i == 0 || i == 3 || i == 6 || i == 7 ? GgmlType::Q6_K : GgmlType::Q4_K;
+    EXPECT_EQ(q.find_tensor(b + "attn_v.weight")->type, more) << i;
+    EXPECT_EQ(q.find_tensor(b + "ffn_down.weight")->type, more) << i;
+    for (const char* n : {"attn_q.weight", "attn_k.weight", "attn_output.weight", "ffn_gate.weight", "ffn_up.weight"})
+      EXPECT_EQ(q.find_tensor(b + n)->type, GgmlType::Q4_K) << b << n;
+    EXPECT_EQ(q.find_tensor(b + "attn_norm.weight")->type, GgmlType::F32);
+  }
+  Engine e(llm::Model::from_gguf(q), opts());
+  EXPECT_EQ(e.model().layers()[3].v.type, GgmlType::Q6_K);
+  EXPECT_EQ(e.model().layers()[4].down.type, GgmlType::Q4_K);
+  auto module = llm::load_llama_gguf(q);
+  module->eval();
+  const std::vector<int32_t> ids = tokens(12, 6);
+  NoGradGuard ng;
+  Tensor want = (*module)(tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 12})).contiguous();
+  const std::vector<float> got = run_chunked(e, ids, 12);
+  EXPECT_LT(relative_error(got, want), 2e-2);
+  EXPECT_EQ(run_chunked(e, ids, 5), got);
+}
+
 // A file the engine cannot run is an error that names the problem.
 TEST(LlmEngine, RefusesFilesItCannotRun) {
   manual_seed(18);

@@ -193,4 +193,14 @@ Tensor to_ggml_bytes(const Tensor& x, GgmlType type);
 // Q8_0, Q4_0, Q4_K or Q6_K.
 GgufWriter convert_gguf(const GgufFile& in, GgmlType type);
 
+// llama.cpp's quantization mixes that Tessera writes: Q4_K_M is Q4_K with
+// the output matrix (the token embedding when tied) in Q6_K, and the V and
+// down products of the first and last eighth of the layers and of every
+// third layer between in Q6_K (llama.cpp's rule for dense models);
+// general.file_type 15.
+enum class GgufMix : uint8_t { Q4_K_M };
+GgufWriter convert_gguf(const GgufFile& in, GgufMix mix);
+// "Q4_K_M" -> GgufMix::Q4_K_M; anything else, nullopt.
+std::optional<GgufMix> gguf_mix_from_name(const std::string& name);
+
 }  // namespace tessera::llm
