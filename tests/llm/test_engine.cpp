@@ -97,6 +97,16 @@ double relative_error(const std::vector<float>& got, const Tensor& want) {
 
 // Every position's logits of `ids` run in chunks of `chunk` tokens, after
 // `shift` other sequences took cache blocks.
+// The logits of the module a GGUF file loads as (llm::load_llama_gguf) on
+// one sequence: what the engine is compared against.
+Tensor module_logits(const llm::GgufFile& f, const std::vector<int32_t>& ids) {
+  auto module = llm::load_llama_gguf(f);
+  module->eval();
+  NoGradGuard ng;
+  const auto n = static_cast<int64_t>(ids.size());
+  return (*module)(tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, n})).contiguous();
+}
+
 std::vector<float> run_chunked(Engine& e, const std::vector<int32_t>& ids, int64_t chunk, int64_t shift = 0) {
   std::vector<int64_t> others;
   for (int64_t i = 0; i < shift; ++i) {
@@ -270,13 +280,8 @@ TEST(LlmEngine, RunsKQuantMatrices) {
   Engine e(llm::Model::from_gguf(qfile), opts());
   EXPECT_EQ(e.model().layers()[0].q.type, GgmlType::Q4_K);
   EXPECT_EQ(e.model().output().type, GgmlType::Q6_K);
-  auto module = llm::load_llama_gguf(qfile);
-  module->eval();
   const std::vector<int32_t> ids = tokens(12, 5);
-  NoGradGuard ng;
-  Tensor want = (*module)(tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 12})).contiguous();
-  const std::vector<float> got = run_chunked(e, ids, 12);
-  EXPECT_LT(relative_error(got, want), 2e-2);
+  EXPECT_LT(relative_error(run_chunked(e, ids, 12), module_logits(qfile, ids)), 2e-2);
 }
 
 // quantize-gguf's Q4_K_M: Q6_K where llama.cpp puts it (the output, and the
@@ -311,13 +316,9 @@ TEST(LlmEngine, QuantizesToLlamaCppsQ4KMMix) {
   Engine e(llm::Model::from_gguf(q), opts());
   EXPECT_EQ(e.model().layers()[3].v.type, GgmlType::Q6_K);
   EXPECT_EQ(e.model().layers()[4].down.type, GgmlType::Q4_K);
-  auto module = llm::load_llama_gguf(q);
-  module->eval();
   const std::vector<int32_t> ids = tokens(12, 6);
-  NoGradGuard ng;
-  Tensor want = (*module)(tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 12})).contiguous();
   const std::vector<float> got = run_chunked(e, ids, 12);
-  EXPECT_LT(relative_error(got, want), 2e-2);
+  EXPECT_LT(relative_error(got, module_logits(q, ids)), 2e-2);
   EXPECT_EQ(run_chunked(e, ids, 5), got);
 }
 
