@@ -50,7 +50,8 @@ done
   echo "# fortunes models ($(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
   (cd "$out" && sha256sum fortunes.model)
   for size in 2m 15m 20m; do
-    [ -d "$out/runs/$size" ] || continue
+    # A size counts once its files are written (another run may be training it).
+    [ -f "$out/models/fortunes-$size-Q4_0.gguf" ] || continue
     echo "## $size: examples/configs/fortunes_llama_$size.yaml (sha256 $(sha256sum "examples/configs/fortunes_llama_$size.yaml" | cut -c1-64)), seed 1"
     "$tessera" info "$out/runs/$size" 2>/dev/null | grep -E "parameters|step|perplexity" | sed 's/^/  /' || true
     (cd "$out/models" && sha256sum fortunes-"$size"-*.gguf)

@@ -17,7 +17,7 @@
 # tree is surveyed the same way (ChatTemplate.MatchesHuggingFaceJinja); Tessera's Llama written as GGUF (F32, F16,
 # Q8_0, Q4_0; grouped-query attention) loads in llama.cpp and gives the
 # log-probs Tessera gives on the same file, through the Llama module and
-# through the LLM engine (a random Q4_K/Q6_K file, and Q4_K and Q6_K files Tessera quantized, too; and,
+# through the LLM engine (a random Q4_K/Q6_K file, and Q4_K, Q6_K and Q4_K_M files Tessera quantized, too; and,
 # engine only, with linear and YaRN RoPE scaling
 # and per-pair RoPE frequency factors) (mean KL per position within the bounds of issue 21,
 # the same top token everywhere); and the fortunes models Tessera trained
@@ -91,7 +91,7 @@ TESSERA_LLM_COMPAT_DIR="$out" "$build/tests/tessera_tests" --gtest_filter='Llama
   --gtest_brief=1 >/dev/null
 cp scripts/llm_compat_eval.mjs "$pkg/"
 status=0
-for type in F32 F16 Q8_0 Q4_0 Q4_K Q4_K-written Q6_K-written rope-linear rope-yarn rope-freqs; do
+for type in F32 F16 Q8_0 Q4_0 Q4_K Q4_K-written Q6_K-written Q4_K_M-written rope-linear rope-yarn rope-freqs; do
   base="$out/random-gqa-$type"
   ids=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tokens'])" "$base.tessera.json")
   (cd "$pkg" && node llm_compat_eval.mjs "$base.gguf" "$ids" 300 >"$base.llama.json")
@@ -105,7 +105,7 @@ ref = json.load(open(base + ".llama.json"))
 # The K-quant files share one bound: llama.cpp rounds activations to 8 bits
 # per 256 values (Q8_K) for all of them, Tessera's engine per 32.
 bound = {"F32": 1e-4, "F16": 1e-4, "Q8_0": 1e-3, "Q4_0": 5e-3, "Q4_K": 5e-3, "Q4_K-written": 5e-3,
-         "Q6_K-written": 5e-3}.get(kind, 1e-4)
+         "Q6_K-written": 5e-3, "Q4_K_M-written": 5e-3}.get(kind, 1e-4)
 ok = True
 for name, key in (("module", "logprobs"), ("engine", "engine_logprobs")):
     if key not in mine:

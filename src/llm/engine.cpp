@@ -10,6 +10,7 @@
 #include <new>
 
 #include "backend/cpu/kernel_table.h"
+#include "quant_view.h"
 #include "tessera/core/error.h"
 #include "tessera/core/half.h"
 #include "tessera/core/parallel.h"
@@ -27,6 +28,7 @@ KvType kv_type_from_name(const std::string& name) {
 }
 
 namespace {
+using detail::quant_view;
 
 using cpu::BlockQ8Act;
 using cpu::KernelTable;
@@ -42,25 +44,7 @@ constexpr int64_t kRowTile = 64;
 constexpr int64_t kRowGroup = 16;
 static_assert(kRowGroup % cpu::kPackRows == 0);
 
-bool quantized(GgmlType t) {
-  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
-}
-
-// A Q8_0, Q4_0, Q4_K or Q6_K matrix as the quantized kernels see it (the
-// GGUF blocks as they are in the file).
-cpu::QuantMatrix quant_view(const Matrix& w) {
-  cpu::QuantMatrix qm;
-  switch (w.type) {
-    case GgmlType::Q8_0: qm.format = cpu::QFormat::Q8_0; break;
-    case GgmlType::Q4_0: qm.format = cpu::QFormat::Q4_0; break;
-    case GgmlType::Q4_K: qm.format = cpu::QFormat::Q4_K; break;
-    default: qm.format = cpu::QFormat::Q6_K; break;
-  }
-  qm.rows = w.rows;
-  qm.cols = w.cols;
-  qm.data = static_cast<const uint8_t*>(w.data);
-  return qm;
-}
+bool quantized(GgmlType t) { return detail::qformat_of(t).has_value(); }
 
 // An input of matrix products: m rows of `cols` f32 values (stride ld), and
 // the forms the weights' kernels read, made once for all the products.

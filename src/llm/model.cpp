@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backend/cpu/kernel_table.h"
+#include "quant_view.h"
 #include "tessera/core/error.h"
 #include "tessera/core/parallel.h"
 #include "tessera/llm/engine.h"
@@ -220,18 +221,9 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
   // Q8_0/Q4_0/Q4_K/Q6_K repacked once for the int8 products (VNNI, AMX), where the CPU has them.
   const cpu::KernelTable& kt = cpu::kernels();
   auto pack = [&](Matrix& mx) {
-    cpu::QuantMatrix q;
-    switch (mx.type) {
-      case GgmlType::Q8_0: q.format = cpu::QFormat::Q8_0; break;
-      case GgmlType::Q4_0: q.format = cpu::QFormat::Q4_0; break;
-      case GgmlType::Q4_K: q.format = cpu::QFormat::Q4_K; break;
-      case GgmlType::Q6_K: q.format = cpu::QFormat::Q6_K; break;
-      default: return;
-    }
+    if (!detail::qformat_of(mx.type)) return;
+    const cpu::QuantMatrix q = detail::quant_view(mx);
     if (!kt.qgemm_rows[static_cast<int>(q.format)]) return;
-    q.rows = mx.rows;
-    q.cols = mx.cols;
-    q.data = static_cast<const uint8_t*>(mx.data);
     std::vector<uint8_t> buf(static_cast<size_t>(cpu::packed_matrix_bytes(q.format, mx.rows, mx.cols)));
     uint8_t* out = buf.data();
     parallel_for(0, (mx.rows + cpu::kPackRows - 1) / cpu::kPackRows, 16,

@@ -322,6 +322,12 @@ TEST(LlamaGguf, WritesModelsForLlamaCpp) {
       const std::string qjson = module_and_engine_json(qbase);
       io::write_file_atomic(qbase + ".tessera.json", [&](io::Writer& w2) { w2.write(qjson); });
     }
+    // llama.cpp's Q4_K_M mix: Q4_K, with Q6_K for the output and the last
+    // layer's V and down products.
+    const std::string mbase = std::string(dir) + "/random-gqa-Q4_K_M-written";
+    llm::convert_gguf(src5, llm::GgufMix::Q4_K_M).save(mbase + ".gguf");
+    const std::string mjson = module_and_engine_json(mbase);
+    io::write_file_atomic(mbase + ".tessera.json", [&](io::Writer& w2) { w2.write(mjson); });
   }
   // RoPE scaling, which only the engine runs: linear, YaRN (extending an
   // original context of 8), and Llama 3.1-style per-pair frequency factors.

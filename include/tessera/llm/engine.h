@@ -70,7 +70,7 @@ class Model {
     GgmlType type = GgmlType::F32;
     int64_t rows = 0, cols = 0;
     const void* data = nullptr;
-    // Q8_0/Q4_0/Q4_K repacked at load for the CPU's int8 products (VNNI, AMX),
+    // Q8_0/Q4_0/Q4_K/Q6_K repacked at load for the CPU's int8 products (VNNI, AMX),
     // where it has them (backend/cpu/qgemm.h); null otherwise.
     const uint8_t* packed = nullptr;
     // Rows [r0, r0 + n) as a matrix of their own.
