@@ -7,6 +7,9 @@
 #include <limits>
 #include <set>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "tessera/core/error.h"
 #include "tessera/io/file.h"
 
@@ -420,9 +423,21 @@ GgufFile GgufFile::open(const std::string& path) {
   f.data_ = m->data;
   f.size_ = m->size;
   f.keep_ = m;
+  f.mapped_ = true;
   f.what_ = path;
   f.parse_all();
   return f;
+}
+
+void GgufFile::release(const char* p, size_t n) const {
+  if (!mapped_ || n == 0) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  TS_CHECK(p >= data_ && p + n <= data_ + size_, "GgufFile::release: the range is not in ", what_);
+  // Advice only: the mapping is private and never written, so dropped pages
+  // read back from the file unchanged; a failure just keeps them.
+  if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
 }
 
 GgufFile GgufFile::parse(const char* data, size_t size, const std::string& what) {

@@ -230,6 +230,10 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
                  [&](int64_t t0, int64_t t1) { cpu::qpack_weights(q, t0, t1, out); });
     mx.packed = out;
     m->packed_.push_back(std::move(buf));  // the vector's buffer does not move
+    // The products read the packed copy only, so the file's pages of the
+    // matrix need not stay resident beside it (the tied embedding's lookups
+    // map back just the rows they read).
+    m->file_.release(static_cast<const char*>(mx.data), static_cast<size_t>(ggml_row_bytes(mx.type, mx.cols) * mx.rows));
   };
   for (Layer& L : m->layers_)
     for (Matrix* mx : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})

@@ -5,7 +5,9 @@
 // duplicates, overlaps) is an error that names the problem.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <filesystem>
 #include <unistd.h>
@@ -176,6 +178,55 @@ TEST(Gguf, WrittenFilesReadBackEqual) {
     EXPECT_EQ(std::memcmp(m.tensor("q8").raw_data(), f.tensor("q8").raw_data(), 136), 0);
     std::filesystem::remove(path);
   }
+}
+
+// Kilobytes of the mapping of `path` resident in this process (its Rss line in
+// /proc/self/smaps); -1 if the file is not mapped.
+int64_t mapped_rss_kb(const std::string& path) {
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool ours = false;
+  while (std::getline(in, line)) {
+    if (line.find('-') < line.find(' ') && line.find(' ') != std::string::npos && std::isxdigit(line[0]))
+      ours = line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0;
+    else if (ours && line.rfind("Rss:", 0) == 0)
+      return std::stoll(line.substr(4));
+  }
+  return -1;
+}
+
+// release() drops a tensor's pages from the process (the engine does so for
+// the matrices it repacks); reading them again gives the file's bytes.
+TEST(Gguf, ReleasedPagesLeaveTheProcessAndReadBackUnchanged) {
+  std::vector<float> values(1 << 18);  // 1 MiB
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1000) * 0.5f;
+  GgufWriter w;
+  w.add_tensor("big", tensor(values));
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("tessera_gguf_release_" + std::to_string(::getpid()) + ".gguf")).string();
+  w.save(path);
+  {
+    GgufFile f = GgufFile::open(path);
+    const auto& t = f.tensor_info("big");
+    const char* p = f.tensor_data(t);
+    const int64_t bytes = static_cast<int64_t>(values.size() * sizeof(float));
+    ASSERT_EQ(std::memcmp(p, values.data(), bytes), 0);  // every page read in
+    const int64_t before = mapped_rss_kb(path);
+    ASSERT_GE(before, bytes / 1024);
+    f.release(p, static_cast<size_t>(bytes));
+    const int64_t after = mapped_rss_kb(path);
+    // All but the partial pages at either end and the header's page leave.
+    EXPECT_LE(after, before - bytes / 1024 + 16) << "before " << before << " KiB";
+    EXPECT_EQ(std::memcmp(p, values.data(), bytes), 0);
+    EXPECT_NE(testing::error_of([&] { f.release(p, f.file_size() + 1); }).find("not in"), std::string::npos);
+  }
+  // A parsed image is not a mapping: nothing to release, nothing changes.
+  const std::string image = w.bytes();
+  GgufFile m = GgufFile::parse(image.data(), image.size());
+  const char* q = m.tensor_data(m.tensor_info("big"));
+  m.release(q, values.size() * sizeof(float));
+  EXPECT_EQ(std::memcmp(q, values.data(), values.size() * sizeof(float)), 0);
+  std::filesystem::remove(path);
 }
 
 TEST(Gguf, ValuesOfTheWrongTypeNameTheKey) {

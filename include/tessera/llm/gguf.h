@@ -132,10 +132,15 @@ class GgufFile {
   // mapping (or a copy where the offset is not aligned for the dtype). A
   // quantized tensor as U8 [rows, row bytes] holding its blocks.
   Tensor tensor(std::string_view name) const;
+  // Drops the mapped pages wholly inside [p, p + n) from the process's
+  // memory (the engine's repacked copy of a matrix replaces them); a later
+  // read maps them in again from the file. Nothing for a parsed image.
+  void release(const char* p, size_t n) const;
 
  private:
   void parse_all();
   std::shared_ptr<const void> keep_;  // the mapping or buffer
+  bool mapped_ = false;               // keep_ is a file mapping
   const char* data_ = nullptr;
   size_t size_ = 0;
   std::string what_;
