@@ -44,8 +44,8 @@ if [ ! -d "$src/models" ]; then
   git clone -q "$pkg/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$src" 2>/dev/null
 fi
 $install_only && exit 0
-[ -x "$build/apps/tessera" ] && [ -x "$build/tests/tessera_tests" ] && [ -x "$build/bench/tessera_llm_bench" ] ||
-  cmake --build "$build" --target tessera_cli tessera_tests tessera_llm_bench
+# Always brought up to date: a binary older than the library it links can crash.
+cmake --build "$build" --target tessera_cli tessera_tests tessera_llm_bench >/dev/null
 
 echo "== GGUF: llama.cpp's vocabulary files"
 n=0
