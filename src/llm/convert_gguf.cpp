@@ -16,14 +16,10 @@
 namespace tessera::llm {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // Whether llama.cpp's quantizer converts a tensor of this name: weights, but
 // not norms, MoE routers, position or token-type embeddings.
 bool quantizable(const std::string& name) {
-  if (!ends_with(name, "weight")) return false;
+  if (!name.ends_with("weight")) return false;
   for (const char* skip : {"norm", "ffn_gate_inp", "pos_embd", "token_types", "ssm_conv1d", "attn_rel_b"})
     if (name.find(skip) != std::string::npos) return false;
   return true;
@@ -134,14 +130,14 @@ GgufWriter convert_gguf(const GgufFile& in, GgufMix mix) {
   // and last eighth of the layers and every third one between get more bits.
   int64_t n_layer = 0;
   for (const GgufTensorInfo& t : in.tensors())
-    if (ends_with(t.name, ".attn_v.weight") || ends_with(t.name, ".ffn_down.weight"))
+    if (t.name.ends_with(".attn_v.weight") || t.name.ends_with(".ffn_down.weight"))
       n_layer = std::max(n_layer, layer_of(t.name) + 1);
   auto more_bits = [&](int64_t i) { return i < n_layer / 8 || i >= 7 * n_layer / 8 || (i - n_layer / 8) % 3 == 2; };
   constexpr int64_t kQ4KM = 15;  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
   return convert_each(in, kQ4KM, true, [&](const GgufTensorInfo& t) {
     if (t.name == output) return GgmlType::Q6_K;
     const int64_t i = layer_of(t.name);
-    const bool v_or_down = ends_with(t.name, ".attn_v.weight") || ends_with(t.name, ".ffn_down.weight");
+    const bool v_or_down = t.name.ends_with(".attn_v.weight") || t.name.ends_with(".ffn_down.weight");
     return v_or_down && i >= 0 && more_bits(i) ? GgmlType::Q6_K : GgmlType::Q4_K;
   });
 }

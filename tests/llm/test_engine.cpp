@@ -95,8 +95,6 @@ double relative_error(const std::vector<float>& got, const Tensor& want) {
   return std::sqrt(err / norm);
 }
 
-// Every position's logits of `ids` run in chunks of `chunk` tokens, after
-// `shift` other sequences took cache blocks.
 // The logits of the module a GGUF file loads as (llm::load_llama_gguf) on
 // one sequence: what the engine is compared against.
 Tensor module_logits(const llm::GgufFile& f, const std::vector<int32_t>& ids) {
@@ -107,6 +105,8 @@ Tensor module_logits(const llm::GgufFile& f, const std::vector<int32_t>& ids) {
   return (*module)(tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, n})).contiguous();
 }
 
+// Every position's logits of `ids` run in chunks of `chunk` tokens, after
+// `shift` other sequences took cache blocks.
 std::vector<float> run_chunked(Engine& e, const std::vector<int32_t>& ids, int64_t chunk, int64_t shift = 0) {
   std::vector<int64_t> others;
   for (int64_t i = 0; i < shift; ++i) {

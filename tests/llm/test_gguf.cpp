@@ -5,7 +5,6 @@
 // duplicates, overlaps) is an error that names the problem.
 #include <gtest/gtest.h>
 
-#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -187,10 +186,11 @@ int64_t mapped_rss_kb(const std::string& path) {
   std::string line;
   bool ours = false;
   while (std::getline(in, line)) {
-    if (line.find('-') < line.find(' ') && line.find(' ') != std::string::npos && std::isxdigit(line[0]))
-      ours = line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0;
-    else if (ours && line.rfind("Rss:", 0) == 0)
-      return std::stoll(line.substr(4));
+    // A mapping's line ("start-end perms offset dev inode path"), then its
+    // "Key: value" lines.
+    const std::string first = line.substr(0, line.find(' '));
+    if (!first.ends_with(":")) ours = line.ends_with(path);
+    else if (ours && first == "Rss:") return std::stoll(line.substr(4));
   }
   return -1;
 }
