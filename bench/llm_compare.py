@@ -153,7 +153,11 @@ def fortunes(bench, pkg, rounds):
             row = {"size": size, "type": t, "sha256": sha256(path), "tessera_ppl": mine["perplexity"],
                    "llama_ppl": ref["perplexity"],
                    "greedy_same": next((i for i, (a, b) in enumerate(zip(mine["greedy"], ref["greedy"])) if a != b),
-                                       len(ref["greedy"]))}
+                                       len(ref["greedy"])),
+                   # The rule of scripts/llm_compat.sh: along Tessera's path, llama.cpp's
+                   # top token at the positions whose top two differ by 1e-3 or more.
+                   "greedy_clear": sum(m >= 1e-3 for _, m in ref["forced"]),
+                   "greedy_clear_same": sum(m >= 1e-3 and t == g for (t, m), g in zip(ref["forced"], mine["greedy"]))}
             for measure, threads, tokens in FORTUNES_CASES:
                 runs = {"tessera": [], "llama.cpp": []}
                 for rnd in range(rounds):

@@ -2,7 +2,9 @@
 // bench/llm_compare.py): on the windows Tessera evaluated (its eval JSON from
 // `tessera_llm_bench eval`), the negative log-likelihood of each next token,
 // and the greedy continuation of the same prompt with each step's top-two
-// margin. Same file, same token ids.
+// margin; and along Tessera's greedy path (teacher-forced), llama.cpp's top
+// token and top-two margin at each step, so every position is compared even
+// after the two free-running paths part. Same file, same token ids.
 //   node llm_compat_fortunes.mjs MODEL.gguf TESSERA_EVAL.json OUT.json
 import {getLlama} from "node-llama-cpp";
 import {readFileSync, writeFileSync} from "node:fs";
@@ -33,22 +35,30 @@ for (const w of mine.windows) {
 }
 const evalSeconds = (performance.now() - t0) / 1000;
 
+const top2 = probs => {
+  let best = -1, bestP = -1, secondP = -1;
+  for (const [token, p] of probs) {
+    if (p > bestP) { secondP = bestP; bestP = p; best = token; }
+    else if (p > secondP) secondP = p;
+  }
+  return [best, Math.log(bestP) - Math.log(Math.max(secondP, 1e-300))];
+};
 await sequence.clearHistory();
 const prompt = mine.greedy_prompt;
 let last = await sequence.controlledEvaluate(prompt.map((t, i) => i === prompt.length - 1
   ? [t, {generateNext: {probabilities: true, options}}] : t));
 const greedy = [], margins = [];
 for (let i = 0; i < mine.greedy.length; ++i) {
-  const probs = last[last.length - 1].next.probabilities;
-  let best = -1, bestP = -1, secondP = -1;
-  for (const [token, p] of probs) {
-    if (p > bestP) { secondP = bestP; bestP = p; best = token; }
-    else if (p > secondP) secondP = p;
-  }
+  const [best, margin] = top2(last[last.length - 1].next.probabilities);
   greedy.push(best);
-  margins.push(Math.log(bestP) - Math.log(Math.max(secondP, 1e-300)));
+  margins.push(margin);
   last = await sequence.controlledEvaluate([[best, {generateNext: {probabilities: true, options}}]]);
 }
+await sequence.clearHistory();
+const path = [...prompt, ...mine.greedy.slice(0, -1)];
+const forcedOut = await sequence.controlledEvaluate(path.map((t, i) => i >= prompt.length - 1
+  ? [t, {generateNext: {probabilities: true, options}}] : t));
+const forced = forcedOut.slice(prompt.length - 1).map(o => top2(o.next.probabilities));
 writeFileSync(outPath, JSON.stringify({window_nll: windowNll, nll, count, perplexity: Math.exp(nll / count),
-                                       eval_seconds: evalSeconds, greedy, margins}));
+                                       eval_seconds: evalSeconds, greedy, margins, forced}));
 process.exit(0);
