@@ -106,8 +106,6 @@ void qpack_weights(const QuantMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
           std::memcpy(head + kQ6OffsetAt + jb * kPackRows * 4 + 4 * k, &off, 4);
           continue;
         }
-        const auto s16 = static_cast<int16_t>(sum[0] + sum[1]);
-        std::memcpy(fac + 32 + 2 * k, &s16, 2);
         if (f == QFormat::Q4_K) {
           fac[k] = rb.sc;
           fac[16 + k] = rb.m;
@@ -166,6 +164,7 @@ void qgemm_ref(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, 
         const uint8_t* head = og + packed_header_offset(f, b);
         const uint8_t* a = act + i * ab + b * kQBlock;
         int32_t s[2] = {0, 0};  // over values 0..15 and 16..31, activation codes + 128
+        int32_t sum = 0;        // of the weight codes
         for (int j = 0; j < kQBlock; ++j) {
           int code;
           if (f == QFormat::Q8_0) {
@@ -177,6 +176,7 @@ void qgemm_ref(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, 
             code = (j < 16 ? byte & 15 : byte >> 4) - (f == QFormat::Q4_0 ? 8 : 0);
           }
           s[j / 16] += a[j] * code;
+          sum += code;
         }
         float dx;
         std::memcpy(&dx, act + i * ab + w.cols + b * 4, 4);
@@ -192,8 +192,6 @@ void qgemm_ref(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, 
           acc = std::fma(Half::to_float(d) * dx, static_cast<float>(t), acc);
           continue;
         }
-        int16_t sum;
-        std::memcpy(&sum, fac + 32 + 2 * k, 2);
         const int32_t t = s[0] + s[1] - 128 * sum;
         if (f == QFormat::Q4_K) {
           uint16_t dmin;

@@ -22,7 +22,12 @@
 //   acc = fma(d * dx, float(s), acc)                      float(s) exact
 // (|s| <= 2 * 127 * 16 * 127 * 32 < 2^24). The activation codes are made unsigned (+128) for vpdpbusd
 // and tdpbusd, whose first operand is unsigned; 128 times the weight block's
-// code sum, stored with the weights, takes that back out. Every step is one
+// code sum takes that back out. The kernels take that sum from the codes
+// they have loaded anyway (one more vpdpbusd, of ones, per 64 bytes): stored
+// with the weights it cost 32 bytes per 16 rows and block, 6% more bytes for
+// Q8_0 and 11% for Q4_0 to stream for every decoded token, where decode is
+// bound by memory bandwidth (Q6_K keeps its stored offsets, which fold in
+// the sub-block scales). Every step is one
 // integer or one correctly rounded float operation on one (r, i), so the
 // result is the same bits whichever kernel made it, in whatever tile: the
 // AMX tile for whole groups of 16 tokens, VNNI for the rest and on CPUs
@@ -48,9 +53,9 @@ inline int64_t packed_act_bytes(int64_t cols) { return cols + cols / kQBlock * 8
 
 // A weight matrix repacked in groups of 16 rows (the last padded with zero
 // rows): per group and block, the codes (512 bytes for Q8_0, 256 for the
-// nibbles, 384 for Q6_K; the chunks above), then for all but Q6_K 64 bytes
-// of the 16 rows' factors: for Q8_0 and Q4_0 their scales (f16) and code
-// sums (int16); for Q4_K their sc (u8), m (u8) and code sums (int16). The
+// nibbles, 384 for Q6_K; the chunks above), then for all but Q6_K 32 bytes
+// of the 16 rows' factors: for Q8_0 and Q4_0 their scales (f16); for Q4_K
+// their sc (u8) and m (u8). The
 // K-quants lead each super-block of 8 blocks with a header: Q4_K the rows'
 // d and dmin (f16, 64 bytes); Q6_K their d (f16, 32 bytes and 32 unused),
 // then sc for the super-block's 16 halves (int8 [16][16 rows]), then per
@@ -65,7 +70,7 @@ inline int64_t packed_block_code_bytes(QFormat f) {
   return f == QFormat::Q8_0 ? 512 : f == QFormat::Q6_K ? 384 : 256;
 }
 inline int64_t packed_group_block_bytes(QFormat f) {
-  return packed_block_code_bytes(f) + (f == QFormat::Q6_K ? 0 : kPackRows * 4);
+  return packed_block_code_bytes(f) + (f == QFormat::Q6_K ? 0 : kPackRows * 2);
 }
 inline int64_t packed_super_header_bytes(QFormat f) {
   return f == QFormat::Q4_K ? 64 : f == QFormat::Q6_K ? 64 + 16 * kPackRows + 8 * kPackRows * 4 : 0;

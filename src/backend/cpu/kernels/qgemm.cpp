@@ -93,8 +93,9 @@ struct Factors {
   __m512i sc_lo, sc_hi;   // Q6_K
   __m512 d, sc, dmin, m;  // Q8_0, Q4_0, Q6_K: d only
 
-  // `o`: the group's packed bytes; b: the block.
-  Factors(const uint8_t* o, int64_t b) {
+  // `o`: the group's packed bytes; b: the block; wc its codes (load_codes;
+  // not read for Q6_K).
+  TS_VNNI Factors(const uint8_t* o, int64_t b, const __m512i wc[8]) {
     const uint8_t* head = o + packed_header_offset(F, b);  // K-quants
     if constexpr (F == QFormat::Q6_K) {
       const int64_t jb = b % (kQKBlock / kQBlock);
@@ -106,7 +107,9 @@ struct Factors {
       return;
     }
     const uint8_t* fac = o + packed_block_offset(F, b) + packed_block_code_bytes(F);
-    off = _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(fac + 32))), 7);
+    __m512i sum = _mm512_setzero_si512();  // each row's code sum: the codes times ones
+    for (int c = 0; c < 8; ++c) sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), wc[c]);
+    off = _mm512_slli_epi32(sum, 7);
     if constexpr (F == QFormat::Q4_K) {
       d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(head)));
       dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(head + 32)));
@@ -156,7 +159,7 @@ TS_VNNI void vnni_tile(const PackedQMatrix& w, int64_t g, const uint8_t* act, in
       _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + l), _MM_HINT_T0);
     __m512i wc[8];
     load_codes<F>(blk, wc);
-    const Factors<F> fac(o, b);
+    const Factors<F> fac(o, b, wc);
     for (int t = 0; t < T; ++t) {
       const uint8_t* x = a + t * ab + b * kQBlock;
       __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();  // values 0..15, 16..31
@@ -252,7 +255,9 @@ TS_AMX void amx_tile(const PackedQMatrix& w, int64_t g, const uint8_t* codes, in
   __m512 acc[kAmxTokens];  // a token each, its 16 rows in the lanes
   for (int t = 0; t < kAmxTokens; ++t) acc[t] = _mm512_setzero_ps();
   auto add_block = [&](int64_t b, const int32_t(*s)[16]) {
-    const Factors<F> fac(o, b);
+    __m512i wc[8];
+    for (int c = 0; c < 8; ++c) wc[c] = _mm512_loadu_si512(codes + b * code_stride + 64 * c);
+    const Factors<F> fac(o, b, wc);
 #pragma GCC unroll 16
     for (int t = 0; t < kAmxTokens; ++t) acc[t] = fac.add(_mm512_load_si512(s[t]), a + t * ab, w.cols, b, acc[t]);
   };
@@ -260,7 +265,7 @@ TS_AMX void amx_tile(const PackedQMatrix& w, int64_t g, const uint8_t* codes, in
     for (int64_t b = 0; b < nb; ++b) {
       tile_sums<false>(a + b * kQBlock, ab, codes + b * code_stride, sums[0]);
       tile_sums<true>(a + b * kQBlock + 16, ab, codes + b * code_stride + 256, sums[1]);
-      const Factors<F> fac(o, b);
+      const Factors<F> fac(o, b, nullptr);
 #pragma GCC unroll 16
       for (int t = 0; t < kAmxTokens; ++t)
         acc[t] = fac.add_halves(_mm512_load_si512(sums[0][t]), _mm512_load_si512(sums[1][t]), a + t * ab, w.cols, b,
