@@ -85,6 +85,15 @@ inline float act_sum(const uint8_t* row, int64_t cols, int64_t b) {
   return static_cast<float>(sx);
 }
 
+// 128 times each of the 16 rows' code sums over a block (load_codes): what
+// the activations' +128 adds, to take back out. Computed, not stored, so the
+// weights stream no more bytes than the file's blocks.
+TS_VNNI inline __m512i code_offsets(const __m512i wc[8]) {
+  __m512i sum = _mm512_setzero_si512();
+  for (int c = 0; c < 8; ++c) sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), wc[c]);
+  return _mm512_slli_epi32(sum, 7);
+}
+
 // One block's factors for the 16 rows of a group, and the Note's formula
 // with them, lane by lane.
 template <QFormat F>
@@ -93,9 +102,9 @@ struct Factors {
   __m512i sc_lo, sc_hi;   // Q6_K
   __m512 d, sc, dmin, m;  // Q8_0, Q4_0, Q6_K: d only
 
-  // `o`: the group's packed bytes; b: the block; wc its codes (load_codes;
-  // not read for Q6_K).
-  TS_VNNI Factors(const uint8_t* o, int64_t b, const __m512i wc[8]) {
+  // `o`: the group's packed bytes; b: the block; code_off its code_offsets
+  // (Q6_K: unused, its header holds them).
+  TS_VNNI Factors(const uint8_t* o, int64_t b, __m512i code_off) : off(code_off) {
     const uint8_t* head = o + packed_header_offset(F, b);  // K-quants
     if constexpr (F == QFormat::Q6_K) {
       const int64_t jb = b % (kQKBlock / kQBlock);
@@ -107,9 +116,6 @@ struct Factors {
       return;
     }
     const uint8_t* fac = o + packed_block_offset(F, b) + packed_block_code_bytes(F);
-    __m512i sum = _mm512_setzero_si512();  // each row's code sum: the codes times ones
-    for (int c = 0; c < 8; ++c) sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), wc[c]);
-    off = _mm512_slli_epi32(sum, 7);
     if constexpr (F == QFormat::Q4_K) {
       d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(head)));
       dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(head + 32)));
@@ -159,7 +165,7 @@ TS_VNNI void vnni_tile(const PackedQMatrix& w, int64_t g, const uint8_t* act, in
       _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + l), _MM_HINT_T0);
     __m512i wc[8];
     load_codes<F>(blk, wc);
-    const Factors<F> fac(o, b, wc);
+    const Factors<F> fac(o, b, F == QFormat::Q6_K ? _mm512_setzero_si512() : code_offsets(wc));
     for (int t = 0; t < T; ++t) {
       const uint8_t* x = a + t * ab + b * kQBlock;
       __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();  // values 0..15, 16..31
@@ -244,10 +250,11 @@ TS_AMX inline void tile_sums(const uint8_t* act, int64_t ab, const uint8_t* code
 
 // Row group g against tokens [i0, i0 + 16). `codes` holds the group's
 // blocks' signed codes, a block every code_stride bytes (512 for the
-// nibbles' unpacked copy; for Q8_0 the packed matrix itself).
+// nibbles' unpacked copy; for Q8_0 the packed matrix itself), `offs` their
+// code_offsets, a block's 16 after another (not for Q6_K).
 template <QFormat F>
 TS_AMX void amx_tile(const PackedQMatrix& w, int64_t g, const uint8_t* codes, int64_t code_stride,
-                     const uint8_t* act, int64_t i0, float* y, int64_t ldy, __mmask16 keep) {
+                     const int32_t* offs, const uint8_t* act, int64_t i0, float* y, int64_t ldy, __mmask16 keep) {
   const int64_t nb = w.cols / kQBlock, ab = packed_act_bytes(w.cols);
   const uint8_t* o = w.data + g * packed_group_bytes(F, w.cols);
   const uint8_t* a = act + i0 * ab;
@@ -255,9 +262,7 @@ TS_AMX void amx_tile(const PackedQMatrix& w, int64_t g, const uint8_t* codes, in
   __m512 acc[kAmxTokens];  // a token each, its 16 rows in the lanes
   for (int t = 0; t < kAmxTokens; ++t) acc[t] = _mm512_setzero_ps();
   auto add_block = [&](int64_t b, const int32_t(*s)[16]) {
-    __m512i wc[8];
-    for (int c = 0; c < 8; ++c) wc[c] = _mm512_loadu_si512(codes + b * code_stride + 64 * c);
-    const Factors<F> fac(o, b, wc);
+    const Factors<F> fac(o, b, _mm512_loadu_si512(offs + 16 * b));
 #pragma GCC unroll 16
     for (int t = 0; t < kAmxTokens; ++t) acc[t] = fac.add(_mm512_load_si512(s[t]), a + t * ab, w.cols, b, acc[t]);
   };
@@ -265,7 +270,7 @@ TS_AMX void amx_tile(const PackedQMatrix& w, int64_t g, const uint8_t* codes, in
     for (int64_t b = 0; b < nb; ++b) {
       tile_sums<false>(a + b * kQBlock, ab, codes + b * code_stride, sums[0]);
       tile_sums<true>(a + b * kQBlock + 16, ab, codes + b * code_stride + 256, sums[1]);
-      const Factors<F> fac(o, b, nullptr);
+      const Factors<F> fac(o, b, _mm512_setzero_si512());
 #pragma GCC unroll 16
       for (int t = 0; t < kAmxTokens; ++t)
         acc[t] = fac.add_halves(_mm512_load_si512(sums[0][t]), _mm512_load_si512(sums[1][t]), a + t * ab, w.cols, b,
@@ -295,25 +300,31 @@ TS_AMX void qgemm_rows_amx(const PackedQMatrix& w, const uint8_t* act, int64_t m
   const int64_t whole = m / kAmxTokens * kAmxTokens;
   const int64_t nb = w.cols / kQBlock;
   if (whole > 0) _tile_loadconfig(F == QFormat::Q6_K ? &kHalfTiles : &kBlockTiles);
-  // Nibbles unpacked, a row group at a time, for the tile loads.
+  // Per row group, once for all its token tiles: the nibbles unpacked for
+  // the tile loads, and the blocks' code offsets.
   std::optional<Scratch<uint8_t>> unpacked;
+  std::optional<Scratch<int32_t>> offs;
   if (F != QFormat::Q8_0 && whole > 0) unpacked.emplace(nb * 512);
+  if (F != QFormat::Q6_K && whole > 0) offs.emplace(nb * 16);
   for (int64_t g = r0 / kPackRows; g * kPackRows < r1; ++g) {
     const __mmask16 keep = rows_kept(g, r1);
     if (whole > 0) {
       const uint8_t* codes = w.data + g * packed_group_bytes(F, w.cols);
       int64_t stride = packed_group_block_bytes(F);
-      if constexpr (F != QFormat::Q8_0) {
-        for (int64_t b = 0; b < nb; ++b) {
-          __m512i wc[8];
-          load_codes<F>(codes + packed_block_offset(F, b), wc);
+      for (int64_t b = 0; b < nb; ++b) {
+        __m512i wc[8];
+        load_codes<F>(codes + packed_block_offset(F, b), wc);
+        if constexpr (F != QFormat::Q8_0)
           for (int c = 0; c < 8; ++c) _mm512_storeu_si512(unpacked->data() + b * 512 + 64 * c, wc[c]);
-        }
+        if constexpr (F != QFormat::Q6_K) _mm512_storeu_si512(offs->data() + 16 * b, code_offsets(wc));
+      }
+      if constexpr (F != QFormat::Q8_0) {
         asm volatile("" ::: "memory");  // the tile loads below read what was just stored
         codes = unpacked->data();
         stride = 512;
       }
-      for (int64_t i = 0; i < whole; i += kAmxTokens) amx_tile<F>(w, g, codes, stride, act, i, y, ldy, keep);
+      const int32_t* o = F == QFormat::Q6_K ? nullptr : offs->data();
+      for (int64_t i = 0; i < whole; i += kAmxTokens) amx_tile<F>(w, g, codes, stride, o, act, i, y, ldy, keep);
     }
     vnni_tokens<F>(w, g, act, whole, m, y, ldy, keep);
   }
