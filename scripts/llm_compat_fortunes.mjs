@@ -16,7 +16,6 @@ const model = await llama.loadModel({modelPath});
 const n = mine.windows[0].length;
 const context = await model.createContext({contextSize: Math.max(256, n + 16), threads: 1, batchSize: n});
 const sequence = context.getSequence();
-const vocab = model.tokens ? undefined : undefined;
 const options = {temperature: 1, topK: 1 << 20, topP: 1, minP: 0};
 const logp = (probs, token) => Math.log(probs.get(token) ?? 0);
 
