@@ -395,7 +395,7 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
     }
     if (packed) {
       const int64_t pb = cpu::packed_act_bytes(a.cols);
-      rows(a.m, a.cols, [&](int64_t i) { cpu::qpack_act(a.x + i * a.ld, a.cols, st.xp.get() + i * pb); });
+      rows(a.m, a.cols, [&](int64_t i) { kt.qpack_act(a.x + i * a.ld, a.cols, st.xp.get() + i * pb); });
       a.packed = st.xp.get();
     }
     const int64_t nb = a.cols / kQBlock;

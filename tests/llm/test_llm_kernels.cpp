@@ -78,9 +78,12 @@ TEST(LlmKernels, RowKernelsMatchTheirReferences) {
 TEST(LlmKernels, PagedAttentionMatchesTheReferenceWhateverTheSetAndBlocks) {
   for (const KernelTable& kt : testing::kernel_tables())
     for (KvFormat kf : {KvFormat::F16, KvFormat::Q8_0})
-      for (KvFormat vf : {KvFormat::F16, KvFormat::Q8_0}) {
-        SCOPED_TRACE(std::string(kt.isa) + " K " + cpu::kv_format_name(kf) + " V " + cpu::kv_format_name(vf));
-        const int64_t hd = 64, kv_heads = 2, kv_dim = hd * kv_heads, bt = 32, n_blocks = 8, keys = 150;
+      for (KvFormat vf : {KvFormat::F16, KvFormat::Q8_0})
+        for (int64_t hd : {64, 16, 96, 24}) {  // head sizes below, at and past the passes of 64 and 16 dimensions
+        if ((kf == KvFormat::Q8_0 || vf == KvFormat::Q8_0) && hd % 32) continue;  // Q8_0 rows hold whole blocks
+        SCOPED_TRACE(std::string(kt.isa) + " K " + cpu::kv_format_name(kf) + " V " + cpu::kv_format_name(vf) +
+                     " head " + std::to_string(hd));
+        const int64_t kv_heads = 2, kv_dim = hd * kv_heads, bt = 32, n_blocks = 8, keys = 150;
         const int64_t kb = kf == KvFormat::F16 ? kv_dim * 2 : cpu::kv_row_bytes(kf, kv_dim);
         const int64_t vb = cpu::kv_row_bytes(vf, kv_dim);
         std::vector<uint8_t> k(n_blocks * bt * kb), v(n_blocks * bt * vb), k2 = k, v2 = v;
@@ -112,11 +115,11 @@ TEST(LlmKernels, PagedAttentionMatchesTheReferenceWhateverTheSetAndBlocks) {
             cpu::paged_attention_ref(pa, ref, a.data(), h);
             expect_near_all(alone[j], want, 2e-5, "attention");
           }
-          // Sets of 2 to 4 queries, in the other block layout.
-          for (int nq = 2; nq <= 4; ++nq)
+          // Sets of 2 to 7 queries, in the other block layout.
+          for (int nq = 2; nq <= static_cast<int>(n_keys.size()); ++nq)
             for (size_t j0 = 0; j0 + nq <= n_keys.size(); ++j0) {
               std::vector<std::vector<float>> out(nq, std::vector<float>(hd));
-              cpu::AttnQuery qs[4];
+              cpu::AttnQuery qs[cpu::kAttnQueries];
               for (int j = 0; j < nq; ++j) qs[j] = {q[j0 + j].data(), out[j].data(), n_keys[j0 + j]};
               kt.paged_attention_set(pb, qs, nq, b.data(), h, scratch.data());
               for (int j = 0; j < nq; ++j) EXPECT_EQ(out[j], alone[j0 + j]) << "set of " << nq << ", query " << j0 + j;
@@ -130,6 +133,44 @@ TEST(LlmKernels, PagedAttentionMatchesTheReferenceWhateverTheSetAndBlocks) {
 
 namespace tessera {
 namespace {
+
+// The activation rows the int8 products read: the kernel's bytes are the
+// reference's, ties rounded half to even, a block with a NaN or an infinity
+// all zero codes and a NaN scale, an all-zero block a zero scale.
+TEST(LlmKernels, PackedActivationRowsMatchTheReference) {
+  const KernelTable& kt = cpu::kernels();
+  if (!kt.qpack_act) GTEST_SKIP() << "no VNNI kernels in tier " << kt.isa;
+  const int64_t cols = 256, ab = cpu::packed_act_bytes(cols);
+  std::vector<float> x = randn(cols, 21, 3.f);
+  for (int j = 0; j < 32; ++j) x[j] = j == 7 ? 127.f : static_cast<float>(j % 9) - 4.5f;  // d = 1: ties at .5
+  for (int j = 32; j < 64; ++j) x[j] = 0.f;
+  x[64 + 3] = NAN;
+  x[96 + 31] = INFINITY;
+  x[128] = -INFINITY;
+  x[160] = 3.3e38f;   // finite, the largest scale
+  x[192] = -1e-30f;   // a block of tiny values
+  for (int j = 193; j < 224; ++j) x[j] = 1e-31f * static_cast<float>(j - 200);
+  std::vector<uint8_t> got(ab), want(ab);
+  kt.qpack_act(x.data(), cols, got.data());
+  cpu::qpack_act_ref(x.data(), cols, want.data());
+  EXPECT_EQ(got, want);
+  // The ties, and the non-finite and zero blocks, as stated.
+  const int8_t ties[9] = {-4, -4, -2, -2, 0, 0, 2, 2, 4};  // -4.5 .. 3.5 rounded half to even
+  for (int j = 0; j < 32; ++j)
+    if (j != 7) EXPECT_EQ(static_cast<int>(got[j]) - 128, ties[j % 9]) << j;
+  float d[8];
+  std::memcpy(d, got.data() + cols, sizeof d);
+  EXPECT_EQ(d[0], 1.f);
+  EXPECT_EQ(d[1], 0.f);
+  EXPECT_TRUE(std::isnan(d[2]) && std::isnan(d[3]) && std::isnan(d[4]));
+  for (int j = 64; j < 160; ++j) EXPECT_EQ(got[j], 128) << j;
+  for (int seed = 0; seed < 20; ++seed) {  // random rows of several magnitudes
+    const std::vector<float> r = randn(cols, 100 + seed, std::pow(10.f, static_cast<float>(seed % 7 - 3)));
+    kt.qpack_act(r.data(), cols, got.data());
+    cpu::qpack_act_ref(r.data(), cols, want.data());
+    ASSERT_EQ(got, want) << seed;
+  }
+}
 
 // The int8 products over repacked Q8_0/Q4_0/Q4_K/Q6_K weights (the avx512_bf16 tier's
 // VNNI kernel; the avx512_amx tier's AMX tiles for whole groups of 16 tokens):
@@ -150,7 +191,7 @@ TEST(LlmKernels, PackedInt8ProductsMatchTheReferenceAndAreBatchInvariant) {
       cpu::qpack_weights(qm, 0, (rows + cpu::kPackRows - 1) / cpu::kPackRows, packed.data());
       const int64_t ab = cpu::packed_act_bytes(cols);
       std::vector<uint8_t> act(m * ab);
-      for (int64_t i = 0; i < m; ++i) cpu::qpack_act(x.data() + i * cols, cols, act.data() + i * ab);
+      for (int64_t i = 0; i < m; ++i) kt.qpack_act(x.data() + i * cols, cols, act.data() + i * ab);
       const cpu::PackedQMatrix pm{f, rows, cols, packed.data()};
       std::vector<float> all(m * rows), want(m * rows);
       kt.qgemm_rows[static_cast<int>(f)](pm, act.data(), m, all.data(), rows, 0, rows);

@@ -131,6 +131,8 @@ using SkinnyRowsBf16 = void (*)(const void* w, int64_t ldw, int64_t k, const BFl
 // (r0 a multiple of kPackRows).
 using QGemmRows = void (*)(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, int64_t ldy, int64_t r0,
                            int64_t r1);
+// One activation row packed for them: qpack_act_ref's bits.
+using QPackAct = void (*)(const float* x, int64_t cols, uint8_t* out);
 
 struct KernelTable {
   const char* isa = "";
@@ -161,6 +163,7 @@ struct KernelTable {
   SkinnyRows skinny_rows[kNumDTypes] = {};  // f32, bf16, f16
   SkinnyRowsBf16 skinny_rows_bf16 = nullptr;  // only in the avx512_bf16 tier
   QGemmRows qgemm_rows[kNumQFormats] = {};    // Q8_0, Q4_0, Q4_K, Q6_K: avx512_bf16 (VNNI) and avx512_amx tiers
+  QPackAct qpack_act = nullptr;               // the same tiers
   // The LLM engine's row kernels (backend/cpu/llm.h).
   RmsNormRow rms_norm_row = nullptr;
   RopeRow rope_row = nullptr;

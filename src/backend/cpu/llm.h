@@ -56,7 +56,7 @@ struct AttnQuery {
   float* out = nullptr;
   int64_t n_keys = 0;
 };
-constexpr int kAttnQueries = 8;  // queries per set: each key and value is widened once for them
+constexpr int kAttnQueries = 16;  // queries per set: each key and value is widened once for them
 // Floats of scratch the attention kernel needs for keys up to n_keys.
 inline int64_t attention_scratch(int64_t n_keys) { return kAttnQueries * ((n_keys + 15) / 16 * 16) + 2 * 16 * 512; }
 

@@ -121,7 +121,7 @@ void qpack_weights(const QuantMatrix& w, int64_t g0, int64_t g1, uint8_t* out) {
   }
 }
 
-void qpack_act(const float* x, int64_t cols, uint8_t* out) {
+void qpack_act_ref(const float* x, int64_t cols, uint8_t* out) {
   const int64_t nb = cols / kQBlock;
   for (int64_t b = 0; b < nb; ++b) {
     const float* v = x + b * kQBlock;
@@ -134,13 +134,9 @@ void qpack_act(const float* x, int64_t cols, uint8_t* out) {
     }
     const float d = finite ? amax / 127.f : NAN;
     const float id = finite && d != 0.f ? 1.f / d : 0.f;
-    // Round half to even by adding and subtracting 1.5 * 2^23 (what
-    // nearbyint does in the default rounding mode, for |v| <= 127, without
-    // a libm call per value on a baseline x86-64 build).
-    constexpr float kMagic = 12582912.0f;
     int32_t sum = 0;
     for (int j = 0; j < kQBlock; ++j) {
-      const int q = static_cast<int>(finite ? (v[j] * id + kMagic) - kMagic : 0.f);
+      const int q = static_cast<int>(finite ? std::nearbyint(v[j] * id) : 0.f);
       out[b * kQBlock + j] = static_cast<uint8_t>(q + 128);
       sum += q;
     }

@@ -103,8 +103,8 @@ inline bool packed_format(QFormat f) {
 void qpack_weights(const QuantMatrix& w, int64_t g0, int64_t g1, uint8_t* out);
 // One activation row of `cols` values (a multiple of 32) into out
 // (packed_act_bytes(cols)); rounding as quantize_act. A non-finite value
-// makes its block's scale NaN.
-void qpack_act(const float* x, int64_t cols, uint8_t* out);
+// makes its block's scale NaN. The kernels' version is KernelTable::qpack_act.
+void qpack_act_ref(const float* x, int64_t cols, uint8_t* out);
 // y[i * ldy + r] for i < m, every row r, by the formula above in scalar code:
 // the kernels' results, bit for bit.
 void qgemm_ref(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, int64_t ldy);

@@ -144,6 +144,75 @@ inline float hsum16(const V16& v) {
   return a[0];
 }
 
+// Queries whose scores and outputs are computed together, so each key and
+// value loaded feeds that many products: their accumulators stay in
+// registers with AVX-512's 32 vectors, not with fewer.
+#if defined(__AVX512F__)
+constexpr int kTogether = 4;
+#else
+constexpr int kTogether = 1;
+#endif
+
+// Scores of queries q[0, Q) against the 16 keys of kt (dimension-major):
+// sv[j] = ((c0 + c1) + (c2 + c3)) * scale, chain c_r summing dimensions
+// d = r mod 4 in order.
+template <int Q>
+inline void scores16(const float* const* q, const float* kt, int64_t hd, float scale, V16* sv) {
+  V16 acc[Q][4] = {}, k;
+  int64_t d = 0;
+  for (; d + 4 <= hd; d += 4)
+    for (int r = 0; r < 4; ++r) {
+      load16(k, kt + (d + r) * 16);
+      for (int j = 0; j < Q; ++j) acc[j][r] += q[j][d + r] * k;
+    }
+  for (; d < hd; ++d) {
+    load16(k, kt + d * 16);
+    for (int j = 0; j < Q; ++j) acc[j][d & 3] += q[j][d] * k;
+  }
+  for (int j = 0; j < Q; ++j) sv[j] = ((acc[j][0] + acc[j][1]) + (acc[j][2] + acc[j][3])) * scale;
+}
+
+// One multiply-add rounded as this tier's vector code rounds it (fused where
+// the tier has FMA), so that the scalar remainder cannot depend on how the
+// compiler treats the loop around it.
+inline float fma_or_not(float a, float b, float c) {
+#if defined(__FMA__)
+  return std::fma(a, b, c);
+#else
+  return c + a * b;
+#endif
+}
+
+// acc[j][0, hd) += w[j][i] * v[i] for keys i < n, in order, per dimension
+// (v: key i's values at vb + i * hd).
+template <int Q>
+inline void weigh_values(float* const* acc, const float* const* w, int64_t n, const float* vb, int64_t hd) {
+  int64_t d = 0;
+  for (; d + 64 <= hd; d += 64) {  // 64 dimensions a pass, held in registers across the keys
+    V16 o[Q][4], v[4];
+    for (int j = 0; j < Q; ++j)
+      for (int u = 0; u < 4; ++u) load16(o[j][u], acc[j] + d + 16 * u);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int u = 0; u < 4; ++u) load16(v[u], vb + i * hd + d + 16 * u);
+      for (int j = 0; j < Q; ++j)
+        for (int u = 0; u < 4; ++u) o[j][u] += w[j][i] * v[u];
+    }
+    for (int j = 0; j < Q; ++j) std::memcpy(acc[j] + d, o[j], sizeof o[j]);
+  }
+  for (; d + 16 <= hd; d += 16) {  // then 16 a pass
+    V16 o[Q], v;
+    for (int j = 0; j < Q; ++j) load16(o[j], acc[j] + d);
+    for (int64_t i = 0; i < n; ++i) {
+      load16(v, vb + i * hd + d);
+      for (int j = 0; j < Q; ++j) o[j] += w[j][i] * v;
+    }
+    for (int j = 0; j < Q; ++j) std::memcpy(acc[j] + d, &o[j], sizeof o[j]);
+  }
+  for (; d < hd; ++d)  // a head size not a multiple of 16
+    for (int j = 0; j < Q; ++j)
+      for (int64_t i = 0; i < n; ++i) acc[j][d] = fma_or_not(w[j][i], vb[i * hd + d], acc[j][d]);
+}
+
 // Note [Batch-invariant LLM kernels]: every step below runs per query in an
 // order fixed by its n_keys alone, so the set a query comes in changes nothing.
 //   scores, 16 keys at a time: four chains over the dimensions d = c mod 4,
@@ -151,7 +220,9 @@ inline float hsum16(const V16& v) {
 //   the max; exp(s - max); their sum in 16 lanes by runs of 16, the lanes
 //     added by the halving tree, then the leftover keys in order;
 //   the output: sum over keys in order of weight * value, then / sum.
-// Each run of 16 keys is read and widened once for all the queries of the set.
+// Each run of 16 keys is read and widened once for all the queries of the
+// set, and used by kTogether of them at a time; a query's scores past its
+// n_keys are computed with the others' and never read.
 void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, const int32_t* blocks,
                          int64_t kv_head, float* scratch) {
   const KvLayer& L = a.layer;
@@ -162,30 +233,20 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
   float* scores = scratch;
   float* kt = scratch + kAttnQueries * stride;
   float* vb = kt + 16 * kMaxHeadDim;
+  const float* q[kAttnQueries];
+  for (int j = 0; j < nq; ++j) q[j] = qs[j].q;
   for (int64_t c = 0; c < most; c += 16) {
     load_keys16(L, blocks[c / bt], c % bt, off, hd, kt);
-    for (int j = 0; j < nq; ++j) {
-      if (c >= qs[j].n_keys) continue;
-      const float* q = qs[j].q;
-      V16 acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {}, k;  // chain d mod 4, named so they stay in registers
-      int64_t d = 0;
-      for (; d + 4 <= hd; d += 4) {
-        load16(k, kt + d * 16);
-        acc0 += q[d] * k;
-        load16(k, kt + (d + 1) * 16);
-        acc1 += q[d + 1] * k;
-        load16(k, kt + (d + 2) * 16);
-        acc2 += q[d + 2] * k;
-        load16(k, kt + (d + 3) * 16);
-        acc3 += q[d + 3] * k;
-      }
-      V16* tail[3] = {&acc0, &acc1, &acc2};
-      for (; d < hd; ++d) {
-        load16(k, kt + d * 16);
-        *tail[d & 3] += q[d] * k;
-      }
-      const V16 sv = ((acc0 + acc1) + (acc2 + acc3)) * a.scale;
-      std::memcpy(scores + j * stride + c, &sv, sizeof sv);
+    int j = 0;
+    for (; j + kTogether <= nq; j += kTogether) {
+      V16 sv[kTogether];
+      scores16<kTogether>(q + j, kt, hd, a.scale, sv);
+      for (int t = 0; t < kTogether; ++t) std::memcpy(scores + (j + t) * stride + c, &sv[t], sizeof sv[t]);
+    }
+    for (; j < nq; ++j) {
+      V16 sv[1];
+      scores16<1>(q + j, kt, hd, a.scale, sv);
+      std::memcpy(scores + j * stride + c, &sv[0], sizeof sv[0]);
     }
   }
   float inv[kAttnQueries];
@@ -216,31 +277,43 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
     inv[j] = 1.f / sum;
   }
   alignas(64) float acc[kAttnQueries][kMaxHeadDim];
-  for (int j = 0; j < nq; ++j)
+  float* accs[kAttnQueries];
+  for (int j = 0; j < nq; ++j) {
+    accs[j] = acc[j];
     for (int64_t d = 0; d < hd; ++d) acc[j][d] = 0.f;
+  }
   const int64_t vrb = kv_row_bytes(L.v_format, L.kv_dim);
   for (int64_t c = 0; c < most; c += 16) {
     const int64_t rows = most - c < 16 ? most - c : 16;
     for (int64_t i = 0; i < rows; ++i)
       kv_load(L.v_format, L.v + (blocks[(c + i) / bt] * bt + (c + i) % bt) * vrb, off, hd, vb + i * hd);
+    const float* w[kAttnQueries];
+    int64_t n[kAttnQueries];
     for (int j = 0; j < nq; ++j) {
-      const float* w = scores + j * stride + c;
-      const int64_t n = qs[j].n_keys - c < rows ? qs[j].n_keys - c : rows;
-      // Per dimension the keys in order, as a plain loop would; 64 dimensions
-      // a pass, held in registers across the keys.
-      int64_t d = 0;
-      for (; d + 64 <= hd; d += 64) {
-        V16 o[4], v;
-        for (int u = 0; u < 4; ++u) load16(o[u], acc[j] + d + 16 * u);
-        for (int64_t i = 0; i < n; ++i)
-          for (int u = 0; u < 4; ++u) {
-            load16(v, vb + i * hd + d + 16 * u);
-            o[u] += w[i] * v;
-          }
-        std::memcpy(acc[j] + d, o, sizeof o);
+      w[j] = scores + j * stride + c;
+      n[j] = qs[j].n_keys - c < rows ? qs[j].n_keys - c : rows;
+    }
+    for (int j = 0; j < nq;) {
+      if (n[j] <= 0) {
+        ++j;
+        continue;
       }
-      for (; d < hd; ++d)
-        for (int64_t i = 0; i < n; ++i) acc[j][d] += w[i] * vb[i * hd + d];
+      if (j + kTogether <= nq) {
+        // The keys all of them take together, then each one's own rest, in order.
+        int64_t common = n[j];
+        for (int t = 1; t < kTogether; ++t) common = n[j + t] < common ? n[j + t] : common;
+        if (common > 0) {
+          weigh_values<kTogether>(accs + j, w + j, common, vb, hd);
+          for (int t = 0; t < kTogether; ++t) {
+            const float* wt = w[j + t] + common;
+            if (n[j + t] > common) weigh_values<1>(accs + j + t, &wt, n[j + t] - common, vb + common * hd, hd);
+          }
+          j += kTogether;
+          continue;
+        }
+      }
+      weigh_values<1>(accs + j, w + j, n[j], vb, hd);
+      ++j;
     }
   }
   for (int j = 0; j < nq; ++j)

@@ -104,7 +104,7 @@ struct Factors {
 
   // `o`: the group's packed bytes; b: the block; code_off its code_offsets
   // (Q6_K: unused, its header holds them).
-  TS_VNNI Factors(const uint8_t* o, int64_t b, __m512i code_off) : off(code_off) {
+  __attribute__((always_inline)) Factors(const uint8_t* o, int64_t b, __m512i code_off) : off(code_off) {
     const uint8_t* head = o + packed_header_offset(F, b);  // K-quants
     if constexpr (F == QFormat::Q6_K) {
       const int64_t jb = b % (kQKBlock / kQBlock);
@@ -331,9 +331,36 @@ TS_AMX void qgemm_rows_amx(const PackedQMatrix& w, const uint8_t* act, int64_t m
   if (whole > 0) _tile_release();
 }
 
+// qpack_act_ref's bits, 32 values a step: the conversion rounds v * id half
+// to even, as the reference's nearbyint does.
+void qpack_act(const float* x, int64_t cols, uint8_t* out) {
+  const int64_t nb = cols / kQBlock;
+  const __m512 huge = _mm512_set1_ps(3.4e38f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + b * kQBlock), v1 = _mm512_loadu_ps(x + b * kQBlock + 16);
+    const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+    // Ordered compares: false for NaN as for infinities.
+    const bool finite = (_mm512_cmp_ps_mask(a0, huge, _CMP_LE_OQ) & _mm512_cmp_ps_mask(a1, huge, _CMP_LE_OQ)) == 0xFFFF;
+    const float amax = finite ? _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) : 0.f;  // exact in any order
+    const float d = finite ? amax / 127.f : NAN;
+    const float id = finite && d != 0.f ? 1.f / d : 0.f;
+    const __m512 s = _mm512_set1_ps(id);
+    const __m512i zero = _mm512_setzero_si512();  // a non-finite block's codes
+    const __m512i q0 = finite ? _mm512_cvtps_epi32(_mm512_mul_ps(v0, s)) : zero;
+    const __m512i q1 = finite ? _mm512_cvtps_epi32(_mm512_mul_ps(v1, s)) : zero;
+    const __m128i bias = _mm_set1_epi8(static_cast<char>(0x80));  // + 128 on codes in [-127, 127]
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + b * kQBlock), _mm_xor_si128(_mm512_cvtepi32_epi8(q0), bias));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + b * kQBlock + 16), _mm_xor_si128(_mm512_cvtepi32_epi8(q1), bias));
+    const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    std::memcpy(out + cols + b * 4, &d, 4);
+    std::memcpy(out + cols + nb * 4 + b * 4, &sum, 4);
+  }
+}
+
 }  // namespace
 
 void fill_qgemm_vnni_kernels(KernelTable& t) {
+  t.qpack_act = qpack_act;
   t.qgemm_rows[static_cast<int>(QFormat::Q8_0)] = qgemm_rows_vnni<QFormat::Q8_0>;
   t.qgemm_rows[static_cast<int>(QFormat::Q4_0)] = qgemm_rows_vnni<QFormat::Q4_0>;
   t.qgemm_rows[static_cast<int>(QFormat::Q4_K)] = qgemm_rows_vnni<QFormat::Q4_K>;
@@ -341,6 +368,7 @@ void fill_qgemm_vnni_kernels(KernelTable& t) {
 }
 
 void fill_qgemm_amx_kernels(KernelTable& t) {
+  t.qpack_act = qpack_act;
   t.qgemm_rows[static_cast<int>(QFormat::Q8_0)] = qgemm_rows_amx<QFormat::Q8_0>;
   t.qgemm_rows[static_cast<int>(QFormat::Q4_0)] = qgemm_rows_amx<QFormat::Q4_0>;
   t.qgemm_rows[static_cast<int>(QFormat::Q4_K)] = qgemm_rows_amx<QFormat::Q4_K>;
