@@ -929,10 +929,9 @@ int main(int argc, char** argv) {
   qgguf->add_option("input", qg_in, "the GGUF file to read")->required();
   qgguf->add_option("output", qg_out, "the GGUF file to write")->required();
   qgguf->add_option("type", qg_type, "F32, F16, BF16, Q8_0, Q4_0, Q4_K (the output matrix in Q6_K), Q6_K, or "
-                    "Q4_K_M (llama.cpp's mix: Q4_K, with some layers' V and down products and the output in Q6_K)")
-      ->required()
-      ->check(CLI::IsMember({"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "Q4_K_M", "f32", "f16", "bf16",
-                             "q8_0", "q4_0", "q4_k", "q6_k"}));
+                    "Q4_K_M (llama.cpp's mix: Q4_K, with some layers' V and down products and the output in Q6_K); "
+                    "any case")
+      ->required();
 
   cli::GenerateFlags gen, chat;
   cli::add_generate_command(app, gen);

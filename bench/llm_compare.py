@@ -16,6 +16,8 @@ process each, the engines alternated, median of the rounds):
             node-llama-cpp starts a thread per decode call)
   batch     16 sequences decoding together, 32 steps, 2 threads: aggregate tokens/s, and the RSS growth
             past the loaded model (weights read once first on both sides)
+  bandwidth a streaming read of as many bytes as a decoded token's weights, 1 and 2 threads: the bound
+            decode works against
 And the fortunes models Tessera trained (scripts/fortunes_models.sh; those in the cache), in F32, F16, Q8_0 and
 Q4_0: held-out perplexity over 16 windows of 128 tokens on both sides (`tessera_llm_bench eval`,
 scripts/llm_compat_fortunes.mjs), prefill of 128 tokens at 2 threads and decode at 1 thread.
@@ -84,9 +86,13 @@ def main():
         models[t] = {"path": path, "sha256": sha256(path), "bytes": os.path.getsize(path)}
 
     results = {}
+    bandwidth = {}  # (type, threads): streaming-read GB/s over as many bytes as a token's weights, per round
     system_info = ""
     for rnd in range(args.rounds):
         for t, m in models.items():
+            for threads in (1, 2):
+                r = run_json([bench, "run", "--model", m["path"], "--threads", str(threads), "--measure", "bandwidth"])
+                bandwidth.setdefault((t, threads), []).append(r["gb_per_s"])
             for measure, threads, tokens, seqs, _ in CASES:
                 key = f"{t}/{measure}/{threads}"
                 tes = [bench, "run", "--model", m["path"], "--threads", str(threads), "--measure", measure,
@@ -118,6 +124,7 @@ def main():
                    "target": target[t] if target else None}
             if measure == "decode":
                 row["tessera_gbps"] = med["tessera"] * first["weight_bytes_per_token"] / 1e9
+                row["read_gbps"] = statistics.median(bandwidth[(t, threads)])
             rows.append(row)
             ratio = "" if target is None else f" ratio {med['tessera'] / med['llama.cpp']:.2f} (target {target[t]})"
             print(f"{t} {measure} {threads}t: Tessera {med['tessera']:.1f}, llama.cpp {med['llama.cpp']:.1f} "

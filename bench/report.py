@@ -798,6 +798,8 @@ def render_llm(d, h):
         ratio = r["tessera_tps"] / r["llama_tps"]
         target = "" if r["target"] is None else (f">= {r['target']}x: " + ("met" if ratio >= r["target"] else "**missed**"))
         bw = f"{r['tessera_gbps']:.1f}" if "tessera_gbps" in r else ""
+        if "read_gbps" in r:
+            bw += f" of {r['read_gbps']:.1f} ({100 * r['tessera_gbps'] / r['read_gbps']:.0f}%)"
         rows.append([r["type"], names[r["measure"]], r["threads"], fnum(r["tessera_tps"]), fnum(r["llama_tps"]),
                      f"**{ratio:.2f}x**" if r["target"] is not None else f"({ratio:.2f}x)", target, bw,
                      f"{r['tessera_rss'] / 2**20:.0f} / {r['llama_rss'] / 2**20:.0f}"])
@@ -805,13 +807,16 @@ def render_llm(d, h):
     out = ["", f"Median of {d['rounds']} rounds, engines alternated; node-llama-cpp {d['node_llama_cpp']}, whose "
                f"llama.cpp reported: `{d['llama_system_info'].strip()}`", "", machine_line(h), ""]
     out += table(["weights", "measure", "threads", "Tessera tokens/s", "llama.cpp tokens/s", "Tessera / llama.cpp",
-                  "target", "Tessera decode GB/s of weights", "RSS growth MiB, Tessera / llama.cpp"], rows,
+                  "target", "Tessera decode GB/s of weights, of a streaming read's", "RSS growth MiB, Tessera / llama.cpp"], rows,
                  ["---", "---", "---:", "---:", "---:", "---:", "---", "---:", "---:"])
     out += ["", f"KV cache: {first['kv_bytes_per_token']:,} bytes per token on both sides (f16 keys and values, "
                 "12 layers of 768). The RSS growth is the memory past the loaded model at the end of the run: "
                 "llama.cpp allocates its whole cache (16 x 1024 tokens in the batch case) when the context is "
                 "made; Tessera's paged cache holds only the blocks the sequences use. Decode at 2 threads has no "
-                "ratio: node-llama-cpp starts a thread per decode call.", "",
+                "ratio: node-llama-cpp starts a thread per decode call. Decode reads every weight once per token, "
+                "so its speed is bounded by the memory's: the GB/s column sets the weight bytes Tessera read per "
+                "second beside a plain streaming read of as many bytes at the same number of threads (a vectorized "
+                "sum, `tessera_llm_bench run --measure bandwidth`, fastest of 5, median of the rounds).", "",
             "Files (sha256): " + ", ".join(f"`{os.path.basename(m['path'])}` {m['sha256'][:16]}" for m in
                                            d["models"].values())]
     if d.get("fortunes"):

@@ -3,8 +3,9 @@
 //   tessera_llm_bench make-model --size S|M [--kv-heads N] --type Q8_0 --vocab VOCAB.gguf --out F.gguf [--seed 1]
 //       a random-weight Llama shaped like stories15M (S) or a 110M model (M),
 //       with the tokenizer of VOCAB.gguf, written as GGUF by Tessera
-//   tessera_llm_bench run --model F.gguf --threads N --measure prefill|decode|batch [--tokens N] [--seqs N] [--spread N] [--repeat R]
+//   tessera_llm_bench run --model F.gguf --threads N --measure prefill|decode|batch|bandwidth [--tokens N] [--seqs N] [--spread N] [--repeat R]
 //       one measurement, as a JSON line: tokens/s and the RSS growth past the loaded model
+//       (bandwidth: a streaming read of as many bytes as a decoded token's weights, GB/s)
 //   tessera_llm_bench eval --model F.gguf --config CFG.yaml --tokenizer T.model [--windows 16] [--greedy 64]
 //                          [--threads N] --out R.json
 //       perplexity over the first windows of the config's held-out data (the
@@ -34,6 +35,8 @@
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/train/recipe.h"
 
+#include "stream_read.h"
+
 using namespace tessera;
 
 namespace {
@@ -57,6 +60,8 @@ int64_t rss_bytes() {
 }
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+volatile float sink_f;  // keeps the streaming read
 
 int make_model(int argc, char** argv) {
   const std::string size = arg(argc, argv, "--size");
@@ -93,6 +98,22 @@ int run(int argc, char** argv) {
   const int64_t seqs = std::stoll(arg(argc, argv, "--seqs", "16"));
   const int64_t context = std::stoll(arg(argc, argv, "--ctx", "1024"));
   auto model = llm::Model::load(arg(argc, argv, "--model"));
+  if (measure == "bandwidth") {
+    // The machine's read speed on as many bytes as a decoded token's weights:
+    // the bound decode at this many threads works against (fastest of 5).
+    const int64_t n = model->bytes_per_token_read() / 4;
+    std::vector<float> buf(static_cast<size_t>(n), 1.f);
+    double best = 0;
+    for (int k = 0; k < 5; ++k) {
+      const double a = now();
+      sink_f = bench::stream_read(buf.data(), n, get_num_threads());
+      const double b = now();
+      best = std::max(best, 4.0 * static_cast<double>(n) / (b - a) / 1e9);
+    }
+    std::printf("{\"measure\": \"bandwidth\", \"threads\": %d, \"bytes\": %lld, \"gb_per_s\": %.3f}\n",
+                get_num_threads(), static_cast<long long>(4 * n), best);
+    return 0;
+  }
   // The weights' pages are read once first (llama.cpp's first evaluation does
   // the same), so the RSS growth counts the engine's memory only.
   const auto& file = model->file();

@@ -2,8 +2,8 @@
 // (tessera quantize-gguf).
 #include <algorithm>
 #include <cctype>
-#include <optional>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "tessera/autograd/grad_mode.h"
@@ -143,7 +143,9 @@ GgufWriter convert_gguf(const GgufFile& in, GgufMix mix) {
 }
 
 std::optional<GgufMix> gguf_mix_from_name(const std::string& name) {
-  if (name == "Q4_K_M") return GgufMix::Q4_K_M;
+  std::string upper = name;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (upper == "Q4_K_M") return GgufMix::Q4_K_M;
   return std::nullopt;
 }
 

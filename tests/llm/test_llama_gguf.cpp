@@ -191,7 +191,11 @@ TEST(LlamaGguf, ConvertingTypes) {
   ASSERT_EQ(testing::cli("quantize-gguf " + dir + "/in.gguf " + dir + "/out.gguf q8_0", &out), 0) << out;
   EXPECT_NE(out.find("(Q8_0, "), std::string::npos) << out;
   EXPECT_EQ(GgufFile::open(dir + "/out.gguf").tensor_info("blk.1.attn_v.weight").type, GgmlType::Q8_0);
-  EXPECT_EQ(testing::cli("quantize-gguf " + dir + "/in.gguf " + dir + "/out.gguf Q5_K", &out), 2) << out;
+  ASSERT_EQ(testing::cli("quantize-gguf " + dir + "/in.gguf " + dir + "/mix.gguf q4_k_m", &out), 0) << out;  // any case
+  EXPECT_NE(out.find("(Q4_K_M, "), std::string::npos) << out;
+  EXPECT_EQ(testing::cli("quantize-gguf " + dir + "/in.gguf " + dir + "/out.gguf Q5_K", &out), 1) << out;
+  EXPECT_NE(out.find("unknown type 'Q5_K' (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, or llama.cpp's mix Q4_K_M)"),
+            std::string::npos) << out;
   std::filesystem::remove_all(dir);
 }
 
