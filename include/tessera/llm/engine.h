@@ -116,7 +116,21 @@ class Model {
   const float* output_norm_b_ = nullptr;
   const float* positions_ = nullptr;
   std::vector<std::vector<float>> norms_;  // norm weights converted to f32 (their buffers never move)
-  std::vector<std::vector<uint8_t>> packed_;  // repacked matrices
+  // The repacked matrices, in one buffer aligned to 2 MiB (huge pages where
+  // the kernel grants them).
+  class PackedArena {
+   public:
+    PackedArena() = default;
+    explicit PackedArena(int64_t bytes);
+    uint8_t* data() const { return p_.get(); }
+
+   private:
+    struct Free {
+      void operator()(uint8_t* p) const;
+    };
+    std::unique_ptr<uint8_t, Free> p_;
+  };
+  PackedArena packed_;
 };
 
 enum class KvType : uint8_t { F16, Q8_0 };
