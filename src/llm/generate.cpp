@@ -27,12 +27,40 @@ size_t held_back(std::string_view text, const std::vector<std::string>& stop) {
 
 }  // namespace
 
+TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop)
+    : decoder_(tokenizer), stop_(std::move(stop)) {
+  for (const std::string& st : stop_) TS_CHECK(!st.empty(), "an empty stop string");
+}
+
+std::string TextStream::push(int32_t token) {
+  TS_CHECK(!stopped_, "TextStream: a token after the stop string");
+  pending_ += decoder_.next(token);
+  size_t cut = std::string::npos;
+  for (const std::string& st : stop_) cut = std::min(cut, pending_.find(st));
+  if (cut != std::string::npos) {
+    std::string out = pending_.substr(0, cut);
+    pending_.clear();
+    stopped_ = true;
+    return out;
+  }
+  const size_t ready = pending_.size() - held_back(pending_, stop_);
+  std::string out = pending_.substr(0, ready);
+  pending_.erase(0, ready);
+  return out;
+}
+
+std::string TextStream::finish() {
+  if (stopped_) return {};
+  std::string out = std::move(pending_) + decoder_.finish();
+  pending_.clear();
+  return out;
+}
+
 GenerateResult generate(Engine& engine, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                         const GenerateOptions& opts, const TextCallback& on_text) {
   TS_CHECK(!prompt.empty(), "generate: the prompt has no tokens");
   TS_CHECK(opts.max_tokens >= 0, "generate: max_tokens ", opts.max_tokens, " must be 0 or more");
   TS_CHECK(opts.prefill_chunk >= 1, "generate: prefill_chunk ", opts.prefill_chunk, " must be positive");
-  for (const std::string& s : opts.stop) TS_CHECK(!s.empty(), "generate: an empty stop string");
   const int64_t vocab = engine.model().spec().vocab;
   TS_CHECK(tokenizer.size() == vocab, "generate: the tokenizer has ", tokenizer.size(), " tokens, the model ", vocab);
   Sampler sampler(vocab, opts.sampling);
@@ -60,8 +88,7 @@ GenerateResult generate(Engine& engine, const Tokenizer& tokenizer, const std::v
   res.logprobs.reserve(static_cast<size_t>(opts.max_tokens));
   std::vector<int32_t> history = prompt;
   history.reserve(prompt.size() + static_cast<size_t>(opts.max_tokens));
-  StreamDecoder decoder(tokenizer);
-  std::string pending;  // decoded text not yet passed on (a possible stop string's start)
+  TextStream text(tokenizer, opts.stop);
   res.finish_reason = "length";
   t0 = std::chrono::steady_clock::now();
   const int64_t context = engine.options().context ? engine.options().context : engine.model().spec().context;
@@ -76,28 +103,21 @@ GenerateResult generate(Engine& engine, const Tokenizer& tokenizer, const std::v
     res.tokens.push_back(s.token);
     res.logprobs.push_back(s.logprob);
     history.push_back(s.token);
-    pending += decoder.next(s.token);
-    size_t cut = std::string::npos;
-    for (const std::string& st : opts.stop) cut = std::min(cut, pending.find(st));
-    if (cut != std::string::npos) {
-      res.text += pending.substr(0, cut);
-      if (on_text) on_text(pending.substr(0, cut), s);
-      pending.clear();
+    const std::string piece = text.push(s.token);
+    res.text += piece;
+    if (on_text) on_text(piece, s);
+    if (text.stopped()) {
       res.finish_reason = "stop";
       break;
     }
-    const size_t ready = pending.size() - held_back(pending, opts.stop);
-    res.text += pending.substr(0, ready);
-    if (on_text) on_text(std::string_view(pending).substr(0, ready), s);
-    pending.erase(0, ready);
     if (i + 1 == opts.max_tokens || static_cast<int64_t>(history.size()) >= context) break;
     Chunk c{seq, std::span<const int32_t>(&history.back(), 1), 1};
     logits = engine.step({&c, 1});
   }
   if (res.finish_reason == "length") {
-    pending += decoder.finish();
-    res.text += pending;
-    if (on_text && !pending.empty()) on_text(pending, Sampled{});
+    const std::string rest = text.finish();
+    res.text += rest;
+    if (on_text && !rest.empty()) on_text(rest, Sampled{});
   }
   res.decode_seconds = seconds_since(t0);
   return res;

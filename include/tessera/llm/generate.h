@@ -32,6 +32,26 @@ struct GenerateResult {
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
+// A request's text as its tokens come: decoded without splitting a UTF-8
+// character, and held back where it could be the start of a stop string
+// until the next tokens settle it, so no stop string's text ever leaks.
+class TextStream {
+ public:
+  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop);
+  // The text that is final once `token` is added. After a stop string
+  // completes it returns the text before it and stopped() turns true.
+  std::string push(int32_t token);
+  // The text still held (at the end of a request that did not stop).
+  std::string finish();
+  bool stopped() const { return stopped_; }
+
+ private:
+  StreamDecoder decoder_;
+  std::vector<std::string> stop_;
+  std::string pending_;
+  bool stopped_ = false;
+};
+
 // Called with each piece of text as it becomes final (never inside a UTF-8
 // character or a possible stop string) and the token that completed it.
 using TextCallback = std::function<void(std::string_view text, const Sampled& token)>;

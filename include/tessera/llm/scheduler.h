@@ -1,0 +1,143 @@
+#pragma once
+// Continuous batching: many requests over one Engine, each step carrying every
+// running decode and then prefill chunks of the others up to a token budget.
+//
+//   llm::Scheduler sched(engine, tokenizer, {.max_batched_tokens = 256, .max_seqs = 8});
+//   int64_t id = sched.submit(prompt_ids, request_options);   // any thread
+//   while (sched.has_work())
+//     for (const llm::RequestEvent& ev : sched.step()) ...     // one thread
+//
+// Note [Scheduling]
+// A request is its tokens (the prompt, then each token it samples) and how
+// many of them the engine's cache holds. Each step:
+//   1. submissions and cancellations that arrived are taken in; a cancelled
+//      request's sequence and blocks are freed now;
+//   2. every running request whose prompt is in the cache feeds its last
+//      token (a decode). Where the cache has no block for one, the newest
+//      running request is preempted: its sequence is freed and it waits at
+//      the head of the queue to be recomputed from its tokens later;
+//   3. the rest of the budget goes to prompt chunks: first those of running
+//      requests still in prefill, then new requests, admitted in order of
+//      priority (higher first; a request that has waited longer than
+//      max_wait_seconds first of all) and arrival, while fewer than max_seqs
+//      run and the cache has blocks for their chunk;
+//   4. one engine step; each request whose chunk reached the end of its
+//      tokens samples its next token.
+// The engine gives a token's logits the same bits whatever shares its step
+// and however its tokens were chunked, and sampling draws by (seed, choice,
+// position) (Note [Counter-based sampling]); so a request's tokens are the
+// ones it gets alone, whatever the load, preemptions included.
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tessera/llm/engine.h"
+#include "tessera/llm/generate.h"
+#include "tessera/llm/sampler.h"
+#include "tessera/llm/tokenizer.h"
+
+namespace tessera::llm {
+
+struct RequestOptions {
+  SamplingParams sampling;
+  int64_t max_tokens = 256;          // tokens to generate at most
+  std::vector<std::string> stop;     // the text ends before the first of these
+  std::vector<int32_t> stop_tokens;  // besides the tokenizer's end-of-generation tokens
+  bool ignore_eos = false;
+  uint64_t choice = 0;               // which of a request's choices (Note [Counter-based sampling])
+  int priority = 0;                  // higher is admitted first
+  const Adapter* adapter = nullptr;  // must outlive the request
+};
+
+struct SchedulerOptions {
+  int64_t max_batched_tokens = 512;  // tokens one step carries, decodes and prompt chunks together
+  int64_t max_seqs = 16;             // requests running at once (the engine must allow as many sequences)
+  double max_wait_seconds = 0;       // a request waiting longer goes first whatever its priority (0: no bound)
+};
+
+// What one step did for one request.
+struct RequestEvent {
+  int64_t id = 0;
+  std::string text;              // text that became final this step (maybe empty)
+  bool has_token = false;        // a token was sampled (false for a finish without one)
+  int32_t token = 0;
+  float logprob = 0.f;
+  std::vector<TokenLogprob> top;  // the request's top_logprobs most likely tokens
+  bool finished = false;
+  // "stop" (an end-of-generation or stop token, a stop string), "length"
+  // (max_tokens, the context, or a cache too small for it alone), "cancelled".
+  std::string finish_reason;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+struct SchedulerStats {
+  int64_t running = 0, waiting = 0;
+  int64_t preemptions = 0;          // since the scheduler was made
+  int64_t prompt_tokens = 0;        // prompt tokens computed (recomputations included)
+  int64_t generated_tokens = 0;
+  int64_t steps = 0;
+};
+
+class Scheduler {
+ public:
+  // The engine and tokenizer must outlive the scheduler; the engine is the
+  // scheduler's alone while it runs.
+  Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOptions opts = {});
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request (prompt ids, BOS included) and returns its id. Safe
+  // from any thread. Bad input is an error naming it, before anything is
+  // queued: an empty prompt, a token outside the vocabulary, a prompt that
+  // leaves no room in the context ("context_length_exceeded: ..." with
+  // both counts) or in the whole cache, bad sampling parameters.
+  int64_t submit(std::vector<int32_t> prompt, const RequestOptions& opts);
+  // Ends a request at the next step (its blocks freed there); an unknown or
+  // finished id is ignored. Safe from any thread.
+  void cancel(int64_t id);
+
+  // One engine step (Note [Scheduling]); the events of the requests it
+  // touched, in the order of their chunks. Call from one thread.
+  std::vector<RequestEvent> step();
+  // Whether a request is running or waiting (submissions not yet taken in
+  // included).
+  bool has_work() const;
+  SchedulerStats stats() const;
+
+ private:
+  struct Request;
+  struct Planned {
+    Request* r;
+    int64_t n;  // its next n tokens
+  };
+  void take_in(std::vector<RequestEvent>& events);
+  std::vector<Planned> plan(std::vector<RequestEvent>& events);
+  void run(const std::vector<Planned>& plan, std::vector<RequestEvent>& events);
+  void finish(Request& r, const std::string& reason, std::vector<RequestEvent>& events, RequestEvent* ev = nullptr);
+  void preempt_newest();
+  int64_t new_blocks(const Request& r, int64_t n) const;
+
+  Engine& engine_;
+  const Tokenizer& tokenizer_;
+  SchedulerOptions opts_;
+  int64_t context_ = 0;
+
+  // The stepping thread's own.
+  std::vector<std::unique_ptr<Request>> running_;  // in order of admission
+  std::deque<std::unique_ptr<Request>> waiting_;   // the preempted first, then by arrival
+  SchedulerStats stats_;
+
+  // Shared with submit and cancel, which only queue: neither waits on a step.
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Request>> incoming_;
+  std::vector<int64_t> cancels_;
+  int64_t next_id_ = 1;
+  SchedulerStats shared_;  // stats_ as of the last step, waiting counting submissions since
+};
+
+}  // namespace tessera::llm

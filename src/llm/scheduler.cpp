@@ -1,0 +1,270 @@
+// Continuous batching over one engine (include/tessera/llm/scheduler.h,
+// Note [Scheduling]).
+#include "tessera/llm/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "tessera/core/error.h"
+
+namespace tessera::llm {
+
+using Clock = std::chrono::steady_clock;
+
+struct Scheduler::Request {
+  int64_t id = 0;
+  RequestOptions opts;
+  std::vector<int32_t> tokens;  // the prompt, then each sampled token
+  int64_t prompt = 0;           // how many of tokens are the prompt
+  int64_t fed = 0;              // how many of tokens the engine's cache holds
+  int64_t seq = -1;             // the engine's sequence while running
+  Clock::time_point arrival;
+  bool done = false;  // finished or cancelled: to be dropped
+  Sampler sampler;
+  TextStream text;
+
+  Request(int64_t id_, std::vector<int32_t> t, const RequestOptions& o, int64_t vocab, const Tokenizer& tok)
+      : id(id_), opts(o), tokens(std::move(t)), prompt(static_cast<int64_t>(tokens.size())),
+        arrival(Clock::now()), sampler(vocab, o.sampling), text(tok, o.stop) {}
+  int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt; }
+  int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - fed; }
+  // Running with its prompt in the cache: each step feeds its last token.
+  bool decoding() const { return seq >= 0 && fed > 0 && remaining() == 1 && generated() > 0; }
+};
+
+Scheduler::Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOptions opts)
+    : engine_(engine), tokenizer_(tokenizer), opts_(opts) {
+  const EngineOptions& e = engine_.options();
+  TS_CHECK(opts_.max_seqs >= 1 && opts_.max_seqs <= e.max_sequences, "scheduler: max_seqs ", opts_.max_seqs,
+           " must be 1 to the engine's max_sequences (", e.max_sequences, ")");
+  TS_CHECK(opts_.max_seqs <= e.max_logit_rows, "scheduler: max_seqs ", opts_.max_seqs,
+           " is more than the engine's max_logit_rows (", e.max_logit_rows, ")");
+  TS_CHECK(opts_.max_batched_tokens >= opts_.max_seqs && opts_.max_batched_tokens <= e.max_batch_tokens,
+           "scheduler: max_batched_tokens ", opts_.max_batched_tokens, " must be from max_seqs (", opts_.max_seqs,
+           ") to the engine's max_batch_tokens (", e.max_batch_tokens, ")");
+  TS_CHECK(opts_.max_wait_seconds >= 0, "scheduler: max_wait_seconds ", opts_.max_wait_seconds, " must be 0 or more");
+  TS_CHECK(tokenizer_.size() == engine_.model().spec().vocab, "scheduler: the tokenizer has ", tokenizer_.size(),
+           " tokens, the model ", engine_.model().spec().vocab);
+  context_ = e.context ? e.context : std::min<int64_t>(engine_.model().spec().context, int64_t{1} << 18);
+}
+
+Scheduler::~Scheduler() {
+  for (auto& r : running_) engine_.remove_sequence(r->seq);
+}
+
+int64_t Scheduler::submit(std::vector<int32_t> prompt, const RequestOptions& opts) {
+  const int64_t n = static_cast<int64_t>(prompt.size()), vocab = engine_.model().spec().vocab;
+  TS_CHECK(n > 0, "the prompt has no tokens");
+  for (int32_t t : prompt) TS_CHECK(t >= 0 && t < vocab, "prompt token ", t, " is outside the vocabulary [0, ", vocab, ")");
+  TS_CHECK(n < context_, "context_length_exceeded: the prompt has ", n, " tokens and the context holds ", context_,
+           " (the prompt must leave room for at least one generated token)");
+  const int64_t capacity = engine_.total_blocks() * engine_.options().block_tokens;
+  TS_CHECK(n < capacity, "context_length_exceeded: the prompt has ", n, " tokens and the whole KV cache holds ",
+           capacity, "; raise --kv-memory");
+  TS_CHECK(opts.max_tokens >= 1, "max_tokens ", opts.max_tokens, " must be 1 or more");
+  for (int32_t t : opts.stop_tokens)
+    TS_CHECK(t >= 0 && t < vocab, "stop token ", t, " is outside the vocabulary [0, ", vocab, ")");
+  auto r = std::make_unique<Request>(0, std::move(prompt), opts, vocab, tokenizer_);  // checks sampling and stops
+  std::lock_guard<std::mutex> lock(mu_);
+  r->id = next_id_++;
+  incoming_.push_back(std::move(r));
+  ++shared_.waiting;
+  return incoming_.back()->id;
+}
+
+void Scheduler::cancel(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.push_back(id);
+}
+
+bool Scheduler::has_work() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shared_.running + shared_.waiting > 0;
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shared_;
+}
+
+// Blocks the engine needs to take for r's next n tokens.
+int64_t Scheduler::new_blocks(const Request& r, int64_t n) const {
+  const int64_t bt = engine_.options().block_tokens;
+  return (r.fed + n + bt - 1) / bt - (r.fed + bt - 1) / bt;
+}
+
+// Ends r: its sequence freed, and `ev` (r's event of this step, or a new one)
+// marked finished.
+void Scheduler::finish(Request& r, const std::string& reason, std::vector<RequestEvent>& events, RequestEvent* ev) {
+  if (r.seq >= 0) engine_.remove_sequence(r.seq);
+  r.seq = -1;
+  r.done = true;
+  if (!ev) {
+    events.emplace_back();
+    ev = &events.back();
+    ev->id = r.id;
+  }
+  if (reason == "length") ev->text += r.text.finish();  // a stop string ended the text already
+  ev->finished = true;
+  ev->finish_reason = reason;
+  ev->prompt_tokens = r.prompt;
+  ev->completion_tokens = r.generated();
+}
+
+// The newest running request back to the head of the queue, its cache freed.
+void Scheduler::preempt_newest() {
+  Request& r = *running_.back();
+  engine_.remove_sequence(r.seq);
+  r.seq = -1;
+  r.fed = 0;
+  ++stats_.preemptions;
+  waiting_.push_front(std::move(running_.back()));
+  running_.pop_back();
+}
+
+void Scheduler::take_in(std::vector<RequestEvent>& events) {
+  std::vector<int64_t> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& r : incoming_) waiting_.push_back(std::move(r));
+    incoming_.clear();
+    cancels.swap(cancels_);
+  }
+  if (cancels.empty()) return;
+  auto cancelled = [&](const auto& r) { return std::find(cancels.begin(), cancels.end(), r->id) != cancels.end(); };
+  for (auto& r : running_)
+    if (cancelled(r)) finish(*r, "cancelled", events);
+  for (auto& r : waiting_)
+    if (cancelled(r)) finish(*r, "cancelled", events);
+  std::erase_if(running_, [](const auto& r) { return r->done; });
+  std::erase_if(waiting_, [](const auto& r) { return r->done; });
+}
+
+std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& events) {
+  const int64_t bt = engine_.options().block_tokens;
+  int64_t reserved = 0;  // blocks the planned chunks will take
+  auto avail = [&] { return engine_.free_blocks() - reserved; };
+  int64_t budget = opts_.max_batched_tokens;
+  std::vector<Planned> plan;
+
+  // Decodes, oldest first; newer requests give way where the cache is full.
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Request& r = *running_[i];
+    if (!r.decoding()) continue;
+    while (new_blocks(r, 1) > avail() && running_.size() > i + 1) preempt_newest();
+    if (new_blocks(r, 1) > avail()) {
+      if (i > 0) {  // r is the newest: it gives way to the older ones
+        preempt_newest();
+        break;
+      }
+      finish(r, "length", events);  // alone, and the whole cache is too small for it
+      continue;
+    }
+    reserved += new_blocks(r, 1);
+    --budget;
+    plan.push_back({&r, 1});
+  }
+  std::erase_if(running_, [](const auto& r) { return r->done; });
+
+  // Prompt chunks, as much of each as the budget and the cache allow.
+  auto chunk_for = [&](const Request& r) {
+    const int64_t slack = (bt - r.fed % bt) % bt;  // room left in its last block
+    return std::max<int64_t>(0, std::min({r.remaining(), budget, slack + avail() * bt}));
+  };
+  for (auto& p : running_) {
+    Request& r = *p;
+    if (r.decoding() || budget == 0) continue;
+    const int64_t n = chunk_for(r);
+    if (n == 0) continue;
+    reserved += new_blocks(r, n);
+    budget -= n;
+    plan.push_back({&r, n});
+  }
+  // New requests: past the age bound first, then by priority, then in order
+  // (stable: the preempted, at the head, keep their places among equals).
+  const Clock::time_point now = Clock::now();
+  auto overdue = [&](const Request& r) {
+    return opts_.max_wait_seconds > 0 && std::chrono::duration<double>(now - r.arrival).count() > opts_.max_wait_seconds;
+  };
+  std::stable_sort(waiting_.begin(), waiting_.end(), [&](const auto& a, const auto& b) {
+    const bool oa = overdue(*a), ob = overdue(*b);
+    if (oa != ob) return oa;
+    return a->opts.priority > b->opts.priority;
+  });
+  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < opts_.max_seqs) {
+    Request& r = *waiting_.front();
+    const int64_t n = chunk_for(r);
+    if (n == 0) break;  // no cache for it now: it keeps its place
+    r.seq = engine_.add_sequence();
+    reserved += new_blocks(r, n);
+    budget -= n;
+    plan.push_back({&r, n});
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  return plan;
+}
+
+std::vector<RequestEvent> Scheduler::step() {
+  std::vector<RequestEvent> events;
+  take_in(events);
+  std::vector<Planned> plan = this->plan(events);
+  // Running requests all part-way through their prompts, none able to go
+  // on: the newest gives way until one can (the oldest alone always fits).
+  while (plan.empty() && running_.size() > 1) {
+    preempt_newest();
+    plan = this->plan(events);
+  }
+  if (!plan.empty()) run(plan, events);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.running = static_cast<int64_t>(running_.size());
+  stats_.waiting = static_cast<int64_t>(waiting_.size() + incoming_.size());
+  shared_ = stats_;
+  return events;
+}
+
+// One engine step over the plan, then a token for each request whose chunk
+// reached the end of its tokens.
+void Scheduler::run(const std::vector<Planned>& plan, std::vector<RequestEvent>& events) {
+  std::vector<Chunk> chunks;
+  chunks.reserve(plan.size());
+  for (const Planned& p : plan) {
+    const bool last = p.r->fed + p.n == static_cast<int64_t>(p.r->tokens.size());
+    chunks.push_back({p.r->seq, std::span<const int32_t>(p.r->tokens.data() + p.r->fed, static_cast<size_t>(p.n)),
+                      last ? 1 : 0, p.r->opts.adapter});
+  }
+  const std::span<const float> logits = engine_.step(chunks);
+  ++stats_.steps;
+  const int64_t vocab = engine_.model().spec().vocab;
+  int64_t row = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Request& r = *plan[i].r;
+    if (!r.decoding()) stats_.prompt_tokens += plan[i].n;
+    r.fed += plan[i].n;
+    if (!chunks[i].logits) continue;
+    const Sampled s = r.sampler.sample(logits.data() + row++ * vocab, r.tokens, r.opts.choice, r.tokens.size());
+    const bool eos = !r.opts.ignore_eos && tokenizer_.is_end_of_generation(s.token);
+    if (eos || std::find(r.opts.stop_tokens.begin(), r.opts.stop_tokens.end(), s.token) != r.opts.stop_tokens.end()) {
+      finish(r, "stop", events);
+      continue;
+    }
+    r.tokens.push_back(s.token);
+    ++stats_.generated_tokens;
+    events.emplace_back();
+    RequestEvent& ev = events.back();
+    ev.id = r.id;
+    ev.text = r.text.push(s.token);
+    ev.has_token = true;
+    ev.token = s.token;
+    ev.logprob = s.logprob;
+    ev.top.assign(s.top.begin(), s.top.end());
+    ev.prompt_tokens = r.prompt;
+    ev.completion_tokens = r.generated();
+    if (r.text.stopped()) finish(r, "stop", events, &ev);
+    else if (r.generated() >= r.opts.max_tokens || static_cast<int64_t>(r.tokens.size()) >= context_)
+      finish(r, "length", events, &ev);
+  }
+  std::erase_if(running_, [](const auto& r) { return r->done; });
+}
+
+}  // namespace tessera::llm

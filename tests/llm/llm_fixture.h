@@ -1,0 +1,47 @@
+#pragma once
+// A small random Llama over a byte-level SentencePiece vocabulary, for tests
+// that run whole requests (generate, the scheduler, the CLI).
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/core/generator.h"
+#include "tessera/llm/engine.h"
+#include "tessera/llm/tokenizer.h"
+#include "tessera/nn/zoo/zoo.h"
+
+namespace tessera::testing {
+
+// A byte-level vocabulary over a random Llama, for whole requests.
+struct Fixture {
+  std::shared_ptr<llm::Model> model;
+  llm::Tokenizer tok;
+};
+inline Fixture fixture(nn::zoo::Llama** keep = nullptr) {
+  std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
+  std::vector<llm::TokenType> types = {llm::TokenType::Unknown, llm::TokenType::Control, llm::TokenType::Control};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    pieces.push_back(name);
+    types.push_back(llm::TokenType::Byte);
+  }
+  for (const char* w : {"\xe2\x96\x81", "a", "b", "c", "ab", "\xe2\x96\x81" "ab", "\xc3\xa9"}) {
+    pieces.push_back(w);
+    types.push_back(llm::TokenType::Normal);
+  }
+  std::vector<float> scores(pieces.size(), 0.f);
+  llm::Tokenizer tok = llm::Tokenizer::sentencepiece(pieces, scores, types, 1, 2, 0);
+  nn::zoo::LlamaConfig c;
+  c.vocab_size = tok.size(), c.dim = 64, c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 2, c.hidden_dim = 64;
+  c.max_seq_len = 128;
+  manual_seed(21);
+  static nn::zoo::Llama* m = nullptr;
+  delete m;
+  m = new nn::zoo::Llama(c);
+  if (keep) *keep = m;
+  return {llm::Model::from_llama(*m), std::move(tok)};
+}
+
+}  // namespace tessera::testing

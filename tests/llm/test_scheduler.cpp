@@ -1,0 +1,291 @@
+// Continuous batching (llm/scheduler.h): under load, with prompts in chunks,
+// requests coming and going and preemptions from a small cache, every
+// request's tokens and text are those of its solo run; running decodes go on
+// while a long prompt is taken in; cancellation frees the cache at the next
+// step; admission follows priority and the age bound; what cannot fit is an
+// error that says so.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "llm_fixture.h"
+#include "tessera/llm/generate.h"
+#include "tessera/llm/scheduler.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+using testing::Fixture;
+using testing::fixture;
+
+// A prompt of n tokens from the fixture's vocabulary, BOS first.
+std::vector<int32_t> prompt_of(int64_t n, uint64_t seed) {
+  std::vector<int32_t> t = {1};
+  for (int64_t i = 1; i < n; ++i) t.push_back(static_cast<int32_t>(3 + (seed * 7919 + i * 104729 + i * i * 31) % 263));
+  return t;
+}
+
+// A mix of requests: greedy and seeded sampling, various lengths.
+llm::RequestOptions request(int i) {
+  llm::RequestOptions o;
+  o.max_tokens = 6 + (i * 7) % 30;
+  o.ignore_eos = true;
+  if (i % 2) {
+    o.sampling.temperature = 1.3f;
+    o.sampling.top_k = 0;
+    o.sampling.min_p = 0.f;
+    o.sampling.seed = 100 + i;
+  } else {
+    o.sampling.temperature = 0.f;
+  }
+  return o;
+}
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::string text, finish_reason;
+  int64_t events_after_finish = 0;
+};
+
+// Steps until nothing is left, gathering each request's tokens and text;
+// `each_step` runs before every step (to submit or cancel).
+std::map<int64_t, Outcome> drain(llm::Scheduler& s, const std::function<void(int64_t)>& each_step = {}) {
+  std::map<int64_t, Outcome> out;
+  for (int64_t step = 0; step < 10000; ++step) {
+    if (each_step) each_step(step);
+    if (!s.has_work()) break;
+    for (const llm::RequestEvent& ev : s.step()) {
+      Outcome& o = out[ev.id];
+      if (!o.finish_reason.empty()) ++o.events_after_finish;
+      if (ev.has_token) o.tokens.push_back(ev.token);
+      o.text += ev.text;
+      if (ev.finished) o.finish_reason = ev.finish_reason;
+    }
+  }
+  return out;
+}
+
+TEST(Scheduler, RequestsUnderLoadGiveTheirSoloTokens) {
+  Fixture f = fixture();
+  const int kRequests = 12;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kRequests; ++i) prompts.push_back(prompt_of(1 + (i * 13) % 70, i));
+
+  // Alone: one request at a time through generate().
+  std::vector<llm::GenerateResult> solo;
+  {
+    llm::Engine e(f.model, {});
+    for (int i = 0; i < kRequests; ++i) {
+      const llm::RequestOptions r = request(i);
+      llm::GenerateOptions g;
+      g.sampling = r.sampling;
+      g.max_tokens = r.max_tokens;
+      g.ignore_eos = true;
+      solo.push_back(llm::generate(e, f.tok, prompts[i], g));
+    }
+  }
+  // Together: a cache of 12 blocks of 16 tokens for up to 4 running
+  // requests, 24 tokens a step, arrivals spread over the steps.
+  for (int64_t budget : {24, 7}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    llm::EngineOptions eo;
+    eo.max_sequences = 4;
+    eo.max_batch_tokens = 32;
+    eo.kv_memory = 1;  // raised below to 12 blocks
+    llm::Engine probe(f.model, {});
+    eo.kv_memory = 12 * eo.block_tokens * probe.kv_bytes_per_token();
+    llm::Engine e(f.model, eo);
+    ASSERT_EQ(e.total_blocks(), 12);
+    llm::Scheduler s(e, f.tok, {.max_batched_tokens = budget, .max_seqs = 4});
+    std::vector<int64_t> ids;
+    const auto out = drain(s, [&](int64_t step) {
+      if (ids.size() < prompts.size() && (step < 2 || step % 3 == 0)) {
+        ids.push_back(s.submit(prompts[ids.size()], request(static_cast<int>(ids.size()))));
+      }
+    });
+    ASSERT_EQ(ids.size(), prompts.size());
+    for (int i = 0; i < kRequests; ++i) {
+      const Outcome& o = out.at(ids[i]);
+      EXPECT_EQ(o.tokens, solo[i].tokens) << "request " << i;
+      EXPECT_EQ(o.text, solo[i].text) << "request " << i;
+      EXPECT_EQ(o.finish_reason, "length") << "request " << i;
+      EXPECT_EQ(o.events_after_finish, 0) << "request " << i;
+    }
+    const llm::SchedulerStats st = s.stats();
+    EXPECT_GT(st.preemptions, 0);  // the cache holds 192 tokens; the requests want far more at once
+    EXPECT_EQ(st.running, 0);
+    EXPECT_EQ(st.waiting, 0);
+    EXPECT_EQ(e.free_blocks(), e.total_blocks());
+  }
+}
+
+// Running decodes get a token at every step while a long prompt comes in in
+// chunks beside them.
+TEST(Scheduler, DecodesGoOnWhileALongPromptIsTakenIn) {
+  Fixture f = fixture();
+  llm::Engine e(f.model, {});
+  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 16, .max_seqs = 4});
+  llm::RequestOptions o = request(0);
+  o.max_tokens = 60;
+  const int64_t a = s.submit(prompt_of(5, 1), o), b = s.submit(prompt_of(9, 2), o);
+  s.step();  // both prompts
+  const int64_t long_prompt = s.submit(prompt_of(100, 3), o);
+  for (int step = 0; step < 8; ++step) {  // 100 tokens at 14 a step
+    int64_t tokens_a = 0, tokens_b = 0, tokens_long = 0;
+    for (const llm::RequestEvent& ev : s.step()) {
+      tokens_a += ev.id == a && ev.has_token;
+      tokens_b += ev.id == b && ev.has_token;
+      tokens_long += ev.id == long_prompt && ev.has_token;
+    }
+    EXPECT_EQ(tokens_a, 1) << "step " << step;
+    EXPECT_EQ(tokens_b, 1) << "step " << step;
+    EXPECT_EQ(tokens_long, step == 7 ? 1 : 0) << "step " << step;  // its first token when the prompt is in
+  }
+}
+
+TEST(Scheduler, CancellingFreesTheCacheAtTheNextStep) {
+  Fixture f = fixture();
+  llm::Engine e(f.model, {});
+  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 1});
+  llm::RequestOptions o = request(0);
+  o.max_tokens = 50;
+  const int64_t running = s.submit(prompt_of(40, 1), o), waiting = s.submit(prompt_of(10, 2), o);
+  s.step();
+  s.step();
+  EXPECT_LT(e.free_blocks(), e.total_blocks());
+  s.cancel(running);
+  s.cancel(waiting);
+  s.cancel(12345);  // unknown: ignored
+  const std::vector<llm::RequestEvent> evs = s.step();
+  ASSERT_EQ(evs.size(), 2u);
+  for (const llm::RequestEvent& ev : evs) {
+    EXPECT_TRUE(ev.finished);
+    EXPECT_EQ(ev.finish_reason, "cancelled");
+    EXPECT_FALSE(ev.has_token);
+  }
+  EXPECT_EQ(evs[0].id, running);
+  EXPECT_EQ(evs[0].completion_tokens, 2);
+  EXPECT_EQ(e.free_blocks(), e.total_blocks());
+  EXPECT_FALSE(s.has_work());
+}
+
+// Admission: higher priority first, arrival order among equals, and a
+// request past the age bound before any other.
+TEST(Scheduler, AdmitsByPriorityAndAge) {
+  Fixture f = fixture();
+  llm::Engine e(f.model, {});
+  llm::RequestOptions o = request(0);
+  o.max_tokens = 2;
+  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 1});
+  llm::RequestOptions low = o, high = o;
+  high.priority = 5;
+  const int64_t a = s.submit(prompt_of(4, 1), low), b = s.submit(prompt_of(4, 2), high),
+                c = s.submit(prompt_of(4, 3), low);
+  std::vector<int64_t> first_token;
+  for (int i = 0; i < 20 && s.has_work(); ++i)
+    for (const llm::RequestEvent& ev : s.step())
+      if (ev.has_token && ev.completion_tokens == 1) first_token.push_back(ev.id);
+  EXPECT_EQ(first_token, (std::vector<int64_t>{b, a, c}));
+
+  llm::Scheduler aged(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 1, .max_wait_seconds = 0.02});
+  const int64_t old = aged.submit(prompt_of(4, 1), low);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  const int64_t urgent = aged.submit(prompt_of(4, 2), high);
+  first_token.clear();
+  for (int i = 0; i < 20 && aged.has_work(); ++i)
+    for (const llm::RequestEvent& ev : aged.step())
+      if (ev.has_token && ev.completion_tokens == 1) first_token.push_back(ev.id);
+  EXPECT_EQ(first_token, (std::vector<int64_t>{old, urgent}));
+}
+
+TEST(Scheduler, TheContextEndsARequestWithLength) {
+  Fixture f = fixture();
+  llm::EngineOptions eo;
+  eo.context = 32;
+  llm::Engine e(f.model, eo);
+  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 2});
+  llm::RequestOptions o = request(0);
+  o.max_tokens = 100;
+  const int64_t id = s.submit(prompt_of(29, 1), o);
+  const auto out = drain(s);
+  EXPECT_EQ(out.at(id).finish_reason, "length");
+  EXPECT_EQ(out.at(id).tokens.size(), 3u);  // positions 29, 30, 31
+}
+
+TEST(Scheduler, WhatCannotFitIsAnErrorThatSaysSo) {
+  Fixture f = fixture();
+  llm::EngineOptions eo;
+  eo.context = 64;
+  eo.max_sequences = 4;
+  llm::Engine e(f.model, eo);
+  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 4});
+  const llm::RequestOptions o = request(0);
+  auto err = [&](std::vector<int32_t> p, const llm::RequestOptions& r) {
+    return testing::error_of([&] { s.submit(std::move(p), r); });
+  };
+  EXPECT_NE(err(prompt_of(64, 1), o).find("context_length_exceeded: the prompt has 64 tokens and the context holds 64"),
+            std::string::npos);
+  EXPECT_NE(err({}, o).find("the prompt has no tokens"), std::string::npos);
+  EXPECT_NE(err({1, 9999}, o).find("prompt token 9999 is outside the vocabulary [0, 266)"), std::string::npos);
+  llm::RequestOptions bad = o;
+  bad.max_tokens = 0;
+  EXPECT_NE(err({1, 5}, bad).find("max_tokens 0 must be 1 or more"), std::string::npos);
+  bad = o;
+  bad.sampling.temperature = -1;
+  EXPECT_NE(err({1, 5}, bad).find("temperature"), std::string::npos);
+  bad = o;
+  bad.stop = {""};
+  EXPECT_NE(err({1, 5}, bad).find("an empty stop string"), std::string::npos);
+  EXPECT_FALSE(s.has_work());  // nothing was queued
+  // Options the engine cannot carry.
+  EXPECT_NE(testing::error_of([&] { llm::Scheduler(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 5}); })
+                .find("max_seqs 5 must be 1 to the engine's max_sequences (4)"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { llm::Scheduler(e, f.tok, {.max_batched_tokens = 1024, .max_seqs = 4}); })
+                .find("max_batched_tokens 1024 must be from max_seqs (4) to the engine's max_batch_tokens (512)"),
+            std::string::npos);
+  // A prompt longer than the whole cache.
+  llm::EngineOptions small = eo;
+  small.context = 0;
+  llm::Engine probe(f.model, {});
+  small.kv_memory = 2 * small.block_tokens * probe.kv_bytes_per_token();
+  llm::Engine tiny(f.model, small);
+  llm::Scheduler t(tiny, f.tok, {.max_batched_tokens = 64, .max_seqs = 4});
+  EXPECT_NE(testing::error_of([&] { t.submit(prompt_of(40, 1), o); })
+                .find("context_length_exceeded: the prompt has 40 tokens and the whole KV cache holds 32"),
+            std::string::npos);
+}
+
+// submit and cancel from other threads while one thread steps.
+TEST(Scheduler, SubmitAndCancelFromOtherThreads) {
+  Fixture f = fixture();
+  llm::Engine e(f.model, {});
+  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 32, .max_seqs = 8});
+  std::vector<int64_t> ids(16, 0);
+  std::thread client([&] {
+    for (int i = 0; i < 16; ++i) {
+      ids[i] = s.submit(prompt_of(3 + i, i), request(i));
+      if (i % 4 == 3) s.cancel(ids[i - 1]);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  std::map<int64_t, std::string> reasons;
+  for (int step = 0; step < 100000; ++step) {
+    for (const llm::RequestEvent& ev : s.step())
+      if (ev.finished) reasons[ev.id] = ev.finish_reason;
+    if (reasons.size() == 16) break;
+  }
+  client.join();
+  ASSERT_EQ(reasons.size(), 16u);
+  for (int i = 0; i < 16; ++i)
+    EXPECT_TRUE(reasons[ids[i]] == "length" || (i % 4 == 2 && reasons[ids[i]] == "cancelled")) << i;
+  EXPECT_EQ(e.free_blocks(), e.total_blocks());
+}
+
+}  // namespace
+}  // namespace tessera
