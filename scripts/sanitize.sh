@@ -3,8 +3,9 @@
 #   --asan  AddressSanitizer + UBSan, the whole suite (scripts/test.sh's last phase)
 #   --tsan  ThreadSanitizer, the threaded parts Tessera runs itself: the allocator,
 #           the data loader, shards, the batcher, the server and hot reload, the
-#           metrics endpoint. OpenMP's thread pool (Debian's libgomp) is not
-#           instrumented, so this run uses one OpenMP thread (tests/tsan.supp).
+#           metrics endpoint, the LLM scheduler. OpenMP's thread pool (Debian's
+#           libgomp) is not instrumented, so this run uses one OpenMP thread
+#           (tests/tsan.supp).
 #   (no flag: both)
 # Only the test binary (and the command line it starts) is built for each.
 set -euo pipefail
@@ -27,7 +28,7 @@ if [ "$want" = all ] || [ "$want" = --tsan ]; then
   cmake -S . -B build-tsan -G Ninja -DTESSERA_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithAsserts \
     -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCH=OFF >/dev/null
   cmake --build build-tsan --target tessera_tests tessera_cli
-  threaded='^(Memory[A-Za-z]*|DataLoader|Shards|ServeBatcher|ServeService|ServeHttp|ServeRepository|Metrics|Monitoring|HostileModels)\.|^ConcurrentGemm\.ThreadsSharing'
+  threaded='^(Memory[A-Za-z]*|DataLoader|Shards|ServeBatcher|ServeService|ServeHttp|ServeRepository|Metrics|Monitoring|HostileModels|Scheduler)\.|^ConcurrentGemm\.ThreadsSharing'
   TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
     ctest --test-dir build-tsan -R "$threaded" --output-on-failure -j2 --timeout 3000
 fi
