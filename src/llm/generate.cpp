@@ -114,11 +114,11 @@ GenerateResult generate(Engine& engine, const Tokenizer& tokenizer, const std::v
     Chunk c{seq, std::span<const int32_t>(&history.back(), 1), 1};
     logits = engine.step({&c, 1});
   }
-  if (res.finish_reason == "length") {
-    const std::string rest = text.finish();
-    res.text += rest;
-    if (on_text && !rest.empty()) on_text(rest, Sampled{});
-  }
+  // What was held back as a possible stop string's start is final now
+  // (nothing after a stop string, which ended the text itself).
+  const std::string rest = text.finish();
+  res.text += rest;
+  if (on_text && !rest.empty()) on_text(rest, Sampled{});
   res.decode_seconds = seconds_since(t0);
   return res;
 }

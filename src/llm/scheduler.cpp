@@ -104,7 +104,9 @@ void Scheduler::finish(Request& r, const std::string& reason, std::vector<Reques
     ev = &events.back();
     ev->id = r.id;
   }
-  if (reason == "length") ev->text += r.text.finish();  // a stop string ended the text already
+  // Text held back as a possible stop string's start is final now (empty
+  // after a stop string, which ended the text itself).
+  if (reason != "cancelled") ev->text += r.text.finish();
   ev->finished = true;
   ev->finish_reason = reason;
   ev->prompt_tokens = r.prompt;

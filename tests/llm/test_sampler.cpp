@@ -7,6 +7,7 @@
 
 #include <fstream>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -174,6 +175,27 @@ TEST(Generate, StopStringsEndTheTextBeforeThem) {
   go.stop = {""};
   EXPECT_NE(testing::error_of([&] { llm::generate(e, f.tok, prompt, go); }).find("an empty stop string"),
             std::string::npos);
+
+  // A stop token ends the text with everything before it, the bytes held
+  // back as the start of a stop string that never came included.
+  size_t k = 1;
+  while (k < all.tokens.size() &&
+         std::find(all.tokens.begin(), all.tokens.begin() + k, all.tokens[k]) != all.tokens.begin() + k)
+    ++k;
+  ASSERT_LT(k, all.tokens.size());
+  go.stop.clear();
+  go.max_tokens = static_cast<int64_t>(k);
+  const std::string before = llm::generate(e, f.tok, prompt, go).text;
+  ASSERT_FALSE(before.empty());
+  go.max_tokens = 40;
+  go.stop_tokens = {all.tokens[k]};
+  go.stop = {before.substr(before.size() - 1) + "\x01"};
+  streamed.clear();
+  const llm::GenerateResult held =
+      llm::generate(e, f.tok, prompt, go, [&](std::string_view t, const llm::Sampled&) { streamed += t; });
+  EXPECT_EQ(held.finish_reason, "stop");
+  EXPECT_EQ(held.text, before);
+  EXPECT_EQ(streamed, before);
 }
 
 // `tessera generate` on a GGUF file: the prompt and the text on stdout, the

@@ -124,6 +124,38 @@ TEST(Scheduler, RequestsUnderLoadGiveTheirSoloTokens) {
   }
 }
 
+// Stop strings and stop tokens end a request as they end generate()'s.
+TEST(Scheduler, StopsAsGenerateDoes) {
+  Fixture f = fixture();
+  llm::Engine e(f.model, {});
+  llm::RequestOptions o = request(0);
+  o.max_tokens = 40;
+  llm::GenerateOptions g;
+  g.sampling = o.sampling;
+  g.max_tokens = 40;
+  g.ignore_eos = true;
+  const std::vector<int32_t> prompt = prompt_of(6, 4);
+  const llm::GenerateResult all = llm::generate(e, f.tok, prompt, g);
+  ASSERT_GE(all.text.size(), 8u);
+  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 4});
+  std::vector<std::pair<int64_t, llm::GenerateResult>> cases;
+  for (int c = 0; c < 3; ++c) {
+    llm::RequestOptions r = o;
+    if (c == 0) r.stop = {all.text.substr(4, 3)};
+    if (c == 1) r.stop_tokens = {all.tokens[5]};
+    if (c == 2) r.stop = {all.text.substr(2, 1) + "\x01"}, r.stop_tokens = {all.tokens[6]};
+    g.stop = r.stop;
+    g.stop_tokens = r.stop_tokens;
+    cases.push_back({s.submit(prompt, r), llm::generate(e, f.tok, prompt, g)});
+  }
+  const auto out = drain(s);
+  for (const auto& [id, want] : cases) {
+    EXPECT_EQ(out.at(id).text, want.text) << id;
+    EXPECT_EQ(out.at(id).tokens, want.tokens) << id;
+    EXPECT_EQ(out.at(id).finish_reason, want.finish_reason) << id;
+  }
+}
+
 // Running decodes get a token at every step while a long prompt comes in in
 // chunks beside them.
 TEST(Scheduler, DecodesGoOnWhileALongPromptIsTakenIn) {
