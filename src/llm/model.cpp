@@ -227,23 +227,23 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
   // decoded token streams the weights from start to end, and each matrix's
   // read-ahead runs on into the next one's first bytes.
   const cpu::KernelTable& kt = cpu::kernels();
-  std::vector<Matrix*> order;
+  std::vector<Matrix*> order;  // the matrices with a packed form, in step order
+  auto take = [&](Matrix* mx) {
+    const std::optional<cpu::QFormat> f = mx->data ? detail::qformat_of(mx->type) : std::nullopt;
+    if (f && kt.qgemm_rows[static_cast<int>(*f)]) order.push_back(mx);
+  };
   for (Layer& L : m->layers_)
-    for (Matrix* mx : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
-      if (mx->data) order.push_back(mx);
-  order.push_back(&m->output_);
-  std::vector<int64_t> at;
+    for (Matrix* mx : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) take(mx);
+  take(&m->output_);
+  std::vector<int64_t> at;  // each one's offset, a multiple of 64
   int64_t total = 0;
-  for (Matrix* mx : order) {
+  for (const Matrix* mx : order) {
     at.push_back(total);
-    const std::optional<cpu::QFormat> f = detail::qformat_of(mx->type);
-    if (f && kt.qgemm_rows[static_cast<int>(*f)]) total += (cpu::packed_matrix_bytes(*f, mx->rows, mx->cols) + 63) / 64 * 64;
+    total += (cpu::packed_matrix_bytes(*detail::qformat_of(mx->type), mx->rows, mx->cols) + 63) / 64 * 64;
   }
   if (total > 0) m->packed_ = PackedArena(total);
   for (size_t i = 0; i < order.size(); ++i) {
     Matrix& mx = *order[i];
-    const std::optional<cpu::QFormat> f = detail::qformat_of(mx.type);
-    if (!f || !kt.qgemm_rows[static_cast<int>(*f)]) continue;
     const cpu::QuantMatrix q = detail::quant_view(mx);
     uint8_t* out = m->packed_.data() + at[i];
     parallel_for(0, (mx.rows + cpu::kPackRows - 1) / cpu::kPackRows, 16,
