@@ -22,9 +22,7 @@
 #include "tessera/llm/tokenizer.h"
 
 namespace tessera::cli {
-namespace {
 
-// "256M", "2G", "1048576" -> bytes.
 int64_t byte_count(const std::string& text) {
   size_t used = 0;
   long long v = 0;
@@ -43,6 +41,9 @@ int64_t byte_count(const std::string& text) {
            "' is not a positive byte count (examples: 268435456, 256M, 2G)");
   return static_cast<int64_t>(v) << shift;
 }
+
+namespace {
+
 
 }  // namespace
 
@@ -150,16 +151,11 @@ void stream(std::string_view text, const llm::Sampled&) {
   std::fflush(stdout);
 }
 
-// For a model without a chat template (Tessera's character and byte models):
-// each message on its own line after its role.
+// A reply as the conversation keeps it: without the spaces and newlines around it.
 std::string trim_reply(const std::string& s) {
   const size_t b = s.find_first_not_of(" \n"), e = s.find_last_not_of(" \n");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
-
-const char* const kPlainTemplate =
-    "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}";
 
 }  // namespace
 
@@ -185,9 +181,9 @@ int cmd_chat(const GenerateFlags& f, std::shared_ptr<llm::Model> model, const ll
   }
   llm::GenerateOptions go = generate_options(f);
   if (source.empty()) {
-    source = kPlainTemplate;
+    source = llm::kPlainChatTemplate;
     source_name = "the plain template (role: text lines)";
-    go.stop.push_back("\nuser:");  // the model writing the user's next line
+    go.stop.push_back(llm::kPlainChatStop);  // the model writing the user's next line
   }
   const llm::ChatTemplate tmpl(source, source_name);  // a construct outside the subset stops here
   std::unique_ptr<llm::Engine> engine = make_engine(f, model, what, load_s);

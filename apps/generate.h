@@ -2,6 +2,7 @@
 // `tessera generate`: its flags and the command (apps/generate.cpp).
 #include <CLI/CLI.hpp>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,18 @@ struct GenerateFlags {
   std::vector<std::string> stop;
   bool ignore_eos = false;
 };
+
+// A language model ready for the engine, with its tokenizer and chat
+// template (empty where it has none), and what to call it in messages.
+struct LanguageModel {
+  std::shared_ptr<llm::Model> model;
+  llm::Tokenizer tokenizer;
+  std::string chat_template;
+  std::string what;
+};
+
+// "256M", "2G", "1048576" -> bytes (--kv-memory); an error naming the text otherwise.
+int64_t byte_count(const std::string& text);
 
 void add_generate_command(CLI::App& app, GenerateFlags& f);
 // `tessera chat`: the same model and sampling flags, a conversation on stdin.

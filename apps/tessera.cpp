@@ -32,6 +32,7 @@
 
 #include "client.h"
 #include "generate.h"
+#include "serve_llm.h"
 #include "latency.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/capture.h"
@@ -233,33 +234,41 @@ int cmd_gguf_info(const std::string& path, size_t max_chars) {
 // made (its weights in --weights, its character or byte vocabulary).
 // `generate` and `chat`: the model from a GGUF file or a training run, with
 // its tokenizer (and a GGUF's chat template).
-int cmd_generate(const cli::GenerateFlags& f, bool chat) {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  const char* verb = chat ? "chat" : "generate";
-  if (cli::is_gguf_file(f.model)) {
-    std::shared_ptr<llm::Model> model = llm::Model::load(f.model);
-    const llm::Tokenizer tok = llm::Tokenizer::from_gguf(model->file());
-    if (!chat) return cli::cmd_generate(f, model, tok, f.model, seconds());
-    const llm::GgufValue* t = model->file().find("tokenizer.chat_template");
-    const std::string tmpl = t && t->type() == llm::GgufType::String ? t->as_string() : "";
-    return cli::cmd_chat(f, model, tok, f.model, seconds(), tmpl);
+// A language model for the engine: a GGUF file's, or a training run's
+// converted to `weights` (F32, F16, BF16, Q8_0, Q4_0). `verb` names the
+// command in errors.
+cli::LanguageModel load_language_model(const std::string& path, const std::string& weights, const char* verb) {
+  cli::LanguageModel lm;
+  if (cli::is_gguf_file(path)) {
+    lm.model = llm::Model::load(path);
+    lm.tokenizer = llm::Tokenizer::from_gguf(lm.model->file());
+    const llm::GgufValue* t = lm.model->file().find("tokenizer.chat_template");
+    lm.chat_template = t && t->type() == llm::GgufType::String ? t->as_string() : "";
+    lm.what = path;
+    return lm;
   }
-  TS_CHECK(std::filesystem::exists(f.model), verb, ": ", f.model, " does not exist (a .gguf file, or a run or "
+  TS_CHECK(std::filesystem::exists(path), verb, ": ", path, " does not exist (a .gguf file, or a run or "
            "checkpoint of tessera train)");
-  Loaded l = load_model(f.model);
+  Loaded l = load_model(path);
   const train::Recipe& r = l.recipe;
   TS_CHECK(r.task == train::Task::LanguageModel && !r.text_level.empty(), verb, ": ", l.dir, " is not a language "
            "model trained on text (its data has no vocabulary to write text with)");
-  const llm::GgmlType type = *llm::ggml_type_from_name(f.weights);
-  std::shared_ptr<llm::Model> model;
-  if (auto* gpt = dynamic_cast<nn::zoo::GPT*>(r.model.get())) model = llm::Model::from_gpt(*gpt, type);
-  else if (auto* llama = dynamic_cast<nn::zoo::Llama*>(r.model.get())) model = llm::Model::from_llama(*llama, type);
+  const llm::GgmlType type = *llm::ggml_type_from_name(weights);
+  if (auto* gpt = dynamic_cast<nn::zoo::GPT*>(r.model.get())) lm.model = llm::Model::from_gpt(*gpt, type);
+  else if (auto* llama = dynamic_cast<nn::zoo::Llama*>(r.model.get())) lm.model = llm::Model::from_llama(*llama, type);
   else TS_ERROR(verb, ": ", l.dir, " holds a ", r.model_name, "; the engine runs llama and gpt models");
-  const llm::Tokenizer tok = r.tokenizer ? *r.tokenizer
-                             : llm::Tokenizer::characters(r.text_level == "byte" ? std::vector<std::string>{} : r.vocab);
-  if (chat) return cli::cmd_chat(f, model, tok, l.dir, seconds(), "");
-  return cli::cmd_generate(f, model, tok, l.dir, seconds());
+  lm.tokenizer = r.tokenizer ? *r.tokenizer
+                 : llm::Tokenizer::characters(r.text_level == "byte" ? std::vector<std::string>{} : r.vocab);
+  lm.what = l.dir;
+  return lm;
+}
+
+int cmd_generate(const cli::GenerateFlags& f, bool chat) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const cli::LanguageModel lm = load_language_model(f.model, f.weights, chat ? "chat" : "generate");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (chat) return cli::cmd_chat(f, lm.model, lm.tokenizer, lm.what, seconds, lm.chat_template);
+  return cli::cmd_generate(f, lm.model, lm.tokenizer, lm.what, seconds);
 }
 
 int cmd_quantize_gguf(const std::string& in, const std::string& out, const std::string& type) {
@@ -670,13 +679,7 @@ struct ServeFlags {
 int cmd_serve(const ServeFlags& f) {
   namespace fs = std::filesystem;
   serve::ServiceOptions so;
-  if (!f.api_key_file.empty()) {
-    std::ifstream in(f.api_key_file);
-    TS_CHECK(in, "serve: cannot read the API key file '", f.api_key_file, "'");
-    std::getline(in, so.api_key);
-    while (!so.api_key.empty() && std::isspace(static_cast<unsigned char>(so.api_key.back()))) so.api_key.pop_back();
-    TS_CHECK(so.api_key.size() >= 16, "serve: the API key in '", f.api_key_file, "' is shorter than 16 characters");
-  }
+  if (!f.api_key_file.empty()) so.api_key = cli::read_api_key(f.api_key_file, "serve");
   std::shared_ptr<std::FILE> log;
   if (!f.access_log.empty()) {
     std::FILE* out = f.access_log == "-" ? stdout : std::fopen(f.access_log.c_str(), "a");
@@ -936,6 +939,8 @@ int main(int argc, char** argv) {
   cli::GenerateFlags gen, chat;
   cli::add_generate_command(app, gen);
   cli::add_chat_command(app, chat);
+  cli::ServeLlmFlags slf;
+  cli::add_serve_llm_command(app, slf);
 
   try {
     app.parse(argc, argv);
@@ -958,6 +963,8 @@ int main(int argc, char** argv) {
     if (*qgguf) return cmd_quantize_gguf(qg_in, qg_out, qg_type);
     if (*gen.cmd) return cmd_generate(gen, false);
     if (*chat.cmd) return cmd_generate(chat, true);
+    if (*slf.cmd)
+      return cli::cmd_serve_llm(slf, [&] { return load_language_model(slf.model, slf.weights, "serve-llm"); });
     if (*serve_cmd)
       return cmd_serve(sf);
     if (*client) return cmd_client(cf);

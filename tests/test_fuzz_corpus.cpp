@@ -25,6 +25,8 @@ TEST_P(FuzzCorpus, EveryInputIsAcceptedOrRejectedCleanly) {
       ++rejected;
     } catch (const tessera::serve::RequestError&) {
       ++rejected;
+    } catch (const tessera::serve::openai::ApiError&) {
+      ++rejected;
     } catch (const std::exception& ex) {
       ADD_FAILURE() << e.path() << " threw something other than tessera::Error: " << ex.what();
     }

@@ -2247,4 +2247,9 @@ RenderedChat render_chat(const ChatTemplate& t, const nlohmann::ordered_json& me
   return out;
 }
 
+const char* const kPlainChatTemplate =
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}";
+const char* const kPlainChatStop = "\nuser:";
+
 }  // namespace tessera::llm

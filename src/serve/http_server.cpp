@@ -18,14 +18,17 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -129,10 +132,96 @@ std::string peer_of(int fd) {
   return std::string(host) + ":" + std::to_string(port);
 }
 
+// A request's answer on its connection: a whole response, or a chunked one
+// written as the handler makes it.
+class Exchange final : public HttpExchange {
+ public:
+  Exchange(Socket& socket, int fd, bool keep_alive, unsigned version)
+      : socket_(socket), fd_(fd), keep_alive_(keep_alive), version_(version) {}
+
+  bool send(HttpResponse response) override {
+    if (state_ != State::Idle) return false;
+    state_ = State::Done;
+    http::response<http::string_body> res = to_beast(std::move(response), keep_alive_, version_);
+    beast::error_code ec;
+    http::write(socket_, res, ec);  // the header and body in one sendmsg
+    ok_ = !ec;
+    return ok_;
+  }
+
+  bool begin_stream(int status, const std::string& content_type, const HttpHeaders& headers) override {
+    if (state_ != State::Idle) return false;
+    state_ = State::Streaming;
+    http::response<http::empty_body> res{static_cast<http::status>(status), version_};
+    res.set(http::field::server, "tessera");
+    res.set(http::field::content_type, content_type);
+    for (const auto& [k, v] : headers) res.set(k, v);
+    res.keep_alive(keep_alive_);
+    res.chunked(true);
+    http::response_serializer<http::empty_body> sr{res};
+    beast::error_code ec;
+    http::write_header(socket_, sr, ec);
+    ok_ = !ec;
+    return ok_;
+  }
+
+  bool write(std::string_view data) override {
+    if (state_ != State::Streaming || !ok_) return false;
+    if (data.empty()) return true;  // an empty chunk would end the body
+    char size[24];
+    const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+    const std::array<net::const_buffer, 3> chunk{net::const_buffer(size, static_cast<size_t>(n)),
+                                                 net::const_buffer(data.data(), data.size()),
+                                                 net::const_buffer("\r\n", 2)};
+    beast::error_code ec;
+    net::write(socket_, chunk, ec);
+    ok_ = !ec;
+    return ok_;
+  }
+
+  bool end_stream() override {
+    if (state_ != State::Streaming) return false;
+    state_ = State::Done;
+    if (!ok_) return false;
+    beast::error_code ec;
+    net::write(socket_, net::const_buffer("0\r\n\r\n", 5), ec);
+    ok_ = !ec;
+    return ok_;
+  }
+
+  bool client_gone() override {
+    if (!ok_) return true;
+    pollfd p{fd_, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  }
+
+  // After the handler: a stream it left open is ended, no answer at all is a 500.
+  bool close() {
+    if (state_ == State::Streaming) end_stream();
+    if (state_ == State::Idle) {
+      HttpResponse out;
+      out.status = 500;
+      out.body = error_body("an internal error");
+      send(std::move(out));
+    }
+    return ok_;
+  }
+
+ private:
+  enum class State { Idle, Streaming, Done };
+  Socket& socket_;
+  int fd_;
+  bool keep_alive_;
+  unsigned version_;
+  State state_ = State::Idle;
+  bool ok_ = true;
+};
+
 }  // namespace
 
 struct HttpServer::Impl {
-  InferenceService& service;
+  HttpHandler handler;
+  size_t max_body_bytes;
   HttpServerOptions options;
   int listen_fd = -1;
   int port = 0;
@@ -143,7 +232,8 @@ struct HttpServer::Impl {
   int answering = 0;          // connections between reading a request and writing its response
   bool stopping = false;
 
-  Impl(InferenceService& s, const HttpServerOptions& o) : service(s), options(o) {}
+  Impl(HttpHandler h, size_t max_body, const HttpServerOptions& o)
+      : handler(std::move(h)), max_body_bytes(max_body), options(o) {}
 
   void accept_loop() {
     for (;;) {
@@ -187,13 +277,13 @@ struct HttpServer::Impl {
     buffer.reserve(64 * 1024);
     for (;;) {
       http::request_parser<http::string_body> parser;
-      parser.body_limit(service.max_body_bytes());  // refused (413) before the body is read
+      parser.body_limit(max_body_bytes);  // refused (413) before the body is read
       parser.header_limit(64 * 1024);
       beast::error_code ec;
       http::read(socket, buffer, parser, ec);
       if (ec == http::error::body_limit) {
         reply_error(socket, 413, "the request body is larger than the server takes (" +
-                                     std::to_string(service.max_body_bytes()) + " bytes)");
+                                     std::to_string(max_body_bytes) + " bytes)");
         break;
       }
       if (ec == http::error::header_limit) {
@@ -214,8 +304,13 @@ struct HttpServer::Impl {
       http::request<http::string_body> req = parser.release();
       const bool keep_alive = req.keep_alive();
       const unsigned version = req.version();
-      HttpResponse out = service.handle(from_beast(std::move(req), remote));
-      const bool written = reply(socket, std::move(out), keep_alive, version);
+      Exchange exchange(socket, fd, keep_alive, version);
+      try {
+        handler(from_beast(std::move(req), remote), exchange);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "serve: a handler failed: %s\n", e.what());
+      }
+      const bool written = exchange.close();
       bool stop_now;
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -237,22 +332,20 @@ struct HttpServer::Impl {
     ::close(fd);
   }
 
-  static bool reply(Socket& socket, HttpResponse&& out, bool keep_alive, unsigned version) {
-    http::response<http::string_body> res = to_beast(std::move(out), keep_alive, version);
-    beast::error_code ec;
-    http::write(socket, res, ec);  // the header and body in one sendmsg
-    return !ec;
-  }
-
   static void reply_error(Socket& socket, int status, const std::string& message) {
     HttpResponse out;
     out.status = status;
     out.body = error_body(message);
-    reply(socket, std::move(out), false, 11);
+    Exchange(socket, -1, false, 11).send(std::move(out));
   }
 };
 
-HttpServer::HttpServer(InferenceService& service, const HttpServerOptions& o) : impl_(new Impl(service, o)) {
+HttpServer::HttpServer(InferenceService& service, const HttpServerOptions& o)
+    : HttpServer([&service](HttpRequest r, HttpExchange& x) { x.send(service.handle(std::move(r))); },
+                 service.max_body_bytes(), o) {}
+
+HttpServer::HttpServer(HttpHandler handler, size_t max_body_bytes, const HttpServerOptions& o)
+    : impl_(new Impl(std::move(handler), max_body_bytes, o)) {
   TS_CHECK(o.port >= 0 && o.port <= 65535, "serve: port must be in 0..65535, got ", o.port);
   TS_CHECK(o.threads >= 1 && o.threads <= 4096, "serve: threads must be in 1..4096, got ", o.threads);
   TS_CHECK(o.idle_timeout_s >= 1, "serve: idle_timeout_s must be at least 1, got ", o.idle_timeout_s);

@@ -50,13 +50,6 @@ std::vector<std::string> split_path(const std::string& path) {
   return parts;
 }
 
-// Compares without an early exit, so a wrong key's timing does not tell how much of it was right.
-bool same_secret(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-  return diff == 0;
-}
-
 json port_json(const Model::Port& p) {
   json shape = json::array();
   for (const auto& d : p.shape) shape.push_back(static_size(d));  // KServe: -1 for a dynamic dimension

@@ -10,6 +10,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // a clean rejection
   } catch (const tessera::serve::RequestError&) {
     // a clean rejection of a request
+  } catch (const tessera::serve::openai::ApiError&) {
+    // a clean rejection of an OpenAI request
   }
   return 0;
 }

@@ -1,12 +1,12 @@
 #pragma once
 // The fuzz targets: every parser of outside input (safetensors, .npy, tar
 // shards, YAML, ONNX models, compiled graph.json, KServe infer requests, GGUF,
-// chat templates) and
+// chat templates, OpenAI requests) and
 // the model loader that imports *and runs* ONNX and compiled graphs. One
 // libFuzzer binary per target (fuzz_targets.cpp, scripts/fuzz.sh); the test
 // suite replays each target's committed corpus (tests/fuzz/<target>/) through
 // the same function. A target may reject its input only with tessera::Error
-// (serve::RequestError for requests); anything else — a crash, a sanitizer
+// (serve::RequestError or serve::openai::ApiError for requests); anything else — a crash, a sanitizer
 // report, another exception type, a hang — is a finding.
 #include <cstdint>
 #include <cstring>
@@ -25,13 +25,14 @@
 #include "tessera/llm/chat_template.h"
 #include "tessera/llm/gguf.h"
 #include "tessera/llm/tokenizer.h"
+#include "tessera/serve/openai.h"
 #include "tessera/serve/protocol.h"
 
 namespace tessera::fuzz {
 
 inline constexpr const char* kTargets[] = {"safetensors", "npy",   "tar",           "yaml", "onnx",
                                            "graph",       "infer_request", "model", "gguf",
-                                           "chat_template"};
+                                           "chat_template", "openai_request"};
 
 // The largest single tensor a fuzzed model may allocate (peak RSS stays small).
 inline constexpr int64_t kModelMaxAllocation = int64_t{64} << 20;
@@ -122,6 +123,14 @@ inline void run_target(std::string_view target, const char* p, size_t n) {
     (void)t.render(ctx);
     const llm::Tokenizer bytes = llm::Tokenizer::characters({});
     (void)llm::render_chat(t, messages, false, bytes);
+  } else if (target == "openai_request") {
+    // The first byte picks a completion (even) or a chat request (odd); the
+    // rest is the body, read against a 1,000-token vocabulary.
+    if (n < 1) return;
+    const std::string_view body(p + 1, n - 1);
+    serve::openai::GenerationRequest r = (p[0] & 1) ? serve::openai::parse_chat_request(body, 1000)
+                                                    : serve::openai::parse_completion_request(body, 1000);
+    (void)r.messages.dump();
   } else {
     throw std::logic_error("fuzz: unknown target " + std::string(target));
   }

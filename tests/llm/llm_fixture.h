@@ -13,12 +13,13 @@
 
 namespace tessera::testing {
 
-// A byte-level vocabulary over a random Llama, for whole requests.
+// A byte-level vocabulary over a random Llama, for whole requests (1 layer of
+// width 64 unless asked for more).
 struct Fixture {
   std::shared_ptr<llm::Model> model;
   llm::Tokenizer tok;
 };
-inline Fixture fixture(nn::zoo::Llama** keep = nullptr) {
+inline Fixture fixture(nn::zoo::Llama** keep = nullptr, int64_t layers = 1, int64_t dim = 64) {
   std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
   std::vector<llm::TokenType> types = {llm::TokenType::Unknown, llm::TokenType::Control, llm::TokenType::Control};
   for (int b = 0; b < 256; ++b) {
@@ -34,7 +35,7 @@ inline Fixture fixture(nn::zoo::Llama** keep = nullptr) {
   std::vector<float> scores(pieces.size(), 0.f);
   llm::Tokenizer tok = llm::Tokenizer::sentencepiece(pieces, scores, types, 1, 2, 0);
   nn::zoo::LlamaConfig c;
-  c.vocab_size = tok.size(), c.dim = 64, c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 2, c.hidden_dim = 64;
+  c.vocab_size = tok.size(), c.dim = dim, c.n_layers = layers, c.n_heads = 2, c.n_kv_heads = 2, c.hidden_dim = dim;
   c.max_seq_len = 128;
   manual_seed(21);
   static nn::zoo::Llama* m = nullptr;

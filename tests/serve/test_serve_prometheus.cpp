@@ -1,4 +1,4 @@
-// A real Prometheus server scrapes `tessera serve`'s /metrics while clients
+// A real Prometheus server scrapes `tessera serve`'s (and serve-llm's) /metrics while clients
 // send requests, and the serving metrics read back through Prometheus's HTTP
 // API (Debian's `prometheus`, installed by scripts/setup.sh --test; the test
 // is skipped where it is missing).
@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/compile/serialize.h"
+#include "../llm/llm_fixture.h"
 #include "tessera/serve/http_server.h"
+#include "tessera/serve/llm_service.h"
 #include "prometheus_util.h"
 #include "serve_test_util.h"
 #include "test_util.h"
@@ -55,6 +57,49 @@ TEST(ServePrometheus, ScrapesTheServingMetrics) {
   EXPECT_TRUE(p99 > 0 && p99 < 10) << p99;
   EXPECT_EQ(prometheus.query("tessera_serve_queue_depth{model=\"mlp\"}"), 0);
   EXPECT_GE(prometheus.query("tessera_serve_requests_in_flight"), 0);
+  server.stop();
+  fs::remove_all(root);
+}
+
+// `tessera serve-llm`'s metrics, by vLLM's names under tessera:, read back
+// through Prometheus.
+TEST(ServePrometheus, ScrapesTheLlmServingMetrics) {
+  if (!fs::exists(tessera::testing::kPrometheus))
+    GTEST_SKIP() << "prometheus is not installed (scripts/setup.sh --test installs it)";
+  std::string root = tessera::testing::scratch_dir("serve_llm_prometheus");
+  tessera::testing::Fixture f = tessera::testing::fixture();
+  LlmModel m;
+  m.model = f.model;
+  m.tokenizer = f.tok;
+  m.engine.max_sequences = 4;
+  m.scheduler.max_seqs = 4;
+  m.engine.max_batch_tokens = m.scheduler.max_batched_tokens = 64;
+  LlmServiceOptions o;
+  o.model_name = "tiny";
+  LlmService service(o);
+  service.load(std::move(m));
+  HttpServer server([&service](HttpRequest r, HttpExchange& x) { service.handle(std::move(r), x); },
+                    service.max_body_bytes(), {.port = 0, .threads = 4});
+  tessera::testing::Prometheus prometheus(root + "/prometheus", server.port());
+  ASSERT_TRUE(prometheus.started());
+  httplib::Client c("127.0.0.1", server.port());
+  const int sent = 5;
+  for (int i = 0; i < sent; ++i) {
+    const json req = {{"prompt", "ab"}, {"max_tokens", 8}, {"ignore_eos", true}, {"stream", i % 2 == 1}};
+    auto res = c.Post("/v1/completions", req.dump(), "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200);
+  }
+  const double done = prometheus.wait_for("tessera:request_success_total{model_name=\"tiny\",finished_reason=\"length\"}");
+  EXPECT_EQ(done, sent);
+  EXPECT_EQ(prometheus.query("tessera:generation_tokens_total{model_name=\"tiny\"}"), 8 * sent);
+  EXPECT_EQ(prometheus.query("tessera:time_to_first_token_seconds_count{model_name=\"tiny\"}"), sent);
+  EXPECT_EQ(prometheus.query("tessera:inter_token_latency_seconds_count{model_name=\"tiny\"}"), 7 * sent);
+  EXPECT_EQ(prometheus.query("tessera:num_requests_running{model_name=\"tiny\"}"), 0);
+  EXPECT_EQ(prometheus.query("tessera:kv_cache_usage_perc{model_name=\"tiny\"}"), 0);
+  const double p50 = prometheus.query(
+      "histogram_quantile(0.5, sum by (le) (tessera:e2e_request_latency_seconds_bucket{model_name=\"tiny\"}))");
+  EXPECT_TRUE(p50 > 0 && p50 < 10) << p50;
   server.stop();
   fs::remove_all(root);
 }

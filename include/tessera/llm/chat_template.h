@@ -66,6 +66,13 @@ struct RenderedChat {
 RenderedChat render_chat(const ChatTemplate& t, const nlohmann::ordered_json& messages, bool add_generation_prompt,
                          const Tokenizer& tokenizer);
 
+// For a model without a chat template (Tessera's character and byte
+// models): each message on its own line after its role, then "assistant:".
+// The reply ends where the model starts the user's next line: generate with
+// kPlainChatStop as a stop string.
+extern const char* const kPlainChatTemplate;
+extern const char* const kPlainChatStop;
+
 // The usual context for a conversation: messages (each {"role", "content"}),
 // add_generation_prompt, and the tokenizer's BOS and EOS texts.
 nlohmann::ordered_json chat_context(const nlohmann::ordered_json& messages, bool add_generation_prompt,

@@ -1,8 +1,10 @@
 #pragma once
-// The HTTP/1.1 transport of the inference service: Boost.Beast's parser and
+// The HTTP/1.1 transport of the services: Boost.Beast's parser and
 // serializer over blocking sockets, a thread per connection (up to
-// `threads`; more wait in the listen backlog), every request handed to
-// InferenceService::handle. Chosen by the load test in docs/serving.md. Binds
+// `threads`; more wait in the listen backlog), every request handed to a
+// handler (InferenceService::handle, LlmService::handle), which answers with
+// a whole response or a chunked stream. Chosen by the load test in
+// docs/serving.md. Binds
 // 127.0.0.1 unless told otherwise; port 0 picks a free port. A connection
 // silent for idle_timeout_s (between requests or inside one) is closed.
 #include <memory>
@@ -21,7 +23,10 @@ struct HttpServerOptions {
 
 class HttpServer {
  public:
-  // Binds (an Error naming host:port when it cannot) and starts serving on a background thread.
+  // Binds (an Error naming host:port when it cannot) and starts serving on a
+  // background thread. A request body over max_body_bytes is answered 413
+  // before it is read.
+  HttpServer(HttpHandler handler, size_t max_body_bytes, const HttpServerOptions& options = {});
   HttpServer(InferenceService& service, const HttpServerOptions& options = {});
   ~HttpServer();  // stop()
   HttpServer(const HttpServer&) = delete;

@@ -34,24 +34,11 @@
 
 #include "tessera/monitor/metrics.h"
 #include "tessera/serve/batcher.h"
+#include "tessera/serve/http.h"
 #include "tessera/serve/protocol.h"
 #include "tessera/serve/repository.h"
 
 namespace tessera::serve {
-
-struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string path;
-  std::map<std::string, std::string> headers;  // names lowercase
-  std::string body;
-  std::string remote;  // the client's address:port, for the access log
-};
-struct HttpResponse {
-  int status = 200;
-  std::string content_type = "application/json";
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::string body;
-};
 
 struct ServiceOptions {
   std::string api_key;                       // empty: no authentication

@@ -1,0 +1,129 @@
+// `tessera serve-llm` (apps/serve_llm.h): the OpenAI-compatible server.
+#include "serve_llm.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "tessera/core/allocator.h"
+#include "tessera/core/error.h"
+#include "tessera/core/parallel.h"
+#include "tessera/io/file.h"
+#include "tessera/serve/http_server.h"
+#include "tessera/serve/llm_service.h"
+
+namespace tessera::cli {
+
+void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f) {
+  CLI::App* c = app.add_subcommand("serve-llm", "serve a language model (a llama or gpt2 GGUF file, or a run of "
+                                   "`tessera train`) over HTTP with OpenAI's API: completions and chat completions, "
+                                   "streamed or not, many users batched together");
+  f.cmd = c;
+  c->add_option("model", f.model, "a GGUF file, or a run or checkpoint of tessera train")->required();
+  c->add_option("--name", f.name, "the model's name in the API (default: the file's name without .gguf)");
+  c->add_option("--host", f.host, "address to bind (default 127.0.0.1: this machine only)");
+  c->add_option("--port", f.port, "port (0: any free port)")->check(CLI::Range(0, 65535));
+  c->add_option("--api-key-file", f.api_key_file, "a file holding the API key every route but /health needs");
+  c->add_option("--ctx", f.context, "positions per sequence (0: the model's)")->check(CLI::Range(0, 1 << 18));
+  c->add_option("--kv-memory", f.kv_memory, "bytes of KV cache shared by all requests, e.g. 1G (default: --max-seqs "
+                "sequences of the context, at most 4096 tokens each)");
+  c->add_option("--kv-type", f.kv_type, "KV cache type for keys and values: f16 or q8_0")
+      ->check(CLI::IsMember({"f16", "q8_0"}));
+  c->add_option("--max-seqs", f.max_seqs, "requests running at once")->check(CLI::Range(1, 1024));
+  c->add_option("--max-batched-tokens", f.max_batched_tokens, "tokens one step carries: every running decode, then "
+                "prompt chunks")->check(CLI::Range(1, 65536));
+  c->add_option("--max-waiting", f.max_waiting, "requests queued beyond this are refused with 503 and Retry-After")
+      ->check(CLI::Range(1, 1 << 20));
+  c->add_option("-t,--threads", f.threads, "compute threads (0: OMP_NUM_THREADS or all cores)")
+      ->check(CLI::Range(0, 1024));
+  c->add_option("--connections", f.connections, "HTTP connections served at once (a thread each)")
+      ->check(CLI::Range(1, 4096));
+  c->add_option("--chat-template", f.chat_template, "a Jinja chat template file to use instead of the model's");
+  c->add_option("--weights", f.weights, "a training run's weights in the engine: F32, F16, BF16, Q8_0 or Q4_0")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "F32", "F16", "BF16", "Q8_0", "Q4_0"}));
+}
+
+std::string read_api_key(const std::string& path, const char* verb) {
+  std::ifstream in(path);
+  TS_CHECK(in, verb, ": cannot read the API key file '", path, "'");
+  std::string key;
+  std::getline(in, key);
+  while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+  TS_CHECK(key.size() >= 16, verb, ": the API key in '", path, "' is shorter than 16 characters");
+  return key;
+}
+
+int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel()>& load) {
+  serve::LlmServiceOptions so;
+  if (!f.api_key_file.empty()) so.api_key = read_api_key(f.api_key_file, "serve-llm");
+  so.max_waiting = f.max_waiting;
+  std::string name = f.name;
+  if (name.empty()) {
+    name = std::filesystem::path(f.model).filename().string();
+    if (name.size() > 5 && name.ends_with(".gguf")) name.resize(name.size() - 5);
+    if (name.empty()) name = "model";
+  }
+  so.model_name = name;
+  TS_CHECK(f.max_batched_tokens >= f.max_seqs, "serve-llm: --max-batched-tokens (", f.max_batched_tokens,
+           ") must be at least --max-seqs (", f.max_seqs, "): every running request decodes each step");
+  std::string tmpl_override;
+  if (!f.chat_template.empty()) {
+    const std::vector<char> bytes = io::read_file(f.chat_template);
+    tmpl_override.assign(bytes.begin(), bytes.end());
+  }
+  if (f.threads > 0) set_num_threads(f.threads);
+
+  // Block the stop signals in every thread; the main thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  serve::LlmService service(so);
+  serve::HttpServer server([&service](serve::HttpRequest r, serve::HttpExchange& x) { service.handle(std::move(r), x); },
+                           service.max_body_bytes(), {.host = f.host, .port = f.port, .threads = f.connections});
+  std::printf("listening on http://%s:%d/v1 (loading %s; /health answers 503 until it is served)\n", f.host.c_str(),
+              server.port(), f.model.c_str());
+  std::fflush(stdout);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  LanguageModel lm = load();
+  serve::LlmModel m;
+  m.model = lm.model;
+  m.tokenizer = std::move(lm.tokenizer);
+  m.chat_template = tmpl_override.empty() ? lm.chat_template : tmpl_override;
+  m.chat_template_name = tmpl_override.empty() ? "tokenizer.chat_template" : f.chat_template;
+  m.engine.context = f.context;
+  m.engine.max_sequences = f.max_seqs;
+  m.engine.max_batch_tokens = f.max_batched_tokens;
+  m.engine.k_type = m.engine.v_type = llm::kv_type_from_name(f.kv_type);
+  if (!f.kv_memory.empty()) m.engine.kv_memory = byte_count(f.kv_memory);
+  m.scheduler.max_seqs = f.max_seqs;
+  m.scheduler.max_batched_tokens = f.max_batched_tokens;
+  const llm::ModelSpec& s = lm.model->spec();
+  service.load(std::move(m));
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("serving '%s': %s (%s), %lld layers, width %lld, vocabulary %lld, %s weights; loaded in %.2f s\n",
+              name.c_str(), lm.what.c_str(), s.arch.c_str(), static_cast<long long>(s.n_layers),
+              static_cast<long long>(s.dim), static_cast<long long>(s.vocab),
+              llm::ggml_type_name(lm.model->weight_type()), load_s);
+  std::printf("KV cache: %lld blocks of 16 tokens shared by up to %lld requests; %d threads%s\n",
+              static_cast<long long>(service.total_blocks()), static_cast<long long>(f.max_seqs), get_num_threads(),
+              so.api_key.empty() ? "" : "; API key required");
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::printf("%s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  service.stop();  // first: requests in flight are answered 503 and their connections freed
+  server.stop();
+  std::printf("stopped\n");
+  return 0;
+}
+
+}  // namespace tessera::cli

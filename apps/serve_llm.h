@@ -1,0 +1,27 @@
+#pragma once
+// `tessera serve-llm`: its flags and the command (apps/serve_llm.cpp).
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+
+#include "generate.h"
+
+namespace tessera::cli {
+
+struct ServeLlmFlags {
+  CLI::App* cmd = nullptr;
+  std::string model, name, host = "127.0.0.1", api_key_file, kv_memory, kv_type = "f16", weights = "f32";
+  std::string chat_template;
+  int port = 8000, threads = 0, connections = 64;
+  int64_t context = 0, max_seqs = 16, max_batched_tokens = 512, max_waiting = 256;
+};
+
+void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f);
+// Serves until SIGINT/SIGTERM: the HTTP server starts first (/health is 503
+// while `load` reads the model), then the model is loaded and served.
+int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel()>& load);
+// The API key in a file (its first line, trailing spaces dropped; at least 16 characters).
+std::string read_api_key(const std::string& path, const char* verb);
+
+}  // namespace tessera::cli

@@ -1,0 +1,559 @@
+// The OpenAI-compatible LLM service (serve/llm_service.h).
+#include "tessera/serve/llm_service.h"
+
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <random>
+
+#include "tessera/core/error.h"
+#include "tessera/serve/protocol.h"
+
+namespace tessera::serve {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+using openai::ApiError;
+
+// vLLM's buckets, so dashboards made for it read these the same way.
+const std::vector<double> kTtftBuckets{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                                       1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+const std::vector<double> kItlBuckets{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                                      0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+const std::vector<double> kE2eBuckets{0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0,  15.0, 20.0,
+                                      30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+const std::vector<double> kTokenBuckets{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000};
+
+std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+HttpResponse json_response(int status, const ojson& j) {
+  HttpResponse r;
+  r.status = status;
+  r.body = dump(j);
+  return r;
+}
+
+HttpResponse error_response(const ApiError& e) {
+  HttpResponse r;
+  r.status = e.status();
+  r.body = openai::error_body(e);
+  if (e.status() == 503) r.headers.push_back({"Retry-After", "1"});
+  if (e.status() == 401) r.headers.push_back({"WWW-Authenticate", "Bearer"});
+  return r;
+}
+
+// A 64-bit id's hex: request ids ("cmpl-...", "chatcmpl-...").
+std::string random_hex() {
+  static thread_local std::mt19937_64 gen{std::random_device{}()};
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(gen()));
+  return buf;
+}
+
+uint64_t random_seed() {
+  static thread_local std::mt19937_64 gen{std::random_device{}()};
+  return gen();
+}
+
+int64_t unix_time() { return static_cast<int64_t>(std::time(nullptr)); }
+
+ojson byte_list(const std::string& s) {
+  ojson b = ojson::array();
+  for (unsigned char c : s) b.push_back(c);
+  return b;
+}
+
+}  // namespace
+
+struct LlmService::Loaded {
+  LlmModel m;
+  llm::ChatTemplate tmpl;
+  bool plain_template;
+  llm::Engine engine;
+  llm::Scheduler scheduler;
+  int64_t context;
+
+  explicit Loaded(LlmModel mm)
+      : m(std::move(mm)),
+        tmpl(m.chat_template.empty() ? std::string(llm::kPlainChatTemplate) : m.chat_template,
+             m.chat_template.empty() ? std::string("the plain template") : m.chat_template_name),
+        plain_template(m.chat_template.empty()),
+        engine(m.model, m.engine),
+        scheduler(engine, m.tokenizer, m.scheduler),
+        context(m.engine.context ? m.engine.context : std::min<int64_t>(m.model->spec().context, int64_t{1} << 18)) {}
+};
+
+// One HTTP request's choices: the events the engine thread hands over.
+struct LlmService::Channel {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<llm::RequestEvent> events;
+  std::string failure;  // set when the engine failed or the service stopped
+};
+
+LlmService::LlmService(LlmServiceOptions options) : options_(std::move(options)) {
+  TS_CHECK(!options_.model_name.empty(), "serve-llm: the model's name is empty");
+  TS_CHECK(options_.max_waiting >= 1, "serve-llm: max_waiting must be at least 1, got ", options_.max_waiting);
+}
+
+LlmService::~LlmService() { stop(); }
+
+void LlmService::load(LlmModel m) {
+  TS_CHECK(!loaded_, "serve-llm: the model is loaded already");
+  loaded_ = std::make_unique<Loaded>(std::move(m));
+  free_blocks_ = loaded_->engine.free_blocks();
+  engine_thread_ = std::thread([this] { engine_loop(); });
+  ready_ = true;
+}
+
+void LlmService::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    // Whoever waits on a request is told now; the scheduler's own state goes with it.
+    for (auto& [id, ch] : channels_) {
+      std::lock_guard<std::mutex> l(ch->mu);
+      ch->failure = "the server is stopping";
+      ch->cv.notify_all();
+    }
+    channels_.clear();
+  }
+  wake_.notify_all();
+  if (engine_thread_.joinable()) engine_thread_.join();
+}
+
+llm::SchedulerStats LlmService::stats() const {
+  return ready_ ? loaded_->scheduler.stats() : llm::SchedulerStats{};
+}
+
+int64_t LlmService::total_blocks() const { return ready_ ? loaded_->engine.total_blocks() : 0; }
+
+// Note [The engine thread]
+// One thread owns the engine: it steps the scheduler while there is work
+// and hands each event to the channel of the HTTP request it belongs to.
+// Submissions and cancellations reach the scheduler from the HTTP threads
+// (it only queues them) and wake this thread through wake_.
+void LlmService::engine_loop() {
+  llm::Scheduler& sched = loaded_->scheduler;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stopping_ || sched.has_work(); });
+      if (stopping_) return;
+    }
+    std::vector<llm::RequestEvent> events;
+    try {
+      events = sched.step();
+    } catch (const std::exception& e) {
+      // An engine failure is the server's fault, never a request's: every
+      // request in flight is told, and the scheduler drops them all.
+      std::fprintf(stderr, "serve-llm: a step failed: %s\n", e.what());
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [id, ch] : channels_) {
+        sched.cancel(id);
+        std::lock_guard<std::mutex> l(ch->mu);
+        ch->failure = "an internal error (the server's log has the details)";
+        ch->cv.notify_all();
+      }
+      channels_.clear();
+      continue;
+    }
+    free_blocks_ = loaded_->engine.free_blocks();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (llm::RequestEvent& ev : events) {
+      auto it = channels_.find(ev.id);
+      if (it == channels_.end()) continue;  // its HTTP request gave up
+      const std::shared_ptr<Channel> ch = it->second;
+      if (ev.finished) channels_.erase(it);
+      std::lock_guard<std::mutex> l(ch->mu);
+      ch->events.push_back(std::move(ev));
+      ch->cv.notify_all();
+    }
+  }
+}
+
+void LlmService::handle(HttpRequest request, HttpExchange& exchange) {
+  try {
+    if (!options_.api_key.empty() && request.path != "/health") {
+      auto h = request.headers.find("authorization");
+      if (h == request.headers.end() || !same_secret(h->second, "Bearer " + options_.api_key))
+        throw ApiError(401, "missing or wrong API key (send the header Authorization: Bearer <key>)", "", "invalid_api_key");
+    }
+    if (request.body.size() > options_.max_body_bytes)
+      throw ApiError(413, "the request body has " + std::to_string(request.body.size()) +
+                              " bytes; the server takes at most " + std::to_string(options_.max_body_bytes));
+    route(request, exchange);
+  } catch (const ApiError& e) {
+    exchange.send(error_response(e));
+  } catch (const std::exception& e) {
+    // An Error that describes the client's input (a template that rejects
+    // the conversation) is theirs to read; an internal one is not.
+    const std::string message = client_message(e);
+    const bool internal = message.find("internal error") != std::string::npos;
+    exchange.send(error_response(ApiError(internal ? 500 : 400, message)));
+  }
+}
+
+void LlmService::route(HttpRequest& req, HttpExchange& exchange) {
+  const std::string& path = req.path;
+  auto method = [&](const char* m) {
+    if (req.method != m) throw ApiError(405, path + " takes " + m + ", not " + req.method);
+  };
+  if (path == "/health") {
+    method("GET");
+    HttpResponse r = json_response(ready_ ? 200 : 503, ojson{{"status", ready_ ? "ok" : "loading"}});
+    if (!ready_) r.headers.push_back({"Retry-After", "1"});
+    exchange.send(std::move(r));
+    return;
+  }
+  if (path == "/metrics") {
+    method("GET");
+    HttpResponse r;
+    r.content_type = "text/plain; version=0.0.4";
+    r.body = render_metrics();
+    exchange.send(std::move(r));
+    return;
+  }
+  const bool known = path == "/v1/models" || path == "/v1/completions" || path == "/v1/chat/completions" ||
+                     path == "/tokenize" || path == "/detokenize";
+  if (!known) throw ApiError(404, "no route " + path.substr(0, 200) + " (see /v1/models, /v1/completions, "
+                                   "/v1/chat/completions, /tokenize, /detokenize, /health, /metrics)");
+  if (!ready_) throw ApiError(503, "the model is still loading");
+  const Loaded& L = *loaded_;
+  const int64_t vocab = L.m.model->spec().vocab;
+  if (path == "/v1/models") {
+    method("GET");
+    ojson model = {{"id", options_.model_name}, {"object", "model"}, {"created", unix_time()},
+                   {"owned_by", "tessera"}, {"max_model_len", L.context}};
+    exchange.send(json_response(200, ojson{{"object", "list"}, {"data", ojson::array({model})}}));
+    return;
+  }
+  method("POST");
+  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+    const openai::GenerationRequest g = path == "/v1/completions"
+                                            ? openai::parse_completion_request(req.body, vocab, options_.limits)
+                                            : openai::parse_chat_request(req.body, vocab, options_.limits);
+    if (!g.model.empty() && g.model != options_.model_name)
+      throw ApiError(404, "the model '" + g.model.substr(0, 200) + "' does not exist (this server serves '" +
+                              options_.model_name + "')", "model", "model_not_found");
+    generate(g, exchange);
+    return;
+  }
+  const ojson body = openai::parse_body(req.body, options_.limits.max_json_depth);
+  if (path == "/tokenize") {
+    std::vector<int32_t> ids;
+    const bool add_special = body.value("add_special_tokens", true);
+    if (body.contains("prompt") && body["prompt"].is_string()) {
+      ids = L.m.tokenizer.encode(body["prompt"].get<std::string>(), add_special, false);
+    } else if (body.contains("messages")) {
+      // The chat request's own checks, then the template, as a chat completion renders it.
+      ojson chat = {{"messages", body["messages"]}};
+      const openai::GenerationRequest g = openai::parse_chat_request(dump(chat), vocab, options_.limits);
+      const llm::RenderedChat rc =
+          llm::render_chat(L.tmpl, g.messages, body.value("add_generation_prompt", true), L.m.tokenizer);
+      ids = L.m.tokenizer.encode(rc.text, true, true, rc.content_spans);
+    } else {
+      throw ApiError(400, "/tokenize takes {\"prompt\": text} or {\"messages\": [...]}", "prompt");
+    }
+    exchange.send(json_response(200, ojson{{"count", ids.size()}, {"max_model_len", L.context}, {"tokens", ids}}));
+    return;
+  }
+  // /detokenize
+  if (!body.contains("tokens") || !body["tokens"].is_array())
+    throw ApiError(400, "/detokenize takes {\"tokens\": [ids]}", "tokens");
+  std::vector<int32_t> ids;
+  for (const ojson& t : body["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
+      throw ApiError(400, "token " + dump(t).substr(0, 40) + " is not a token id in [0, " + std::to_string(vocab) + ")",
+                     "tokens");
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  exchange.send(json_response(200, ojson{{"prompt", L.m.tokenizer.decode(ids)}}));
+}
+
+// One choice of a request, as its events arrive.
+struct Choice {
+  int64_t id = 0;      // the scheduler's
+  int64_t index = 0;   // OpenAI's: prompt * n + choice
+  int64_t prompt = 0;  // which prompt
+  std::string text;
+  ojson logprobs = ojson::array();  // chat: content entries; completions: filled at the end
+  std::vector<std::string> tokens;
+  std::vector<float> token_logprobs;
+  std::vector<ojson> top;
+  std::vector<int64_t> offsets;
+  std::string finish_reason;
+  int64_t completion_tokens = 0;
+  bool finished = false, first = true;
+  Clock::time_point last;
+};
+
+void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exchange) {
+  Loaded& L = *loaded_;
+  const llm::Tokenizer& tok = L.m.tokenizer;
+  const bool chat = g.kind == openai::GenerationRequest::Kind::Chat;
+  const std::string param = chat ? "messages" : "prompt";
+
+  // The prompts as token ids.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> echoes;
+  std::vector<std::string> stop = g.stop;
+  if (chat) {
+    const llm::RenderedChat rc = llm::render_chat(L.tmpl, g.messages, true, tok);
+    prompts.push_back(tok.encode(rc.text, true, true, rc.content_spans));
+    if (L.plain_template) stop.push_back(llm::kPlainChatStop);
+  } else {
+    for (const openai::Prompt& p : g.prompts) {
+      prompts.push_back(p.is_ids ? p.ids : tok.encode(p.text, true, false));
+      if (g.echo) echoes.push_back(p.is_ids ? tok.decode(p.ids) : p.text);
+    }
+  }
+  for (const auto& p : prompts)
+    if (static_cast<int64_t>(p.size()) >= L.context)
+      throw ApiError(400, "This model's maximum context length is " + std::to_string(L.context) +
+                              " tokens; the prompt has " + std::to_string(p.size()) +
+                              " (it must leave room for at least one generated token)",
+                     param, "context_length_exceeded");
+
+  llm::RequestOptions ro;
+  ro.sampling = g.sampling;
+  if (!g.seeded) ro.sampling.seed = random_seed();
+  ro.max_tokens = g.max_tokens > 0 ? g.max_tokens : chat ? L.context : 16;
+  ro.stop = stop;
+  ro.ignore_eos = g.ignore_eos;
+  ro.priority = static_cast<int>(g.priority);
+
+  const int64_t count = static_cast<int64_t>(prompts.size()) * g.n;
+  auto ch = std::make_shared<Channel>();
+  std::vector<Choice> choices;
+  std::map<int64_t, size_t> by_id;
+  const Clock::time_point arrival = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) throw ApiError(503, "the server is stopping");
+    const llm::SchedulerStats s = L.scheduler.stats();
+    if (s.waiting + count > options_.max_waiting)
+      throw ApiError(503, "the server's queue is full (" + std::to_string(s.waiting) + " requests waiting); retry later");
+    try {
+      for (size_t p = 0; p < prompts.size(); ++p)
+        for (int64_t i = 0; i < g.n; ++i) {
+          ro.choice = static_cast<uint64_t>(i);
+          Choice c;
+          c.id = L.scheduler.submit(prompts[p], ro);
+          c.index = static_cast<int64_t>(p) * g.n + i;
+          c.prompt = static_cast<int64_t>(p);
+          c.last = arrival;
+          by_id[c.id] = choices.size();
+          choices.push_back(std::move(c));
+          channels_[choices.back().id] = ch;
+        }
+    } catch (const std::exception& e) {
+      for (const Choice& c : choices) {
+        L.scheduler.cancel(c.id);
+        channels_.erase(c.id);
+      }
+      wake_.notify_one();
+      const std::string m = e.what();
+      const bool ctx = m.find("context_length_exceeded") != std::string::npos;
+      throw ApiError(400, m, ctx ? param : "", ctx ? "context_length_exceeded" : "");
+    }
+  }
+  wake_.notify_one();
+  llm::Scheduler& sched = L.scheduler;
+  // The client is gone: its choices end at the next step (their blocks freed there).
+  auto cancel_all = [&] {
+    int64_t aborted = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const Choice& c : choices)
+        if (!c.finished) {
+          sched.cancel(c.id);
+          channels_.erase(c.id);
+          ++aborted;
+        }
+    }
+    wake_.notify_one();
+    metrics_.add("tessera:request_success_total", "Requests finished, by why they finished.",
+                 static_cast<double>(aborted), {{"model_name", options_.model_name}, {"finished_reason", "abort"}});
+  };
+
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + random_hex();
+  const int64_t created = unix_time();
+  const monitor::Labels model_label{{"model_name", options_.model_name}};
+  auto chunk = [&](ojson choices_json) {
+    ojson j = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
+               {"model", options_.model_name}, {"choices", std::move(choices_json)}};
+    if (g.include_usage) j["usage"] = nullptr;
+    return "data: " + dump(j) + "\n\n";
+  };
+  int64_t prompt_tokens = 0;
+  for (const auto& p : prompts) prompt_tokens += static_cast<int64_t>(p.size());
+  auto usage = [&] {
+    int64_t completion = 0;
+    for (const Choice& c : choices) completion += c.completion_tokens;
+    return ojson{{"prompt_tokens", prompt_tokens},
+                 {"completion_tokens", completion},
+                 {"total_tokens", prompt_tokens + completion},
+                 {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+  };
+
+  if (g.stream) {
+    if (!exchange.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return cancel_all();
+    std::string first;
+    for (const Choice& c : choices) {
+      if (chat)
+        first += chunk(ojson::array({{{"index", c.index}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                      {"logprobs", nullptr}, {"finish_reason", nullptr}}}));
+      else if (g.echo)
+        first += chunk(ojson::array({{{"index", c.index}, {"text", echoes[static_cast<size_t>(c.prompt)]},
+                                      {"logprobs", nullptr}, {"finish_reason", nullptr}}}));
+    }
+    if (!first.empty() && !exchange.write(first)) return cancel_all();
+  } else if (g.echo) {
+    for (Choice& c : choices) c.text = echoes[static_cast<size_t>(c.prompt)];
+  }
+
+  // The events, as the engine thread hands them over. The client is looked
+  // at every 100 ms, events or not: one that left is not computed for.
+  size_t open = choices.size();
+  Clock::time_point looked{};  // the first events are not sent before a look
+  while (open > 0) {
+    std::deque<llm::RequestEvent> events;
+    std::string failure;
+    {
+      std::unique_lock<std::mutex> lock(ch->mu);
+      ch->cv.wait_for(lock, std::chrono::milliseconds(100),
+                      [&] { return !ch->events.empty() || !ch->failure.empty(); });
+      events.swap(ch->events);
+      failure = ch->failure;
+    }
+    if (!failure.empty()) {
+      const ApiError e(503, failure);
+      if (g.stream) exchange.write("data: " + openai::error_body(e) + "\n\n");
+      else exchange.send(error_response(e));
+      return;
+    }
+    const Clock::time_point now = Clock::now();
+    if (events.empty() || now - looked >= std::chrono::milliseconds(100)) {
+      looked = now;
+      if (exchange.client_gone()) return cancel_all();
+      if (events.empty()) continue;
+    }
+    std::string out;
+    for (llm::RequestEvent& ev : events) {
+      Choice& c = choices[by_id.at(ev.id)];
+      ojson lp = nullptr;
+      if (ev.has_token) {
+        const double since = std::chrono::duration<double>(now - c.last).count();
+        metrics_.observe(c.first ? "tessera:time_to_first_token_seconds" : "tessera:inter_token_latency_seconds",
+                         c.first ? "Time from a request's arrival to its first token." : "Time between a request's tokens.",
+                         c.first ? kTtftBuckets : kItlBuckets, since, model_label);
+        c.first = false;
+        c.last = now;
+        if (g.logprobs) {
+          const std::string piece = tok.piece(ev.token);
+          ojson top = chat ? ojson::array() : ojson::object();
+          for (const llm::TokenLogprob& t : ev.top) {
+            const std::string p = tok.piece(t.token);
+            if (chat) top.push_back({{"token", p}, {"logprob", t.logprob}, {"bytes", byte_list(p)}});
+            else top[p] = t.logprob;
+          }
+          if (chat) {
+            lp = {{"token", piece}, {"logprob", ev.logprob}, {"bytes", byte_list(piece)}, {"top_logprobs", top}};
+            if (!g.stream) c.logprobs.push_back(lp);
+            else lp = {{"content", ojson::array({lp})}};
+          } else {
+            c.offsets.push_back(static_cast<int64_t>(c.text.size()));
+            c.tokens.push_back(piece);
+            c.token_logprobs.push_back(ev.logprob);
+            c.top.push_back(top);
+            if (g.stream)
+              lp = {{"tokens", {piece}}, {"token_logprobs", {ev.logprob}},
+                    {"top_logprobs", g.sampling.top_logprobs > 0 ? ojson::array({top}) : ojson(nullptr)},
+                    {"text_offset", {c.offsets.back()}}};
+          }
+        }
+      }
+      if (!g.stream) c.text += ev.text;
+      else if (!ev.text.empty() || !lp.is_null()) {
+        ojson delta = chat ? ojson{{"index", c.index}, {"delta", {{"content", ev.text}}}, {"logprobs", lp},
+                                   {"finish_reason", nullptr}}
+                           : ojson{{"index", c.index}, {"text", ev.text}, {"logprobs", lp}, {"finish_reason", nullptr}};
+        out += chunk(ojson::array({delta}));
+      }
+      if (ev.finished) {
+        c.finished = true;
+        c.finish_reason = ev.finish_reason;
+        c.completion_tokens = ev.completion_tokens;
+        --open;
+        metrics_.observe("tessera:e2e_request_latency_seconds", "Time from a request's arrival to its end.",
+                         kE2eBuckets, std::chrono::duration<double>(now - arrival).count(), model_label);
+        metrics_.observe("tessera:request_prompt_tokens", "Prompt tokens per request.", kTokenBuckets,
+                         static_cast<double>(ev.prompt_tokens), model_label);
+        metrics_.observe("tessera:request_generation_tokens", "Generated tokens per request.", kTokenBuckets,
+                         static_cast<double>(ev.completion_tokens), model_label);
+        metrics_.add("tessera:request_success_total", "Requests finished, by why they finished.", 1,
+                     {{"model_name", options_.model_name}, {"finished_reason", ev.finish_reason}});
+        if (g.stream) {
+          ojson end = chat ? ojson{{"index", c.index}, {"delta", ojson::object()}, {"logprobs", nullptr},
+                                   {"finish_reason", c.finish_reason}}
+                           : ojson{{"index", c.index}, {"text", ""}, {"logprobs", nullptr},
+                                   {"finish_reason", c.finish_reason}};
+          out += chunk(ojson::array({end}));
+        }
+      }
+    }
+    if (g.stream && !out.empty() && !exchange.write(out)) return cancel_all();
+  }
+
+  if (g.stream) {
+    std::string tail;
+    if (g.include_usage) {
+      ojson j = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
+                 {"model", options_.model_name}, {"choices", ojson::array()}, {"usage", usage()}};
+      tail += "data: " + dump(j) + "\n\n";
+    }
+    tail += "data: [DONE]\n\n";
+    exchange.write(tail);
+    exchange.end_stream();
+    return;
+  }
+  ojson out_choices = ojson::array();
+  for (const Choice& c : choices) {
+    ojson lp = nullptr;
+    if (g.logprobs && chat) lp = {{"content", c.logprobs}};
+    if (g.logprobs && !chat)
+      lp = {{"tokens", c.tokens}, {"token_logprobs", c.token_logprobs},
+            {"top_logprobs", g.sampling.top_logprobs > 0 ? ojson(c.top) : ojson(nullptr)}, {"text_offset", c.offsets}};
+    if (chat)
+      out_choices.push_back({{"index", c.index}, {"message", {{"role", "assistant"}, {"content", c.text}}},
+                             {"logprobs", lp}, {"finish_reason", c.finish_reason}});
+    else
+      out_choices.push_back({{"index", c.index}, {"text", c.text}, {"logprobs", lp}, {"finish_reason", c.finish_reason}});
+  }
+  exchange.send(json_response(200, ojson{{"id", id}, {"object", chat ? "chat.completion" : "text_completion"},
+                                         {"created", created}, {"model", options_.model_name},
+                                         {"choices", out_choices}, {"usage", usage()}}));
+}
+
+std::string LlmService::render_metrics() {
+  const monitor::Labels model{{"model_name", options_.model_name}};
+  const llm::SchedulerStats s = stats();
+  metrics_.set("tessera:num_requests_running", "Requests in the running batch.", static_cast<double>(s.running), model);
+  metrics_.set("tessera:num_requests_waiting", "Requests waiting to be scheduled.", static_cast<double>(s.waiting), model);
+  const int64_t total = total_blocks();
+  metrics_.set("tessera:kv_cache_usage_perc", "Fraction of the KV cache's blocks in use (0 to 1).",
+               total ? 1.0 - static_cast<double>(free_blocks_.load()) / static_cast<double>(total) : 0.0, model);
+  metrics_.set("tessera:num_preemptions_total", "Requests preempted (to be recomputed) since the start.",
+               static_cast<double>(s.preemptions), model, monitor::MetricType::kCounter);
+  metrics_.set("tessera:prompt_tokens_total", "Prompt tokens computed (recomputations included).",
+               static_cast<double>(s.prompt_tokens), model, monitor::MetricType::kCounter);
+  metrics_.set("tessera:generation_tokens_total", "Tokens generated.", static_cast<double>(s.generated_tokens), model,
+               monitor::MetricType::kCounter);
+  metrics_.set("tessera:model_ready", "1 once the model is loaded and serving.", ready_ ? 1 : 0, model);
+  return metrics_.render();
+}
+
+}  // namespace tessera::serve

@@ -1,0 +1,297 @@
+// OpenAI's request bodies, parsed and checked (serve/openai.h).
+#include "tessera/serve/openai.h"
+
+#include <cmath>
+#include <set>
+
+namespace tessera::serve::openai {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+[[noreturn]] void bad(const std::string& message, const std::string& param) { throw ApiError(400, message, param); }
+
+// A value as JSON text for a message, cut short: the client's own value.
+std::string quote(const ojson& v) {
+  std::string s = v.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  return s.size() > 64 ? s.substr(0, 61) + "..." : s;
+}
+
+bool given(const ojson& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
+
+double number(const ojson& body, const char* key, double lo, double hi, double fallback) {
+  if (!given(body, key)) return fallback;
+  const ojson& v = body[key];
+  if (!v.is_number()) bad(std::string("'") + key + "' must be a number, got " + quote(v), key);
+  const double x = v.get<double>();
+  if (!(x >= lo && x <= hi))
+    bad(std::string("'") + key + "' must be from " + ojson(lo).dump() + " to " + ojson(hi).dump() + ", got " + quote(v),
+        key);
+  return x;
+}
+
+int64_t integer(const ojson& body, const char* key, int64_t lo, int64_t hi, int64_t fallback) {
+  if (!given(body, key)) return fallback;
+  const ojson& v = body[key];
+  if (!v.is_number_integer())
+    bad(std::string("'") + key + "' must be an integer, got " + quote(v), key);
+  const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : v.get<int64_t>();
+  if (x < lo || x > hi)
+    bad(std::string("'") + key + "' must be from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got " +
+            quote(v), key);
+  return x;
+}
+
+bool boolean(const ojson& body, const char* key, bool fallback) {
+  if (!given(body, key)) return fallback;
+  if (!body[key].is_boolean()) bad(std::string("'") + key + "' must be true or false, got " + quote(body[key]), key);
+  return body[key].get<bool>();
+}
+
+std::string string(const ojson& body, const char* key) {
+  if (!given(body, key)) return "";
+  if (!body[key].is_string()) bad(std::string("'") + key + "' must be a string, got " + quote(body[key]), key);
+  return body[key].get<std::string>();
+}
+
+// Parameters every request may carry, besides its own.
+const std::set<std::string> kCommon = {
+    "model", "max_tokens", "n", "stream", "stream_options", "stop", "temperature", "top_p", "presence_penalty",
+    "frequency_penalty", "logit_bias", "seed", "user", "logprobs",
+    // Accepted and without effect on the output.
+    "store", "metadata", "service_tier",
+    // Extensions (llama.cpp's and vLLM's names).
+    "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "ignore_eos", "priority"};
+
+void check_keys(const ojson& body, const std::set<std::string>& own) {
+  for (const auto& [key, _] : body.items())
+    if (!kCommon.count(key) && !own.count(key))
+      bad("unrecognized request argument '" + key + "' (this server does not implement it)", key);
+}
+
+// The parameters both APIs share.
+void parse_common(const ojson& body, GenerationRequest& r, int64_t vocab, const Limits& limits) {
+  r.model = string(body, "model");
+  r.n = integer(body, "n", 1, limits.max_n, 1);
+  r.stream = boolean(body, "stream", false);
+  if (given(body, "stream_options")) {
+    const ojson& so = body["stream_options"];
+    if (!so.is_object()) bad("'stream_options' must be an object such as {\"include_usage\": true}", "stream_options");
+    if (!r.stream) bad("'stream_options' is only allowed with \"stream\": true", "stream_options");
+    for (const auto& [key, _] : so.items())
+      if (key != "include_usage") bad("unrecognized stream option '" + key + "' (include_usage is the one)", "stream_options");
+    r.include_usage = boolean(so, "include_usage", false);
+  }
+  if (given(body, "stop")) {
+    const ojson& s = body["stop"];
+    if (s.is_string()) r.stop.push_back(s.get<std::string>());
+    else if (s.is_array()) {
+      if (static_cast<int64_t>(s.size()) > limits.max_stop)
+        bad("'stop' has " + std::to_string(s.size()) + " strings; at most " + std::to_string(limits.max_stop), "stop");
+      for (const ojson& x : s) {
+        if (!x.is_string()) bad("'stop' must be a string or an array of strings, got " + quote(x), "stop");
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else bad("'stop' must be a string or an array of strings, got " + quote(s), "stop");
+    for (const std::string& x : r.stop) {
+      if (x.empty()) bad("a stop string is empty", "stop");
+      if (static_cast<int64_t>(x.size()) > limits.max_stop_bytes)
+        bad("a stop string is " + std::to_string(x.size()) + " bytes; at most " + std::to_string(limits.max_stop_bytes),
+            "stop");
+    }
+  }
+  llm::SamplingParams& p = r.sampling;
+  p.temperature = static_cast<float>(number(body, "temperature", 0, 2, 1));
+  p.top_p = static_cast<float>(number(body, "top_p", 0, 1, 1));
+  if (p.top_p == 0) bad("'top_p' must be more than 0 (use temperature 0 for greedy decoding)", "top_p");
+  p.top_k = integer(body, "top_k", -1, vocab, 0);
+  if (p.top_k < 0) p.top_k = 0;  // vLLM's -1: every token
+  p.min_p = static_cast<float>(number(body, "min_p", 0, 1, 0));
+  const char* rp = given(body, "repetition_penalty") ? "repetition_penalty" : "repeat_penalty";
+  p.repeat_penalty = static_cast<float>(number(body, rp, 0, 10, 1));
+  if (p.repeat_penalty <= 0) bad(std::string("'") + rp + "' must be more than 0 (1: off)", rp);
+  p.repeat_last_n = integer(body, "repeat_last_n", 0, 1 << 20, 64);
+  p.presence_penalty = static_cast<float>(number(body, "presence_penalty", -2, 2, 0));
+  p.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", -2, 2, 0));
+  if (given(body, "logit_bias")) {
+    const ojson& b = body["logit_bias"];
+    if (!b.is_object()) bad("'logit_bias' must be an object mapping token ids to numbers", "logit_bias");
+    if (static_cast<int64_t>(b.size()) > limits.max_logit_bias)
+      bad("'logit_bias' has " + std::to_string(b.size()) + " entries; at most " + std::to_string(limits.max_logit_bias),
+          "logit_bias");
+    for (const auto& [key, v] : b.items()) {
+      size_t used = 0;
+      long long id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != key.size() || key.empty() || id < 0 || id >= vocab)
+        bad("'logit_bias' key '" + key.substr(0, 32) + "' is not a token id in [0, " + std::to_string(vocab) + ")",
+            "logit_bias");
+      if (!v.is_number() || !(v.get<double>() >= -100 && v.get<double>() <= 100))
+        bad("'logit_bias' values must be numbers from -100 to 100, got " + quote(v), "logit_bias");
+      p.logit_bias.emplace_back(static_cast<int32_t>(id), v.get<float>());
+    }
+  }
+  if (given(body, "seed")) {
+    r.seeded = true;
+    p.seed = static_cast<uint64_t>(integer(body, "seed", INT64_MIN, INT64_MAX, 0));
+  }
+  r.user = string(body, "user");
+  r.ignore_eos = boolean(body, "ignore_eos", false);
+  r.priority = integer(body, "priority", -1000000, 1000000, 0);
+}
+
+int64_t max_tokens(const ojson& body, const char* key, const Limits& limits) {
+  return integer(body, key, 1, limits.max_tokens, -1);
+}
+
+// One prompt of token ids.
+Prompt id_prompt(const ojson& a, int64_t vocab, const Limits& limits) {
+  Prompt p;
+  p.is_ids = true;
+  if (static_cast<int64_t>(a.size()) > limits.max_prompt_tokens)
+    bad("a prompt has " + std::to_string(a.size()) + " token ids; at most " + std::to_string(limits.max_prompt_tokens),
+        "prompt");
+  for (const ojson& t : a) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
+      bad("prompt token " + quote(t) + " is not a token id in [0, " + std::to_string(vocab) + ")", "prompt");
+    p.ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  if (p.ids.empty()) bad("a prompt has no tokens", "prompt");
+  return p;
+}
+
+}  // namespace
+
+ApiError::ApiError(int status, const std::string& message, std::string param, std::string code, std::string type)
+    : std::runtime_error(message), status_(status), type_(std::move(type)), param_(std::move(param)),
+      code_(std::move(code)) {
+  if (type_.empty())
+    type_ = status == 401 ? "authentication_error" : status == 404 ? "not_found_error"
+            : status >= 500 ? "server_error" : "invalid_request_error";
+}
+
+std::string error_body(const ApiError& e) {
+  ojson err = {{"message", e.what()}, {"type", e.type()}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param().empty()) err["param"] = e.param();
+  if (!e.code().empty()) err["code"] = e.code();
+  return ojson{{"error", err}}.dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
+
+ojson parse_body(std::string_view body, int64_t max_depth) {
+  // The callback sees each value's depth as it is read: a body nested too
+  // deep is refused before it is built.
+  const ojson::parser_callback_t depth = [max_depth](int d, ojson::parse_event_t, ojson&) {
+    if (d > max_depth) throw ApiError(400, "the request JSON is nested deeper than " + std::to_string(max_depth) + " levels");
+    return true;
+  };
+  ojson j;
+  try {
+    j = ojson::parse(body.begin(), body.end(), depth);
+  } catch (const ojson::exception& e) {
+    // nlohmann's message names the byte and what it expected: the client's own text.
+    bad(std::string("the request body is not valid JSON: ") + e.what(), "");
+  }
+  if (!j.is_object()) bad("the request body must be a JSON object", "");
+  return j;
+}
+
+GenerationRequest parse_completion_request(std::string_view text, int64_t vocab, const Limits& limits) {
+  const ojson body = parse_body(text, limits.max_json_depth);
+  check_keys(body, {"prompt", "echo", "best_of", "suffix"});
+  GenerationRequest r;
+  r.kind = GenerationRequest::Kind::Completion;
+  parse_common(body, r, vocab, limits);
+  r.max_tokens = max_tokens(body, "max_tokens", limits);
+  if (!given(body, "prompt")) bad("'prompt' is required (a string, an array of strings, or token ids)", "prompt");
+  const ojson& p = body["prompt"];
+  if (p.is_string()) r.prompts.push_back({p.get<std::string>(), {}, false});
+  else if (p.is_array() && !p.empty() && p[0].is_number_integer()) r.prompts.push_back(id_prompt(p, vocab, limits));
+  else if (p.is_array() && !p.empty()) {
+    if (static_cast<int64_t>(p.size()) > limits.max_prompts)
+      bad("'prompt' has " + std::to_string(p.size()) + " prompts; at most " + std::to_string(limits.max_prompts), "prompt");
+    for (const ojson& x : p) {
+      if (x.is_string()) r.prompts.push_back({x.get<std::string>(), {}, false});
+      else if (x.is_array()) r.prompts.push_back(id_prompt(x, vocab, limits));
+      else bad("'prompt' must be a string, an array of strings, an array of token ids or an array of those; got an "
+               "element " + quote(x), "prompt");
+    }
+  } else bad("'prompt' must be a string, an array of strings, or token ids; got " + quote(p), "prompt");
+  if (r.n * static_cast<int64_t>(r.prompts.size()) > limits.max_prompts)
+    bad("'n' times the prompts is " + std::to_string(r.n * static_cast<int64_t>(r.prompts.size())) + " choices; at most " +
+        std::to_string(limits.max_prompts), "n");
+  r.echo = boolean(body, "echo", false);
+  if (given(body, "logprobs")) {
+    r.logprobs = true;
+    r.sampling.top_logprobs = integer(body, "logprobs", 0, 5, 0);
+  }
+  if (r.echo && r.logprobs) bad("'echo' with 'logprobs' (the prompt's own log-probabilities) is not supported", "echo");
+  if (given(body, "best_of") && integer(body, "best_of", 1, limits.max_n, 1) != r.n)
+    bad("'best_of' other than n is not supported", "best_of");
+  if (!string(body, "suffix").empty()) bad("'suffix' (insertion) is not supported", "suffix");
+  return r;
+}
+
+GenerationRequest parse_chat_request(std::string_view text, int64_t vocab, const Limits& limits) {
+  const ojson body = parse_body(text, limits.max_json_depth);
+  check_keys(body, {"messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice",
+                    "parallel_tool_calls"});
+  GenerationRequest r;
+  r.kind = GenerationRequest::Kind::Chat;
+  parse_common(body, r, vocab, limits);
+  r.max_tokens = max_tokens(body, given(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens", limits);
+  r.logprobs = boolean(body, "logprobs", false);
+  r.sampling.top_logprobs = integer(body, "top_logprobs", 0, 20, 0);
+  if (r.sampling.top_logprobs > 0 && !r.logprobs)
+    bad("'top_logprobs' needs \"logprobs\": true", "top_logprobs");
+  if (given(body, "response_format")) {
+    const ojson& f = body["response_format"];
+    if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+      bad("'response_format' must be an object such as {\"type\": \"text\"}", "response_format");
+    if (f["type"] != "text")
+      bad("'response_format' of type " + quote(f["type"]) + " is not supported by this server yet (\"text\" is)",
+          "response_format");
+  }
+  if (given(body, "tools") && !(body["tools"].is_array() && body["tools"].empty()))
+    bad("'tools' (function calling) is not supported by this server yet", "tools");
+  if (given(body, "tool_choice") && body["tool_choice"] != "none" && body["tool_choice"] != "auto")
+    bad("'tool_choice' " + quote(body["tool_choice"]) + " needs tools, which this server does not support yet",
+        "tool_choice");
+  if (!given(body, "messages") || !body["messages"].is_array() || body["messages"].empty())
+    bad("'messages' is required: a non-empty array of {\"role\", \"content\"}", "messages");
+  const ojson& ms = body["messages"];
+  if (static_cast<int64_t>(ms.size()) > limits.max_messages)
+    bad("'messages' has " + std::to_string(ms.size()) + " messages; at most " + std::to_string(limits.max_messages),
+        "messages");
+  static const std::set<std::string> roles = {"system", "developer", "user", "assistant", "tool"};
+  r.messages = ojson::array();
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const ojson& m = ms[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) bad(where + " must be an object {\"role\", \"content\"}", "messages");
+    if (!m.contains("role") || !m["role"].is_string() || !roles.count(m["role"].get<std::string>()))
+      bad(where + ".role must be one of system, developer, user, assistant, tool", "messages");
+    std::string content;
+    if (m.contains("content") && m["content"].is_string()) content = m["content"].get<std::string>();
+    else if (m.contains("content") && m["content"].is_array()) {
+      // Text parts, joined by newlines as vLLM does.
+      for (const ojson& part : m["content"]) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+          bad(where + ".content: only text parts {\"type\": \"text\", \"text\": ...} are supported, got " + quote(part),
+              "messages");
+        if (!content.empty()) content += "\n";
+        content += part["text"].get<std::string>();
+      }
+    } else if (!(m.contains("content") && m["content"].is_null() && m["role"] == "assistant"))
+      bad(where + ".content must be a string or an array of text parts", "messages");
+    ojson out = {{"role", m["role"]}, {"content", content}};
+    if (m.contains("name") && m["name"].is_string()) out["name"] = m["name"];
+    r.messages.push_back(std::move(out));
+  }
+  return r;
+}
+
+}  // namespace tessera::serve::openai

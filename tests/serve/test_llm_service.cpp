@@ -1,0 +1,450 @@
+// The OpenAI-compatible LLM service: every route through a fake exchange
+// (no sockets), its answers checked against llm::generate run alone, and
+// over real HTTP for the chunked event stream.
+#include <gtest/gtest.h>
+
+#include <httplib.h>
+
+#include <chrono>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "../llm/llm_fixture.h"
+#include "tessera/llm/generate.h"
+#include "tessera/serve/http_server.h"
+#include "tessera/serve/llm_service.h"
+
+using namespace tessera;
+using namespace tessera::serve;
+using json = nlohmann::json;
+
+namespace {
+
+// Records the answer; the client "disconnects" after `gone_after` writes
+// (or at once when 0; never when negative).
+struct FakeExchange : HttpExchange {
+  int status = 0;
+  std::string content_type, body;
+  HttpHeaders headers;
+  bool streamed = false, ended = false;
+  int writes = 0, gone_after = -1;
+
+  bool send(HttpResponse r) override {
+    status = r.status;
+    content_type = r.content_type;
+    headers = r.headers;
+    body = r.body;
+    return true;
+  }
+  bool begin_stream(int s, const std::string& ct, const HttpHeaders& h) override {
+    status = s;
+    content_type = ct;
+    headers = h;
+    streamed = true;
+    return true;
+  }
+  bool write(std::string_view d) override {
+    body += d;
+    ++writes;
+    return !client_gone();
+  }
+  bool end_stream() override {
+    ended = true;
+    return true;
+  }
+  bool client_gone() override { return gone_after >= 0 && writes >= gone_after; }
+  json json_body() const { return json::parse(body); }
+  std::string header(const std::string& k) const {
+    for (const auto& [a, b] : headers)
+      if (a == k) return b;
+    return "";
+  }
+};
+
+// The data lines of an event stream, in order ("[DONE]" included).
+std::vector<std::string> events(const std::string& body) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (size_t end; (end = body.find("\n\n", at)) != std::string::npos; at = end + 2) {
+    const std::string e = body.substr(at, end - at);
+    EXPECT_EQ(e.rfind("data: ", 0), 0u) << e;
+    out.push_back(e.substr(6));
+  }
+  EXPECT_EQ(at, body.size()) << "the stream ends inside an event";
+  return out;
+}
+
+FakeExchange call(LlmService& s, const std::string& method, const std::string& path, const std::string& body = "",
+                  std::map<std::string, std::string> headers = {}, int gone_after = -1) {
+  HttpRequest r;
+  r.method = method;
+  r.path = path;
+  r.body = body;
+  r.headers = std::move(headers);
+  FakeExchange x;
+  x.gone_after = gone_after;
+  s.handle(std::move(r), x);
+  return x;
+}
+FakeExchange post(LlmService& s, const std::string& path, const json& body, int gone_after = -1) {
+  return call(s, "POST", path, body.dump(), {}, gone_after);
+}
+
+LlmModel fixture_model(int64_t kv_blocks = 0, int64_t layers = 1, int64_t dim = 64) {
+  tessera::testing::Fixture f = tessera::testing::fixture(nullptr, layers, dim);
+  LlmModel m;
+  m.model = f.model;
+  m.tokenizer = f.tok;
+  m.engine.max_sequences = 4;
+  m.engine.max_batch_tokens = 64;
+  if (kv_blocks) m.engine.kv_memory = kv_blocks * 16 * 2 * 2 * dim * layers;  // blocks of 16 tokens, K and V in f16
+  m.scheduler.max_seqs = 4;
+  m.scheduler.max_batched_tokens = 64;
+  return m;
+}
+
+// The same request run alone through llm::generate.
+llm::GenerateResult solo(const LlmModel& m, const std::vector<int32_t>& prompt, llm::SamplingParams p,
+                         int64_t max_tokens, uint64_t choice = 0) {
+  llm::Engine e(m.model, {.max_sequences = 1});
+  llm::GenerateOptions o;
+  o.sampling = p;
+  o.max_tokens = max_tokens;
+  o.choice = choice;
+  o.ignore_eos = true;
+  llm::GenerateResult r = llm::generate(e, m.tokenizer, prompt, o);
+  // As JSON carries it: each byte that is not UTF-8 becomes U+FFFD.
+  r.text = json::parse(json(r.text).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
+  return r;
+}
+
+llm::SamplingParams openai_defaults(float temperature, uint64_t seed) {
+  llm::SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = 0;
+  p.top_p = 1;
+  p.min_p = 0;
+  p.seed = seed;
+  return p;
+}
+
+// Waits (up to 2 s) until every cache block is free and nothing runs.
+bool drains(LlmService& s) {
+  for (int i = 0; i < 200; ++i) {
+    const llm::SchedulerStats st = s.stats();
+    if (st.running == 0 && st.waiting == 0 && s.free_blocks() == s.total_blocks()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST(LlmService, HealthIsUnavailableUntilTheModelLoads) {
+  LlmService s;
+  FakeExchange h = call(s, "GET", "/health");
+  EXPECT_EQ(h.status, 503);
+  EXPECT_EQ(h.header("Retry-After"), "1");
+  EXPECT_EQ(call(s, "GET", "/metrics").status, 200);
+  FakeExchange m = call(s, "GET", "/v1/models");
+  EXPECT_EQ(m.status, 503);
+  EXPECT_EQ(m.json_body()["error"]["type"], "server_error");
+  s.load(fixture_model());
+  EXPECT_EQ(call(s, "GET", "/health").status, 200);
+  const json models = call(s, "GET", "/v1/models").json_body();
+  EXPECT_EQ(models["data"][0]["id"], "model");
+  EXPECT_EQ(models["data"][0]["max_model_len"], 128);
+}
+
+TEST(LlmService, GreedyCompletionEqualsItsSoloRun) {
+  LlmService s;
+  LlmModel m = fixture_model();
+  const LlmModel ref = m;
+  s.load(std::move(m));
+  const FakeExchange x = post(s, "/v1/completions", {{"model", "model"}, {"prompt", "abc ab"}, {"max_tokens", 20},
+                                                     {"temperature", 0}, {"ignore_eos", true}});
+  ASSERT_EQ(x.status, 200) << x.body;
+  const json j = x.json_body();
+  const std::vector<int32_t> prompt = ref.tokenizer.encode("abc ab", true, false);
+  const llm::GenerateResult r = solo(ref, prompt, openai_defaults(0, 0), 20);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], r.text);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 20);
+  EXPECT_EQ(j["usage"]["total_tokens"], prompt.size() + 20);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_TRUE(drains(s));
+}
+
+TEST(LlmService, StreamCarriesTheSameTextAsOneAnswer) {
+  LlmService s;
+  s.load(fixture_model());
+  json req = {{"prompt", "ab"}, {"max_tokens", 24}, {"seed", 7}, {"ignore_eos", true}, {"stop", "ca"}};
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    SCOPED_TRACE(path);
+    const bool chat = std::string(path) == "/v1/chat/completions";
+    if (chat) {
+      req.erase("prompt");
+      req["messages"] = {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", "abc"}}};
+    }
+    const json whole = post(s, path, req).json_body();
+    req["stream"] = true;
+    req["stream_options"] = {{"include_usage", true}};
+    const FakeExchange x = post(s, path, req);
+    req.erase("stream");
+    req.erase("stream_options");
+    ASSERT_TRUE(x.streamed);
+    EXPECT_TRUE(x.ended);
+    EXPECT_EQ(x.content_type, "text/event-stream");
+    const std::vector<std::string> ev = events(x.body);
+    ASSERT_GE(ev.size(), 3u);
+    EXPECT_EQ(ev.back(), "[DONE]");
+    std::string text, finish;
+    json usage;
+    for (size_t i = 0; i + 1 < ev.size(); ++i) {
+      const json c = json::parse(ev[i]);
+      EXPECT_EQ(c["id"], json::parse(ev[0])["id"]) << "one id for every chunk";
+      EXPECT_EQ(c["object"], chat ? "chat.completion.chunk" : "text_completion");
+      if (!c["usage"].is_null()) {
+        EXPECT_TRUE(c["choices"].empty());
+        EXPECT_EQ(i, ev.size() - 2) << "the usage chunk comes last";
+        usage = c["usage"];
+        continue;
+      }
+      const json& ch = c["choices"][0];
+      if (chat && i == 0) EXPECT_EQ(ch["delta"]["role"], "assistant") << "the role chunk first";
+      if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+      else if (chat && ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
+      else if (!chat) text += ch["text"].get<std::string>();
+    }
+    const json& w = whole["choices"][0];
+    EXPECT_EQ(text, chat ? w["message"]["content"] : w["text"]);
+    EXPECT_EQ(finish, w["finish_reason"]);
+    EXPECT_EQ(usage, whole["usage"]);
+    EXPECT_EQ(text.find("ca"), std::string::npos) << "the stop string never shows";
+  }
+  EXPECT_TRUE(drains(s));
+}
+
+TEST(LlmService, ChoicesAreTheirSoloRuns) {
+  LlmService s;
+  LlmModel m = fixture_model();
+  const LlmModel ref = m;
+  s.load(std::move(m));
+  const json j = post(s, "/v1/completions", {{"prompt", {"a", "b c"}}, {"n", 3}, {"max_tokens", 12}, {"seed", 11},
+                                             {"ignore_eos", true}, {"logprobs", 2}})
+                     .json_body();
+  ASSERT_EQ(j["choices"].size(), 6u);
+  for (int p = 0; p < 2; ++p)
+    for (int i = 0; i < 3; ++i) {
+      const json& c = j["choices"][p * 3 + i];
+      EXPECT_EQ(c["index"], p * 3 + i);
+      const llm::GenerateResult r = solo(ref, ref.tokenizer.encode(p ? "b c" : "a", true, false),
+                                         openai_defaults(1, 11), 12, static_cast<uint64_t>(i));
+      EXPECT_EQ(c["text"], r.text) << "prompt " << p << " choice " << i;
+      ASSERT_EQ(c["logprobs"]["token_logprobs"].size(), r.logprobs.size());
+      for (size_t t = 0; t < r.logprobs.size(); ++t) {
+        EXPECT_FLOAT_EQ(c["logprobs"]["token_logprobs"][t].get<float>(), r.logprobs[t]);
+        // Keyed by the token's text: tokens of the same text (a byte and a
+        // piece, or two bytes JSON writes as U+FFFD) share one entry.
+        const json& top = c["logprobs"]["top_logprobs"][t];
+        EXPECT_TRUE(top.size() == 1u || top.size() == 2u) << top;
+      }
+    }
+  EXPECT_NE(j["choices"][0]["text"], j["choices"][1]["text"]);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 6 * 12);
+}
+
+TEST(LlmService, ChatLogprobsNameEachToken) {
+  LlmService s;
+  s.load(fixture_model());
+  const json j = post(s, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "abc"}}}},
+                                                  {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true},
+                                                  {"logprobs", true}, {"top_logprobs", 3}})
+                     .json_body();
+  const json& content = j["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 6u);
+  std::string joined;
+  for (const json& t : content) {
+    ASSERT_EQ(t["top_logprobs"].size(), 3u);
+    // Greedy: the chosen token is the most likely one.
+    EXPECT_EQ(t["token"], t["top_logprobs"][0]["token"]);
+    EXPECT_FLOAT_EQ(t["logprob"].get<float>(), t["top_logprobs"][0]["logprob"].get<float>());
+    EXPECT_LE(t["logprob"].get<float>(), 0.f);
+    std::string bytes;
+    for (int b : t["bytes"]) bytes += static_cast<char>(b);
+    joined += bytes;
+  }
+  EXPECT_EQ(json::parse(json(joined).dump(-1, ' ', false, json::error_handler_t::replace)),
+            j["choices"][0]["message"]["content"]);
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["object"], "chat.completion");
+}
+
+TEST(LlmService, BadRequestsNameTheParameter) {
+  LlmServiceOptions o;
+  o.max_waiting = 1;
+  LlmService s(o);
+  s.load(fixture_model());
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string param, code;
+  };
+  const std::string long_prompt(300, 'a');
+  const std::vector<Case> cases = {
+      {"/v1/completions", "{", 400, "", ""},
+      {"/v1/completions", "[1]", 400, "", ""},
+      {"/v1/completions", std::string(100, '[') + std::string(100, ']'), 400, "", ""},
+      {"/v1/completions", R"({"prompt": "a", "temperature": 3})", 400, "temperature", ""},
+      {"/v1/completions", R"({"prompt": "a", "n": 9})", 400, "n", ""},
+      {"/v1/completions", R"({"prompt": "a", "max_tokens": 0})", 400, "max_tokens", ""},
+      {"/v1/completions", R"({"prompt": "a", "stop": ["1", "2", "3", "4", "5"]})", 400, "stop", ""},
+      {"/v1/completions", R"({"prompt": "a", "logit_bias": {"99999": 1}})", 400, "logit_bias", ""},
+      {"/v1/completions", R"({"prompt": "a", "logit_bias": {"3": 101}})", 400, "logit_bias", ""},
+      {"/v1/completions", R"({"prompt": [1, 2, 99999]})", 400, "prompt", ""},
+      {"/v1/completions", R"({"prompt": "a", "best_of": 3})", 400, "best_of", ""},
+      {"/v1/completions", R"({"prompt": "a", "frobnicate": 1})", 400, "frobnicate", ""},
+      {"/v1/completions", R"({"max_tokens": 3})", 400, "prompt", ""},
+      {"/v1/completions", R"({"prompt": "a", "model": "gpt-4"})", 404, "model", "model_not_found"},
+      {"/v1/completions", "{\"prompt\": \"" + long_prompt + "\"}", 400, "prompt", "context_length_exceeded"},
+      {"/v1/completions", R"({"prompt": ["a", "b"]})", 503, "", ""},  // 2 requests, 1 may wait
+      {"/v1/chat/completions", R"({"messages": []})", 400, "messages", ""},
+      {"/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "messages", ""},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400,
+       "messages", ""},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", 400,
+       "top_logprobs", ""},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", 400,
+       "response_format", ""},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {}})", 400,
+       "stream_options", ""},
+      {"/v1/nothing", "{}", 404, "", ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.path + " " + c.body.substr(0, 80));
+    const FakeExchange x = call(s, "POST", c.path, c.body);
+    EXPECT_EQ(x.status, c.status) << x.body;
+    const json e = x.json_body()["error"];
+    EXPECT_FALSE(e["message"].get<std::string>().empty());
+    EXPECT_EQ(e["type"], c.status == 503 ? "server_error" : c.status == 404 ? "not_found_error" : "invalid_request_error");
+    EXPECT_EQ(e["param"], c.param.empty() ? json(nullptr) : json(c.param));
+    EXPECT_EQ(e["code"], c.code.empty() ? json(nullptr) : json(c.code));
+    if (c.status == 503) EXPECT_EQ(x.header("Retry-After"), "1");
+  }
+  EXPECT_EQ(call(s, "GET", "/v1/completions").status, 405);
+  EXPECT_TRUE(drains(s));
+}
+
+TEST(LlmService, ApiKeyGuardsEveryRouteButHealth) {
+  LlmServiceOptions o;
+  o.api_key = "0123456789abcdef";
+  LlmService s(o);
+  s.load(fixture_model());
+  EXPECT_EQ(call(s, "GET", "/health").status, 200);
+  const FakeExchange no = call(s, "GET", "/v1/models");
+  EXPECT_EQ(no.status, 401);
+  EXPECT_EQ(no.header("WWW-Authenticate"), "Bearer");
+  EXPECT_EQ(call(s, "GET", "/metrics", "", {{"authorization", "Bearer wrong"}}).status, 401);
+  EXPECT_EQ(call(s, "GET", "/v1/models", "", {{"authorization", "Bearer 0123456789abcdef"}}).status, 200);
+}
+
+TEST(LlmService, TokenizeAndDetokenize) {
+  LlmService s;
+  LlmModel m = fixture_model();
+  const llm::Tokenizer tok = m.tokenizer;
+  s.load(std::move(m));
+  const json t = post(s, "/tokenize", {{"prompt", "ab c\xc3\xa9"}}).json_body();
+  EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), tok.encode("ab c\xc3\xa9", true, false));
+  EXPECT_EQ(t["count"], t["tokens"].size());
+  // As llama.cpp detokenizes: after a BOS the SentencePiece space prefix stays.
+  EXPECT_EQ(post(s, "/detokenize", {{"tokens", t["tokens"]}}).json_body()["prompt"],
+            tok.decode(t["tokens"].get<std::vector<int32_t>>()));
+  const json chat = post(s, "/tokenize", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}}).json_body();
+  EXPECT_EQ(chat["tokens"].get<std::vector<int32_t>>(), tok.encode("user: hi\nassistant:", true, true));
+  EXPECT_EQ(post(s, "/detokenize", {{"tokens", {1, 100000}}}).status, 400);
+}
+
+TEST(LlmService, ADisconnectedClientsBlocksReturnAtOnce) {
+  LlmService s;
+  s.load(fixture_model(0, 4, 256));  // slow enough that 100 tokens outlast the client
+  const json long_request = {{"prompt", "ab"}, {"max_tokens", 100}, {"ignore_eos", true}, {"temperature", 0}};
+  // Streaming: the client goes away after its second chunk.
+  json streamed = long_request;
+  streamed["stream"] = true;
+  const FakeExchange a = post(s, "/v1/completions", streamed, 2);
+  EXPECT_LE(a.writes, 3);
+  EXPECT_TRUE(drains(s));
+  // Not streaming: gone before any answer; the wait notices within 100 ms.
+  const auto t0 = std::chrono::steady_clock::now();
+  const FakeExchange b = post(s, "/v1/completions", long_request, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_TRUE(drains(s));
+  const std::string metrics = call(s, "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("tessera:request_success_total{model_name=\"model\",finished_reason=\"abort\"} 2"),
+            std::string::npos) << metrics;
+}
+
+TEST(LlmService, MetricsUseVllmNames) {
+  LlmService s;
+  s.load(fixture_model());
+  ASSERT_EQ(post(s, "/v1/completions", {{"prompt", "a"}, {"max_tokens", 5}, {"ignore_eos", true}}).status, 200);
+  const std::string m = call(s, "GET", "/metrics").body;
+  for (const char* name :
+       {"tessera:time_to_first_token_seconds_count{model_name=\"model\"} 1",
+        "tessera:inter_token_latency_seconds_count{model_name=\"model\"} 4",
+        "tessera:e2e_request_latency_seconds_count{model_name=\"model\"} 1", "tessera:num_requests_running{",
+        "tessera:num_requests_waiting{", "tessera:kv_cache_usage_perc{",
+        "tessera:generation_tokens_total{model_name=\"model\"} 5", "tessera:prompt_tokens_total{model_name=\"model\"} ",
+        "tessera:request_success_total{model_name=\"model\",finished_reason=\"length\"} 1",
+        "tessera:num_preemptions_total{", "# TYPE tessera:generation_tokens_total counter"})
+    EXPECT_NE(m.find(name), std::string::npos) << name << "\n" << m;
+}
+
+TEST(LlmService, ManyClientsOverHttpEachGetTheirSoloText) {
+  LlmService s;
+  LlmModel m = fixture_model(8);  // a small cache: requests are preempted and recomputed
+  const LlmModel ref = m;
+  s.load(std::move(m));
+  HttpServer server([&s](HttpRequest r, HttpExchange& x) { s.handle(std::move(r), x); }, s.max_body_bytes(),
+                    {.port = 0, .threads = 16});
+  const std::vector<std::string> prompts = {"a", "ab c", "cab", "b", "abc abc", "c a"};
+  std::vector<std::string> got(prompts.size() * 2);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < got.size(); ++i)
+    clients.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", server.port());
+      c.set_read_timeout(60);
+      const bool stream = i % 2 == 1;
+      json req = {{"prompt", prompts[i / 2]}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}};
+      if (stream) req["stream"] = true;
+      std::string body;
+      auto res = c.Post("/v1/completions", httplib::Headers{}, req.dump(), "application/json");
+      if (!res || res->status != 200) return;
+      if (!stream) {
+        got[i] = json::parse(res->body)["choices"][0]["text"];
+        return;
+      }
+      std::string text;
+      for (const std::string& e : events(res->body))
+        if (e != "[DONE]") text += json::parse(e)["choices"][0]["text"].get<std::string>();
+      got[i] = text;
+    });
+  // /health answers while the requests run.
+  httplib::Client h("127.0.0.1", server.port());
+  auto health = h.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  for (auto& t : clients) t.join();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const llm::GenerateResult r =
+        solo(ref, ref.tokenizer.encode(prompts[i / 2], true, false), openai_defaults(0, 0), 40);
+    EXPECT_EQ(got[i], r.text) << "client " << i;
+  }
+  EXPECT_TRUE(drains(s));
+  EXPECT_GT(s.stats().preemptions, 0) << "the cache was meant to be too small for all at once";
+  server.stop();
+}
