@@ -5,13 +5,22 @@
 
 #include <httplib.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "../llm/llm_fixture.h"
 #include "tessera/llm/generate.h"
+#include "tessera/llm/llama_gguf.h"
+#include "test_util.h"
 #include "tessera/serve/http_server.h"
 #include "tessera/serve/llm_service.h"
 
@@ -447,4 +456,76 @@ TEST(LlmService, ManyClientsOverHttpEachGetTheirSoloText) {
   EXPECT_TRUE(drains(s));
   EXPECT_GT(s.stats().preemptions, 0) << "the cache was meant to be too small for all at once";
   server.stop();
+}
+
+// `tessera serve-llm` on a GGUF file: its key, its routes, and a clean stop on SIGTERM.
+TEST(LlmServiceCli, ServesAGgufFileAndStopsOnSigterm) {
+  const std::string root = tessera::testing::scratch_dir("serve_llm_cli");
+  std::filesystem::create_directories(root);
+  nn::zoo::Llama* llama = nullptr;
+  tessera::testing::Fixture f = tessera::testing::fixture(&llama);
+  llm::save_llama_gguf(*llama, root + "/tiny.gguf", {.type = llm::GgmlType::F32, .tokenizer = &f.tok});
+  std::ofstream(root + "/key") << "0123456789abcdef-secret\n";
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(out[1], 2);
+    close(out[0]);
+    execl(TESSERA_CLI, TESSERA_CLI, "serve-llm", (root + "/tiny.gguf").c_str(), "--port", "0", "--api-key-file",
+          (root + "/key").c_str(), "--threads", "1", "--max-seqs", "4", "--max-batched-tokens", "64",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  // The port from "listening on http://127.0.0.1:PORT/v1", then the model's "serving" line.
+  std::string log;
+  char buf[512];
+  int port = 0;
+  while (log.find("KV cache:") == std::string::npos) {
+    const ssize_t n = read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    log.append(buf, static_cast<size_t>(n));
+    const auto at = log.find("listening on http://127.0.0.1:");
+    if (port == 0 && at != std::string::npos && log.find("/v1", at) != std::string::npos)
+      port = std::atoi(log.c_str() + at + std::strlen("listening on http://127.0.0.1:"));
+  }
+  ASSERT_GT(port, 0) << log;
+  EXPECT_NE(log.find("serving 'tiny'"), std::string::npos) << log;
+  httplib::Client c("127.0.0.1", port);
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  const json chat = {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "abc"}}}}, {"max_tokens", 8},
+                     {"temperature", 0}, {"ignore_eos", true}};
+  auto no_key = c.Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(no_key);
+  EXPECT_EQ(no_key->status, 401);
+  const httplib::Headers key{{"Authorization", "Bearer 0123456789abcdef-secret"}};
+  auto ok = c.Post("/v1/chat/completions", key, chat.dump(), "application/json");
+  ASSERT_TRUE(ok);
+  ASSERT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(json::parse(ok->body)["usage"]["completion_tokens"], 8);
+  json streamed = chat;
+  streamed["stream"] = true;
+  auto sse = c.Post("/v1/chat/completions", key, streamed.dump(), "application/json");
+  ASSERT_TRUE(sse);
+  EXPECT_EQ(sse->get_header_value("Content-Type"), "text/event-stream");
+  std::string text;
+  for (const std::string& e : events(sse->body))
+    if (e != "[DONE]") {
+      const json d = json::parse(e)["choices"][0]["delta"];
+      if (d.contains("content")) text += d["content"].get<std::string>();
+    }
+  EXPECT_EQ(text, json::parse(ok->body)["choices"][0]["message"]["content"]);
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) log.append(buf, static_cast<size_t>(n));
+  close(out[0]);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
+  EXPECT_NE(log.find("SIGTERM: stopping"), std::string::npos) << log;
+  std::filesystem::remove_all(root);
 }

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# `tessera serve-llm` through npm's official `openai` client (pinned;
+# installed once into $TESSERA_CACHE/openai-client, default ~/.cache/tessera;
+# works offline afterwards). Not part of CI: it needs npm. Serves the 2M
+# fortunes model (scripts/fortunes_models.sh makes it, about 3.5 minutes the
+# first time) and runs scripts/openai_client.mjs against it: every route, stream
+# and non-stream giving the same text, n and logprobs, the errors the client
+# raises, and a stream the client aborts (its request ends on the server).
+#   scripts/openai_client.sh [--build DIR] [--model FILE.gguf]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD_DIR:-build}
+model=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    *) echo "openai_client: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+cache=${TESSERA_CACHE:-$HOME/.cache/tessera}
+pkg="$cache/openai-client"
+version=7.60.0
+if [ ! -f "$pkg/node_modules/openai/package.json" ] ||
+   ! grep -q "\"version\": \"$version\"" "$pkg/node_modules/openai/package.json"; then
+  command -v npm >/dev/null || { echo "openai_client: npm is needed (apt-get install npm)" >&2; exit 1; }
+  mkdir -p "$pkg"
+  (cd "$pkg" && npm i -E --ignore-scripts --no-audit --no-fund "openai@$version" >/dev/null)
+fi
+cmake --build "$build" --target tessera_cli >/dev/null
+if [ -z "$model" ]; then
+  scripts/fortunes_models.sh 2m --build "$build" >/dev/null
+  model="$cache/fortunes/models/fortunes-2m-Q8_0.gguf"
+fi
+work=$(mktemp -d)
+trap 'kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/key"
+"$build/apps/tessera" serve-llm "$model" --name fortunes --port 0 --api-key-file "$work/key" --threads 2 \
+  --max-seqs 8 --max-batched-tokens 256 > "$work/log" 2>&1 &
+server=$!
+for _ in $(seq 100); do grep -q "KV cache:" "$work/log" && break; sleep 0.1; done
+port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$work/log")
+[ -n "$port" ] || { cat "$work/log" >&2; exit 1; }
+OPENAI_CLIENT_DIR="$pkg" node scripts/openai_client.mjs "http://127.0.0.1:$port" "$(cat "$work/key")"
+kill -TERM "$server"
+wait "$server"
+grep -q "^stopped" "$work/log" || { cat "$work/log" >&2; exit 1; }
+echo "openai_client: the server stopped cleanly"
