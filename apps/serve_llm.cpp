@@ -38,6 +38,8 @@ void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f) {
                 "prompt chunks")->check(CLI::Range(1, 65536));
   c->add_option("--max-waiting", f.max_waiting, "requests queued beyond this are refused with 503 and Retry-After")
       ->check(CLI::Range(1, 1 << 20));
+  c->add_flag("--no-prefix-caching", f.no_prefix_caching, "compute every prompt in full (by default full blocks of "
+              "16 tokens a prompt shares with an earlier one are reused)");
   c->add_option("-t,--threads", f.threads, "compute threads (0: OMP_NUM_THREADS or all cores)")
       ->check(CLI::Range(0, 1024));
   c->add_option("--connections", f.connections, "HTTP connections served at once (a thread each)")
@@ -102,6 +104,7 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel()>& 
   m.engine.max_sequences = f.max_seqs;
   m.engine.max_batch_tokens = f.max_batched_tokens;
   m.engine.k_type = m.engine.v_type = llm::kv_type_from_name(f.kv_type);
+  m.engine.prefix_caching = !f.no_prefix_caching;
   if (!f.kv_memory.empty()) m.engine.kv_memory = byte_count(f.kv_memory);
   m.scheduler.max_seqs = f.max_seqs;
   m.scheduler.max_batched_tokens = f.max_batched_tokens;

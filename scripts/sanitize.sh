@@ -28,7 +28,7 @@ if [ "$want" = all ] || [ "$want" = --tsan ]; then
   cmake -S . -B build-tsan -G Ninja -DTESSERA_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithAsserts \
     -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCH=OFF >/dev/null
   cmake --build build-tsan --target tessera_tests tessera_cli
-  threaded='^(Memory[A-Za-z]*|DataLoader|Shards|ServeBatcher|ServeService|ServeHttp|ServeRepository|Metrics|Monitoring|HostileModels|Scheduler)\.|^ConcurrentGemm\.ThreadsSharing'
+  threaded='^(Memory[A-Za-z]*|DataLoader|Shards|ServeBatcher|ServeService|ServeHttp|ServeRepository|Metrics|Monitoring|HostileModels|Scheduler|LlmService|LlmServiceCli)\.|^ConcurrentGemm\.ThreadsSharing'
   TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
     ctest --test-dir build-tsan -R "$threaded" --output-on-failure -j2 --timeout 3000
 fi

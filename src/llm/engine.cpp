@@ -2,6 +2,8 @@
 // pass over packed token rows (include/tessera/llm/engine.h).
 #include "tessera/llm/engine.h"
 
+#include "llm/block_pool.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -164,13 +166,16 @@ struct Engine::State {
   int64_t context = 0, n_blocks = 0, max_blocks_per_seq = 0, threads = 0;
   int64_t q_dim = 0, kv_dim = 0, k_row = 0, v_row = 0;
   // The cache: per layer, K rows of every block then V rows.
-  std::unique_ptr<uint8_t[]> pool;
+  std::unique_ptr<uint8_t[]> cache;
   std::vector<cpu::KvLayer> layers;
-  std::vector<int32_t> refcount, free_list;
+  BlockPool pool;
   struct Seq {
     bool alive = false;
     int64_t length = 0;
     std::vector<int32_t> blocks;  // capacity reserved for the whole context
+    // Prefix caching: the salt, and the names of the full blocks (Note [Prefix caching]).
+    uint64_t salt = 0;
+    std::vector<uint64_t> names;
   };
   std::vector<Seq> seqs;
   // Step buffers, sized for max_batch_tokens rows.
@@ -191,9 +196,7 @@ struct Engine::State {
   // of 16, past the sequence's last one (those scores are never used, but
   // the memory should hold numbers).
   int32_t take_block() {
-    const int32_t b = free_list.back();
-    free_list.pop_back();
-    refcount[b] = 1;
+    const int32_t b = pool.take();
     for (const cpu::KvLayer& L : layers)
       if (L.k_format == cpu::KvFormat::F16)
         std::memset(L.k + b * L.block_tokens * L.kv_dim * 2, 0, static_cast<size_t>(L.block_tokens * L.kv_dim * 2));
@@ -201,9 +204,28 @@ struct Engine::State {
         std::memset(L.k + b * L.block_tokens * k_row, 0, static_cast<size_t>(L.block_tokens * k_row));
     return b;
   }
-  void release_block(int32_t b) {
-    if (--refcount[b] == 0) free_list.push_back(b);
+  // Block src's keys, values and tokens into dst (copy on write).
+  void copy_block(int32_t src, int32_t dst) {
+    for (const cpu::KvLayer& L : layers) {
+      const int64_t kb = L.block_tokens * k_row, vb = L.block_tokens * v_row;
+      std::memcpy(L.k + dst * kb, L.k + src * kb, static_cast<size_t>(kb));
+      std::memcpy(L.v + dst * vb, L.v + src * vb, static_cast<size_t>(vb));
+    }
+    if (pool.caching()) std::memcpy(pool.tokens(dst), pool.tokens(src), static_cast<size_t>(block_tokens) * 4);
   }
+  // Registers the sequence's blocks that became full.
+  void name_full_blocks(Seq& q) {
+    const size_t full = static_cast<size_t>(q.length / block_tokens);
+    while (q.names.size() < full) {
+      const size_t i = q.names.size();
+      const uint64_t parent = i ? q.names[i - 1] : q.salt;
+      const int32_t b = q.blocks[i];
+      const uint64_t name = BlockPool::name(parent, {pool.tokens(b), static_cast<size_t>(block_tokens)});
+      q.names.push_back(name);
+      pool.add(b, name, parent);
+    }
+  }
+  int64_t block_tokens = 16;
 };
 
 Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
@@ -242,7 +264,7 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
   TS_CHECK(memory >= block_bytes, "engine: --kv-memory of ", memory, " bytes holds no cache block (one block of ",
            opts_.block_tokens, " tokens takes ", block_bytes, " bytes)");
   st.n_blocks = std::min<int64_t>(memory / block_bytes, int64_t{1} << 30);
-  st.pool = buffer<uint8_t>(st.n_blocks * block_bytes, "KV cache");
+  st.cache = buffer<uint8_t>(st.n_blocks * block_bytes, "KV cache");
   const int64_t rows = st.n_blocks * opts_.block_tokens;
   for (int64_t l = 0; l < s.n_layers; ++l) {
     cpu::KvLayer L;
@@ -250,15 +272,17 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
     L.v_format = kv_format(opts_.v_type);
     L.block_tokens = opts_.block_tokens;
     L.kv_dim = st.kv_dim;
-    L.k = st.pool.get() + l * rows * (st.k_row + st.v_row);
+    L.k = st.cache.get() + l * rows * (st.k_row + st.v_row);
     L.v = L.k + rows * st.k_row;
     st.layers.push_back(L);
   }
-  st.refcount.assign(static_cast<size_t>(st.n_blocks), 0);
-  st.free_list.reserve(static_cast<size_t>(st.n_blocks));
-  for (int64_t b = st.n_blocks - 1; b >= 0; --b) st.free_list.push_back(static_cast<int32_t>(b));
+  st.pool = BlockPool(st.n_blocks, opts_.block_tokens, opts_.prefix_caching);
+  st.block_tokens = opts_.block_tokens;
   st.seqs.resize(static_cast<size_t>(opts_.max_sequences));
-  for (State::Seq& q : st.seqs) q.blocks.reserve(static_cast<size_t>(st.max_blocks_per_seq));
+  for (State::Seq& q : st.seqs) {
+    q.blocks.reserve(static_cast<size_t>(st.max_blocks_per_seq));
+    if (opts_.prefix_caching) q.names.reserve(static_cast<size_t>(st.max_blocks_per_seq));
+  }
   st.step_mark.assign(static_cast<size_t>(opts_.max_sequences), -1);
 
   // Step buffers.
@@ -294,13 +318,15 @@ int64_t Engine::kv_bytes_per_token() const {
   return (st_->k_row + st_->v_row) * model_->spec().n_layers;
 }
 int64_t Engine::total_blocks() const { return st_->n_blocks; }
-int64_t Engine::free_blocks() const { return static_cast<int64_t>(st_->free_list.size()); }
+int64_t Engine::free_blocks() const { return st_->pool.available(); }
+int64_t Engine::cached_blocks() const { return st_->pool.cached(); }
 
 int64_t Engine::add_sequence() {
   for (size_t i = 0; i < st_->seqs.size(); ++i)
     if (!st_->seqs[i].alive) {
       st_->seqs[i].alive = true;
       st_->seqs[i].length = 0;
+      st_->seqs[i].salt = 0;
       return static_cast<int64_t>(i);
     }
   TS_ERROR("engine: all ", opts_.max_sequences, " sequences are in use (EngineOptions::max_sequences)");
@@ -317,12 +343,77 @@ void Engine::truncate_sequence(int64_t seq, int64_t length) {
   State::Seq& s = st_->seqs[seq];
   TS_CHECK(length >= 0 && length <= s.length, "engine: cannot truncate sequence ", seq, " of ", s.length,
            " tokens to ", length);
-  const size_t keep = static_cast<size_t>((length + opts_.block_tokens - 1) / opts_.block_tokens);
+  const int64_t bt = opts_.block_tokens;
+  const size_t keep = static_cast<size_t>((length + bt - 1) / bt);
+  // The block the sequence writes next, when it keeps part of it: its own
+  // from here on (copied if shared, unregistered if it was named).
+  if (length % bt != 0 && keep <= s.blocks.size()) {
+    const int32_t b = s.blocks[keep - 1];
+    if (st_->pool.refs(b) > 1) {
+      TS_CHECK(st_->pool.available() >= 1, "engine: truncating sequence ", seq, " into a shared cache block needs a "
+               "free block to copy it to, and the cache has none");
+      const int32_t copy = st_->take_block();
+      st_->copy_block(b, copy);
+      st_->pool.release(b);
+      s.blocks[keep - 1] = copy;
+    } else {
+      st_->pool.drop(b);
+    }
+  }
   while (s.blocks.size() > keep) {
-    st_->release_block(s.blocks.back());
+    st_->pool.release(s.blocks.back());
     s.blocks.pop_back();
   }
+  if (s.names.size() > static_cast<size_t>(length / bt)) s.names.resize(static_cast<size_t>(length / bt));
   s.length = length;
+}
+
+int64_t Engine::reuse_prefix(int64_t seq, std::span<const int32_t> tokens, uint64_t salt) {
+  TS_CHECK(seq >= 0 && seq < opts_.max_sequences && st_->seqs[seq].alive, "engine: no sequence ", seq);
+  State::Seq& s = st_->seqs[seq];
+  TS_CHECK(s.length == 0, "engine: reuse_prefix needs an empty sequence; sequence ", seq, " has ", s.length, " tokens");
+  s.salt = salt;
+  if (!st_->pool.caching() || tokens.empty()) return 0;
+  const int64_t bt = opts_.block_tokens;
+  const int64_t most = std::min<int64_t>((static_cast<int64_t>(tokens.size()) - 1) / bt, st_->max_blocks_per_seq);
+  uint64_t parent = salt;
+  for (int64_t i = 0; i < most; ++i) {
+    const std::span<const int32_t> block = tokens.subspan(static_cast<size_t>(i * bt), static_cast<size_t>(bt));
+    const uint64_t name = BlockPool::name(parent, block);
+    const int32_t b = st_->pool.find(name, parent, block);
+    if (b < 0) break;
+    st_->pool.share(b);
+    s.blocks.push_back(b);
+    s.names.push_back(name);
+    s.length += bt;
+    parent = name;
+  }
+  return s.length;
+}
+
+int64_t Engine::fork_sequence(int64_t seq, int64_t length) {
+  TS_CHECK(seq >= 0 && seq < opts_.max_sequences && st_->seqs[seq].alive, "engine: no sequence ", seq);
+  TS_CHECK(length >= 0 && length <= st_->seqs[seq].length, "engine: cannot fork ", length, " tokens of sequence ",
+           seq, ", which has ", st_->seqs[seq].length);
+  const int64_t bt = opts_.block_tokens;
+  TS_CHECK(length % bt == 0 || st_->pool.available() >= 1, "engine: forking sequence ", seq,
+           " needs a free cache block for its partial last block, and the cache has none");
+  const int64_t fork = add_sequence();
+  State::Seq &from = st_->seqs[seq], &to = st_->seqs[fork];
+  const size_t full = static_cast<size_t>(length / bt);
+  for (size_t i = 0; i < full; ++i) {
+    st_->pool.share(from.blocks[i]);
+    to.blocks.push_back(from.blocks[i]);
+  }
+  if (length % bt != 0) {
+    const int32_t copy = st_->take_block();
+    st_->copy_block(from.blocks[full], copy);
+    to.blocks.push_back(copy);
+  }
+  to.names.assign(from.names.begin(), from.names.begin() + static_cast<ptrdiff_t>(std::min(full, from.names.size())));
+  to.salt = from.salt;
+  to.length = length;
+  return fork;
 }
 
 int64_t Engine::sequence_length(int64_t seq) const {
@@ -534,7 +625,16 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
   }
 
   // Logits of the rows asked for.
-  for (const Chunk& c : chunks) st.seqs[c.seq].length += static_cast<int64_t>(c.tokens.size());
+  for (const Chunk& c : chunks) {
+    State::Seq& q = st.seqs[c.seq];
+    if (st.pool.caching())
+      for (size_t j = 0; j < c.tokens.size(); ++j) {
+        const int64_t pos = q.length + static_cast<int64_t>(j);
+        st.pool.tokens(q.blocks[pos / opts_.block_tokens])[pos % opts_.block_tokens] = c.tokens[j];
+      }
+    q.length += static_cast<int64_t>(c.tokens.size());
+    if (st.pool.caching()) st.name_full_blocks(q);
+  }
   if (L == 0) return {};
   rows(L, D, [&](int64_t i) {
     norm(st.x.get() + st.logit_row[i] * D, model_->output_norm(), model_->output_norm_bias(), st.hl.get() + i * D);

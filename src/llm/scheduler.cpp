@@ -20,6 +20,7 @@ struct Scheduler::Request {
   int64_t seq = -1;             // the engine's sequence while running
   Clock::time_point arrival;
   bool done = false;  // finished or cancelled: to be dropped
+  int64_t cached = -1;  // prompt tokens not computed at its first admission (-1: not admitted yet)
   Sampler sampler;
   TextStream text;
 
@@ -111,6 +112,15 @@ void Scheduler::finish(Request& r, const std::string& reason, std::vector<Reques
   ev->finish_reason = reason;
   ev->prompt_tokens = r.prompt;
   ev->completion_tokens = r.generated();
+  ev->cached_tokens = std::max<int64_t>(r.cached, 0);
+}
+
+const Scheduler::Request* Scheduler::find(int64_t id) const {
+  for (const auto& r : running_)
+    if (r->id == id) return r.get();
+  for (const auto& r : waiting_)
+    if (r->id == id) return r.get();
+  return nullptr;
 }
 
 // The newest running request back to the head of the queue, its cache freed.
@@ -193,16 +203,42 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
     if (oa != ob) return oa;
     return a->opts.priority > b->opts.priority;
   });
-  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < opts_.max_seqs) {
-    Request& r = *waiting_.front();
+  for (auto it = waiting_.begin();
+       it != waiting_.end() && budget > 0 && static_cast<int64_t>(running_.size()) < opts_.max_seqs;) {
+    Request& r = **it;
+    // Another choice of the same prompt: wait for it to compute the prompt
+    // (all but its last token), then fork it.
+    const Request* leader = r.generated() == 0 && r.opts.share_prompt_of ? find(r.opts.share_prompt_of) : nullptr;
+    if (leader && (leader->seq < 0 || leader->fed < r.prompt - 1)) {
+      ++it;
+      continue;
+    }
+    int64_t reused = 0;
+    if (leader) {
+      if (avail() < 1) break;
+      r.seq = engine_.fork_sequence(leader->seq, r.prompt - 1);
+      reused = r.prompt - 1;
+    } else {
+      r.seq = engine_.add_sequence();
+      const uint64_t salt = r.opts.cache_salt ^ (reinterpret_cast<uintptr_t>(r.opts.adapter) * 0x9e3779b97f4a7c15ULL);
+      reused = engine_.reuse_prefix(r.seq, r.tokens, salt);
+    }
+    r.fed = reused;
     const int64_t n = chunk_for(r);
-    if (n == 0) break;  // no cache for it now: it keeps its place
-    r.seq = engine_.add_sequence();
+    if (n == 0) {  // no cache for it now: it keeps its place
+      engine_.remove_sequence(r.seq);
+      r.seq = -1;
+      r.fed = 0;
+      break;
+    }
+    stats_.prefix_queries += static_cast<int64_t>(r.tokens.size());
+    stats_.prefix_hits += reused;
+    if (r.cached < 0) r.cached = reused;
     reserved += new_blocks(r, n);
     budget -= n;
     plan.push_back({&r, n});
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(*it));
+    it = waiting_.erase(it);
   }
   return plan;
 }
@@ -262,6 +298,7 @@ void Scheduler::run(const std::vector<Planned>& plan, std::vector<RequestEvent>&
     ev.top.assign(s.top.begin(), s.top.end());
     ev.prompt_tokens = r.prompt;
     ev.completion_tokens = r.generated();
+    ev.cached_tokens = r.cached;
     if (r.text.stopped()) finish(r, "stop", events, &ev);
     else if (r.generated() >= r.opts.max_tokens || static_cast<int64_t>(r.tokens.size()) >= context_)
       finish(r, "length", events, &ev);

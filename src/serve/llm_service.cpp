@@ -285,7 +285,7 @@ struct Choice {
   std::vector<ojson> top;
   std::vector<int64_t> offsets;
   std::string finish_reason;
-  int64_t completion_tokens = 0;
+  int64_t completion_tokens = 0, cached_tokens = 0;
   bool finished = false, first = true;
   Clock::time_point last;
 };
@@ -324,6 +324,7 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
   ro.stop = stop;
   ro.ignore_eos = g.ignore_eos;
   ro.priority = static_cast<int>(g.priority);
+  if (!g.cache_salt.empty()) ro.cache_salt = std::hash<std::string>{}(g.cache_salt) | 1;
 
   const int64_t count = static_cast<int64_t>(prompts.size()) * g.n;
   auto ch = std::make_shared<Channel>();
@@ -340,6 +341,8 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
       for (size_t p = 0; p < prompts.size(); ++p)
         for (int64_t i = 0; i < g.n; ++i) {
           ro.choice = static_cast<uint64_t>(i);
+          // The other choices fork the first one's prompt once it is computed.
+          ro.share_prompt_of = i == 0 ? 0 : choices[choices.size() - static_cast<size_t>(i)].id;
           Choice c;
           c.id = L.scheduler.submit(prompts[p], ro);
           c.index = static_cast<int64_t>(p) * g.n + i;
@@ -390,13 +393,17 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
   };
   int64_t prompt_tokens = 0;
   for (const auto& p : prompts) prompt_tokens += static_cast<int64_t>(p.size());
+  // Each prompt counted once, as its first choice computed it.
   auto usage = [&] {
-    int64_t completion = 0;
-    for (const Choice& c : choices) completion += c.completion_tokens;
+    int64_t completion = 0, cached = 0;
+    for (const Choice& c : choices) {
+      completion += c.completion_tokens;
+      if (c.index % g.n == 0) cached += c.cached_tokens;
+    }
     return ojson{{"prompt_tokens", prompt_tokens},
                  {"completion_tokens", completion},
                  {"total_tokens", prompt_tokens + completion},
-                 {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+                 {"prompt_tokens_details", {{"cached_tokens", cached}}}};
   };
 
   if (g.stream) {
@@ -487,6 +494,7 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
         c.finished = true;
         c.finish_reason = ev.finish_reason;
         c.completion_tokens = ev.completion_tokens;
+        c.cached_tokens = ev.cached_tokens;
         --open;
         metrics_.observe("tessera:e2e_request_latency_seconds", "Time from a request's arrival to its end.",
                          kE2eBuckets, std::chrono::duration<double>(now - arrival).count(), model_label);
@@ -552,6 +560,10 @@ std::string LlmService::render_metrics() {
                static_cast<double>(s.prompt_tokens), model, monitor::MetricType::kCounter);
   metrics_.set("tessera:generation_tokens_total", "Tokens generated.", static_cast<double>(s.generated_tokens), model,
                monitor::MetricType::kCounter);
+  metrics_.set("tessera:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+               static_cast<double>(s.prefix_queries), model, monitor::MetricType::kCounter);
+  metrics_.set("tessera:prefix_cache_hits_total", "Prompt tokens found in the prefix cache (or shared by another "
+               "choice of the same call).", static_cast<double>(s.prefix_hits), model, monitor::MetricType::kCounter);
   metrics_.set("tessera:model_ready", "1 once the model is loaded and serving.", ready_ ? 1 : 0, model);
   return metrics_.render();
 }

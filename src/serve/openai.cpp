@@ -61,7 +61,8 @@ const std::set<std::string> kCommon = {
     // Accepted and without effect on the output.
     "store", "metadata", "service_tier",
     // Extensions (llama.cpp's and vLLM's names).
-    "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "ignore_eos", "priority"};
+    "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "ignore_eos", "priority",
+    "cache_salt"};
 
 void check_keys(const ojson& body, const std::set<std::string>& own) {
   for (const auto& [key, _] : body.items())
@@ -140,6 +141,7 @@ void parse_common(const ojson& body, GenerationRequest& r, int64_t vocab, const 
     p.seed = static_cast<uint64_t>(integer(body, "seed", INT64_MIN, INT64_MAX, 0));
   }
   r.user = string(body, "user");
+  r.cache_salt = string(body, "cache_salt");
   r.ignore_eos = boolean(body, "ignore_eos", false);
   r.priority = integer(body, "priority", -1000000, 1000000, 0);
 }

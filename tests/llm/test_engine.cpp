@@ -516,5 +516,85 @@ TEST(LlmEngine, CacheBlocksComeBackAndAFullCacheIsAnError) {
   EXPECT_EQ(f.free_blocks(), 2);
 }
 
+// Prefix caching (Note [Prefix caching]): a sequence that begins as an
+// earlier one did takes its full blocks and gets the same logits bit for
+// bit; forks and truncation into shared blocks copy before writing; freed
+// registered blocks are kept and evicted least recently used first.
+TEST(LlmEngine, PrefixCacheSharesBlocksWithTheSameLogits) {
+  auto m = small_llama(16);
+  llm::EngineOptions o = opts();
+  o.max_sequences = 4;
+  o.prefix_caching = true;
+  o.kv_memory = 10 * 16 * 2 * 2 * 64 * 2;  // ten blocks
+  Engine e(llm::Model::from_llama(*m), o);
+  ASSERT_EQ(e.total_blocks(), 10);
+  const std::vector<int32_t> t = tokens(40, 3);
+  auto last_logits = [&](int64_t seq, int64_t from) {
+    Chunk c{seq, std::span<const int32_t>(t.data() + from, t.size() - static_cast<size_t>(from)), 1};
+    const std::span<const float> l = e.step({&c, 1});
+    return std::vector<float>(l.begin(), l.end());
+  };
+  const int64_t a = e.add_sequence();
+  EXPECT_EQ(e.reuse_prefix(a, t), 0);
+  const std::vector<float> want = last_logits(a, 0);
+  e.remove_sequence(a);
+  EXPECT_EQ(e.cached_blocks(), 2);  // the two full blocks; the partial third was freed
+  EXPECT_EQ(e.free_blocks(), 10);
+
+  const int64_t b = e.add_sequence();
+  EXPECT_EQ(e.reuse_prefix(b, t), 32);
+  EXPECT_EQ(e.cached_blocks(), 0);
+  EXPECT_EQ(last_logits(b, 32), want);
+  // Another salt, other tokens in the second block, or a prompt of exactly
+  // two blocks (one token is always left to compute).
+  const int64_t c = e.add_sequence();
+  EXPECT_EQ(e.reuse_prefix(c, t, 7), 0);
+  e.remove_sequence(c);
+  std::vector<int32_t> other = t;
+  other[20] = (other[20] + 1) % 96;
+  const int64_t d = e.add_sequence();
+  EXPECT_EQ(e.reuse_prefix(d, other), 16);
+  e.remove_sequence(d);
+  const int64_t x = e.add_sequence();
+  EXPECT_EQ(e.reuse_prefix(x, std::span<const int32_t>(t.data(), 32)), 16);
+  e.remove_sequence(x);
+
+  // A fork part-way through a block, and a truncation into a shared one.
+  const int64_t f = e.fork_sequence(b, 20);
+  EXPECT_EQ(e.sequence_length(f), 20);
+  EXPECT_EQ(last_logits(f, 20), want);
+  e.remove_sequence(f);
+  const int64_t g = e.fork_sequence(b, 40);
+  e.truncate_sequence(g, 24);
+  EXPECT_EQ(last_logits(g, 24), want);
+  e.truncate_sequence(b, 24);  // b's own block now: written in place
+  EXPECT_EQ(last_logits(b, 24), want);
+  e.remove_sequence(g);
+  e.remove_sequence(b);
+  EXPECT_EQ(e.free_blocks(), 10);
+
+  // Eviction: sequences that need the whole cache take the kept blocks,
+  // least recently used first, and the prefix is computed again after.
+  EXPECT_GT(e.cached_blocks(), 0);
+  const int64_t p = e.add_sequence(), q = e.add_sequence();
+  const std::vector<int32_t> u = tokens(80, 9), v = tokens(96, 10);
+  Chunk cu{p, u, 0}, cv{q, v, 0};
+  e.step({&cu, 1});  // 5 blocks
+  EXPECT_THROW_MSG(e.step({&cv, 1}), "the KV cache is full (6 blocks needed, 5 free of 10)");
+  Chunk cv2{q, std::span<const int32_t>(v.data(), 80), 0};
+  e.step({&cv2, 1});  // the other 5: the kept blocks are taken too
+  EXPECT_EQ(e.free_blocks(), 0);
+  EXPECT_EQ(e.cached_blocks(), 0);
+  e.remove_sequence(p);
+  e.remove_sequence(q);
+  const int64_t r = e.add_sequence();
+  EXPECT_EQ(e.reuse_prefix(r, t), 0);
+  const int64_t w = e.add_sequence();
+  EXPECT_EQ(e.reuse_prefix(w, u), 64);  // what is kept now
+  e.remove_sequence(r);
+  e.remove_sequence(w);
+  EXPECT_EQ(e.free_blocks(), 10);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -91,9 +91,10 @@ TEST(Scheduler, RequestsUnderLoadGiveTheirSoloTokens) {
   }
   // Together: a cache of 12 blocks of 16 tokens for up to 4 running
   // requests, 24 tokens a step, arrivals spread over the steps.
-  for (int64_t budget : {24, 7}) {
-    SCOPED_TRACE("budget " + std::to_string(budget));
+  for (auto [budget, caching] : {std::pair{24, false}, std::pair{7, false}, std::pair{24, true}, std::pair{7, true}}) {
+    SCOPED_TRACE("budget " + std::to_string(budget) + (caching ? ", prefix caching" : ""));
     llm::EngineOptions eo;
+    eo.prefix_caching = caching;
     eo.max_sequences = 4;
     eo.max_batch_tokens = 32;
     eo.kv_memory = 1;  // raised below to 12 blocks
@@ -120,6 +121,100 @@ TEST(Scheduler, RequestsUnderLoadGiveTheirSoloTokens) {
     EXPECT_GT(st.preemptions, 0);  // the cache holds 192 tokens; the requests want far more at once
     EXPECT_EQ(st.running, 0);
     EXPECT_EQ(st.waiting, 0);
+    EXPECT_EQ(e.free_blocks(), e.total_blocks());
+    // Preempted requests find their own blocks again when recomputed.
+    if (caching) EXPECT_GT(st.prefix_hits, 0);
+    else EXPECT_EQ(st.prefix_hits, 0);
+  }
+}
+
+// A system prompt shared by every user is computed once; each request's
+// tokens are still those of its solo run.
+TEST(Scheduler, ASharedPromptIsComputedOnce) {
+  Fixture f = fixture();
+  const std::vector<int32_t> system = prompt_of(48, 99);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<int32_t> p = system;
+    const std::vector<int32_t> q = prompt_of(9, 200 + i);
+    p.insert(p.end(), q.begin() + 1, q.end());  // 8 tokens of its own
+    prompts.push_back(p);
+  }
+  llm::Engine solo_engine(f.model, {});
+  llm::EngineOptions eo;
+  eo.max_sequences = 8;
+  eo.max_batch_tokens = 64;
+  eo.prefix_caching = true;
+  llm::Engine e(f.model, eo);
+  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 8});
+  std::vector<int64_t> ids;
+  std::map<int64_t, int64_t> cached;
+  std::map<int64_t, Outcome> out;
+  // The first user, then the others once its prompt is in.
+  ids.push_back(s.submit(prompts[0], request(0)));
+  for (int64_t step = 0; s.has_work() && step < 1000; ++step) {
+    if (step == 1)
+      for (int i = 1; i < 5; ++i) ids.push_back(s.submit(prompts[i], request(i)));
+    for (const llm::RequestEvent& ev : s.step()) {
+      if (ev.has_token) out[ev.id].tokens.push_back(ev.token);
+      cached[ev.id] = ev.cached_tokens;
+    }
+  }
+  const llm::SchedulerStats st = s.stats();
+  EXPECT_EQ(st.prefix_hits, 4 * 48);
+  EXPECT_EQ(st.prompt_tokens, 56 + 4 * 8);
+  EXPECT_EQ(cached[ids[0]], 0);
+  for (int i = 0; i < 5; ++i) {
+    if (i > 0) EXPECT_EQ(cached[ids[i]], 48) << i;
+    const llm::RequestOptions r = request(i);
+    llm::GenerateOptions g;
+    g.sampling = r.sampling;
+    g.max_tokens = r.max_tokens;
+    g.ignore_eos = true;
+    EXPECT_EQ(out[ids[i]].tokens, llm::generate(solo_engine, f.tok, prompts[i], g).tokens) << i;
+  }
+  EXPECT_EQ(e.free_blocks(), e.total_blocks());
+}
+
+// The choices of one call share its prompt: the first computes it, the
+// others fork it and compute only its last token.
+TEST(Scheduler, ChoicesForkTheFirstOnesPrompt) {
+  Fixture f = fixture();
+  const std::vector<int32_t> prompt = prompt_of(41, 5);
+  for (bool caching : {false, true}) {
+    SCOPED_TRACE(caching ? "prefix caching" : "no prefix caching");
+    llm::EngineOptions eo;
+    eo.max_sequences = 4;
+    eo.max_batch_tokens = 32;
+    eo.prefix_caching = caching;
+    llm::Engine e(f.model, eo);
+    llm::Scheduler s(e, f.tok, {.max_batched_tokens = 32, .max_seqs = 4});
+    llm::RequestOptions o = request(1);  // seeded sampling
+    std::vector<int64_t> ids;
+    for (uint64_t i = 0; i < 3; ++i) {
+      o.choice = i;
+      o.share_prompt_of = i ? ids[0] : 0;
+      ids.push_back(s.submit(prompt, o));
+    }
+    std::map<int64_t, std::vector<int32_t>> tokens;
+    std::map<int64_t, int64_t> cached;
+    while (s.has_work())
+      for (const llm::RequestEvent& ev : s.step()) {
+        if (ev.has_token) tokens[ev.id].push_back(ev.token);
+        cached[ev.id] = ev.cached_tokens;
+      }
+    EXPECT_EQ(s.stats().prompt_tokens, 41 + 2);
+    llm::Engine solo_engine(f.model, {});
+    for (uint64_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(cached[ids[i]], i ? 40 : 0);
+      llm::GenerateOptions g;
+      g.sampling = o.sampling;
+      g.max_tokens = o.max_tokens;
+      g.ignore_eos = true;
+      g.choice = i;
+      EXPECT_EQ(tokens[ids[i]], llm::generate(solo_engine, f.tok, prompt, g).tokens) << "choice " << i;
+    }
+    EXPECT_NE(tokens[ids[0]], tokens[ids[1]]);
     EXPECT_EQ(e.free_blocks(), e.total_blocks());
   }
 }

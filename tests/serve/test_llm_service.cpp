@@ -107,6 +107,7 @@ LlmModel fixture_model(int64_t kv_blocks = 0, int64_t layers = 1, int64_t dim = 
   m.tokenizer = f.tok;
   m.engine.max_sequences = 4;
   m.engine.max_batch_tokens = 64;
+  m.engine.prefix_caching = true;  // as serve-llm runs by default
   if (kv_blocks) m.engine.kv_memory = kv_blocks * 16 * 2 * 2 * dim * layers;  // blocks of 16 tokens, K and V in f16
   m.scheduler.max_seqs = 4;
   m.scheduler.max_batched_tokens = 64;
@@ -231,7 +232,12 @@ TEST(LlmService, StreamCarriesTheSameTextAsOneAnswer) {
     const json& w = whole["choices"][0];
     EXPECT_EQ(text, chat ? w["message"]["content"] : w["text"]);
     EXPECT_EQ(finish, w["finish_reason"]);
-    EXPECT_EQ(usage, whole["usage"]);
+    // The same prompt again: now from the prefix cache.
+    EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"].get<int64_t>() % 16, 0);
+    usage.erase("prompt_tokens_details");
+    json whole_usage = whole["usage"];
+    whole_usage.erase("prompt_tokens_details");
+    EXPECT_EQ(usage, whole_usage);
     EXPECT_EQ(text.find("ca"), std::string::npos) << "the stop string never shows";
   }
   EXPECT_TRUE(drains(s));
@@ -264,6 +270,36 @@ TEST(LlmService, ChoicesAreTheirSoloRuns) {
     }
   EXPECT_NE(j["choices"][0]["text"], j["choices"][1]["text"]);
   EXPECT_EQ(j["usage"]["completion_tokens"], 6 * 12);
+}
+
+TEST(LlmService, ASharedSystemPromptIsReusedAndReported) {
+  LlmService s;
+  LlmModel m = fixture_model();
+  const LlmModel ref = m;
+  s.load(std::move(m));
+  // "system: " and 70 letters, "\nuser: ", then the question: the first 80
+  // tokens (five full blocks) are the same for every question.
+  const std::string system(70, 'a');
+  auto ask = [&](const std::string& question, const std::string& salt = "") {
+    json req = {{"messages", {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", question}}}},
+                {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}};
+    if (!salt.empty()) req["cache_salt"] = salt;
+    return post(s, "/v1/chat/completions", req).json_body();
+  };
+  const json first = ask("abc");
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const json second = ask("cab");
+  EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 80);
+  EXPECT_EQ(ask("abc")["choices"][0]["message"]["content"], first["choices"][0]["message"]["content"]);
+  EXPECT_EQ(ask("abc", "tenant-2")["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  // n > 1: the other choices fork the first one's prompt.
+  const json three = post(s, "/v1/completions", {{"prompt", std::string(40, 'b')}, {"n", 3}, {"max_tokens", 4},
+                                                 {"seed", 3}}).json_body();
+  EXPECT_EQ(three["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const std::string metrics = call(s, "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("tessera:prefix_cache_hits_total{model_name=\"model\"} "), std::string::npos) << metrics;
+  EXPECT_GE(s.stats().prefix_hits, 2 * 80 + 2 * 40);
+  EXPECT_TRUE(drains(s));
 }
 
 TEST(LlmService, ChatLogprobsNameEachToken) {

@@ -148,6 +148,9 @@ struct EngineOptions {
   int64_t max_logit_rows = 0;      // logit rows one step returns (0: max_sequences)
   int64_t context = 0;             // positions per sequence (0: the model's, at most 2^18)
   KvType k_type = KvType::F16, v_type = KvType::F16;
+  // Keep computed full blocks for later sequences that begin the same way
+  // (Note [Prefix caching] in llm/block_pool.h; Engine::reuse_prefix).
+  bool prefix_caching = false;
 };
 
 // Adds a low-rank adapter's contribution to a projection's outputs for the
@@ -188,6 +191,17 @@ class Engine {
   void truncate_sequence(int64_t seq, int64_t length);
   int64_t sequence_length(int64_t seq) const;
 
+  // Prefix caching (EngineOptions::prefix_caching). Starts the empty
+  // sequence `seq` with the longest run of registered full blocks that
+  // begins `tokens`, leaving at least one token to compute, and returns how
+  // many tokens that is (0 without caching). `salt` names whatever else
+  // decides the blocks' contents (the adapter, a client's cache_salt):
+  // blocks are shared only between equal salts.
+  int64_t reuse_prefix(int64_t seq, std::span<const int32_t> tokens, uint64_t salt = 0);
+  // A new sequence holding the first `length` tokens of `seq`: its full
+  // blocks shared, a partial last block copied.
+  int64_t fork_sequence(int64_t seq, int64_t length);
+
   // One forward pass over the chunks (at most one per sequence): writes
   // their keys and values to the cache and returns the logits asked for,
   // [rows, vocab], chunk by chunk in order. The span stays valid until the
@@ -197,7 +211,10 @@ class Engine {
   std::span<const float> step(std::span<const Chunk> chunks);
 
   int64_t total_blocks() const;
+  // Blocks a sequence can take: free ones and registered ones no sequence holds.
   int64_t free_blocks() const;
+  // Registered blocks no sequence holds (kept for reuse, evicted least recently used first).
+  int64_t cached_blocks() const;
   // KV cache bytes per token (every layer's K and V).
   int64_t kv_bytes_per_token() const;
 

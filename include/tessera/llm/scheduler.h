@@ -20,7 +20,10 @@
 //      requests still in prefill, then new requests, admitted in order of
 //      priority (higher first; a request that has waited longer than
 //      max_wait_seconds first of all) and arrival, while fewer than max_seqs
-//      run and the cache has blocks for their chunk;
+//      run and the cache has blocks for their chunk. An admitted request
+//      starts from the cached blocks its tokens begin with (prefix caching,
+//      when the engine has it); one that shares another's prompt (the other
+//      choices of a call) waits until that prompt is computed and forks it;
 //   4. one engine step; each request whose chunk reached the end of its
 //      tokens samples its next token.
 // The engine gives a token's logits the same bits whatever shares its step
@@ -51,6 +54,12 @@ struct RequestOptions {
   uint64_t choice = 0;               // which of a request's choices (Note [Counter-based sampling])
   int priority = 0;                  // higher is admitted first
   const Adapter* adapter = nullptr;  // must outlive the request
+  // Prefix caching: blocks are shared only between requests of equal salt
+  // (and adapter); a client's cache_salt keeps its prompts to itself.
+  uint64_t cache_salt = 0;
+  // An earlier request with the same prompt (another choice of the same
+  // call): this one waits until that prompt is computed and forks it.
+  int64_t share_prompt_of = 0;
 };
 
 struct SchedulerOptions {
@@ -72,6 +81,7 @@ struct RequestEvent {
   // (max_tokens, the context, or a cache too small for it alone), "cancelled".
   std::string finish_reason;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens taken from the cache or another choice, not computed
 };
 
 struct SchedulerStats {
@@ -80,6 +90,8 @@ struct SchedulerStats {
   int64_t prompt_tokens = 0;        // prompt tokens computed (recomputations included)
   int64_t generated_tokens = 0;
   int64_t steps = 0;
+  // Prefix caching, in tokens (vLLM's meaning): looked up at each admission, and found.
+  int64_t prefix_queries = 0, prefix_hits = 0;
 };
 
 class Scheduler {
@@ -120,6 +132,7 @@ class Scheduler {
   void run(const std::vector<Planned>& plan, std::vector<RequestEvent>& events);
   void finish(Request& r, const std::string& reason, std::vector<RequestEvent>& events, RequestEvent* ev = nullptr);
   void preempt_newest();
+  const Request* find(int64_t id) const;
   int64_t new_blocks(const Request& r, int64_t n) const;
 
   Engine& engine_;

@@ -71,6 +71,7 @@ struct GenerationRequest {
   bool ignore_eos = false;
   int64_t priority = 0;
   std::string user;
+  std::string cache_salt;             // vLLM's: prompts are shared from the cache only with equal salts
 };
 
 // The bodies of POST /v1/completions and /v1/chat/completions. `vocab`
