@@ -59,6 +59,7 @@ FULL = {
     "sparse": ["--rounds", "1", "--finetune-steps", "200", "--repeat", "100"],
     "serve": ["--seconds", "4", "--soak-seconds", "60"],
     "llm": ["--rounds", "3"],
+    "llm_serve": [],
 }
 QUICK = {
     "ops": ["--rounds", "1", "--threads", "1", "--quick", "--skip-default",
@@ -78,6 +79,7 @@ QUICK = {
     "sparse": ["--rounds", "1", "--finetune-steps", "5", "--repeat", "5"],
     "serve": ["--seconds", "1", "--soak-seconds", "3", "--only", "max,curve,soak"],
     "llm": ["--rounds", "1", "--types", "Q4_0"],
+    "llm_serve": ["--quick", "--models", "random-110M-Q4_0"],
 }
 # The trained models: config, overrides (full, quick).
 RUNS = {
@@ -398,6 +400,13 @@ def sec_llm(ctx):
     j = ctx.tmp("llm.json")
     code = run_script([PY, os.path.join(HERE, "llm_compare.py"), "--build-dir", ctx.build_dir, "--json", j,
                        *ctx.settings("llm")], j, ctx.log_path("llm"), ctx.timeout)
+    return {"exit": code, **load_json(j)}
+
+
+def sec_llm_serve(ctx):
+    j = ctx.tmp("llm_serve.json")
+    code = run_script([PY, os.path.join(HERE, "llm_serve_bench.py"), "--build-dir", ctx.build_dir, "--json", j,
+                       *ctx.settings("llm_serve")], j, ctx.log_path("llm_serve"), ctx.timeout)
     return {"exit": code, **load_json(j)}
 
 
@@ -992,6 +1001,82 @@ def render_sparse(d, h):
     return out
 
 
+def render_llm_serve(d, h):
+    ms = lambda v: f"{v * 1000:.0f}" if v >= 0.01 else f"{v * 1000:.1f}"
+    out = ["", machine_line(h), ""]
+    if d.get("quick"):
+        out += ["**Quick run** (fewer requests): for working, not for quoting.", ""]
+    rows = []
+    for m in d["models"]:
+        for c, target in (("4", 1.5), ("16", 2.0)):
+            r, ref = m["closed"][c], m["llama"][c]
+            ratio = r["tokens_per_s"] / ref["tokens_per_s"]
+            rows.append([m["model"], c, fnum(r["tokens_per_s"]), fnum(ref["tokens_per_s"]), f"**{ratio:.2f}x**",
+                         f">= {target}x: " + ("met" if ratio >= target else "**missed**"), ms(r["ttft_p50"]),
+                         f"{ms(r['itl_p50'])} / {ms(r['itl_p99'])}", r["errors"], f"{r['generator_cpu_s']:.2f}"])
+    out += ["Closed loop: each stream sends its next request when its last one ends (prompts of 64 to 512 tokens cut "
+            "from fortunes, or to 127 where the context is 256; 128 tokens generated, streamed). llama.cpp: the same "
+            "file decoding 128 tokens in as many sequences of one context after 8-token prompts (its prefill not "
+            "counted, Tessera's is).", ""]
+    out += table(["model", "streams", "Tessera tokens/s", "llama.cpp tokens/s", "ratio", "target", "TTFT p50 ms",
+                  "inter-token p50 / p99 ms", "errors", "load generator CPU s"], rows,
+                 ["---", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:"])
+    rows = []
+    for m in d["models"]:
+        for frac, r in m["open"].items():
+            rows.append([m["model"], f"{float(frac):.0%} ({float(frac) * m['max_rate']:.2f}/s)",
+                         f"{ms(r['ttft_p50'])} / {ms(r['ttft_p99'])}", f"{ms(r['itl_p50'])} / {ms(r['itl_p99'])}",
+                         r["errors"]])
+        r = m["open_unbatched"]
+        rows.append([m["model"], "50%, no batching (--max-seqs 1)", f"{ms(r['ttft_p50'])} / {ms(r['ttft_p99'])}",
+                     f"{ms(r['itl_p50'])} / {ms(r['itl_p99'])}", r["errors"]])
+    out += ["", "Open loop: Poisson arrivals at fractions of the closed loop's request rate at 16 streams (its "
+                "highest sustained rate here), latencies from each request's scheduled time; the 50% trace again on "
+                "a server without batching.", ""]
+    out += table(["model", "offered load", "TTFT p50 / p99 ms", "inter-token p50 / p99 ms", "errors"], rows,
+                 ["---", "---", "---:", "---:", "---:"])
+    rows = []
+    for m in d["models"]:
+        if "shared" not in m:
+            continue
+        on, off = m["shared"]["on"], m["shared"]["off"]
+        kv = on["peak_kv_usage"] / off["peak_kv_usage"] if off["peak_kv_usage"] else float("nan")
+        tt = on["ttft_p50"] / off["ttft_p50"]
+        rows.append([m["model"], f"{on['peak_kv_usage']:.1%} / {off['peak_kv_usage']:.1%}",
+                     f"**{kv:.2f}x** (<= 0.4x: {'met' if kv <= 0.4 else '**missed**'})",
+                     f"{ms(on['ttft_p50'])} / {ms(off['ttft_p50'])}",
+                     f"**{tt:.2f}x** (<= 0.5x: {'met' if tt <= 0.5 else '**missed**'})"])
+    if rows:
+        out += ["", "16 users at once, each prompt a shared 400-token system prompt and a 32-token question, 64 "
+                    "tokens generated: the peak of the KV cache in use and the median TTFT, with prefix caching and "
+                    "with `--no-prefix-caching`.", ""]
+        out += table(["model", "peak KV in use, caching / not", "ratio", "TTFT p50 ms, caching / not", "ratio"], rows,
+                     ["---", "---:", "---", "---:", "---"])
+    rows = []
+    for m in d["models"]:
+        if "long" not in m:
+            continue
+        L = m["long"]
+        itl = L["together"]["tags"]["stream"]["itl_p99"] / L["streams_alone"]["itl_p99"]
+        tt = L["together"]["tags"]["long"]["ttft_p50"] / L["long_alone"]["ttft_p50"]
+        rows.append([m["model"], f"{ms(L['together']['tags']['stream']['itl_p99'])} / "
+                                 f"{ms(L['streams_alone']['itl_p99'])}",
+                     f"**{itl:.2f}x** (<= 2x: {'met' if itl <= 2 else '**missed**'})",
+                     f"{ms(L['together']['tags']['long']['ttft_p50'])} / {ms(L['long_alone']['ttft_p50'])}",
+                     f"**{tt:.2f}x** (<= 1.5x: {'met' if tt <= 1.5 else '**missed**'})"])
+    if rows:
+        out += ["", "A 2,048-token prompt arriving 1.5 s after 8 streams started (64-token prompts, 384 tokens "
+                    "each; `--ctx 3072`): the streams' p99 inter-token latency with it and without, and its TTFT "
+                    "among them and on an idle server.", ""]
+        out += table(["model", "streams' p99 inter-token ms, with / without", "ratio", "its TTFT ms, among them / idle",
+                      "ratio"], rows, ["---", "---:", "---", "---:", "---"])
+    if d.get("missing"):
+        out += ["", "Left out (no file): " + ", ".join(d["missing"]) + "."]
+    out += ["", "Not measured yet: speculative decoding and JSON-schema decoding (the server has neither), the "
+                "10-minute soak."]
+    return out
+
+
 def render_serve(d, h):
     recs = d["records"]
     out = []
@@ -1134,6 +1219,12 @@ model (width 768, 12 layers, 12 heads, feed-forward 2048, llama.cpp's 32,000-pie
 written by Tessera in F16, Q8_0, Q4_0 and Q4_K (`tessera quantize-gguf`: the output matrix in Q6_K). Prefill: 512 prompt tokens in one step; decode: 64 tokens one at a
 time after an 8-token prompt; 16 sequences: 32 steps decoding all of them together, aggregate tokens/s. Decode
 GB/s: the weight bytes one token reads times tokens/s. Greedy choice on both sides."""),
+    ("llm_serve", "LLM serving: `tessera serve-llm` under load", sec_llm_serve, render_llm_serve, """\
+`bench/llm_serve_bench.py`: `tessera serve-llm` (2 compute threads, up to 16 running requests, 512 tokens a step,
+prefix caching on) driven by `bench/llm_serve_load.cpp` (streamed completions over loopback, a thread per
+stream, on the same 2 vCPUs: its own CPU time is reported) with prompts cut from Debian's fortunes. Models: the
+~20M fortunes model in Q8_0 (context 256) and the 110M random model in Q4_0 and Q8_0 (served with context 3072).
+The reference for throughput is llama.cpp's batched decoding of the same file through node-llama-cpp."""),
     ("serve", "Serving: `tessera serve` under load", sec_serve, render_serve, """\
 `bench/serve_bench.py`: the trained MLP and CNN exported as compiled graphs and served by `tessera serve` (max
 batch 64, 500 us batching delay, one instance), driven by `bench/serve_load.cpp` (one thread, epoll, 64 keep-alive
@@ -1155,6 +1246,7 @@ SHORT = {"ops": "per-op overhead, bandwidth, matmul, softmax, layer norm, conv, 
          "ptq": "static int8 CNN: accuracy and latency vs PyTorch and ONNX Runtime",
          "sparse": "CSR sparse vs dense products by sparsity; structured pruning speed-up",
          "serve": "HTTP serving throughput, latency curve, transports, soak",
+         "llm_serve": "OpenAI-compatible LLM server: streams vs llama.cpp batched, latency under load, prefix caching",
          "llm": "LLM prefill, decode and batched decode vs llama.cpp on the same GGUF files"}
 
 

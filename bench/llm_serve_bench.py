@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""The load test of `tessera serve-llm` (issue 22): bench/llm_serve_load.cpp drives
+the server over loopback on the same cores, with prompts cut from Debian's fortunes
+(tokenized by the served model), 2 compute threads.
+
+  1. closed loop, 4 and 16 concurrent streams (prompts of 64 to 512 tokens, as far as
+     the context allows; 128 generated): aggregate generated tokens/s, against
+     llama.cpp's batched decoding of the same file with as many sequences in one
+     context (node-llama-cpp, bench/llm_llamacpp.mjs);
+  2. open loop, Poisson arrivals at 25%, 50% and 80% of the closed loop's request
+     rate at 16 streams: TTFT and inter-token latency p50/p99; the 50% trace again
+     without batching (--max-seqs 1);
+  3. 16 users, each prompt a shared 400-token system prompt and a 32-token question,
+     64 generated, all at once: peak KV cache in use and p50 TTFT, with and without
+     prefix caching (models whose context holds them);
+  4. a 2,048-token prompt arriving while 8 streams decode: their p99 inter-token
+     latency against the same 8 alone, and its TTFT against an idle server (the 110M
+     model, served with --ctx 3072).
+
+  python3 bench/llm_serve_bench.py [--build-dir build-bench] [--models ...] [--quick] [--json FILE]
+
+Models: the ~20M fortunes model in Q8_0 (scripts/fortunes_models.sh 20m makes it; left
+out when missing) and the 110M random model in Q4_0 and Q8_0 (bench/llm_compare.py
+makes them). Speculative decoding and JSON-schema decoding are not measured: the
+server has neither yet.
+"""
+import argparse
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CACHE = os.environ.get("TESSERA_CACHE", os.path.expanduser("~/.cache/tessera"))
+FORTUNES = "/usr/share/games/fortunes"
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(port, path, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+class Server:
+    """`tessera serve-llm` on a free port, stopped with SIGTERM."""
+
+    def __init__(self, cli, model, *flags):
+        self.port = free_port()
+        self.proc = subprocess.Popen([cli, "serve-llm", model, "--port", str(self.port), "--threads", "2", *flags],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("serve-llm did not come up: " + self.proc.stdout.read())
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def fortune_tokens(port):
+    """Debian's fortunes as one stream of the served model's token ids."""
+    text = []
+    for name in sorted(os.listdir(FORTUNES)):
+        p = os.path.join(FORTUNES, name)
+        if os.path.isfile(p) and not name.endswith(".dat") and not os.path.islink(p):
+            with open(p, encoding="utf-8", errors="replace") as f:
+                text.append(f.read().replace("\n%\n", "\n\n"))
+        if sum(map(len, text)) > 400_000:
+            break
+    return post(port, "/tokenize", {"prompt": "".join(text)[:400_000], "add_special_tokens": False})["tokens"]
+
+
+def prompt(pool, rng, n, bos):
+    start = rng.randrange(0, len(pool) - n)
+    return [bos] + pool[start:start + n - 1]
+
+
+def load(tool, port, requests, concurrency=0):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"requests": requests}, f)
+    try:
+        cmd = [tool, "--port", str(port), "--requests", f.name]
+        if concurrency:
+            cmd += ["--concurrency", str(concurrency)]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=3600).stdout
+        return json.loads(out.strip().splitlines()[-1])
+    finally:
+        os.unlink(f.name)
+
+
+def poisson(rng, rate, n):
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        out.append(t)
+    return out
+
+
+def bench_model(args, name, path, ctx):
+    cli = os.path.join(args.build_dir, "apps", "tessera")
+    tool = os.path.join(args.build_dir, "bench", "tessera_llm_serve_load")
+    q = args.quick
+    rng = random.Random(1)
+    res = {"model": name, "path": path, "context": ctx}
+    vocab = 0
+    serve_ctx = ["--ctx", str(ctx)]
+    srv = Server(cli, path, "--max-seqs", "16", "--max-batched-tokens", "512", *serve_ctx)
+    try:
+        pool = fortune_tokens(srv.port)
+        bos = post(srv.port, "/tokenize", {"prompt": "", "add_special_tokens": True})["tokens"] or [1]
+        bos = bos[0]
+        vocab = 1 + max(pool)
+        for v in (8000, 32000):  # the two vocabularies benchmarked
+            if vocab <= v:
+                vocab = v
+                break
+        longest = min(512, ctx - 128 - 1)
+        # 1. Closed loop.
+        res["closed"] = {}
+        for c in (4, 16):
+            reqs = [{"prompt": prompt(pool, rng, rng.randint(64, longest), bos), "max_tokens": 128}
+                    for _ in range(c if q else 2 * c)]
+            log(f"{name}: closed loop, {c} streams")
+            res["closed"][c] = load(tool, srv.port, reqs, c)
+        # 2. Open loop at fractions of the closed loop's request rate.
+        top = res["closed"][16]["requests"] / res["closed"][16]["wall_s"]
+        res["max_rate"] = top
+        n = 12 if q else 32
+        traces = {}
+        res["open"] = {}
+        for frac in (0.25, 0.5, 0.8):
+            arrivals = poisson(rng, frac * top, n)
+            traces[frac] = [{"prompt": prompt(pool, rng, rng.randint(64, longest), bos), "max_tokens": 128, "at": a}
+                            for a in arrivals]
+            log(f"{name}: open loop at {frac:.0%} of {top:.2f} requests/s")
+            res["open"][frac] = load(tool, srv.port, traces[frac])
+        # 4. A long prompt among 8 streams.
+        if ctx >= 2048 + 64:
+            streams = [{"prompt": prompt(pool, rng, 64, bos), "max_tokens": 256 if q else 384, "at": 0.0,
+                        "tag": "stream"} for _ in range(8)]
+            long = {"prompt": prompt(pool, rng, 2048, bos), "max_tokens": 16, "at": 1.5, "tag": "long"}
+            log(f"{name}: a 2,048-token prompt among 8 streams")
+            res["long"] = {"streams_alone": load(tool, srv.port, streams),
+                           "long_alone": load(tool, srv.port, [dict(long, at=0.0)]),
+                           "together": load(tool, srv.port, streams + [long])}
+    finally:
+        srv.stop()
+    # 2b. Without batching.
+    srv = Server(cli, path, "--max-seqs", "1", "--max-batched-tokens", "512", *serve_ctx)
+    try:
+        log(f"{name}: open loop at 50%, no batching")
+        res["open_unbatched"] = load(tool, srv.port, traces[0.5])
+    finally:
+        srv.stop()
+    # 3. A shared system prompt, with and without prefix caching.
+    if ctx >= 400 + 32 + 64:
+        system = prompt(pool, rng, 400, bos)
+        users = [{"prompt": system + pool[(i * 997) % (len(pool) - 40):][:32], "max_tokens": 64, "at": 0.0}
+                 for i in range(16)]
+        res["shared"] = {}
+        for caching in (True, False):
+            srv = Server(cli, path, "--max-seqs", "16", "--max-batched-tokens", "512", *serve_ctx,
+                         *([] if caching else ["--no-prefix-caching"]))
+            try:
+                log(f"{name}: 16 users of one system prompt, prefix caching {'on' if caching else 'off'}")
+                res["shared"]["on" if caching else "off"] = load(tool, srv.port, users)
+            finally:
+                srv.stop()
+    # 1b. llama.cpp's batched decoding of the same file.
+    res["llama"] = {}
+    spread = min(20000, vocab - 200)  # the prompt ids llm_llamacpp.mjs uses stay in the vocabulary
+    pkg = os.path.join(CACHE, "node-llama-cpp")
+    for c in (4, 16):
+        log(f"{name}: llama.cpp, {c} sequences")
+        out = subprocess.run(["node", "llm_llamacpp.mjs", path, "batch", "2", "128", str(c), str(max(1024, 256 * c)),
+                              str(spread)],
+                             cwd=pkg, check=True, capture_output=True, text=True, timeout=1200).stdout
+        res["llama"][c] = json.loads(out.strip().splitlines()[-1])
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-bench"))
+    ap.add_argument("--models", default="fortunes-20m-Q8_0,random-110M-Q4_0,random-110M-Q8_0")
+    ap.add_argument("--quick", action="store_true", help="fewer requests, for working")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    subprocess.run(["cmake", "--build", args.build_dir, "--target", "tessera_cli", "tessera_llm_serve_load",
+                    "tessera_llm_bench"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["bash", os.path.join(ROOT, "scripts", "llm_compat.sh"), "--install-only"], check=True)
+    subprocess.run(["cp", os.path.join(HERE, "llm_llamacpp.mjs"), os.path.join(CACHE, "node-llama-cpp")], check=True)
+    results, missing = [], []
+    for name in args.models.split(","):
+        if name.startswith("fortunes"):
+            path = os.path.join(CACHE, "fortunes", "models", name + ".gguf")
+            ctx = 256
+        else:
+            path = os.path.join(CACHE, "llm-bench", name + ".gguf")
+            ctx = 3072
+        if not os.path.exists(path):
+            missing.append(name)
+            log(f"{name}: {path} is missing (scripts/fortunes_models.sh or bench/llm_compare.py makes it); left out")
+            continue
+        results.append(bench_model(args, name, path, ctx))
+    out = {"models": results, "missing": missing, "quick": args.quick}
+    text = json.dumps(out, indent=1)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text)
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
