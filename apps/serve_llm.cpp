@@ -45,6 +45,8 @@ void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f) {
   c->add_option("--connections", f.connections, "HTTP connections served at once (a thread each)")
       ->check(CLI::Range(1, 4096));
   c->add_option("--chat-template", f.chat_template, "a Jinja chat template file to use instead of the model's");
+  c->add_option("--pooling", f.pooling, "/v1/embeddings' pooling of the tokens' final hidden states: mean, last or "
+                "cls (default: the GGUF's {arch}.pooling_type, else last)")->check(CLI::IsMember({"mean", "last", "cls"}));
   c->add_option("--weights", f.weights, "a training run's weights in the engine: F32, F16, BF16, Q8_0 or Q4_0")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "F32", "F16", "BF16", "Q8_0", "Q4_0"}));
 }
@@ -106,6 +108,15 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel()>& 
   m.engine.k_type = m.engine.v_type = llm::kv_type_from_name(f.kv_type);
   m.engine.prefix_caching = !f.no_prefix_caching;
   if (!f.kv_memory.empty()) m.engine.kv_memory = byte_count(f.kv_memory);
+  m.pooling = llm::Pooling::Last;
+  if (!f.pooling.empty()) {
+    m.pooling = llm::pooling_from_name(f.pooling);
+  } else if (const llm::GgufValue* p = lm.model->file().find(lm.model->spec().arch + ".pooling_type")) {
+    // llama.cpp's enum: 1 mean, 2 CLS, 3 last (0: none, -1: unspecified).
+    const int64_t t = p->as_int(lm.model->spec().arch + ".pooling_type");
+    if (t == 1) m.pooling = llm::Pooling::Mean;
+    else if (t == 2) m.pooling = llm::Pooling::Cls;
+  }
   m.scheduler.max_seqs = f.max_seqs;
   m.scheduler.max_batched_tokens = f.max_batched_tokens;
   const llm::ModelSpec& s = lm.model->spec();

@@ -173,4 +173,50 @@ sys.exit(0 if abs(rel) <= 0.005 and greedy_ok else 1)
 PY
   done
 done
+
+echo "== embeddings: tessera serve-llm's /v1/embeddings against node-llama-cpp's embedding context"
+# The 2M fortunes model in F32 and Q8_0, last-token pooling (llama.cpp's for a
+# llama GGUF without pooling_type); 8 texts sent to both as the same ids.
+cp scripts/llm_compat_embed.mjs "$pkg/"
+for type in F32 Q8_0; do
+  model="$fdir/models/fortunes-2m-$type.gguf"
+  python3 - "$build/apps/tessera" "$model" "$pkg" "$out" <<'PY' || status=1
+import json, math, socket, subprocess, sys, time, urllib.request
+cli, model, pkg, out = sys.argv[1:5]
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+server = subprocess.Popen([cli, "serve-llm", model, "--port", str(port), "--pooling", "last", "--threads", "2"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+def post(path, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=60).read())
+try:
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.05)
+    texts = ["A fortune cookie.", "You will meet a tall dark stranger.", "Q: What is the meaning of life?",
+             "Never trust a computer you cannot throw out a window.", "Hello", "The best things in life are free.",
+             "He who laughs last laughs longest.", "Today is a good day for a walk in the park, said the owl."]
+    ids = [post("/tokenize", {"prompt": t})["tokens"] for t in texts]
+    mine = [d["embedding"] for d in post("/v1/embeddings", {"input": ids})["data"]]
+finally:
+    server.terminate()
+    server.wait()
+json.dump(ids, open(f"{out}/embed-ids.json", "w"))
+ref = json.loads(subprocess.run(["node", "llm_compat_embed.mjs", model, f"{out}/embed-ids.json"], cwd=pkg,
+                                check=True, capture_output=True, text=True).stdout)
+cos = []
+for a, b in zip(mine, ref):
+    dot = sum(x * y for x, y in zip(a, b))
+    cos.append(dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b)))
+print(f"{model.split('/')[-1]}: cosine to llama.cpp's embedding, lowest {min(cos):.6f} of {len(cos)} (bound 0.9999)")
+sys.exit(0 if min(cos) >= 0.9999 else 1)
+PY
+done
+
 exit $status

@@ -11,6 +11,9 @@ const client = new OpenAI({ baseURL: base + '/v1', apiKey: key, maxRetries: 0 })
 let checks = 0;
 const ok = (what) => { checks++; console.log('ok  ' + what); };
 
+// Usage without prompt_tokens_details: a repeated prompt is served from the prefix cache.
+const counts = (u) => ({ prompt: u.prompt_tokens, completion: u.completion_tokens, total: u.total_tokens });
+
 async function collect(stream, chat) {
   const texts = {}, finish = {};
   let usage = null, id = null, first = true;
@@ -41,7 +44,8 @@ const streamed = await collect(await client.completions.create({ ...creq, stream
   stream_options: { include_usage: true } }), false);
 assert.equal(streamed.texts[0], whole.choices[0].text);
 assert.equal(streamed.finish[0], whole.choices[0].finish_reason);
-assert.deepEqual(streamed.usage, whole.usage);
+assert.deepEqual(counts(streamed.usage), counts(whole.usage));
+assert.ok(streamed.usage.prompt_tokens_details.cached_tokens >= 0);
 ok(`completions: stream = not (${whole.usage.completion_tokens} tokens, ${whole.choices[0].finish_reason})`);
 
 // Chat: stream and not, stop strings, n and logprobs.
@@ -62,7 +66,7 @@ for (const c of chat.choices) {
   }
 }
 assert.notEqual(chat.choices[0].message.content, chat.choices[1].message.content, 'choices differ');
-assert.deepEqual(cs.usage, chat.usage);
+assert.deepEqual(counts(cs.usage), counts(chat.usage));
 ok(`chat: 3 choices, stream = not, logprobs (${chat.usage.prompt_tokens} prompt tokens)`);
 
 // Greedy is the same text alone and among others.
@@ -92,6 +96,19 @@ await expectError(client.chat.completions.create({ model: 'fortunes', messages,
 await expectError(new OpenAI({ baseURL: base + '/v1', apiKey: 'wrong-key-0123456789', maxRetries: 0 })
   .models.list(), AuthenticationError);
 ok('errors: 400 with the parameter, 404 model, context_length_exceeded, 401');
+
+// Embeddings: the client asks for base64 unless told; both give the same unit vectors.
+const texts = ['A fortune cookie.', 'You will meet a tall stranger.'];
+const eb = await client.embeddings.create({ model: 'fortunes', input: texts });
+const ef = await client.embeddings.create({ model: 'fortunes', input: texts, encoding_format: 'float' });
+assert.equal(eb.data.length, 2);
+for (let i = 0; i < 2; i++) {
+  const a = eb.data[i].embedding, b = ef.data[i].embedding;
+  assert.equal(a.length, b.length);
+  assert.ok(a.every((x, k) => Math.abs(x - b[k]) < 1e-6), 'base64 = float');
+  assert.ok(Math.abs(Math.hypot(...b) - 1) < 1e-4, 'unit length');
+}
+ok(`embeddings: ${eb.data.length} of ${eb.data[0].embedding.length} dimensions, base64 = float, unit length`);
 
 // Tokenize, detokenize, health and metrics (plain HTTP).
 const auth = { Authorization: 'Bearer ' + key, 'Content-Type': 'application/json' };

@@ -191,6 +191,7 @@ struct Engine::State {
   std::unique_ptr<AttnItem[]> items;
   std::vector<int64_t> step_mark;  // per sequence: the step that last named it
   int64_t step_count = 0;
+  int64_t last_rows = 0;  // rows of the last step (Engine::hidden_states)
 
   // A block for a sequence. Its keys are zeroed: attention reads keys in runs
   // of 16, past the sequence's last one (those scores are never used, but
@@ -416,6 +417,21 @@ int64_t Engine::fork_sequence(int64_t seq, int64_t length) {
   return fork;
 }
 
+void Engine::hidden_states(int64_t row0, int64_t n, float* out) const {
+  const State& st = *st_;
+  TS_CHECK(row0 >= 0 && n >= 0 && row0 + n <= st.last_rows, "engine: hidden states of rows [", row0, ", ", row0 + n,
+           ") asked of a step of ", st.last_rows, " rows");
+  const ModelSpec& s = model_->spec();
+  for (int64_t i = 0; i < n; ++i) {
+    const float* x = st.x.get() + (row0 + i) * s.dim;
+    if (s.arch == "gpt2")
+      st.kt->layer_norm_fwd[cpu::idx(DType::F32)](x, model_->output_norm(), model_->output_norm_bias(),
+                                                   out + i * s.dim, nullptr, nullptr, 1, s.dim, s.norm_eps, false);
+    else
+      st.kt->rms_norm_row(x, model_->output_norm(), out + i * s.dim, s.dim, s.norm_eps);
+  }
+}
+
 int64_t Engine::sequence_length(int64_t seq) const {
   TS_CHECK(seq >= 0 && seq < opts_.max_sequences && st_->seqs[seq].alive, "engine: no sequence ", seq);
   return st_->seqs[seq].length;
@@ -453,6 +469,7 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
            " free of ", st.n_blocks, "); raise --kv-memory or end sequences");
   TS_CHECK(get_num_threads() <= st.threads, "engine step: ", get_num_threads(), " threads, more than the ",
            st.threads, " the engine was made for");
+  st.last_rows = T;
   if (T == 0) return {};
 
   // Cache blocks, and each row's sequence, position and token.

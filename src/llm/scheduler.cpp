@@ -3,6 +3,7 @@
 #include "tessera/llm/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "tessera/core/error.h"
@@ -21,6 +22,7 @@ struct Scheduler::Request {
   Clock::time_point arrival;
   bool done = false;  // finished or cancelled: to be dropped
   int64_t cached = -1;  // prompt tokens not computed at its first admission (-1: not admitted yet)
+  std::vector<double> pooled;  // an embedding request's pooling so far
   Sampler sampler;
   TextStream text;
 
@@ -31,7 +33,23 @@ struct Scheduler::Request {
   int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - fed; }
   // Running with its prompt in the cache: each step feeds its last token.
   bool decoding() const { return seq >= 0 && fed > 0 && remaining() == 1 && generated() > 0; }
+  bool embedding() const { return opts.pooling != Pooling::None; }
 };
+
+const char* pooling_name(Pooling p) {
+  switch (p) {
+    case Pooling::Mean: return "mean";
+    case Pooling::Last: return "last";
+    case Pooling::Cls: return "cls";
+    default: return "none";
+  }
+}
+
+Pooling pooling_from_name(const std::string& name) {
+  for (Pooling p : {Pooling::Mean, Pooling::Last, Pooling::Cls})
+    if (name == pooling_name(p)) return p;
+  TS_ERROR("pooling '", name, "' is not one of mean, last, cls");
+}
 
 Scheduler::Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOptions opts)
     : engine_(engine), tokenizer_(tokenizer), opts_(opts) {
@@ -57,8 +75,11 @@ int64_t Scheduler::submit(std::vector<int32_t> prompt, const RequestOptions& opt
   const int64_t n = static_cast<int64_t>(prompt.size()), vocab = engine_.model().spec().vocab;
   TS_CHECK(n > 0, "the prompt has no tokens");
   for (int32_t t : prompt) TS_CHECK(t >= 0 && t < vocab, "prompt token ", t, " is outside the vocabulary [0, ", vocab, ")");
-  TS_CHECK(n < context_, "context_length_exceeded: the prompt has ", n, " tokens and the context holds ", context_,
-           " (the prompt must leave room for at least one generated token)");
+  if (opts.pooling != Pooling::None)
+    TS_CHECK(n <= context_, "context_length_exceeded: the input has ", n, " tokens and the context holds ", context_);
+  else
+    TS_CHECK(n < context_, "context_length_exceeded: the prompt has ", n, " tokens and the context holds ", context_,
+             " (the prompt must leave room for at least one generated token)");
   const int64_t capacity = engine_.total_blocks() * engine_.options().block_tokens;
   TS_CHECK(n < capacity, "context_length_exceeded: the prompt has ", n, " tokens and the whole KV cache holds ",
            capacity, "; raise --kv-memory");
@@ -115,6 +136,35 @@ void Scheduler::finish(Request& r, const std::string& reason, std::vector<Reques
   ev->cached_tokens = std::max<int64_t>(r.cached, 0);
 }
 
+// An embedding request's chunk of n rows at row0 of the step: pooled, and
+// the request finished with its embedding once its last token is in.
+void Scheduler::pool(Request& r, int64_t row0, int64_t n, std::vector<RequestEvent>& events) {
+  const int64_t dim = engine_.model().spec().dim;
+  const Pooling how = r.opts.pooling;
+  if (r.pooled.empty()) r.pooled.assign(static_cast<size_t>(dim), 0.0);
+  const bool first = r.fed == 0, last = r.fed + n == static_cast<int64_t>(r.tokens.size());
+  r.fed += n;
+  if (how == Pooling::Mean || (how == Pooling::Cls && first) || (how == Pooling::Last && last)) {
+    const int64_t from = how == Pooling::Mean ? 0 : how == Pooling::Cls ? 0 : n - 1;
+    const int64_t count = how == Pooling::Mean ? n : 1;
+    std::vector<float> h(static_cast<size_t>(count * dim));
+    engine_.hidden_states(row0 + from, count, h.data());
+    for (int64_t i = 0; i < count; ++i)
+      for (int64_t c = 0; c < dim; ++c) r.pooled[static_cast<size_t>(c)] += h[static_cast<size_t>(i * dim + c)];
+  }
+  if (!last) return;
+  events.emplace_back();
+  RequestEvent& ev = events.back();
+  ev.id = r.id;
+  const double scale = how == Pooling::Mean ? 1.0 / static_cast<double>(r.tokens.size()) : 1.0;
+  double norm = 0;
+  for (double v : r.pooled) norm += v * scale * v * scale;
+  const double unit = r.opts.normalize && norm > 0 ? 1.0 / std::sqrt(norm) : 1.0;
+  ev.embedding.resize(r.pooled.size());
+  for (size_t c = 0; c < r.pooled.size(); ++c) ev.embedding[c] = static_cast<float>(r.pooled[c] * scale * unit);
+  finish(r, "stop", events, &ev);
+}
+
 const Scheduler::Request* Scheduler::find(int64_t id) const {
   for (const auto& r : running_)
     if (r->id == id) return r.get();
@@ -129,6 +179,7 @@ void Scheduler::preempt_newest() {
   engine_.remove_sequence(r.seq);
   r.seq = -1;
   r.fed = 0;
+  r.pooled.clear();
   ++stats_.preemptions;
   waiting_.push_front(std::move(running_.back()));
   running_.pop_back();
@@ -220,8 +271,10 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
       reused = r.prompt - 1;
     } else {
       r.seq = engine_.add_sequence();
+      // Mean and CLS pooling read every token's (or the first's) hidden state: computed, not reused.
+      const bool reuse = r.opts.pooling == Pooling::None || r.opts.pooling == Pooling::Last;
       const uint64_t salt = r.opts.cache_salt ^ (reinterpret_cast<uintptr_t>(r.opts.adapter) * 0x9e3779b97f4a7c15ULL);
-      reused = engine_.reuse_prefix(r.seq, r.tokens, salt);
+      reused = reuse ? engine_.reuse_prefix(r.seq, r.tokens, salt) : 0;
     }
     r.fed = reused;
     const int64_t n = chunk_for(r);
@@ -267,17 +320,23 @@ void Scheduler::run(const std::vector<Planned>& plan, std::vector<RequestEvent>&
   std::vector<Chunk> chunks;
   chunks.reserve(plan.size());
   for (const Planned& p : plan) {
-    const bool last = p.r->fed + p.n == static_cast<int64_t>(p.r->tokens.size());
+    const bool last = p.r->fed + p.n == static_cast<int64_t>(p.r->tokens.size()) && !p.r->embedding();
     chunks.push_back({p.r->seq, std::span<const int32_t>(p.r->tokens.data() + p.r->fed, static_cast<size_t>(p.n)),
                       last ? 1 : 0, p.r->opts.adapter});
   }
   const std::span<const float> logits = engine_.step(chunks);
   ++stats_.steps;
   const int64_t vocab = engine_.model().spec().vocab;
-  int64_t row = 0;
+  int64_t row = 0, first_row = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     Request& r = *plan[i].r;
+    const int64_t row0 = first_row;  // this chunk's first row in the step
+    first_row += plan[i].n;
     if (!r.decoding()) stats_.prompt_tokens += plan[i].n;
+    if (r.embedding()) {
+      pool(r, row0, plan[i].n, events);
+      continue;
+    }
     r.fed += plan[i].n;
     if (!chunks[i].logits) continue;
     const Sampled s = r.sampler.sample(logits.data() + row++ * vocab, r.tokens, r.opts.choice, r.tokens.size());

@@ -217,9 +217,9 @@ void LlmService::route(HttpRequest& req, HttpExchange& exchange) {
     return;
   }
   const bool known = path == "/v1/models" || path == "/v1/completions" || path == "/v1/chat/completions" ||
-                     path == "/tokenize" || path == "/detokenize";
+                     path == "/v1/embeddings" || path == "/tokenize" || path == "/detokenize";
   if (!known) throw ApiError(404, "no route " + path.substr(0, 200) + " (see /v1/models, /v1/completions, "
-                                   "/v1/chat/completions, /tokenize, /detokenize, /health, /metrics)");
+                                   "/v1/chat/completions, /v1/embeddings, /tokenize, /detokenize, /health, /metrics)");
   if (!ready_) throw ApiError(503, "the model is still loading");
   const Loaded& L = *loaded_;
   const int64_t vocab = L.m.model->spec().vocab;
@@ -239,6 +239,14 @@ void LlmService::route(HttpRequest& req, HttpExchange& exchange) {
       throw ApiError(404, "the model '" + g.model.substr(0, 200) + "' does not exist (this server serves '" +
                               options_.model_name + "')", "model", "model_not_found");
     generate(g, exchange);
+    return;
+  }
+  if (path == "/v1/embeddings") {
+    const openai::EmbeddingRequest e = openai::parse_embedding_request(req.body, vocab, options_.limits);
+    if (!e.model.empty() && e.model != options_.model_name)
+      throw ApiError(404, "the model '" + e.model.substr(0, 200) + "' does not exist (this server serves '" +
+                              options_.model_name + "')", "model", "model_not_found");
+    embed(e, exchange);
     return;
   }
   const ojson body = openai::parse_body(req.body, options_.limits.max_json_depth);
@@ -544,6 +552,71 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
   exchange.send(json_response(200, ojson{{"id", id}, {"object", chat ? "chat.completion" : "text_completion"},
                                          {"created", created}, {"model", options_.model_name},
                                          {"choices", out_choices}, {"usage", usage()}}));
+}
+
+void LlmService::embed(const openai::EmbeddingRequest& e, HttpExchange& exchange) {
+  Loaded& L = *loaded_;
+  std::vector<std::vector<int32_t>> inputs;
+  int64_t tokens = 0;
+  for (const openai::Prompt& p : e.inputs) {
+    inputs.push_back(p.is_ids ? p.ids : L.m.tokenizer.encode(p.text, true, false));
+    if (static_cast<int64_t>(inputs.back().size()) > L.context)
+      throw ApiError(400, "This model's maximum context length is " + std::to_string(L.context) +
+                              " tokens; an input has " + std::to_string(inputs.back().size()),
+                     "input", "context_length_exceeded");
+    tokens += static_cast<int64_t>(inputs.back().size());
+  }
+  llm::RequestOptions ro;
+  ro.pooling = e.pooling.empty() ? L.m.pooling : llm::pooling_from_name(e.pooling);
+  ro.sampling.temperature = 0;
+  auto ch = std::make_shared<Channel>();
+  std::vector<int64_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) throw ApiError(503, "the server is stopping");
+    if (L.scheduler.stats().waiting + static_cast<int64_t>(inputs.size()) > options_.max_waiting)
+      throw ApiError(503, "the server's queue is full; retry later");
+    for (const auto& in : inputs) {
+      ids.push_back(L.scheduler.submit(in, ro));
+      channels_[ids.back()] = ch;
+    }
+  }
+  wake_.notify_one();
+  std::map<int64_t, std::vector<float>> got;
+  while (got.size() < ids.size()) {
+    std::deque<llm::RequestEvent> events;
+    std::string failure;
+    {
+      std::unique_lock<std::mutex> lock(ch->mu);
+      ch->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return !ch->events.empty() || !ch->failure.empty(); });
+      events.swap(ch->events);
+      failure = ch->failure;
+    }
+    if (!failure.empty()) throw ApiError(503, failure);
+    if (events.empty() && exchange.client_gone()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (int64_t id : ids)
+          if (!got.count(id)) {
+            L.scheduler.cancel(id);
+            channels_.erase(id);
+          }
+      }
+      wake_.notify_one();
+      return;
+    }
+    for (llm::RequestEvent& ev : events)
+      if (ev.finished) got[ev.id] = std::move(ev.embedding);
+  }
+  ojson data = ojson::array();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::vector<float>& v = got[ids[i]];
+    ojson emb = e.base64 ? ojson(openai::base64({reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)}))
+                         : ojson(v);
+    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", std::move(emb)}});
+  }
+  exchange.send(json_response(200, ojson{{"object", "list"}, {"data", std::move(data)}, {"model", options_.model_name},
+                                         {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}));
 }
 
 std::string LlmService::render_metrics() {

@@ -237,6 +237,61 @@ GenerationRequest parse_completion_request(std::string_view text, int64_t vocab,
   return r;
 }
 
+EmbeddingRequest parse_embedding_request(std::string_view text, int64_t vocab, const Limits& limits) {
+  const ojson body = parse_body(text, limits.max_json_depth);
+  for (const auto& [key, _] : body.items())
+    if (key != "model" && key != "input" && key != "encoding_format" && key != "user" && key != "pooling")
+      bad("unrecognized request argument '" + key + "' (this server does not implement it)", key);
+  EmbeddingRequest r;
+  r.model = string(body, "model");
+  r.user = string(body, "user");
+  const std::string format = string(body, "encoding_format");
+  if (!format.empty() && format != "float" && format != "base64")
+    bad("'encoding_format' must be \"float\" or \"base64\"", "encoding_format");
+  r.base64 = format == "base64";
+  r.pooling = string(body, "pooling");
+  if (!r.pooling.empty() && r.pooling != "mean" && r.pooling != "last" && r.pooling != "cls")
+    bad("'pooling' must be \"mean\", \"last\" or \"cls\"", "pooling");
+  if (!given(body, "input")) bad("'input' is required (a string, an array of strings, or token ids)", "input");
+  const ojson& in = body["input"];
+  auto ids = [&](const ojson& a) {
+    Prompt p = id_prompt(a, vocab, limits);
+    return p;
+  };
+  if (in.is_string()) r.inputs.push_back({in.get<std::string>(), {}, false});
+  else if (in.is_array() && !in.empty() && in[0].is_number_integer()) r.inputs.push_back(ids(in));
+  else if (in.is_array() && !in.empty()) {
+    if (static_cast<int64_t>(in.size()) > limits.max_prompts)
+      bad("'input' has " + std::to_string(in.size()) + " inputs; at most " + std::to_string(limits.max_prompts), "input");
+    for (const ojson& x : in) {
+      if (x.is_string()) r.inputs.push_back({x.get<std::string>(), {}, false});
+      else if (x.is_array()) r.inputs.push_back(ids(x));
+      else bad("'input' must be a string, an array of strings, token ids or an array of those; got an element " +
+               quote(x), "input");
+    }
+  } else bad("'input' must be a string, an array of strings, or token ids; got " + quote(in), "input");
+  for (const Prompt& p : r.inputs)
+    if (!p.is_ids && p.text.empty()) bad("an input is empty", "input");
+  return r;
+}
+
+std::string base64(std::string_view bytes) {
+  static const char* abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const uint32_t b0 = static_cast<uint8_t>(bytes[i]);
+    const uint32_t b1 = i + 1 < bytes.size() ? static_cast<uint8_t>(bytes[i + 1]) : 0;
+    const uint32_t b2 = i + 2 < bytes.size() ? static_cast<uint8_t>(bytes[i + 2]) : 0;
+    const uint32_t v = b0 << 16 | b1 << 8 | b2;
+    out += abc[v >> 18 & 63];
+    out += abc[v >> 12 & 63];
+    out += i + 1 < bytes.size() ? abc[v >> 6 & 63] : '=';
+    out += i + 2 < bytes.size() ? abc[v & 63] : '=';
+  }
+  return out;
+}
+
 GenerationRequest parse_chat_request(std::string_view text, int64_t vocab, const Limits& limits) {
   const ojson body = parse_body(text, limits.max_json_depth);
   check_keys(body, {"messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice",

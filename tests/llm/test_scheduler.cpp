@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <string>
 #include <thread>
@@ -217,6 +218,67 @@ TEST(Scheduler, ChoicesForkTheFirstOnesPrompt) {
     EXPECT_NE(tokens[ids[0]], tokens[ids[1]]);
     EXPECT_EQ(e.free_blocks(), e.total_blocks());
   }
+}
+
+// Embedding requests: the pooled final hidden states of the whole input,
+// the same bits in chunks among other requests as in one step alone.
+TEST(Scheduler, EmbeddingsPoolTheInputsHiddenStates) {
+  Fixture f = fixture();
+  const std::vector<int32_t> input = prompt_of(40, 8);
+  const int64_t dim = f.model->spec().dim;
+  // Directly: the whole input in one step.
+  std::vector<float> rows(static_cast<size_t>(40 * dim));
+  {
+    llm::Engine e(f.model, {});
+    const int64_t s = e.add_sequence();
+    llm::Chunk c{s, input, 0};
+    e.step({&c, 1});
+    e.hidden_states(0, 40, rows.data());
+  }
+  auto want = [&](llm::Pooling p) {
+    std::vector<double> v(static_cast<size_t>(dim), 0.0);
+    const int64_t from = p == llm::Pooling::Last ? 39 : 0, n = p == llm::Pooling::Mean ? 40 : 1;
+    for (int64_t i = from; i < from + n; ++i)
+      for (int64_t c = 0; c < dim; ++c) v[static_cast<size_t>(c)] += rows[static_cast<size_t>(i * dim + c)];
+    double norm = 0;
+    for (double& x : v) norm += (x / static_cast<double>(n)) * (x / static_cast<double>(n));
+    std::vector<float> out;
+    for (double x : v) out.push_back(static_cast<float>(x / static_cast<double>(n) / std::sqrt(norm)));
+    return out;
+  };
+  llm::EngineOptions eo;
+  eo.max_sequences = 4;
+  eo.max_batch_tokens = 16;
+  eo.prefix_caching = true;
+  llm::Engine e(f.model, eo);
+  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 7, .max_seqs = 4});
+  std::map<int64_t, llm::Pooling> ids;
+  s.submit(prompt_of(30, 1), request(0));  // a generation request beside them
+  for (llm::Pooling p : {llm::Pooling::Mean, llm::Pooling::Last, llm::Pooling::Cls}) {
+    llm::RequestOptions o;
+    o.pooling = p;
+    ids[s.submit(input, o)] = p;
+  }
+  int found = 0;
+  while (s.has_work())
+    for (const llm::RequestEvent& ev : s.step()) {
+      if (!ids.count(ev.id)) continue;
+      EXPECT_TRUE(ev.finished);
+      EXPECT_EQ(ev.finish_reason, "stop");
+      EXPECT_FALSE(ev.has_token);
+      EXPECT_EQ(ev.embedding, want(ids[ev.id])) << llm::pooling_name(ids[ev.id]);
+      ++found;
+    }
+  EXPECT_EQ(found, 3);
+  EXPECT_EQ(e.free_blocks(), e.total_blocks());
+  // A whole context's worth is an input (there is nothing to generate).
+  llm::RequestOptions o;
+  o.pooling = llm::Pooling::Mean;
+  EXPECT_NO_THROW(s.submit(prompt_of(128, 3), o));
+  EXPECT_NE(testing::error_of([&] { s.submit(prompt_of(129, 3), o); }).find("context_length_exceeded: the input has 129"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] { llm::pooling_from_name("max"); }).find("pooling 'max' is not one of mean, last, cls"),
+            std::string::npos);
 }
 
 // Stop strings and stop tokens end a request as they end generate()'s.

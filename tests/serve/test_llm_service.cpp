@@ -302,6 +302,44 @@ TEST(LlmService, ASharedSystemPromptIsReusedAndReported) {
   EXPECT_TRUE(drains(s));
 }
 
+TEST(LlmService, EmbeddingsAsFloatsOrBase64) {
+  LlmService s;
+  s.load(fixture_model());
+  const json req = {{"input", {"abc", "cab ab"}}, {"model", "model"}};
+  const FakeExchange x = post(s, "/v1/embeddings", req);
+  ASSERT_EQ(x.status, 200) << x.body;
+  const json f = x.json_body();
+  EXPECT_EQ(f["object"], "list");
+  ASSERT_EQ(f["data"].size(), 2u);
+  json b64 = req;
+  b64["encoding_format"] = "base64";
+  const json b = post(s, "/v1/embeddings", b64).json_body();
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<float> v = f["data"][i]["embedding"];
+    EXPECT_EQ(v.size(), 64u);
+    double norm = 0;
+    for (float y : v) norm += static_cast<double>(y) * y;
+    EXPECT_NEAR(norm, 1.0, 1e-5);
+    // The same floats, little-endian, base64-encoded.
+    const std::string text = b["data"][i]["embedding"];
+    EXPECT_EQ(text, openai::base64({reinterpret_cast<const char*>(v.data()), v.size() * 4}));
+  }
+  EXPECT_NE(f["data"][0]["embedding"], f["data"][1]["embedding"]);
+  EXPECT_GT(f["usage"]["prompt_tokens"].get<int64_t>(), 4);
+  // Pooling by request; errors by name.
+  json mean = req;
+  mean["pooling"] = "mean";
+  EXPECT_NE(post(s, "/v1/embeddings", mean).json_body()["data"][0]["embedding"], f["data"][0]["embedding"]);
+  EXPECT_EQ(post(s, "/v1/embeddings", {{"input", "a"}, {"dimensions", 8}}).json_body()["error"]["param"], "dimensions");
+  EXPECT_EQ(post(s, "/v1/embeddings", {{"input", std::string(200, 'a')}}).json_body()["error"]["code"],
+            "context_length_exceeded");
+  EXPECT_EQ(post(s, "/v1/embeddings", {{"input", ""}}).status, 400);
+  EXPECT_EQ(openai::base64("Ma"), "TWE=");
+  EXPECT_EQ(openai::base64("Man"), "TWFu");
+  EXPECT_EQ(openai::base64("M"), "TQ==");
+  EXPECT_TRUE(drains(s));
+}
+
 TEST(LlmService, ChatLogprobsNameEachToken) {
   LlmService s;
   s.load(fixture_model());

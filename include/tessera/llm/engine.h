@@ -210,6 +210,11 @@ class Engine {
   // changes.
   std::span<const float> step(std::span<const Chunk> chunks);
 
+  // The last step's final hidden states (after the output norm, before the
+  // output matrix) of its rows [row0, row0 + n), chunk after chunk: [n, dim]
+  // into `out`. For embeddings.
+  void hidden_states(int64_t row0, int64_t n, float* out) const;
+
   int64_t total_blocks() const;
   // Blocks a sequence can take: free ones and registered ones no sequence holds.
   int64_t free_blocks() const;

@@ -45,6 +45,13 @@
 
 namespace tessera::llm {
 
+// An embedding request's pooling of its tokens' final hidden states: their
+// mean, the last token's, or the first's (CLS). None: a generation request.
+enum class Pooling : uint8_t { None, Mean, Last, Cls };
+const char* pooling_name(Pooling p);
+// "mean", "last", "cls" (an error naming them otherwise).
+Pooling pooling_from_name(const std::string& name);
+
 struct RequestOptions {
   SamplingParams sampling;
   int64_t max_tokens = 256;          // tokens to generate at most
@@ -60,6 +67,11 @@ struct RequestOptions {
   // An earlier request with the same prompt (another choice of the same
   // call): this one waits until that prompt is computed and forks it.
   int64_t share_prompt_of = 0;
+  // An embedding request: the prompt is computed (up to the whole context)
+  // and its pooled hidden state returned in the finishing event, scaled to
+  // unit length when `normalize`; nothing is generated.
+  Pooling pooling = Pooling::None;
+  bool normalize = true;
 };
 
 struct SchedulerOptions {
@@ -82,6 +94,7 @@ struct RequestEvent {
   std::string finish_reason;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens taken from the cache or another choice, not computed
+  std::vector<float> embedding;  // an embedding request's, in its finishing event
 };
 
 struct SchedulerStats {
@@ -132,6 +145,7 @@ class Scheduler {
   void run(const std::vector<Planned>& plan, std::vector<RequestEvent>& events);
   void finish(Request& r, const std::string& reason, std::vector<RequestEvent>& events, RequestEvent* ev = nullptr);
   void preempt_newest();
+  void pool(Request& r, int64_t row0, int64_t n, std::vector<RequestEvent>& events);
   const Request* find(int64_t id) const;
   int64_t new_blocks(const Request& r, int64_t n) const;
 

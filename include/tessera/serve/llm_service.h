@@ -8,6 +8,7 @@
 //   GET  /v1/models                  the served model
 //   POST /v1/completions             text completion (stream or not)
 //   POST /v1/chat/completions        chat completion through the model's chat template
+//   POST /v1/embeddings              pooled final hidden states (mean, last or CLS), unit length
 //   POST /tokenize, /detokenize      the model's tokenizer
 //
 // With an API key set, every route but /health needs "Authorization: Bearer
@@ -58,6 +59,7 @@ struct LlmModel {
   // The chat template's source ("" for none: each message on a line after
   // its role, and the model stopped where it starts the user's next line).
   std::string chat_template, chat_template_name = "tokenizer.chat_template";
+  llm::Pooling pooling = llm::Pooling::Last;  // /v1/embeddings, unless a request names another
 };
 
 class LlmService {
@@ -89,6 +91,7 @@ class LlmService {
   struct Timing;
   void route(HttpRequest& request, HttpExchange& exchange);
   void generate(const openai::GenerationRequest& g, HttpExchange& exchange);
+  void embed(const openai::EmbeddingRequest& e, HttpExchange& exchange);
   void engine_loop();
   std::string render_metrics();
 

@@ -74,10 +74,22 @@ struct GenerationRequest {
   std::string cache_salt;             // vLLM's: prompts are shared from the cache only with equal salts
 };
 
+struct EmbeddingRequest {
+  std::string model;
+  std::vector<Prompt> inputs;
+  bool base64 = false;       // encoding_format "base64": little-endian float32, base64-encoded
+  std::string pooling;       // extension: "mean", "last" or "cls" ("" : the server's)
+  std::string user;
+};
+
 // The bodies of POST /v1/completions and /v1/chat/completions. `vocab`
 // bounds token ids (prompts, logit_bias).
 GenerationRequest parse_completion_request(std::string_view body, int64_t vocab, const Limits& limits = {});
 GenerationRequest parse_chat_request(std::string_view body, int64_t vocab, const Limits& limits = {});
+// The body of POST /v1/embeddings: input as text, token ids, or a list of either.
+EmbeddingRequest parse_embedding_request(std::string_view body, int64_t vocab, const Limits& limits = {});
+// Base64 of bytes (RFC 4648, with padding).
+std::string base64(std::string_view bytes);
 
 // A body as JSON, its nesting bounded (an ApiError naming what is wrong).
 nlohmann::ordered_json parse_body(std::string_view body, int64_t max_depth);
