@@ -1,17 +1,21 @@
 // llama.cpp's side of bench/llm_compare.py, through npm's node-llama-cpp: the
 // same measurements as `tessera_llm_bench run` on the same GGUF file.
 //   node llm_llamacpp.mjs MODEL.gguf prefill|decode|batch THREADS TOKENS SEQS CTX
+//   node llm_llamacpp.mjs MODEL.gguf trace THREADS 0 SEQS CTX TRACE.json
 // prints one JSON line: tokens/s, the RSS growth past the loaded model, and
-// the CPU variant of ggml that was loaded.
+// the CPU variant of ggml that was loaded. `trace` runs bench/llm_serve_load's
+// requests ({"requests": [{"prompt": ids, "max_tokens": n}]}) in a closed loop
+// of SEQS sequences of one context: each takes the next request, evaluates its
+// prompt and generates its tokens greedily; tokens/s counts generated tokens.
 import {getLlama} from "node-llama-cpp";
 
 const [, , modelPath, measure, threadsArg, tokensArg, seqsArg, ctxArg, spreadArg] = process.argv;
 const threads = Number(threadsArg), n = Number(tokensArg), ctx = Number(ctxArg);
-const seqs = measure === "batch" ? Number(seqsArg) : 1;
+const seqs = measure === "batch" || measure === "trace" ? Number(seqsArg) : 1;
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error", maxThreads: threads});
 const model = await llama.loadModel({modelPath});
 // Prompt ids 100 + (i * 7919) mod spread (default 20,000), as tessera_llm_bench's --spread.
-const spread = Number(spreadArg ?? 20000);
+const spread = measure === "trace" ? 20000 : Number(spreadArg ?? 20000);
 const prompt = Array.from({length: n + seqs + 8}, (_, i) => 100 + (i * 7919) % spread);
 
 // The weights' pages read once (a one-token evaluation in a throwaway context).
@@ -46,6 +50,21 @@ if (measure === "prefill") {
   await run();
   t1 = now();
   tokens = n;
+} else if (measure === "trace") {
+  const requests = JSON.parse((await import("node:fs")).readFileSync(spreadArg, "utf8")).requests;
+  let next = 0;
+  const worker = async (seq) => {
+    for (let i; (i = next++) < requests.length;) {
+      await seq.eraseContextTokenRanges([{start: 0, end: seq.nextTokenIndex}]);
+      let k = 0;
+      for await (const _ of seq.evaluate(requests[i].prompt, greedy)) if (++k >= requests[i].max_tokens) break;
+      tokens += k;
+    }
+  };
+  const sequences = Array.from({length: seqs}, () => context.getSequence());
+  t0 = now();
+  await Promise.all(sequences.map(worker));
+  t1 = now();
 } else {
   const runs = [];
   for (let i = 0; i < seqs; ++i) runs.push(decode(context.getSequence(), prompt.slice(i, i + 8), n));

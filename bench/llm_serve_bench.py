@@ -5,8 +5,9 @@ the server over loopback on the same cores, with prompts cut from Debian's fortu
 
   1. closed loop, 4 and 16 concurrent streams (prompts of 64 to 512 tokens, as far as
      the context allows; 128 generated): aggregate generated tokens/s, against
-     llama.cpp's batched decoding of the same file with as many sequences in one
-     context (node-llama-cpp, bench/llm_llamacpp.mjs);
+     llama.cpp running the same requests in a closed loop of as many sequences of
+     one context (node-llama-cpp batches them; bench/llm_llamacpp.mjs trace), and
+     beside llama.cpp's batched decoding alone (8-token prompts, no prefill);
   2. open loop, Poisson arrivals at 25%, 50% and 80% of the closed loop's request
      rate at 16 streams: TTFT and inter-token latency p50/p99; the 50% trace again
      without batching (--max-seqs 1);
@@ -141,9 +142,11 @@ def bench_model(args, name, path, ctx):
         longest = min(512, ctx - 128 - 1)
         # 1. Closed loop.
         res["closed"] = {}
+        closed_traces = {}
         for c in (4, 16):
             reqs = [{"prompt": prompt(pool, rng, rng.randint(64, longest), bos), "max_tokens": 128}
                     for _ in range(c if q else 2 * c)]
+            closed_traces[c] = reqs
             log(f"{name}: closed loop, {c} streams")
             res["closed"][c] = load(tool, srv.port, reqs, c)
         # 2. Open loop at fractions of the closed loop's request rate.
@@ -160,13 +163,16 @@ def bench_model(args, name, path, ctx):
             res["open"][frac] = load(tool, srv.port, traces[frac])
         # 4. A long prompt among 8 streams.
         if ctx >= 2048 + 64:
-            streams = [{"prompt": prompt(pool, rng, 64, bos), "max_tokens": 256 if q else 384, "at": 0.0,
-                        "tag": "stream"} for _ in range(8)]
-            long = {"prompt": prompt(pool, rng, 2048, bos), "max_tokens": 16, "at": 1.5, "tag": "long"}
+            # Fresh prompts for each run: none may find another's blocks in the prefix cache.
+            def streams():
+                return [{"prompt": prompt(pool, rng, 64, bos), "max_tokens": 256 if q else 384, "at": 0.0,
+                         "tag": "stream"} for _ in range(8)]
+            def long(at):
+                return {"prompt": prompt(pool, rng, 2048, bos), "max_tokens": 16, "at": at, "tag": "long"}
             log(f"{name}: a 2,048-token prompt among 8 streams")
-            res["long"] = {"streams_alone": load(tool, srv.port, streams),
-                           "long_alone": load(tool, srv.port, [dict(long, at=0.0)]),
-                           "together": load(tool, srv.port, streams + [long])}
+            res["long"] = {"streams_alone": load(tool, srv.port, streams()),
+                           "long_alone": load(tool, srv.port, [long(0.0)]),
+                           "together": load(tool, srv.port, streams() + [long(1.5)])}
     finally:
         srv.stop()
     # 2b. Without batching.
@@ -190,16 +196,26 @@ def bench_model(args, name, path, ctx):
                 res["shared"]["on" if caching else "off"] = load(tool, srv.port, users)
             finally:
                 srv.stop()
-    # 1b. llama.cpp's batched decoding of the same file.
-    res["llama"] = {}
+    # 1b. llama.cpp on the same file: the closed loop's requests (prefill
+    # included), and batched decoding alone.
+    res["llama"], res["llama_decode"] = {}, {}
     spread = min(20000, vocab - 200)  # the prompt ids llm_llamacpp.mjs uses stay in the vocabulary
     pkg = os.path.join(CACHE, "node-llama-cpp")
     for c in (4, 16):
         log(f"{name}: llama.cpp, {c} sequences")
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump({"requests": closed_traces[c]}, f)
+        try:
+            cells = c * (max(len(r["prompt"]) for r in closed_traces[c]) + 128 + 8)
+            out = subprocess.run(["node", "llm_llamacpp.mjs", path, "trace", "2", "0", str(c), str(cells), f.name],
+                                 cwd=pkg, check=True, capture_output=True, text=True, timeout=1800).stdout
+            res["llama"][c] = json.loads(out.strip().splitlines()[-1])
+        finally:
+            os.unlink(f.name)
         out = subprocess.run(["node", "llm_llamacpp.mjs", path, "batch", "2", "128", str(c), str(max(1024, 256 * c)),
                               str(spread)],
                              cwd=pkg, check=True, capture_output=True, text=True, timeout=1200).stdout
-        res["llama"][c] = json.loads(out.strip().splitlines()[-1])
+        res["llama_decode"][c] = json.loads(out.strip().splitlines()[-1])
     return res
 
 
