@@ -16,7 +16,9 @@ the server over loopback on the same cores, with prompts cut from Debian's fortu
      prefix caching (models whose context holds them);
   4. a 2,048-token prompt arriving while 8 streams decode: their p99 inter-token
      latency against the same 8 alone, and its TTFT against an idle server (the 110M
-     model, served with --ctx 3072).
+     model, served with --ctx 3072);
+  5. with --soak-seconds S, a soak of the first model: Poisson arrivals at 80% of its
+     highest rate for S seconds, the errors and the server's resident memory every 5 s.
 
   python3 bench/llm_serve_bench.py [--build-dir build-bench] [--models ...] [--quick] [--json FILE]
 
@@ -219,11 +221,50 @@ def bench_model(args, name, path, ctx):
     return res
 
 
+def soak(args, first):
+    """Poisson arrivals at 80% of the model's highest rate for --soak-seconds, in one
+    run of the load generator; the server's RSS sampled every 5 s meanwhile."""
+    cli = os.path.join(args.build_dir, "apps", "tessera")
+    tool = os.path.join(args.build_dir, "bench", "tessera_llm_serve_load")
+    rng = random.Random(7)
+    ctx = first["context"]
+    srv = Server(cli, first["path"], "--max-seqs", "16", "--max-batched-tokens", "512", "--ctx", str(ctx))
+    try:
+        pool = fortune_tokens(srv.port)
+        bos = (post(srv.port, "/tokenize", {"prompt": "", "add_special_tokens": True})["tokens"] or [1])[0]
+        rate = 0.8 * first["max_rate"]
+        n = int(rate * args.soak_seconds)
+        longest = min(512, ctx - 128 - 1)
+        reqs = [{"prompt": prompt(pool, rng, rng.randint(64, longest), bos), "max_tokens": 128, "at": a}
+                for a in poisson(rng, rate, n)]
+        rss = []
+        done = []
+        import threading
+
+        def sample():
+            while not done:
+                with open(f"/proc/{srv.proc.pid}/status") as f:
+                    rss.append(next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) * 1024)
+                time.sleep(5)
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        log(f"{first['model']}: soak, {n} requests over {args.soak_seconds} s at {rate:.2f}/s")
+        try:
+            r = load(tool, srv.port, reqs)
+        finally:
+            done.append(True)
+            sampler.join()
+        return {"model": first["model"], "seconds": args.soak_seconds, "rate": rate, "result": r, "rss": rss}
+    finally:
+        srv.stop()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-bench"))
     ap.add_argument("--models", default="fortunes-20m-Q8_0,random-110M-Q4_0,random-110M-Q8_0")
     ap.add_argument("--quick", action="store_true", help="fewer requests, for working")
+    ap.add_argument("--soak-seconds", type=int, default=0, help="soak the first model this long (0: no soak)")
     ap.add_argument("--json")
     args = ap.parse_args()
     subprocess.run(["cmake", "--build", args.build_dir, "--target", "tessera_cli", "tessera_llm_serve_load",
@@ -244,6 +285,8 @@ def main():
             continue
         results.append(bench_model(args, name, path, ctx))
     out = {"models": results, "missing": missing, "quick": args.quick}
+    if args.soak_seconds and results:
+        out["soak"] = soak(args, results[0])
     text = json.dumps(out, indent=1)
     if args.json:
         with open(args.json, "w") as f:

@@ -59,7 +59,7 @@ FULL = {
     "sparse": ["--rounds", "1", "--finetune-steps", "200", "--repeat", "100"],
     "serve": ["--seconds", "4", "--soak-seconds", "60"],
     "llm": ["--rounds", "3"],
-    "llm_serve": [],
+    "llm_serve": ["--soak-seconds", "600"],
 }
 QUICK = {
     "ops": ["--rounds", "1", "--threads", "1", "--quick", "--skip-default",
@@ -1075,10 +1075,19 @@ def render_llm_serve(d, h):
                     "among them and on an idle server.", ""]
         out += table(["model", "streams' p99 inter-token ms, with / without", "ratio", "its TTFT ms, among them / idle",
                       "ratio"], rows, ["---", "---:", "---", "---:", "---"])
+    if d.get("soak"):
+        sk = d["soak"]
+        r, rss = sk["result"], sk["rss"]
+        half = rss[len(rss) // 2:] or rss
+        out += ["", f"Soak: {sk['model']}, Poisson arrivals at {sk['rate']:.2f} requests/s (80% of its highest rate) "
+                    f"for {sk['seconds']} s: {r['requests']} requests, {r['errors']} errors, TTFT p50 / p99 "
+                    f"{ms(r['ttft_p50'])} / {ms(r['ttft_p99'])} ms, inter-token p99 {ms(r['itl_p99'])} ms; the "
+                    f"server's resident memory every 5 s: {rss[0] / 2**20:.0f} MiB at the start, "
+                    f"{min(half) / 2**20:.0f} to {max(half) / 2**20:.0f} MiB over the second half, "
+                    f"{rss[-1] / 2**20:.0f} MiB at the end."]
     if d.get("missing"):
         out += ["", "Left out (no file): " + ", ".join(d["missing"]) + "."]
-    out += ["", "Not measured yet: speculative decoding and JSON-schema decoding (the server has neither), the "
-                "10-minute soak."]
+    out += ["", "Not measured yet: speculative decoding and JSON-schema decoding (the server has neither)."]
     return out
 
 
