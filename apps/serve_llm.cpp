@@ -61,6 +61,15 @@ std::string read_api_key(const std::string& path, const char* verb) {
   return key;
 }
 
+sigset_t block_stop_signals() {
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGINT);
+  sigaddset(&s, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &s, nullptr);
+  return s;
+}
+
 int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel()>& load) {
   serve::LlmServiceOptions so;
   if (!f.api_key_file.empty()) so.api_key = read_api_key(f.api_key_file, "serve-llm");
@@ -81,13 +90,7 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel()>& 
   }
   if (f.threads > 0) set_num_threads(f.threads);
 
-  // Block the stop signals in every thread; the main thread waits for them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
+  const sigset_t stop_signals = block_stop_signals();
   serve::LlmService service(so);
   serve::HttpServer server([&service](serve::HttpRequest r, serve::HttpExchange& x) { service.handle(std::move(r), x); },
                            service.max_body_bytes(), {.host = f.host, .port = f.port, .threads = f.connections});

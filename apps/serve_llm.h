@@ -1,6 +1,7 @@
 #pragma once
 // `tessera serve-llm`: its flags and the command (apps/serve_llm.cpp).
 #include <CLI/CLI.hpp>
+#include <signal.h>
 
 #include <functional>
 #include <string>
@@ -24,5 +25,8 @@ void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f);
 int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel()>& load);
 // The API key in a file (its first line, trailing spaces dropped; at least 16 characters).
 std::string read_api_key(const std::string& path, const char* verb);
+// Blocks SIGINT and SIGTERM in this thread and the threads it starts after,
+// so that the main thread alone takes them, with sigwait on the set returned.
+sigset_t block_stop_signals();
 
 }  // namespace tessera::cli

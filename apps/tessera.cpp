@@ -699,12 +699,7 @@ int cmd_serve(const ServeFlags& f) {
     return c;
   };
   so.repository_routes = f.repository_routes;
-  // Block the stop signals in every thread; the main thread waits for them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const sigset_t stop_signals = cli::block_stop_signals();
   serve::InferenceService service(so);
   const fs::path target(f.target);
   const bool single = fs::exists(target / "graph.json") || target.extension() == ".onnx" ||

@@ -1,6 +1,7 @@
 #include "test_util.h"
 
 #include <sys/resource.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -162,6 +163,58 @@ int cli(const std::string& args, std::string* out) {
   while (size_t n = fread(buf, 1, sizeof buf, p)) out->append(buf, n);
   int st = pclose(p);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+CliProcess start_cli(const std::vector<std::string>& args) {
+  CliProcess p;
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return p;
+  std::vector<std::string> argv_s{TESSERA_CLI};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipefd[1], 1);
+    dup2(pipefd[1], 2);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(pipefd[1]);
+  p.pid = pid;
+  p.out = pipefd[0];
+  return p;
+}
+
+bool CliProcess::read_until(const std::string& text) {
+  char buf[512];
+  while (log.find(text) == std::string::npos) {
+    const ssize_t n = read(out, buf, sizeof buf);
+    if (n <= 0) return false;
+    log.append(buf, static_cast<size_t>(n));
+  }
+  return true;
+}
+
+int CliProcess::port() const {
+  const std::string at = "listening on http://127.0.0.1:";
+  const size_t i = log.find(at);
+  return i == std::string::npos ? 0 : std::atoi(log.c_str() + i + at.size());
+}
+
+int CliProcess::stop() {
+  if (pid <= 0) return -1;
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  pid = -1;
+  char buf[512];
+  for (ssize_t n; (n = read(out, buf, sizeof buf)) > 0;) log.append(buf, static_cast<size_t>(n));
+  close(out);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 CliRun run_cli(const std::vector<std::string>& args, const std::vector<std::string>& env) {

@@ -50,6 +50,19 @@ struct CliRun {
 };
 CliRun run_cli(const std::vector<std::string>& args, const std::vector<std::string>& env = {});
 
+// The CLI running as a child process (a server), its stdout and stderr on a pipe.
+struct CliProcess {
+  int pid = -1, out = -1;
+  std::string log;  // what it printed so far
+  // Reads its output until the log holds `text`; false if the output ends first.
+  bool read_until(const std::string& text);
+  // The port in "listening on http://127.0.0.1:PORT/" (0 when the log has none).
+  int port() const;
+  // SIGTERM, then its exit status (-1 if it did not exit normally); the rest of its output goes to log.
+  int stop();
+};
+CliProcess start_cli(const std::vector<std::string>& args);
+
 // f64 random inputs, reproducible.
 Tensor rand_f64(IntArrayRef shape, double lo = -1.0, double hi = 1.0, uint64_t seed = 0);
 

@@ -166,33 +166,14 @@ TEST(ServeHttp, ServeCommandNeedsItsKeyAndStopsCleanlyOnSigterm) {
   std::string root = tessera::testing::scratch_dir("serve_cli");
   save_mlp(root + "/repo/mlp/1/model.tsr");
   std::ofstream(root + "/key") << "0123456789abcdef-secret\n";
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(out[1], 2);
-    close(out[0]);
-    execl(TESSERA_CLI, TESSERA_CLI, "serve", (root + "/repo").c_str(), "--port", "0", "--api-key-file",
-          (root + "/key").c_str(), "--access-log", (root + "/access.log").c_str(), "--poll-seconds", "1",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(out[1]);
+  tessera::testing::CliProcess server = tessera::testing::start_cli(
+      {"serve", root + "/repo", "--port", "0", "--api-key-file", root + "/key", "--access-log", root + "/access.log",
+       "--poll-seconds", "1"});
   // The port from "listening on http://127.0.0.1:PORT/v2".
-  std::string log;
+  ASSERT_TRUE(server.read_until("/v2")) << server.log;
+  const int port = server.port();
+  ASSERT_GT(port, 0) << server.log;
   char buf[512];
-  int port = 0;
-  while (port == 0) {
-    ssize_t n = read(out[0], buf, sizeof buf);
-    if (n <= 0) break;
-    log.append(buf, static_cast<size_t>(n));
-    auto at = log.find("listening on http://127.0.0.1:");
-    if (at != std::string::npos && log.find("/v2", at) != std::string::npos)
-      port = std::atoi(log.c_str() + at + std::strlen("listening on http://127.0.0.1:"));
-  }
-  ASSERT_GT(port, 0) << log;
   httplib::Client c("127.0.0.1", port);
   auto live = c.Get("/v2/health/live");
   ASSERT_TRUE(live);
@@ -231,13 +212,8 @@ TEST(ServeHttp, ServeCommandNeedsItsKeyAndStopsCleanlyOnSigterm) {
   auto v2 = c.Post("/v2/models/mlp/versions/2/infer", h, request_for({1, 2, 3, 4}), "application/json");
   ASSERT_TRUE(v2);
   EXPECT_EQ(v2->status, 200);
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ssize_t n;
-  while ((n = read(out[0], buf, sizeof buf)) > 0) log.append(buf, static_cast<size_t>(n));
-  close(out[0]);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
+  EXPECT_EQ(server.stop(), 0) << server.log;
+  const std::string& log = server.log;
   EXPECT_NE(log.find("SIGTERM: stopping"), std::string::npos) << log;
   EXPECT_NE(log.find("repository: loaded mlp version 2"), std::string::npos) << log;
   // The access log: one JSON line per request.

@@ -540,34 +540,14 @@ TEST(LlmServiceCli, ServesAGgufFileAndStopsOnSigterm) {
   tessera::testing::Fixture f = tessera::testing::fixture(&llama);
   llm::save_llama_gguf(*llama, root + "/tiny.gguf", {.type = llm::GgmlType::F32, .tokenizer = &f.tok});
   std::ofstream(root + "/key") << "0123456789abcdef-secret\n";
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(out[1], 2);
-    close(out[0]);
-    execl(TESSERA_CLI, TESSERA_CLI, "serve-llm", (root + "/tiny.gguf").c_str(), "--port", "0", "--api-key-file",
-          (root + "/key").c_str(), "--threads", "1", "--max-seqs", "4", "--max-batched-tokens", "64",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(out[1]);
-  // The port from "listening on http://127.0.0.1:PORT/v1", then the model's "serving" line.
-  std::string log;
-  char buf[512];
-  int port = 0;
-  while (log.find("KV cache:") == std::string::npos) {
-    const ssize_t n = read(out[0], buf, sizeof buf);
-    if (n <= 0) break;
-    log.append(buf, static_cast<size_t>(n));
-    const auto at = log.find("listening on http://127.0.0.1:");
-    if (port == 0 && at != std::string::npos && log.find("/v1", at) != std::string::npos)
-      port = std::atoi(log.c_str() + at + std::strlen("listening on http://127.0.0.1:"));
-  }
-  ASSERT_GT(port, 0) << log;
-  EXPECT_NE(log.find("serving 'tiny'"), std::string::npos) << log;
+  tessera::testing::CliProcess server = tessera::testing::start_cli(
+      {"serve-llm", root + "/tiny.gguf", "--port", "0", "--api-key-file", root + "/key", "--threads", "1",
+       "--max-seqs", "4", "--max-batched-tokens", "64"});
+  // "listening on http://127.0.0.1:PORT/v1", then the model's lines.
+  ASSERT_TRUE(server.read_until("KV cache:")) << server.log;
+  const int port = server.port();
+  ASSERT_GT(port, 0) << server.log;
+  EXPECT_NE(server.log.find("serving 'tiny'"), std::string::npos) << server.log;
   httplib::Client c("127.0.0.1", port);
   auto health = c.Get("/health");
   ASSERT_TRUE(health);
@@ -594,12 +574,7 @@ TEST(LlmServiceCli, ServesAGgufFileAndStopsOnSigterm) {
       if (d.contains("content")) text += d["content"].get<std::string>();
     }
   EXPECT_EQ(text, json::parse(ok->body)["choices"][0]["message"]["content"]);
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) log.append(buf, static_cast<size_t>(n));
-  close(out[0]);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
-  EXPECT_NE(log.find("SIGTERM: stopping"), std::string::npos) << log;
+  EXPECT_EQ(server.stop(), 0) << server.log;
+  EXPECT_NE(server.log.find("SIGTERM: stopping"), std::string::npos) << server.log;
   std::filesystem::remove_all(root);
 }
