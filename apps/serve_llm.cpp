@@ -38,6 +38,12 @@ void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f) {
                 "prompt chunks")->check(CLI::Range(1, 65536));
   c->add_option("--max-waiting", f.max_waiting, "requests queued beyond this are refused with 503 and Retry-After")
       ->check(CLI::Range(1, 1 << 20));
+  c->add_option("--decode-slowdown", f.decode_slowdown, "while requests decode, a step's prompt chunks are cut so "
+                "that it takes at most this many times a step of the decodes alone (0: only --max-batched-tokens)")
+      ->check(CLI::Range(0.0, 1000.0));
+  c->add_option("--prompt-lookup", f.prompt_lookup, "speculative decoding by prompt lookup: up to this many draft "
+                "tokens a step for each request, from where its last tokens occurred before (0: off); the output "
+                "does not change")->check(CLI::Range(0, 32));
   c->add_flag("--no-prefix-caching", f.no_prefix_caching, "compute every prompt in full (by default full blocks of "
               "16 tokens a prompt shares with an earlier one are reused)");
   c->add_option("-t,--threads", f.threads, "compute threads (0: OMP_NUM_THREADS or all cores)")
@@ -122,6 +128,14 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel()>& 
   }
   m.scheduler.max_seqs = f.max_seqs;
   m.scheduler.max_batched_tokens = f.max_batched_tokens;
+  TS_CHECK(f.decode_slowdown == 0 || f.decode_slowdown >= 1, "serve-llm: --decode-slowdown ", f.decode_slowdown,
+           " must be 0 (off) or at least 1");
+  m.scheduler.decode_slowdown = f.decode_slowdown;
+  m.scheduler.lookup_tokens = f.prompt_lookup;
+  m.engine.max_logit_rows = f.max_seqs * (1 + f.prompt_lookup);
+  TS_CHECK(m.engine.max_logit_rows <= f.max_batched_tokens, "serve-llm: --max-seqs ", f.max_seqs, " with --prompt-lookup ",
+           f.prompt_lookup, " need ", m.engine.max_logit_rows, " logit rows a step, more than --max-batched-tokens (",
+           f.max_batched_tokens, ")");
   const llm::ModelSpec& s = lm.model->spec();
   service.load(std::move(m));
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -23,6 +23,8 @@ struct Scheduler::Request {
   bool done = false;  // finished or cancelled: to be dropped
   int64_t cached = -1;  // prompt tokens not computed at its first admission (-1: not admitted yet)
   std::vector<double> pooled;  // an embedding request's pooling so far
+  std::vector<int32_t> feed;    // a decode with drafts: its last token, then the drafts
+  int64_t draft_len = 0;        // drafts to propose next (Note [Prompt lookup]; set at admission)
   Sampler sampler;
   TextStream text;
 
@@ -61,6 +63,15 @@ Scheduler::Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOption
   TS_CHECK(opts_.max_batched_tokens >= opts_.max_seqs && opts_.max_batched_tokens <= e.max_batch_tokens,
            "scheduler: max_batched_tokens ", opts_.max_batched_tokens, " must be from max_seqs (", opts_.max_seqs,
            ") to the engine's max_batch_tokens (", e.max_batch_tokens, ")");
+  TS_CHECK(opts_.lookup_tokens >= 0 && opts_.lookup_tokens <= 32, "scheduler: lookup_tokens ", opts_.lookup_tokens,
+           " must be 0 to 32");
+  TS_CHECK(opts_.max_seqs * (1 + opts_.lookup_tokens) <= e.max_logit_rows, "scheduler: ", opts_.max_seqs,
+           " requests with up to ", opts_.lookup_tokens, " draft tokens each need ",
+           opts_.max_seqs * (1 + opts_.lookup_tokens), " logit rows a step; the engine returns at most ",
+           e.max_logit_rows, " (EngineOptions::max_logit_rows)");
+  stats_.accepted_by_position.assign(static_cast<size_t>(opts_.lookup_tokens), 0);
+  TS_CHECK(opts_.decode_slowdown == 0 || opts_.decode_slowdown >= 1, "scheduler: decode_slowdown ",
+           opts_.decode_slowdown, " must be 0 (off) or at least 1");
   TS_CHECK(opts_.max_wait_seconds >= 0, "scheduler: max_wait_seconds ", opts_.max_wait_seconds, " must be 0 or more");
   TS_CHECK(tokenizer_.size() == engine_.model().spec().vocab, "scheduler: the tokenizer has ", tokenizer_.size(),
            " tokens, the model ", engine_.model().spec().vocab);
@@ -136,6 +147,38 @@ void Scheduler::finish(Request& r, const std::string& reason, std::vector<Reques
   ev->cached_tokens = std::max<int64_t>(r.cached, 0);
 }
 
+// Decoding requests after running_[i] (each needs one token of the budget).
+int64_t Scheduler::decoders_after(size_t i) const {
+  int64_t n = 0;
+  for (size_t j = i + 1; j < running_.size(); ++j) n += running_[j]->decoding();
+  return n;
+}
+
+// Note [Prompt lookup]: r's drafts (at most `room` tokens, and the cache
+// blocks `blocks` allow) into r.feed after its last token; how many.
+int64_t Scheduler::propose(Request& r, int64_t room, int64_t blocks) {
+  r.feed.clear();
+  if (opts_.lookup_tokens == 0 || !r.opts.speculate) return 0;
+  const std::vector<int32_t>& t = r.tokens;
+  const int64_t size = static_cast<int64_t>(t.size());
+  // Drafts never pass max_tokens (the token sampled after them counts too) or the context.
+  const int64_t most = std::min({r.draft_len, room, r.opts.max_tokens - r.generated() - 1, context_ - size});
+  if (most <= 0) return 0;
+  for (int64_t n = std::min<int64_t>(3, size - 1); n >= 1; --n) {
+    // The latest earlier occurrence of the last n tokens, with a token after it.
+    for (int64_t p = size - n - 1; p >= 0; --p) {
+      if (!std::equal(t.begin() + p, t.begin() + p + n, t.end() - n)) continue;
+      const int64_t k = std::min(most, size - (p + n));
+      r.feed.push_back(t.back());
+      r.feed.insert(r.feed.end(), t.begin() + p + n, t.begin() + p + n + k);
+      while (r.feed.size() > 1 && new_blocks(r, static_cast<int64_t>(r.feed.size())) > blocks) r.feed.pop_back();
+      if (r.feed.size() == 1) r.feed.clear();
+      return r.feed.empty() ? 0 : static_cast<int64_t>(r.feed.size()) - 1;
+    }
+  }
+  return 0;
+}
+
 // An embedding request's chunk of n rows at row0 of the step: pooled, and
 // the request finished with its embedding once its last token is in.
 void Scheduler::pool(Request& r, int64_t row0, int64_t n, std::vector<RequestEvent>& events) {
@@ -165,6 +208,24 @@ void Scheduler::pool(Request& r, int64_t row0, int64_t n, std::vector<RequestEve
   finish(r, "stop", events, &ev);
 }
 
+void StepCost::observe(int64_t tokens, double seconds) {
+  const double decay = 0.95, t = static_cast<double>(tokens);
+  const double add[5] = {1, t, t * t, seconds, t * seconds};
+  for (int i = 0; i < 5; ++i) sum_[i] = sum_[i] * decay + add[i];
+}
+
+int64_t StepCost::prompt_tokens(int64_t decodes, double slowdown, int64_t lo, int64_t hi) const {
+  if (slowdown == 0) return hi;
+  const double n = sum_[0], st = sum_[1], stt = sum_[2], sy = sum_[3], sty = sum_[4];
+  const double det = n * stt - st * st;
+  if (n < 2 || det <= 1e-9 * n * stt) return hi;  // steps of one size only: nothing to fit yet
+  const double b = (n * sty - st * sy) / det, a = (sy - b * st) / n;
+  if (!(b > 0)) return hi;
+  const double decode_step = std::max(a, 0.0) + b * static_cast<double>(decodes);
+  const double room = (slowdown - 1) * decode_step / b;  // prompt tokens that fit beside the decodes
+  return std::clamp<int64_t>(static_cast<int64_t>(std::min(room, 1e9)), lo, hi);
+}
+
 const Scheduler::Request* Scheduler::find(int64_t id) const {
   for (const auto& r : running_)
     if (r->id == id) return r.get();
@@ -180,6 +241,7 @@ void Scheduler::preempt_newest() {
   r.seq = -1;
   r.fed = 0;
   r.pooled.clear();
+  r.feed.clear();
   ++stats_.preemptions;
   waiting_.push_front(std::move(running_.back()));
   running_.pop_back();
@@ -223,11 +285,15 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
       finish(r, "length", events);  // alone, and the whole cache is too small for it
       continue;
     }
-    reserved += new_blocks(r, 1);
-    --budget;
-    plan.push_back({&r, 1});
+    const int64_t n = 1 + propose(r, budget - 1 - decoders_after(i), avail());
+    reserved += new_blocks(r, n);
+    budget -= n;
+    plan.push_back({&r, n});
   }
   std::erase_if(running_, [](const auto& r) { return r->done; });
+  if (!plan.empty())
+    budget = std::min(budget, cost_.prompt_tokens(static_cast<int64_t>(plan.size()), opts_.decode_slowdown, bt,
+                                                  opts_.max_batched_tokens));
 
   // Prompt chunks, as much of each as the budget and the cache allow.
   auto chunk_for = [&](const Request& r) {
@@ -277,6 +343,7 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
       reused = reuse ? engine_.reuse_prefix(r.seq, r.tokens, salt) : 0;
     }
     r.fed = reused;
+    r.draft_len = opts_.lookup_tokens;
     const int64_t n = chunk_for(r);
     if (n == 0) {  // no cache for it now: it keeps its place
       engine_.remove_sequence(r.seq);
@@ -320,11 +387,20 @@ void Scheduler::run(const std::vector<Planned>& plan, std::vector<RequestEvent>&
   std::vector<Chunk> chunks;
   chunks.reserve(plan.size());
   for (const Planned& p : plan) {
-    const bool last = p.r->fed + p.n == static_cast<int64_t>(p.r->tokens.size()) && !p.r->embedding();
-    chunks.push_back({p.r->seq, std::span<const int32_t>(p.r->tokens.data() + p.r->fed, static_cast<size_t>(p.n)),
-                      last ? 1 : 0, p.r->opts.adapter});
+    const Request& r = *p.r;
+    if (!r.feed.empty()) {  // a decode with drafts: logits at every token
+      chunks.push_back({r.seq, r.feed, p.n, r.opts.adapter});
+      continue;
+    }
+    const bool last = r.fed + p.n == static_cast<int64_t>(r.tokens.size()) && !r.embedding();
+    chunks.push_back({r.seq, std::span<const int32_t>(r.tokens.data() + r.fed, static_cast<size_t>(p.n)),
+                      last ? 1 : 0, r.opts.adapter});
   }
+  const Clock::time_point t0 = Clock::now();
   const std::span<const float> logits = engine_.step(chunks);
+  int64_t tokens = 0;
+  for (const Planned& p : plan) tokens += p.n;
+  cost_.observe(tokens, std::chrono::duration<double>(Clock::now() - t0).count());
   ++stats_.steps;
   const int64_t vocab = engine_.model().spec().vocab;
   int64_t row = 0, first_row = 0;
@@ -337,32 +413,54 @@ void Scheduler::run(const std::vector<Planned>& plan, std::vector<RequestEvent>&
       pool(r, row0, plan[i].n, events);
       continue;
     }
-    r.fed += plan[i].n;
+    const int64_t drafts = r.feed.empty() ? 0 : plan[i].n - 1;
+    r.fed += r.feed.empty() ? plan[i].n : 1;  // drafts count once taken
     if (!chunks[i].logits) continue;
-    const Sampled s = r.sampler.sample(logits.data() + row++ * vocab, r.tokens, r.opts.choice, r.tokens.size());
-    const bool eos = !r.opts.ignore_eos && tokenizer_.is_end_of_generation(s.token);
-    if (eos || std::find(r.opts.stop_tokens.begin(), r.opts.stop_tokens.end(), s.token) != r.opts.stop_tokens.end()) {
-      finish(r, "stop", events);
-      continue;
+    // A token at each row while the drafts hold (Note [Prompt lookup]).
+    int64_t taken = 0;
+    for (int64_t j = 0; j <= drafts && !r.done; ++j) {
+      const Sampled s = r.sampler.sample(logits.data() + (row + j) * vocab, r.tokens, r.opts.choice, r.tokens.size());
+      take(r, s, events);
+      if (j == drafts || r.done || s.token != r.feed[static_cast<size_t>(j + 1)]) break;
+      ++taken;  // the draft fed after this token is the token: its row is valid
+      ++r.fed;
     }
-    r.tokens.push_back(s.token);
-    ++stats_.generated_tokens;
-    events.emplace_back();
-    RequestEvent& ev = events.back();
-    ev.id = r.id;
-    ev.text = r.text.push(s.token);
-    ev.has_token = true;
-    ev.token = s.token;
-    ev.logprob = s.logprob;
-    ev.top.assign(s.top.begin(), s.top.end());
-    ev.prompt_tokens = r.prompt;
-    ev.completion_tokens = r.generated();
-    ev.cached_tokens = r.cached;
-    if (r.text.stopped()) finish(r, "stop", events, &ev);
-    else if (r.generated() >= r.opts.max_tokens || static_cast<int64_t>(r.tokens.size()) >= context_)
-      finish(r, "length", events, &ev);
+    row += chunks[i].logits;
+    if (drafts > 0) {
+      stats_.draft_tokens += drafts;
+      stats_.accepted_tokens += taken;
+      for (int64_t j = 0; j < taken; ++j) ++stats_.accepted_by_position[static_cast<size_t>(j)];
+      r.draft_len = std::min(opts_.lookup_tokens, taken == drafts ? drafts + 1 : taken + 1);
+      if (!r.done) engine_.truncate_sequence(r.seq, r.fed);  // the cache keeps the tokens kept
+      r.feed.clear();
+    }
   }
   std::erase_if(running_, [](const auto& r) { return r->done; });
+}
+
+// r's sampled token: the end of r, or one more token and its event.
+void Scheduler::take(Request& r, const Sampled& s, std::vector<RequestEvent>& events) {
+  const bool eos = !r.opts.ignore_eos && tokenizer_.is_end_of_generation(s.token);
+  if (eos || std::find(r.opts.stop_tokens.begin(), r.opts.stop_tokens.end(), s.token) != r.opts.stop_tokens.end()) {
+    finish(r, "stop", events);
+    return;
+  }
+  r.tokens.push_back(s.token);
+  ++stats_.generated_tokens;
+  events.emplace_back();
+  RequestEvent& ev = events.back();
+  ev.id = r.id;
+  ev.text = r.text.push(s.token);
+  ev.has_token = true;
+  ev.token = s.token;
+  ev.logprob = s.logprob;
+  ev.top.assign(s.top.begin(), s.top.end());
+  ev.prompt_tokens = r.prompt;
+  ev.completion_tokens = r.generated();
+  ev.cached_tokens = r.cached;
+  if (r.text.stopped()) finish(r, "stop", events, &ev);
+  else if (r.generated() >= r.opts.max_tokens || static_cast<int64_t>(r.tokens.size()) >= context_)
+    finish(r, "length", events, &ev);
 }
 
 }  // namespace tessera::llm

@@ -637,6 +637,17 @@ std::string LlmService::render_metrics() {
                static_cast<double>(s.prefix_queries), model, monitor::MetricType::kCounter);
   metrics_.set("tessera:prefix_cache_hits_total", "Prompt tokens found in the prefix cache (or shared by another "
                "choice of the same call).", static_cast<double>(s.prefix_hits), model, monitor::MetricType::kCounter);
+  if (!s.accepted_by_position.empty()) {
+    metrics_.set("tessera:spec_decode_num_draft_tokens_total", "Draft tokens proposed (prompt lookup).",
+                 static_cast<double>(s.draft_tokens), model, monitor::MetricType::kCounter);
+    metrics_.set("tessera:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+                 static_cast<double>(s.accepted_tokens), model, monitor::MetricType::kCounter);
+    for (size_t i = 0; i < s.accepted_by_position.size(); ++i)
+      metrics_.set("tessera:spec_decode_num_accepted_tokens_per_pos_total", "Draft tokens accepted, by position in "
+                   "the draft.", static_cast<double>(s.accepted_by_position[i]),
+                   {{"model_name", options_.model_name}, {"position", std::to_string(i)}},
+                   monitor::MetricType::kCounter);
+  }
   metrics_.set("tessera:model_ready", "1 once the model is loaded and serving.", ready_ ? 1 : 0, model);
   return metrics_.render();
 }

@@ -92,10 +92,18 @@ TEST(Scheduler, RequestsUnderLoadGiveTheirSoloTokens) {
   }
   // Together: a cache of 12 blocks of 16 tokens for up to 4 running
   // requests, 24 tokens a step, arrivals spread over the steps.
-  for (auto [budget, caching] : {std::pair{24, false}, std::pair{7, false}, std::pair{24, true}, std::pair{7, true}}) {
-    SCOPED_TRACE("budget " + std::to_string(budget) + (caching ? ", prefix caching" : ""));
+  struct Setup {
+    int64_t budget;
+    bool caching;
+    int64_t lookup;
+  };
+  for (auto [budget, caching, lookup] : {Setup{24, false, 0}, Setup{7, false, 0}, Setup{24, true, 0},
+                                         Setup{7, true, 0}, Setup{24, true, 4}, Setup{12, false, 3}}) {
+    SCOPED_TRACE("budget " + std::to_string(budget) + (caching ? ", prefix caching" : "") +
+                 (lookup ? ", prompt lookup " + std::to_string(lookup) : ""));
     llm::EngineOptions eo;
     eo.prefix_caching = caching;
+    eo.max_logit_rows = 4 * (1 + lookup);
     eo.max_sequences = 4;
     eo.max_batch_tokens = 32;
     eo.kv_memory = 1;  // raised below to 12 blocks
@@ -103,7 +111,7 @@ TEST(Scheduler, RequestsUnderLoadGiveTheirSoloTokens) {
     eo.kv_memory = 12 * eo.block_tokens * probe.kv_bytes_per_token();
     llm::Engine e(f.model, eo);
     ASSERT_EQ(e.total_blocks(), 12);
-    llm::Scheduler s(e, f.tok, {.max_batched_tokens = budget, .max_seqs = 4});
+    llm::Scheduler s(e, f.tok, {.max_batched_tokens = budget, .max_seqs = 4, .lookup_tokens = lookup});
     std::vector<int64_t> ids;
     const auto out = drain(s, [&](int64_t step) {
       if (ids.size() < prompts.size() && (step < 2 || step % 3 == 0)) {
@@ -126,6 +134,7 @@ TEST(Scheduler, RequestsUnderLoadGiveTheirSoloTokens) {
     // Preempted requests find their own blocks again when recomputed.
     if (caching) EXPECT_GT(st.prefix_hits, 0);
     else EXPECT_EQ(st.prefix_hits, 0);
+    if (lookup) EXPECT_GT(st.draft_tokens, 0);
   }
 }
 
@@ -279,6 +288,74 @@ TEST(Scheduler, EmbeddingsPoolTheInputsHiddenStates) {
             std::string::npos);
   EXPECT_NE(testing::error_of([] { llm::pooling_from_name("max"); }).find("pooling 'max' is not one of mean, last, cls"),
             std::string::npos);
+}
+
+// Note [Prompt lookup]: on text that repeats itself drafts are taken, and
+// every request's tokens are still its solo run's, greedy or seeded.
+TEST(Scheduler, PromptLookupDraftsKeepEachRequestsTokens) {
+  Fixture f = fixture();
+  // A prompt that repeats a passage: the model's own continuation tends to
+  // repeat it too, and the drafts come from it.
+  std::vector<int32_t> prompt = prompt_of(20, 4);
+  const std::vector<int32_t> passage(prompt.begin() + 1, prompt.end());
+  for (int i = 0; i < 3; ++i) prompt.insert(prompt.end(), passage.begin(), passage.end());
+  llm::EngineOptions eo;
+  eo.max_sequences = 4;
+  eo.max_batch_tokens = 64;
+  eo.max_logit_rows = 4 * 9;
+  eo.prefix_caching = true;
+  llm::Engine e(f.model, eo);
+  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 4, .lookup_tokens = 8});
+  std::vector<llm::RequestOptions> opts;
+  for (int i = 0; i < 4; ++i) {
+    llm::RequestOptions o = request(i);  // greedy and seeded in turn
+    o.max_tokens = 40;
+    opts.push_back(o);
+  }
+  std::vector<int64_t> ids;
+  for (const auto& o : opts) ids.push_back(s.submit(prompt, o));
+  const auto out = drain(s);
+  llm::Engine solo_engine(f.model, {});
+  for (size_t i = 0; i < ids.size(); ++i) {
+    llm::GenerateOptions g;
+    g.sampling = opts[i].sampling;
+    g.max_tokens = opts[i].max_tokens;
+    g.ignore_eos = true;
+    const llm::GenerateResult want = llm::generate(solo_engine, f.tok, prompt, g);
+    EXPECT_EQ(out.at(ids[i]).tokens, want.tokens) << "request " << i;
+    EXPECT_EQ(out.at(ids[i]).text, want.text) << "request " << i;
+  }
+  const llm::SchedulerStats st = s.stats();
+  EXPECT_GT(st.draft_tokens, 0);
+  EXPECT_GT(st.accepted_tokens, 0);
+  EXPECT_LE(st.accepted_tokens, st.draft_tokens);
+  EXPECT_EQ(st.accepted_by_position.size(), 8u);
+  EXPECT_EQ(st.accepted_by_position[0] >= st.accepted_by_position[1], true);
+  EXPECT_EQ(e.free_blocks(), e.total_blocks());
+  llm::EngineOptions few;
+  EXPECT_NE(testing::error_of([&] {
+              llm::Engine small(f.model, few);
+              llm::Scheduler bad(small, f.tok, {.max_batched_tokens = 64, .max_seqs = 16, .lookup_tokens = 4});
+            }).find("need 80 logit rows a step"),
+            std::string::npos);
+}
+
+// Note [Prompt chunks beside decodes]: the fitted step cost bounds the
+// prompt tokens beside decodes.
+TEST(Scheduler, PromptChunksBesideDecodesKeepStepsShort) {
+  llm::StepCost c;
+  EXPECT_EQ(c.prompt_tokens(8, 2.0, 16, 512), 512);  // nothing seen yet
+  c.observe(8, 0.028);
+  c.observe(8, 0.028);
+  EXPECT_EQ(c.prompt_tokens(8, 2.0, 16, 512), 512);  // one size of step: nothing to fit
+  for (int64_t t : {520, 8, 300, 16, 400})
+    c.observe(t, 0.02 + 0.001 * static_cast<double>(t));
+  // a = 20 ms, b = 1 ms a token: 8 decodes take 28 ms, twice that leaves 28 tokens.
+  EXPECT_NEAR(c.prompt_tokens(8, 2.0, 16, 512), 28, 1);
+  EXPECT_NEAR(c.prompt_tokens(8, 3.0, 16, 512), 56, 1);
+  EXPECT_EQ(c.prompt_tokens(0, 1.2, 16, 512), 16);  // at least a block
+  EXPECT_EQ(c.prompt_tokens(8, 100.0, 16, 512), 512);
+  EXPECT_EQ(c.prompt_tokens(8, 0.0, 16, 512), 512);  // off
 }
 
 // Stop strings and stop tokens end a request as they end generate()'s.

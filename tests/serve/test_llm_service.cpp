@@ -340,6 +340,32 @@ TEST(LlmService, EmbeddingsAsFloatsOrBase64) {
   EXPECT_TRUE(drains(s));
 }
 
+TEST(LlmService, PromptLookupKeepsTheText) {
+  LlmService s;
+  LlmModel m = fixture_model();
+  const LlmModel ref = m;
+  m.scheduler.lookup_tokens = 4;
+  m.engine.max_logit_rows = 4 * 5;
+  s.load(std::move(m));
+  const std::string text = "abcab cabca abcab cabca abcab";
+  for (const json& sampling : {json{{"temperature", 0}}, json{{"temperature", 1}, {"seed", 5}}}) {
+    json req = {{"prompt", text}, {"max_tokens", 30}, {"ignore_eos", true}};
+    req.update(sampling);
+    const json j = post(s, "/v1/completions", req).json_body();
+    const llm::GenerateResult want =
+        solo(ref, ref.tokenizer.encode(text, true, false),
+             openai_defaults(sampling["temperature"].get<float>(), sampling.value("seed", 0)), 30);
+    EXPECT_EQ(j["choices"][0]["text"], want.text) << sampling;
+  }
+  const std::string metrics = call(s, "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("tessera:spec_decode_num_draft_tokens_total{model_name=\"model\"} "), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("tessera:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"model\",position=\"3\"} "),
+            std::string::npos) << metrics;
+  EXPECT_GT(s.stats().draft_tokens, 0);
+  EXPECT_TRUE(drains(s));
+}
+
 TEST(LlmService, ChatLogprobsNameEachToken) {
   LlmService s;
   s.load(fixture_model());

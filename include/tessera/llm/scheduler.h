@@ -26,6 +26,29 @@
 //      choices of a call) waits until that prompt is computed and forks it;
 //   4. one engine step; each request whose chunk reached the end of its
 //      tokens samples its next token.
+//
+// Note [Prompt lookup]
+// A decoding request may feed draft tokens after its last one: the tokens
+// that followed the latest earlier occurrence of its last 3 (or 2, or 1)
+// tokens. The step returns logits for every fed token; the request samples
+// at each position in turn, exactly as it would one token at a time (the
+// same logits bits, the same counter-based draw), and goes on only while
+// each sampled token is the draft fed after it. The first difference is the
+// token it takes there, and the cache is cut back to the tokens kept. So a
+// request's tokens are the ones it gets without drafts, seeded or greedy,
+// and the draw is exactly speculative sampling's with a one-hot draft: a
+// draft d is taken with probability p(d), and otherwise the token comes from
+// p without d. Each request's draft length adapts: one more after a draft
+// taken whole, one more than it kept otherwise.
+//
+// Note [Prompt chunks beside decodes]
+// A step's time grows with its tokens, so a long prompt taken in at the full
+// token budget would stall every running stream for the length of a large
+// step. The scheduler fits step time = a + b * tokens to the steps it has
+// run (least squares, older steps weighing less) and, while D requests
+// decode, gives prompt chunks at most the tokens that keep the predicted
+// step within decode_slowdown times a + b * D (at least one block's worth, so
+// that prompts always advance).
 // The engine gives a token's logits the same bits whatever shares its step
 // and however its tokens were chunked, and sampling draws by (seed, choice,
 // position) (Note [Counter-based sampling]); so a request's tokens are the
@@ -67,6 +90,7 @@ struct RequestOptions {
   // An earlier request with the same prompt (another choice of the same
   // call): this one waits until that prompt is computed and forks it.
   int64_t share_prompt_of = 0;
+  bool speculate = true;  // draft by prompt lookup where the scheduler does (SchedulerOptions::lookup_tokens)
   // An embedding request: the prompt is computed (up to the whole context)
   // and its pooled hidden state returned in the finishing event, scaled to
   // unit length when `normalize`; nothing is generated.
@@ -78,6 +102,14 @@ struct SchedulerOptions {
   int64_t max_batched_tokens = 512;  // tokens one step carries, decodes and prompt chunks together
   int64_t max_seqs = 16;             // requests running at once (the engine must allow as many sequences)
   double max_wait_seconds = 0;       // a request waiting longer goes first whatever its priority (0: no bound)
+  // While requests decode, a step's prompt chunks are cut so that the step
+  // takes at most this many times a step of the decodes alone (Note [Prompt
+  // chunks beside decodes]); 0: max_batched_tokens alone bounds them.
+  double decode_slowdown = 2.0;
+  // Speculative decoding by prompt lookup (Note [Prompt lookup]): at most
+  // this many draft tokens per step for each decoding request (0: off). The
+  // engine must return as many more logit rows: max_seqs * (1 + this).
+  int64_t lookup_tokens = 0;
 };
 
 // What one step did for one request.
@@ -105,6 +137,24 @@ struct SchedulerStats {
   int64_t steps = 0;
   // Prefix caching, in tokens (vLLM's meaning): looked up at each admission, and found.
   int64_t prefix_queries = 0, prefix_hits = 0;
+  // Speculative decoding: draft tokens proposed and accepted, and accepted by
+  // position in the draft (accepted_by_position[i]: drafts whose i-th token was taken).
+  int64_t draft_tokens = 0, accepted_tokens = 0;
+  std::vector<int64_t> accepted_by_position;
+};
+
+// Note [Prompt chunks beside decodes]: step time = a + b * tokens, fitted
+// by least squares to the steps seen, older steps weighing less.
+class StepCost {
+ public:
+  void observe(int64_t tokens, double seconds);
+  // The prompt tokens a step with `decodes` decodes may carry to take at
+  // most `slowdown` times a step of the decodes alone, within [lo, hi];
+  // hi until steps of two different sizes have been seen.
+  int64_t prompt_tokens(int64_t decodes, double slowdown, int64_t lo, int64_t hi) const;
+
+ private:
+  double sum_[5] = {};  // decayed sums of 1, tokens, tokens^2, seconds, tokens * seconds
 };
 
 class Scheduler {
@@ -146,8 +196,12 @@ class Scheduler {
   void finish(Request& r, const std::string& reason, std::vector<RequestEvent>& events, RequestEvent* ev = nullptr);
   void preempt_newest();
   void pool(Request& r, int64_t row0, int64_t n, std::vector<RequestEvent>& events);
+  void take(Request& r, const Sampled& s, std::vector<RequestEvent>& events);
+  int64_t propose(Request& r, int64_t room, int64_t blocks);
+  int64_t decoders_after(size_t i) const;
   const Request* find(int64_t id) const;
   int64_t new_blocks(const Request& r, int64_t n) const;
+
 
   Engine& engine_;
   const Tokenizer& tokenizer_;
@@ -158,6 +212,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Request>> running_;  // in order of admission
   std::deque<std::unique_ptr<Request>> waiting_;   // the preempted first, then by arrival
   SchedulerStats stats_;
+  StepCost cost_;
 
   // Shared with submit and cancel, which only queue: neither waits on a step.
   mutable std::mutex mu_;
