@@ -39,7 +39,7 @@ void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f) {
   c->add_option("--max-waiting", f.max_waiting, "requests queued beyond this are refused with 503 and Retry-After")
       ->check(CLI::Range(1, 1 << 20));
   c->add_option("--decode-slowdown", f.decode_slowdown, "while requests decode, a step's prompt chunks are cut so "
-                "that it takes at most this many times a step of the decodes alone (0: only --max-batched-tokens)")
+                "that it takes at most this many times a step of the decodes alone (default 0: only --max-batched-tokens)")
       ->check(CLI::Range(0.0, 1000.0));
   c->add_option("--prompt-lookup", f.prompt_lookup, "speculative decoding by prompt lookup: up to this many draft "
                 "tokens a step for each request, from where its last tokens occurred before (0: off); the output "

@@ -17,7 +17,7 @@ struct ServeLlmFlags {
   int port = 8000, threads = 0, connections = 64;
   int64_t context = 0, max_seqs = 16, max_batched_tokens = 512, max_waiting = 256;
   bool no_prefix_caching = false;
-  double decode_slowdown = 2.0;
+  double decode_slowdown = 0;
   int64_t prompt_lookup = 0;
 };
 

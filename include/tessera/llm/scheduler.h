@@ -104,8 +104,8 @@ struct SchedulerOptions {
   double max_wait_seconds = 0;       // a request waiting longer goes first whatever its priority (0: no bound)
   // While requests decode, a step's prompt chunks are cut so that the step
   // takes at most this many times a step of the decodes alone (Note [Prompt
-  // chunks beside decodes]); 0: max_batched_tokens alone bounds them.
-  double decode_slowdown = 2.0;
+  // chunks beside decodes]); 0 (the default): max_batched_tokens alone bounds them.
+  double decode_slowdown = 0;
   // Speculative decoding by prompt lookup (Note [Prompt lookup]): at most
   // this many draft tokens per step for each decoding request (0: off). The
   // engine must return as many more logit rows: max_seqs * (1 + this).
