@@ -1087,7 +1087,9 @@ def render_llm_serve(d, h):
                     f"{rss[-1] / 2**20:.0f} MiB at the end."]
     if d.get("missing"):
         out += ["", "Left out (no file): " + ", ".join(d["missing"]) + "."]
-    out += ["", "Not measured yet: speculative decoding and JSON-schema decoding (the server has neither)."]
+    out += ["", "Not measured here yet: speculative decoding (the server has prompt lookup, `--prompt-lookup`, which "
+                "this section does not run yet, and no draft model yet) and JSON-schema decoding (not in the server "
+                "yet)."]
     return out
 
 
