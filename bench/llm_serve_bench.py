@@ -17,7 +17,9 @@ the server over loopback on the same cores, with prompts cut from Debian's fortu
   4. a 2,048-token prompt arriving while 8 streams decode: their p99 inter-token
      latency against the same 8 alone, and its TTFT against an idle server (the 110M
      model, served with --ctx 3072);
-  5. with --soak-seconds S, a soak of the first model: Poisson arrivals at 80% of its
+  5. prompt lookup (--prompt-lookup 8 against none), one stream: prompts of free
+     fortunes text, and prompts that repeat a 40-token passage three times;
+  6. with --soak-seconds S, a soak of the first model: Poisson arrivals at 80% of its
      highest rate for S seconds, the errors and the server's resident memory every 5 s.
 
   python3 bench/llm_serve_bench.py [--build-dir build-bench] [--models ...] [--quick] [--json FILE]
@@ -198,6 +200,23 @@ def bench_model(args, name, path, ctx):
                 res["shared"]["on" if caching else "off"] = load(tool, srv.port, users)
             finally:
                 srv.stop()
+    # 5. Prompt lookup, one stream.
+    res["lookup"] = {}
+    for look in (0, 8):
+        srv = Server(cli, path, "--max-seqs", "16", "--max-batched-tokens", "512", *serve_ctx,
+                     "--prompt-lookup", str(look))
+        try:
+            r2 = random.Random(5)
+            n = 2 if q else 6
+            free = [{"prompt": prompt(pool, r2, min(100, longest), bos), "max_tokens": 128} for _ in range(n)]
+            rep = []
+            for _ in range(n):
+                p = prompt(pool, r2, 40, bos)
+                rep.append({"prompt": p + p[1:] + p[1:], "max_tokens": 128})
+            log(f"{name}: one stream, prompt lookup {look}")
+            res["lookup"][look] = {"free": load(tool, srv.port, free, 1), "repeat": load(tool, srv.port, rep, 1)}
+        finally:
+            srv.stop()
     # 1b. llama.cpp on the same file: the closed loop's requests (prefill
     # included), and batched decoding alone.
     res["llama"], res["llama_decode"] = {}, {}

@@ -25,6 +25,7 @@ struct Scheduler::Request {
   std::vector<double> pooled;  // an embedding request's pooling so far
   std::vector<int32_t> feed;    // a decode with drafts: its last token, then the drafts
   int64_t draft_len = 0;        // drafts to propose next (Note [Prompt lookup]; set at admission)
+  int64_t misses = 0, rest = 0;  // drafts rejected whole in a row; steps left without proposing
   Sampler sampler;
   TextStream text;
 
@@ -159,6 +160,10 @@ int64_t Scheduler::decoders_after(size_t i) const {
 int64_t Scheduler::propose(Request& r, int64_t room, int64_t blocks) {
   r.feed.clear();
   if (opts_.lookup_tokens == 0 || !r.opts.speculate) return 0;
+  if (r.rest > 0) {
+    --r.rest;
+    return 0;
+  }
   const std::vector<int32_t>& t = r.tokens;
   const int64_t size = static_cast<int64_t>(t.size());
   // Drafts never pass max_tokens (the token sampled after them counts too) or the context.
@@ -431,6 +436,10 @@ void Scheduler::run(const std::vector<Planned>& plan, std::vector<RequestEvent>&
       stats_.accepted_tokens += taken;
       for (int64_t j = 0; j < taken; ++j) ++stats_.accepted_by_position[static_cast<size_t>(j)];
       r.draft_len = std::min(opts_.lookup_tokens, taken == drafts ? drafts + 1 : taken + 1);
+      // Drafts rejected whole cost a step's extra tokens for nothing: after
+      // each such miss in a row, twice as many steps without proposing.
+      r.misses = taken == 0 ? r.misses + 1 : 0;
+      r.rest = taken == 0 ? std::min<int64_t>(int64_t{1} << std::min<int64_t>(r.misses, 6), 64) : 0;
       if (!r.done) engine_.truncate_sequence(r.seq, r.fed);  // the cache keeps the tokens kept
       r.feed.clear();
     }

@@ -39,7 +39,8 @@
 // and the draw is exactly speculative sampling's with a one-hot draft: a
 // draft d is taken with probability p(d), and otherwise the token comes from
 // p without d. Each request's draft length adapts: one more after a draft
-// taken whole, one more than it kept otherwise.
+// taken whole, one more than it kept otherwise; after a draft rejected
+// whole, it proposes none for 2, 4, ... (at most 64) steps.
 //
 // Note [Prompt chunks beside decodes]
 // A step's time grows with its tokens, so a long prompt taken in at the full
