@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 #include <filesystem>
 
 namespace tessera::testing {
@@ -165,27 +166,38 @@ int cli(const std::string& args, std::string* out) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-CliProcess start_cli(const std::vector<std::string>& args) {
-  CliProcess p;
+// The CLI as a child process with `args` and extra environment entries,
+// its stdout and stderr on a pipe; {pid, read end}, or {-1, -1}.
+static std::pair<int, int> spawn_cli(const std::vector<std::string>& args, const std::vector<std::string>& env) {
   int pipefd[2];
-  if (pipe(pipefd) != 0) return p;
+  if (pipe(pipefd) != 0) return {-1, -1};
   std::vector<std::string> argv_s{TESSERA_CLI};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e) env_s.push_back(*e);
+  env_s.insert(env_s.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(pipefd[1], 1);
     dup2(pipefd[1], 2);
     close(pipefd[0]);
     close(pipefd[1]);
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   close(pipefd[1]);
-  p.pid = pid;
-  p.out = pipefd[0];
+  return {pid, pipefd[0]};
+}
+
+CliProcess start_cli(const std::vector<std::string>& args) {
+  CliProcess p;
+  std::tie(p.pid, p.out) = spawn_cli(args, {});
   return p;
 }
 
@@ -219,32 +231,11 @@ int CliProcess::stop() {
 
 CliRun run_cli(const std::vector<std::string>& args, const std::vector<std::string>& env) {
   CliRun r;
-  int pipefd[2];
-  if (pipe(pipefd) != 0) return r;
-  std::vector<std::string> argv_s{TESSERA_CLI};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e) env_s.push_back(*e);
-  env_s.insert(env_s.end(), env.begin(), env.end());
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pipefd[1], 1);
-    dup2(pipefd[1], 2);
-    close(pipefd[0]);
-    close(pipefd[1]);
-    execve(argv[0], argv.data(), envp.data());
-    _exit(127);
-  }
-  close(pipefd[1]);
+  const auto [pid, out] = spawn_cli(args, env);
+  if (pid < 0) return r;
   char buf[4096];
-  for (ssize_t n; (n = read(pipefd[0], buf, sizeof buf)) > 0;) r.output.append(buf, static_cast<size_t>(n));
-  close(pipefd[0]);
+  for (ssize_t n; (n = read(out, buf, sizeof buf)) > 0;) r.output.append(buf, static_cast<size_t>(n));
+  close(out);
   int status = 0;
   struct rusage ru {};
   if (wait4(pid, &status, 0, &ru) != pid) return r;

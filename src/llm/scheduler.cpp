@@ -148,13 +148,6 @@ void Scheduler::finish(Request& r, const std::string& reason, std::vector<Reques
   ev->cached_tokens = std::max<int64_t>(r.cached, 0);
 }
 
-// Decoding requests after running_[i] (each needs one token of the budget).
-int64_t Scheduler::decoders_after(size_t i) const {
-  int64_t n = 0;
-  for (size_t j = i + 1; j < running_.size(); ++j) n += running_[j]->decoding();
-  return n;
-}
-
 // Note [Prompt lookup]: r's drafts (at most `room` tokens, and the cache
 // blocks `blocks` allow) into r.feed after its last token; how many.
 int64_t Scheduler::propose(Request& r, int64_t room, int64_t blocks) {
@@ -278,9 +271,13 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
   std::vector<Planned> plan;
 
   // Decodes, oldest first; newer requests give way where the cache is full.
+  // Each keeps one token of the budget for the decodes after it; drafts get the rest.
+  int64_t decoders = 0;
+  for (const auto& p : running_) decoders += p->decoding();
   for (size_t i = 0; i < running_.size(); ++i) {
     Request& r = *running_[i];
     if (!r.decoding()) continue;
+    --decoders;
     while (new_blocks(r, 1) > avail() && running_.size() > i + 1) preempt_newest();
     if (new_blocks(r, 1) > avail()) {
       if (i > 0) {  // r is the newest: it gives way to the older ones
@@ -290,7 +287,7 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
       finish(r, "length", events);  // alone, and the whole cache is too small for it
       continue;
     }
-    const int64_t n = 1 + propose(r, budget - 1 - decoders_after(i), avail());
+    const int64_t n = 1 + propose(r, budget - 1 - decoders, avail());
     reserved += new_blocks(r, n);
     budget -= n;
     plan.push_back({&r, n});

@@ -47,6 +47,16 @@ llm::RequestOptions request(int i) {
   return o;
 }
 
+// A request's options for generate(), to run it alone.
+llm::GenerateOptions solo_options(const llm::RequestOptions& r) {
+  llm::GenerateOptions g;
+  g.sampling = r.sampling;
+  g.max_tokens = r.max_tokens;
+  g.ignore_eos = r.ignore_eos;
+  g.choice = r.choice;
+  return g;
+}
+
 struct Outcome {
   std::vector<int32_t> tokens;
   std::string text, finish_reason;
@@ -83,11 +93,7 @@ TEST(Scheduler, RequestsUnderLoadGiveTheirSoloTokens) {
     llm::Engine e(f.model, {});
     for (int i = 0; i < kRequests; ++i) {
       const llm::RequestOptions r = request(i);
-      llm::GenerateOptions g;
-      g.sampling = r.sampling;
-      g.max_tokens = r.max_tokens;
-      g.ignore_eos = true;
-      solo.push_back(llm::generate(e, f.tok, prompts[i], g));
+      solo.push_back(llm::generate(e, f.tok, prompts[i], solo_options(r)));
     }
   }
   // Together: a cache of 12 blocks of 16 tokens for up to 4 running
@@ -177,11 +183,7 @@ TEST(Scheduler, ASharedPromptIsComputedOnce) {
   for (int i = 0; i < 5; ++i) {
     if (i > 0) EXPECT_EQ(cached[ids[i]], 48) << i;
     const llm::RequestOptions r = request(i);
-    llm::GenerateOptions g;
-    g.sampling = r.sampling;
-    g.max_tokens = r.max_tokens;
-    g.ignore_eos = true;
-    EXPECT_EQ(out[ids[i]].tokens, llm::generate(solo_engine, f.tok, prompts[i], g).tokens) << i;
+    EXPECT_EQ(out[ids[i]].tokens, llm::generate(solo_engine, f.tok, prompts[i], solo_options(r)).tokens) << i;
   }
   EXPECT_EQ(e.free_blocks(), e.total_blocks());
 }
@@ -217,12 +219,9 @@ TEST(Scheduler, ChoicesForkTheFirstOnesPrompt) {
     llm::Engine solo_engine(f.model, {});
     for (uint64_t i = 0; i < 3; ++i) {
       EXPECT_EQ(cached[ids[i]], i ? 40 : 0);
-      llm::GenerateOptions g;
-      g.sampling = o.sampling;
-      g.max_tokens = o.max_tokens;
-      g.ignore_eos = true;
-      g.choice = i;
-      EXPECT_EQ(tokens[ids[i]], llm::generate(solo_engine, f.tok, prompt, g).tokens) << "choice " << i;
+      llm::RequestOptions alone = o;
+      alone.choice = i;
+      EXPECT_EQ(tokens[ids[i]], llm::generate(solo_engine, f.tok, prompt, solo_options(alone)).tokens) << "choice " << i;
     }
     EXPECT_NE(tokens[ids[0]], tokens[ids[1]]);
     EXPECT_EQ(e.free_blocks(), e.total_blocks());
@@ -317,11 +316,7 @@ TEST(Scheduler, PromptLookupDraftsKeepEachRequestsTokens) {
   const auto out = drain(s);
   llm::Engine solo_engine(f.model, {});
   for (size_t i = 0; i < ids.size(); ++i) {
-    llm::GenerateOptions g;
-    g.sampling = opts[i].sampling;
-    g.max_tokens = opts[i].max_tokens;
-    g.ignore_eos = true;
-    const llm::GenerateResult want = llm::generate(solo_engine, f.tok, prompt, g);
+    const llm::GenerateResult want = llm::generate(solo_engine, f.tok, prompt, solo_options(opts[i]));
     EXPECT_EQ(out.at(ids[i]).tokens, want.tokens) << "request " << i;
     EXPECT_EQ(out.at(ids[i]).text, want.text) << "request " << i;
   }

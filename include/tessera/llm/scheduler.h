@@ -199,7 +199,6 @@ class Scheduler {
   void pool(Request& r, int64_t row0, int64_t n, std::vector<RequestEvent>& events);
   void take(Request& r, const Sampled& s, std::vector<RequestEvent>& events);
   int64_t propose(Request& r, int64_t room, int64_t blocks);
-  int64_t decoders_after(size_t i) const;
   const Request* find(int64_t id) const;
   int64_t new_blocks(const Request& r, int64_t n) const;
 
