@@ -44,6 +44,11 @@ void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f) {
   c->add_option("--prompt-lookup", f.prompt_lookup, "speculative decoding by prompt lookup: up to this many draft "
                 "tokens a step for each request, from where its last tokens occurred before (0: off); the output "
                 "does not change")->check(CLI::Range(0, 32));
+  c->add_option("--draft", f.draft, "speculative decoding with this draft model (a GGUF file or a run, smaller than "
+                "MODEL and of the same vocabulary): its tokens are checked by MODEL, several a step; greedy output "
+                "does not change, sampled output keeps its distribution");
+  c->add_option("--draft-tokens", f.draft_tokens, "with --draft: up to this many draft tokens a step for each "
+                "request (fewer where they do not pay)")->check(CLI::Range(1, 32));
   c->add_flag("--no-prefix-caching", f.no_prefix_caching, "compute every prompt in full (by default full blocks of "
               "16 tokens a prompt shares with an earlier one are reused)");
   c->add_option("-t,--threads", f.threads, "compute threads (0: OMP_NUM_THREADS or all cores)")
@@ -76,7 +81,7 @@ sigset_t block_stop_signals() {
   return s;
 }
 
-int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel()>& load) {
+int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(const std::string&)>& load) {
   serve::LlmServiceOptions so;
   if (!f.api_key_file.empty()) so.api_key = read_api_key(f.api_key_file, "serve-llm");
   so.max_waiting = f.max_waiting;
@@ -105,7 +110,7 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel()>& 
   std::fflush(stdout);
 
   const auto t0 = std::chrono::steady_clock::now();
-  LanguageModel lm = load();
+  LanguageModel lm = load(f.model);
   serve::LlmModel m;
   m.model = lm.model;
   m.tokenizer = std::move(lm.tokenizer);
@@ -132,9 +137,27 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel()>& 
            " must be 0 (off) or at least 1");
   m.scheduler.decode_slowdown = f.decode_slowdown;
   m.scheduler.lookup_tokens = f.prompt_lookup;
-  m.engine.max_logit_rows = f.max_seqs * (1 + f.prompt_lookup);
-  TS_CHECK(m.engine.max_logit_rows <= f.max_batched_tokens, "serve-llm: --max-seqs ", f.max_seqs, " with --prompt-lookup ",
-           f.prompt_lookup, " need ", m.engine.max_logit_rows, " logit rows a step, more than --max-batched-tokens (",
+  TS_CHECK(f.draft.empty() || f.prompt_lookup == 0, "serve-llm: --draft and --prompt-lookup are two ways of "
+           "speculative decoding; choose one");
+  std::string draft_what;
+  if (!f.draft.empty()) {
+    LanguageModel d = load(f.draft);
+    try {
+      llm::check_same_vocabulary(m.tokenizer, d.tokenizer);
+    } catch (const Error& e) {
+      TS_ERROR("serve-llm: --draft ", f.draft, " cannot draft for ", f.model, ": ", e.what());
+    }
+    m.draft = d.model;
+    m.draft_engine = m.engine;
+    m.draft_engine.max_logit_rows = f.max_seqs;
+    m.draft_engine.kv_memory = 0;  // the draft's own KV for every sequence: small next to the model's
+    m.scheduler.draft_tokens = f.draft_tokens;
+    draft_what = d.what;
+  }
+  const int64_t drafts = f.draft.empty() ? f.prompt_lookup : f.draft_tokens;
+  m.engine.max_logit_rows = f.max_seqs * (1 + drafts);
+  TS_CHECK(m.engine.max_logit_rows <= f.max_batched_tokens, "serve-llm: --max-seqs ", f.max_seqs, " with ", drafts,
+           " draft tokens each need ", m.engine.max_logit_rows, " logit rows a step, more than --max-batched-tokens (",
            f.max_batched_tokens, ")");
   const llm::ModelSpec& s = lm.model->spec();
   service.load(std::move(m));
@@ -143,6 +166,9 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel()>& 
               name.c_str(), lm.what.c_str(), s.arch.c_str(), static_cast<long long>(s.n_layers),
               static_cast<long long>(s.dim), static_cast<long long>(s.vocab),
               llm::ggml_type_name(lm.model->weight_type()), load_s);
+  if (!draft_what.empty())
+    std::printf("draft model: %s, up to %lld tokens a step for each request\n", draft_what.c_str(),
+                static_cast<long long>(f.draft_tokens));
   std::printf("KV cache: %lld blocks of 16 tokens shared by up to %lld requests; %d threads%s\n",
               static_cast<long long>(service.total_blocks()), static_cast<long long>(f.max_seqs), get_num_threads(),
               so.api_key.empty() ? "" : "; API key required");

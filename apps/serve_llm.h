@@ -19,12 +19,15 @@ struct ServeLlmFlags {
   bool no_prefix_caching = false;
   double decode_slowdown = 0;
   int64_t prompt_lookup = 0;
+  std::string draft;
+  int64_t draft_tokens = 8;
 };
 
 void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f);
 // Serves until SIGINT/SIGTERM: the HTTP server starts first (/health is 503
 // while `load` reads the model), then the model is loaded and served.
-int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel()>& load);
+// `load` reads a model named on the command line (MODEL, --draft).
+int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(const std::string&)>& load);
 // The API key in a file (its first line, trailing spaces dropped; at least 16 characters).
 std::string read_api_key(const std::string& path, const char* verb);
 // Blocks SIGINT and SIGTERM in this thread and the threads it starts after,

@@ -959,7 +959,9 @@ int main(int argc, char** argv) {
     if (*gen.cmd) return cmd_generate(gen, false);
     if (*chat.cmd) return cmd_generate(chat, true);
     if (*slf.cmd)
-      return cli::cmd_serve_llm(slf, [&] { return load_language_model(slf.model, slf.weights, "serve-llm"); });
+      return cli::cmd_serve_llm(slf, [&](const std::string& path) {
+        return load_language_model(path, slf.weights, "serve-llm");
+      });
     if (*serve_cmd)
       return cmd_serve(sf);
     if (*client) return cmd_client(cf);

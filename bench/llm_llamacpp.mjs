@@ -1,15 +1,17 @@
 // llama.cpp's side of bench/llm_compare.py, through npm's node-llama-cpp: the
 // same measurements as `tessera_llm_bench run` on the same GGUF file.
 //   node llm_llamacpp.mjs MODEL.gguf prefill|decode|batch THREADS TOKENS SEQS CTX
-//   node llm_llamacpp.mjs MODEL.gguf trace THREADS 0 SEQS CTX TRACE.json
+//   node llm_llamacpp.mjs MODEL.gguf trace THREADS 0 SEQS CTX TRACE.json [DRAFT.gguf]
 // prints one JSON line: tokens/s, the RSS growth past the loaded model, and
 // the CPU variant of ggml that was loaded. `trace` runs bench/llm_serve_load's
 // requests ({"requests": [{"prompt": ids, "max_tokens": n}]}) in a closed loop
 // of SEQS sequences of one context: each takes the next request, evaluates its
 // prompt and generates its tokens greedily; tokens/s counts generated tokens.
-import {getLlama} from "node-llama-cpp";
+// With DRAFT.gguf, each sequence drafts with that model
+// (DraftSequenceTokenPredictor, its defaults: up to 16 tokens, confidence 0.6).
+import {DraftSequenceTokenPredictor, getLlama} from "node-llama-cpp";
 
-const [, , modelPath, measure, threadsArg, tokensArg, seqsArg, ctxArg, spreadArg] = process.argv;
+const [, , modelPath, measure, threadsArg, tokensArg, seqsArg, ctxArg, spreadArg, draftPath] = process.argv;
 const threads = Number(threadsArg), n = Number(tokensArg), ctx = Number(ctxArg);
 const seqs = measure === "batch" || measure === "trace" ? Number(seqsArg) : 1;
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error", maxThreads: threads});
@@ -61,7 +63,14 @@ if (measure === "prefill") {
       tokens += k;
     }
   };
-  const sequences = Array.from({length: seqs}, () => context.getSequence());
+  let predictor = () => undefined;
+  if (draftPath) {
+    const draftModel = await llama.loadModel({modelPath: draftPath});
+    const draftContext = await draftModel.createContext({contextSize: ctx, sequences: seqs, threads, batchSize: 512,
+                                                         flashAttention: false});
+    predictor = () => new DraftSequenceTokenPredictor(draftContext.getSequence());
+  }
+  const sequences = Array.from({length: seqs}, () => context.getSequence({tokenPredictor: predictor()}));
   t0 = now();
   await Promise.all(sequences.map(worker));
   t1 = now();
@@ -77,5 +86,6 @@ if (measure === "prefill") {
 const info = llama.systemInfo;
 console.log(JSON.stringify({measure, tokens, seconds: t1 - t0, tokens_per_s: tokens / (t1 - t0),
                             rss_growth: process.memoryUsage().rss - rss0, context: context.contextSize,
+                            draft: draftPath ? true : false,
                             system_info: info}));
 process.exit(0);

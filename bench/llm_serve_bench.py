@@ -20,14 +20,19 @@ the server over loopback on the same cores, with prompts cut from Debian's fortu
   5. prompt lookup (--prompt-lookup 8 against none), one stream: prompts of free
      fortunes text, and prompts that repeat a 40-token passage three times;
   6. with --soak-seconds S, a soak of the first model: Poisson arrivals at 80% of its
-     highest rate for S seconds, the errors and the server's resident memory every 5 s.
+     highest rate for S seconds, the errors and the server's resident memory every 5 s;
+  7. (alone, with --speculative) speculative decoding with a draft model: the ~20M fortunes model (Q8_0) with the
+     ~2M one as its draft (--draft, 8 tokens) against no draft, at 1, 4 and 16 streams
+     (closed loop, prompts of 64 to 127 tokens, 128 generated), with the draft
+     acceptance from /metrics; and llama.cpp's own draft-model speedup at 1 stream
+     (node-llama-cpp's DraftSequenceTokenPredictor) on the same files and requests.
 
-  python3 bench/llm_serve_bench.py [--build-dir build-bench] [--models ...] [--quick] [--json FILE]
+  python3 bench/llm_serve_bench.py [--build-dir build-bench] [--models ...] [--quick] [--speculative] [--json FILE]
 
 Models: the ~20M fortunes model in Q8_0 (scripts/fortunes_models.sh 20m makes it; left
 out when missing) and the 110M random model in Q4_0 and Q8_0 (bench/llm_compare.py
-makes them). Speculative decoding and JSON-schema decoding are not measured: the
-server has neither yet.
+makes them); the 2M fortunes model in Q8_0 as the draft. JSON-schema decoding is not
+measured: the server does not have it yet.
 """
 import argparse
 import json
@@ -240,6 +245,61 @@ def bench_model(args, name, path, ctx):
     return res
 
 
+def spec_counters(port):
+    """The server's draft tokens proposed and accepted, from /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {"draft": 0.0, "accepted": 0.0}
+    for line in text.splitlines():
+        if line.startswith("tessera:spec_decode_num_draft_tokens_total{"):
+            out["draft"] = float(line.split()[-1])
+        elif line.startswith("tessera:spec_decode_num_accepted_tokens_total{"):
+            out["accepted"] = float(line.split()[-1])
+    return out
+
+
+def speculative(args, target, draft):
+    """7. The target with and without its draft model, at 1, 4 and 16 streams; and
+    llama.cpp with and without the same draft at 1 stream."""
+    cli = os.path.join(args.build_dir, "apps", "tessera")
+    tool = os.path.join(args.build_dir, "bench", "tessera_llm_serve_load")
+    rng = random.Random(11)
+    ctx = 256
+    res = {"target": target, "draft": draft, "streams": {}, "llama": {}}
+    traces = {}
+    for c in (1, 4, 16):
+        res["streams"][c] = {}
+        for mode in ("plain", "draft"):
+            flags = ["--draft", draft, "--draft-tokens", "8"] if mode == "draft" else []
+            srv = Server(cli, target, "--max-seqs", "16", "--max-batched-tokens", "512", "--ctx", str(ctx), *flags)
+            try:
+                if c not in traces:
+                    pool = fortune_tokens(srv.port)
+                    bos = (post(srv.port, "/tokenize", {"prompt": "", "add_special_tokens": True})["tokens"] or [1])[0]
+                    n = max(4, c) if args.quick else max(8, 2 * c)
+                    traces[c] = [{"prompt": prompt(pool, rng, rng.randint(64, ctx - 128 - 1), bos), "max_tokens": 128}
+                                 for _ in range(n)]
+                log(f"speculative decoding: {c} streams, {mode}")
+                r = load(tool, srv.port, traces[c], c)
+                r["spec"] = spec_counters(srv.port)
+                res["streams"][c][mode] = r
+            finally:
+                srv.stop()
+    pkg = os.path.join(CACHE, "node-llama-cpp")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"requests": traces[1]}, f)
+    try:
+        for mode in ("plain", "draft"):
+            log(f"speculative decoding: llama.cpp, 1 sequence, {mode}")
+            cmd = ["node", "llm_llamacpp.mjs", target, "trace", "2", "0", "1", str(ctx), f.name]
+            out = subprocess.run(cmd + ([draft] if mode == "draft" else []), cwd=pkg, check=True,
+                                 capture_output=True, text=True, timeout=1800).stdout
+            res["llama"][mode] = json.loads(out.strip().splitlines()[-1])
+    finally:
+        os.unlink(f.name)
+    return res
+
+
 def soak(args, first):
     """Poisson arrivals at 80% of the model's highest rate for --soak-seconds, in one
     run of the load generator; the server's RSS sampled every 5 s meanwhile."""
@@ -284,6 +344,7 @@ def main():
     ap.add_argument("--models", default="fortunes-20m-Q8_0,random-110M-Q4_0,random-110M-Q8_0")
     ap.add_argument("--quick", action="store_true", help="fewer requests, for working")
     ap.add_argument("--soak-seconds", type=int, default=0, help="soak the first model this long (0: no soak)")
+    ap.add_argument("--speculative", action="store_true", help="part 7 alone (speculative decoding), not 1 to 6")
     ap.add_argument("--json")
     args = ap.parse_args()
     subprocess.run(["cmake", "--build", args.build_dir, "--target", "tessera_cli", "tessera_llm_serve_load",
@@ -291,7 +352,7 @@ def main():
     subprocess.run(["bash", os.path.join(ROOT, "scripts", "llm_compat.sh"), "--install-only"], check=True)
     subprocess.run(["cp", os.path.join(HERE, "llm_llamacpp.mjs"), os.path.join(CACHE, "node-llama-cpp")], check=True)
     results, missing = [], []
-    for name in args.models.split(","):
+    for name in [] if args.speculative else args.models.split(","):
         if name.startswith("fortunes"):
             path = os.path.join(CACHE, "fortunes", "models", name + ".gguf")
             ctx = 256
@@ -306,6 +367,15 @@ def main():
     out = {"models": results, "missing": missing, "quick": args.quick}
     if args.soak_seconds and results:
         out["soak"] = soak(args, results[0])
+    target, draft = (os.path.join(CACHE, "fortunes", "models", f"fortunes-{m}-Q8_0.gguf") for m in ("20m", "2m"))
+    if not args.speculative:
+        pass
+    elif os.path.exists(target) and os.path.exists(draft):
+        out["speculative"] = speculative(args, target, draft)
+    else:
+        log("speculative decoding: the fortunes 20m and 2m models are missing (scripts/fortunes_models.sh 2m 20m); "
+            "left out")
+        missing.append("speculative")
     text = json.dumps(out, indent=1)
     if args.json:
         with open(args.json, "w") as f:

@@ -60,6 +60,7 @@ FULL = {
     "serve": ["--seconds", "4", "--soak-seconds", "60"],
     "llm": ["--rounds", "3"],
     "llm_serve": ["--soak-seconds", "600"],
+    "llm_spec": ["--speculative"],
 }
 QUICK = {
     "ops": ["--rounds", "1", "--threads", "1", "--quick", "--skip-default",
@@ -80,6 +81,7 @@ QUICK = {
     "serve": ["--seconds", "1", "--soak-seconds", "3", "--only", "max,curve,soak"],
     "llm": ["--rounds", "1", "--types", "Q4_0"],
     "llm_serve": ["--quick", "--models", "random-110M-Q4_0"],
+    "llm_spec": ["--speculative", "--quick"],
 }
 # The trained models: config, overrides (full, quick).
 RUNS = {
@@ -407,6 +409,13 @@ def sec_llm_serve(ctx):
     j = ctx.tmp("llm_serve.json")
     code = run_script([PY, os.path.join(HERE, "llm_serve_bench.py"), "--build-dir", ctx.build_dir, "--json", j,
                        *ctx.settings("llm_serve")], j, ctx.log_path("llm_serve"), ctx.timeout)
+    return {"exit": code, **load_json(j)}
+
+
+def sec_llm_spec(ctx):
+    j = ctx.tmp("llm_spec.json")
+    code = run_script([PY, os.path.join(HERE, "llm_serve_bench.py"), "--build-dir", ctx.build_dir, "--json", j,
+                       *ctx.settings("llm_spec")], j, ctx.log_path("llm_spec"), ctx.timeout)
     return {"exit": code, **load_json(j)}
 
 
@@ -1102,8 +1111,41 @@ def render_llm_serve(d, h):
                     f"{rss[-1] / 2**20:.0f} MiB at the end."]
     if d.get("missing"):
         out += ["", "Left out (no file): " + ", ".join(d["missing"]) + "."]
-    out += ["", "Not measured here yet: speculative decoding with a draft model, prompt lookup on a model trained to "
-                "echo, and JSON-schema decoding (none of them in the server yet)."]
+    out += ["", "Not measured here yet: JSON-schema decoding (not in the server yet); speculative decoding with a "
+                "draft model is its own section below."]
+    return out
+
+
+def render_llm_spec(d, h):
+    out = []
+    if d.get("speculative"):
+        sp = d["speculative"]
+        rows = []
+        for c, runs in sp["streams"].items():
+            plain, draft = runs["plain"], runs["draft"]
+            ratio = draft["tokens_per_s"] / plain["tokens_per_s"]
+            target = 1.3 if c == "1" else 0.95 if c == "16" else None
+            spec = draft.get("spec", {})
+            acc = spec["accepted"] / spec["draft"] if spec.get("draft") else 0
+            rows.append([c, fnum(plain["tokens_per_s"]), fnum(draft["tokens_per_s"]), f"**{ratio:.2f}x**",
+                         f"{int(spec.get('draft', 0))} / {acc:.0%}",
+                         "" if target is None else f">= {target}x: " + ("met" if ratio >= target else "**missed**")])
+        ll = sp.get("llama", {})
+        if ll.get("plain") and ll.get("draft"):
+            lr = ll["draft"]["tokens_per_s"] / ll["plain"]["tokens_per_s"]
+            rows.append(["1 (llama.cpp)", fnum(ll["plain"]["tokens_per_s"]), fnum(ll["draft"]["tokens_per_s"]),
+                         f"{lr:.2f}x", "", ""])
+        out += [f"Speculative decoding with a draft model: {os.path.basename(sp['target'])} with "
+                    f"{os.path.basename(sp['draft'])} as its draft (`--draft`, up to 8 tokens a step, the length "
+                    "each step chosen by the fitted step costs) against no draft; closed loop, prompts of 64 to 127 "
+                    "fortunes tokens, 128 generated, greedy (the same text either way). The last row: llama.cpp on "
+                    "the same files and 1-stream requests, without and with node-llama-cpp's "
+                    "DraftSequenceTokenPredictor (up to 16 tokens, confidence 0.6).", ""]
+        out += table(["streams", "tokens/s without", "with draft", "speedup", "drafts / accepted", "target"], rows,
+                     ["---", "---:", "---:", "---:", "---:", "---"])
+    if not d.get("speculative"):
+        out += ["Not run: " + ", ".join(d.get("missing", [])) + " missing."]
+    out += ["", "Not measured here yet: prompt lookup on a model trained to echo."]
     return out
 
 
@@ -1255,6 +1297,10 @@ prefix caching on) driven by `bench/llm_serve_load.cpp` (streamed completions ov
 stream, on the same 2 vCPUs: its own CPU time is reported) with prompts cut from Debian's fortunes. Models: the
 ~20M fortunes model in Q8_0 (context 256) and the 110M random model in Q4_0 and Q8_0 (served with context 3072).
 The reference for throughput is llama.cpp's batched decoding of the same file through node-llama-cpp."""),
+    ("llm_spec", "LLM serving: speculative decoding with a draft model", sec_llm_spec, render_llm_spec, """\
+`bench/llm_serve_bench.py --speculative`: `tessera serve-llm` on the ~20M fortunes model (Q8_0) with and without
+the ~2M fortunes model as its draft, at 1, 4 and 16 streams of the load generator; llama.cpp's own draft-model
+speedup at 1 stream through node-llama-cpp on the same files."""),
     ("serve", "Serving: `tessera serve` under load", sec_serve, render_serve, """\
 `bench/serve_bench.py`: the trained MLP and CNN exported as compiled graphs and served by `tessera serve` (max
 batch 64, 500 us batching delay, one instance), driven by `bench/serve_load.cpp` (one thread, epoll, 64 keep-alive
@@ -1277,6 +1323,7 @@ SHORT = {"ops": "per-op overhead, bandwidth, matmul, softmax, layer norm, conv, 
          "sparse": "CSR sparse vs dense products by sparsity; structured pruning speed-up",
          "serve": "HTTP serving throughput, latency curve, transports, soak",
          "llm_serve": "OpenAI-compatible LLM server: streams vs llama.cpp batched, latency under load, prefix caching",
+         "llm_spec": "LLM server speculative decoding: a draft model's speedup at 1, 4, 16 streams vs llama.cpp's",
          "llm": "LLM prefill, decode and batched decode vs llama.cpp on the same GGUF files"}
 
 

@@ -48,32 +48,44 @@ Sampler::Sampler(int64_t vocab, SamplingParams params) : vocab_(vocab), p_(std::
     TS_CHECK(t >= 0 && t < vocab_ && !std::isnan(b), "sampling: logit bias for token ", t, " (", b,
              "): the token must be in [0, ", vocab_, ") and the bias a number");
   work_.resize(static_cast<size_t>(vocab_));
+  dist_.reserve(static_cast<size_t>(vocab_));
+  dense_.assign(static_cast<size_t>(vocab_), 0.0);
   order_.resize(static_cast<size_t>(vocab_));
   top_.resize(static_cast<size_t>(p_.top_logprobs));
 }
 
-Sampled Sampler::sample(const float* logits, std::span<const int32_t> history, uint64_t choice, uint64_t position) {
+namespace {
+
+// Streams of uniform(seed, choice, position) besides the token's own draw
+// (Note [Speculative sampling]): the choice's top bits pick them.
+constexpr uint64_t kAcceptStream = uint64_t{1} << 63, kResidualStream = uint64_t{1} << 62,
+                   kDraftStream = uint64_t{3} << 62;
+
+// The token at which the running sum of prob(i) first passes u (the last
+// of the n when rounding leaves u beyond the sum).
+template <typename Prob, typename Token>
+int32_t pick(int64_t n, double u, Prob prob, Token token) {
+  double cum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    cum += prob(i);
+    if (u < cum) return token(i);
+  }
+  return token(n - 1);
+}
+
+double prob_of(std::span<const TokenProb> d, int32_t token) {
+  for (const TokenProb& t : d)
+    if (t.token == token) return t.prob;
+  return 0;
+}
+
+}  // namespace
+
+int64_t Sampler::candidates(const float* logits, std::span<const int32_t> history) {
   const int64_t V = vocab_;
   float* w = work_.data();
   int32_t* idx = order_.data();
-  // The model's log-probabilities, for reporting.
-  float mx = -INFINITY;
-  for (int64_t i = 0; i < V; ++i) mx = std::max(mx, logits[i]);
-  double z = 0;
-  for (int64_t i = 0; i < V; ++i) z += std::exp(static_cast<double>(logits[i]) - mx);
-  const double lse = mx + std::log(z);
-  auto logprob = [&](int32_t t) { return static_cast<float>(logits[t] - lse); };
-  auto by_logit = [&](const float* v) {
-    return [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
-  };
-  Sampled out;
-  if (p_.top_logprobs > 0) {
-    const int64_t n = std::min<int64_t>(p_.top_logprobs, V);
-    for (int64_t i = 0; i < V; ++i) idx[i] = static_cast<int32_t>(i);
-    std::partial_sort(idx, idx + n, idx + V, by_logit(logits));
-    for (int64_t i = 0; i < n; ++i) top_[i] = {idx[i], logprob(idx[i])};
-    out.top = {top_.data(), static_cast<size_t>(n)};
-  }
+  auto by_logit = [w](int32_t a, int32_t b) { return w[a] > w[b] || (w[a] == w[b] && a < b); };
 
   // Bias and penalties.
   std::copy(logits, logits + V, w);
@@ -92,15 +104,14 @@ Sampled Sampler::sample(const float* logits, std::span<const int32_t> history, u
     int32_t best = 0;
     for (int64_t i = 1; i < V; ++i)
       if (w[i] > w[best]) best = static_cast<int32_t>(i);
-    out.token = best;
-    out.logprob = logprob(best);
-    return out;
+    idx[0] = best;
+    return 1;
   }
 
   // Candidates, most likely first.
   int64_t n = p_.top_k > 0 ? std::min<int64_t>(p_.top_k, V) : V;
   for (int64_t i = 0; i < V; ++i) idx[i] = static_cast<int32_t>(i);
-  std::partial_sort(idx, idx + n, idx + V, by_logit(w));
+  std::partial_sort(idx, idx + n, idx + V, by_logit);
   // top-p and min-p on the probabilities at temperature 1.
   if (p_.top_p < 1.f || p_.min_p > 0.f) {
     const float top = w[idx[0]];
@@ -122,23 +133,93 @@ Sampled Sampler::sample(const float* logits, std::span<const int32_t> history, u
     }
     n = std::max<int64_t>(1, keep);
   }
-  // Temperature, then the draw.
-  const double top = w[idx[0]] / static_cast<double>(p_.temperature);
-  double total = 0;
-  for (int64_t i = 0; i < n; ++i) total += std::exp(w[idx[i]] / static_cast<double>(p_.temperature) - top);
-  const double u = counter_uniform(p_.seed, choice, position) * total;
-  double cum = 0;
-  int32_t pick = idx[n - 1];
-  for (int64_t i = 0; i < n; ++i) {
-    cum += std::exp(w[idx[i]] / static_cast<double>(p_.temperature) - top);
-    if (u < cum) {
-      pick = idx[i];
-      break;
-    }
+  return n;
+}
+
+Sampled Sampler::describe(const float* logits, int32_t token) {
+  const int64_t V = vocab_;
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < V; ++i) mx = std::max(mx, logits[i]);
+  double z = 0;
+  for (int64_t i = 0; i < V; ++i) z += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lse = mx + std::log(z);
+  Sampled out;
+  out.token = token;
+  out.logprob = static_cast<float>(logits[token] - lse);
+  if (p_.top_logprobs > 0) {
+    int32_t* idx = order_.data();
+    const int64_t n = std::min<int64_t>(p_.top_logprobs, V);
+    for (int64_t i = 0; i < V; ++i) idx[i] = static_cast<int32_t>(i);
+    std::partial_sort(idx, idx + n, idx + V,
+                      [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (int64_t i = 0; i < n; ++i) top_[i] = {idx[i], static_cast<float>(logits[idx[i]] - lse)};
+    out.top = {top_.data(), static_cast<size_t>(n)};
   }
-  out.token = pick;
-  out.logprob = logprob(pick);
   return out;
+}
+
+Sampled Sampler::sample(const float* logits, std::span<const int32_t> history, uint64_t choice, uint64_t position) {
+  const int64_t n = candidates(logits, history);
+  int32_t token = order_[0];
+  if (p_.temperature > 0.f) {  // temperature, then the draw
+    const float* w = work_.data();
+    const int32_t* idx = order_.data();
+    const double t = p_.temperature, top = w[idx[0]] / t;
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) total += std::exp(w[idx[i]] / t - top);
+    const double u = counter_uniform(p_.seed, choice, position) * total;
+    token = pick(n, u, [&](int64_t i) { return std::exp(w[idx[i]] / t - top); }, [idx](int64_t i) { return idx[i]; });
+  }
+  return describe(logits, token);
+}
+
+std::span<const TokenProb> Sampler::distribution(const float* logits, std::span<const int32_t> history) {
+  const int64_t n = candidates(logits, history);
+  const float* w = work_.data();
+  const int32_t* idx = order_.data();
+  dist_.resize(static_cast<size_t>(n));
+  if (p_.temperature == 0.f) {
+    dist_[0] = {idx[0], 1.0};
+    return dist_;
+  }
+  const double t = p_.temperature, top = w[idx[0]] / t;
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    dist_[i] = {idx[i], std::exp(w[idx[i]] / t - top)};
+    total += dist_[i].prob;
+  }
+  for (TokenProb& d : dist_) d.prob /= total;
+  return dist_;
+}
+
+bool Sampler::accept(std::span<const TokenProb> p, std::span<const TokenProb> q, int32_t d, uint64_t choice,
+                     uint64_t position) const {
+  const double pd = prob_of(p, d), qd = prob_of(q, d);
+  if (qd <= 0) return false;  // not the draft's to propose: never taken
+  return counter_uniform(p_.seed, choice ^ kAcceptStream, position) * qd < pd;
+}
+
+int32_t Sampler::residual(std::span<const TokenProb> p, std::span<const TokenProb> q, uint64_t choice,
+                          uint64_t position) {
+  // max(0, p - q) is 0 outside p's candidates; q scattered over the vocabulary to look it up.
+  for (const TokenProb& t : q) dense_[static_cast<size_t>(t.token)] = t.prob;
+  const int64_t n = static_cast<int64_t>(p.size());
+  auto rest = [&](int64_t i) { return std::max(0.0, p[i].prob - dense_[static_cast<size_t>(p[i].token)]); };
+  auto token = [&](int64_t i) { return p[i].token; };
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += rest(i);
+  const double u = counter_uniform(p_.seed, choice ^ kResidualStream, position);
+  // p == q to rounding (a rejection then has probability ~0): draw from p itself.
+  const int32_t out = total > 1e-12 ? pick(n, u * total, rest, token)
+                                    : pick(n, u, [&](int64_t i) { return p[i].prob; }, token);
+  for (const TokenProb& t : q) dense_[static_cast<size_t>(t.token)] = 0;
+  return out;
+}
+
+int32_t Sampler::draw_draft(std::span<const TokenProb> q, uint64_t choice, uint64_t position) const {
+  const double u = counter_uniform(p_.seed, choice ^ kDraftStream, position);
+  return pick(static_cast<int64_t>(q.size()), u, [&](int64_t i) { return q[i].prob; },
+              [&](int64_t i) { return q[i].token; });
 }
 
 }  // namespace tessera::llm

@@ -26,6 +26,12 @@ struct Scheduler::Request {
   std::vector<int32_t> feed;    // a decode with drafts: its last token, then the drafts
   int64_t draft_len = 0;        // drafts to propose next (Note [Prompt lookup]; set at admission)
   int64_t misses = 0, rest = 0;  // drafts rejected whole in a row; steps left without proposing
+  int64_t proposed = 0, kept = 0;  // its drafts so far, and those taken (Note [How far to speculate])
+  // With a draft engine (Note [Draft model]): its sequence, how many of
+  // tokens its cache holds, the drafts wanted this step and, for a sampling
+  // request, the draft's distribution at each.
+  int64_t dseq = -1, dfed = 0, want = 0;
+  std::vector<std::vector<TokenProb>> q;
   Sampler sampler;
   TextStream text;
 
@@ -54,8 +60,8 @@ Pooling pooling_from_name(const std::string& name) {
   TS_ERROR("pooling '", name, "' is not one of mean, last, cls");
 }
 
-Scheduler::Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOptions opts)
-    : engine_(engine), tokenizer_(tokenizer), opts_(opts) {
+Scheduler::Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOptions opts, Engine* draft)
+    : engine_(engine), tokenizer_(tokenizer), opts_(opts), draft_(draft) {
   const EngineOptions& e = engine_.options();
   TS_CHECK(opts_.max_seqs >= 1 && opts_.max_seqs <= e.max_sequences, "scheduler: max_seqs ", opts_.max_seqs,
            " must be 1 to the engine's max_sequences (", e.max_sequences, ")");
@@ -66,11 +72,31 @@ Scheduler::Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOption
            ") to the engine's max_batch_tokens (", e.max_batch_tokens, ")");
   TS_CHECK(opts_.lookup_tokens >= 0 && opts_.lookup_tokens <= 32, "scheduler: lookup_tokens ", opts_.lookup_tokens,
            " must be 0 to 32");
-  TS_CHECK(opts_.max_seqs * (1 + opts_.lookup_tokens) <= e.max_logit_rows, "scheduler: ", opts_.max_seqs,
-           " requests with up to ", opts_.lookup_tokens, " draft tokens each need ",
-           opts_.max_seqs * (1 + opts_.lookup_tokens), " logit rows a step; the engine returns at most ",
-           e.max_logit_rows, " (EngineOptions::max_logit_rows)");
-  stats_.accepted_by_position.assign(static_cast<size_t>(opts_.lookup_tokens), 0);
+  TS_CHECK(opts_.draft_tokens >= 0 && opts_.draft_tokens <= 32, "scheduler: draft_tokens ", opts_.draft_tokens,
+           " must be 0 to 32");
+  TS_CHECK(opts_.lookup_tokens == 0 || opts_.draft_tokens == 0,
+           "scheduler: speculative decoding by prompt lookup (lookup_tokens) or by a draft model (draft_tokens), "
+           "not both");
+  TS_CHECK((draft_ != nullptr) == (opts_.draft_tokens > 0),
+           draft_ ? "scheduler: a draft engine needs draft_tokens of 1 or more"
+                  : "scheduler: draft_tokens needs a draft engine");
+  max_drafts_ = std::max(opts_.lookup_tokens, opts_.draft_tokens);
+  TS_CHECK(opts_.max_seqs * (1 + max_drafts_) <= e.max_logit_rows, "scheduler: ", opts_.max_seqs,
+           " requests with up to ", max_drafts_, " draft tokens each need ", opts_.max_seqs * (1 + max_drafts_),
+           " logit rows a step; the engine returns at most ", e.max_logit_rows, " (EngineOptions::max_logit_rows)");
+  if (draft_) {
+    const EngineOptions& d = draft_->options();
+    TS_CHECK(draft_->model().spec().vocab == engine_.model().spec().vocab, "scheduler: the draft model has ",
+             draft_->model().spec().vocab, " tokens, the model ", engine_.model().spec().vocab,
+             "; a draft must share the model's vocabulary");
+    TS_CHECK(d.max_sequences >= opts_.max_seqs && d.max_logit_rows >= opts_.max_seqs, "scheduler: the draft engine "
+             "must allow max_seqs (", opts_.max_seqs, ") sequences and logit rows; it allows ", d.max_sequences,
+             " and ", d.max_logit_rows);
+    draft_context_ = d.context ? d.context : std::min<int64_t>(draft_->model().spec().context, int64_t{1} << 18);
+    TS_CHECK(d.max_batch_tokens >= opts_.max_seqs, "scheduler: the draft engine's max_batch_tokens (",
+             d.max_batch_tokens, ") must be at least max_seqs (", opts_.max_seqs, ")");
+  }
+  stats_.accepted_by_position.assign(static_cast<size_t>(max_drafts_), 0);
   TS_CHECK(opts_.decode_slowdown == 0 || opts_.decode_slowdown >= 1, "scheduler: decode_slowdown ",
            opts_.decode_slowdown, " must be 0 (off) or at least 1");
   TS_CHECK(opts_.max_wait_seconds >= 0, "scheduler: max_wait_seconds ", opts_.max_wait_seconds, " must be 0 or more");
@@ -80,7 +106,15 @@ Scheduler::Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOption
 }
 
 Scheduler::~Scheduler() {
-  for (auto& r : running_) engine_.remove_sequence(r->seq);
+  for (auto& r : running_) drop(*r);
+}
+
+// r's sequences (and their cache blocks) freed.
+void Scheduler::drop(Request& r) {
+  if (r.seq >= 0) engine_.remove_sequence(r.seq);
+  if (r.dseq >= 0) draft_->remove_sequence(r.dseq);
+  r.seq = r.dseq = -1;
+  r.dfed = 0;
 }
 
 int64_t Scheduler::submit(std::vector<int32_t> prompt, const RequestOptions& opts) {
@@ -121,6 +155,11 @@ SchedulerStats Scheduler::stats() const {
   return shared_;
 }
 
+// What decides a request's cache contents besides its tokens (prefix caching's salt).
+uint64_t prefix_salt(const RequestOptions& o) {
+  return o.cache_salt ^ (reinterpret_cast<uintptr_t>(o.adapter) * 0x9e3779b97f4a7c15ULL);
+}
+
 // Blocks the engine needs to take for r's next n tokens.
 int64_t Scheduler::new_blocks(const Request& r, int64_t n) const {
   const int64_t bt = engine_.options().block_tokens;
@@ -130,8 +169,7 @@ int64_t Scheduler::new_blocks(const Request& r, int64_t n) const {
 // Ends r: its sequence freed, and `ev` (r's event of this step, or a new one)
 // marked finished.
 void Scheduler::finish(Request& r, const std::string& reason, std::vector<RequestEvent>& events, RequestEvent* ev) {
-  if (r.seq >= 0) engine_.remove_sequence(r.seq);
-  r.seq = -1;
+  drop(r);
   r.done = true;
   if (!ev) {
     events.emplace_back();
@@ -148,11 +186,14 @@ void Scheduler::finish(Request& r, const std::string& reason, std::vector<Reques
   ev->cached_tokens = std::max<int64_t>(r.cached, 0);
 }
 
-// Note [Prompt lookup]: r's drafts (at most `room` tokens, and the cache
-// blocks `blocks` allow) into r.feed after its last token; how many.
-int64_t Scheduler::propose(Request& r, int64_t room, int64_t blocks) {
+// r's drafts for this step (at most `cap`, `room` tokens, and the cache
+// blocks `blocks` allow), after its last token in r.feed; how many. By
+// prompt lookup (Note [Prompt lookup]) they are there now; with a draft
+// engine r.want says how many `draft` is to add.
+int64_t Scheduler::propose(Request& r, int64_t cap, int64_t room, int64_t blocks) {
   r.feed.clear();
-  if (opts_.lookup_tokens == 0 || !r.opts.speculate) return 0;
+  r.want = 0;
+  if (cap == 0 || !r.opts.speculate) return 0;
   if (r.rest > 0) {
     --r.rest;
     return 0;
@@ -160,8 +201,14 @@ int64_t Scheduler::propose(Request& r, int64_t room, int64_t blocks) {
   const std::vector<int32_t>& t = r.tokens;
   const int64_t size = static_cast<int64_t>(t.size());
   // Drafts never pass max_tokens (the token sampled after them counts too) or the context.
-  const int64_t most = std::min({r.draft_len, room, r.opts.max_tokens - r.generated() - 1, context_ - size});
+  int64_t most = std::min({r.draft_len, cap, room, r.opts.max_tokens - r.generated() - 1, context_ - size});
+  while (most > 0 && new_blocks(r, 1 + most) > blocks) --most;
   if (most <= 0) return 0;
+  if (draft_) {
+    r.feed.push_back(t.back());
+    r.want = most;
+    return most;
+  }
   for (int64_t n = std::min<int64_t>(3, size - 1); n >= 1; --n) {
     // The latest earlier occurrence of the last n tokens, with a token after it.
     for (int64_t p = size - n - 1; p >= 0; --p) {
@@ -169,12 +216,117 @@ int64_t Scheduler::propose(Request& r, int64_t room, int64_t blocks) {
       const int64_t k = std::min(most, size - (p + n));
       r.feed.push_back(t.back());
       r.feed.insert(r.feed.end(), t.begin() + p + n, t.begin() + p + n + k);
-      while (r.feed.size() > 1 && new_blocks(r, static_cast<int64_t>(r.feed.size())) > blocks) r.feed.pop_back();
-      if (r.feed.size() == 1) r.feed.clear();
-      return r.feed.empty() ? 0 : static_cast<int64_t>(r.feed.size()) - 1;
+      return k;
     }
   }
   return 0;
+}
+
+// Note [How far to speculate]: the cap on this step's drafts per request.
+int64_t Scheduler::draft_cap() const {
+  double a = 0, b = 0, da = 0, db = 0;
+  if (max_drafts_ == 0 || !opts_.speculate_by_cost || !cost_.fit(a, b)) return max_drafts_;
+  if (draft_ && !draft_cost_.fit(da, db)) da = db = 0;
+  const double all = (static_cast<double>(stats_.accepted_tokens) + 1) / (static_cast<double>(stats_.draft_tokens) + 2);
+  std::vector<std::pair<double, int64_t>> spec;  // (acceptance rate, draft length) of each that may draft
+  int64_t decodes = 0;
+  for (const auto& r : running_) {
+    if (!r->decoding()) continue;
+    ++decodes;
+    if (r->opts.speculate && r->rest == 0)
+      spec.emplace_back(std::min(0.999, (static_cast<double>(r->kept) + 2 * all) / (static_cast<double>(r->proposed) + 2)),
+                        r->draft_len);
+  }
+  if (spec.empty()) return max_drafts_;
+  auto rate = [&](int64_t cap) {
+    double tokens = static_cast<double>(decodes - static_cast<int64_t>(spec.size())), fed = static_cast<double>(decodes);
+    std::vector<int64_t> rounds(static_cast<size_t>(cap), 0);  // requests drafting at each draft step
+    for (const auto& [acc, len] : spec) {
+      const int64_t k = std::min(cap, len);
+      tokens += (1 - std::pow(acc, static_cast<double>(k + 1))) / (1 - acc);
+      fed += static_cast<double>(k);
+      for (int64_t i = 0; i < k; ++i) ++rounds[static_cast<size_t>(i)];
+    }
+    double seconds = std::max(a + b * fed, 1e-9);
+    for (int64_t n : rounds)
+      if (n > 0) seconds += std::max(da + db * static_cast<double>(n), 0.0);
+    return tokens / seconds;
+  };
+  int64_t best = 0;
+  double best_rate = rate(0);
+  for (int64_t cap = 1; cap <= max_drafts_; ++cap)
+    if (const double r = rate(cap); r > best_rate) {
+      best = cap;
+      best_rate = r;
+    }
+  return best;
+}
+
+// Note [Draft model]: the drafts the decodes in `plan` want, from the draft
+// engine, all requests' together; each entry's n cut to its drafts.
+void Scheduler::draft(std::vector<Planned>& plan) {
+  std::vector<Request*> rs;
+  int64_t room = draft_->options().max_batch_tokens, reserved = 0;
+  const int64_t bt = draft_->options().block_tokens;
+  for (Planned& p : plan) {
+    Request& r = *p.r;
+    if (r.want == 0) continue;
+    if (r.dseq < 0) {
+      r.dseq = draft_->add_sequence();
+      r.dfed = draft_->reuse_prefix(r.dseq, r.tokens, prefix_salt(r.opts));
+    }
+    // Its cache catches up on its tokens in the first draft step, then takes want - 1 drafts.
+    const int64_t behind = static_cast<int64_t>(r.tokens.size()) - r.dfed;
+    const int64_t blocks = (r.dfed + behind + r.want - 1 + bt - 1) / bt - (r.dfed + bt - 1) / bt;
+    const bool beyond = static_cast<int64_t>(r.tokens.size()) + r.want - 1 > draft_context_;
+    if (behind > room || blocks > draft_->free_blocks() - reserved || beyond) {
+      r.want = 0;  // no drafts this step (its catch-up goes on in later ones)
+      r.feed.clear();
+      continue;
+    }
+    room -= behind;
+    reserved += blocks;
+    rs.push_back(&r);
+  }
+  const int64_t vocab = draft_->model().spec().vocab;
+  std::vector<size_t> sizes;
+  for (const Request* r : rs) sizes.push_back(r->tokens.size());
+  std::vector<Chunk> chunks;
+  std::vector<Request*> in;
+  for (int64_t round = 0;; ++round) {
+    chunks.clear();
+    in.clear();
+    for (Request* r : rs) {
+      if (r->want <= round) continue;
+      // The drafts so far sit at the end of r->tokens for the draft step (taken off below).
+      const auto from = static_cast<size_t>(r->dfed);
+      chunks.push_back({r->dseq, std::span<const int32_t>(r->tokens.data() + from, r->tokens.size() - from), 1});
+      in.push_back(r);
+    }
+    if (chunks.empty()) break;
+    const Clock::time_point t0 = Clock::now();
+    const std::span<const float> logits = draft_->step(chunks);
+    int64_t tokens = 0;
+    for (const Chunk& c : chunks) tokens += static_cast<int64_t>(c.tokens.size());
+    draft_cost_.observe(tokens, std::chrono::duration<double>(Clock::now() - t0).count());
+    for (size_t i = 0; i < in.size(); ++i) {
+      Request& r = *in[i];
+      r.dfed = static_cast<int64_t>(r.tokens.size());
+      const std::span<const TokenProb> q = r.sampler.distribution(logits.data() + static_cast<int64_t>(i) * vocab, r.tokens);
+      int32_t d = q[0].token;
+      if (r.sampler.params().temperature > 0.f) {
+        r.q.emplace_back(q.begin(), q.end());
+        d = r.sampler.draw_draft(q, r.opts.choice, r.tokens.size());
+      }
+      r.feed.push_back(d);
+      r.tokens.push_back(d);
+    }
+  }
+  for (size_t i = 0; i < rs.size(); ++i) rs[i]->tokens.resize(sizes[i]);
+  for (Planned& p : plan) {
+    if (p.r->feed.size() <= 1) p.r->feed.clear();
+    p.n = std::max<int64_t>(1, static_cast<int64_t>(p.r->feed.size()));
+  }
 }
 
 // An embedding request's chunk of n rows at row0 of the step: pooled, and
@@ -212,13 +364,18 @@ void StepCost::observe(int64_t tokens, double seconds) {
   for (int i = 0; i < 5; ++i) sum_[i] = sum_[i] * decay + add[i];
 }
 
-int64_t StepCost::prompt_tokens(int64_t decodes, double slowdown, int64_t lo, int64_t hi) const {
-  if (slowdown == 0) return hi;
+bool StepCost::fit(double& a, double& b) const {
   const double n = sum_[0], st = sum_[1], stt = sum_[2], sy = sum_[3], sty = sum_[4];
   const double det = n * stt - st * st;
-  if (n < 2 || det <= 1e-9 * n * stt) return hi;  // steps of one size only: nothing to fit yet
-  const double b = (n * sty - st * sy) / det, a = (sy - b * st) / n;
-  if (!(b > 0)) return hi;
+  if (n < 2 || det <= 1e-9 * n * stt) return false;  // steps of one size only: nothing to fit yet
+  b = (n * sty - st * sy) / det;
+  a = (sy - b * st) / n;
+  return true;
+}
+
+int64_t StepCost::prompt_tokens(int64_t decodes, double slowdown, int64_t lo, int64_t hi) const {
+  double a = 0, b = 0;
+  if (slowdown == 0 || !fit(a, b) || !(b > 0)) return hi;
   const double decode_step = std::max(a, 0.0) + b * static_cast<double>(decodes);
   const double room = (slowdown - 1) * decode_step / b;  // prompt tokens that fit beside the decodes
   return std::clamp<int64_t>(static_cast<int64_t>(std::min(room, 1e9)), lo, hi);
@@ -235,8 +392,7 @@ const Scheduler::Request* Scheduler::find(int64_t id) const {
 // The newest running request back to the head of the queue, its cache freed.
 void Scheduler::preempt_newest() {
   Request& r = *running_.back();
-  engine_.remove_sequence(r.seq);
-  r.seq = -1;
+  drop(r);
   r.fed = 0;
   r.pooled.clear();
   r.feed.clear();
@@ -274,6 +430,7 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
   // Each keeps one token of the budget for the decodes after it; drafts get the rest.
   int64_t decoders = 0;
   for (const auto& p : running_) decoders += p->decoding();
+  const int64_t cap = draft_cap();
   for (size_t i = 0; i < running_.size(); ++i) {
     Request& r = *running_[i];
     if (!r.decoding()) continue;
@@ -287,12 +444,21 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
       finish(r, "length", events);  // alone, and the whole cache is too small for it
       continue;
     }
-    const int64_t n = 1 + propose(r, budget - 1 - decoders, avail());
+    const int64_t n = 1 + propose(r, cap, budget - 1 - decoders, avail());
     reserved += new_blocks(r, n);
     budget -= n;
     plan.push_back({&r, n});
   }
   std::erase_if(running_, [](const auto& r) { return r->done; });
+  if (draft_ && cap > 0) {  // the drafts wanted, from the draft engine: some may come shorter
+    draft(plan);
+    reserved = 0;
+    budget = opts_.max_batched_tokens;
+    for (const Planned& p : plan) {
+      reserved += new_blocks(*p.r, p.n);
+      budget -= p.n;
+    }
+  }
   if (!plan.empty())
     budget = std::min(budget, cost_.prompt_tokens(static_cast<int64_t>(plan.size()), opts_.decode_slowdown, bt,
                                                   opts_.max_batched_tokens));
@@ -341,11 +507,10 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
       r.seq = engine_.add_sequence();
       // Mean and CLS pooling read every token's (or the first's) hidden state: computed, not reused.
       const bool reuse = r.opts.pooling == Pooling::None || r.opts.pooling == Pooling::Last;
-      const uint64_t salt = r.opts.cache_salt ^ (reinterpret_cast<uintptr_t>(r.opts.adapter) * 0x9e3779b97f4a7c15ULL);
-      reused = reuse ? engine_.reuse_prefix(r.seq, r.tokens, salt) : 0;
+      reused = reuse ? engine_.reuse_prefix(r.seq, r.tokens, prefix_salt(r.opts)) : 0;
     }
     r.fed = reused;
-    r.draft_len = opts_.lookup_tokens;
+    r.draft_len = max_drafts_;
     const int64_t n = chunk_for(r);
     if (n == 0) {  // no cache for it now: it keeps its place
       engine_.remove_sequence(r.seq);
@@ -418,30 +583,59 @@ void Scheduler::run(const std::vector<Planned>& plan, std::vector<RequestEvent>&
     const int64_t drafts = r.feed.empty() ? 0 : plan[i].n - 1;
     r.fed += r.feed.empty() ? plan[i].n : 1;  // drafts count once taken
     if (!chunks[i].logits) continue;
-    // A token at each row while the drafts hold (Note [Prompt lookup]).
-    int64_t taken = 0;
-    for (int64_t j = 0; j <= drafts && !r.done; ++j) {
-      const Sampled s = r.sampler.sample(logits.data() + (row + j) * vocab, r.tokens, r.opts.choice, r.tokens.size());
-      take(r, s, events);
-      if (j == drafts || r.done || s.token != r.feed[static_cast<size_t>(j + 1)]) break;
-      ++taken;  // the draft fed after this token is the token: its row is valid
-      ++r.fed;
-    }
+    verify(r, logits.data() + row * vocab, drafts, events);
     row += chunks[i].logits;
-    if (drafts > 0) {
-      stats_.draft_tokens += drafts;
-      stats_.accepted_tokens += taken;
-      for (int64_t j = 0; j < taken; ++j) ++stats_.accepted_by_position[static_cast<size_t>(j)];
-      r.draft_len = std::min(opts_.lookup_tokens, taken == drafts ? drafts + 1 : taken + 1);
-      // Drafts rejected whole cost a step's extra tokens for nothing: after
-      // each such miss in a row, twice as many steps without proposing.
-      r.misses = taken == 0 ? r.misses + 1 : 0;
-      r.rest = taken == 0 ? std::min<int64_t>(int64_t{1} << std::min<int64_t>(r.misses, 6), 64) : 0;
-      if (!r.done) engine_.truncate_sequence(r.seq, r.fed);  // the cache keeps the tokens kept
-      r.feed.clear();
-    }
   }
   std::erase_if(running_, [](const auto& r) { return r->done; });
+}
+
+// r's tokens from the logits of its step's rows: one, or with drafts one at
+// each row while they hold (Notes [Prompt lookup], [Draft model]).
+void Scheduler::verify(Request& r, const float* logits, int64_t drafts, std::vector<RequestEvent>& events) {
+  const int64_t vocab = engine_.model().spec().vocab;
+  const bool sampled_drafts = !r.q.empty();  // drawn from a draft model's q: speculative sampling
+  int64_t taken = 0;
+  for (int64_t j = 0; j <= drafts && !r.done; ++j) {
+    const float* row = logits + j * vocab;
+    const uint64_t position = r.tokens.size();
+    if (j < drafts && sampled_drafts) {
+      const std::span<const TokenProb> p = r.sampler.distribution(row, r.tokens);
+      const int32_t d = r.feed[static_cast<size_t>(j + 1)];
+      const std::span<const TokenProb> q = r.q[static_cast<size_t>(j)];
+      if (!r.sampler.accept(p, q, d, r.opts.choice, position)) {
+        take(r, r.sampler.describe(row, r.sampler.residual(p, q, r.opts.choice, position)), events);
+        break;
+      }
+      take(r, r.sampler.describe(row, d), events);
+    } else {
+      const Sampled s = r.sampler.sample(row, r.tokens, r.opts.choice, position);
+      take(r, s, events);
+      if (j == drafts || s.token != r.feed[static_cast<size_t>(j + 1)]) break;
+    }
+    if (r.done) break;
+    ++taken;  // the draft fed after this token is the token: its row is valid
+    ++r.fed;
+  }
+  r.q.clear();
+  if (drafts == 0) return;
+  stats_.draft_tokens += drafts;
+  stats_.accepted_tokens += taken;
+  r.proposed += drafts;
+  r.kept += taken;
+  for (int64_t j = 0; j < taken; ++j) ++stats_.accepted_by_position[static_cast<size_t>(j)];
+  r.draft_len = std::min(max_drafts_, taken == drafts ? drafts + 1 : taken + 1);
+  // Drafts rejected whole cost a step's extra tokens for nothing: after
+  // each such miss in a row, twice as many steps without proposing.
+  r.misses = taken == 0 ? r.misses + 1 : 0;
+  r.rest = taken == 0 ? std::min<int64_t>(int64_t{1} << std::min<int64_t>(r.misses, 6), 64) : 0;
+  if (!r.done) {  // the caches keep the tokens kept
+    engine_.truncate_sequence(r.seq, r.fed);
+    if (r.dseq >= 0 && r.dfed > r.fed) {
+      r.dfed = r.fed;
+      draft_->truncate_sequence(r.dseq, r.dfed);
+    }
+  }
+  r.feed.clear();
 }
 
 // r's sampled token: the end of r, or one more token and its event.

@@ -702,4 +702,20 @@ std::string StreamDecoder::finish() {
   return out;
 }
 
+void check_same_vocabulary(const Tokenizer& model, const Tokenizer& draft) {
+  auto kind = [](const Tokenizer& t) {
+    return t.model() == Tokenizer::Model::Bpe ? "byte-level BPE"
+           : t.model() == Tokenizer::Model::SentencePiece ? "SentencePiece" : "characters";
+  };
+  TS_CHECK(model.model() == draft.model(), "the draft model's tokenizer is ", kind(draft), ", the model's ",
+           kind(model), "; a draft must share the model's vocabulary");
+  TS_CHECK(model.size() == draft.size(), "the draft model's vocabulary has ", draft.size(), " tokens, the model's ",
+           model.size(), "; a draft must share the model's vocabulary");
+  for (int32_t i = 0; i < model.size(); ++i)
+    TS_CHECK(model.text(i) == draft.text(i) && model.type(i) == draft.type(i), "token ", i, " of the draft model ('",
+             draft.text(i), "') is not the model's ('", model.text(i), "'); a draft must share the model's vocabulary");
+  TS_CHECK(model.bos() == draft.bos() && model.eos() == draft.eos(), "the draft model's BOS and EOS (", draft.bos(),
+           ", ", draft.eos(), ") are not the model's (", model.bos(), ", ", model.eos(), ")");
+}
+
 }  // namespace tessera::llm

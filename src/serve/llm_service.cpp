@@ -71,6 +71,7 @@ struct LlmService::Loaded {
   llm::ChatTemplate tmpl;
   bool plain_template;
   llm::Engine engine;
+  std::unique_ptr<llm::Engine> draft;
   llm::Scheduler scheduler;
   int64_t context;
 
@@ -80,7 +81,8 @@ struct LlmService::Loaded {
              m.chat_template.empty() ? std::string("the plain template") : m.chat_template_name),
         plain_template(m.chat_template.empty()),
         engine(m.model, m.engine),
-        scheduler(engine, m.tokenizer, m.scheduler),
+        draft(m.draft ? std::make_unique<llm::Engine>(m.draft, m.draft_engine) : nullptr),
+        scheduler(engine, m.tokenizer, m.scheduler, draft.get()),
         context(m.engine.context ? m.engine.context : std::min<int64_t>(m.model->spec().context, int64_t{1} << 18)) {}
 };
 
@@ -638,7 +640,7 @@ std::string LlmService::render_metrics() {
   metrics_.set("tessera:prefix_cache_hits_total", "Prompt tokens found in the prefix cache (or shared by another "
                "choice of the same call).", static_cast<double>(s.prefix_hits), model, monitor::MetricType::kCounter);
   if (!s.accepted_by_position.empty()) {
-    metrics_.set("tessera:spec_decode_num_draft_tokens_total", "Draft tokens proposed (prompt lookup).",
+    metrics_.set("tessera:spec_decode_num_draft_tokens_total", "Draft tokens proposed (by prompt lookup or the draft model).",
                  static_cast<double>(s.draft_tokens), model, monitor::MetricType::kCounter);
     metrics_.set("tessera:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
                  static_cast<double>(s.accepted_tokens), model, monitor::MetricType::kCounter);

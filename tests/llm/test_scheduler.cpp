@@ -117,7 +117,7 @@ TEST(Scheduler, RequestsUnderLoadGiveTheirSoloTokens) {
     eo.kv_memory = 12 * eo.block_tokens * probe.kv_bytes_per_token();
     llm::Engine e(f.model, eo);
     ASSERT_EQ(e.total_blocks(), 12);
-    llm::Scheduler s(e, f.tok, {.max_batched_tokens = budget, .max_seqs = 4, .lookup_tokens = lookup});
+    llm::Scheduler s(e, f.tok, {.max_batched_tokens = budget, .max_seqs = 4, .lookup_tokens = lookup, .speculate_by_cost = false});
     std::vector<int64_t> ids;
     const auto out = drain(s, [&](int64_t step) {
       if (ids.size() < prompts.size() && (step < 2 || step % 3 == 0)) {
@@ -304,7 +304,7 @@ TEST(Scheduler, PromptLookupDraftsKeepEachRequestsTokens) {
   eo.max_logit_rows = 4 * 9;
   eo.prefix_caching = true;
   llm::Engine e(f.model, eo);
-  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 4, .lookup_tokens = 8});
+  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 4, .lookup_tokens = 8, .speculate_by_cost = false});
   std::vector<llm::RequestOptions> opts;
   for (int i = 0; i < 4; ++i) {
     llm::RequestOptions o = request(i);  // greedy and seeded in turn
@@ -333,6 +333,96 @@ TEST(Scheduler, PromptLookupDraftsKeepEachRequestsTokens) {
               llm::Scheduler bad(small, f.tok, {.max_batched_tokens = 64, .max_seqs = 16, .lookup_tokens = 4});
             }).find("need 80 logit rows a step"),
             std::string::npos);
+}
+
+// Note [Draft model]: under load (a small cache, preemptions, prompts in
+// chunks, prefix hits) with a draft model, greedy requests give their solo
+// tokens and sampling ones run to their length; a draft that is the model
+// itself has every draft taken; both caches are whole again after.
+TEST(Scheduler, DraftModelKeepsGreedyRequestsTokens) {
+  Fixture f = fixture();
+  Fixture other = fixture(nullptr, 1, 32);  // another random model of the same vocabulary
+  const int kRequests = 10;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kRequests; ++i) prompts.push_back(prompt_of(1 + (i * 17) % 60, i));
+  std::vector<llm::GenerateResult> solo;
+  {
+    llm::Engine e(f.model, {});
+    for (int i = 0; i < kRequests; ++i) solo.push_back(llm::generate(e, f.tok, prompts[i], solo_options(request(i))));
+  }
+  struct Setup {
+    bool same;  // the draft is the model itself
+    int64_t budget;
+    bool caching;
+  };
+  for (auto [same, budget, caching] : {Setup{true, 24, false}, Setup{false, 24, true}, Setup{false, 11, false}}) {
+    SCOPED_TRACE(std::string(same ? "the model as its own draft" : "another model as draft") + ", budget " +
+                 std::to_string(budget) + (caching ? ", prefix caching" : ""));
+    llm::EngineOptions eo;
+    eo.prefix_caching = caching;
+    eo.max_logit_rows = 4 * (1 + 4);
+    eo.max_sequences = 4;
+    eo.max_batch_tokens = 32;
+    eo.kv_memory = 8 * eo.block_tokens * llm::Engine(f.model, {}).kv_bytes_per_token();
+    llm::Engine e(f.model, eo);
+    llm::EngineOptions dopt;
+    dopt.prefix_caching = caching;
+    dopt.max_sequences = 4;
+    dopt.max_batch_tokens = 64;
+    dopt.max_logit_rows = 4;
+    llm::Engine draft(same ? f.model : other.model, dopt);
+    llm::Scheduler s(e, f.tok, {.max_batched_tokens = budget, .max_seqs = 4, .draft_tokens = 4, .speculate_by_cost = false},
+                     &draft);
+    std::vector<int64_t> ids;
+    const auto out = drain(s, [&](int64_t step) {
+      if (ids.size() < prompts.size() && (step < 2 || step % 3 == 0))
+        ids.push_back(s.submit(prompts[ids.size()], request(static_cast<int>(ids.size()))));
+    });
+    ASSERT_EQ(ids.size(), prompts.size());
+    for (int i = 0; i < kRequests; ++i) {
+      const Outcome& o = out.at(ids[i]);
+      const llm::RequestOptions r = request(i);
+      EXPECT_EQ(o.finish_reason, "length") << "request " << i;
+      EXPECT_EQ(static_cast<int64_t>(o.tokens.size()), r.max_tokens) << "request " << i;
+      EXPECT_EQ(o.events_after_finish, 0) << "request " << i;
+      if (r.sampling.temperature == 0.f) {
+        EXPECT_EQ(o.tokens, solo[i].tokens) << "request " << i;
+        EXPECT_EQ(o.text, solo[i].text) << "request " << i;
+      }
+    }
+    const llm::SchedulerStats st = s.stats();
+    EXPECT_GT(st.preemptions, 0);
+    EXPECT_GT(st.draft_tokens, 0);
+    if (same) EXPECT_EQ(st.accepted_tokens, st.draft_tokens);  // the same logits: p = q everywhere
+    else EXPECT_LT(st.accepted_tokens, st.draft_tokens);
+    int64_t by_position = 0;
+    for (int64_t n : st.accepted_by_position) by_position += n;
+    EXPECT_EQ(by_position, st.accepted_tokens);
+    EXPECT_EQ(e.free_blocks(), e.total_blocks());
+    EXPECT_EQ(draft.free_blocks(), draft.total_blocks());
+  }
+  // A draft engine needs draft_tokens, and its vocabulary must be the model's.
+  llm::EngineOptions eo;
+  eo.max_logit_rows = 16 * 5;
+  llm::Engine e(f.model, eo);
+  llm::Engine d(other.model, {});
+  EXPECT_NE(testing::error_of([&] { llm::Scheduler bad(e, f.tok, {}, &d); }).find("needs draft_tokens"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { llm::Scheduler bad(e, f.tok, {.lookup_tokens = 2, .draft_tokens = 2}, &d); })
+                .find("not both"),
+            std::string::npos);
+  std::vector<std::string> pieces;
+  std::vector<llm::TokenType> types;
+  for (int32_t i = 0; i < f.tok.size(); ++i) {
+    pieces.push_back(f.tok.text(i));
+    types.push_back(f.tok.type(i));
+  }
+  pieces[100] = "zz";
+  types[100] = llm::TokenType::Normal;
+  const llm::Tokenizer changed = llm::Tokenizer::sentencepiece(pieces, std::vector<float>(pieces.size(), 0.f), types, 1, 2, 0);
+  EXPECT_NE(testing::error_of([&] { llm::check_same_vocabulary(f.tok, changed); }).find("token 100 of the draft model ('zz')"),
+            std::string::npos);
+  EXPECT_EQ(testing::error_of([&] { llm::check_same_vocabulary(f.tok, f.tok); }), "");
 }
 
 // Note [Prompt chunks beside decodes]: the fitted step cost bounds the

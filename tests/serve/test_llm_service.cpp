@@ -149,6 +149,60 @@ bool drains(LlmService& s) {
   return false;
 }
 
+// `tessera serve-llm --draft`: a draft model of the same vocabulary speeds
+// decoding without changing greedy text; one of another vocabulary is an
+// error that names the first token that differs.
+TEST(LlmServiceCli, ADraftModelKeepsGreedyText) {
+  const std::string root = tessera::testing::scratch_dir("serve_llm_draft");
+  std::filesystem::create_directories(root);
+  nn::zoo::Llama* llama = nullptr;
+  tessera::testing::Fixture f = tessera::testing::fixture(&llama);
+  llm::save_llama_gguf(*llama, root + "/tiny.gguf", {.type = llm::GgmlType::F32, .tokenizer = &f.tok});
+  tessera::testing::Fixture d = tessera::testing::fixture(&llama, 1, 32);  // another model, the same vocabulary
+  llm::save_llama_gguf(*llama, root + "/draft.gguf", {.type = llm::GgmlType::F32, .tokenizer = &d.tok});
+  std::vector<std::string> pieces;
+  std::vector<llm::TokenType> types;
+  for (int32_t i = 0; i < d.tok.size(); ++i) {
+    pieces.push_back(d.tok.text(i));
+    types.push_back(d.tok.type(i));
+  }
+  pieces[200] = "zz";
+  types[200] = llm::TokenType::Normal;
+  const llm::Tokenizer other = llm::Tokenizer::sentencepiece(pieces, std::vector<float>(pieces.size(), 0.f), types, 1, 2, 0);
+  llm::save_llama_gguf(*llama, root + "/other.gguf", {.type = llm::GgmlType::F32, .tokenizer = &other});
+
+  // The same greedy completion from a server with the draft and one without.
+  std::vector<std::string> texts;
+  for (bool draft : {true, false}) {
+    std::vector<std::string> args = {"serve-llm", root + "/tiny.gguf", "--port", "0", "--threads", "1",
+                                     "--max-seqs", "4", "--max-batched-tokens", "64"};
+    if (draft) args.insert(args.end(), {"--draft", root + "/draft.gguf", "--draft-tokens", "4"});
+    tessera::testing::CliProcess server = tessera::testing::start_cli(args);
+    ASSERT_TRUE(server.read_until("KV cache:")) << server.log;
+    if (draft)
+      EXPECT_NE(server.log.find("draft model: " + root + "/draft.gguf, up to 4 tokens"), std::string::npos) << server.log;
+    httplib::Client c("127.0.0.1", server.port());
+    const json req = {{"prompt", "abcab cabca abcab"}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}};
+    auto res = c.Post("/v1/completions", req.dump(), "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    texts.push_back(json::parse(res->body)["choices"][0]["text"]);
+    auto metrics = c.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_EQ(metrics->body.find("tessera:spec_decode_num_draft_tokens_total{model_name=\"tiny\"} ") != std::string::npos,
+              draft) << metrics->body;
+    EXPECT_EQ(server.stop(), 0) << server.log;
+  }
+  EXPECT_EQ(texts[0], texts[1]);
+
+  const tessera::testing::CliRun bad =
+      tessera::testing::run_cli({"serve-llm", root + "/tiny.gguf", "--port", "0", "--draft", root + "/other.gguf"});
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("cannot draft for " + root + "/tiny.gguf: token 200 of the draft model ('zz')"),
+            std::string::npos) << bad.output;
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 
 TEST(LlmService, HealthIsUnavailableUntilTheModelLoads) {
@@ -345,6 +399,7 @@ TEST(LlmService, PromptLookupKeepsTheText) {
   LlmModel m = fixture_model();
   const LlmModel ref = m;
   m.scheduler.lookup_tokens = 4;
+  m.scheduler.speculate_by_cost = false;  // drafts on the tiny model too, where they would not pay
   m.engine.max_logit_rows = 4 * 5;
   s.load(std::move(m));
   const std::string text = "abcab cabca abcab cabca abcab";

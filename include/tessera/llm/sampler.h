@@ -41,6 +41,12 @@ struct TokenLogprob {
   float logprob = 0.f;
 };
 
+// One token of a sampling distribution and its probability.
+struct TokenProb {
+  int32_t token = 0;
+  double prob = 0;
+};
+
 struct Sampled {
   int32_t token = 0;
   // log-softmax of the raw logits (before bias, penalties and temperature):
@@ -59,6 +65,24 @@ class Sampler {
   // until the next call.
   Sampled sample(const float* logits, std::span<const int32_t> history, uint64_t choice, uint64_t position);
 
+  // The distribution `sample` draws from at these logits: its candidates,
+  // most likely first, with probabilities summing to 1 (at temperature 0,
+  // the greedy token alone). Valid until the next call.
+  std::span<const TokenProb> distribution(const float* logits, std::span<const int32_t> history);
+  // `token` as `sample` reports it: its log-probability and the top tokens.
+  Sampled describe(const float* logits, int32_t token);
+
+  // Note [Speculative sampling]: whether a draft token d, drawn from the
+  // draft's distribution q, is kept where the target's is p: with
+  // probability min(1, p(d) / q(d)), by uniform(seed, choice, position) on
+  // its own stream. Where it is not, `residual` draws the token instead
+  // from max(0, p - q), normalized.
+  bool accept(std::span<const TokenProb> p, std::span<const TokenProb> q, int32_t d, uint64_t choice,
+              uint64_t position) const;
+  int32_t residual(std::span<const TokenProb> p, std::span<const TokenProb> q, uint64_t choice, uint64_t position);
+  // A draft model's token from its distribution q, on the draft's own stream.
+  int32_t draw_draft(std::span<const TokenProb> q, uint64_t choice, uint64_t position) const;
+
   const SamplingParams& params() const { return p_; }
 
  private:
@@ -67,6 +91,11 @@ class Sampler {
   std::vector<float> work_;
   std::vector<int32_t> order_;
   std::vector<TokenLogprob> top_;
+  std::vector<TokenProb> dist_;
+  std::vector<double> dense_;  // zeros, but for residual's scatter of q
+  // The candidates after bias, penalties, top-k, top-p and min-p: their
+  // count, in order_ (most likely first), with their logits in work_.
+  int64_t candidates(const float* logits, std::span<const int32_t> history);
 };
 
 }  // namespace tessera::llm

@@ -42,6 +42,33 @@
 // taken whole, one more than it kept otherwise; after a draft rejected
 // whole, it proposes none for 2, 4, ... (at most 64) steps.
 //
+// Note [Draft model]
+// With a draft engine (a smaller model of the same vocabulary), each
+// decoding request's drafts are the draft model's own tokens: one draft step
+// feeds every such request what its draft cache lacks (its prompt at first,
+// later the tokens kept since), and one more step per further draft token,
+// all requests together. A greedy request's draft is the draft model's
+// greedy token and is kept while the target's greedy token is the same (as
+// in Note [Prompt lookup]: its output is plain decoding's). A sampling
+// request's draft d is drawn from the draft's distribution q (its sampling
+// parameters applied to the draft's logits) and kept with probability
+// min(1, p(d) / q(d)); the first one not kept is replaced by a token drawn
+// from max(0, p - q) (Note [Speculative sampling] in llm/sampler.h), and
+// after a draft kept whole one more token is drawn from p. So every token is
+// distributed as p, though a seeded request's tokens are not those it draws
+// without a draft. The draft cache is cut back to the tokens kept.
+//
+// Note [How far to speculate]
+// Drafts pay off when a step is cheap next to its tokens' worth: a few
+// streams on a model that reads its weights once a step. With many streams
+// the step's tokens cost about as much as they bring. Before each step the
+// scheduler picks the draft length cap K (0 to the most) that maximizes the
+// expected tokens per second: each decoding request with acceptance rate a
+// (its own kept/proposed, starting from all requests') brings
+// (1 - a^(k+1)) / (1 - a) tokens for k drafts, and the step costs the fitted
+// a + b * tokens of the target (Note [Prompt chunks beside decodes]) plus K
+// steps of the draft engine (its own fit; prompt lookup's drafts cost none).
+//
 // Note [Prompt chunks beside decodes]
 // A step's time grows with its tokens, so a long prompt taken in at the full
 // token budget would stall every running stream for the length of a large
@@ -91,7 +118,7 @@ struct RequestOptions {
   // An earlier request with the same prompt (another choice of the same
   // call): this one waits until that prompt is computed and forks it.
   int64_t share_prompt_of = 0;
-  bool speculate = true;  // draft by prompt lookup where the scheduler does (SchedulerOptions::lookup_tokens)
+  bool speculate = true;  // speculative decoding where the scheduler does it (lookup_tokens, draft_tokens)
   // An embedding request: the prompt is computed (up to the whole context)
   // and its pooled hidden state returned in the finishing event, scaled to
   // unit length when `normalize`; nothing is generated.
@@ -111,6 +138,15 @@ struct SchedulerOptions {
   // this many draft tokens per step for each decoding request (0: off). The
   // engine must return as many more logit rows: max_seqs * (1 + this).
   int64_t lookup_tokens = 0;
+  // Speculative decoding with a draft engine (Note [Draft model]): at most
+  // this many draft tokens per step for each decoding request (0: off; with
+  // a draft engine, set it). The engine must return max_seqs * (1 + this)
+  // logit rows, the draft engine max_seqs.
+  int64_t draft_tokens = 0;
+  // Each step's drafts are capped where the fitted step costs say more would
+  // not pay (Note [How far to speculate]); false: as far as each request's
+  // own draft length goes.
+  bool speculate_by_cost = true;
 };
 
 // What one step did for one request.
@@ -153,6 +189,9 @@ class StepCost {
   // most `slowdown` times a step of the decodes alone, within [lo, hi];
   // hi until steps of two different sizes have been seen.
   int64_t prompt_tokens(int64_t decodes, double slowdown, int64_t lo, int64_t hi) const;
+  // The fit: a step of t tokens takes a + b * t seconds; false until steps
+  // of two different sizes have been seen.
+  bool fit(double& a, double& b) const;
 
  private:
   double sum_[5] = {};  // decayed sums of 1, tokens, tokens^2, seconds, tokens * seconds
@@ -161,8 +200,10 @@ class StepCost {
 class Scheduler {
  public:
   // The engine and tokenizer must outlive the scheduler; the engine is the
-  // scheduler's alone while it runs.
-  Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOptions opts = {});
+  // scheduler's alone while it runs. `draft`: a draft engine for
+  // speculative decoding (Note [Draft model]), likewise; its model's
+  // vocabulary must be the tokenizer's (check_same_vocabulary).
+  Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOptions opts = {}, Engine* draft = nullptr);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -198,7 +239,11 @@ class Scheduler {
   void preempt_newest();
   void pool(Request& r, int64_t row0, int64_t n, std::vector<RequestEvent>& events);
   void take(Request& r, const Sampled& s, std::vector<RequestEvent>& events);
-  int64_t propose(Request& r, int64_t room, int64_t blocks);
+  int64_t propose(Request& r, int64_t cap, int64_t room, int64_t blocks);
+  int64_t draft_cap() const;
+  void draft(std::vector<Planned>& plan);
+  void verify(Request& r, const float* logits, int64_t drafts, std::vector<RequestEvent>& events);
+  void drop(Request& r);
   const Request* find(int64_t id) const;
   int64_t new_blocks(const Request& r, int64_t n) const;
 
@@ -206,13 +251,16 @@ class Scheduler {
   Engine& engine_;
   const Tokenizer& tokenizer_;
   SchedulerOptions opts_;
+  Engine* draft_ = nullptr;
+  int64_t max_drafts_ = 0;  // lookup_tokens or draft_tokens
+  int64_t draft_context_ = 0;  // positions the draft engine holds per sequence
   int64_t context_ = 0;
 
   // The stepping thread's own.
   std::vector<std::unique_ptr<Request>> running_;  // in order of admission
   std::deque<std::unique_ptr<Request>> waiting_;   // the preempted first, then by arrival
   SchedulerStats stats_;
-  StepCost cost_;
+  StepCost cost_, draft_cost_;
 
   // Shared with submit and cancel, which only queue: neither waits on a step.
   mutable std::mutex mu_;

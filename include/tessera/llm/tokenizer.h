@@ -125,6 +125,11 @@ class Tokenizer {
   bool clean_spaces_ = false;   // decode drops the space before . , ! ? and contractions
 };
 
+// A draft model's tokenizer must be its model's: the same kind, the same
+// entries with the same types, the same BOS and EOS. An error names the
+// first difference.
+void check_same_vocabulary(const Tokenizer& model, const Tokenizer& draft);
+
 // Decodes a stream of ids into text that never ends inside a UTF-8
 // character: the bytes of an unfinished one wait for the next token.
 class StreamDecoder {

@@ -60,6 +60,10 @@ struct LlmModel {
   // its role, and the model stopped where it starts the user's next line).
   std::string chat_template, chat_template_name = "tokenizer.chat_template";
   llm::Pooling pooling = llm::Pooling::Last;  // /v1/embeddings, unless a request names another
+  // Speculative decoding with a draft model (scheduler.draft_tokens drafts
+  // a step; Note [Draft model]): its vocabulary must be the tokenizer's.
+  std::shared_ptr<const llm::Model> draft;
+  llm::EngineOptions draft_engine;
 };
 
 class LlmService {
