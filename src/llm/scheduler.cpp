@@ -155,10 +155,14 @@ SchedulerStats Scheduler::stats() const {
   return shared_;
 }
 
+namespace {
+
 // What decides a request's cache contents besides its tokens (prefix caching's salt).
 uint64_t prefix_salt(const RequestOptions& o) {
   return o.cache_salt ^ (reinterpret_cast<uintptr_t>(o.adapter) * 0x9e3779b97f4a7c15ULL);
 }
+
+}  // namespace
 
 // Blocks the engine needs to take for r's next n tokens.
 int64_t Scheduler::new_blocks(const Request& r, int64_t n) const {
@@ -266,8 +270,10 @@ int64_t Scheduler::draft_cap() const {
 // engine, all requests' together; each entry's n cut to its drafts.
 void Scheduler::draft(std::vector<Planned>& plan) {
   std::vector<Request*> rs;
+  std::vector<Chunk> behind_only;  // catch-ups too long for the first draft step: a part of each, no drafts
   int64_t room = draft_->options().max_batch_tokens, reserved = 0;
   const int64_t bt = draft_->options().block_tokens;
+  auto blocks_for = [bt](int64_t fed, int64_t n) { return (fed + n + bt - 1) / bt - (fed + bt - 1) / bt; };
   for (Planned& p : plan) {
     Request& r = *p.r;
     if (r.want == 0) continue;
@@ -277,11 +283,19 @@ void Scheduler::draft(std::vector<Planned>& plan) {
     }
     // Its cache catches up on its tokens in the first draft step, then takes want - 1 drafts.
     const int64_t behind = static_cast<int64_t>(r.tokens.size()) - r.dfed;
-    const int64_t blocks = (r.dfed + behind + r.want - 1 + bt - 1) / bt - (r.dfed + bt - 1) / bt;
+    const int64_t blocks = blocks_for(r.dfed, behind + r.want - 1);
     const bool beyond = static_cast<int64_t>(r.tokens.size()) + r.want - 1 > draft_context_;
     if (behind > room || blocks > draft_->free_blocks() - reserved || beyond) {
-      r.want = 0;  // no drafts this step (its catch-up goes on in later ones)
+      r.want = 0;  // no drafts this step
       r.feed.clear();
+      // A long catch-up (a long prompt) goes on in parts, a step at a time.
+      const int64_t part = std::min(behind - 1, room);
+      if (!beyond && part > 0 && blocks_for(r.dfed, part) <= draft_->free_blocks() - reserved) {
+        behind_only.push_back({r.dseq, std::span<const int32_t>(r.tokens.data() + r.dfed, static_cast<size_t>(part)), 0});
+        r.dfed += part;
+        room -= part;
+        reserved += blocks_for(r.dfed - part, part);
+      }
       continue;
     }
     room -= behind;
@@ -303,6 +317,7 @@ void Scheduler::draft(std::vector<Planned>& plan) {
       chunks.push_back({r->dseq, std::span<const int32_t>(r->tokens.data() + from, r->tokens.size() - from), 1});
       in.push_back(r);
     }
+    if (round == 0) chunks.insert(chunks.end(), behind_only.begin(), behind_only.end());  // no logit rows: last
     if (chunks.empty()) break;
     const Clock::time_point t0 = Clock::now();
     const std::span<const float> logits = draft_->step(chunks);

@@ -354,10 +354,13 @@ TEST(Scheduler, DraftModelKeepsGreedyRequestsTokens) {
     bool same;  // the draft is the model itself
     int64_t budget;
     bool caching;
+    int64_t draft_batch;  // tokens a draft step carries: prompts longer catch up over several steps
   };
-  for (auto [same, budget, caching] : {Setup{true, 24, false}, Setup{false, 24, true}, Setup{false, 11, false}}) {
+  for (auto [same, budget, caching, draft_batch] :
+       {Setup{true, 24, false, 64}, Setup{false, 24, true, 64}, Setup{false, 11, false, 16}}) {
     SCOPED_TRACE(std::string(same ? "the model as its own draft" : "another model as draft") + ", budget " +
-                 std::to_string(budget) + (caching ? ", prefix caching" : ""));
+                 std::to_string(budget) + (caching ? ", prefix caching" : "") + ", draft steps of " +
+                 std::to_string(draft_batch));
     llm::EngineOptions eo;
     eo.prefix_caching = caching;
     eo.max_logit_rows = 4 * (1 + 4);
@@ -368,7 +371,7 @@ TEST(Scheduler, DraftModelKeepsGreedyRequestsTokens) {
     llm::EngineOptions dopt;
     dopt.prefix_caching = caching;
     dopt.max_sequences = 4;
-    dopt.max_batch_tokens = 64;
+    dopt.max_batch_tokens = draft_batch;
     dopt.max_logit_rows = 4;
     llm::Engine draft(same ? f.model : other.model, dopt);
     llm::Scheduler s(e, f.tok, {.max_batched_tokens = budget, .max_seqs = 4, .draft_tokens = 4, .speculate_by_cost = false},

@@ -1,0 +1,33 @@
+#pragma once
+// JSON schemas as grammars (llm/grammar.h): structured output for
+// response_format json_schema and json_object.
+//
+// Note [JSON schemas as grammars]
+// A schema becomes GBNF whose language is the JSON texts that validate
+// against it, written the way the rules read: an object's properties in
+// the schema's order, each required one present, each optional one present
+// or not (with the commas between those present); arrays within minItems
+// and maxItems; strings within minLength and maxLength; enum and const as
+// their JSON texts; anyOf as alternatives; $ref to #/$defs/NAME (or
+// #/definitions/NAME, or # itself) as a rule, so recursive schemas work.
+// Whitespace between tokens is at most one space, or a newline and up to 20
+// spaces or tabs, so a model cannot spin in whitespace forever; a \u escape
+// is never a surrogate (many JSON parsers refuse a lone one; characters
+// beyond U+FFFF are written as themselves); numbers have at most 16 digits
+// before and after the point and a two-digit exponent (so they fit a double). A keyword
+// outside this subset (pattern, format, minimum, oneOf, ...) is an error
+// that names it and where it is: better refused than silently not enforced.
+// Annotations (title, description, $schema, $id, $comment, examples,
+// default) are allowed and ignored.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::llm {
+
+// GBNF for the JSON texts that validate against `schema` (rule "root").
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+// GBNF for any JSON object (response_format json_object).
+std::string json_object_gbnf();
+
+}  // namespace tessera::llm
