@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "tessera/core/allocator.h"
 #include "tessera/core/error.h"
@@ -49,6 +51,9 @@ void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f) {
                 "does not change, sampled output keeps its distribution");
   c->add_option("--draft-tokens", f.draft_tokens, "with --draft: up to this many draft tokens a step for each "
                 "request (fewer where they do not pay)")->check(CLI::Range(1, 32));
+  c->add_option("--draft-threads", f.draft_threads, "with --draft: compute threads for the draft model's steps "
+                "(default 1: a small model's step is shorter than a parallel region's start and end)")
+      ->check(CLI::Range(1, 1024));
   c->add_flag("--no-prefix-caching", f.no_prefix_caching, "compute every prompt in full (by default full blocks of "
               "16 tokens a prompt shares with an earlier one are reused)");
   c->add_option("-t,--threads", f.threads, "compute threads (0: OMP_NUM_THREADS or all cores)")
@@ -109,58 +114,76 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
               server.port(), f.model.c_str());
   std::fflush(stdout);
 
+  // Note [One OpenMP team]: loading packs the weights in parallel regions.
+  // Run here, it would leave this thread's OpenMP team beside the engine
+  // thread's, and libgomp, finding more of its threads than cores, cuts
+  // every team's spin-wait to almost nothing: each of a step's many small
+  // parallel regions then waits for a futex wake-up (one stream of the 20M
+  // fortunes model on 2 cores: 480 tokens/s against 1,390 with one team).
+  // A thread that ends takes its team with it, so the loading runs on one.
   const auto t0 = std::chrono::steady_clock::now();
-  LanguageModel lm = load(f.model);
-  serve::LlmModel m;
-  m.model = lm.model;
-  m.tokenizer = std::move(lm.tokenizer);
-  m.chat_template = tmpl_override.empty() ? lm.chat_template : tmpl_override;
-  m.chat_template_name = tmpl_override.empty() ? "tokenizer.chat_template" : f.chat_template;
-  m.engine.context = f.context;
-  m.engine.max_sequences = f.max_seqs;
-  m.engine.max_batch_tokens = f.max_batched_tokens;
-  m.engine.k_type = m.engine.v_type = llm::kv_type_from_name(f.kv_type);
-  m.engine.prefix_caching = !f.no_prefix_caching;
-  if (!f.kv_memory.empty()) m.engine.kv_memory = byte_count(f.kv_memory);
-  m.pooling = llm::Pooling::Last;
-  if (!f.pooling.empty()) {
-    m.pooling = llm::pooling_from_name(f.pooling);
-  } else if (const llm::GgufValue* p = lm.model->file().find(lm.model->spec().arch + ".pooling_type")) {
-    // llama.cpp's enum: 1 mean, 2 CLS, 3 last (0: none, -1: unspecified).
-    const int64_t t = p->as_int(lm.model->spec().arch + ".pooling_type");
-    if (t == 1) m.pooling = llm::Pooling::Mean;
-    else if (t == 2) m.pooling = llm::Pooling::Cls;
-  }
-  m.scheduler.max_seqs = f.max_seqs;
-  m.scheduler.max_batched_tokens = f.max_batched_tokens;
-  TS_CHECK(f.decode_slowdown == 0 || f.decode_slowdown >= 1, "serve-llm: --decode-slowdown ", f.decode_slowdown,
-           " must be 0 (off) or at least 1");
-  m.scheduler.decode_slowdown = f.decode_slowdown;
-  m.scheduler.lookup_tokens = f.prompt_lookup;
-  TS_CHECK(f.draft.empty() || f.prompt_lookup == 0, "serve-llm: --draft and --prompt-lookup are two ways of "
-           "speculative decoding; choose one");
+  LanguageModel lm;
   std::string draft_what;
-  if (!f.draft.empty()) {
-    LanguageModel d = load(f.draft);
+  std::exception_ptr failed;
+  std::thread loader([&] {
     try {
-      llm::check_same_vocabulary(m.tokenizer, d.tokenizer);
-    } catch (const Error& e) {
-      TS_ERROR("serve-llm: --draft ", f.draft, " cannot draft for ", f.model, ": ", e.what());
+      lm = load(f.model);
+      serve::LlmModel m;
+      m.model = lm.model;
+      m.tokenizer = std::move(lm.tokenizer);
+      m.chat_template = tmpl_override.empty() ? lm.chat_template : tmpl_override;
+      m.chat_template_name = tmpl_override.empty() ? "tokenizer.chat_template" : f.chat_template;
+      m.engine.context = f.context;
+      m.engine.max_sequences = f.max_seqs;
+      m.engine.max_batch_tokens = f.max_batched_tokens;
+      m.engine.k_type = m.engine.v_type = llm::kv_type_from_name(f.kv_type);
+      m.engine.prefix_caching = !f.no_prefix_caching;
+      if (!f.kv_memory.empty()) m.engine.kv_memory = byte_count(f.kv_memory);
+      m.pooling = llm::Pooling::Last;
+      if (!f.pooling.empty()) {
+        m.pooling = llm::pooling_from_name(f.pooling);
+      } else if (const llm::GgufValue* p = lm.model->file().find(lm.model->spec().arch + ".pooling_type")) {
+        // llama.cpp's enum: 1 mean, 2 CLS, 3 last (0: none, -1: unspecified).
+        const int64_t t = p->as_int(lm.model->spec().arch + ".pooling_type");
+        if (t == 1) m.pooling = llm::Pooling::Mean;
+        else if (t == 2) m.pooling = llm::Pooling::Cls;
+      }
+      m.scheduler.max_seqs = f.max_seqs;
+      m.scheduler.max_batched_tokens = f.max_batched_tokens;
+      TS_CHECK(f.decode_slowdown == 0 || f.decode_slowdown >= 1, "serve-llm: --decode-slowdown ", f.decode_slowdown,
+               " must be 0 (off) or at least 1");
+      m.scheduler.decode_slowdown = f.decode_slowdown;
+      m.scheduler.lookup_tokens = f.prompt_lookup;
+      TS_CHECK(f.draft.empty() || f.prompt_lookup == 0, "serve-llm: --draft and --prompt-lookup are two ways of "
+               "speculative decoding; choose one");
+      if (!f.draft.empty()) {
+        LanguageModel d = load(f.draft);
+        try {
+          llm::check_same_vocabulary(m.tokenizer, d.tokenizer);
+        } catch (const Error& e) {
+          TS_ERROR("serve-llm: --draft ", f.draft, " cannot draft for ", f.model, ": ", e.what());
+        }
+        m.draft = d.model;
+        m.draft_engine = m.engine;
+        m.draft_engine.max_logit_rows = f.max_seqs;
+        m.draft_engine.kv_memory = 0;  // the draft's own KV for every sequence: small next to the model's
+    m.draft_engine.threads = f.draft_threads;
+        m.scheduler.draft_tokens = f.draft_tokens;
+        draft_what = d.what;
+      }
+      const int64_t drafts = f.draft.empty() ? f.prompt_lookup : f.draft_tokens;
+      m.engine.max_logit_rows = f.max_seqs * (1 + drafts);
+      TS_CHECK(m.engine.max_logit_rows <= f.max_batched_tokens, "serve-llm: --max-seqs ", f.max_seqs, " with ", drafts,
+               " draft tokens each need ", m.engine.max_logit_rows, " logit rows a step, more than --max-batched-tokens (",
+               f.max_batched_tokens, ")");
+      service.load(std::move(m));
+    } catch (...) {
+      failed = std::current_exception();
     }
-    m.draft = d.model;
-    m.draft_engine = m.engine;
-    m.draft_engine.max_logit_rows = f.max_seqs;
-    m.draft_engine.kv_memory = 0;  // the draft's own KV for every sequence: small next to the model's
-    m.scheduler.draft_tokens = f.draft_tokens;
-    draft_what = d.what;
-  }
-  const int64_t drafts = f.draft.empty() ? f.prompt_lookup : f.draft_tokens;
-  m.engine.max_logit_rows = f.max_seqs * (1 + drafts);
-  TS_CHECK(m.engine.max_logit_rows <= f.max_batched_tokens, "serve-llm: --max-seqs ", f.max_seqs, " with ", drafts,
-           " draft tokens each need ", m.engine.max_logit_rows, " logit rows a step, more than --max-batched-tokens (",
-           f.max_batched_tokens, ")");
+  });
+  loader.join();
+  if (failed) std::rethrow_exception(failed);
   const llm::ModelSpec& s = lm.model->spec();
-  service.load(std::move(m));
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("serving '%s': %s (%s), %lld layers, width %lld, vocabulary %lld, %s weights; loaded in %.2f s\n",
               name.c_str(), lm.what.c_str(), s.arch.c_str(), static_cast<long long>(s.n_layers),

@@ -21,6 +21,7 @@ struct ServeLlmFlags {
   int64_t prompt_lookup = 0;
   std::string draft;
   int64_t draft_tokens = 8;
+  int64_t draft_threads = 1;
 };
 
 void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f);

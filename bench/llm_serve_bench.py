@@ -276,7 +276,7 @@ def speculative(args, target, draft):
                 if c not in traces:
                     pool = fortune_tokens(srv.port)
                     bos = (post(srv.port, "/tokenize", {"prompt": "", "add_special_tokens": True})["tokens"] or [1])[0]
-                    n = max(4, c) if args.quick else max(8, 2 * c)
+                    n = max(4, c) if args.quick else {1: 32, 4: 64, 16: 128}[c]
                     traces[c] = [{"prompt": prompt(pool, rng, rng.randint(64, ctx - 128 - 1), bos), "max_tokens": 128}
                                  for _ in range(n)]
                 log(f"speculative decoding: {c} streams, {mode}")

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -242,6 +243,7 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
   TS_CHECK(opts_.max_sequences >= 1 && opts_.max_sequences <= 4096, "engine: max_sequences ", opts_.max_sequences,
            " must be 1 to 4096");
   if (opts_.max_logit_rows == 0) opts_.max_logit_rows = opts_.max_sequences;
+  TS_CHECK(opts_.threads >= 0, "engine: threads ", opts_.threads, " must be 0 (all) or positive");
   TS_CHECK(opts_.max_logit_rows >= 1 && opts_.max_logit_rows <= opts_.max_batch_tokens, "engine: max_logit_rows ",
            opts_.max_logit_rows, " must be 1 to max_batch_tokens (", opts_.max_batch_tokens, ")");
   st.context = opts_.context ? opts_.context : std::min<int64_t>(s.context, int64_t{1} << 18);
@@ -438,6 +440,8 @@ int64_t Engine::sequence_length(int64_t seq) const {
 }
 
 std::span<const float> Engine::step(std::span<const Chunk> chunks) {
+  std::optional<ThreadLimit> limit;
+  if (opts_.threads > 0) limit.emplace(static_cast<int>(std::min<int64_t>(opts_.threads, 1 << 16)));
   State& st = *st_;
   const ModelSpec& s = model_->spec();
   const KernelTable& kt = *st.kt;

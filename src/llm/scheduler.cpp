@@ -229,7 +229,7 @@ int64_t Scheduler::propose(Request& r, int64_t cap, int64_t room, int64_t blocks
 // Note [How far to speculate]: the cap on this step's drafts per request.
 int64_t Scheduler::draft_cap() const {
   double a = 0, b = 0, da = 0, db = 0;
-  if (max_drafts_ == 0 || !opts_.speculate_by_cost || !cost_.fit(a, b)) return max_drafts_;
+  if (max_drafts_ == 0 || !opts_.speculate_by_cost || !decode_cost_.fit(a, b)) return max_drafts_;
   if (draft_ && !draft_cost_.fit(da, db)) da = db = 0;
   const double all = (static_cast<double>(stats_.accepted_tokens) + 1) / (static_cast<double>(stats_.draft_tokens) + 2);
   std::vector<std::pair<double, int64_t>> spec;  // (acceptance rate, draft length) of each that may draft
@@ -581,8 +581,14 @@ void Scheduler::run(const std::vector<Planned>& plan, std::vector<RequestEvent>&
   const Clock::time_point t0 = Clock::now();
   const std::span<const float> logits = engine_.step(chunks);
   int64_t tokens = 0;
-  for (const Planned& p : plan) tokens += p.n;
-  cost_.observe(tokens, std::chrono::duration<double>(Clock::now() - t0).count());
+  bool decodes_only = true;
+  for (const Planned& p : plan) {
+    tokens += p.n;
+    decodes_only = decodes_only && p.r->decoding();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  cost_.observe(tokens, seconds);
+  if (decodes_only) decode_cost_.observe(tokens, seconds);
   ++stats_.steps;
   const int64_t vocab = engine_.model().spec().vocab;
   int64_t row = 0, first_row = 0;

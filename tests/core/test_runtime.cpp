@@ -1,5 +1,6 @@
 // Random numbers, the caching allocator, threads and determinism.
 #include <cmath>
+#include <thread>
 
 #include "tessera/core/allocator.h"
 #include "tessera/core/parallel.h"
@@ -81,6 +82,33 @@ TEST(Threads, NumThreadsIsSettable) {
   EXPECT_EQ(get_num_threads(), 1);
   set_num_threads(prev);
   EXPECT_THROW(set_num_threads(0), Error);
+}
+
+// Note [Thread count for every thread]: a count set on one thread holds for
+// threads started after (a server's engine thread), and a ThreadLimit lowers
+// it on its own thread only.
+TEST(Threads, TheCountHoldsOnEveryThreadAndALimitOnItsOwn) {
+  const int prev = get_num_threads();
+  set_num_threads(3);
+  int seen = 0, limited = 0, after = 0, other = 0;
+  std::thread([&] {
+    seen = get_num_threads();
+    {
+      ThreadLimit one(1);
+      limited = get_num_threads();
+      std::thread([&] { other = get_num_threads(); }).join();
+    }
+    after = get_num_threads();
+  }).join();
+  EXPECT_EQ(seen, 3);
+  EXPECT_EQ(limited, 1);
+  EXPECT_EQ(other, 3);  // a limit is its thread's alone
+  EXPECT_EQ(after, 3);
+  {
+    ThreadLimit more(8);  // a limit never raises the count
+    EXPECT_EQ(get_num_threads(), 3);
+  }
+  set_num_threads(prev);
 }
 
 TEST(Threads, ErrorsInsideParallelRegionsReachTheCaller) {

@@ -373,6 +373,7 @@ TEST(Scheduler, DraftModelKeepsGreedyRequestsTokens) {
     dopt.max_sequences = 4;
     dopt.max_batch_tokens = draft_batch;
     dopt.max_logit_rows = 4;
+    dopt.threads = 1;  // as serve-llm runs a draft model
     llm::Engine draft(same ? f.model : other.model, dopt);
     llm::Scheduler s(e, f.tok, {.max_batched_tokens = budget, .max_seqs = 4, .draft_tokens = 4, .speculate_by_cost = false},
                      &draft);

@@ -7,9 +7,23 @@
 
 namespace tessera {
 
-// Honours OMP_NUM_THREADS at start-up; set_num_threads overrides it.
+// Honours OMP_NUM_THREADS at start-up; set_num_threads overrides it (for
+// every thread), and a ThreadLimit lowers it on its own thread.
 int get_num_threads();
 void set_num_threads(int n);
+
+// While alive, parallel_for on this thread uses at most n threads (a small
+// model's steps, where a parallel region costs more than its work).
+class ThreadLimit {
+ public:
+  explicit ThreadLimit(int n);
+  ~ThreadLimit();
+  ThreadLimit(const ThreadLimit&) = delete;
+  ThreadLimit& operator=(const ThreadLimit&) = delete;
+
+ private:
+  int previous_;
+};
 
 // Elements below which an elementwise op stays on one thread.
 constexpr int64_t kGrainSize = 32768;

@@ -151,6 +151,9 @@ struct EngineOptions {
   // Keep computed full blocks for later sequences that begin the same way
   // (Note [Prefix caching] in llm/block_pool.h; Engine::reuse_prefix).
   bool prefix_caching = false;
+  // Compute threads for this engine's steps (0: get_num_threads()). A draft
+  // model's steps are so small that one thread beats a parallel region.
+  int64_t threads = 0;
 };
 
 // Adds a low-rank adapter's contribution to a projection's outputs for the

@@ -66,8 +66,11 @@
 // expected tokens per second: each decoding request with acceptance rate a
 // (its own kept/proposed, starting from all requests') brings
 // (1 - a^(k+1)) / (1 - a) tokens for k drafts, and the step costs the fitted
-// a + b * tokens of the target (Note [Prompt chunks beside decodes]) plus K
-// steps of the draft engine (its own fit; prompt lookup's drafts cost none).
+// a + b * tokens of the target's steps of decodes alone (drafts included;
+// steps with prompt chunks are left out of this fit: their large sizes would
+// set its slope, while a step of a few tokens costs little more than one of
+// a single token) plus K steps of the draft engine (its own fit; prompt
+// lookup's drafts cost none).
 //
 // Note [Prompt chunks beside decodes]
 // A step's time grows with its tokens, so a long prompt taken in at the full
@@ -260,7 +263,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Request>> running_;  // in order of admission
   std::deque<std::unique_ptr<Request>> waiting_;   // the preempted first, then by arrival
   SchedulerStats stats_;
-  StepCost cost_, draft_cost_;
+  StepCost cost_, decode_cost_, draft_cost_;  // every step; steps of decodes alone; draft steps
 
   // Shared with submit and cancel, which only queue: neither waits on a step.
   mutable std::mutex mu_;
