@@ -1121,7 +1121,7 @@ def render_llm_spec(d, h):
     if d.get("speculative"):
         sp = d["speculative"]
         rows = []
-        for c, runs in sp["streams"].items():
+        for c, runs in sorted(sp["streams"].items(), key=lambda kv: int(kv[0])):
             plain, draft = runs["plain"], runs["draft"]
             ratio = draft["tokens_per_s"] / plain["tokens_per_s"]
             target = 1.3 if c == "1" else 0.95 if c == "16" else None
@@ -1135,16 +1135,17 @@ def render_llm_spec(d, h):
             lr = ll["draft"]["tokens_per_s"] / ll["plain"]["tokens_per_s"]
             rows.append(["1 (llama.cpp)", fnum(ll["plain"]["tokens_per_s"]), fnum(ll["draft"]["tokens_per_s"]),
                          f"{lr:.2f}x", "", ""])
-        out += [f"Speculative decoding with a draft model: {os.path.basename(sp['target'])} with "
+        out += ["", f"Speculative decoding with a draft model: {os.path.basename(sp['target'])} with "
                     f"{os.path.basename(sp['draft'])} as its draft (`--draft`, up to 8 tokens a step, the length "
                     "each step chosen by the fitted step costs) against no draft; closed loop, prompts of 64 to 127 "
                     "fortunes tokens, 128 generated, greedy (the same text either way). The last row: llama.cpp on "
                     "the same files and 1-stream requests, without and with node-llama-cpp's "
-                    "DraftSequenceTokenPredictor (up to 16 tokens, confidence 0.6).", ""]
+                    "DraftSequenceTokenPredictor (up to 16 tokens, confidence 0.6); its tokens/s include each "
+                    "request's prompt and node-llama-cpp's own cost per token, so only its speedup compares.", ""]
         out += table(["streams", "tokens/s without", "with draft", "speedup", "drafts / accepted", "target"], rows,
                      ["---", "---:", "---:", "---:", "---:", "---"])
     if not d.get("speculative"):
-        out += ["Not run: " + ", ".join(d.get("missing", [])) + " missing."]
+        out += ["", "Not run: " + ", ".join(d.get("missing", [])) + " missing."]
     out += ["", "Not measured here yet: prompt lookup on a model trained to echo."]
     return out
 

@@ -142,4 +142,37 @@ assert.equal(running, 0);
 assert.ok(await metric('tessera:request_success_total{model_name="fortunes",finished_reason="abort"}') >= 1);
 assert.equal(await metric('tessera:kv_cache_usage_perc{'), 0);
 ok('an aborted stream: its request ends and its cache blocks return');
+// Structured output: every schema of scripts/json_schemas.json (OpenAI's
+// strict subset) as response_format, greedy and sampled, stream and not:
+// each choice that stops parses and validates by ajv.
+const Ajv = require('ajv');
+const ajv = new Ajv({ strict: false });
+const schemas = JSON.parse((await import('node:fs')).readFileSync(new URL('./json_schemas.json', import.meta.url)));
+let stopped = 0, total = 0;
+for (const [i, schema] of schemas.entries()) {
+  const validate = ajv.compile(schema);
+  const req = { model: 'fortunes', messages: [{ role: 'user', content: 'Answer in JSON.' }], max_tokens: 200,
+    response_format: { type: 'json_schema', json_schema: { name: `s${i}`, schema, strict: true } },
+    ...(i % 2 ? { temperature: 0 } : { temperature: 0.8, seed: i }) };
+  let text, reason;
+  if (i % 3 === 0) {
+    const c = await collect(await client.chat.completions.create({ ...req, stream: true }), true);
+    [text, reason] = [c.texts[0], c.finish[0]];
+  } else {
+    const c = (await client.chat.completions.create(req)).choices[0];
+    [text, reason] = [c.message.content, c.finish_reason];
+  }
+  total++;
+  if (reason !== 'stop') continue;
+  stopped++;
+  let value;
+  assert.doesNotThrow(() => { value = JSON.parse(text); }, `schema ${i}: ${text}`);
+  assert.ok(validate(value), `schema ${i}: ${text}: ${ajv.errorsText(validate.errors)}`);
+}
+assert.ok(stopped >= 0.8 * total, `${stopped} of ${total} stopped`);
+ok(`structured output: ${stopped} of ${total} schemas stopped, each parses and validates (ajv)`);
+await expectError(client.chat.completions.create({ model: 'fortunes', messages: [{ role: 'user', content: 'x' }],
+  response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'string', pattern: '^a+$' } } } }),
+  BadRequestError, 'response_format');
+ok('an unsupported schema keyword is a 400 naming response_format');
 console.log(`openai_client: ${checks} checks passed`);

@@ -5,7 +5,9 @@
 # fortunes model (scripts/fortunes_models.sh makes it, about 3.5 minutes the
 # first time) and runs scripts/openai_client.mjs against it: every route, stream
 # and non-stream giving the same text, n and logprobs, the errors the client
-# raises, and a stream the client aborts (its request ends on the server).
+# raises, a stream the client aborts (its request ends on the server), and
+# structured output: the 31 schemas of scripts/json_schemas.json as
+# response_format, each answer that stops validated by npm's ajv (pinned).
 #   scripts/openai_client.sh [--build DIR] [--model FILE.gguf]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,11 +23,13 @@ done
 cache=${TESSERA_CACHE:-$HOME/.cache/tessera}
 pkg="$cache/openai-client"
 version=7.60.0
+ajv=8.17.1  # validates the structured outputs against their schemas
 if [ ! -f "$pkg/node_modules/openai/package.json" ] ||
-   ! grep -q "\"version\": \"$version\"" "$pkg/node_modules/openai/package.json"; then
+   ! grep -q "\"version\": \"$version\"" "$pkg/node_modules/openai/package.json" ||
+   ! grep -q "\"version\": \"$ajv\"" "$pkg/node_modules/ajv/package.json" 2>/dev/null; then
   command -v npm >/dev/null || { echo "openai_client: npm is needed (apt-get install npm)" >&2; exit 1; }
   mkdir -p "$pkg"
-  (cd "$pkg" && npm i -E --ignore-scripts --no-audit --no-fund "openai@$version" >/dev/null)
+  (cd "$pkg" && npm i -E --ignore-scripts --no-audit --no-fund "openai@$version" "ajv@$ajv" >/dev/null)
 fi
 cmake --build "$build" --target tessera_cli >/dev/null
 if [ -z "$model" ]; then

@@ -81,14 +81,17 @@ double prob_of(std::span<const TokenProb> d, int32_t token) {
 
 }  // namespace
 
-int64_t Sampler::candidates(const float* logits, std::span<const int32_t> history) {
+int64_t Sampler::candidates(const float* logits, std::span<const int32_t> history, const uint32_t* allowed) {
   const int64_t V = vocab_;
   float* w = work_.data();
   int32_t* idx = order_.data();
   auto by_logit = [w](int32_t a, int32_t b) { return w[a] > w[b] || (w[a] == w[b] && a < b); };
 
-  // Bias and penalties.
+  // The mask, bias and penalties.
   std::copy(logits, logits + V, w);
+  if (allowed)
+    for (int64_t i = 0; i < V; ++i)
+      if (!((allowed[i >> 5] >> (i & 31)) & 1)) w[i] = -INFINITY;
   for (const auto& [t, b] : p_.logit_bias) w[t] += b;
   const size_t n_hist = std::min<size_t>(history.size(), static_cast<size_t>(p_.repeat_last_n));
   const std::span<const int32_t> recent = history.subspan(history.size() - n_hist);
@@ -112,6 +115,7 @@ int64_t Sampler::candidates(const float* logits, std::span<const int32_t> histor
   int64_t n = p_.top_k > 0 ? std::min<int64_t>(p_.top_k, V) : V;
   for (int64_t i = 0; i < V; ++i) idx[i] = static_cast<int32_t>(i);
   std::partial_sort(idx, idx + n, idx + V, by_logit);
+  while (n > 1 && w[idx[n - 1]] == -INFINITY) --n;  // masked out: never a candidate
   // top-p and min-p on the probabilities at temperature 1.
   if (p_.top_p < 1.f || p_.min_p > 0.f) {
     const float top = w[idx[0]];
@@ -158,8 +162,9 @@ Sampled Sampler::describe(const float* logits, int32_t token) {
   return out;
 }
 
-Sampled Sampler::sample(const float* logits, std::span<const int32_t> history, uint64_t choice, uint64_t position) {
-  const int64_t n = candidates(logits, history);
+Sampled Sampler::sample(const float* logits, std::span<const int32_t> history, uint64_t choice, uint64_t position,
+                        const uint32_t* allowed) {
+  const int64_t n = candidates(logits, history, allowed);
   int32_t token = order_[0];
   if (p_.temperature > 0.f) {  // temperature, then the draw
     const float* w = work_.data();
@@ -173,8 +178,9 @@ Sampled Sampler::sample(const float* logits, std::span<const int32_t> history, u
   return describe(logits, token);
 }
 
-std::span<const TokenProb> Sampler::distribution(const float* logits, std::span<const int32_t> history) {
-  const int64_t n = candidates(logits, history);
+std::span<const TokenProb> Sampler::distribution(const float* logits, std::span<const int32_t> history,
+                                                 const uint32_t* allowed) {
+  const int64_t n = candidates(logits, history, allowed);
   const float* w = work_.data();
   const int32_t* idx = order_.data();
   dist_.resize(static_cast<size_t>(n));

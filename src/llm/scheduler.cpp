@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "tessera/core/error.h"
@@ -32,12 +33,15 @@ struct Scheduler::Request {
   // request, the draft's distribution at each.
   int64_t dseq = -1, dfed = 0, want = 0;
   std::vector<std::vector<TokenProb>> q;
+  std::optional<GrammarMatcher> matcher;  // Note [Grammars in the scheduler]
   Sampler sampler;
   TextStream text;
 
   Request(int64_t id_, std::vector<int32_t> t, const RequestOptions& o, int64_t vocab, const Tokenizer& tok)
       : id(id_), opts(o), tokens(std::move(t)), prompt(static_cast<int64_t>(tokens.size())),
-        arrival(Clock::now()), sampler(vocab, o.sampling), text(tok, o.stop) {}
+        arrival(Clock::now()), sampler(vocab, o.sampling), text(tok, o.stop) {
+    if (o.grammar) matcher.emplace(o.grammar);
+  }
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt; }
   int64_t remaining() const { return static_cast<int64_t>(tokens.size()) - fed; }
   // Running with its prompt in the cache: each step feeds its last token.
@@ -197,7 +201,7 @@ void Scheduler::finish(Request& r, const std::string& reason, std::vector<Reques
 int64_t Scheduler::propose(Request& r, int64_t cap, int64_t room, int64_t blocks) {
   r.feed.clear();
   r.want = 0;
-  if (cap == 0 || !r.opts.speculate) return 0;
+  if (cap == 0 || !r.opts.speculate || r.matcher) return 0;
   if (r.rest > 0) {
     --r.rest;
     return 0;
@@ -629,7 +633,16 @@ void Scheduler::verify(Request& r, const float* logits, int64_t drafts, std::vec
       }
       take(r, r.sampler.describe(row, d), events);
     } else {
-      const Sampled s = r.sampler.sample(row, r.tokens, r.opts.choice, position);
+      std::shared_ptr<const TokenMask> mask;
+      if (r.matcher) {  // Note [Grammars in the scheduler]
+        if (!trie_) trie_ = std::make_unique<TokenTrie>(tokenizer_);
+        mask = r.matcher->allowed(*trie_);
+        if (std::all_of(mask->begin(), mask->end(), [](uint32_t w) { return w == 0; })) {
+          finish(r, "length", events);
+          break;
+        }
+      }
+      const Sampled s = r.sampler.sample(row, r.tokens, r.opts.choice, position, mask ? mask->data() : nullptr);
       take(r, s, events);
       if (j == drafts || s.token != r.feed[static_cast<size_t>(j + 1)]) break;
     }
@@ -668,6 +681,7 @@ void Scheduler::take(Request& r, const Sampled& s, std::vector<RequestEvent>& ev
   }
   r.tokens.push_back(s.token);
   ++stats_.generated_tokens;
+  const bool complete = r.matcher && r.matcher->accept(tokenizer_.piece(s.token)) && r.matcher->must_end();
   events.emplace_back();
   RequestEvent& ev = events.back();
   ev.id = r.id;
@@ -679,7 +693,7 @@ void Scheduler::take(Request& r, const Sampled& s, std::vector<RequestEvent>& ev
   ev.prompt_tokens = r.prompt;
   ev.completion_tokens = r.generated();
   ev.cached_tokens = r.cached;
-  if (r.text.stopped()) finish(r, "stop", events, &ev);
+  if (r.text.stopped() || complete) finish(r, "stop", events, &ev);
   else if (r.generated() >= r.opts.max_tokens || static_cast<int64_t>(r.tokens.size()) >= context_)
     finish(r, "length", events, &ev);
 }

@@ -1,6 +1,7 @@
 // The OpenAI-compatible LLM service (serve/llm_service.h).
 #include "tessera/serve/llm_service.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <deque>
@@ -137,6 +138,28 @@ int64_t LlmService::total_blocks() const { return ready_ ? loaded_->engine.total
 // and hands each event to the channel of the HTTP request it belongs to.
 // Submissions and cancellations reach the scheduler from the HTTP threads
 // (it only queues them) and wake this thread through wake_.
+std::shared_ptr<const llm::Grammar> LlmService::grammar(const std::string& gbnf, const std::string& param) {
+  {
+    std::lock_guard<std::mutex> lock(grammars_mu_);
+    for (size_t i = 0; i < grammars_.size(); ++i)
+      if (grammars_[i].first == gbnf) {
+        std::rotate(grammars_.begin() + static_cast<std::ptrdiff_t>(i), grammars_.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                    grammars_.end());
+        return grammars_.back().second;
+      }
+  }
+  std::shared_ptr<const llm::Grammar> g;
+  try {
+    g = llm::Grammar::parse(gbnf, "root", 100000);
+  } catch (const Error& e) {
+    throw ApiError(400, "'" + param + "': " + e.what(), param);
+  }
+  std::lock_guard<std::mutex> lock(grammars_mu_);
+  if (grammars_.size() >= 32) grammars_.erase(grammars_.begin());
+  grammars_.emplace_back(gbnf, g);
+  return g;
+}
+
 void LlmService::engine_loop() {
   llm::Scheduler& sched = loaded_->scheduler;
   for (;;) {
@@ -333,6 +356,7 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
   ro.max_tokens = g.max_tokens > 0 ? g.max_tokens : chat ? L.context : 16;
   ro.stop = stop;
   ro.ignore_eos = g.ignore_eos;
+  if (!g.grammar.empty()) ro.grammar = grammar(g.grammar, g.grammar_param);
   ro.priority = static_cast<int>(g.priority);
   if (!g.cache_salt.empty()) ro.cache_salt = std::hash<std::string>{}(g.cache_salt) | 1;
 

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <set>
 
+#include "tessera/core/error.h"
+#include "tessera/llm/json_schema.h"
+
 namespace tessera::serve::openai {
 namespace {
 
@@ -62,7 +65,7 @@ const std::set<std::string> kCommon = {
     "store", "metadata", "service_tier",
     // Extensions (llama.cpp's and vLLM's names).
     "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "ignore_eos", "priority",
-    "cache_salt"};
+    "cache_salt", "grammar"};
 
 void check_keys(const ojson& body, const std::set<std::string>& own) {
   for (const auto& [key, _] : body.items())
@@ -73,6 +76,14 @@ void check_keys(const ojson& body, const std::set<std::string>& own) {
 // The parameters both APIs share.
 void parse_common(const ojson& body, GenerationRequest& r, int64_t vocab, const Limits& limits) {
   r.model = string(body, "model");
+  if (given(body, "grammar")) {
+    if (!body["grammar"].is_string()) bad("'grammar' must be a string of GBNF rules (root ::= ...)", "grammar");
+    r.grammar = body["grammar"].get<std::string>();
+    if (static_cast<int64_t>(r.grammar.size()) > limits.max_grammar_bytes)
+      bad("'grammar' has " + std::to_string(r.grammar.size()) + " bytes; at most " +
+              std::to_string(limits.max_grammar_bytes), "grammar");
+    r.grammar_param = "grammar";
+  }
   r.n = integer(body, "n", 1, limits.max_n, 1);
   r.stream = boolean(body, "stream", false);
   if (given(body, "stream_options")) {
@@ -308,9 +319,29 @@ GenerationRequest parse_chat_request(std::string_view text, int64_t vocab, const
     const ojson& f = body["response_format"];
     if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
       bad("'response_format' must be an object such as {\"type\": \"text\"}", "response_format");
-    if (f["type"] != "text")
-      bad("'response_format' of type " + quote(f["type"]) + " is not supported by this server yet (\"text\" is)",
-          "response_format");
+    const std::string type = f["type"].get<std::string>();
+    if (type != "text" && !r.grammar.empty())
+      bad("'response_format' and 'grammar' both constrain the output; give one", "response_format");
+    if (type == "json_object") {
+      r.grammar = llm::json_object_gbnf();
+      r.grammar_param = "response_format";
+    } else if (type == "json_schema") {
+      if (!f.contains("json_schema") || !f["json_schema"].is_object() || !f["json_schema"].contains("schema"))
+        bad("'response_format' of type \"json_schema\" needs \"json_schema\": {\"name\", \"schema\"}",
+            "response_format");
+      const ojson& schema = f["json_schema"]["schema"];
+      if (static_cast<int64_t>(schema.dump().size()) > limits.max_grammar_bytes)
+        bad("the JSON schema has more than " + std::to_string(limits.max_grammar_bytes) + " bytes", "response_format");
+      try {
+        r.grammar = llm::json_schema_to_gbnf(schema);
+      } catch (const Error& e) {
+        bad(std::string("'response_format': ") + e.what(), "response_format");
+      }
+      r.grammar_param = "response_format";
+    } else if (type != "text") {
+      bad("'response_format' of type " + quote(f["type"]) + " is not one of \"text\", \"json_object\", "
+          "\"json_schema\"", "response_format");
+    }
   }
   if (given(body, "tools") && !(body["tools"].is_array() && body["tools"].empty()))
     bad("'tools' (function calling) is not supported by this server yet", "tools");

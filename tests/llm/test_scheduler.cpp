@@ -15,6 +15,7 @@
 
 #include "llm_fixture.h"
 #include "tessera/llm/generate.h"
+#include "tessera/llm/json_schema.h"
 #include "tessera/llm/scheduler.h"
 #include "test_util.h"
 
@@ -427,6 +428,46 @@ TEST(Scheduler, DraftModelKeepsGreedyRequestsTokens) {
   EXPECT_NE(testing::error_of([&] { llm::check_same_vocabulary(f.tok, changed); }).find("token 100 of the draft model ('zz')"),
             std::string::npos);
   EXPECT_EQ(testing::error_of([&] { llm::check_same_vocabulary(f.tok, f.tok); }), "");
+}
+
+// Note [Grammars in the scheduler]: requests with a JSON schema's grammar,
+// greedy and sampled, beside others and with prompt lookup on (which they
+// must not use), stop with a text that parses and validates.
+TEST(Scheduler, GrammarRequestsStopWithACompleteText) {
+  Fixture f = fixture();
+  const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(
+      R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "pick": {"enum": ["x", "yz", 3]},
+          "tags": {"type": "array", "items": {"type": "string", "maxLength": 3}, "maxItems": 2}},
+          "required": ["ok", "pick", "tags"], "additionalProperties": false})");
+  const auto grammar = llm::Grammar::parse(llm::json_schema_to_gbnf(schema));
+  llm::EngineOptions eo;
+  eo.max_sequences = 4;
+  eo.max_batch_tokens = 64;
+  eo.max_logit_rows = 4 * 5;
+  llm::Engine e(f.model, eo);
+  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 4, .lookup_tokens = 4, .speculate_by_cost = false});
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 8; ++i) {
+    llm::RequestOptions o = request(i);
+    o.max_tokens = 400;
+    o.ignore_eos = false;
+    if (i < 6) o.grammar = grammar;  // two without, beside them
+    ids.push_back(s.submit(prompt_of(5 + i, i), o));
+  }
+  const auto out = drain(s);
+  for (int i = 0; i < 6; ++i) {
+    const Outcome& o = out.at(ids[i]);
+    ASSERT_EQ(o.finish_reason, "stop") << "request " << i << ": " << o.text;
+    nlohmann::json v;
+    ASSERT_NO_THROW(v = nlohmann::json::parse(o.text)) << o.text;
+    ASSERT_TRUE(v.is_object()) << o.text;
+    EXPECT_TRUE(v["ok"].is_boolean()) << o.text;
+    EXPECT_TRUE(v["pick"] == "x" || v["pick"] == "yz" || v["pick"] == 3) << o.text;
+    ASSERT_TRUE(v["tags"].is_array()) << o.text;
+    EXPECT_LE(v["tags"].size(), 2u) << o.text;
+    EXPECT_EQ(v.size(), 3u) << o.text;
+  }
+  EXPECT_EQ(e.free_blocks(), e.total_blocks());
 }
 
 // Note [Prompt chunks beside decodes]: the fitted step cost bounds the

@@ -421,6 +421,59 @@ TEST(LlmService, PromptLookupKeepsTheText) {
   EXPECT_TRUE(drains(s));
 }
 
+// Structured output: response_format json_schema and json_object, and a
+// GBNF grammar, give text that parses (and validates) whenever it stops;
+// what cannot be enforced is a 400 naming it.
+TEST(LlmService, StructuredOutputAlwaysParses) {
+  LlmService s;
+  s.load(fixture_model());
+  const json schema = {{"type", "object"},
+                       {"properties", {{"ok", {{"type", "boolean"}}}, {"n", {{"type", "integer"}}}}},
+                       {"required", {"ok", "n"}},
+                       {"additionalProperties", false}};
+  const json messages = {{{"role", "user"}, {"content", "abc"}}};
+  for (const json& sampling : {json{{"temperature", 0}}, json{{"temperature", 1}, {"seed", 3}}}) {
+    json req = {{"messages", messages}, {"max_tokens", 300}, {"n", 2},
+                {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema", schema}}}}}};
+    req.update(sampling);
+    const json j = post(s, "/v1/chat/completions", req).json_body();
+    ASSERT_TRUE(j.contains("choices")) << j;
+    for (const json& c : j["choices"]) {
+      ASSERT_EQ(c["finish_reason"], "stop") << c;
+      const json v = json::parse(c["message"]["content"].get<std::string>());
+      EXPECT_TRUE(v["ok"].is_boolean() && v["n"].is_number_integer() && v.size() == 2) << v;
+    }
+    req["response_format"] = {{"type", "json_object"}};
+    const json o = post(s, "/v1/chat/completions", req).json_body();
+    for (const json& c : o["choices"])
+      if (c["finish_reason"] == "stop") EXPECT_TRUE(json::parse(c["message"]["content"].get<std::string>()).is_object());
+  }
+  // A GBNF grammar on the completions route.
+  const json g = post(s, "/v1/completions", {{"prompt", "ab"}, {"max_tokens", 20}, {"temperature", 0},
+                                             {"grammar", "root ::= (\"yes\" | \"no\") \".\""}}).json_body();
+  EXPECT_TRUE(g["choices"][0]["text"] == "yes." || g["choices"][0]["text"] == "no.") << g;
+  EXPECT_EQ(g["choices"][0]["finish_reason"], "stop");
+  // What cannot be enforced, named.
+  auto error = [&](const json& body, const std::string& path) {
+    const FakeExchange x = post(s, path, body);
+    EXPECT_EQ(x.status, 400) << x.body;
+    return json::parse(x.body)["error"];
+  };
+  json e = error({{"messages", messages}, {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "r"},
+                 {"schema", {{"type", "string"}, {"pattern", "^a$"}}}}}}}}, "/v1/chat/completions");
+  EXPECT_NE(e["message"].get<std::string>().find("the keyword 'pattern' is not supported"), std::string::npos) << e;
+  EXPECT_EQ(e["param"], "response_format");
+  e = error({{"prompt", "a"}, {"grammar", "root ::= root \"a\""}}, "/v1/completions");
+  EXPECT_NE(e["message"].get<std::string>().find("left-recursive"), std::string::npos) << e;
+  EXPECT_EQ(e["param"], "grammar");
+  e = error({{"messages", messages}, {"grammar", "root ::= \"a\""}, {"response_format", {{"type", "json_object"}}}},
+            "/v1/chat/completions");
+  EXPECT_NE(e["message"].get<std::string>().find("give one"), std::string::npos) << e;
+  e = error({{"messages", messages}, {"response_format", {{"type", "yaml"}}}}, "/v1/chat/completions");
+  EXPECT_NE(e["message"].get<std::string>().find("is not one of"), std::string::npos) << e;
+  EXPECT_TRUE(drains(s));
+}
+
 TEST(LlmService, ChatLogprobsNameEachToken) {
   LlmService s;
   s.load(fixture_model());
@@ -482,8 +535,9 @@ TEST(LlmService, BadRequestsNameTheParameter) {
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", 400,
        "top_logprobs", ""},
       {"/v1/chat/completions",
-       R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", 400,
+       R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}})", 400,
        "response_format", ""},
+      {"/v1/completions", R"({"prompt": "a", "grammar": "root ::= [a-"})", 400, "grammar", ""},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {}})", 400,
        "stream_options", ""},
       {"/v1/nothing", "{}", 404, "", ""},

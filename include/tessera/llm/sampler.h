@@ -61,14 +61,18 @@ class Sampler {
   Sampler(int64_t vocab, SamplingParams params);
 
   // The token at `position` of choice `choice`; `history` holds the tokens
-  // before it (for the penalties). Allocates nothing; `top` stays valid
+  // before it (for the penalties). `allowed`: a bit per token (a grammar's
+  // mask, llm/grammar.h); the others are never drawn, as if their logits
+  // were -inf before everything else. Allocates nothing; `top` stays valid
   // until the next call.
-  Sampled sample(const float* logits, std::span<const int32_t> history, uint64_t choice, uint64_t position);
+  Sampled sample(const float* logits, std::span<const int32_t> history, uint64_t choice, uint64_t position,
+                 const uint32_t* allowed = nullptr);
 
   // The distribution `sample` draws from at these logits: its candidates,
   // most likely first, with probabilities summing to 1 (at temperature 0,
   // the greedy token alone). Valid until the next call.
-  std::span<const TokenProb> distribution(const float* logits, std::span<const int32_t> history);
+  std::span<const TokenProb> distribution(const float* logits, std::span<const int32_t> history,
+                                         const uint32_t* allowed = nullptr);
   // `token` as `sample` reports it: its log-probability and the top tokens.
   Sampled describe(const float* logits, int32_t token);
 
@@ -95,7 +99,7 @@ class Sampler {
   std::vector<double> dense_;  // zeros, but for residual's scatter of q
   // The candidates after bias, penalties, top-k, top-p and min-p: their
   // count, in order_ (most likely first), with their logits in work_.
-  int64_t candidates(const float* logits, std::span<const int32_t> history);
+  int64_t candidates(const float* logits, std::span<const int32_t> history, const uint32_t* allowed);
 };
 
 }  // namespace tessera::llm

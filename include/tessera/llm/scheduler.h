@@ -72,6 +72,19 @@
 // a single token) plus K steps of the draft engine (its own fit; prompt
 // lookup's drafts cost none).
 //
+// Note [Grammars in the scheduler]
+// A request with a grammar keeps a matcher (llm/grammar.h) of the bytes of
+// the tokens it took. Before each draw the matcher's mask (Note [Token
+// masks]) sets every token it does not allow to -inf, before bias,
+// penalties and the filters; after it the token's bytes go to the matcher.
+// End tokens are allowed only where the text may end, and a text after
+// which nothing may follow ends the request: either way with "stop", so a
+// request that stops always holds a complete text of the grammar (one that
+// runs out of max_tokens or the context ends with "length" and may not). A
+// state that no token can continue (a vocabulary without the bytes the
+// grammar wants) ends it with "length" too. Such requests do not
+// speculate: a draft would need the masks of states not reached yet.
+//
 // Note [Prompt chunks beside decodes]
 // A step's time grows with its tokens, so a long prompt taken in at the full
 // token budget would stall every running stream for the length of a large
@@ -94,6 +107,7 @@
 
 #include "tessera/llm/engine.h"
 #include "tessera/llm/generate.h"
+#include "tessera/llm/grammar.h"
 #include "tessera/llm/sampler.h"
 #include "tessera/llm/tokenizer.h"
 
@@ -127,6 +141,10 @@ struct RequestOptions {
   // unit length when `normalize`; nothing is generated.
   Pooling pooling = Pooling::None;
   bool normalize = true;
+  // Structured output (Note [Grammars in the scheduler]): each token is drawn
+  // from those the grammar allows next; the request stops when its text is
+  // complete and nothing may follow, or at an end token where it may end.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 struct SchedulerOptions {
@@ -257,6 +275,7 @@ class Scheduler {
   Engine* draft_ = nullptr;
   int64_t max_drafts_ = 0;  // lookup_tokens or draft_tokens
   int64_t draft_context_ = 0;  // positions the draft engine holds per sequence
+  std::unique_ptr<TokenTrie> trie_;  // the vocabulary's bytes, made for the first request with a grammar
   int64_t context_ = 0;
 
   // The stepping thread's own.

@@ -98,6 +98,7 @@ class LlmService {
   void embed(const openai::EmbeddingRequest& e, HttpExchange& exchange);
   void engine_loop();
   std::string render_metrics();
+  std::shared_ptr<const llm::Grammar> grammar(const std::string& gbnf, const std::string& param);
 
   LlmServiceOptions options_;
   std::unique_ptr<Loaded> loaded_;  // set once by load(); read after ready_
@@ -113,6 +114,11 @@ class LlmService {
 
   monitor::Registry metrics_;
   std::atomic<int64_t> next_id_{1};
+
+  // Compiled grammars by their GBNF text, the most recently used last: a
+  // schema sent again finds its grammar and the masks found for it.
+  std::mutex grammars_mu_;
+  std::vector<std::pair<std::string, std::shared_ptr<const llm::Grammar>>> grammars_;
 };
 
 }  // namespace tessera::serve

@@ -46,6 +46,7 @@ struct Limits {
   int64_t max_stop_bytes = 256;    // each
   int64_t max_logit_bias = 1024;   // entries
   int64_t max_tokens = 1 << 20;    // the most a request may ask for (the context bounds it further)
+  int64_t max_grammar_bytes = 1 << 16;  // a GBNF grammar, or a JSON schema as JSON text
 };
 
 // A prompt as the client gave it: text, or token ids.
@@ -72,6 +73,10 @@ struct GenerationRequest {
   int64_t priority = 0;
   std::string user;
   std::string cache_salt;             // vLLM's: prompts are shared from the cache only with equal salts
+  // Structured output: GBNF from response_format (json_object, json_schema)
+  // or the "grammar" extension (llama.cpp's name); "" for none. `grammar_param`
+  // names where it came from, for errors found when it is compiled.
+  std::string grammar, grammar_param;
 };
 
 struct EmbeddingRequest {
