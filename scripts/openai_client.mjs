@@ -92,7 +92,7 @@ const long = await expectError(client.completions.create({ model: 'fortunes', pr
   BadRequestError, 'prompt');
 assert.equal(long.code, 'context_length_exceeded');
 await expectError(client.chat.completions.create({ model: 'fortunes', messages,
-  response_format: { type: 'json_object' } }), BadRequestError, 'response_format');
+  response_format: { type: 'json_schema' } }), BadRequestError, 'response_format');
 await expectError(new OpenAI({ baseURL: base + '/v1', apiKey: 'wrong-key-0123456789', maxRetries: 0 })
   .models.list(), AuthenticationError);
 ok('errors: 400 with the parameter, 404 model, context_length_exceeded, 401');
