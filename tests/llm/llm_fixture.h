@@ -45,4 +45,18 @@ inline Fixture fixture(nn::zoo::Llama** keep = nullptr, int64_t layers = 1, int6
   return {llm::Model::from_llama(*m), std::move(tok)};
 }
 
+// The fixture's vocabulary with token `id` made the normal token `text`
+// (a draft model's vocabulary that differs from its model's).
+inline llm::Tokenizer with_token(const llm::Tokenizer& tok, int32_t id, const std::string& text) {
+  std::vector<std::string> pieces;
+  std::vector<llm::TokenType> types;
+  for (int32_t i = 0; i < tok.size(); ++i) {
+    pieces.push_back(tok.text(i));
+    types.push_back(tok.type(i));
+  }
+  pieces[static_cast<size_t>(id)] = text;
+  types[static_cast<size_t>(id)] = llm::TokenType::Normal;
+  return llm::Tokenizer::sentencepiece(pieces, std::vector<float>(pieces.size(), 0.f), types, 1, 2, 0);
+}
+
 }  // namespace tessera::testing

@@ -111,6 +111,25 @@ TEST(Sampler, FiltersPenaltiesAndBias) {
   EXPECT_EQ(c[1], 4000);
 }
 
+// `seen` counts of `draws` draws against the distribution `want`: never a
+// token of probability 0, and chi-square under its 99.9% point (the
+// Wilson-Hilferty approximation).
+void expect_draws_follow(const std::vector<double>& seen, const std::vector<double>& want, int draws) {
+  double chi2 = 0;
+  int df = -1;
+  for (size_t t = 0; t < want.size(); ++t) {
+    if (want[t] == 0) {
+      EXPECT_EQ(seen[t], 0) << "token " << t << " has probability 0";
+      continue;
+    }
+    const double e = want[t] * draws;
+    chi2 += (seen[t] - e) * (seen[t] - e) / e;
+    ++df;
+  }
+  const double a = 2.0 / (9.0 * df), crit = df * std::pow(1 - a + 3.090 * std::sqrt(a), 3);
+  EXPECT_LT(chi2, crit) << "df " << df;
+}
+
 // The draws follow the distribution the transforms define, by a chi-square
 // test at the 0.1% level over 40,000 positions: top-k, then top-p and min-p
 // on the probabilities at temperature 1, then the temperature; with a bias
@@ -179,20 +198,7 @@ TEST(Sampler, DrawsFollowTheExactDistribution) {
     const int draws = 40000;
     std::vector<double> seen(w.size(), 0.0);
     for (int i = 0; i < draws; ++i) ++seen[s.sample(logits.data(), cases[ci].history, 0, static_cast<uint64_t>(i)).token];
-    double chi2 = 0;
-    int df = -1;
-    for (size_t t = 0; t < w.size(); ++t) {
-      if (want[t] == 0) {
-        EXPECT_EQ(seen[t], 0) << "token " << t << " is filtered out";
-        continue;
-      }
-      const double e = want[t] * draws;
-      chi2 += (seen[t] - e) * (seen[t] - e) / e;
-      ++df;
-    }
-    // The 99.9% point of chi-square with df degrees of freedom (Wilson-Hilferty).
-    const double a = 2.0 / (9.0 * df), crit = df * std::pow(1 - a + 3.090 * std::sqrt(a), 3);
-    EXPECT_LT(chi2, crit) << "df " << df;
+    expect_draws_follow(seen, want, draws);
   }
 }
 
@@ -230,19 +236,7 @@ TEST(Sampler, SpeculativeSamplingKeepsTheTargetsDistribution) {
       ++seen[s.residual(pp, qd, 0, pos)];
     }
   }
-  double chi2 = 0;
-  int df = -1;
-  for (int t = 0; t < 10; ++t) {
-    if (want[t] == 0) {
-      EXPECT_EQ(seen[t], 0) << "token " << t << " is outside the target's candidates";
-      continue;
-    }
-    const double e = want[t] * draws;
-    chi2 += (seen[t] - e) * (seen[t] - e) / e;
-    ++df;
-  }
-  const double a = 2.0 / (9.0 * df), crit = df * std::pow(1 - a + 3.090 * std::sqrt(a), 3);
-  EXPECT_LT(chi2, crit) << "df " << df;
+  expect_draws_follow(seen, want, draws);
   // The acceptance rate, within 4 standard deviations of its binomial count.
   EXPECT_NEAR(kept, overlap * draws, 4 * std::sqrt(draws * overlap * (1 - overlap)));
 }

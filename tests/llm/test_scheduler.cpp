@@ -416,15 +416,7 @@ TEST(Scheduler, DraftModelKeepsGreedyRequestsTokens) {
   EXPECT_NE(testing::error_of([&] { llm::Scheduler bad(e, f.tok, {.lookup_tokens = 2, .draft_tokens = 2}, &d); })
                 .find("not both"),
             std::string::npos);
-  std::vector<std::string> pieces;
-  std::vector<llm::TokenType> types;
-  for (int32_t i = 0; i < f.tok.size(); ++i) {
-    pieces.push_back(f.tok.text(i));
-    types.push_back(f.tok.type(i));
-  }
-  pieces[100] = "zz";
-  types[100] = llm::TokenType::Normal;
-  const llm::Tokenizer changed = llm::Tokenizer::sentencepiece(pieces, std::vector<float>(pieces.size(), 0.f), types, 1, 2, 0);
+  const llm::Tokenizer changed = testing::with_token(f.tok, 100, "zz");
   EXPECT_NE(testing::error_of([&] { llm::check_same_vocabulary(f.tok, changed); }).find("token 100 of the draft model ('zz')"),
             std::string::npos);
   EXPECT_EQ(testing::error_of([&] { llm::check_same_vocabulary(f.tok, f.tok); }), "");

@@ -160,15 +160,7 @@ TEST(LlmServiceCli, ADraftModelKeepsGreedyText) {
   llm::save_llama_gguf(*llama, root + "/tiny.gguf", {.type = llm::GgmlType::F32, .tokenizer = &f.tok});
   tessera::testing::Fixture d = tessera::testing::fixture(&llama, 1, 32);  // another model, the same vocabulary
   llm::save_llama_gguf(*llama, root + "/draft.gguf", {.type = llm::GgmlType::F32, .tokenizer = &d.tok});
-  std::vector<std::string> pieces;
-  std::vector<llm::TokenType> types;
-  for (int32_t i = 0; i < d.tok.size(); ++i) {
-    pieces.push_back(d.tok.text(i));
-    types.push_back(d.tok.type(i));
-  }
-  pieces[200] = "zz";
-  types[200] = llm::TokenType::Normal;
-  const llm::Tokenizer other = llm::Tokenizer::sentencepiece(pieces, std::vector<float>(pieces.size(), 0.f), types, 1, 2, 0);
+  const llm::Tokenizer other = tessera::testing::with_token(d.tok, 200, "zz");
   llm::save_llama_gguf(*llama, root + "/other.gguf", {.type = llm::GgmlType::F32, .tokenizer = &other});
 
   // The same greedy completion from a server with the draft and one without.
