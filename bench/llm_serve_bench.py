@@ -25,7 +25,11 @@ the server over loopback on the same cores, with prompts cut from Debian's fortu
      ~2M one as its draft (--draft, 8 tokens) against no draft, at 1, 4 and 16 streams
      (closed loop, prompts of 64 to 127 tokens, 128 generated), with the draft
      acceptance from /metrics; and llama.cpp's own draft-model speedup at 1 stream
-     (node-llama-cpp's DraftSequenceTokenPredictor) on the same files and requests.
+     (node-llama-cpp's DraftSequenceTokenPredictor) on the same files and requests;
+  8. (alone, with --structured) JSON-schema decoding on the 110M Q4_0 model's 32,000-token
+     vocabulary, one stream: inter-token latency with a response_format json_schema
+     against none, the first time the schema is sent (its token masks found as the
+     matcher reaches new states) and again (found in the grammar's cache).
 
   python3 bench/llm_serve_bench.py [--build-dir build-bench] [--models ...] [--quick] [--speculative] [--json FILE]
 
@@ -300,6 +304,38 @@ def speculative(args, target, draft):
     return res
 
 
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string"}, "age": {"type": "integer"}, "email": {"type": ["string", "null"]},
+    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
+    "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+                "required": ["city", "zip"], "additionalProperties": False}},
+    "required": ["name", "age", "email", "tags", "address"], "additionalProperties": False}
+
+
+def structured(args, path):
+    """8. The same requests with and without a response_format json_schema, one stream."""
+    cli = os.path.join(args.build_dir, "apps", "tessera")
+    tool = os.path.join(args.build_dir, "bench", "tessera_llm_serve_load")
+    rng = random.Random(13)
+    srv = Server(cli, path, "--max-seqs", "16", "--max-batched-tokens", "512", "--ctx", "1024")
+    try:
+        pool = fortune_tokens(srv.port)
+        bos = (post(srv.port, "/tokenize", {"prompt": "", "add_special_tokens": True})["tokens"] or [1])[0]
+        n = 4 if args.quick else 16
+        reqs = [{"prompt": prompt(pool, rng, 64, bos), "max_tokens": 128} for _ in range(n)]
+        fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}}
+        constrained = [dict(r, extra=fmt) for r in reqs]
+        log("structured output: one stream, no schema")
+        plain = load(tool, srv.port, reqs, 1)
+        log("structured output: one stream, a JSON schema (first time)")
+        first = load(tool, srv.port, constrained, 1)
+        log("structured output: one stream, the same schema again")
+        again = load(tool, srv.port, constrained, 1)
+        return {"model": path, "schema": SCHEMA, "plain": plain, "first": first, "again": again}
+    finally:
+        srv.stop()
+
+
 def soak(args, first):
     """Poisson arrivals at 80% of the model's highest rate for --soak-seconds, in one
     run of the load generator; the server's RSS sampled every 5 s meanwhile."""
@@ -345,6 +381,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer requests, for working")
     ap.add_argument("--soak-seconds", type=int, default=0, help="soak the first model this long (0: no soak)")
     ap.add_argument("--speculative", action="store_true", help="part 7 alone (speculative decoding), not 1 to 6")
+    ap.add_argument("--structured", action="store_true", help="part 8 alone (JSON-schema decoding), not 1 to 6")
     ap.add_argument("--json")
     args = ap.parse_args()
     subprocess.run(["cmake", "--build", args.build_dir, "--target", "tessera_cli", "tessera_llm_serve_load",
@@ -352,7 +389,7 @@ def main():
     subprocess.run(["bash", os.path.join(ROOT, "scripts", "llm_compat.sh"), "--install-only"], check=True)
     subprocess.run(["cp", os.path.join(HERE, "llm_llamacpp.mjs"), os.path.join(CACHE, "node-llama-cpp")], check=True)
     results, missing = [], []
-    for name in [] if args.speculative else args.models.split(","):
+    for name in [] if args.speculative or args.structured else args.models.split(","):
         if name.startswith("fortunes"):
             path = os.path.join(CACHE, "fortunes", "models", name + ".gguf")
             ctx = 256
@@ -368,6 +405,13 @@ def main():
     if args.soak_seconds and results:
         out["soak"] = soak(args, results[0])
     target, draft = (os.path.join(CACHE, "fortunes", "models", f"fortunes-{m}-Q8_0.gguf") for m in ("20m", "2m"))
+    if args.structured:
+        path = os.path.join(CACHE, "llm-bench", "random-110M-Q4_0.gguf")
+        if os.path.exists(path):
+            out["structured"] = structured(args, path)
+        else:
+            log(f"structured output: {path} is missing (bench/llm_compare.py makes it); left out")
+            missing.append("random-110M-Q4_0")
     if not args.speculative:
         pass
     elif os.path.exists(target) and os.path.exists(draft):

@@ -4,7 +4,9 @@
 //
 //   tessera_llm_serve_load --port 8000 --requests trace.json [--concurrency C]
 //
-// trace.json: {"requests": [{"prompt": [ids], "max_tokens": N, "at": seconds, "tag": "..."}]}.
+// trace.json: {"requests": [{"prompt": [ids], "max_tokens": N, "at": seconds, "tag": "...", "extra": {...}}]}
+// ("extra": more body fields, such as a response_format; such a request may
+// stop before max_tokens).
 // With --concurrency C (closed loop) C clients each send the next request as
 // soon as their last is answered, and "at" is ignored. Without it (open loop)
 // each request is sent at its "at" (seconds from the start) on a connection of
@@ -48,6 +50,7 @@ struct Request {
   int64_t max_tokens = 128;
   double at = 0;
   std::string tag;
+  json extra = json::object();
 };
 
 struct Result {
@@ -64,8 +67,9 @@ Result run(int port, const Request& r, Clock::time_point start) {
   Result out;
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(600);
-  const json body = {{"prompt", r.prompt}, {"max_tokens", r.max_tokens}, {"stream", true}, {"ignore_eos", true},
-                     {"temperature", 0}, {"logprobs", 0}};
+  json body = {{"prompt", r.prompt}, {"max_tokens", r.max_tokens}, {"stream", true}, {"ignore_eos", true},
+               {"temperature", 0}, {"logprobs", 0}};
+  body.update(r.extra);
   std::string pending;
   double last = -1;
   // Debian's cpp-httplib (0.11) streams a POST's response through Request::content_receiver.
@@ -98,7 +102,7 @@ Result run(int port, const Request& r, Clock::time_point start) {
   httplib::Error error = httplib::Error::Success;
   const bool sent = c.send(req, res, error);
   out.e2e = seconds_since(start);
-  out.ok = sent && res.status == 200 && out.tokens == r.max_tokens;
+  out.ok = sent && res.status == 200 && (out.tokens == r.max_tokens || (!r.extra.empty() && out.tokens > 0));
   return out;
 }
 
@@ -151,7 +155,8 @@ int main(int argc, char** argv) {
   const json t = json::parse(in);
   std::vector<Request> requests;
   for (const json& r : t["requests"])
-    requests.push_back({r["prompt"], r.value("max_tokens", 128), r.value("at", 0.0), r.value("tag", "")});
+    requests.push_back({r["prompt"], r.value("max_tokens", 128), r.value("at", 0.0), r.value("tag", ""),
+                        r.value("extra", json::object())});
 
   // The peak KV cache use, read from the server's metrics.
   std::atomic<bool> done{false};

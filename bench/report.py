@@ -61,6 +61,7 @@ FULL = {
     "llm": ["--rounds", "3"],
     "llm_serve": ["--soak-seconds", "600"],
     "llm_spec": ["--speculative"],
+    "llm_structured": ["--structured"],
 }
 QUICK = {
     "ops": ["--rounds", "1", "--threads", "1", "--quick", "--skip-default",
@@ -82,6 +83,7 @@ QUICK = {
     "llm": ["--rounds", "1", "--types", "Q4_0"],
     "llm_serve": ["--quick", "--models", "random-110M-Q4_0"],
     "llm_spec": ["--speculative", "--quick"],
+    "llm_structured": ["--structured", "--quick"],
 }
 # The trained models: config, overrides (full, quick).
 RUNS = {
@@ -416,6 +418,13 @@ def sec_llm_spec(ctx):
     j = ctx.tmp("llm_spec.json")
     code = run_script([PY, os.path.join(HERE, "llm_serve_bench.py"), "--build-dir", ctx.build_dir, "--json", j,
                        *ctx.settings("llm_spec")], j, ctx.log_path("llm_spec"), ctx.timeout)
+    return {"exit": code, **load_json(j)}
+
+
+def sec_llm_structured(ctx):
+    j = ctx.tmp("llm_structured.json")
+    code = run_script([PY, os.path.join(HERE, "llm_serve_bench.py"), "--build-dir", ctx.build_dir, "--json", j,
+                       *ctx.settings("llm_structured")], j, ctx.log_path("llm_structured"), ctx.timeout)
     return {"exit": code, **load_json(j)}
 
 
@@ -1150,6 +1159,30 @@ def render_llm_spec(d, h):
     return out
 
 
+def render_llm_structured(d, h):
+    st = d.get("structured")
+    if not st:
+        return ["", "Not run: " + ", ".join(d.get("missing", [])) + " missing."]
+    plain, first, again = st["plain"], st["first"], st["again"]
+    ms = lambda v: f"{v * 1000:.2f}"
+    rows = []
+    for name, r in (("no schema", plain), ("JSON schema, first time", first), ("JSON schema, again", again)):
+        cost = 1 - plain["itl_p50"] / r["itl_p50"] if r is not plain else 0
+        rows.append([name, ms(r["itl_p50"]), ms(r["itl_p99"]), fnum(r["generated"] / r["requests"]), r["errors"],
+                     "" if r is plain else f"{cost:.0%}"])
+    cost = 1 - plain["itl_p50"] / again["itl_p50"]
+    out = ["", f"One stream of 16 requests (64-token fortunes prompts, up to 128 tokens, greedy) to "
+               f"{os.path.basename(st['model'])} (32,000-token vocabulary), without and with a response_format "
+               "json_schema (an object of five properties: strings, an integer, a nullable string, an array, a "
+               "nested object). The cost is the inter-token latency's p50 against the unconstrained one's: "
+               f"**{cost:.0%}** with the schema's masks cached (target: at most 10%: "
+               + ("met" if cost <= 0.10 else "**missed**") + "). Requests under the schema stop when their JSON "
+               "is complete, so they generate fewer tokens.", ""]
+    out += table(["requests", "inter-token ms p50", "p99", "tokens per request", "errors", "cost (p50)"], rows,
+                 ["---", "---:", "---:", "---:", "---:", "---:"])
+    return out
+
+
 def render_serve(d, h):
     recs = d["records"]
     out = []
@@ -1302,6 +1335,10 @@ The reference for throughput is llama.cpp's batched decoding of the same file th
 `bench/llm_serve_bench.py --speculative`: `tessera serve-llm` on the ~20M fortunes model (Q8_0) with and without
 the ~2M fortunes model as its draft, at 1, 4 and 16 streams of the load generator; llama.cpp's own draft-model
 speedup at 1 stream through node-llama-cpp on the same files."""),
+    ("llm_structured", "LLM serving: JSON-schema decoding", sec_llm_structured, render_llm_structured, """\
+`bench/llm_serve_bench.py --structured`: the cost of decoding under a JSON schema (token masks from the grammar's
+byte-level matcher over a trie of the vocabulary, Note [Token masks]) on the 110M random model's 32,000-token
+vocabulary, one stream of `tessera serve-llm`."""),
     ("serve", "Serving: `tessera serve` under load", sec_serve, render_serve, """\
 `bench/serve_bench.py`: the trained MLP and CNN exported as compiled graphs and served by `tessera serve` (max
 batch 64, 500 us batching delay, one instance), driven by `bench/serve_load.cpp` (one thread, epoll, 64 keep-alive
@@ -1325,6 +1362,7 @@ SHORT = {"ops": "per-op overhead, bandwidth, matmul, softmax, layer norm, conv, 
          "serve": "HTTP serving throughput, latency curve, transports, soak",
          "llm_serve": "OpenAI-compatible LLM server: streams vs llama.cpp batched, latency under load, prefix caching",
          "llm_spec": "LLM server speculative decoding: a draft model's speedup at 1, 4, 16 streams vs llama.cpp's",
+         "llm_structured": "LLM server JSON-schema decoding: its cost per token on a 32,000-token vocabulary",
          "llm": "LLM prefill, decode and batched decode vs llama.cpp on the same GGUF files"}
 
 

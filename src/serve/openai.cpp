@@ -65,12 +65,44 @@ const std::set<std::string> kCommon = {
     "store", "metadata", "service_tier",
     // Extensions (llama.cpp's and vLLM's names).
     "top_k", "min_p", "repetition_penalty", "repeat_penalty", "repeat_last_n", "ignore_eos", "priority",
-    "cache_salt", "grammar"};
+    "cache_salt", "grammar", "response_format"};
 
 void check_keys(const ojson& body, const std::set<std::string>& own) {
   for (const auto& [key, _] : body.items())
     if (!kCommon.count(key) && !own.count(key))
       bad("unrecognized request argument '" + key + "' (this server does not implement it)", key);
+}
+
+// response_format (chat, and completions as vLLM takes it): text, or the
+// GBNF of json_object or of a json_schema (Note [JSON schemas as grammars]).
+void parse_response_format(const ojson& body, GenerationRequest& r, const Limits& limits) {
+  if (!given(body, "response_format")) return;
+  const ojson& f = body["response_format"];
+  if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+    bad("'response_format' must be an object such as {\"type\": \"text\"}", "response_format");
+  const std::string type = f["type"].get<std::string>();
+  if (type != "text" && !r.grammar.empty())
+    bad("'response_format' and 'grammar' both constrain the output; give one", "response_format");
+  if (type == "json_object") {
+    r.grammar = llm::json_object_gbnf();
+    r.grammar_param = "response_format";
+  } else if (type == "json_schema") {
+    if (!f.contains("json_schema") || !f["json_schema"].is_object() || !f["json_schema"].contains("schema"))
+      bad("'response_format' of type \"json_schema\" needs \"json_schema\": {\"name\", \"schema\"}",
+          "response_format");
+    const ojson& schema = f["json_schema"]["schema"];
+    if (static_cast<int64_t>(schema.dump().size()) > limits.max_grammar_bytes)
+      bad("the JSON schema has more than " + std::to_string(limits.max_grammar_bytes) + " bytes", "response_format");
+    try {
+      r.grammar = llm::json_schema_to_gbnf(schema);
+    } catch (const Error& e) {
+      bad(std::string("'response_format': ") + e.what(), "response_format");
+    }
+    r.grammar_param = "response_format";
+  } else if (type != "text") {
+    bad("'response_format' of type " + quote(f["type"]) + " is not one of \"text\", \"json_object\", "
+        "\"json_schema\"", "response_format");
+  }
 }
 
 // The parameters both APIs share.
@@ -84,6 +116,7 @@ void parse_common(const ojson& body, GenerationRequest& r, int64_t vocab, const 
               std::to_string(limits.max_grammar_bytes), "grammar");
     r.grammar_param = "grammar";
   }
+  parse_response_format(body, r, limits);
   r.n = integer(body, "n", 1, limits.max_n, 1);
   r.stream = boolean(body, "stream", false);
   if (given(body, "stream_options")) {
@@ -305,7 +338,7 @@ std::string base64(std::string_view bytes) {
 
 GenerationRequest parse_chat_request(std::string_view text, int64_t vocab, const Limits& limits) {
   const ojson body = parse_body(text, limits.max_json_depth);
-  check_keys(body, {"messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice",
+  check_keys(body, {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
                     "parallel_tool_calls"});
   GenerationRequest r;
   r.kind = GenerationRequest::Kind::Chat;
@@ -315,34 +348,6 @@ GenerationRequest parse_chat_request(std::string_view text, int64_t vocab, const
   r.sampling.top_logprobs = integer(body, "top_logprobs", 0, 20, 0);
   if (r.sampling.top_logprobs > 0 && !r.logprobs)
     bad("'top_logprobs' needs \"logprobs\": true", "top_logprobs");
-  if (given(body, "response_format")) {
-    const ojson& f = body["response_format"];
-    if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
-      bad("'response_format' must be an object such as {\"type\": \"text\"}", "response_format");
-    const std::string type = f["type"].get<std::string>();
-    if (type != "text" && !r.grammar.empty())
-      bad("'response_format' and 'grammar' both constrain the output; give one", "response_format");
-    if (type == "json_object") {
-      r.grammar = llm::json_object_gbnf();
-      r.grammar_param = "response_format";
-    } else if (type == "json_schema") {
-      if (!f.contains("json_schema") || !f["json_schema"].is_object() || !f["json_schema"].contains("schema"))
-        bad("'response_format' of type \"json_schema\" needs \"json_schema\": {\"name\", \"schema\"}",
-            "response_format");
-      const ojson& schema = f["json_schema"]["schema"];
-      if (static_cast<int64_t>(schema.dump().size()) > limits.max_grammar_bytes)
-        bad("the JSON schema has more than " + std::to_string(limits.max_grammar_bytes) + " bytes", "response_format");
-      try {
-        r.grammar = llm::json_schema_to_gbnf(schema);
-      } catch (const Error& e) {
-        bad(std::string("'response_format': ") + e.what(), "response_format");
-      }
-      r.grammar_param = "response_format";
-    } else if (type != "text") {
-      bad("'response_format' of type " + quote(f["type"]) + " is not one of \"text\", \"json_object\", "
-          "\"json_schema\"", "response_format");
-    }
-  }
   if (given(body, "tools") && !(body["tools"].is_array() && body["tools"].empty()))
     bad("'tools' (function calling) is not supported by this server yet", "tools");
   if (given(body, "tool_choice") && body["tool_choice"] != "none" && body["tool_choice"] != "auto")

@@ -440,6 +440,12 @@ TEST(LlmService, StructuredOutputAlwaysParses) {
     for (const json& c : o["choices"])
       if (c["finish_reason"] == "stop") EXPECT_TRUE(json::parse(c["message"]["content"].get<std::string>()).is_object());
   }
+  // response_format on the completions route too (as vLLM takes it).
+  const json c = post(s, "/v1/completions", {{"prompt", "ab"}, {"max_tokens", 300}, {"temperature", 0},
+                                             {"response_format", {{"type", "json_schema"},
+                                              {"json_schema", {{"name", "r"}, {"schema", schema}}}}}}).json_body();
+  ASSERT_EQ(c["choices"][0]["finish_reason"], "stop") << c;
+  EXPECT_TRUE(json::parse(c["choices"][0]["text"].get<std::string>()).contains("ok")) << c;
   // A GBNF grammar on the completions route.
   const json g = post(s, "/v1/completions", {{"prompt", "ab"}, {"max_tokens", 20}, {"temperature", 0},
                                              {"grammar", "root ::= (\"yes\" | \"no\") \".\""}}).json_body();
