@@ -12,7 +12,7 @@ scripts/setup.sh --fuzz
 secs=${1:-180}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors npy tar yaml onnx graph infer_request gguf chat_template openai_request)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors npy tar yaml onnx graph infer_request gguf chat_template openai_request grammar)
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DTESSERA_FUZZ=ON -DTESSERA_SANITIZE=ON \
   -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithAsserts >/dev/null
 cmake --build build-fuzz --target $(printf 'fuzz_%s ' "${targets[@]}")

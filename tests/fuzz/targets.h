@@ -24,6 +24,7 @@
 #include "tessera/io/safetensors.h"
 #include "tessera/llm/chat_template.h"
 #include "tessera/llm/gguf.h"
+#include "tessera/llm/grammar.h"
 #include "tessera/llm/tokenizer.h"
 #include "tessera/serve/openai.h"
 #include "tessera/serve/protocol.h"
@@ -32,7 +33,7 @@ namespace tessera::fuzz {
 
 inline constexpr const char* kTargets[] = {"safetensors", "npy",   "tar",           "yaml", "onnx",
                                            "graph",       "infer_request", "model", "gguf",
-                                           "chat_template", "openai_request"};
+                                           "chat_template", "openai_request", "grammar"};
 
 // The largest single tensor a fuzzed model may allocate (peak RSS stays small).
 inline constexpr int64_t kModelMaxAllocation = int64_t{64} << 20;
@@ -131,6 +132,22 @@ inline void run_target(std::string_view target, const char* p, size_t n) {
     serve::openai::GenerationRequest r = (p[0] & 1) ? serve::openai::parse_chat_request(body, 1000)
                                                     : serve::openai::parse_completion_request(body, 1000);
     (void)r.messages.dump();
+    if (!r.grammar.empty()) {  // a schema's grammar (or the client's own) compiles and reads its own body
+      llm::GrammarMatcher m(llm::Grammar::parse(r.grammar, "root", 100000));
+      (void)m.accept(body.substr(0, 256));
+    }
+  } else if (target == "grammar") {
+    // The input is GBNF; once compiled, a matcher reads the input's own
+    // bytes one at a time, and the masks of a byte vocabulary are found.
+    auto g = llm::Grammar::parse(std::string_view(p, n), "root", 20000);
+    static const llm::Tokenizer bytes = llm::Tokenizer::characters({});
+    static const llm::TokenTrie trie(bytes);
+    llm::GrammarMatcher m(g);
+    for (size_t i = 0; i < std::min<size_t>(n, 64); ++i) {
+      (void)m.allowed(trie);
+      if (!m.accept(std::string_view(p + i, 1))) break;
+    }
+    (void)m.can_end();
   } else {
     throw std::logic_error("fuzz: unknown target " + std::string(target));
   }
