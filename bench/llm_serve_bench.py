@@ -304,10 +304,14 @@ def speculative(args, target, draft):
     return res
 
 
+# Strings are bounded so that a random model's answer goes through every
+# state of the schema (unbounded, it would stay inside the first string).
 SCHEMA = {"type": "object", "properties": {
-    "name": {"type": "string"}, "age": {"type": "integer"}, "email": {"type": ["string", "null"]},
-    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
-    "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+    "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+    "email": {"type": ["string", "null"], "maxLength": 16},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 4},
+    "address": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
+                                                 "zip": {"type": "string", "maxLength": 6}},
                 "required": ["city", "zip"], "additionalProperties": False}},
     "required": ["name", "age", "email", "tags", "address"], "additionalProperties": False}
 
@@ -321,7 +325,7 @@ def structured(args, path):
     try:
         pool = fortune_tokens(srv.port)
         bos = (post(srv.port, "/tokenize", {"prompt": "", "add_special_tokens": True})["tokens"] or [1])[0]
-        n = 4 if args.quick else 16
+        n = 4 if args.quick else 48
         reqs = [{"prompt": prompt(pool, rng, 64, bos), "max_tokens": 128} for _ in range(n)]
         fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}}
         constrained = [dict(r, extra=fmt) for r in reqs]
@@ -331,7 +335,10 @@ def structured(args, path):
         first = load(tool, srv.port, constrained, 1)
         log("structured output: one stream, the same schema again")
         again = load(tool, srv.port, constrained, 1)
-        return {"model": path, "schema": SCHEMA, "plain": plain, "first": first, "again": again}
+        log("structured output: one stream, no schema again (the drift between runs)")
+        plain_again = load(tool, srv.port, reqs, 1)
+        return {"model": path, "schema": SCHEMA, "plain": plain, "first": first, "again": again,
+                "plain_again": plain_again}
     finally:
         srv.stop()
 
