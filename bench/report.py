@@ -400,32 +400,29 @@ def sec_gemv(ctx):
     return {"exit": code, "rows": d["rows"], "tiers_not_run": d["tiers_not_run"]}
 
 
-def sec_llm(ctx):
-    j = ctx.tmp("llm.json")
-    code = run_script([PY, os.path.join(HERE, "llm_compare.py"), "--build-dir", ctx.build_dir, "--json", j,
-                       *ctx.settings("llm")], j, ctx.log_path("llm"), ctx.timeout)
+def json_script(ctx, name, script):
+    """A section measured by one compare script that writes its JSON (the
+    script's settings are the section's)."""
+    j = ctx.tmp(name + ".json")
+    code = run_script([PY, os.path.join(HERE, script), "--build-dir", ctx.build_dir, "--json", j,
+                       *ctx.settings(name)], j, ctx.log_path(name), ctx.timeout)
     return {"exit": code, **load_json(j)}
+
+
+def sec_llm(ctx):
+    return json_script(ctx, "llm", "llm_compare.py")
 
 
 def sec_llm_serve(ctx):
-    j = ctx.tmp("llm_serve.json")
-    code = run_script([PY, os.path.join(HERE, "llm_serve_bench.py"), "--build-dir", ctx.build_dir, "--json", j,
-                       *ctx.settings("llm_serve")], j, ctx.log_path("llm_serve"), ctx.timeout)
-    return {"exit": code, **load_json(j)}
+    return json_script(ctx, "llm_serve", "llm_serve_bench.py")
 
 
 def sec_llm_spec(ctx):
-    j = ctx.tmp("llm_spec.json")
-    code = run_script([PY, os.path.join(HERE, "llm_serve_bench.py"), "--build-dir", ctx.build_dir, "--json", j,
-                       *ctx.settings("llm_spec")], j, ctx.log_path("llm_spec"), ctx.timeout)
-    return {"exit": code, **load_json(j)}
+    return json_script(ctx, "llm_spec", "llm_serve_bench.py")
 
 
 def sec_llm_structured(ctx):
-    j = ctx.tmp("llm_structured.json")
-    code = run_script([PY, os.path.join(HERE, "llm_serve_bench.py"), "--build-dir", ctx.build_dir, "--json", j,
-                       *ctx.settings("llm_structured")], j, ctx.log_path("llm_structured"), ctx.timeout)
-    return {"exit": code, **load_json(j)}
+    return json_script(ctx, "llm_structured", "llm_serve_bench.py")
 
 
 def sec_quant(ctx):
