@@ -2161,9 +2161,10 @@ class Renderer {
 }  // namespace
 
 struct ChatTemplate::Impl {
-  std::string what;
+  std::string what, source;
   ChatTemplateLimits limits;
   Body program;
+  std::set<std::string, std::less<>> names;  // every name the code uses: variables, attributes, filters
 };
 
 ChatTemplate::ChatTemplate(const std::string& source, const std::string& what, ChatTemplateLimits limits)
@@ -2172,7 +2173,11 @@ ChatTemplate::ChatTemplate(const std::string& source, const std::string& what, C
   impl_->limits = limits;
   TS_CHECK(static_cast<int64_t>(source.size()) <= limits.max_source, what, ": ", source.size(),
            " bytes of template, more than the ", limits.max_source, " allowed");
-  Parser p(lex(source, what), impl_->what, limits.max_depth);
+  impl_->source = source;
+  std::vector<Token> tokens = lex(source, what);
+  for (const Token& t : tokens)
+    if (t.type == Tok::Name) impl_->names.insert(t.text);
+  Parser p(std::move(tokens), impl_->what, limits.max_depth);
   impl_->program = p.program();
   for (const auto& [n, line] : p.calls)
     TS_CHECK(known_functions().count(n) || p.macros.count(n), what, ": line ", line, ": the function '", n,
@@ -2181,6 +2186,8 @@ ChatTemplate::ChatTemplate(const std::string& source, const std::string& what, C
 }
 
 ChatTemplate::~ChatTemplate() = default;
+bool ChatTemplate::uses(std::string_view name) const { return impl_->names.count(name) > 0; }
+const std::string& ChatTemplate::source() const { return impl_->source; }
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 
@@ -2199,9 +2206,10 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
 }
 
 nlohmann::ordered_json chat_context(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                    const Tokenizer& tokenizer) {
+                                    const Tokenizer& tokenizer, const nlohmann::ordered_json& tools) {
   nlohmann::ordered_json c;
   c["messages"] = messages;
+  if (tools.is_array() && !tools.empty()) c["tools"] = tools;
   c["add_generation_prompt"] = add_generation_prompt;
   c["bos_token"] = tokenizer.bos() >= 0 ? tokenizer.text(tokenizer.bos()) : "";
   c["eos_token"] = tokenizer.eos() >= 0 ? tokenizer.text(tokenizer.eos()) : "";
@@ -2213,7 +2221,7 @@ nlohmann::ordered_json chat_context(const nlohmann::ordered_json& messages, bool
 namespace tessera::llm {
 
 RenderedChat render_chat(const ChatTemplate& t, const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                         const Tokenizer& tokenizer) {
+                         const Tokenizer& tokenizer, const nlohmann::ordered_json& tools) {
   static const std::string open = "\xee\x80\x80", close = "\xee\x80\x81";  // U+E000, U+E001
   nlohmann::ordered_json marked = messages;
   for (auto& m : marked) {
@@ -2223,7 +2231,7 @@ RenderedChat render_chat(const ChatTemplate& t, const nlohmann::ordered_json& me
              "chat: a message holds U+E000 or U+E001, which Tessera reserves to mark message text");
     if (!c.empty()) m["content"] = open + c + close;
   }
-  const std::string raw = t.render(chat_context(marked, add_generation_prompt, tokenizer));
+  const std::string raw = t.render(chat_context(marked, add_generation_prompt, tokenizer, tools));
   RenderedChat out;
   out.text.reserve(raw.size());
   size_t begin = std::string::npos;

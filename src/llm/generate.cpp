@@ -27,8 +27,8 @@ size_t held_back(std::string_view text, const std::vector<std::string>& stop) {
 
 }  // namespace
 
-TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop)
-    : decoder_(tokenizer), stop_(std::move(stop)) {
+TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop, bool special_text)
+    : decoder_(tokenizer, special_text), stop_(std::move(stop)) {
   for (const std::string& st : stop_) TS_CHECK(!st.empty(), "an empty stop string");
 }
 

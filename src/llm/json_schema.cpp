@@ -54,21 +54,34 @@ const std::set<std::string> kKeywords = {"type", "properties", "required", "addi
 
 class Converter {
  public:
-  explicit Converter(const ojson& root) : root_(root) {
+  Converter() {
     for (const char* n : {"root", "ws", "string", "char", "integer", "number", "boolean", "null", "value", "object",
                           "array"})
       names_.insert(n);
   }
 
-  std::string run() {
-    const std::string root = visit(root_, "root", "#");
+  // A rule for `schema`; its "#" and "#/$defs/..." refer to itself.
+  std::string add(const ojson& schema, const std::string& want, const std::string& path) {
+    root_ = &schema;
+    root_path_ = path;
+    refs_.clear();
+    root_rule_ = fresh(want);
+    const size_t at = rules_.size();
+    rules_.emplace_back(root_rule_, "");
+    const std::string body = visit(schema, root_rule_, path);
+    rules_[at].second = body;
+    return root_rule_;
+  }
+
+  std::string gbnf(const std::string& root) const {
     std::string out = "root ::= " + root + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
     return out + kJsonRules;
   }
 
  private:
-  const ojson& root_;
+  const ojson* root_ = nullptr;
+  std::string root_path_, root_rule_;
   std::vector<std::pair<std::string, std::string>> rules_;
   std::map<std::string, std::string> refs_;  // $ref -> its rule
   std::set<std::string> names_;
@@ -97,7 +110,7 @@ class Converter {
     return v.get<int64_t>();
   }
   std::string ref(const std::string& to, const std::string& path) {
-    if (to == "#") return "root";
+    if (to == "#") return root_rule_;
     auto it = refs_.find(to);
     if (it != refs_.end()) return it->second;
     std::string kind, name;
@@ -108,14 +121,15 @@ class Converter {
       }
     if (name.empty() || name.find('/') != std::string::npos || name.find('~') != std::string::npos)
       bad(path, "'$ref' " + ojson(to).dump() + " is not supported (#, #/$defs/NAME or #/definitions/NAME are)");
-    if (!root_.is_object() || !root_.contains(kind) || !root_[kind].is_object() || !root_[kind].contains(name))
+    const ojson& root = *root_;
+    if (!root.is_object() || !root.contains(kind) || !root[kind].is_object() || !root[kind].contains(name))
       bad(path, "'$ref' " + ojson(to).dump() + " names no schema in the root's '" + kind + "'");
     // The rule's name is known before its body is: a recursive reference finds it.
     const std::string n = fresh("def-" + name);
     refs_[to] = n;
     const size_t at = rules_.size();
     rules_.emplace_back(n, "");
-    const std::string body = visit(root_[kind][name], n, "#/" + kind + "/" + name);
+    const std::string body = visit(root[kind][name], n, root_path_ + "/" + kind + "/" + name);
     rules_[at].second = body;
     return n;
   }
@@ -133,7 +147,7 @@ class Converter {
                 "additionalProperties false, items, minItems, maxItems, enum, const, anyOf, $ref, $defs, "
                 "minLength, maxLength)");
     }
-    if ((s.contains("$defs") || s.contains("definitions")) && path != "#")
+    if ((s.contains("$defs") || s.contains("definitions")) && &s != root_)
       bad(path, "'$defs' is supported in the root schema only");
     if (s.contains("$ref")) {
       if (!s["$ref"].is_string()) bad(path, "'$ref' must be a string");
@@ -249,7 +263,22 @@ class Converter {
 
 }  // namespace
 
-std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) { return Converter(schema).run(); }
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
+  Converter c;
+  return c.gbnf(c.add(schema, "schema", "#"));
+}
+
+struct JsonSchemaGrammar::Impl {
+  Converter converter;
+};
+JsonSchemaGrammar::JsonSchemaGrammar() : impl_(std::make_unique<Impl>()) {}
+JsonSchemaGrammar::~JsonSchemaGrammar() = default;
+std::string JsonSchemaGrammar::add(const nlohmann::ordered_json& schema, const std::string& name,
+                                   const std::string& path) {
+  return impl_->converter.add(schema, name, path);
+}
+std::string JsonSchemaGrammar::gbnf(const std::string& root) const { return impl_->converter.gbnf(root); }
+std::string gbnf_literal(const std::string& text) { return literal(text); }
 
 std::string json_object_gbnf() { return std::string("root ::= object\n") + kJsonRules; }
 

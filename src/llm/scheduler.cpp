@@ -39,7 +39,7 @@ struct Scheduler::Request {
 
   Request(int64_t id_, std::vector<int32_t> t, const RequestOptions& o, int64_t vocab, const Tokenizer& tok)
       : id(id_), opts(o), tokens(std::move(t)), prompt(static_cast<int64_t>(tokens.size())),
-        arrival(Clock::now()), sampler(vocab, o.sampling), text(tok, o.stop) {
+        arrival(Clock::now()), sampler(vocab, o.sampling), text(tok, o.stop, o.special_text) {
     if (o.grammar) matcher.emplace(o.grammar);
   }
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt; }

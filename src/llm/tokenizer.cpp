@@ -359,6 +359,13 @@ bool Tokenizer::is_end_of_generation(int32_t id) const {
   return std::find(end_of_generation_.begin(), end_of_generation_.end(), id) != end_of_generation_.end();
 }
 
+int32_t Tokenizer::control_token_in(std::string_view text) const {
+  for (int32_t id : special_)
+    if ((types_[id] == TokenType::Control || types_[id] == TokenType::Unknown) && text.find(tokens_[id]) != text.npos)
+      return id;
+  return -1;
+}
+
 void Tokenizer::build() {
   ids_.clear();
   ids_.reserve(tokens_.size());

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "tessera/core/error.h"
+#include "tessera/llm/tool_calls.h"
 #include "tessera/serve/protocol.h"
 
 namespace tessera::serve {
@@ -65,6 +66,46 @@ ojson byte_list(const std::string& s) {
   return b;
 }
 
+// Refuses text in `v` (tools, or the calls in a conversation) that holds a
+// control token's text: written outside a message, it would be that token.
+void check_no_control_text(const ojson& v, const std::string& param, const llm::Tokenizer& tok) {
+  if (v.is_string()) {
+    const int32_t id = tok.control_token_in(v.get_ref<const std::string&>());
+    if (id >= 0)
+      throw ApiError(400, "'" + param + "' holds the text of the model's control token " + dump(ojson(tok.text(id))) +
+                              ", which only the chat template may write", param);
+  } else if (v.is_structured()) {
+    for (const auto& [key, x] : v.items()) {
+      check_no_control_text(ojson(key), param, tok);
+      check_no_control_text(x, param, tok);
+    }
+  }
+}
+
+// Streamed tool-call deltas as OpenAI's: the first for an index with its id,
+// type and name.
+ojson tool_call_deltas(const std::vector<llm::ToolCallDelta>& calls) {
+  ojson out = ojson::array();
+  for (const llm::ToolCallDelta& d : calls) {
+    if (!d.id.empty())
+      out.push_back({{"index", d.index}, {"id", d.id}, {"type", "function"},
+                     {"function", {{"name", d.name}, {"arguments", d.arguments}}}});
+    else
+      out.push_back({{"index", d.index}, {"function", {{"arguments", d.arguments}}}});
+  }
+  return out;
+}
+
+// The deltas joined into message.tool_calls (without streaming).
+void join_tool_call_deltas(ojson& calls, const std::vector<llm::ToolCallDelta>& deltas) {
+  for (const llm::ToolCallDelta& d : deltas) {
+    if (!d.id.empty())
+      calls.push_back({{"id", d.id}, {"type", "function"}, {"function", {{"name", d.name}, {"arguments", ""}}}});
+    std::string& args = calls[static_cast<size_t>(d.index)]["function"]["arguments"].get_ref<std::string&>();
+    args += d.arguments;
+  }
+}
+
 }  // namespace
 
 struct LlmService::Loaded {
@@ -75,6 +116,8 @@ struct LlmService::Loaded {
   std::unique_ptr<llm::Engine> draft;
   llm::Scheduler scheduler;
   int64_t context;
+  std::optional<llm::ToolFormat> tool_format;  // how the template writes calls (Note [Tool call formats])
+  std::string no_tools;                        // or why requests with tools are refused
 
   explicit Loaded(LlmModel mm)
       : m(std::move(mm)),
@@ -84,7 +127,13 @@ struct LlmService::Loaded {
         engine(m.model, m.engine),
         draft(m.draft ? std::make_unique<llm::Engine>(m.draft, m.draft_engine) : nullptr),
         scheduler(engine, m.tokenizer, m.scheduler, draft.get()),
-        context(m.engine.context ? m.engine.context : std::min<int64_t>(m.model->spec().context, int64_t{1} << 18)) {}
+        context(m.engine.context ? m.engine.context : std::min<int64_t>(m.model->spec().context, int64_t{1} << 18)) {
+    try {
+      tool_format = llm::tool_format(tmpl);
+    } catch (const Error& e) {
+      no_tools = e.what();
+    }
+  }
 };
 
 // One HTTP request's choices: the events the engine thread hands over.
@@ -318,6 +367,8 @@ struct Choice {
   std::vector<ojson> top;
   std::vector<int64_t> offsets;
   std::string finish_reason;
+  std::unique_ptr<llm::ToolCallParser> tool_parser;  // a chat with tools: calls found in the reply
+  ojson tool_calls = ojson::array();                  // their deltas joined (without streaming)
   int64_t completion_tokens = 0, cached_tokens = 0;
   bool finished = false, first = true;
   Clock::time_point last;
@@ -333,8 +384,20 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> echoes;
   std::vector<std::string> stop = g.stop;
+  using ToolChoice = openai::GenerationRequest::ToolChoice;
+  const bool with_tools = chat && !g.tools.empty();
+  if (with_tools && !L.tool_format) throw ApiError(400, "'tools': " + L.no_tools, "tools");
   if (chat) {
-    const llm::RenderedChat rc = llm::render_chat(L.tmpl, g.messages, true, tok);
+    // The template writes tools and calls outside the marked message texts:
+    // none may hold the model's control tokens' text.
+    check_no_control_text(g.tools, "tools", tok);
+    for (const ojson& m : g.messages)
+      if (m.contains("tool_calls")) check_no_control_text(m["tool_calls"], "messages", tok);
+  }
+  const bool find_calls = with_tools && g.tool_choice != ToolChoice::None;
+  const bool forced_call = with_tools && (g.tool_choice == ToolChoice::Required || g.tool_choice == ToolChoice::Function);
+  if (chat) {
+    const llm::RenderedChat rc = llm::render_chat(L.tmpl, g.messages, true, tok, with_tools ? g.tools : ojson());
     prompts.push_back(tok.encode(rc.text, true, true, rc.content_spans));
     if (L.plain_template) stop.push_back(llm::kPlainChatStop);
   } else {
@@ -357,6 +420,17 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
   ro.stop = stop;
   ro.ignore_eos = g.ignore_eos;
   if (!g.grammar.empty()) ro.grammar = grammar(g.grammar, g.grammar_param);
+  if (forced_call) {  // Note [Forced tool calls]
+    std::string gbnf;
+    try {
+      gbnf = llm::forced_tool_call_gbnf(*L.tool_format, g.tools,
+                                        g.tool_choice == ToolChoice::Function ? g.tool_name : "", g.parallel_tool_calls);
+    } catch (const Error& e) {
+      throw ApiError(400, std::string("'tools': ") + e.what(), "tools");
+    }
+    ro.grammar = grammar(gbnf, "tools");
+  }
+  ro.special_text = find_calls;
   ro.priority = static_cast<int>(g.priority);
   if (!g.cache_salt.empty()) ro.cache_salt = std::hash<std::string>{}(g.cache_salt) | 1;
 
@@ -382,6 +456,11 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
           c.index = static_cast<int64_t>(p) * g.n + i;
           c.prompt = static_cast<int64_t>(p);
           c.last = arrival;
+          if (find_calls) {
+            const llm::ToolFormat f = *L.tool_format;
+            c.tool_parser = std::make_unique<llm::ToolCallParser>(
+                f, forced_call, [f] { return llm::new_tool_call_id(f, random_seed()); });
+          }
           by_id[c.id] = choices.size();
           choices.push_back(std::move(c));
           channels_[choices.back().id] = ch;
@@ -517,16 +596,37 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
           }
         }
       }
-      if (!g.stream) c.text += ev.text;
-      else if (!ev.text.empty() || !lp.is_null()) {
-        ojson delta = chat ? ojson{{"index", c.index}, {"delta", {{"content", ev.text}}}, {"logprobs", lp},
-                                   {"finish_reason", nullptr}}
-                           : ojson{{"index", c.index}, {"text", ev.text}, {"logprobs", lp}, {"finish_reason", nullptr}};
-        out += chunk(ojson::array({delta}));
+      // The reply's text, and the calls in it when the request has tools.
+      llm::ReplyDelta reply;
+      if (c.tool_parser) {
+        reply = c.tool_parser->push(ev.text);
+        if (ev.finished) {
+          llm::ReplyDelta rest = c.tool_parser->finish();
+          reply.content += rest.content;
+          for (auto& d : rest.calls) reply.calls.push_back(std::move(d));
+        }
+      } else {
+        reply.content = std::move(ev.text);
+      }
+      if (!g.stream) {
+        c.text += reply.content;
+        join_tool_call_deltas(c.tool_calls, reply.calls);
+      } else {
+        if (!reply.content.empty() || !lp.is_null()) {
+          ojson delta = chat ? ojson{{"index", c.index}, {"delta", {{"content", reply.content}}}, {"logprobs", lp},
+                                     {"finish_reason", nullptr}}
+                             : ojson{{"index", c.index}, {"text", reply.content}, {"logprobs", lp},
+                                     {"finish_reason", nullptr}};
+          out += chunk(ojson::array({delta}));
+        }
+        if (!reply.calls.empty())
+          out += chunk(ojson::array({{{"index", c.index}, {"delta", {{"tool_calls", tool_call_deltas(reply.calls)}}},
+                                      {"logprobs", nullptr}, {"finish_reason", nullptr}}}));
       }
       if (ev.finished) {
         c.finished = true;
         c.finish_reason = ev.finish_reason;
+        if (c.tool_parser && c.tool_parser->calls() > 0 && c.finish_reason == "stop") c.finish_reason = "tool_calls";
         c.completion_tokens = ev.completion_tokens;
         c.cached_tokens = ev.cached_tokens;
         --open;
@@ -569,9 +669,15 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
     if (g.logprobs && !chat)
       lp = {{"tokens", c.tokens}, {"token_logprobs", c.token_logprobs},
             {"top_logprobs", g.sampling.top_logprobs > 0 ? ojson(c.top) : ojson(nullptr)}, {"text_offset", c.offsets}};
-    if (chat)
-      out_choices.push_back({{"index", c.index}, {"message", {{"role", "assistant"}, {"content", c.text}}},
-                             {"logprobs", lp}, {"finish_reason", c.finish_reason}});
+    if (chat) {
+      ojson message = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.tool_calls.empty()) {
+        if (c.text.empty()) message["content"] = nullptr;
+        message["tool_calls"] = c.tool_calls;
+      }
+      out_choices.push_back({{"index", c.index}, {"message", std::move(message)}, {"logprobs", lp},
+                             {"finish_reason", c.finish_reason}});
+    }
     else
       out_choices.push_back({{"index", c.index}, {"text", c.text}, {"logprobs", lp}, {"finish_reason", c.finish_reason}});
   }

@@ -1,6 +1,7 @@
 // OpenAI's request bodies, parsed and checked (serve/openai.h).
 #include "tessera/serve/openai.h"
 
+#include <cctype>
 #include <cmath>
 #include <set>
 
@@ -190,6 +191,130 @@ void parse_common(const ojson& body, GenerationRequest& r, int64_t vocab, const 
   r.priority = integer(body, "priority", -1000000, 1000000, 0);
 }
 
+// JSON text that must be an object; `what` names it in errors.
+ojson parse_object(std::string_view text, int64_t max_depth, const std::string& what, const std::string& param) {
+  // The callback sees each value's depth as it is read: text nested too
+  // deep is refused before it is built.
+  const ojson::parser_callback_t depth = [&](int d, ojson::parse_event_t, ojson&) {
+    if (d > max_depth) bad(what + " is JSON nested deeper than " + std::to_string(max_depth) + " levels", param);
+    return true;
+  };
+  ojson j;
+  try {
+    j = ojson::parse(text.begin(), text.end(), depth);
+  } catch (const ojson::exception& e) {
+    // nlohmann's message names the byte and what it expected: the client's own text.
+    bad(what + " is not valid JSON: " + e.what(), param);
+  }
+  if (!j.is_object()) bad(what + " must be a JSON object", param);
+  return j;
+}
+
+// A function name as OpenAI allows it.
+bool function_name(const ojson& v) {
+  if (!v.is_string()) return false;
+  const std::string& s = v.get_ref<const std::string&>();
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  return true;
+}
+
+// tools, tool_choice and parallel_tool_calls (chat).
+void parse_tools(const ojson& body, GenerationRequest& r, const Limits& limits) {
+  std::set<std::string> names;
+  if (given(body, "tools")) {
+    const ojson& tools = body["tools"];
+    if (!tools.is_array()) bad("'tools' must be an array of {\"type\": \"function\", \"function\": {...}}", "tools");
+    if (static_cast<int64_t>(tools.size()) > limits.max_tools)
+      bad("'tools' has " + std::to_string(tools.size()) + " functions; at most " + std::to_string(limits.max_tools),
+          "tools");
+    int64_t schema_bytes = 0;
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const ojson& t = tools[i];
+      const std::string where = "tools[" + std::to_string(i) + "]";
+      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+        bad(where + " must be {\"type\": \"function\", \"function\": {\"name\", \"description\", \"parameters\"}}",
+            "tools");
+      for (const auto& [key, _] : t.items())
+        if (key != "type" && key != "function") bad(where + " has the unrecognized key '" + key + "'", "tools");
+      const ojson& f = t["function"];
+      for (const auto& [key, _] : f.items())
+        if (key != "name" && key != "description" && key != "parameters" && key != "strict")
+          bad(where + ".function has the unrecognized key '" + key + "' (name, description, parameters, strict)",
+              "tools");
+      if (!f.contains("name") || !function_name(f["name"]))
+        bad(where + ".function.name must be 1 to 64 letters, digits, '_' or '-'", "tools");
+      if (!names.insert(f["name"].get<std::string>()).second)
+        bad(where + ".function.name " + quote(f["name"]) + " is given twice", "tools");
+      if (f.contains("description") && !f["description"].is_string())
+        bad(where + ".function.description must be a string", "tools");
+      if (f.contains("strict") && !f["strict"].is_boolean()) bad(where + ".function.strict must be true or false", "tools");
+      if (f.contains("parameters")) {
+        if (!f["parameters"].is_object()) bad(where + ".function.parameters must be a JSON schema object", "tools");
+        schema_bytes += static_cast<int64_t>(f["parameters"].dump().size());
+      }
+    }
+    if (schema_bytes > limits.max_grammar_bytes)
+      bad("the tools' parameter schemas have " + std::to_string(schema_bytes) + " bytes; at most " +
+              std::to_string(limits.max_grammar_bytes), "tools");
+    r.tools = tools;
+  }
+  using C = GenerationRequest::ToolChoice;
+  r.tool_choice = r.tools.empty() ? C::None : C::Auto;
+  if (given(body, "tool_choice")) {
+    const ojson& c = body["tool_choice"];
+    if (c == "none") r.tool_choice = C::None;
+    else if (c == "auto") r.tool_choice = r.tools.empty() ? C::None : C::Auto;
+    else if (c == "required") r.tool_choice = C::Required;
+    else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") && c["function"].is_object() &&
+             c["function"].contains("name") && c["function"]["name"].is_string()) {
+      r.tool_choice = C::Function;
+      r.tool_name = c["function"]["name"].get<std::string>();
+      if (!names.count(r.tool_name))
+        bad("'tool_choice' names the function " + quote(c["function"]["name"]) + ", which is not in 'tools'",
+            "tool_choice");
+    } else {
+      bad("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+          "{\"name\": ...}}, got " + quote(c), "tool_choice");
+    }
+    if (r.tool_choice == C::Required && r.tools.empty()) bad("'tool_choice' \"required\" needs 'tools'", "tool_choice");
+  }
+  r.parallel_tool_calls = boolean(body, "parallel_tool_calls", true);
+  if ((r.tool_choice == C::Required || r.tool_choice == C::Function) && !r.grammar.empty())
+    bad("'tool_choice' " + quote(body["tool_choice"]) + " forces a call, and '" + r.grammar_param +
+            "' constrains the reply too; give one", "tool_choice");
+}
+
+// An assistant message's tool_calls, their arguments parsed: templates
+// write them with tojson, which wants an object, not JSON text.
+ojson history_tool_calls(const ojson& calls, const std::string& where, int64_t max_depth) {
+  if (!calls.is_array()) bad(where + ".tool_calls must be an array of calls", "messages");
+  ojson out = ojson::array();
+  for (size_t j = 0; j < calls.size(); ++j) {
+    const ojson& c = calls[j];
+    const std::string at = where + ".tool_calls[" + std::to_string(j) + "]";
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object() || !function_name(c["function"].value("name", ojson())))
+      bad(at + " must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", "messages");
+    if (c.contains("type") && c["type"] != "function") bad(at + ".type must be \"function\"", "messages");
+    if (c.contains("id") && !c["id"].is_string()) bad(at + ".id must be a string", "messages");
+    const ojson& f = c["function"];
+    ojson args = ojson::object();
+    if (f.contains("arguments")) {
+      if (f["arguments"].is_string()) {
+        args = parse_object(f["arguments"].get<std::string>(), max_depth, at + ".function.arguments", "messages");
+      } else {
+        args = f["arguments"];
+      }
+      if (!args.is_object()) bad(at + ".function.arguments must be a JSON object", "messages");
+    }
+    ojson call = {{"id", c.value("id", "")}, {"type", "function"},
+                  {"function", {{"name", f["name"]}, {"arguments", std::move(args)}}}};
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 int64_t max_tokens(const ojson& body, const char* key, const Limits& limits) {
   return integer(body, key, 1, limits.max_tokens, -1);
 }
@@ -227,23 +352,7 @@ std::string error_body(const ApiError& e) {
   return ojson{{"error", err}}.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 
-ojson parse_body(std::string_view body, int64_t max_depth) {
-  // The callback sees each value's depth as it is read: a body nested too
-  // deep is refused before it is built.
-  const ojson::parser_callback_t depth = [max_depth](int d, ojson::parse_event_t, ojson&) {
-    if (d > max_depth) throw ApiError(400, "the request JSON is nested deeper than " + std::to_string(max_depth) + " levels");
-    return true;
-  };
-  ojson j;
-  try {
-    j = ojson::parse(body.begin(), body.end(), depth);
-  } catch (const ojson::exception& e) {
-    // nlohmann's message names the byte and what it expected: the client's own text.
-    bad(std::string("the request body is not valid JSON: ") + e.what(), "");
-  }
-  if (!j.is_object()) bad("the request body must be a JSON object", "");
-  return j;
-}
+ojson parse_body(std::string_view body, int64_t max_depth) { return parse_object(body, max_depth, "the request body", ""); }
 
 GenerationRequest parse_completion_request(std::string_view text, int64_t vocab, const Limits& limits) {
   const ojson body = parse_body(text, limits.max_json_depth);
@@ -348,11 +457,7 @@ GenerationRequest parse_chat_request(std::string_view text, int64_t vocab, const
   r.sampling.top_logprobs = integer(body, "top_logprobs", 0, 20, 0);
   if (r.sampling.top_logprobs > 0 && !r.logprobs)
     bad("'top_logprobs' needs \"logprobs\": true", "top_logprobs");
-  if (given(body, "tools") && !(body["tools"].is_array() && body["tools"].empty()))
-    bad("'tools' (function calling) is not supported by this server yet", "tools");
-  if (given(body, "tool_choice") && body["tool_choice"] != "none" && body["tool_choice"] != "auto")
-    bad("'tool_choice' " + quote(body["tool_choice"]) + " needs tools, which this server does not support yet",
-        "tool_choice");
+  parse_tools(body, r, limits);
   if (!given(body, "messages") || !body["messages"].is_array() || body["messages"].empty())
     bad("'messages' is required: a non-empty array of {\"role\", \"content\"}", "messages");
   const ojson& ms = body["messages"];
@@ -378,10 +483,17 @@ GenerationRequest parse_chat_request(std::string_view text, int64_t vocab, const
         if (!content.empty()) content += "\n";
         content += part["text"].get<std::string>();
       }
-    } else if (!(m.contains("content") && m["content"].is_null() && m["role"] == "assistant"))
+    } else if (!(m["role"] == "assistant" && (!m.contains("content") || m["content"].is_null()) &&
+                 (m.contains("content") || given(m, "tool_calls"))))
       bad(where + ".content must be a string or an array of text parts", "messages");
     ojson out = {{"role", m["role"]}, {"content", content}};
     if (m.contains("name") && m["name"].is_string()) out["name"] = m["name"];
+    if (m["role"] == "assistant" && given(m, "tool_calls")) out["tool_calls"] = history_tool_calls(m["tool_calls"], where, limits.max_json_depth);
+    if (m["role"] == "tool") {
+      if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string())
+        bad(where + ".tool_call_id must be the id of the call this message answers", "messages");
+      out["tool_call_id"] = m["tool_call_id"];
+    }
     r.messages.push_back(std::move(out));
   }
   return r;

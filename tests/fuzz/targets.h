@@ -1,7 +1,7 @@
 #pragma once
 // The fuzz targets: every parser of outside input (safetensors, .npy, tar
 // shards, YAML, ONNX models, compiled graph.json, KServe infer requests, GGUF,
-// chat templates, OpenAI requests) and
+// chat templates, OpenAI requests and the tool calls in replies) and
 // the model loader that imports *and runs* ONNX and compiled graphs. One
 // libFuzzer binary per target (fuzz_targets.cpp, scripts/fuzz.sh); the test
 // suite replays each target's committed corpus (tests/fuzz/<target>/) through
@@ -26,6 +26,7 @@
 #include "tessera/llm/gguf.h"
 #include "tessera/llm/grammar.h"
 #include "tessera/llm/tokenizer.h"
+#include "tessera/llm/tool_calls.h"
 #include "tessera/serve/openai.h"
 #include "tessera/serve/protocol.h"
 
@@ -126,9 +127,18 @@ inline void run_target(std::string_view target, const char* p, size_t n) {
     (void)llm::render_chat(t, messages, false, bytes);
   } else if (target == "openai_request") {
     // The first byte picks a completion (even) or a chat request (odd); the
-    // rest is the body, read against a 1,000-token vocabulary.
+    // rest is the body, read against a 1,000-token vocabulary. The body is
+    // also a model's reply, read by each tool-call format's parser in pieces
+    // (forced when the first byte has bit 1).
     if (n < 1) return;
     const std::string_view body(p + 1, n - 1);
+    constexpr llm::ToolFormat kFormats[] = {llm::ToolFormat::Hermes, llm::ToolFormat::Mistral,
+                                            llm::ToolFormat::MistralArgs, llm::ToolFormat::Llama3};
+    for (llm::ToolFormat f : kFormats) {
+      llm::ToolCallParser parser(f, p[0] & 2, [] { return std::string("id"); });
+      for (size_t at = 0; at < body.size(); at += 7) (void)parser.push(body.substr(at, 7));
+      (void)parser.finish();
+    }
     serve::openai::GenerationRequest r = (p[0] & 1) ? serve::openai::parse_chat_request(body, 1000)
                                                     : serve::openai::parse_completion_request(body, 1000);
     (void)r.messages.dump();
@@ -136,6 +146,9 @@ inline void run_target(std::string_view target, const char* p, size_t n) {
       llm::GrammarMatcher m(llm::Grammar::parse(r.grammar, "root", 100000));
       (void)m.accept(body.substr(0, 256));
     }
+    if (!r.tools.empty())  // each format's forced-call grammar compiles
+      for (llm::ToolFormat f : kFormats)
+        (void)llm::Grammar::parse(llm::forced_tool_call_gbnf(f, r.tools, r.tool_name, true), "root", 100000);
   } else if (target == "grammar") {
     // The input is GBNF; once compiled, a matcher reads the input's own
     // bytes one at a time, and the masks of a byte vocabulary are found.

@@ -19,7 +19,7 @@ struct Fixture {
   std::shared_ptr<llm::Model> model;
   llm::Tokenizer tok;
 };
-inline Fixture fixture(nn::zoo::Llama** keep = nullptr, int64_t layers = 1, int64_t dim = 64) {
+inline Fixture fixture(nn::zoo::Llama** keep = nullptr, int64_t layers = 1, int64_t dim = 64, int64_t context = 128) {
   std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
   std::vector<llm::TokenType> types = {llm::TokenType::Unknown, llm::TokenType::Control, llm::TokenType::Control};
   for (int b = 0; b < 256; ++b) {
@@ -36,7 +36,7 @@ inline Fixture fixture(nn::zoo::Llama** keep = nullptr, int64_t layers = 1, int6
   llm::Tokenizer tok = llm::Tokenizer::sentencepiece(pieces, scores, types, 1, 2, 0);
   nn::zoo::LlamaConfig c;
   c.vocab_size = tok.size(), c.dim = dim, c.n_layers = layers, c.n_heads = 2, c.n_kv_heads = 2, c.hidden_dim = dim;
-  c.max_seq_len = 128;
+  c.max_seq_len = context;
   manual_seed(21);
   static nn::zoo::Llama* m = nullptr;
   delete m;

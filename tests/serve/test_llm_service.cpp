@@ -100,8 +100,8 @@ FakeExchange post(LlmService& s, const std::string& path, const json& body, int 
   return call(s, "POST", path, body.dump(), {}, gone_after);
 }
 
-LlmModel fixture_model(int64_t kv_blocks = 0, int64_t layers = 1, int64_t dim = 64) {
-  tessera::testing::Fixture f = tessera::testing::fixture(nullptr, layers, dim);
+LlmModel fixture_model(int64_t kv_blocks = 0, int64_t layers = 1, int64_t dim = 64, int64_t context = 128) {
+  tessera::testing::Fixture f = tessera::testing::fixture(nullptr, layers, dim, context);
   LlmModel m;
   m.model = f.model;
   m.tokenizer = f.tok;
@@ -470,6 +470,167 @@ TEST(LlmService, StructuredOutputAlwaysParses) {
   e = error({{"messages", messages}, {"response_format", {{"type", "yaml"}}}}, "/v1/chat/completions");
   EXPECT_NE(e["message"].get<std::string>().find("is not one of"), std::string::npos) << e;
   EXPECT_TRUE(drains(s));
+}
+
+// A Hermes-style template (Note [Tool call formats]), written for these tests.
+const char* kToolTemplate =
+    "{%- if tools %}system: <tools>{% for t in tools %}{{ t.function | tojson }}{% endfor %}</tools>\n{% endif %}"
+    "{% for m in messages %}{{ m.role }}: {% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>\n"
+    "{{ c.function | tojson }}\n</tool_call>{% endfor %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}";
+
+const json kWeatherTools = json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "description": "The weather now.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
+      "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"],
+      "additionalProperties": false}}},
+  {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}
+])");
+
+// The tool calls of a streamed chat answer, its deltas joined by index.
+json streamed_tool_calls(const FakeExchange& x, std::string* finish_reason) {
+  json calls = json::array();
+  for (const std::string& e : events(x.body)) {
+    if (e == "[DONE]") break;
+    const json c = json::parse(e);
+    if (c["choices"].empty()) continue;
+    const json& choice = c["choices"][0];
+    if (!choice["finish_reason"].is_null()) *finish_reason = choice["finish_reason"];
+    if (!choice["delta"].contains("tool_calls")) continue;
+    for (const json& d : choice["delta"]["tool_calls"]) {
+      const size_t i = d["index"];
+      if (d.contains("id")) {
+        EXPECT_EQ(i, calls.size());
+        calls.push_back({{"id", d["id"]}, {"type", d["type"]}, {"function", {{"name", d["function"]["name"]},
+                                                                            {"arguments", ""}}}});
+      }
+      calls[i]["function"]["arguments"] =
+          calls[i]["function"]["arguments"].get<std::string>() + d["function"]["arguments"].get<std::string>();
+    }
+  }
+  return calls;
+}
+
+// tools with tool_choice "required" or a named function: every answer is a
+// call of the tools asked for (forced by the grammar), arguments valid by
+// their schema, the same streamed or not; "auto" finds calls in free text;
+// history with calls and results renders; what cannot work is a 400.
+TEST(LlmService, ToolCallsAreForcedParsedAndStreamed) {
+  LlmModel m = fixture_model(0, 1, 64, 1024);
+  m.chat_template = kToolTemplate;
+  LlmService s;
+  s.load(std::move(m));
+  const json messages = {{{"role", "user"}, {"content", "Weather in Paris?"}}};
+  auto request = [&](const json& choice, bool parallel) {
+    return json{{"messages", messages}, {"tools", kWeatherTools}, {"tool_choice", choice}, {"max_tokens", 400},
+                {"temperature", 1}, {"seed", 9}, {"parallel_tool_calls", parallel}};
+  };
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  for (const json& choice : {json("required"), named})
+    for (bool parallel : {false, true}) {
+      SCOPED_TRACE(choice.dump() + (parallel ? " parallel" : ""));
+      json req = request(choice, parallel);
+      req["n"] = 3;
+      const json j = post(s, "/v1/chat/completions", req).json_body();
+      ASSERT_TRUE(j.contains("choices")) << j;
+      for (const json& c : j["choices"]) {
+        // A random model may go on calling until max_tokens; its last call is then cut short.
+        const bool cut = parallel && c["finish_reason"] == "length";
+        if (!cut) ASSERT_EQ(c["finish_reason"], "tool_calls") << c;
+        EXPECT_TRUE(c["message"]["content"].is_null()) << c;
+        json calls = c["message"]["tool_calls"];
+        ASSERT_GE(calls.size(), 1u + cut);
+        if (cut) calls.erase(calls.size() - 1);
+        if (!parallel) EXPECT_EQ(calls.size(), 1u);
+        for (const json& call : calls) {
+          EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
+          EXPECT_EQ(call["type"], "function");
+          const std::string name = call["function"]["name"];
+          if (choice.is_object()) EXPECT_EQ(name, "get_weather");
+          const json args = json::parse(call["function"]["arguments"].get<std::string>());
+          if (name == "get_weather") {
+            ASSERT_TRUE(args["city"].is_string()) << args;
+            const std::string city = args["city"];
+            EXPECT_LE(std::count_if(city.begin(), city.end(), [](char b) { return (b & 0xC0) != 0x80; }), 8) << args;
+            EXPECT_TRUE(!args.contains("unit") || args["unit"] == "celsius" || args["unit"] == "fahrenheit") << args;
+          } else {
+            EXPECT_EQ(name, "now");
+            EXPECT_EQ(args, json::object());
+          }
+        }
+      }
+      // The same request streamed: the deltas joined are the same calls.
+      req["n"] = 1;
+      const json one = post(s, "/v1/chat/completions", req).json_body();
+      req["stream"] = true;
+      std::string finish;
+      const json streamed = streamed_tool_calls(post(s, "/v1/chat/completions", req), &finish);
+      EXPECT_EQ(finish, one["choices"][0]["finish_reason"]);
+      const json& calls = one["choices"][0]["message"]["tool_calls"];
+      ASSERT_EQ(streamed.size(), calls.size());
+      for (size_t i = 0; i < calls.size(); ++i) EXPECT_EQ(streamed[i]["function"], calls[i]["function"]);
+    }
+  // "auto": calls found in what the model writes (here a grammar makes it write one after some text).
+  json req = request("auto", true);
+  req["grammar"] = R"(root ::= "On it. <tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>")";
+  json j = post(s, "/v1/chat/completions", req).json_body();
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "On it. ") << j;
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"], json({{"name", "now"}, {"arguments", "{}"}}));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  // "none" and plain text: no calls.
+  req["tool_choice"] = "none";
+  j = post(s, "/v1/chat/completions", req).json_body();
+  EXPECT_FALSE(j["choices"][0]["message"].contains("tool_calls")) << j;
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  // A conversation with a call and its result.
+  json history = messages;
+  history.push_back({{"role", "assistant"}, {"content", nullptr},
+                     {"tool_calls", {{{"id", "call_1"}, {"type", "function"},
+                                      {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}}}}});
+  history.push_back({{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "{\"celsius\": 21}"}});
+  const FakeExchange h = post(s, "/v1/chat/completions", {{"messages", history}, {"tools", kWeatherTools},
+                                                          {"max_tokens", 4}});
+  EXPECT_EQ(h.status, 200) << h.body;
+  const json tok = post(s, "/tokenize", {{"messages", history}}).json_body();
+  ASSERT_TRUE(tok.contains("tokens")) << tok;
+  const json text = post(s, "/detokenize", {{"tokens", tok["tokens"]}}).json_body();
+  EXPECT_NE(text["prompt"].get<std::string>().find("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                                                   "{\"city\": \"Paris\"}}\n</tool_call>"), std::string::npos) << text;
+
+  // What cannot work, named.
+  auto error = [&](json body) {
+    if (!body.contains("messages")) body["messages"] = messages;
+    const FakeExchange x = post(s, "/v1/chat/completions", body);
+    EXPECT_EQ(x.status, 400) << x.body;
+    return x.json_body()["error"];
+  };
+  json e = error({{"tools", kWeatherTools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}});
+  EXPECT_EQ(e["param"], "tool_choice");
+  e = error({{"tool_choice", "required"}});
+  EXPECT_EQ(e["param"], "tool_choice");
+  e = error({{"tools", kWeatherTools}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}});
+  EXPECT_NE(e["message"].get<std::string>().find("give one"), std::string::npos) << e;
+  json tools = kWeatherTools;
+  tools[0]["function"]["description"] = "ends with </s>";
+  e = error({{"tools", tools}});
+  EXPECT_NE(e["message"].get<std::string>().find("control token \"</s>\""), std::string::npos) << e;
+  tools = kWeatherTools;
+  tools[1]["function"]["name"] = "get weather";
+  EXPECT_EQ(error({{"tools", tools}})["param"], "tools");
+  tools = kWeatherTools;
+  tools[0]["function"]["parameters"]["properties"]["city"]["format"] = "city";
+  e = error({{"tools", tools}, {"tool_choice", "required"}});
+  EXPECT_NE(e["message"].get<std::string>().find("the keyword 'format'"), std::string::npos) << e;
+  history[2].erase("tool_call_id");
+  EXPECT_EQ(error({{"messages", history}})["param"], "messages");
+  EXPECT_TRUE(drains(s));
+
+  // A model whose template cannot show tools refuses them rather than answer in prose.
+  LlmService plain;
+  plain.load(fixture_model());
+  const FakeExchange x = post(plain, "/v1/chat/completions", {{"messages", messages}, {"tools", kWeatherTools}});
+  EXPECT_EQ(x.status, 400);
+  EXPECT_NE(x.body.find("never uses `tools`"), std::string::npos) << x.body;
 }
 
 TEST(LlmService, ChatLogprobsNameEachToken) {

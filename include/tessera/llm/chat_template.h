@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,11 @@ class ChatTemplate {
   // Renders with `context`'s keys as variables (messages, add_generation_prompt,
   // bos_token, eos_token, tools...). Object keys keep their order.
   std::string render(const nlohmann::ordered_json& context) const;
+  // Whether the template's code (not its literal text) uses `name` as a
+  // variable, attribute or filter: a template that never says `tools`
+  // cannot show a model its tools.
+  bool uses(std::string_view name) const;
+  const std::string& source() const;
 
  private:
   struct Impl;
@@ -63,8 +69,10 @@ struct RenderedChat {
 // BOS/EOS texts. The contents are marked while rendering (U+E000...U+E001,
 // private-use code points); a template that cuts into a content is an error
 // naming the message, never a prompt with a special token from user text.
+// `tools` (OpenAI's [{"type": "function", "function": {...}}]) are given to
+// the template as `tools` when there are any.
 RenderedChat render_chat(const ChatTemplate& t, const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                         const Tokenizer& tokenizer);
+                         const Tokenizer& tokenizer, const nlohmann::ordered_json& tools = nullptr);
 
 // For a model without a chat template (Tessera's character and byte
 // models): each message on its own line after its role, then "assistant:".
@@ -76,6 +84,6 @@ extern const char* const kPlainChatStop;
 // The usual context for a conversation: messages (each {"role", "content"}),
 // add_generation_prompt, and the tokenizer's BOS and EOS texts.
 nlohmann::ordered_json chat_context(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                    const Tokenizer& tokenizer);
+                                    const Tokenizer& tokenizer, const nlohmann::ordered_json& tools = nullptr);
 
 }  // namespace tessera::llm

@@ -37,7 +37,8 @@ struct GenerateResult {
 // until the next tokens settle it, so no stop string's text ever leaks.
 class TextStream {
  public:
-  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop);
+  // special_text: control tokens write their text (otherwise nothing).
+  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop, bool special_text = false);
   // The text that is final once `token` is added. After a stop string
   // completes it returns the text before it and stopped() turns true.
   std::string push(int32_t token);

@@ -19,6 +19,7 @@
 // that names it and where it is: better refused than silently not enforced.
 // Annotations (title, description, $schema, $id, $comment, examples,
 // default) are allowed and ignored.
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -29,5 +30,27 @@ namespace tessera::llm {
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
 // GBNF for any JSON object (response_format json_object).
 std::string json_object_gbnf();
+
+// Several schemas in one grammar (a tool call: one rule per function's
+// parameters), with rules of one's own around them.
+class JsonSchemaGrammar {
+ public:
+  JsonSchemaGrammar();
+  ~JsonSchemaGrammar();
+  // A rule for the texts valid against `schema`, whose "#" and "#/$defs/..."
+  // refer to itself; `name` suggests the rule's name and `path` names the
+  // schema in errors.
+  std::string add(const nlohmann::ordered_json& schema, const std::string& name, const std::string& path);
+  // "root ::= root_expression", then the rules added and JSON's own
+  // (ws, string, number, value, object, ...).
+  std::string gbnf(const std::string& root_expression) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// `text` as a GBNF string literal.
+std::string gbnf_literal(const std::string& text);
 
 }  // namespace tessera::llm

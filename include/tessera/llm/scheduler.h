@@ -145,6 +145,9 @@ struct RequestOptions {
   // from those the grammar allows next; the request stops when its text is
   // complete and nothing may follow, or at an end token where it may end.
   std::shared_ptr<const Grammar> grammar;
+  // Control tokens write their text into the reply (tool-call markers such
+  // as [TOOL_CALLS] and <|python_tag|>, for llm/tool_calls.h to find).
+  bool special_text = false;
 };
 
 struct SchedulerOptions {

@@ -79,6 +79,9 @@ class Tokenizer {
   std::string decode(const std::vector<int32_t>& ids, bool remove_special = true, bool unparse_special = false) const;
   // One token's bytes as decode writes them (lstrip: drop one leading space).
   std::string piece(int32_t id, bool unparse_special = false, bool lstrip = false) const;
+  // The first control token whose text `text` holds (-1: none): text that
+  // would turn into control tokens if a template wrote it outside a message.
+  int32_t control_token_in(std::string_view text) const;
 
   Model model() const { return model_; }
   int32_t size() const { return static_cast<int32_t>(tokens_.size()); }

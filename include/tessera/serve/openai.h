@@ -47,6 +47,7 @@ struct Limits {
   int64_t max_logit_bias = 1024;   // entries
   int64_t max_tokens = 1 << 20;    // the most a request may ask for (the context bounds it further)
   int64_t max_grammar_bytes = 1 << 16;  // a GBNF grammar, or a JSON schema as JSON text
+  int64_t max_tools = 128;              // functions in "tools" (their schemas count toward max_grammar_bytes)
 };
 
 // A prompt as the client gave it: text, or token ids.
@@ -77,6 +78,13 @@ struct GenerationRequest {
   // or the "grammar" extension (llama.cpp's name); "" for none. `grammar_param`
   // names where it came from, for errors found when it is compiled.
   std::string grammar, grammar_param;
+  // Tools (chat): [{"type": "function", "function": {"name", "description",
+  // "parameters"}}] as given, checked; assistant messages' tool_calls carry
+  // their arguments as JSON objects (as templates expect them).
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  enum class ToolChoice { None, Auto, Required, Function } tool_choice = ToolChoice::None;
+  std::string tool_name;  // ToolChoice::Function: the one to call
+  bool parallel_tool_calls = true;
 };
 
 struct EmbeddingRequest {
