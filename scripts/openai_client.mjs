@@ -95,7 +95,9 @@ await expectError(client.chat.completions.create({ model: 'fortunes', messages,
   response_format: { type: 'json_schema' } }), BadRequestError, 'response_format');
 await expectError(new OpenAI({ baseURL: base + '/v1', apiKey: 'wrong-key-0123456789', maxRetries: 0 })
   .models.list(), AuthenticationError);
-ok('errors: 400 with the parameter, 404 model, context_length_exceeded, 401');
+await expectError(client.chat.completions.create({ model: 'fortunes', messages,
+  tools: [{ type: 'function', function: { name: 'f' } }] }), BadRequestError, 'tools');  // the plain template shows no tools
+ok('errors: 400 with the parameter, 404 model, context_length_exceeded, tools the template cannot show, 401');
 
 // Embeddings: the client asks for base64 unless told; both give the same unit vectors.
 const texts = ['A fortune cookie.', 'You will meet a tall stranger.'];

@@ -7,7 +7,10 @@
 # and non-stream giving the same text, n and logprobs, the errors the client
 # raises, a stream the client aborts (its request ends on the server), and
 # structured output: the 31 schemas of scripts/json_schemas.json as
-# response_format, each answer that stops validated by npm's ajv (pinned).
+# response_format, each answer that stops validated by npm's ajv (pinned);
+# then, served with scripts/chat_tools.jinja, tool calling
+# (scripts/openai_client_tools.mjs): forced calls stream and not, the client's
+# stream accumulator and runTools loop.
 #   scripts/openai_client.sh [--build DIR] [--model FILE.gguf]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,3 +53,14 @@ kill -TERM "$server"
 wait "$server"
 grep -q "^stopped" "$work/log" || { cat "$work/log" >&2; exit 1; }
 echo "openai_client: the server stopped cleanly"
+
+# Tool calling: the same model with a chat template that shows tools.
+"$build/apps/tessera" serve-llm "$model" --name fortunes --port 0 --api-key-file "$work/key" --threads 2 \
+  --chat-template scripts/chat_tools.jinja > "$work/log" 2>&1 &
+server=$!
+for _ in $(seq 100); do grep -q "KV cache:" "$work/log" && break; sleep 0.1; done
+port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$work/log")
+[ -n "$port" ] || { cat "$work/log" >&2; exit 1; }
+OPENAI_CLIENT_DIR="$pkg" node scripts/openai_client_tools.mjs "http://127.0.0.1:$port" "$(cat "$work/key")"
+kill -TERM "$server"
+wait "$server"

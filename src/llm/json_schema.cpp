@@ -16,8 +16,11 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 // The rules every schema's grammar may use.
-constexpr const char* kJsonRules = R"(ws ::= ( " " | "\n" [ \t]{0,20} )?
-string ::= "\"" char* "\""
+constexpr const char* kWhitespace = R"(ws ::= ( " " | "\n" [ \t]{0,20} )?
+)";
+constexpr const char* kCompactWhitespace = R"(ws ::= " "?
+)";
+constexpr const char* kJsonRules = R"(string ::= "\"" char* "\""
 char ::= [^"\\\x7F\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" ( [0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} ) )
 integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} )
 number ::= integer ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?
@@ -54,7 +57,7 @@ const std::set<std::string> kKeywords = {"type", "properties", "required", "addi
 
 class Converter {
  public:
-  Converter() {
+  explicit Converter(bool compact = false) : compact_(compact) {
     for (const char* n : {"root", "ws", "string", "char", "integer", "number", "boolean", "null", "value", "object",
                           "array"})
       names_.insert(n);
@@ -76,10 +79,11 @@ class Converter {
   std::string gbnf(const std::string& root) const {
     std::string out = "root ::= " + root + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    return out + kJsonRules;
+    return out + (compact_ ? kCompactWhitespace : kWhitespace) + kJsonRules;
   }
 
  private:
+  bool compact_;
   const ojson* root_ = nullptr;
   std::string root_path_, root_rule_;
   std::vector<std::pair<std::string, std::string>> rules_;
@@ -271,7 +275,7 @@ std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
 struct JsonSchemaGrammar::Impl {
   Converter converter;
 };
-JsonSchemaGrammar::JsonSchemaGrammar() : impl_(std::make_unique<Impl>()) {}
+JsonSchemaGrammar::JsonSchemaGrammar(bool compact) : impl_(std::make_unique<Impl>(Impl{Converter(compact)})) {}
 JsonSchemaGrammar::~JsonSchemaGrammar() = default;
 std::string JsonSchemaGrammar::add(const nlohmann::ordered_json& schema, const std::string& name,
                                    const std::string& path) {
@@ -280,6 +284,6 @@ std::string JsonSchemaGrammar::add(const nlohmann::ordered_json& schema, const s
 std::string JsonSchemaGrammar::gbnf(const std::string& root) const { return impl_->converter.gbnf(root); }
 std::string gbnf_literal(const std::string& text) { return literal(text); }
 
-std::string json_object_gbnf() { return std::string("root ::= object\n") + kJsonRules; }
+std::string json_object_gbnf() { return std::string("root ::= object\n") + kWhitespace + kJsonRules; }
 
 }  // namespace tessera::llm

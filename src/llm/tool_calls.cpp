@@ -314,7 +314,7 @@ ToolFormat tool_format(const ChatTemplate& t) {
 
 std::string forced_tool_call_gbnf(ToolFormat f, const nlohmann::ordered_json& tools, const std::string& only,
                                   bool parallel) {
-  JsonSchemaGrammar g;
+  JsonSchemaGrammar g(/*compact=*/true);  // arguments as models write them, never spun out in whitespace
   std::string alts;
   for (size_t i = 0; i < tools.size(); ++i) {
     const ojson& fn = tools[i].at("function");

@@ -35,7 +35,8 @@ std::string json_object_gbnf();
 // parameters), with rules of one's own around them.
 class JsonSchemaGrammar {
  public:
-  JsonSchemaGrammar();
+  // compact: at most one space between JSON's tokens (no newlines or indents).
+  explicit JsonSchemaGrammar(bool compact = false);
   ~JsonSchemaGrammar();
   // A rule for the texts valid against `schema`, whose "#" and "#/$defs/..."
   // refer to itself; `name` suggests the rule's name and `path` names the

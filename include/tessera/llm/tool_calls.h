@@ -22,7 +22,9 @@
 // With tool_choice "required" or a named function the reply is a call from
 // its first byte: a grammar in the family's own format (so the model writes
 // what it was trained to), the function's name as a literal and its
-// arguments by the JSON schema of its parameters. Markers that are control
+// arguments by the JSON schema of its parameters, with at most one space
+// between JSON tokens (a model given room for newlines and indents may fill
+// its context with them: one trained on indented text did). Markers that are control
 // tokens ([TOOL_CALLS]) have no bytes a grammar could ask for, so a forced
 // Mistral reply starts after the marker; the parser takes either.
 //
