@@ -15,6 +15,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/parallel.h"
 #include "tessera/io/file.h"
+#include "tessera/llm/lora.h"
 #include "tessera/serve/http_server.h"
 #include "tessera/serve/llm_service.h"
 
@@ -54,6 +55,9 @@ void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f) {
   c->add_option("--draft-threads", f.draft_threads, "with --draft: compute threads for the draft model's steps "
                 "(default 1: a small model's step is shorter than a parallel region's start and end)")
       ->check(CLI::Range(1, 1024));
+  c->add_option("--lora", f.lora, "serve a LoRA adapter (a GGUF adapter, or PEFT's adapter_model.safetensors) as "
+                "the model NAME: requests naming it get MODEL with the adapter, in the same batches as the rest; "
+                "repeatable")->type_name("NAME=PATH");
   c->add_flag("--no-prefix-caching", f.no_prefix_caching, "compute every prompt in full (by default full blocks of "
               "16 tokens a prompt shares with an earlier one are reused)");
   c->add_option("-t,--threads", f.threads, "compute threads (0: OMP_NUM_THREADS or all cores)")
@@ -171,6 +175,16 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
         m.scheduler.draft_tokens = f.draft_tokens;
         draft_what = d.what;
       }
+      for (const std::string& spec : f.lora) {
+        const size_t eq = spec.find('=');
+        TS_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < spec.size(), "serve-llm: --lora takes NAME=PATH, got '",
+                 spec, "'");
+        const std::string lname = spec.substr(0, eq);
+        TS_CHECK(lname != name, "serve-llm: --lora ", lname, ": the adapter's name is the model's own");
+        for (const auto& [other, _] : m.adapters)
+          TS_CHECK(other != lname, "serve-llm: --lora ", lname, " is given twice");
+        m.adapters.emplace_back(lname, llm::LoraAdapter::load(spec.substr(eq + 1), lm.model->spec()));
+      }
       const int64_t drafts = f.draft.empty() ? f.prompt_lookup : f.draft_tokens;
       m.engine.max_logit_rows = f.max_seqs * (1 + drafts);
       TS_CHECK(m.engine.max_logit_rows <= f.max_batched_tokens, "serve-llm: --max-seqs ", f.max_seqs, " with ", drafts,
@@ -189,6 +203,7 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
               name.c_str(), lm.what.c_str(), s.arch.c_str(), static_cast<long long>(s.n_layers),
               static_cast<long long>(s.dim), static_cast<long long>(s.vocab),
               llm::ggml_type_name(lm.model->weight_type()), load_s);
+  for (const std::string& spec : f.lora) std::printf("LoRA adapter '%s'\n", spec.c_str());
   if (!draft_what.empty())
     std::printf("draft model: %s, up to %lld tokens a step for each request\n", draft_what.c_str(),
                 static_cast<long long>(f.draft_tokens));

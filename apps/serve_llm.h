@@ -20,6 +20,7 @@ struct ServeLlmFlags {
   double decode_slowdown = 0;
   int64_t prompt_lookup = 0;
   std::string draft;
+  std::vector<std::string> lora;  // NAME=PATH
   int64_t draft_tokens = 8;
   int64_t draft_threads = 1;
 };

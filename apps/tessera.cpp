@@ -60,6 +60,7 @@
 #include "tessera/serve/http_server.h"
 #include "tessera/serve/repository.h"
 #include "tessera/quant/weights.h"
+#include "tessera/llm/lora.h"
 #include "tessera/train/trainer.h"
 #include "tessera/version.h"
 
@@ -130,6 +131,16 @@ int cmd_train(const std::string& config_path, const std::string& resume, const s
   train::Trainer t(train::build_recipe(config, config_path), o);
   json summary = t.fit();
   const std::string ckpt = summary["checkpoint"].get<std::string>();
+  if (const auto* llama = dynamic_cast<const nn::zoo::Llama*>(t.recipe().model.get()); llama && llm::has_lora(*llama)) {
+    // Note [LoRA]: the adapter in PEFT's files and as a llama.cpp GGUF adapter.
+    const std::string out = config["output"].get<std::string>();
+    llm::save_lora_peft(*llama, out + "/adapter");
+    llm::save_lora_gguf(*llama, out + "/adapter.gguf");
+    std::printf("\nLoRA adapter: %s/adapter/adapter_model.safetensors (PEFT) and %s/adapter.gguf\n", out.c_str(),
+                out.c_str());
+    std::printf("  %s serve-llm %s --lora NAME=%s/adapter.gguf\n", self(),
+                config["lora"]["base"].get<std::string>().c_str(), out.c_str());
+  }
   if (t.stopped_early()) {
     std::printf("\nstopped; continue with:\n  %s train %s --resume latest\n", self(), config_path.c_str());
     return 0;

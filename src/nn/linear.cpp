@@ -1,5 +1,6 @@
 #include "tessera/nn/linear.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tessera/autograd/grad_mode.h"
@@ -27,10 +28,27 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias) : Module("Linear"), in_f
 Tensor Linear::forward(const Tensor& x) {
   TS_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear(", in_features, " -> ", out_features,
            "): expected input with last dimension ", in_features, ", got shape ", shape_str(x.shape()));
-  if (quantized)
-    return ops::quantized_linear(x, quantized->qweight, quantized->scales, quantized->mins, bias, quantized->format,
-                                 quantized->group, quantized->activations);
-  return ops::linear(x, weight, bias);
+  Tensor y = quantized ? ops::quantized_linear(x, quantized->qweight, quantized->scales, quantized->mins, bias,
+                                               quantized->format, quantized->group, quantized->activations)
+                       : ops::linear(x, weight, bias);
+  if (lora) y = ops::add(y, ops::linear(ops::linear(x, lora->A), lora->B), lora->scale());
+  return y;
+}
+
+void Linear::add_lora(int64_t rank, double alpha) {
+  TS_CHECK(!lora, "Linear: the layer has a LoRA pair already");
+  TS_CHECK(rank > 0 && rank <= std::min(in_features, out_features), "Linear(", in_features, " -> ", out_features,
+           "): a LoRA rank must be from 1 to ", std::min(in_features, out_features), ", got ", rank);
+  TS_CHECK(std::isfinite(alpha) && alpha > 0, "Linear: LoRA alpha must be positive, got ", alpha);
+  if (weight.defined()) weight.requires_grad_(false);
+  if (bias.defined()) bias.requires_grad_(false);
+  Lora l;
+  l.rank = rank;
+  l.alpha = alpha;
+  l.A = register_parameter("lora_A", empty({rank, in_features}));
+  init::kaiming_uniform_(l.A, std::sqrt(5.0));
+  l.B = register_parameter("lora_B", zeros({out_features, rank}));
+  lora = std::move(l);
 }
 
 void Linear::set_quantized(Quantized q) {

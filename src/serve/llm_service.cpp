@@ -299,9 +299,13 @@ void LlmService::route(HttpRequest& req, HttpExchange& exchange) {
   const int64_t vocab = L.m.model->spec().vocab;
   if (path == "/v1/models") {
     method("GET");
-    ojson model = {{"id", options_.model_name}, {"object", "model"}, {"created", unix_time()},
-                   {"owned_by", "tessera"}, {"max_model_len", L.context}};
-    exchange.send(json_response(200, ojson{{"object", "list"}, {"data", ojson::array({model})}}));
+    ojson models = ojson::array({{{"id", options_.model_name}, {"object", "model"}, {"created", unix_time()},
+                                  {"owned_by", "tessera"}, {"root", options_.model_name}, {"parent", nullptr},
+                                  {"max_model_len", L.context}}});
+    for (const auto& [name, _] : L.m.adapters)  // as vLLM lists LoRA adapters
+      models.push_back({{"id", name}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "tessera"},
+                        {"root", name}, {"parent", options_.model_name}, {"max_model_len", L.context}});
+    exchange.send(json_response(200, ojson{{"object", "list"}, {"data", models}}));
     return;
   }
   method("POST");
@@ -309,17 +313,14 @@ void LlmService::route(HttpRequest& req, HttpExchange& exchange) {
     const openai::GenerationRequest g = path == "/v1/completions"
                                             ? openai::parse_completion_request(req.body, vocab, options_.limits)
                                             : openai::parse_chat_request(req.body, vocab, options_.limits);
-    if (!g.model.empty() && g.model != options_.model_name)
-      throw ApiError(404, "the model '" + g.model.substr(0, 200) + "' does not exist (this server serves '" +
-                              options_.model_name + "')", "model", "model_not_found");
-    generate(g, exchange);
+    generate(g, adapter_for(g.model), exchange);
     return;
   }
   if (path == "/v1/embeddings") {
     const openai::EmbeddingRequest e = openai::parse_embedding_request(req.body, vocab, options_.limits);
-    if (!e.model.empty() && e.model != options_.model_name)
-      throw ApiError(404, "the model '" + e.model.substr(0, 200) + "' does not exist (this server serves '" +
-                              options_.model_name + "')", "model", "model_not_found");
+    if (adapter_for(e.model))
+      throw ApiError(400, "embeddings come from the base model '" + options_.model_name + "', not an adapter",
+                     "model");
     embed(e, exchange);
     return;
   }
@@ -374,10 +375,24 @@ struct Choice {
   Clock::time_point last;
 };
 
-void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exchange) {
+// The adapter a request's "model" names (null: the base model); a name
+// that is neither is a 404.
+const llm::Adapter* LlmService::adapter_for(const std::string& model) const {
+  if (model.empty() || model == options_.model_name) return nullptr;
+  std::string names = "'" + options_.model_name + "'";
+  for (const auto& [name, a] : loaded_->m.adapters) {
+    if (name == model) return a.get();
+    names += ", '" + name + "'";
+  }
+  throw ApiError(404, "the model '" + model.substr(0, 200) + "' does not exist (this server serves " + names + ")",
+                 "model", "model_not_found");
+}
+
+void LlmService::generate(const openai::GenerationRequest& g, const llm::Adapter* adapter, HttpExchange& exchange) {
   Loaded& L = *loaded_;
   const llm::Tokenizer& tok = L.m.tokenizer;
   const bool chat = g.kind == openai::GenerationRequest::Kind::Chat;
+  const std::string served = g.model.empty() ? options_.model_name : g.model;  // the model or an adapter
   const std::string param = chat ? "messages" : "prompt";
 
   // The prompts as token ids.
@@ -432,6 +447,7 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
   }
   ro.special_text = find_calls;
   ro.priority = static_cast<int>(g.priority);
+  ro.adapter = adapter;
   if (!g.cache_salt.empty()) ro.cache_salt = std::hash<std::string>{}(g.cache_salt) | 1;
 
   const int64_t count = static_cast<int64_t>(prompts.size()) * g.n;
@@ -500,7 +516,7 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
   const monitor::Labels model_label{{"model_name", options_.model_name}};
   auto chunk = [&](ojson choices_json) {
     ojson j = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
-               {"model", options_.model_name}, {"choices", std::move(choices_json)}};
+               {"model", served}, {"choices", std::move(choices_json)}};
     if (g.include_usage) j["usage"] = nullptr;
     return "data: " + dump(j) + "\n\n";
   };
@@ -654,7 +670,7 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
     std::string tail;
     if (g.include_usage) {
       ojson j = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
-                 {"model", options_.model_name}, {"choices", ojson::array()}, {"usage", usage()}};
+                 {"model", served}, {"choices", ojson::array()}, {"usage", usage()}};
       tail += "data: " + dump(j) + "\n\n";
     }
     tail += "data: [DONE]\n\n";
@@ -682,7 +698,7 @@ void LlmService::generate(const openai::GenerationRequest& g, HttpExchange& exch
       out_choices.push_back({{"index", c.index}, {"text", c.text}, {"logprobs", lp}, {"finish_reason", c.finish_reason}});
   }
   exchange.send(json_response(200, ojson{{"id", id}, {"object", chat ? "chat.completion" : "text_completion"},
-                                         {"created", created}, {"model", options_.model_name},
+                                         {"created", created}, {"model", served},
                                          {"choices", out_choices}, {"usage", usage()}}));
 }
 

@@ -5,6 +5,8 @@
 
 #include "tessera/data/datasets.h"
 #include "tessera/data/shards.h"
+#include "tessera/llm/llama_gguf.h"
+#include "tessera/llm/lora.h"
 #include "tessera/llm/tokenizer.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/quant/prune.h"
@@ -97,6 +99,38 @@ nn::ModulePtr build_model(Config& c, std::string* name_out) {
 
 // ---- data ---------------------------------------------------------------------------------
 namespace {
+
+// The parameters an optimizer moves: frozen ones (a LoRA run's base) are left out.
+std::vector<Tensor> trainable(nn::Module& m) {
+  std::vector<Tensor> out;
+  for (auto& p : m.parameters())
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+// The model section of a LoRA run: the base file's Llama, where the config
+// may set only what does not change the weights (the training context,
+// gradient checkpointing); any other key given must agree with the file.
+json lora_model_config(const json& given, const nn::zoo::LlamaConfig& c, const std::string& base) {
+  json m = {{"name", "llama"},           {"vocab_size", c.vocab_size}, {"dim", c.dim},
+            {"n_layers", c.n_layers},    {"n_heads", c.n_heads},       {"n_kv_heads", c.n_kv_heads},
+            {"hidden_dim", c.hidden_dim}, {"norm_eps", c.norm_eps},     {"rope_theta", c.rope_theta},
+            {"max_seq_len", c.max_seq_len}, {"tie_embeddings", c.tie_embeddings}};
+  TS_CHECK(given.is_object(), "config: model must be a mapping");
+  for (const auto& [key, v] : given.items()) {
+    if (key == "max_seq_len" || key == "gradient_checkpointing" || key == "checkpoint_segments") {
+      m[key] = v;
+    } else {
+      TS_CHECK(m.contains(key), "config: model.", key, " does not apply to a LoRA run's Llama (", base,
+               " gives the model)");
+      const bool same = m[key] == v || (m[key].is_number() && v.is_number() &&
+                                         std::abs(m[key].get<double>() - v.get<double>()) <=
+                                             1e-6 * std::abs(m[key].get<double>()));
+      TS_CHECK(same, "config: model.", key, " is ", v.dump(), " but the LoRA base ", base, " has ", m[key].dump());
+    }
+  }
+  return m;
+}
 
 data::Transform image_augmentation(Config a) {
   std::vector<data::Transform> ts;
@@ -312,7 +346,19 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
     TS_CHECK(s.clip_grad_norm >= 0 && s.clip_grad_value >= 0, "config: gradient clipping values must be >= 0");
 
     manual_seed(s.seed);  // the model's initial weights follow the seed
-    Config model_cfg = root.section("model");
+    // LoRA fine-tuning (Note [LoRA] in llm/lora.h): the base model's file
+    // gives the architecture and the weights.
+    std::shared_ptr<nn::zoo::Llama> lora_base;
+    if (root.has("lora")) {
+      const json& lj = root.json()["lora"];
+      TS_CHECK(lj.is_object() && lj.contains("base") && lj["base"].is_string(),
+               "config: lora.base must name the base model's GGUF file");
+      lora_base = llm::load_llama_gguf(llm::GgufFile::open(lj["base"].get<std::string>()));
+      r.config["model"] = lora_model_config(root.has("model") ? root.json()["model"] : json::object(),
+                                            lora_base->config, lj["base"].get<std::string>());
+      root.allow("model");
+    }
+    Config model_cfg = lora_base ? Config(r.config["model"], "model") : root.section("model");
     if (r.task == Task::LanguageModel && !model_cfg.has("vocab_size") && r.train_data) {
       int64_t vocab = r.tokenizer ? r.tokenizer->size() : r.vocab.empty() ? 256 : static_cast<int64_t>(r.vocab.size());
       if (model_cfg.json().value("name", "") == "gpt" || model_cfg.json().value("name", "") == "llama") {
@@ -323,6 +369,21 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
       }
     }
     r.model = build_model(model_cfg, &r.model_name);
+    if (lora_base) {
+      Config lc = root.section("lora");
+      (void)lc.require<std::string>("base");
+      llm::LoraConfig k;
+      k.rank = lc.get<int64_t>("rank", k.rank);
+      k.alpha = lc.get<double>("alpha", k.alpha);
+      k.targets = lc.get<std::vector<std::string>>("targets", k.targets);
+      lc.finish();
+      auto& llama = dynamic_cast<nn::zoo::Llama&>(*r.model);
+      llama.load_state_dict(lora_base->state_dict(), true);
+      if (r.tokenizer)
+        TS_CHECK(r.tokenizer->size() == llama.config.vocab_size, "config: the base model's vocabulary has ",
+                 llama.config.vocab_size, " tokens, data.tokenizer's ", r.tokenizer->size());
+      llm::add_lora(llama, k);
+    }
     if (root.has("prune")) {
       // A pruned model (tessera prune writes this): the layers carry masks
       // (Note [Pruning masks]); a checkpoint loaded next replaces them.
@@ -352,11 +413,11 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
       if (no_decay_1d) {  // biases and norm weights without weight decay (the GPT recipe)
         optim::ParamGroup decay, no_decay;
         no_decay.options["weight_decay"] = 0;
-        for (auto& p : m.parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+        for (auto& p : trainable(m)) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
         if (!decay.params.empty()) groups.push_back(decay);
         if (!no_decay.params.empty()) groups.push_back(no_decay);
       } else {
-        groups.push_back({m.parameters(), {}});
+        groups.push_back({trainable(m), {}});
       }
       return optim::make_optimizer(opt_name, std::move(groups), opts);
     };

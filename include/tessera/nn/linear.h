@@ -26,7 +26,19 @@ struct Linear : Module {
     Tensor qweight, scales, mins;
   };
   std::optional<Quantized> quantized;
+  // A low-rank adapter (LoRA, llm/lora.h): y += (alpha / rank) (x A^T) B^T
+  // with parameters "lora_A" [rank, in] and "lora_B" [out, rank].
+  struct Lora {
+    int64_t rank = 0;
+    double alpha = 0;
+    Tensor A, B;
+    double scale() const { return alpha / static_cast<double>(rank); }
+  };
+  std::optional<Lora> lora;
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  // Adds a LoRA pair as PEFT initializes it (A as this layer's weight, B
+  // zero: the layer computes what it did) and freezes the weight and bias.
+  void add_lora(int64_t rank, double alpha);
   // Swaps the f32 weight for q (its shapes are checked by quantized_linear on
   // the first forward); the bias stays a float parameter.
   void set_quantized(Quantized q);

@@ -31,6 +31,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "tessera/llm/chat_template.h"
 #include "tessera/llm/engine.h"
@@ -64,6 +66,9 @@ struct LlmModel {
   // a step; Note [Draft model]): its vocabulary must be the tokenizer's.
   std::shared_ptr<const llm::Model> draft;
   llm::EngineOptions draft_engine;
+  // LoRA adapters by the model name requests give for them (llm/lora.h):
+  // each request runs with its own, in the same batches.
+  std::vector<std::pair<std::string, std::shared_ptr<const llm::Adapter>>> adapters;
 };
 
 class LlmService {
@@ -94,7 +99,8 @@ class LlmService {
   struct Channel;
   struct Timing;
   void route(HttpRequest& request, HttpExchange& exchange);
-  void generate(const openai::GenerationRequest& g, HttpExchange& exchange);
+  void generate(const openai::GenerationRequest& g, const llm::Adapter* adapter, HttpExchange& exchange);
+  const llm::Adapter* adapter_for(const std::string& model) const;
   void embed(const openai::EmbeddingRequest& e, HttpExchange& exchange);
   void engine_loop();
   std::string render_metrics();

@@ -1,0 +1,343 @@
+// LoRA adapters: training-side setup, PEFT and GGUF files, and the engine's
+// adapter (include/tessera/llm/lora.h, Note [LoRA]).
+#include "tessera/llm/lora.h"
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/error.h"
+#include "tessera/io/file.h"
+#include "tessera/io/safetensors.h"
+#include "tessera/llm/gguf.h"
+#include "tessera/llm/llama_gguf.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera::llm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Each projection by its Hugging Face module name and its GGUF tensor name.
+struct Target {
+  const char* hf;
+  const char* gguf;
+  Projection p;
+};
+constexpr Target kTargets[] = {
+    {"q_proj", "attn_q", Projection::Q},        {"k_proj", "attn_k", Projection::K},
+    {"v_proj", "attn_v", Projection::V},        {"o_proj", "attn_output", Projection::O},
+    {"gate_proj", "ffn_gate", Projection::Gate}, {"up_proj", "ffn_up", Projection::Up},
+    {"down_proj", "ffn_down", Projection::Down},
+};
+
+std::string target_list() {
+  std::string s;
+  for (const Target& t : kTargets) s += (s.empty() ? "" : ", ") + std::string(t.hf);
+  return s;
+}
+
+nn::Linear& projection(nn::zoo::Llama& m, int64_t layer, Projection p) {
+  nn::zoo::LlamaLayer& l = m.model->layers->at<nn::zoo::LlamaLayer>(static_cast<size_t>(layer));
+  switch (p) {
+    case Projection::Q: return *l.self_attn->q_proj;
+    case Projection::K: return *l.self_attn->k_proj;
+    case Projection::V: return *l.self_attn->v_proj;
+    case Projection::O: return *l.self_attn->o_proj;
+    case Projection::Gate: return *l.mlp->gate_proj;
+    case Projection::Up: return *l.mlp->up_proj;
+    case Projection::Down: return *l.mlp->down_proj;
+  }
+  TS_ERROR("lora: unknown projection");
+}
+const nn::Linear& projection(const nn::zoo::Llama& m, int64_t layer, Projection p) {
+  return projection(const_cast<nn::zoo::Llama&>(m), layer, p);
+}
+
+std::string hf_module(int64_t layer, const Target& t) {
+  const bool attn = t.p == Projection::Q || t.p == Projection::K || t.p == Projection::V || t.p == Projection::O;
+  return "model.layers." + std::to_string(layer) + (attn ? ".self_attn." : ".mlp.") + t.hf;
+}
+
+// Query and key outputs are rows in RoPE's pairing order: B's rows follow
+// the weight's (Hugging Face's in PEFT files, GGUF's in GGUF ones).
+int64_t rope_heads(const nn::zoo::LlamaConfig& c, Projection p) {
+  return p == Projection::Q ? c.n_heads : p == Projection::K ? c.n_kv_heads : 0;
+}
+
+// The pairs of `model`, with their scale (one alpha and rank for all).
+struct Pairs {
+  double alpha = 0;
+  int64_t rank = 0;
+  std::vector<std::string> targets;
+};
+Pairs pairs_of(const nn::zoo::Llama& m) {
+  Pairs out;
+  for (int64_t l = 0; l < m.config.n_layers; ++l)
+    for (const Target& t : kTargets) {
+      const nn::Linear& lin = projection(m, l, t.p);
+      if (!lin.lora) continue;
+      TS_CHECK(out.rank == 0 || (out.rank == lin.lora->rank && out.alpha == lin.lora->alpha),
+               "lora: the pairs have different ranks or alphas; a file holds one of each");
+      out.rank = lin.lora->rank;
+      out.alpha = lin.lora->alpha;
+      if (l == 0) out.targets.push_back(t.hf);
+    }
+  TS_CHECK(out.rank > 0, "lora: the model has no LoRA pairs (add_lora, or a `lora:` section in the recipe)");
+  return out;
+}
+
+}  // namespace
+
+void add_lora(nn::zoo::Llama& model, const LoraConfig& c) {
+  TS_CHECK(!c.targets.empty(), "lora: no target modules (from ", target_list(), ")");
+  std::vector<Projection> ps;
+  for (const std::string& name : c.targets) {
+    const Target* t = nullptr;
+    for (const Target& k : kTargets)
+      if (name == k.hf) t = &k;
+    TS_CHECK(t, "lora: unknown target module '", name, "' (the targets are ", target_list(), ")");
+    ps.push_back(t->p);
+  }
+  for (auto& [name, p] : model.named_parameters()) p.requires_grad_(false);
+  for (int64_t l = 0; l < model.config.n_layers; ++l)
+    for (Projection p : ps) projection(model, l, p).add_lora(c.rank, c.alpha);
+}
+
+bool has_lora(const nn::zoo::Llama& model) {
+  for (int64_t l = 0; l < model.config.n_layers; ++l)
+    for (const Target& t : kTargets)
+      if (projection(model, l, t.p).lora) return true;
+  return false;
+}
+
+void save_lora_peft(const nn::zoo::Llama& model, const std::string& dir) {
+  const Pairs pairs = pairs_of(model);
+  io::NamedTensors tensors;
+  for (int64_t l = 0; l < model.config.n_layers; ++l)
+    for (const Target& t : kTargets) {
+      const nn::Linear& lin = projection(model, l, t.p);
+      if (!lin.lora) continue;
+      const std::string base = "base_model.model." + hf_module(l, t);
+      tensors.emplace_back(base + ".lora_A.weight", lin.lora->A.detach().contiguous());
+      tensors.emplace_back(base + ".lora_B.weight", lin.lora->B.detach().contiguous());
+    }
+  fs::create_directories(dir);
+  io::save_safetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
+  const json config = {{"peft_type", "LORA"},        {"task_type", "CAUSAL_LM"},
+                       {"r", pairs.rank},            {"lora_alpha", pairs.alpha},
+                       {"lora_dropout", 0.0},        {"bias", "none"},
+                       {"target_modules", pairs.targets}, {"fan_in_fan_out", false},
+                       {"inference_mode", true}};
+  const std::string text = config.dump(2) + "\n";
+  io::write_file_atomic(dir + "/adapter_config.json", [&](io::Writer& w) { w.write(text.data(), text.size()); });
+}
+
+void save_lora_gguf(const nn::zoo::Llama& model, const std::string& path) {
+  const Pairs pairs = pairs_of(model);
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::string("llama"));
+  w.set("general.type", GgufValue::string("adapter"));
+  w.set("general.name", GgufValue::string("tessera-lora"));
+  w.set("adapter.type", GgufValue::string("lora"));
+  w.set("adapter.lora.alpha", GgufValue::floating(GgufType::F32, pairs.alpha));
+  for (int64_t l = 0; l < model.config.n_layers; ++l)
+    for (const Target& t : kTargets) {
+      const nn::Linear& lin = projection(model, l, t.p);
+      if (!lin.lora) continue;
+      Tensor b = lin.lora->B.detach().contiguous();
+      if (const int64_t heads = rope_heads(model.config, t.p)) b = rope_rows_to_gguf(b, heads);
+      const std::string name = "blk." + std::to_string(l) + "." + t.gguf + ".weight";
+      w.add_tensor(name + ".lora_a", lin.lora->A.detach().contiguous());
+      w.add_tensor(name + ".lora_b", b);
+    }
+  w.save(path);
+}
+
+void merge_lora(nn::zoo::Llama& model) {
+  NoGradGuard no_grad;
+  for (int64_t l = 0; l < model.config.n_layers; ++l)
+    for (const Target& t : kTargets) {
+      nn::Linear& lin = projection(model, l, t.p);
+      if (!lin.lora) continue;
+      const Tensor delta = ops::mul(ops::matmul(lin.lora->B, lin.lora->A), lin.lora->scale());
+      lin.weight.copy_(ops::add(lin.weight, delta));
+      lin.unregister("lora_A");
+      lin.unregister("lora_B");
+      lin.lora.reset();
+    }
+}
+
+// ---- The engine's adapter -----------------------------------------------------------------
+
+void LoraAdapter::set(int64_t layer, Projection p, const Tensor& a, const Tensor& b, double alpha,
+                      const std::string& what) {
+  const ModelSpec& s = spec_;
+  const int64_t q = s.n_heads * s.head_dim, kv = s.n_kv_heads * s.head_dim;
+  int64_t in = s.dim, out = s.dim;
+  switch (p) {
+    case Projection::Q: out = q; break;
+    case Projection::K: out = kv; break;
+    case Projection::V: out = kv; break;
+    case Projection::O: in = q; break;
+    case Projection::Gate:
+    case Projection::Up: out = s.hidden; break;
+    case Projection::Down: in = s.hidden; break;
+  }
+  TS_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == in && b.size(0) == out && a.size(0) == b.size(1) &&
+               a.size(0) >= 1,
+           what, ": the pair's shapes A ", shape_str(a.shape()), " and B ", shape_str(b.shape()), " do not fit the ",
+           "model's projection [", out, ", ", in, "] (A must be [rank, ", in, "] and B [", out, ", rank])");
+  Pair& pr = layers_[static_cast<size_t>(layer)][static_cast<size_t>(p)];
+  TS_CHECK(pr.rank == 0, what, ": a second pair for the same projection");
+  pr.rank = a.size(0);
+  pr.in = in;
+  pr.out = out;
+  pr.scale = static_cast<float>(alpha > 0 ? alpha / static_cast<double>(pr.rank) : 1.0);  // llama.cpp: no alpha, scale 1
+  const Tensor af = a.to(DType::F32).contiguous(), bf = b.to(DType::F32).contiguous();
+  pr.a.assign(af.data_ptr<float>(), af.data_ptr<float>() + af.numel());
+  pr.b.assign(bf.data_ptr<float>(), bf.data_ptr<float>() + bf.numel());
+  for (float v : pr.a) TS_CHECK(std::isfinite(v), what, ": lora_a holds a value that is not finite");
+  for (float v : pr.b) TS_CHECK(std::isfinite(v), what, ": lora_b holds a value that is not finite");
+}
+
+std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, const ModelSpec& spec) {
+  TS_CHECK(spec.arch == "llama", path, ": LoRA adapters are for llama models; the model is ", spec.arch);
+  std::shared_ptr<LoraAdapter> ad(new LoraAdapter(spec));
+  auto layer_of = [&](const std::string& digits, const std::string& name) {
+    size_t used = 0;
+    long long l = -1;
+    try {
+      l = std::stoll(digits, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    TS_CHECK(used == digits.size() && l >= 0 && l < spec.n_layers, path, ": tensor '", name,
+             "' names a layer the model does not have (it has ", spec.n_layers, ")");
+    return static_cast<int64_t>(l);
+  };
+  const bool gguf = path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
+  if (gguf) {
+    const GgufFile f = GgufFile::open(path);
+    auto str = [&](const char* key) { return f.find(key) ? f.find(key)->as_string(key) : std::string(); };
+    TS_CHECK(str("general.type") == "adapter" && str("adapter.type") == "lora", path,
+             ": not a LoRA adapter (general.type must be \"adapter\" and adapter.type \"lora\")");
+    TS_CHECK(str("general.architecture") == "llama", path, ": the adapter is for '", str("general.architecture"),
+             "', the model is llama");
+    const double alpha = f.find("adapter.lora.alpha") ? f.find("adapter.lora.alpha")->as_float("adapter.lora.alpha") : 0;
+    TS_CHECK(std::isfinite(alpha) && alpha >= 0, path, ": adapter.lora.alpha ", alpha, " is not a non-negative number");
+    std::map<std::string, const GgufTensorInfo*> by_name;
+    for (const GgufTensorInfo& t : f.tensors()) by_name[t.name] = &t;
+    for (const auto& [name, info] : by_name) {
+      const std::string suffix = ".weight.lora_a";
+      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        const std::string base = name.substr(0, name.size() - suffix.size());  // blk.N.attn_q
+        const size_t dot = base.find('.', 4);
+        TS_CHECK(base.rfind("blk.", 0) == 0 && dot != std::string::npos, path, ": tensor '", name,
+                 "' is not blk.N.<projection>.weight.lora_a");
+        const int64_t l = layer_of(base.substr(4, dot - 4), name);
+        const std::string proj = base.substr(dot + 1);
+        const Target* t = nullptr;
+        for (const Target& k : kTargets)
+          if (proj == k.gguf) t = &k;
+        TS_CHECK(t, path, ": tensor '", name, "' adapts '", proj, "', which is not a projection Tessera adapts");
+        auto b = by_name.find(base + ".weight.lora_b");
+        TS_CHECK(b != by_name.end(), path, ": '", name, "' has no lora_b beside it");
+        // dequantize_gguf_tensor gives [rows, ne[0]]: A [rank, in] and B [out, rank] as they are stored.
+        ad->set(l, t->p, dequantize_gguf_tensor(f, *info), dequantize_gguf_tensor(f, *b->second), alpha,
+                path + ": " + base);
+      } else {
+        const std::string sb = ".weight.lora_b";
+        TS_CHECK(name.size() > sb.size() && name.compare(name.size() - sb.size(), sb.size(), sb) == 0, path,
+                 ": tensor '", name, "' is not a LoRA pair's (…weight.lora_a or …weight.lora_b)");
+        TS_CHECK(by_name.count(name.substr(0, name.size() - 1) + "a"), path, ": '", name,
+                 "' has no lora_a beside it");
+      }
+    }
+  } else {
+    // PEFT: adapter_model.safetensors, alpha and rank in adapter_config.json.
+    const fs::path dir = fs::path(path).parent_path();
+    const std::string cfg_path = (dir / "adapter_config.json").string();
+    TS_CHECK(fs::exists(cfg_path), path, ": a PEFT adapter needs adapter_config.json beside it (for lora_alpha)");
+    const std::vector<char> text = io::read_file(cfg_path, size_t{1} << 20);
+    json cfg;
+    try {
+      cfg = json::parse(text.begin(), text.end());
+    } catch (const json::exception& e) {
+      TS_ERROR(cfg_path, ": not valid JSON: ", e.what());
+    }
+    TS_CHECK(cfg.is_object() && cfg.value("peft_type", "LORA") == "LORA" && cfg.contains("lora_alpha") &&
+                 cfg["lora_alpha"].is_number(),
+             cfg_path, ": needs \"peft_type\": \"LORA\" and a number \"lora_alpha\"");
+    TS_CHECK(!cfg.value("use_dora", false) && !cfg.value("use_rslora", false), cfg_path,
+             ": DoRA and rsLoRA adapters are not supported (plain LoRA is)");
+    const double alpha = cfg["lora_alpha"].get<double>();
+    const io::SafetensorsFile f = io::SafetensorsFile::open(path);
+    for (const std::string& name : f.names()) {
+      const std::string suffix = ".lora_A.weight";
+      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        const std::string module = name.substr(0, name.size() - suffix.size());
+        const std::string prefix = "base_model.model.model.layers.";
+        TS_CHECK(module.rfind(prefix, 0) == 0, path, ": tensor '", name, "' is not base_model.model.model.layers.N...");
+        const size_t dot = module.find('.', prefix.size());
+        TS_CHECK(dot != std::string::npos, path, ": tensor '", name, "' names no layer");
+        const int64_t l = layer_of(module.substr(prefix.size(), dot - prefix.size()), name);
+        const Target* t = nullptr;
+        for (const Target& k : kTargets)
+          if (module == "base_model.model." + hf_module(l, k)) t = &k;
+        TS_CHECK(t, path, ": tensor '", name, "' adapts a module Tessera does not (", target_list(), ")");
+        const std::string bname = module + ".lora_B.weight";
+        TS_CHECK(f.contains(bname), path, ": '", name, "' has no ", bname, " beside it");
+        Tensor b = f.get(bname);
+        const int64_t heads = t->p == Projection::Q ? spec.n_heads : t->p == Projection::K ? spec.n_kv_heads : 0;
+        if (heads && b.dim() == 2 && b.size(0) % (2 * heads) == 0) b = rope_rows_to_gguf(b.to(DType::F32), heads);
+        ad->set(l, t->p, f.get(name), b, alpha, path + ": " + module);
+      } else {
+        const std::string sb = ".lora_B.weight";
+        TS_CHECK(name.size() > sb.size() && name.compare(name.size() - sb.size(), sb.size(), sb) == 0, path,
+                 ": tensor '", name, "' is not a LoRA pair's (….lora_A.weight or ….lora_B.weight)");
+        TS_CHECK(f.contains(name.substr(0, name.size() - sb.size()) + ".lora_A.weight"), path, ": '", name,
+                 "' has no lora_A beside it");
+      }
+    }
+  }
+  TS_CHECK(ad->pairs() > 0, path, ": the adapter holds no LoRA pairs");
+  return ad;
+}
+
+int64_t LoraAdapter::pairs() const {
+  int64_t n = 0;
+  for (const auto& l : layers_)
+    for (const Pair& p : l) n += p.rank > 0;
+  return n;
+}
+
+void LoraAdapter::add(int64_t layer, Projection p, const float* x, int64_t ldx, float* y, int64_t ldy,
+                      int64_t rows) const {
+  const Pair& pr = layers_[static_cast<size_t>(layer)][static_cast<size_t>(p)];
+  if (pr.rank == 0 || rows == 0) return;
+  // Per row: t = A x (rank values), then y += scale B t.
+  std::vector<float> t(static_cast<size_t>(pr.rank));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    for (int64_t k = 0; k < pr.rank; ++k) {
+      const float* a = pr.a.data() + k * pr.in;
+      float s = 0;
+      for (int64_t i = 0; i < pr.in; ++i) s += a[i] * xr[i];
+      t[static_cast<size_t>(k)] = s * pr.scale;
+    }
+    float* yr = y + r * ldy;
+    for (int64_t o = 0; o < pr.out; ++o) {
+      const float* b = pr.b.data() + o * pr.rank;
+      float s = 0;
+      for (int64_t k = 0; k < pr.rank; ++k) s += b[k] * t[static_cast<size_t>(k)];
+      yr[o] += s;
+    }
+  }
+}
+
+}  // namespace tessera::llm
