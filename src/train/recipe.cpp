@@ -353,9 +353,12 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
       const json& lj = root.json()["lora"];
       TS_CHECK(lj.is_object() && lj.contains("base") && lj["base"].is_string(),
                "config: lora.base must name the base model's GGUF file");
-      lora_base = llm::load_llama_gguf(llm::GgufFile::open(lj["base"].get<std::string>()));
+      std::string base = lj["base"].get<std::string>();
+      if (base.starts_with("~/"))
+        if (const char* home = std::getenv("HOME")) base = home + base.substr(1);
+      lora_base = llm::load_llama_gguf(llm::GgufFile::open(base));
       r.config["model"] = lora_model_config(root.has("model") ? root.json()["model"] : json::object(),
-                                            lora_base->config, lj["base"].get<std::string>());
+                                            lora_base->config, base);
       root.allow("model");
     }
     Config model_cfg = lora_base ? Config(r.config["model"], "model") : root.section("model");

@@ -20,6 +20,9 @@
 #include "../llm/llm_fixture.h"
 #include "tessera/llm/generate.h"
 #include "tessera/llm/llama_gguf.h"
+#include "tessera/llm/lora.h"
+#include "tessera/nn/init.h"
+#include "tessera/autograd/grad_mode.h"
 #include "test_util.h"
 #include "tessera/serve/http_server.h"
 #include "tessera/serve/llm_service.h"
@@ -631,6 +634,50 @@ TEST(LlmService, ToolCallsAreForcedParsedAndStreamed) {
   const FakeExchange x = post(plain, "/v1/chat/completions", {{"messages", messages}, {"tools", kWeatherTools}});
   EXPECT_EQ(x.status, 400);
   EXPECT_NE(x.body.find("never uses `tools`"), std::string::npos) << x.body;
+}
+
+// --lora NAME=PATH: /v1/models lists the adapter beside the model; a
+// request naming it runs with it (here alongside requests for the base).
+TEST(LlmService, LoraAdaptersAreServedByName) {
+  nn::zoo::Llama* llama = nullptr;
+  tessera::testing::fixture(&llama);
+  llm::add_lora(*llama, {.rank = 4, .alpha = 8, .targets = {"q_proj", "v_proj", "up_proj"}});
+  manual_seed(4);
+  {
+    NoGradGuard g;
+    for (auto& [name, p] : llama->named_parameters())
+      if (name.find("lora_B") != std::string::npos) nn::init::normal_(p, 0, 0.2);
+  }
+  const std::string file = std::filesystem::temp_directory_path() / ("tessera_serve_lora_" + std::to_string(getpid()) + ".gguf");
+  llm::save_lora_gguf(*llama, file);
+  LlmModel m = fixture_model();
+  m.adapters.emplace_back("tuned", llm::LoraAdapter::load(file, m.model->spec()));
+  std::filesystem::remove(file);
+  LlmService s;
+  s.load(std::move(m));
+  const json models = call(s, "GET", "/v1/models").json_body();
+  ASSERT_EQ(models["data"].size(), 2u) << models;
+  EXPECT_EQ(models["data"][1]["id"], "tuned");
+  EXPECT_EQ(models["data"][1]["parent"], "model");
+  auto complete = [&](const std::string& model) {
+    return post(s, "/v1/completions", {{"model", model}, {"prompt", "abc"}, {"max_tokens", 12}, {"temperature", 0},
+                                       {"ignore_eos", true}}).json_body();
+  };
+  const json base = complete("model"), tuned = complete("tuned");
+  EXPECT_EQ(tuned["model"], "tuned");
+  EXPECT_NE(tuned["choices"][0]["text"], base["choices"][0]["text"]);
+  // Under load, mixed with base requests, each answer is its solo text.
+  std::vector<std::thread> clients;
+  std::vector<json> answers(6);
+  for (int i = 0; i < 6; ++i) clients.emplace_back([&, i] { answers[i] = complete(i % 2 ? "tuned" : "model"); });
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < 6; ++i)
+    EXPECT_EQ(answers[i]["choices"][0]["text"], (i % 2 ? tuned : base)["choices"][0]["text"]) << i;
+  const FakeExchange x = post(s, "/v1/completions", {{"model", "other"}, {"prompt", "a"}});
+  EXPECT_EQ(x.status, 404);
+  EXPECT_NE(x.body.find("'tuned'"), std::string::npos) << x.body;
+  EXPECT_EQ(post(s, "/v1/embeddings", {{"model", "tuned"}, {"input", "a"}}).status, 400);
+  EXPECT_TRUE(drains(s));
 }
 
 TEST(LlmService, ChatLogprobsNameEachToken) {
