@@ -17,6 +17,7 @@
 
 #include "tessera/io/file.h"
 #include "tessera/llm/chat_template.h"
+#include "tessera/llm/lora.h"
 #include "tessera/llm/engine.h"
 #include "tessera/llm/generate.h"
 #include "tessera/llm/tokenizer.h"
@@ -75,6 +76,7 @@ void add_model_options(CLI::App* c, GenerateFlags& f) {
   c->add_option("--kv-type", f.kv_type, "KV cache type for keys and values: f16 or q8_0")
       ->check(CLI::IsMember({"f16", "q8_0"}));
   c->add_option("--batch", f.batch, "prompt tokens per step")->check(CLI::Range(1, 65536));
+  c->add_option("--lora", f.lora, "a LoRA adapter for the model: a GGUF adapter or PEFT's adapter_model.safetensors");
 }
 
 void add_generate_command(CLI::App& app, GenerateFlags& f) {
@@ -126,8 +128,10 @@ std::unique_ptr<llm::Engine> make_engine(const GenerateFlags& f, std::shared_ptr
   return engine;
 }
 
-llm::GenerateOptions generate_options(const GenerateFlags& f) {
+// The options; `adapter` (--lora) must outlive them.
+llm::GenerateOptions generate_options(const GenerateFlags& f, const llm::Adapter* adapter) {
   llm::GenerateOptions go;
+  go.adapter = adapter;
   go.sampling = f.sampling;
   go.max_tokens = f.max_tokens;
   go.stop = f.stop;
@@ -162,9 +166,11 @@ std::string trim_reply(const std::string& s) {
 int cmd_generate(const GenerateFlags& f, std::shared_ptr<llm::Model> model, const llm::Tokenizer& tok,
                  const std::string& what, double load_s) {
   std::unique_ptr<llm::Engine> engine = make_engine(f, model, what, load_s);
+  const std::shared_ptr<const llm::LoraAdapter> adapter =
+      f.lora.empty() ? nullptr : llm::LoraAdapter::load(f.lora, model->spec());
   const std::vector<int32_t> prompt = tok.encode(f.prompt, true, false);
   std::fputs(f.prompt.c_str(), stdout);
-  const llm::GenerateResult r = llm::generate(*engine, tok, prompt, generate_options(f), stream);
+  const llm::GenerateResult r = llm::generate(*engine, tok, prompt, generate_options(f, adapter.get()), stream);
   std::fputs("\n", stdout);
   std::fflush(stdout);
   print_speeds(r);
@@ -179,7 +185,9 @@ int cmd_chat(const GenerateFlags& f, std::shared_ptr<llm::Model> model, const ll
     source.assign(bytes.begin(), bytes.end());
     source_name = f.chat_template;
   }
-  llm::GenerateOptions go = generate_options(f);
+  const std::shared_ptr<const llm::LoraAdapter> adapter =
+      f.lora.empty() ? nullptr : llm::LoraAdapter::load(f.lora, model->spec());
+  llm::GenerateOptions go = generate_options(f, adapter.get());
   if (source.empty()) {
     source = llm::kPlainChatTemplate;
     source_name = "the plain template (role: text lines)";

@@ -16,6 +16,7 @@ struct GenerateFlags {
   CLI::App* cmd = nullptr;
   std::string model, prompt, kv_memory, kv_type = "f16", weights = "f32";
   std::string chat_template, system;  // `tessera chat` only
+  std::string lora;                   // a LoRA adapter file
   int64_t max_tokens = 128, context = 0, batch = 512;
   int threads = 0;
   llm::SamplingParams sampling;

@@ -24,7 +24,10 @@
 # (scripts/fortunes_models.sh) give llama.cpp's held-out perplexity within
 # 0.5% and its greedy tokens (F32, F16, Q8_0: llama.cpp's top token at every
 # step of Tessera's greedy path where its top two differ by 1e-3 or more) on
-# their GGUF files in every type.
+# their GGUF files in every type; a LoRA adapter `tessera train` makes
+# (examples/configs/fortunes_lora.yaml) loads in llama.cpp and gives Tessera's
+# greedy text; and the real Llama 3.1, Mistral Nemo and Qwen 2.5 templates are
+# read as their tool-call formats (ToolCalls.RealTemplatesFamilies).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 install_only=false
@@ -79,7 +82,7 @@ t="$src/models/templates"
    "qwen-2.5=$t/Qwen-Qwen2.5-7B-Instruct.jinja" "gemma-2=$t/google-gemma-2-2b-it.jinja" \
    "phi-3.5=$t/microsoft-Phi-3.5-mini-instruct.jinja" >/dev/null)
 TESSERA_CHAT_CASES="$cache/llm_compat_tokens/chat.json" "$build/tests/tessera_tests" \
-  --gtest_filter='ChatTemplate.MatchesHuggingFaceJinja' --gtest_brief=1 | grep -E "renders match|PASSED|FAILED"
+  --gtest_filter='ChatTemplate.MatchesHuggingFaceJinja:ToolCalls.RealTemplatesFamilies' --gtest_brief=1 | grep -E "renders match|PASSED|FAILED"
 all=()
 for f in "$t"/*.jinja; do all+=("$(basename "$f" .jinja)=$f"); done
 (cd "$pkg" && node llm_compat_chat.mjs "$cache/llm_compat_tokens/chat_all.json" "${all[@]}" >/dev/null)
@@ -218,5 +221,29 @@ print(f"{model.split('/')[-1]}: cosine to llama.cpp's embedding, lowest {min(cos
 sys.exit(0 if min(cos) >= 0.9999 else 1)
 PY
 done
+
+echo "== LoRA: Tessera's GGUF adapter in llama.cpp"
+# examples/configs/fortunes_lora.yaml (about 25 s): the 2M fortunes model
+# tuned on LICENSE; llama.cpp loads the base file and the adapter, and its
+# greedy continuation must be Tessera's (the text after the prompt, its
+# leading spaces aside: the two detokenize a first "▁" differently).
+"$build/apps/tessera" train examples/configs/fortunes_lora.yaml --output "$out/lora" \
+  --set lora.base="$fdir/models/fortunes-2m-F32.gguf" --set data.tokenizer="$fdir/models/fortunes-2m-F32.gguf" \
+  >/dev/null
+cp scripts/llm_compat_lora.mjs "$pkg/"
+lprompt="Licensed under the"
+mine=$("$build/apps/tessera" generate "$fdir/models/fortunes-2m-F32.gguf" --lora "$out/lora/adapter.gguf" \
+  -p "$lprompt" -n 40 --temp 0 2>/dev/null)
+(cd "$pkg" && node llm_compat_lora.mjs "$fdir/models/fortunes-2m-F32.gguf" "$out/lora/adapter.gguf" "$lprompt" 40 \
+  "$out/lora.llama.json" >/dev/null)
+python3 - "$mine" "$lprompt" "$out/lora.llama.json" <<'PY' || status=1
+import json, sys
+mine, prompt, ref = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))
+mine = mine[len(prompt):].rstrip("\n")
+same = mine.strip() == ref["text"].strip()
+print(f"LoRA adapter: Tessera {json.dumps(mine.strip())}, llama.cpp {json.dumps(ref['text'].strip())}: "
+      f"{'the same' if same else 'different'} (llama.cpp's smallest top-two margin {min(ref['margins']):.4f})")
+sys.exit(0 if same else 1)
+PY
 
 exit $status

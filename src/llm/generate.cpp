@@ -79,7 +79,7 @@ GenerateResult generate(Engine& engine, const Tokenizer& tokenizer, const std::v
   std::span<const float> logits;
   for (size_t i = 0; i < prompt.size(); i += static_cast<size_t>(chunk)) {
     const size_t n = std::min(prompt.size() - i, static_cast<size_t>(chunk));
-    Chunk c{seq, std::span<const int32_t>(prompt.data() + i, n), i + n == prompt.size() ? 1 : 0};
+    Chunk c{seq, std::span<const int32_t>(prompt.data() + i, n), i + n == prompt.size() ? 1 : 0, opts.adapter};
     logits = engine.step({&c, 1});
   }
   res.prefill_seconds = seconds_since(t0);
@@ -111,7 +111,7 @@ GenerateResult generate(Engine& engine, const Tokenizer& tokenizer, const std::v
       break;
     }
     if (i + 1 == opts.max_tokens || static_cast<int64_t>(history.size()) >= context) break;
-    Chunk c{seq, std::span<const int32_t>(&history.back(), 1), 1};
+    Chunk c{seq, std::span<const int32_t>(&history.back(), 1), 1, opts.adapter};
     logits = engine.step({&c, 1});
   }
   // What was held back as a possible stop string's start is final now

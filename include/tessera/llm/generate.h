@@ -21,6 +21,7 @@ struct GenerateOptions {
   bool ignore_eos = false;
   int64_t prefill_chunk = 512;          // prompt tokens per engine step
   uint64_t choice = 0;                  // which of a request's choices (Note [Counter-based sampling])
+  const Adapter* adapter = nullptr;     // a LoRA adapter (llm/lora.h) on every step
 };
 
 struct GenerateResult {
