@@ -10,8 +10,8 @@ namespace tessera {
 
 // Note [Threads after fork]: a child forked from a process whose OpenMP pool
 // has started hangs in its first parallel region (libgomp's workers do not
-// exist in the child). Children therefore run single-threaded; a process that
-// wants threads again calls set_num_threads() (which resets the flag) or execs.
+// exist in the child). Children therefore run single-threaded, whatever
+// set_num_threads() says later; a child that wants threads again execs.
 namespace {
 bool g_forked = false;
 void on_fork_child() {
