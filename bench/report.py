@@ -1114,11 +1114,14 @@ def render_llm_serve(d, h):
                     f"{ms(r['ttft_p50'])} / {ms(r['ttft_p99'])} ms, inter-token p99 {ms(r['itl_p99'])} ms; the "
                     f"server's resident memory every 5 s: {rss[0] / 2**20:.0f} MiB at the start, "
                     f"{min(half) / 2**20:.0f} to {max(half) / 2**20:.0f} MiB over the second half, "
-                    f"{rss[-1] / 2**20:.0f} MiB at the end."]
+                    f"{rss[-1] / 2**20:.0f} MiB at the end. The server generated {r['tokens_per_s']:,.0f} tokens/s "
+                    f"of the {sk['rate'] * 128:,.0f} offered"
+                    + (": over what this machine sustained during the soak, so the queue grew (the highest rate "
+                       "comes from one closed-loop run, and this machine's throughput varies by about 10% from run "
+                       "to run)." if r["ttft_p99"] > 2 else ".")]
     if d.get("missing"):
         out += ["", "Left out (no file): " + ", ".join(d["missing"]) + "."]
-    out += ["", "Not measured here yet: JSON-schema decoding (not in the server yet); speculative decoding with a "
-                "draft model is its own section below."]
+    out += ["", "Speculative decoding with a draft model and JSON-schema decoding are their own sections below."]
     return out
 
 

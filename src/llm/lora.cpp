@@ -275,6 +275,8 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
              cfg_path, ": needs \"peft_type\": \"LORA\" and a number \"lora_alpha\"");
     TS_CHECK(!cfg.value("use_dora", false) && !cfg.value("use_rslora", false), cfg_path,
              ": DoRA and rsLoRA adapters are not supported (plain LoRA is)");
+    TS_CHECK(!cfg.contains("alpha_pattern") || cfg["alpha_pattern"].empty(), cfg_path,
+             ": per-module alphas (alpha_pattern) are not supported; one lora_alpha for every pair is");
     const double alpha = cfg["lora_alpha"].get<double>();
     const io::SafetensorsFile f = io::SafetensorsFile::open(path);
     for (const std::string& name : f.names()) {
