@@ -42,25 +42,23 @@ fi
 work=$(mktemp -d)
 trap 'kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$work/key"
-"$build/apps/tessera" serve-llm "$model" --name fortunes --port 0 --api-key-file "$work/key" --threads 2 \
-  --max-seqs 8 --max-batched-tokens 256 > "$work/log" 2>&1 &
-server=$!
-for _ in $(seq 100); do grep -q "KV cache:" "$work/log" && break; sleep 0.1; done
-port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$work/log")
-[ -n "$port" ] || { cat "$work/log" >&2; exit 1; }
-OPENAI_CLIENT_DIR="$pkg" node scripts/openai_client.mjs "http://127.0.0.1:$port" "$(cat "$work/key")"
-kill -TERM "$server"
-wait "$server"
-grep -q "^stopped" "$work/log" || { cat "$work/log" >&2; exit 1; }
+# Serves MODEL with the given flags, runs the client script against it, and
+# stops it with SIGTERM, checking that it stopped cleanly.
+run_against_server() {
+  local script=$1
+  shift
+  "$build/apps/tessera" serve-llm "$model" --name fortunes --port 0 --api-key-file "$work/key" --threads 2 "$@" \
+    > "$work/log" 2>&1 &
+  server=$!
+  for _ in $(seq 100); do grep -q "KV cache:" "$work/log" && break; sleep 0.1; done
+  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$work/log")
+  [ -n "$port" ] || { cat "$work/log" >&2; exit 1; }
+  OPENAI_CLIENT_DIR="$pkg" node "$script" "http://127.0.0.1:$port" "$(cat "$work/key")"
+  kill -TERM "$server"
+  wait "$server"
+  grep -q "^stopped" "$work/log" || { cat "$work/log" >&2; exit 1; }
+}
+run_against_server scripts/openai_client.mjs --max-seqs 8 --max-batched-tokens 256
 echo "openai_client: the server stopped cleanly"
-
 # Tool calling: the same model with a chat template that shows tools.
-"$build/apps/tessera" serve-llm "$model" --name fortunes --port 0 --api-key-file "$work/key" --threads 2 \
-  --chat-template scripts/chat_tools.jinja > "$work/log" 2>&1 &
-server=$!
-for _ in $(seq 100); do grep -q "KV cache:" "$work/log" && break; sleep 0.1; done
-port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$work/log")
-[ -n "$port" ] || { cat "$work/log" >&2; exit 1; }
-OPENAI_CLIENT_DIR="$pkg" node scripts/openai_client_tools.mjs "http://127.0.0.1:$port" "$(cat "$work/key")"
-kill -TERM "$server"
-wait "$server"
+run_against_server scripts/openai_client_tools.mjs --chat-template scripts/chat_tools.jinja
