@@ -220,7 +220,7 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
              "' names a layer the model does not have (it has ", spec.n_layers, ")");
     return static_cast<int64_t>(l);
   };
-  const bool gguf = path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
+  const bool gguf = path.ends_with(".gguf");
   if (gguf) {
     const GgufFile f = GgufFile::open(path);
     auto str = [&](const char* key) { return f.find(key) ? f.find(key)->as_string(key) : std::string(); };
@@ -234,7 +234,7 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
     for (const GgufTensorInfo& t : f.tensors()) by_name[t.name] = &t;
     for (const auto& [name, info] : by_name) {
       const std::string suffix = ".weight.lora_a";
-      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      if (name.size() > suffix.size() && name.ends_with(suffix)) {
         const std::string base = name.substr(0, name.size() - suffix.size());  // blk.N.attn_q
         const size_t dot = base.find('.', 4);
         TS_CHECK(base.rfind("blk.", 0) == 0 && dot != std::string::npos, path, ": tensor '", name,
@@ -252,7 +252,7 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
                 path + ": " + base);
       } else {
         const std::string sb = ".weight.lora_b";
-        TS_CHECK(name.size() > sb.size() && name.compare(name.size() - sb.size(), sb.size(), sb) == 0, path,
+        TS_CHECK(name.size() > sb.size() && name.ends_with(sb), path,
                  ": tensor '", name, "' is not a LoRA pair's (…weight.lora_a or …weight.lora_b)");
         TS_CHECK(by_name.count(name.substr(0, name.size() - 1) + "a"), path, ": '", name,
                  "' has no lora_a beside it");
@@ -281,7 +281,7 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
     const io::SafetensorsFile f = io::SafetensorsFile::open(path);
     for (const std::string& name : f.names()) {
       const std::string suffix = ".lora_A.weight";
-      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      if (name.size() > suffix.size() && name.ends_with(suffix)) {
         const std::string module = name.substr(0, name.size() - suffix.size());
         const std::string prefix = "base_model.model.model.layers.";
         TS_CHECK(module.rfind(prefix, 0) == 0, path, ": tensor '", name, "' is not base_model.model.model.layers.N...");
@@ -300,7 +300,7 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
         ad->set(l, t->p, f.get(name), b, alpha, path + ": " + module);
       } else {
         const std::string sb = ".lora_B.weight";
-        TS_CHECK(name.size() > sb.size() && name.compare(name.size() - sb.size(), sb.size(), sb) == 0, path,
+        TS_CHECK(name.size() > sb.size() && name.ends_with(sb), path,
                  ": tensor '", name, "' is not a LoRA pair's (….lora_A.weight or ….lora_B.weight)");
         TS_CHECK(f.contains(name.substr(0, name.size() - sb.size()) + ".lora_A.weight"), path, ": '", name,
                  "' has no lora_A beside it");
@@ -322,8 +322,10 @@ void LoraAdapter::add(int64_t layer, Projection p, const float* x, int64_t ldx, 
                       int64_t rows) const {
   const Pair& pr = layers_[static_cast<size_t>(layer)][static_cast<size_t>(p)];
   if (pr.rank == 0 || rows == 0) return;
-  // Per row: t = A x (rank values), then y += scale B t.
-  std::vector<float> t(static_cast<size_t>(pr.rank));
+  // Per row: t = A x (rank values), then y += scale B t. The engine's
+  // steps allocate nothing; t is this thread's, grown once.
+  thread_local std::vector<float> t;
+  if (t.size() < static_cast<size_t>(pr.rank)) t.resize(static_cast<size_t>(pr.rank));
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
     for (int64_t k = 0; k < pr.rank; ++k) {
