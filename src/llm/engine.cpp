@@ -167,7 +167,7 @@ struct Engine::State {
   int64_t context = 0, n_blocks = 0, max_blocks_per_seq = 0, threads = 0;
   int64_t q_dim = 0, kv_dim = 0, k_row = 0, v_row = 0;
   // The cache: per layer, K rows of every block then V rows.
-  std::unique_ptr<uint8_t[]> cache;
+  HugeBuffer cache;
   std::vector<cpu::KvLayer> layers;
   BlockPool pool;
   struct Seq {
@@ -267,7 +267,7 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
   TS_CHECK(memory >= block_bytes, "engine: --kv-memory of ", memory, " bytes holds no cache block (one block of ",
            opts_.block_tokens, " tokens takes ", block_bytes, " bytes)");
   st.n_blocks = std::min<int64_t>(memory / block_bytes, int64_t{1} << 30);
-  st.cache = buffer<uint8_t>(st.n_blocks * block_bytes, "KV cache");
+  st.cache = HugeBuffer(st.n_blocks * block_bytes, "the KV cache", /*populate=*/true);
   const int64_t rows = st.n_blocks * opts_.block_tokens;
   for (int64_t l = 0; l < s.n_layers; ++l) {
     cpu::KvLayer L;
@@ -275,7 +275,8 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
     L.v_format = kv_format(opts_.v_type);
     L.block_tokens = opts_.block_tokens;
     L.kv_dim = st.kv_dim;
-    L.k = st.cache.get() + l * rows * (st.k_row + st.v_row);
+    L.head_dim = s.head_dim;
+    L.k = st.cache.data() + l * rows * (st.k_row + st.v_row);
     L.v = L.k + rows * st.k_row;
     st.layers.push_back(L);
   }
@@ -590,16 +591,21 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
     // Attention: per chunk and key head, the chunk's query vectors of that
     // head group in sets of up to kAttnQueries.
     const cpu::PagedAttention pa{kv, hd, scale};
-    int64_t n_items = 0, max_keys = 1, r0 = 0;
+    int64_t n_items = 0, r0 = 0;
     for (const Chunk& c : chunks) {
       const int64_t n = static_cast<int64_t>(c.tokens.size());
       for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh)
         for (int64_t v0 = 0; v0 < n * group; v0 += cpu::kAttnQueries)
           st.items[n_items++] = {r0, kvh, v0, std::min<int64_t>(cpu::kAttnQueries, n * group - v0)};
-      max_keys = std::max(max_keys, st.row_pos[r0 + n - 1] + 1);
       r0 += n;
     }
-    parallel_for(0, n_items, std::max<int64_t>(1, 8192 / (max_keys * hd)), [&](int64_t a0, int64_t a1) {
+    // An item's work is its queries times its keys: a long prompt's chunk
+    // and single decode tokens differ a hundredfold, so the threads split by that.
+    auto work = [&](int64_t it) {
+      const State::AttnItem& w = st.items[it];
+      return static_cast<double>(w.count * (st.row_pos[w.row0 + (w.v0 + w.count - 1) / group] + 1) * hd);
+    };
+    parallel_for_balanced(n_items, 8192, work, [&](int64_t a0, int64_t a1) {
       float* scratch = st.scores.get() + omp_get_thread_num() * cpu::attention_scratch(st.context);
       for (int64_t it = a0; it < a1; ++it) {
         const State::AttnItem& w = st.items[it];

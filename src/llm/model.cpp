@@ -241,7 +241,7 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
     at.push_back(total);
     total += (cpu::packed_matrix_bytes(*detail::qformat_of(mx->type), mx->rows, mx->cols) + 63) / 64 * 64;
   }
-  if (total > 0) m->packed_ = PackedArena(total);
+  if (total > 0) m->packed_ = HugeBuffer(total, "the repacked weights");
   for (size_t i = 0; i < order.size(); ++i) {
     Matrix& mx = *order[i];
     const cpu::QuantMatrix q = detail::quant_view(mx);
@@ -257,18 +257,16 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
   return m;
 }
 
-Model::PackedArena::PackedArena(int64_t bytes) {
+HugeBuffer::HugeBuffer(int64_t bytes, const char* what, bool populate) {
   constexpr size_t kHuge = size_t{1} << 21;
-  const size_t n = (static_cast<size_t>(bytes) + kHuge - 1) / kHuge * kHuge;
+  const size_t n = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + kHuge - 1) / kHuge * kHuge;
   p_.reset(static_cast<uint8_t*>(std::aligned_alloc(kHuge, n)));
-  TS_CHECK(p_ != nullptr, "model: cannot allocate ", n, " bytes for the repacked weights");
-  // Huge pages where the kernel grants them: a decoded token streams every
-  // weight once, and 4 KiB pages cost a TLB miss per page (measured: Q8_0
-  // decode of a 110M model about 7% faster on a Xeon with 2 MiB pages).
-  // Advice only; without it the buffer works the same.
-  madvise(p_.get(), n, MADV_HUGEPAGE);
+  TS_CHECK(p_ != nullptr, "cannot allocate ", n, " bytes for ", what);
+  madvise(p_.get(), n, MADV_HUGEPAGE);  // advice only; without it the buffer works the same
+  // Linux 5.14 and later fault the range in at once; elsewhere writing it does.
+  if (populate && madvise(p_.get(), n, MADV_POPULATE_WRITE) != 0) std::memset(p_.get(), 0, n);
 }
-void Model::PackedArena::Free::operator()(uint8_t* p) const { std::free(p); }
+void HugeBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
 
 Model::Matrix Model::Matrix::rows_at(int64_t r0, int64_t n) const {
   Matrix m = *this;

@@ -327,7 +327,7 @@ void Scheduler::draft(std::vector<Planned>& plan) {
     const std::span<const float> logits = draft_->step(chunks);
     int64_t tokens = 0;
     for (const Chunk& c : chunks) tokens += static_cast<int64_t>(c.tokens.size());
-    draft_cost_.observe(tokens, std::chrono::duration<double>(Clock::now() - t0).count());
+    draft_cost_.observe(tokens, 0, std::chrono::duration<double>(Clock::now() - t0).count());
     for (size_t i = 0; i < in.size(); ++i) {
       Request& r = *in[i];
       r.dfed = static_cast<int64_t>(r.tokens.size());
@@ -377,14 +377,14 @@ void Scheduler::pool(Request& r, int64_t row0, int64_t n, std::vector<RequestEve
   finish(r, "stop", events, &ev);
 }
 
-void StepCost::observe(int64_t tokens, double seconds) {
-  const double decay = 0.95, t = static_cast<double>(tokens);
-  const double add[5] = {1, t, t * t, seconds, t * seconds};
-  for (int i = 0; i < 5; ++i) sum_[i] = sum_[i] * decay + add[i];
+void StepCost::observe(int64_t tokens, double pairs, double seconds) {
+  const double decay = 0.95, t = static_cast<double>(tokens), p = pairs * 1e-6;
+  const double add[9] = {1, t, p, t * t, t * p, p * p, seconds, t * seconds, p * seconds};
+  for (int i = 0; i < 9; ++i) sum_[i] = sum_[i] * decay + add[i];
 }
 
 bool StepCost::fit(double& a, double& b) const {
-  const double n = sum_[0], st = sum_[1], stt = sum_[2], sy = sum_[3], sty = sum_[4];
+  const double n = sum_[0], st = sum_[1], stt = sum_[3], sy = sum_[6], sty = sum_[7];
   const double det = n * stt - st * st;
   if (n < 2 || det <= 1e-9 * n * stt) return false;  // steps of one size only: nothing to fit yet
   b = (n * sty - st * sy) / det;
@@ -392,12 +392,52 @@ bool StepCost::fit(double& a, double& b) const {
   return true;
 }
 
-int64_t StepCost::prompt_tokens(int64_t decodes, double slowdown, int64_t lo, int64_t hi) const {
-  double a = 0, b = 0;
-  if (slowdown == 0 || !fit(a, b) || !(b > 0)) return hi;
-  const double decode_step = std::max(a, 0.0) + b * static_cast<double>(decodes);
-  const double room = (slowdown - 1) * decode_step / b;  // prompt tokens that fit beside the decodes
-  return std::clamp<int64_t>(static_cast<int64_t>(std::min(room, 1e9)), lo, hi);
+bool StepCost::fit(double& a, double& b, double& c) const {
+  if (!fit(a, b)) return false;
+  c = 0;
+  // The normal equations of (1, t, p), by Cramer's rule; kept only where
+  // the steps' pairs vary apart from their tokens, and with c >= 0.
+  const double m[3][3] = {{sum_[0], sum_[1], sum_[2]}, {sum_[1], sum_[3], sum_[4]}, {sum_[2], sum_[4], sum_[5]}};
+  const double y[3] = {sum_[6], sum_[7], sum_[8]};
+  auto det3 = [](const double (&x)[3][3]) {
+    return x[0][0] * (x[1][1] * x[2][2] - x[1][2] * x[2][1]) - x[0][1] * (x[1][0] * x[2][2] - x[1][2] * x[2][0]) +
+           x[0][2] * (x[1][0] * x[2][1] - x[1][1] * x[2][0]);
+  };
+  const double d = det3(m);
+  if (!(d > 1e-9 * m[0][0] * m[1][1] * m[2][2])) return true;
+  double x[3];
+  for (int k = 0; k < 3; ++k) {
+    double mk[3][3];
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) mk[i][j] = j == k ? y[i] : m[i][j];
+    x[k] = det3(mk) / d;
+  }
+  if (x[2] < 0) return true;
+  a = x[0];
+  b = x[1];
+  c = x[2];
+  return true;
+}
+
+// Query-key pairs of n tokens after `start` cached ones: token i attends to start + i + 1 keys.
+static double attention_pairs(int64_t start, int64_t n) {
+  return static_cast<double>(n) * static_cast<double>(start) + static_cast<double>(n) * static_cast<double>(n + 1) / 2;
+}
+
+int64_t ChunkBudget::tokens(int64_t start) const {
+  constexpr int64_t kAll = int64_t{1} << 40;
+  if (!bounded) return kAll;
+  if (!(seconds > 0)) return 0;
+  const double cp = c * 1e-6, lin = b + cp * (static_cast<double>(start) + 0.5);
+  double n = 0;
+  if (cp > 0) n = (-lin + std::sqrt(lin * lin + 2 * cp * seconds)) / cp;  // (cp / 2) n^2 + lin n = seconds
+  else if (b > 0) n = seconds / b;
+  else return kAll;
+  return static_cast<int64_t>(std::min(n, static_cast<double>(kAll)));
+}
+
+void ChunkBudget::take(int64_t start, int64_t n) {
+  if (bounded) seconds -= b * static_cast<double>(n) + c * 1e-6 * attention_pairs(start, n);
 }
 
 const Scheduler::Request* Scheduler::find(int64_t id) const {
@@ -478,23 +518,38 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
       budget -= p.n;
     }
   }
-  if (!plan.empty())
-    budget = std::min(budget, cost_.prompt_tokens(static_cast<int64_t>(plan.size()), opts_.decode_slowdown, bt,
-                                                  opts_.max_batched_tokens));
+  // Note [Prompt chunks beside decodes]: the time prompt chunks may take.
+  ChunkBudget time;
+  if (double a, b, c; !plan.empty() && opts_.decode_slowdown > 0 && cost_.fit(a, b, c) && (b > 0 || c > 0)) {
+    double tokens = 0, pairs = 0;
+    for (const Planned& p : plan) {
+      tokens += static_cast<double>(p.n);
+      pairs += attention_pairs(p.r->fed, p.n);
+    }
+    time = {true, (opts_.decode_slowdown - 1) * std::max(a + b * tokens + c * 1e-6 * pairs, 0.0), b, c};
+  }
+  bool chunked = false;  // the step's first chunk takes at least a block's worth, whatever the time
 
-  // Prompt chunks, as much of each as the budget and the cache allow.
+  // Prompt chunks, as much of each as the budget, the time and the cache allow.
   auto chunk_for = [&](const Request& r) {
     const int64_t slack = (bt - r.fed % bt) % bt;  // room left in its last block
-    return std::max<int64_t>(0, std::min({r.remaining(), budget, slack + avail() * bt}));
+    const int64_t timed = std::max(time.tokens(r.fed), chunked ? int64_t{0} : bt);
+    return std::max<int64_t>(0, std::min({r.remaining(), budget, timed, slack + avail() * bt}));
   };
-  for (auto& p : running_) {
-    Request& r = *p;
-    if (r.decoding() || budget == 0) continue;
-    const int64_t n = chunk_for(r);
-    if (n == 0) continue;
+  auto take = [&](Request& r, int64_t n) {
     reserved += new_blocks(r, n);
     budget -= n;
+    time.take(r.fed, n);
+    chunked = true;
     plan.push_back({&r, n});
+  };
+  auto room = [&] { return budget > 0 && (!chunked || time.tokens(0) > 0); };
+  for (auto& p : running_) {
+    Request& r = *p;
+    if (r.decoding() || !room()) continue;
+    const int64_t n = chunk_for(r);
+    if (n == 0) continue;
+    take(r, n);
   }
   // New requests: past the age bound first, then by priority, then in order
   // (stable: the preempted, at the head, keep their places among equals).
@@ -507,8 +562,7 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
     if (oa != ob) return oa;
     return a->opts.priority > b->opts.priority;
   });
-  for (auto it = waiting_.begin();
-       it != waiting_.end() && budget > 0 && static_cast<int64_t>(running_.size()) < opts_.max_seqs;) {
+  for (auto it = waiting_.begin(); it != waiting_.end() && room() && static_cast<int64_t>(running_.size()) < opts_.max_seqs;) {
     Request& r = **it;
     // Another choice of the same prompt: wait for it to compute the prompt
     // (all but its last token), then fork it.
@@ -540,9 +594,7 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
     stats_.prefix_queries += static_cast<int64_t>(r.tokens.size());
     stats_.prefix_hits += reused;
     if (r.cached < 0) r.cached = reused;
-    reserved += new_blocks(r, n);
-    budget -= n;
-    plan.push_back({&r, n});
+    take(r, n);
     running_.push_back(std::move(*it));
     it = waiting_.erase(it);
   }
@@ -584,15 +636,17 @@ void Scheduler::run(const std::vector<Planned>& plan, std::vector<RequestEvent>&
   }
   const Clock::time_point t0 = Clock::now();
   const std::span<const float> logits = engine_.step(chunks);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   int64_t tokens = 0;
+  double pairs = 0;
   bool decodes_only = true;
   for (const Planned& p : plan) {
     tokens += p.n;
+    pairs += attention_pairs(p.r->fed, p.n);
     decodes_only = decodes_only && p.r->decoding();
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  cost_.observe(tokens, seconds);
-  if (decodes_only) decode_cost_.observe(tokens, seconds);
+  cost_.observe(tokens, pairs, seconds);
+  if (decodes_only) decode_cost_.observe(tokens, pairs, seconds);
   ++stats_.steps;
   const int64_t vocab = engine_.model().spec().vocab;
   int64_t row = 0, first_row = 0;

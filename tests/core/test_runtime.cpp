@@ -1,6 +1,7 @@
 // Random numbers, the caching allocator, threads and determinism.
 #include <cmath>
 #include <thread>
+#include <vector>
 
 #include "tessera/core/allocator.h"
 #include "tessera/core/parallel.h"
@@ -108,6 +109,40 @@ TEST(Threads, TheCountHoldsOnEveryThreadAndALimitOnItsOwn) {
     ThreadLimit more(8);  // a limit never raises the count
     EXPECT_EQ(get_num_threads(), 3);
   }
+  set_num_threads(prev);
+}
+
+// 96 light items then 24 a hundred times heavier (decode tokens' attention
+// beside a long prompt's): each thread gets one contiguous range of about
+// half the cost, every item once, whatever the thread count.
+TEST(Threads, BalancedRangesSplitByCost) {
+  const int prev = get_num_threads();
+  auto cost = [](int64_t i) { return i < 96 ? 1.0 : 100.0; };
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    std::vector<int> owner(120, -1);
+    std::vector<double> load(static_cast<size_t>(threads), 0);
+    parallel_for_balanced(120, 10, cost, [&](int64_t b, int64_t e) {
+      const int t = omp_get_thread_num();
+      for (int64_t i = b; i < e; ++i) {
+        owner[static_cast<size_t>(i)] = t;
+        load[static_cast<size_t>(t)] += cost(i);
+      }
+    });
+    for (int64_t i = 0; i < 120; ++i) {
+      ASSERT_GE(owner[static_cast<size_t>(i)], 0) << i;
+      if (i > 0) EXPECT_GE(owner[static_cast<size_t>(i)], owner[static_cast<size_t>(i - 1)]) << i;  // contiguous, in order
+    }
+    for (int t = 0; t < threads; ++t)
+      EXPECT_NEAR(load[static_cast<size_t>(t)], 2496.0 / threads, 100) << threads << " threads, thread " << t;
+  }
+  int calls = 0;
+  parallel_for_balanced(120, 1e9, cost, [&](int64_t b, int64_t e) {  // under min_cost: one call, serial
+    EXPECT_EQ(b, 0);
+    EXPECT_EQ(e, 120);
+    ++calls;
+  });
+  EXPECT_EQ(calls, 1);
   set_num_threads(prev);
 }
 

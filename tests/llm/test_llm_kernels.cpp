@@ -87,7 +87,7 @@ TEST(LlmKernels, PagedAttentionMatchesTheReferenceWhateverTheSetAndBlocks) {
         const int64_t kb = kf == KvFormat::F16 ? kv_dim * 2 : cpu::kv_row_bytes(kf, kv_dim);
         const int64_t vb = cpu::kv_row_bytes(vf, kv_dim);
         std::vector<uint8_t> k(n_blocks * bt * kb), v(n_blocks * bt * vb), k2 = k, v2 = v;
-        cpu::KvLayer la{kf, vf, bt, kv_dim, k.data(), v.data()}, lb{kf, vf, bt, kv_dim, k2.data(), v2.data()};
+        cpu::KvLayer la{kf, vf, bt, kv_dim, hd, k.data(), v.data()}, lb{kf, vf, bt, kv_dim, hd, k2.data(), v2.data()};
         // The same tokens in two block layouts: in order, and scattered.
         const std::vector<int32_t> a = {0, 1, 2, 3, 4}, b = {6, 3, 0, 7, 2};
         for (int64_t p = 0; p < keys; ++p) {

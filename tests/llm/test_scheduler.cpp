@@ -462,22 +462,48 @@ TEST(Scheduler, GrammarRequestsStopWithACompleteText) {
   EXPECT_EQ(e.free_blocks(), e.total_blocks());
 }
 
-// Note [Prompt chunks beside decodes]: the fitted step cost bounds the
-// prompt tokens beside decodes.
+// Note [Prompt chunks beside decodes]: step time fitted on tokens and
+// attention pairs, and the chunk each position leaves room for.
 TEST(Scheduler, PromptChunksBesideDecodesKeepStepsShort) {
   llm::StepCost c;
-  EXPECT_EQ(c.prompt_tokens(8, 2.0, 16, 512), 512);  // nothing seen yet
-  c.observe(8, 0.028);
-  c.observe(8, 0.028);
-  EXPECT_EQ(c.prompt_tokens(8, 2.0, 16, 512), 512);  // one size of step: nothing to fit
-  for (int64_t t : {520, 8, 300, 16, 400})
-    c.observe(t, 0.02 + 0.001 * static_cast<double>(t));
-  // a = 20 ms, b = 1 ms a token: 8 decodes take 28 ms, twice that leaves 28 tokens.
-  EXPECT_NEAR(c.prompt_tokens(8, 2.0, 16, 512), 28, 1);
-  EXPECT_NEAR(c.prompt_tokens(8, 3.0, 16, 512), 56, 1);
-  EXPECT_EQ(c.prompt_tokens(0, 1.2, 16, 512), 16);  // at least a block
-  EXPECT_EQ(c.prompt_tokens(8, 100.0, 16, 512), 512);
-  EXPECT_EQ(c.prompt_tokens(8, 0.0, 16, 512), 512);  // off
+  double a = 0, b = 0, k = 0;
+  EXPECT_FALSE(c.fit(a, b, k));  // nothing seen yet
+  // 20 ms, 1 ms a token, 4 ms a million pairs: decodes, and chunks at several positions.
+  auto cost = [](double t, double p) { return 0.02 + 0.001 * t + 0.004 * p * 1e-6; };
+  c.observe(8, 800, cost(8, 800));
+  c.observe(8, 800, cost(8, 800));
+  EXPECT_FALSE(c.fit(a, b, k));  // one size of step: nothing to fit
+  for (auto [t, p] : std::vector<std::pair<int64_t, double>>{
+           {8, 2400}, {520, 512 * 1024 / 2}, {40, 32 * 2000 + 8 * 300}, {8, 4000}, {300, 300 * 1500}, {16, 16 * 100}})
+    c.observe(t, p, cost(static_cast<double>(t), p));
+  ASSERT_TRUE(c.fit(a, b, k));
+  EXPECT_NEAR(a, 0.02, 1e-6);
+  EXPECT_NEAR(b, 0.001, 1e-8);
+  EXPECT_NEAR(k, 0.004, 1e-6);
+
+  // Pairs in step with tokens alone: no telling them apart, so c = 0 and the fit on tokens.
+  llm::StepCost lin;
+  for (int64_t t : {520, 8, 300, 16, 400}) lin.observe(t, 100.0 * static_cast<double>(t), 0.02 + 0.001 * static_cast<double>(t));
+  ASSERT_TRUE(lin.fit(a, b, k));
+  EXPECT_NEAR(b, 0.001, 1e-8);
+  EXPECT_EQ(k, 0);
+
+  // 30 ms for prompt chunks at 0.5 ms a token and 0.4 s a million pairs:
+  // 58 tokens from the start, 22 where each attends to about 2,000 keys.
+  llm::ChunkBudget time{true, 0.030, 0.0005, 0.4};
+  auto chunk_cost = [](int64_t s, int64_t n) { return 0.0005 * n + 0.4e-6 * (n * s + n * (n + 1) / 2.0); };
+  for (int64_t start : {0, 500, 2000}) {
+    const int64_t n = time.tokens(start);
+    EXPECT_LE(chunk_cost(start, n), 0.030 + 1e-12) << start;
+    EXPECT_GT(chunk_cost(start, n + 1), 0.030) << start;
+  }
+  EXPECT_EQ(time.tokens(0), 58);
+  EXPECT_EQ(time.tokens(2000), 22);
+  time.take(2000, 12);  // about half of it
+  EXPECT_EQ(time.tokens(2012), 10);
+  time.take(2012, 11);  // past it
+  EXPECT_EQ(time.tokens(0), 0);
+  EXPECT_EQ(llm::ChunkBudget{}.tokens(5000), int64_t{1} << 40);  // unbounded
 }
 
 // Stop strings and stop tokens end a request as they end generate()'s.

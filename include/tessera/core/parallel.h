@@ -1,6 +1,7 @@
 #pragma once
 // Intra-op parallelism over OpenMP with a grain size, so that small ops run on
 // the calling thread and never pay for waking the pool.
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <omp.h>
@@ -51,6 +52,52 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
     int64_t b = begin + omp_get_thread_num() * chunk;
     int64_t e = b + chunk < end ? b + chunk : end;
     if (b < e) {
+      try {
+        f(b, e);
+      } catch (...) {
+#pragma omp critical(tessera_parallel_error)
+        if (!err) err = std::current_exception();
+      }
+    }
+  }
+  if (err) std::rethrow_exception(err);
+}
+
+// Runs f(begin, end) over one contiguous range of [0, n) per thread, cut
+// where the running sum of cost(i) reaches equal shares: for items of unequal
+// work (attention for a long prompt's chunk beside single decode tokens),
+// where parallel_for's equal counts would leave one thread with all the
+// heavy items. Serial when the total is under min_cost. Item i goes to the
+// thread whose share holds the middle of its cost, so the cut depends only
+// on the costs and the thread count.
+template <typename Cost, typename F>
+void parallel_for_balanced(int64_t n, double min_cost, const Cost& cost, const F& f) {
+  if (n <= 0) return;
+  const int nt = get_num_threads();
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += cost(i);
+  if (nt <= 1 || n == 1 || total < min_cost || !(total > 0) || in_parallel_region()) {
+    f(0, n);
+    return;
+  }
+  const int threads = static_cast<int>(n < nt ? n : nt);
+  std::exception_ptr err;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    int64_t b = -1, e = n;
+    double before = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double c = cost(i);
+      const int owner = static_cast<int>(std::min<double>(threads - 1, threads * (before + c / 2) / total));
+      before += c;
+      if (owner == t && b < 0) b = i;
+      if (owner > t) {
+        e = i;
+        break;
+      }
+    }
+    if (b >= 0 && b < e) {
       try {
         f(b, e);
       } catch (...) {

@@ -88,11 +88,16 @@
 // Note [Prompt chunks beside decodes]
 // A step's time grows with its tokens, so a long prompt taken in at the full
 // token budget would stall every running stream for the length of a large
-// step. The scheduler fits step time = a + b * tokens to the steps it has
-// run (least squares, older steps weighing less) and, while D requests
-// decode, gives prompt chunks at most the tokens that keep the predicted
-// step within decode_slowdown times a + b * D (at least one block's worth, so
-// that prompts always advance).
+// step. The scheduler fits step time = a + b * tokens + c * pairs to the
+// steps it has run (least squares, older steps weighing less), pairs being
+// the query-key pairs its attention takes (a token at position p attends to
+// p + 1 keys): a prompt's later chunks cost more than its first, and a fit
+// on tokens alone, measured on a 2,048-token prompt, let its steps grow 2x
+// from the first chunk to the last. While D requests decode, prompt chunks
+// get the time that keeps the predicted step within decode_slowdown times
+// the decodes' own predicted step, each chunk as many tokens as its
+// position leaves room for (the first at least one block's worth, so that
+// prompts always advance).
 // The engine gives a token's logits the same bits whatever shares its step
 // and however its tokens were chunked, and sampling draws by (seed, choice,
 // position) (Note [Counter-based sampling]); so a request's tokens are the
@@ -204,21 +209,31 @@ struct SchedulerStats {
   std::vector<int64_t> accepted_by_position;
 };
 
-// Note [Prompt chunks beside decodes]: step time = a + b * tokens, fitted
-// by least squares to the steps seen, older steps weighing less.
+// Note [Prompt chunks beside decodes]: step time = a + b * tokens + c *
+// pairs, fitted by least squares to the steps seen, older steps weighing less.
 class StepCost {
  public:
-  void observe(int64_t tokens, double seconds);
-  // The prompt tokens a step with `decodes` decodes may carry to take at
-  // most `slowdown` times a step of the decodes alone, within [lo, hi];
-  // hi until steps of two different sizes have been seen.
-  int64_t prompt_tokens(int64_t decodes, double slowdown, int64_t lo, int64_t hi) const;
-  // The fit: a step of t tokens takes a + b * t seconds; false until steps
-  // of two different sizes have been seen.
+  void observe(int64_t tokens, double pairs, double seconds);
+  // The fit on tokens alone: a step of t tokens takes a + b * t seconds;
+  // false until steps of two different sizes have been seen.
   bool fit(double& a, double& b) const;
+  // The fit on tokens and attention pairs (c = 0 where the steps seen do
+  // not tell the two apart); false where fit(a, b) is.
+  bool fit(double& a, double& b, double& c) const;
 
  private:
-  double sum_[5] = {};  // decayed sums of 1, tokens, tokens^2, seconds, tokens * seconds
+  // Decayed sums of 1, t, p, t^2, t p, p^2, y, t y, p y (t tokens, p pairs
+  // in millions, y seconds).
+  double sum_[9] = {};
+};
+
+// Note [Prompt chunks beside decodes]: a step's time left for prompt chunks,
+// and the tokens of a chunk from position `start` that fit in it.
+struct ChunkBudget {
+  bool bounded = false;
+  double seconds = 0, b = 0, c = 0;  // c per million pairs
+  int64_t tokens(int64_t start) const;
+  void take(int64_t start, int64_t n);
 };
 
 class Scheduler {

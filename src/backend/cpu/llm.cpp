@@ -77,28 +77,31 @@ float kv_load_ref(KvFormat f, const uint8_t* row, int64_t i) {
   return Half::to_float(blk.d) * static_cast<float>(blk.qs[i % kQBlock]);
 }
 
+namespace {
+// A token's row (kv_dim values) into a head-major region, head by head.
+void store_heads(const KvLayer& L, KvFormat f, uint8_t* base, const float* x, int64_t b, int64_t s) {
+  for (int64_t h = 0; h < L.kv_dim / L.head_dim; ++h)
+    kernels().kv_store_row(f, x + h * L.head_dim, L.head_dim, kv_head_row(L, f, base, b, s, h));
+}
+float load_head(const KvLayer& L, KvFormat f, uint8_t* base, int64_t b, int64_t s, int64_t e) {
+  return kv_load_ref(f, kv_head_row(L, f, base, b, s, e / L.head_dim), e % L.head_dim);
+}
+}  // namespace
+
 void kv_store_k(const KvLayer& L, const float* x, int64_t b, int64_t s) {
-  if (L.k_format == KvFormat::Q8_0) {
-    kernels().kv_store_row(L.k_format, x, L.kv_dim, L.k + (b * L.block_tokens + s) * kv_row_bytes(L.k_format, L.kv_dim));
-    return;
-  }
+  if (L.k_format == KvFormat::Q8_0) return store_heads(L, L.k_format, L.k, x, b, s);
   auto* k = reinterpret_cast<uint16_t*>(L.k) + b * L.kv_dim * L.block_tokens + s;
   for (int64_t e = 0; e < L.kv_dim; ++e) k[e * L.block_tokens] = Half::from_float(x[e]);
 }
 
-void kv_store_v(const KvLayer& L, const float* x, int64_t b, int64_t s) {
-  kernels().kv_store_row(L.v_format, x, L.kv_dim, L.v + (b * L.block_tokens + s) * kv_row_bytes(L.v_format, L.kv_dim));
-}
+void kv_store_v(const KvLayer& L, const float* x, int64_t b, int64_t s) { store_heads(L, L.v_format, L.v, x, b, s); }
 
 float kv_load_k(const KvLayer& L, int64_t b, int64_t s, int64_t e) {
-  if (L.k_format == KvFormat::Q8_0)
-    return kv_load_ref(L.k_format, L.k + (b * L.block_tokens + s) * kv_row_bytes(L.k_format, L.kv_dim), e);
+  if (L.k_format == KvFormat::Q8_0) return load_head(L, L.k_format, L.k, b, s, e);
   return Half::to_float(reinterpret_cast<const uint16_t*>(L.k)[(b * L.kv_dim + e) * L.block_tokens + s]);
 }
 
-float kv_load_v(const KvLayer& L, int64_t b, int64_t s, int64_t e) {
-  return kv_load_ref(L.v_format, L.v + (b * L.block_tokens + s) * kv_row_bytes(L.v_format, L.kv_dim), e);
-}
+float kv_load_v(const KvLayer& L, int64_t b, int64_t s, int64_t e) { return load_head(L, L.v_format, L.v, b, s, e); }
 
 void paged_attention_ref(const PagedAttention& a, const AttnQuery& q, const int32_t* blocks, int64_t kv_head) {
   const KvLayer& L = a.layer;

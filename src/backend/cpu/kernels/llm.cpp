@@ -125,9 +125,8 @@ inline void load_keys16(const KvLayer& L, int64_t b, int64_t s0, int64_t off, in
     return;
   }
   alignas(64) float row[kMaxHeadDim];
-  const int64_t rb = kv_row_bytes(L.k_format, L.kv_dim);
   for (int j = 0; j < 16; ++j) {
-    kv_load(L.k_format, L.k + (b * bt + s0 + j) * rb, off, hd, row);
+    kv_load(L.k_format, kv_head_row(L, L.k_format, L.k, b, s0 + j, off / hd), 0, hd, row);
     for (int64_t d = 0; d < hd; ++d) kt[d * 16 + j] = row[d];
   }
 }
@@ -153,20 +152,41 @@ constexpr int kTogether = 4;
 constexpr int kTogether = 1;
 #endif
 
-// Scores of queries q[0, Q) against the 16 keys of kt (dimension-major):
+// 16 values as floats: from floats, or widened from f16 (exact either way).
+inline void load16(V16& v, const uint16_t* h) {
+#if defined(__AVX512F__)
+  const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+  std::memcpy(&v, &x, sizeof v);
+#elif defined(__F16C__)
+  const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+  const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 8)));
+  std::memcpy(&v, &lo, sizeof lo);
+  std::memcpy(reinterpret_cast<char*>(&v) + sizeof lo, &hi, sizeof hi);
+#else
+  float f[16];
+  for (int i = 0; i < 16; ++i) f[i] = h2f(h[i]);
+  std::memcpy(&v, f, sizeof v);
+#endif
+}
+inline float to_float(float x) { return x; }
+inline float to_float(uint16_t h) { return h2f(h); }
+
+// Scores of queries q[0, Q) against 16 keys, dimension-major (dimension d
+// of the 16 keys at k + d * ks: floats widened once for a set, or the
+// cache's own f16 run for a query alone):
 // sv[j] = ((c0 + c1) + (c2 + c3)) * scale, chain c_r summing dimensions
 // d = r mod 4 in order.
-template <int Q>
-inline void scores16(const float* const* q, const float* kt, int64_t hd, float scale, V16* sv) {
+template <int Q, typename T>
+inline void scores16(const float* const* q, const T* kd, int64_t ks, int64_t hd, float scale, V16* sv) {
   V16 acc[Q][4] = {}, k;
   int64_t d = 0;
   for (; d + 4 <= hd; d += 4)
     for (int r = 0; r < 4; ++r) {
-      load16(k, kt + (d + r) * 16);
+      load16(k, kd + (d + r) * ks);
       for (int j = 0; j < Q; ++j) acc[j][r] += q[j][d + r] * k;
     }
   for (; d < hd; ++d) {
-    load16(k, kt + d * 16);
+    load16(k, kd + d * ks);
     for (int j = 0; j < Q; ++j) acc[j][d & 3] += q[j][d] * k;
   }
   for (int j = 0; j < Q; ++j) sv[j] = ((acc[j][0] + acc[j][1]) + (acc[j][2] + acc[j][3])) * scale;
@@ -184,9 +204,9 @@ inline float fma_or_not(float a, float b, float c) {
 }
 
 // acc[j][0, hd) += w[j][i] * v[i] for keys i < n, in order, per dimension
-// (v: key i's values at vb + i * hd).
-template <int Q>
-inline void weigh_values(float* const* acc, const float* const* w, int64_t n, const float* vb, int64_t hd) {
+// (v: key i's values at vb + i * hd, floats or the cache's f16).
+template <int Q, typename T>
+inline void weigh_values(float* const* acc, const float* const* w, int64_t n, const T* vb, int64_t hd) {
   int64_t d = 0;
   for (; d + 64 <= hd; d += 64) {  // 64 dimensions a pass, held in registers across the keys
     V16 o[Q][4], v[4];
@@ -210,7 +230,7 @@ inline void weigh_values(float* const* acc, const float* const* w, int64_t n, co
   }
   for (; d < hd; ++d)  // a head size not a multiple of 16
     for (int j = 0; j < Q; ++j)
-      for (int64_t i = 0; i < n; ++i) acc[j][d] = fma_or_not(w[j][i], vb[i * hd + d], acc[j][d]);
+      for (int64_t i = 0; i < n; ++i) acc[j][d] = fma_or_not(w[j][i], to_float(vb[i * hd + d]), acc[j][d]);
 }
 
 // Note [Batch-invariant LLM kernels]: every step below runs per query in an
@@ -222,7 +242,11 @@ inline void weigh_values(float* const* acc, const float* const* w, int64_t n, co
 //   the output: sum over keys in order of weight * value, then / sum.
 // Each run of 16 keys is read and widened once for all the queries of the
 // set, and used by kTogether of them at a time; a query's scores past its
-// n_keys are computed with the others' and never read.
+// n_keys are computed with the others' and never read. A query alone (a
+// decode) reads an f16 cache's runs as they are, widening in registers: the
+// same values, so the same bits, without the trip through scratch (a decode
+// at 2,048 tokens of context on a 110M model: 7.3 to 5.5 ms a token, AMD
+// EPYC Zen 4, 2 threads).
 void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, const int32_t* blocks,
                          int64_t kv_head, float* scratch) {
   const KvLayer& L = a.layer;
@@ -235,17 +259,25 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
   float* vb = kt + 16 * kMaxHeadDim;
   const float* q[kAttnQueries];
   for (int j = 0; j < nq; ++j) q[j] = qs[j].q;
+  const bool alone_k = nq == 1 && L.k_format == KvFormat::F16, alone_v = nq == 1 && L.v_format == KvFormat::F16;
   for (int64_t c = 0; c < most; c += 16) {
+    if (alone_k) {  // a query alone reads the cache's f16 run as it is: widening it to kt first costs more
+      V16 sv[1];
+      const auto* kh = reinterpret_cast<const uint16_t*>(L.k) + (blocks[c / bt] * L.kv_dim + off) * bt + c % bt;
+      scores16<1>(q, kh, bt, hd, a.scale, sv);
+      std::memcpy(scores + c, &sv[0], sizeof sv[0]);
+      continue;
+    }
     load_keys16(L, blocks[c / bt], c % bt, off, hd, kt);
     int j = 0;
     for (; j + kTogether <= nq; j += kTogether) {
       V16 sv[kTogether];
-      scores16<kTogether>(q + j, kt, hd, a.scale, sv);
+      scores16<kTogether>(q + j, kt, 16, hd, a.scale, sv);
       for (int t = 0; t < kTogether; ++t) std::memcpy(scores + (j + t) * stride + c, &sv[t], sizeof sv[t]);
     }
     for (; j < nq; ++j) {
       V16 sv[1];
-      scores16<1>(q + j, kt, hd, a.scale, sv);
+      scores16<1>(q + j, kt, 16, hd, a.scale, sv);
       std::memcpy(scores + j * stride + c, &sv[0], sizeof sv[0]);
     }
   }
@@ -282,11 +314,18 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
     accs[j] = acc[j];
     for (int64_t d = 0; d < hd; ++d) acc[j][d] = 0.f;
   }
-  const int64_t vrb = kv_row_bytes(L.v_format, L.kv_dim);
+  const int64_t vrb = kv_row_bytes(L.v_format, hd), head = off / hd;
   for (int64_t c = 0; c < most; c += 16) {
     const int64_t rows = most - c < 16 ? most - c : 16;
-    for (int64_t i = 0; i < rows; ++i)
-      kv_load(L.v_format, L.v + (blocks[(c + i) / bt] * bt + (c + i) % bt) * vrb, off, hd, vb + i * hd);
+    // A run of 16 never crosses a block (block_tokens is a multiple of 16): its rows lie together.
+    const uint8_t* run = kv_head_row(L, L.v_format, L.v, blocks[c / bt], c % bt, head);
+    if (alone_v) {
+      const float* w0 = scores + c;
+      weigh_values<1>(accs, &w0, qs[0].n_keys - c < rows ? qs[0].n_keys - c : rows,
+                      reinterpret_cast<const uint16_t*>(run), hd);
+      continue;
+    }
+    kv_load(L.v_format, run, 0, rows * hd, vb);
     const float* w[kAttnQueries];
     int64_t n[kAttnQueries];
     for (int j = 0; j < nq; ++j) {
