@@ -65,8 +65,8 @@ std::string hf_module(int64_t layer, const Target& t) {
 
 // Query and key outputs are rows in RoPE's pairing order: B's rows follow
 // the weight's (Hugging Face's in PEFT files, GGUF's in GGUF ones).
-int64_t rope_heads(const nn::zoo::LlamaConfig& c, Projection p) {
-  return p == Projection::Q ? c.n_heads : p == Projection::K ? c.n_kv_heads : 0;
+int64_t rope_heads(int64_t n_heads, int64_t n_kv_heads, Projection p) {
+  return p == Projection::Q ? n_heads : p == Projection::K ? n_kv_heads : 0;
 }
 
 // The pairs of `model`, with their scale (one alpha and rank for all).
@@ -150,7 +150,8 @@ void save_lora_gguf(const nn::zoo::Llama& model, const std::string& path) {
       const nn::Linear& lin = projection(model, l, t.p);
       if (!lin.lora) continue;
       Tensor b = lin.lora->B.detach().contiguous();
-      if (const int64_t heads = rope_heads(model.config, t.p)) b = rope_rows_to_gguf(b, heads);
+      if (const int64_t heads = rope_heads(model.config.n_heads, model.config.n_kv_heads, t.p))
+        b = rope_rows_to_gguf(b, heads);
       const std::string name = "blk." + std::to_string(l) + "." + t.gguf + ".weight";
       w.add_tensor(name + ".lora_a", lin.lora->A.detach().contiguous());
       w.add_tensor(name + ".lora_b", b);
@@ -295,7 +296,7 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
         const std::string bname = module + ".lora_B.weight";
         TS_CHECK(f.contains(bname), path, ": '", name, "' has no ", bname, " beside it");
         Tensor b = f.get(bname);
-        const int64_t heads = t->p == Projection::Q ? spec.n_heads : t->p == Projection::K ? spec.n_kv_heads : 0;
+        const int64_t heads = rope_heads(spec.n_heads, spec.n_kv_heads, t->p);
         if (heads && b.dim() == 2 && b.size(0) % (2 * heads) == 0) b = rope_rows_to_gguf(b.to(DType::F32), heads);
         ad->set(l, t->p, f.get(name), b, alpha, path + ": " + module);
       } else {
