@@ -327,7 +327,6 @@ void Scheduler::draft(std::vector<Planned>& plan) {
     const std::span<const float> logits = draft_->step(chunks);
     int64_t tokens = 0;
     for (const Chunk& c : chunks) tokens += static_cast<int64_t>(c.tokens.size());
-    draft_cost_.observe(tokens, 0, std::chrono::duration<double>(Clock::now() - t0).count());
     for (size_t i = 0; i < in.size(); ++i) {
       Request& r = *in[i];
       r.dfed = static_cast<int64_t>(r.tokens.size());
@@ -340,6 +339,9 @@ void Scheduler::draft(std::vector<Planned>& plan) {
       r.feed.push_back(d);
       r.tokens.push_back(d);
     }
+    // The round's cost: the draft engine's step and the draws from its rows
+    // (as much as the step itself for a draft model of a few million weights).
+    draft_cost_.observe(tokens, 0, std::chrono::duration<double>(Clock::now() - t0).count());
   }
   for (size_t i = 0; i < rs.size(); ++i) rs[i]->tokens.resize(sizes[i]);
   for (Planned& p : plan) {
@@ -636,7 +638,6 @@ void Scheduler::run(const std::vector<Planned>& plan, std::vector<RequestEvent>&
   }
   const Clock::time_point t0 = Clock::now();
   const std::span<const float> logits = engine_.step(chunks);
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   int64_t tokens = 0;
   double pairs = 0;
   bool decodes_only = true;
@@ -645,8 +646,6 @@ void Scheduler::run(const std::vector<Planned>& plan, std::vector<RequestEvent>&
     pairs += attention_pairs(p.r->fed, p.n);
     decodes_only = decodes_only && p.r->decoding();
   }
-  cost_.observe(tokens, pairs, seconds);
-  if (decodes_only) decode_cost_.observe(tokens, pairs, seconds);
   ++stats_.steps;
   const int64_t vocab = engine_.model().spec().vocab;
   int64_t row = 0, first_row = 0;
@@ -665,6 +664,12 @@ void Scheduler::run(const std::vector<Planned>& plan, std::vector<RequestEvent>&
     verify(r, logits.data() + row * vocab, drafts, events);
     row += chunks[i].logits;
   }
+  // The step's cost as its requests see it: the engine's step and the draws
+  // from its logit rows (a draft's rows are drawn from too, which on a fast
+  // model costs as much as the engine's share of them).
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  cost_.observe(tokens, pairs, seconds);
+  if (decodes_only) decode_cost_.observe(tokens, pairs, seconds);
   std::erase_if(running_, [](const auto& r) { return r->done; });
 }
 

@@ -66,7 +66,9 @@
 // expected tokens per second: each decoding request with acceptance rate a
 // (its own kept/proposed, starting from all requests') brings
 // (1 - a^(k+1)) / (1 - a) tokens for k drafts, and the step costs the fitted
-// a + b * tokens of the target's steps of decodes alone (drafts included;
+// a + b * tokens of the target's steps of decodes alone (each step timed
+// with the draws from its logit rows, a draft round with its draws: on the
+// 20M fortunes model the draws cost about what the engine does; drafts included;
 // steps with prompt chunks are left out of this fit: their large sizes would
 // set its slope, while a step of a few tokens costs little more than one of
 // a single token) plus K steps of the draft engine (its own fit; prompt
