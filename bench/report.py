@@ -1160,7 +1160,7 @@ def render_llm_spec(d, h):
                      ["---", "---:", "---:", "---:", "---:", "---"])
     if not d.get("speculative"):
         out += ["", "Not run: " + ", ".join(d.get("missing", [])) + " missing."]
-    out += ["", "Not measured here yet: prompt lookup on a model trained to echo."]
+    out += ["", "Not measured here yet: prompt lookup on a model trained to echo (docs/llm.md says how far that got)."]
     return out
 
 
