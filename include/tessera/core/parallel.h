@@ -31,6 +31,21 @@ constexpr int64_t kGrainSize = 32768;
 
 inline bool in_parallel_region() { return omp_in_parallel() != 0; }
 
+namespace detail {
+// f(b, e) inside a parallel region: the first exception any thread throws is
+// kept for the caller to rethrow.
+template <typename F>
+void run_range(const F& f, int64_t b, int64_t e, std::exception_ptr& err) {
+  if (b >= e) return;
+  try {
+    f(b, e);
+  } catch (...) {
+#pragma omp critical(tessera_parallel_error)
+    if (!err) err = std::current_exception();
+  }
+}
+}  // namespace detail
+
 // Runs f(begin, end) over disjoint chunks of [begin, end), each at least `grain`
 // long (except the last). Exceptions thrown by f are rethrown on the caller.
 template <typename F>
@@ -51,14 +66,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
   {
     int64_t b = begin + omp_get_thread_num() * chunk;
     int64_t e = b + chunk < end ? b + chunk : end;
-    if (b < e) {
-      try {
-        f(b, e);
-      } catch (...) {
-#pragma omp critical(tessera_parallel_error)
-        if (!err) err = std::current_exception();
-      }
-    }
+    detail::run_range(f, b, e, err);
   }
   if (err) std::rethrow_exception(err);
 }
@@ -97,14 +105,7 @@ void parallel_for_balanced(int64_t n, double min_cost, const Cost& cost, const F
         break;
       }
     }
-    if (b >= 0 && b < e) {
-      try {
-        f(b, e);
-      } catch (...) {
-#pragma omp critical(tessera_parallel_error)
-        if (!err) err = std::current_exception();
-      }
-    }
+    if (b >= 0) detail::run_range(f, b, e, err);
   }
   if (err) std::rethrow_exception(err);
 }
