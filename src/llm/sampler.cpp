@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/kernel_table.h"
 #include "tessera/core/error.h"
 
 namespace tessera::llm {
@@ -51,6 +52,7 @@ Sampler::Sampler(int64_t vocab, SamplingParams params) : vocab_(vocab), p_(std::
   dist_.reserve(static_cast<size_t>(vocab_));
   dense_.assign(static_cast<size_t>(vocab_), 0.0);
   order_.resize(static_cast<size_t>(vocab_));
+  heap_.reserve(static_cast<size_t>(std::min(std::max(p_.top_k, p_.top_logprobs), vocab_)));
   top_.resize(static_cast<size_t>(p_.top_logprobs));
 }
 
@@ -73,6 +75,38 @@ int32_t pick(int64_t n, double u, Prob prob, Token token) {
   return token(n - 1);
 }
 
+// The k tokens of highest w (ties: the lower id first) into idx[0..k), most
+// likely first: what partial_sort gives, in one pass that looks at most
+// tokens only through a block's maximum. heap: storage, k reserved.
+void top_k(const float* w, int64_t V, int64_t k, int32_t* idx, std::vector<std::pair<float, int32_t>>& heap) {
+  // better(a, b): a before b. The heap's front is its worst; a later token
+  // (a higher id) enters only above the worst's value.
+  auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  heap.clear();
+  for (int64_t i = 0; i < k; ++i) heap.emplace_back(w[i], static_cast<int32_t>(i));
+  std::make_heap(heap.begin(), heap.end(), better);
+  constexpr int64_t kBlock = 32;
+  int64_t i = k;
+  auto offer = [&](int64_t j) {
+    if (!(w[j] > heap.front().first)) return;
+    std::pop_heap(heap.begin(), heap.end(), better);
+    heap.back() = {w[j], static_cast<int32_t>(j)};
+    std::push_heap(heap.begin(), heap.end(), better);
+  };
+  for (; i < V && i % kBlock != 0; ++i) offer(i);
+  for (; i + kBlock <= V; i += kBlock) {
+    float mx = w[i];
+    for (int64_t j = 1; j < kBlock; ++j) mx = std::max(mx, w[i + j]);
+    if (!(mx > heap.front().first)) continue;
+    for (int64_t j = i; j < i + kBlock; ++j) offer(j);
+  }
+  for (; i < V; ++i) offer(i);
+  std::sort(heap.begin(), heap.end(), better);
+  for (int64_t j = 0; j < k; ++j) idx[j] = heap[static_cast<size_t>(j)].second;
+}
+
 double prob_of(std::span<const TokenProb> d, int32_t token) {
   for (const TokenProb& t : d)
     if (t.token == token) return t.prob;
@@ -93,7 +127,8 @@ int64_t Sampler::candidates(const float* logits, std::span<const int32_t> histor
     for (int64_t i = 0; i < V; ++i)
       if (!((allowed[i >> 5] >> (i & 31)) & 1)) w[i] = -INFINITY;
   for (const auto& [t, b] : p_.logit_bias) w[t] += b;
-  const size_t n_hist = std::min<size_t>(history.size(), static_cast<size_t>(p_.repeat_last_n));
+  const bool penalties = p_.repeat_penalty != 1.f || p_.frequency_penalty != 0.f || p_.presence_penalty != 0.f;
+  const size_t n_hist = penalties ? std::min<size_t>(history.size(), static_cast<size_t>(p_.repeat_last_n)) : 0;
   const std::span<const int32_t> recent = history.subspan(history.size() - n_hist);
   for (size_t i = 0; i < recent.size(); ++i) {
     const int32_t t = recent[i];
@@ -113,8 +148,12 @@ int64_t Sampler::candidates(const float* logits, std::span<const int32_t> histor
 
   // Candidates, most likely first.
   int64_t n = p_.top_k > 0 ? std::min<int64_t>(p_.top_k, V) : V;
-  for (int64_t i = 0; i < V; ++i) idx[i] = static_cast<int32_t>(i);
-  std::partial_sort(idx, idx + n, idx + V, by_logit);
+  if (n < V) {
+    top_k(w, V, n, idx, heap_);
+  } else {
+    for (int64_t i = 0; i < V; ++i) idx[i] = static_cast<int32_t>(i);
+    std::sort(idx, idx + V, by_logit);
+  }
   while (n > 1 && w[idx[n - 1]] == -INFINITY) --n;  // masked out: never a candidate
   // top-p and min-p on the probabilities at temperature 1.
   if (p_.top_p < 1.f || p_.min_p > 0.f) {
@@ -142,20 +181,19 @@ int64_t Sampler::candidates(const float* logits, std::span<const int32_t> histor
 
 Sampled Sampler::describe(const float* logits, int32_t token) {
   const int64_t V = vocab_;
-  float mx = -INFINITY;
-  for (int64_t i = 0; i < V; ++i) mx = std::max(mx, logits[i]);
-  double z = 0;
-  for (int64_t i = 0; i < V; ++i) z += std::exp(static_cast<double>(logits[i]) - mx);
-  const double lse = mx + std::log(z);
+  if (!p_.logprobs && p_.top_logprobs == 0) return {token, NAN, {}};
+  // The row's log-sum-exp on the CPU's vector exp (a scalar exp over a
+  // 32,000-token vocabulary costs more than a small model's step).
+  float lse = 0.f;
+  std::copy(logits, logits + V, work_.data());
+  cpu::kernels().attn_softmax[cpu::idx(DType::F32)](work_.data(), &lse, 1, V);
   Sampled out;
   out.token = token;
   out.logprob = static_cast<float>(logits[token] - lse);
   if (p_.top_logprobs > 0) {
     int32_t* idx = order_.data();
     const int64_t n = std::min<int64_t>(p_.top_logprobs, V);
-    for (int64_t i = 0; i < V; ++i) idx[i] = static_cast<int32_t>(i);
-    std::partial_sort(idx, idx + n, idx + V,
-                      [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    top_k(logits, V, n, idx, heap_);
     for (int64_t i = 0; i < n; ++i) top_[i] = {idx[i], static_cast<float>(logits[idx[i]] - lse)};
     out.top = {top_.data(), static_cast<size_t>(n)};
   }

@@ -430,6 +430,7 @@ void LlmService::generate(const openai::GenerationRequest& g, const llm::Adapter
 
   llm::RequestOptions ro;
   ro.sampling = g.sampling;
+  ro.sampling.logprobs = g.logprobs;  // a pass over the vocabulary per token, only when asked
   if (!g.seeded) ro.sampling.seed = random_seed();
   ro.max_tokens = g.max_tokens > 0 ? g.max_tokens : chat ? L.context : 16;
   ro.stop = stop;

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <random>
 #include <set>
 
 #include "tessera/llm/generate.h"
@@ -65,6 +66,55 @@ TEST(Sampler, GreedyLogprobsAndTopLogprobs) {
   EXPECT_EQ(t.top[0].token, 1);
   EXPECT_EQ(t.top[1].token, 3);
   EXPECT_NEAR(t.top[1].logprob, 3.0 - z, 1e-6);
+}
+
+// The candidates are the top_k by logit, ties to the lower id, in that
+// order: checked against a full sort, on logits with many ties, masked
+// tokens and a vocabulary that is not a multiple of the selection's blocks.
+TEST(Sampler, TopKSelectionEqualsAFullSort) {
+  const int64_t V = 1003;
+  std::mt19937 gen(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<float> l(static_cast<size_t>(V));
+    for (float& x : l) x = static_cast<float>(static_cast<int>(gen() % 50)) * 0.25f;  // ties everywhere
+    if (trial % 3 == 0) std::reverse(l.begin(), l.end());
+    if (trial % 5 == 0) std::sort(l.begin(), l.end());  // the best at the end: every block enters
+    std::vector<uint32_t> allowed(static_cast<size_t>((V + 31) / 32), ~0u);
+    if (trial % 2) for (int64_t i = 0; i < V; i += 3) allowed[static_cast<size_t>(i >> 5)] &= ~(1u << (i & 31));
+    for (const int64_t k : {int64_t{1}, int64_t{40}, V - 1}) {
+      SamplingParams p;
+      p.temperature = 1.f;
+      p.top_k = k;
+      p.top_p = 1.f;
+      p.min_p = 0.f;
+      Sampler s(V, p);
+      const auto d = s.distribution(l.data(), {}, allowed.data());
+      std::vector<int32_t> order;
+      for (int32_t i = 0; i < V; ++i)
+        if ((allowed[static_cast<size_t>(i >> 5)] >> (i & 31)) & 1) order.push_back(i);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+      order.resize(std::min<size_t>(order.size(), static_cast<size_t>(k)));
+      ASSERT_EQ(d.size(), order.size()) << "trial " << trial << " k " << k;
+      for (size_t i = 0; i < order.size(); ++i) ASSERT_EQ(d[i].token, order[i]) << "trial " << trial << " k " << k;
+    }
+  }
+}
+
+// Without logprobs the sampler skips the pass over the vocabulary that
+// finds them: the token is the same, its log-probability NaN.
+TEST(Sampler, LogprobsOnlyWhenAsked) {
+  const std::vector<float> l = logits_of({0.f, 2.f, 1.f, 2.5f});
+  SamplingParams p;
+  p.seed = 3;
+  Sampler with(4, p);
+  p.logprobs = false;
+  Sampler without(4, p);
+  for (uint64_t pos = 0; pos < 50; ++pos) {
+    const llm::Sampled a = with.sample(l.data(), {}, 0, pos), b = without.sample(l.data(), {}, 0, pos);
+    EXPECT_EQ(a.token, b.token);
+    EXPECT_TRUE(std::isfinite(a.logprob));
+    EXPECT_TRUE(std::isnan(b.logprob));
+  }
 }
 
 TEST(Sampler, FiltersPenaltiesAndBias) {

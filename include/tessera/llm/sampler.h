@@ -31,6 +31,10 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the token's logit
   uint64_t seed = 0;
   int64_t top_logprobs = 0;  // how many of the most likely tokens to report (0 to 20)
+  // Whether a sampled token's log-probability is computed: a pass of exp
+  // over the whole vocabulary per token, which on a fast model costs as
+  // much as the rest of sampling (off, Sampled::logprob is NaN).
+  bool logprobs = true;
 };
 
 // Philox-4x32-10: a uniform double in [0, 1) for (seed, choice, position).
@@ -50,7 +54,7 @@ struct TokenProb {
 struct Sampled {
   int32_t token = 0;
   // log-softmax of the raw logits (before bias, penalties and temperature):
-  // the model's own probability of the token.
+  // the model's own probability of the token; NaN unless params.logprobs.
   float logprob = 0.f;
   std::span<const TokenLogprob> top;  // the top_logprobs most likely tokens, most likely first
 };
@@ -94,6 +98,7 @@ class Sampler {
   SamplingParams p_;
   std::vector<float> work_;
   std::vector<int32_t> order_;
+  std::vector<std::pair<float, int32_t>> heap_;  // top-k selection
   std::vector<TokenLogprob> top_;
   std::vector<TokenProb> dist_;
   std::vector<double> dense_;  // zeros, but for residual's scatter of q
