@@ -182,19 +182,18 @@ int64_t Sampler::candidates(const float* logits, std::span<const int32_t> histor
 Sampled Sampler::describe(const float* logits, int32_t token) {
   const int64_t V = vocab_;
   if (!p_.logprobs && p_.top_logprobs == 0) return {token, NAN, {}};
-  // The row's log-sum-exp on the CPU's vector exp (a scalar exp over a
+  // The row's log-softmax on the CPU's vector exp (a scalar exp over a
   // 32,000-token vocabulary costs more than a small model's step).
-  float lse = 0.f;
-  std::copy(logits, logits + V, work_.data());
-  cpu::kernels().attn_softmax[cpu::idx(DType::F32)](work_.data(), &lse, 1, V);
+  float* lp = work_.data();
+  cpu::kernels().softmax_fwd[cpu::idx(DType::F32)](logits, lp, 1, V, /*log=*/true);
   Sampled out;
   out.token = token;
-  out.logprob = static_cast<float>(logits[token] - lse);
+  out.logprob = lp[token];
   if (p_.top_logprobs > 0) {
     int32_t* idx = order_.data();
     const int64_t n = std::min<int64_t>(p_.top_logprobs, V);
     top_k(logits, V, n, idx, heap_);
-    for (int64_t i = 0; i < n; ++i) top_[i] = {idx[i], static_cast<float>(logits[idx[i]] - lse)};
+    for (int64_t i = 0; i < n; ++i) top_[i] = {idx[i], lp[idx[i]]};
     out.top = {top_.data(), static_cast<size_t>(n)};
   }
   return out;
