@@ -107,6 +107,19 @@ void top_k(const float* w, int64_t V, int64_t k, int32_t* idx, std::vector<std::
   for (int64_t j = 0; j < k; ++j) idx[j] = heap[static_cast<size_t>(j)].second;
 }
 
+// The first token of the highest logit, as a scan keeping the first strict
+// maximum finds it (NaNs never win, nor does anything if x[0] is NaN), in
+// two passes the compiler vectorizes.
+int32_t argmax(const float* x, int64_t n) {
+  if (x[0] != x[0]) return 0;
+  float m = x[0];
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] == m) return static_cast<int32_t>(i);
+  return 0;
+}
+
 double prob_of(std::span<const TokenProb> d, int32_t token) {
   for (const TokenProb& t : d)
     if (t.token == token) return t.prob;
@@ -121,13 +134,18 @@ int64_t Sampler::candidates(const float* logits, std::span<const int32_t> histor
   int32_t* idx = order_.data();
   auto by_logit = [w](int32_t a, int32_t b) { return w[a] > w[b] || (w[a] == w[b] && a < b); };
 
+  const bool penalties = p_.repeat_penalty != 1.f || p_.frequency_penalty != 0.f || p_.presence_penalty != 0.f;
+  if (p_.temperature == 0.f && !allowed && p_.logit_bias.empty() && !penalties) {
+    idx[0] = argmax(logits, V);  // greedy on the logits as they are: no copy
+    return 1;
+  }
+
   // The mask, bias and penalties.
   std::copy(logits, logits + V, w);
   if (allowed)
     for (int64_t i = 0; i < V; ++i)
       if (!((allowed[i >> 5] >> (i & 31)) & 1)) w[i] = -INFINITY;
   for (const auto& [t, b] : p_.logit_bias) w[t] += b;
-  const bool penalties = p_.repeat_penalty != 1.f || p_.frequency_penalty != 0.f || p_.presence_penalty != 0.f;
   const size_t n_hist = penalties ? std::min<size_t>(history.size(), static_cast<size_t>(p_.repeat_last_n)) : 0;
   const std::span<const int32_t> recent = history.subspan(history.size() - n_hist);
   for (size_t i = 0; i < recent.size(); ++i) {
@@ -139,10 +157,7 @@ int64_t Sampler::candidates(const float* logits, std::span<const int32_t> histor
   }
 
   if (p_.temperature == 0.f) {
-    int32_t best = 0;
-    for (int64_t i = 1; i < V; ++i)
-      if (w[i] > w[best]) best = static_cast<int32_t>(i);
-    idx[0] = best;
+    idx[0] = argmax(w, V);
     return 1;
   }
 

@@ -100,6 +100,29 @@ TEST(Sampler, TopKSelectionEqualsAFullSort) {
   }
 }
 
+// Greedy takes the first token of the highest logit, on the plain path
+// (no mask, bias or penalty: the logits as they are) and the other alike;
+// a NaN never wins.
+TEST(Sampler, GreedyTakesTheFirstHighest) {
+  std::mt19937 gen(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int64_t V = 1 + static_cast<int64_t>(gen() % 300);
+    std::vector<float> l(static_cast<size_t>(V));
+    for (float& x : l) x = static_cast<float>(static_cast<int>(gen() % 9)) - 4.f;
+    if (trial % 7 == 1 && V > 2) l[static_cast<size_t>(V / 2)] = NAN;
+    int32_t want = 0;
+    for (int32_t i = 1; i < V; ++i)
+      if (l[i] > l[want]) want = i;
+    SamplingParams p;
+    p.temperature = 0;
+    Sampler plain(V, p);
+    p.repeat_penalty = 1.5f;  // no history: the same logits, through the copy
+    Sampler penalized(V, p);
+    EXPECT_EQ(plain.sample(l.data(), {}, 0, 0).token, want) << trial;
+    EXPECT_EQ(penalized.sample(l.data(), {}, 0, 0).token, want) << trial;
+  }
+}
+
 // Without logprobs the sampler skips the pass over the vocabulary that
 // finds them: the token is the same, its log-probability NaN.
 TEST(Sampler, LogprobsOnlyWhenAsked) {
