@@ -373,6 +373,10 @@ struct Choice {
   int64_t completion_tokens = 0, cached_tokens = 0;
   bool finished = false, first = true;
   Clock::time_point last;
+  // Streaming: this hand-off's content and log-probs not yet in a chunk
+  // (Note [One chunk per step]).
+  std::string pending;
+  ojson pending_lp;  // null, or the chunk's logprobs object
 };
 
 // The adapter a request's "model" names (null: the base model); a name
@@ -578,7 +582,21 @@ void LlmService::generate(const openai::GenerationRequest& g, const llm::Adapter
       if (exchange.client_gone()) return cancel_all();
       if (events.empty()) continue;
     }
+    // Note [One chunk per step]: a choice's tokens of one hand-off (a step,
+    // more with drafts or while this thread was busy) go out as one chunk,
+    // their log-probs as the arrays OpenAI's streams carry; a chunk is cut
+    // only where a tool-call delta or the end follows.
     std::string out;
+    auto flush = [&](Choice& c) {
+      if (c.pending.empty() && c.pending_lp.is_null()) return;
+      ojson delta = chat ? ojson{{"index", c.index}, {"delta", {{"content", c.pending}}}, {"logprobs", c.pending_lp},
+                                 {"finish_reason", nullptr}}
+                         : ojson{{"index", c.index}, {"text", c.pending}, {"logprobs", c.pending_lp},
+                                 {"finish_reason", nullptr}};
+      out += chunk(ojson::array({std::move(delta)}));
+      c.pending.clear();
+      c.pending_lp = nullptr;
+    };
     for (llm::RequestEvent& ev : events) {
       Choice& c = choices[by_id.at(ev.id)];
       ojson lp = nullptr;
@@ -600,16 +618,25 @@ void LlmService::generate(const openai::GenerationRequest& g, const llm::Adapter
           if (chat) {
             lp = {{"token", piece}, {"logprob", ev.logprob}, {"bytes", byte_list(piece)}, {"top_logprobs", top}};
             if (!g.stream) c.logprobs.push_back(lp);
-            else lp = {{"content", ojson::array({lp})}};
+            else {
+              if (c.pending_lp.is_null()) c.pending_lp = {{"content", ojson::array()}};
+              c.pending_lp["content"].push_back(std::move(lp));
+            }
           } else {
             c.offsets.push_back(static_cast<int64_t>(c.text.size()));
             c.tokens.push_back(piece);
             c.token_logprobs.push_back(ev.logprob);
             c.top.push_back(top);
-            if (g.stream)
-              lp = {{"tokens", {piece}}, {"token_logprobs", {ev.logprob}},
-                    {"top_logprobs", g.sampling.top_logprobs > 0 ? ojson::array({top}) : ojson(nullptr)},
-                    {"text_offset", {c.offsets.back()}}};
+            if (g.stream) {
+              if (c.pending_lp.is_null())
+                c.pending_lp = {{"tokens", ojson::array()}, {"token_logprobs", ojson::array()},
+                                {"top_logprobs", g.sampling.top_logprobs > 0 ? ojson::array() : ojson(nullptr)},
+                                {"text_offset", ojson::array()}};
+              c.pending_lp["tokens"].push_back(piece);
+              c.pending_lp["token_logprobs"].push_back(ev.logprob);
+              if (g.sampling.top_logprobs > 0) c.pending_lp["top_logprobs"].push_back(top);
+              c.pending_lp["text_offset"].push_back(c.offsets.back());
+            }
           }
         }
       }
@@ -629,16 +656,12 @@ void LlmService::generate(const openai::GenerationRequest& g, const llm::Adapter
         c.text += reply.content;
         join_tool_call_deltas(c.tool_calls, reply.calls);
       } else {
-        if (!reply.content.empty() || !lp.is_null()) {
-          ojson delta = chat ? ojson{{"index", c.index}, {"delta", {{"content", reply.content}}}, {"logprobs", lp},
-                                     {"finish_reason", nullptr}}
-                             : ojson{{"index", c.index}, {"text", reply.content}, {"logprobs", lp},
-                                     {"finish_reason", nullptr}};
-          out += chunk(ojson::array({delta}));
-        }
-        if (!reply.calls.empty())
+        c.pending += reply.content;
+        if (!reply.calls.empty()) {
+          flush(c);
           out += chunk(ojson::array({{{"index", c.index}, {"delta", {{"tool_calls", tool_call_deltas(reply.calls)}}},
                                       {"logprobs", nullptr}, {"finish_reason", nullptr}}}));
+        }
       }
       if (ev.finished) {
         c.finished = true;
@@ -656,6 +679,7 @@ void LlmService::generate(const openai::GenerationRequest& g, const llm::Adapter
         metrics_.add("tessera:request_success_total", "Requests finished, by why they finished.", 1,
                      {{"model_name", options_.model_name}, {"finished_reason", ev.finish_reason}});
         if (g.stream) {
+          flush(c);
           ojson end = chat ? ojson{{"index", c.index}, {"delta", ojson::object()}, {"logprobs", nullptr},
                                    {"finish_reason", c.finish_reason}}
                            : ojson{{"index", c.index}, {"text", ""}, {"logprobs", nullptr},
@@ -664,7 +688,10 @@ void LlmService::generate(const openai::GenerationRequest& g, const llm::Adapter
         }
       }
     }
-    if (g.stream && !out.empty() && !exchange.write(out)) return cancel_all();
+    if (g.stream) {
+      for (Choice& c : choices) flush(c);
+      if (!out.empty() && !exchange.write(out)) return cancel_all();
+    }
   }
 
   if (g.stream) {

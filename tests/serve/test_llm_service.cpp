@@ -407,6 +407,29 @@ TEST(LlmService, PromptLookupKeepsTheText) {
              openai_defaults(sampling["temperature"].get<float>(), sampling.value("seed", 0)), 30);
     EXPECT_EQ(j["choices"][0]["text"], want.text) << sampling;
   }
+  // Streamed, a step's kept drafts come as one chunk (Note [One chunk per
+  // step]): its logprobs carry each of their tokens, the text is the same.
+  const json greedy = {{"prompt", text}, {"max_tokens", 30}, {"ignore_eos", true}, {"temperature", 0}, {"logprobs", 0}};
+  const json whole = post(s, "/v1/completions", greedy).json_body();
+  json streamed = greedy;
+  streamed["stream"] = true;
+  const std::vector<std::string> ev = events(post(s, "/v1/completions", streamed).body);
+  std::string got;
+  size_t tokens = 0, most = 0;
+  for (size_t i = 0; i + 1 < ev.size(); ++i) {
+    const json ch = json::parse(ev[i])["choices"][0];
+    got += ch["text"].get<std::string>();
+    if (ch["logprobs"].is_null()) continue;
+    const size_t n = ch["logprobs"]["tokens"].size();
+    ASSERT_EQ(ch["logprobs"]["token_logprobs"].size(), n);
+    ASSERT_EQ(ch["logprobs"]["text_offset"].size(), n);
+    tokens += n;
+    most = std::max(most, n);
+  }
+  EXPECT_EQ(got, whole["choices"][0]["text"]);
+  EXPECT_EQ(static_cast<int64_t>(tokens), whole["usage"]["completion_tokens"].get<int64_t>());
+  ASSERT_GT(s.stats().accepted_tokens, 0);
+  EXPECT_GT(most, 1u) << "kept drafts arrive together";
   const std::string metrics = call(s, "GET", "/metrics").body;
   EXPECT_NE(metrics.find("tessera:spec_decode_num_draft_tokens_total{model_name=\"model\"} "), std::string::npos)
       << metrics;
