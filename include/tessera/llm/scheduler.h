@@ -109,6 +109,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -177,7 +178,7 @@ struct SchedulerOptions {
   // Each step's drafts are capped where the fitted step costs say more would
   // not pay (Note [How far to speculate]); false: as far as each request's
   // own draft length goes.
-  bool speculate_by_cost = true;
+  bool speculate_by_cost = false;
 };
 
 // What one step did for one request.
@@ -303,6 +304,15 @@ class Scheduler {
   std::deque<std::unique_ptr<Request>> waiting_;   // the preempted first, then by arrival
   SchedulerStats stats_;
   StepCost cost_, decode_cost_, draft_cost_;  // every step; steps of decodes alone; draft steps
+  // The last step's cost, observed when the next step starts (Note [A step's cost]).
+  struct Unobserved {
+    int64_t tokens = 0;
+    double pairs = 0, seconds = 0;
+    bool decodes_only = false;
+    std::chrono::steady_clock::time_point start, end;
+  };
+  std::optional<Unobserved> last_step_;
+  void observe_last_step();
 
   // Shared with submit and cancel, which only queue: neither waits on a step.
   mutable std::mutex mu_;
