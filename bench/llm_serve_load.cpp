@@ -4,7 +4,7 @@
 //
 //   tessera_llm_serve_load --port 8000 --requests trace.json [--concurrency C]
 //
-// trace.json: {"requests": [{"prompt": [ids], "max_tokens": N, "at": seconds, "tag": "...", "extra": {...}}]}
+// trace.json: {"requests": [{"prompt": [ids] or "text", "max_tokens": N, "at": seconds, "tag": "...", "extra": {...}}]}
 // ("extra": more body fields, such as a response_format; such a request may
 // stop before max_tokens).
 // With --concurrency C (closed loop) C clients each send the next request as
@@ -21,7 +21,9 @@
 //
 // Prints one JSON line: requests, errors, wall seconds, tokens generated and
 // their aggregate rate, TTFT, inter-token latency and end-to-end percentiles
-// (seconds), the peak KV cache use, this program's own CPU seconds, and the
+// (seconds), the decode rate (tokens after each first, over the time from
+// first to last token, summed over requests), the peak KV cache use, this
+// program's own CPU seconds, and the
 // same latencies per tag.
 #include <httplib.h>
 #include <sys/resource.h>
@@ -55,7 +57,7 @@ struct Request {
 
 struct Result {
   bool ok = false;
-  double ttft = 0, e2e = 0;
+  double ttft = 0, e2e = 0, last = 0;  // last: when the last token came
   std::vector<double> gaps;  // between tokens
   int64_t tokens = 0;
 };
@@ -92,6 +94,7 @@ Result run(int port, const Request& r, Clock::time_point start) {
           if (last < 0) out.ttft = now;
           else out.gaps.push_back(now - last);
           last = now;
+          out.last = now;
           ++out.tokens;
         }
       }
@@ -116,11 +119,13 @@ double percentile(std::vector<double> v, double p) {
 json summary(const std::vector<const Result*>& rs) {
   std::vector<double> ttft, itl, e2e;
   int64_t tokens = 0, errors = 0;
+  double decode_seconds = 0;  // first token to last, summed over requests
   for (const Result* r : rs) {
     if (!r->ok) {
       ++errors;
       continue;
     }
+    decode_seconds += r->last - r->ttft;
     ttft.push_back(r->ttft);
     e2e.push_back(r->e2e);
     itl.insert(itl.end(), r->gaps.begin(), r->gaps.end());
@@ -129,7 +134,9 @@ json summary(const std::vector<const Result*>& rs) {
   return {{"requests", rs.size()}, {"errors", errors}, {"generated", tokens},
           {"ttft_p50", percentile(ttft, 50)}, {"ttft_p99", percentile(ttft, 99)},
           {"itl_p50", percentile(itl, 50)}, {"itl_p99", percentile(itl, 99)},
-          {"e2e_p50", percentile(e2e, 50)}, {"e2e_p99", percentile(e2e, 99)}};
+          {"e2e_p50", percentile(e2e, 50)}, {"e2e_p99", percentile(e2e, 99)},
+          {"decode_tokens_per_s",
+           decode_seconds > 0 ? static_cast<double>(tokens - static_cast<int64_t>(ttft.size())) / decode_seconds : 0.0}};
 }
 
 }  // namespace
