@@ -27,6 +27,10 @@ the server over loopback on the same cores, with prompts cut from Debian's fortu
      (closed loop, prompts of 64 to 127 tokens, 128 generated), with the draft
      acceptance from /metrics; and llama.cpp's own draft-model speedup at 1 stream
      (node-llama-cpp's DraftSequenceTokenPredictor) on the same files and requests;
+     and prompt lookup (--prompt-lookup 8 against none) at 1 stream on an echo
+     workload: the 2M shape trained here, from scratch, to repeat a passage after
+     " | " (examples/configs/fortunes_echo_2m.yaml; about 13 minutes the first time,
+     cached), each prompt a passage of 20 to 30 words to repeat;
   8. (alone, with --structured) JSON-schema decoding on the 110M Q4_0 model's 32,000-token
      vocabulary, one stream: inter-token latency with a response_format json_schema
      against none, the first time the schema is sent (its token masks found as the
@@ -43,6 +47,7 @@ import argparse
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -78,7 +83,8 @@ class Server:
 
     def __init__(self, cli, model, *flags):
         self.port = free_port()
-        self.proc = subprocess.Popen([cli, "serve-llm", model, "--port", str(self.port), "--threads", "2", *flags],
+        threads = [] if "--threads" in flags else ["--threads", "2"]
+        self.proc = subprocess.Popen([cli, "serve-llm", model, "--port", str(self.port), *threads, *flags],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -323,6 +329,102 @@ def speculative(args, target, draft):
     return res
 
 
+ECHO_CONFIG = os.path.join(ROOT, "examples", "configs", "fortunes_echo_2m.yaml")
+
+
+def echo_words():
+    """Lowercase words of two letters or more that occur at least 5 times in Debian's fortunes."""
+    count = {}
+    for name in sorted(os.listdir(FORTUNES)):
+        path = os.path.join(FORTUNES, name)
+        if not os.path.isfile(path) or name.endswith((".dat", ".u8")):
+            continue
+        with open(path, errors="ignore") as f:
+            for w in re.findall(r"[a-z]+", f.read().lower()):
+                count[w] = count.get(w, 0) + 1
+    return sorted(w for w, c in count.items() if c >= 5 and len(w) > 1)
+
+
+def echo_line(rng, words, lo, hi):
+    return " ".join(rng.choice(words) for _ in range(rng.randint(lo, hi)))
+
+
+def echo_model(args):
+    """The echo model (examples/configs/fortunes_echo_2m.yaml): the 2M shape trained
+    from scratch on 60,000 lines of "PASSAGE | PASSAGE" (3 to 30 random fortune words,
+    seed 5), as Q8_0 GGUF. Cached under CACHE/llm-bench: trained once (resumed where a
+    run stopped), about 13 minutes on 2 cores."""
+    cli = os.path.join(args.build_dir, "apps", "tessera")
+    base = os.path.join(CACHE, "llm-bench", "echo-2m")
+    gguf = base + "-Q8_0.gguf"
+    with open(ECHO_CONFIG) as f:
+        steps = int(re.search(r"^  steps: (\d+)", f.read(), re.M).group(1))
+    done = os.path.join(base, "checkpoints", f"step-{steps:09d}", "state.json")
+    if not os.path.exists(done):
+        data = base + ".txt"
+        if not os.path.exists(data):
+            rng, words = random.Random(5), echo_words()
+            with open(data + ".part", "w") as f:
+                for _ in range(60000):
+                    p = echo_line(rng, words, 3, 30)
+                    f.write(f"{p} | {p}\n")
+            os.replace(data + ".part", data)
+        cmd = [cli, "train", ECHO_CONFIG, "--output", base, "--set", f"data.path={data}",
+               "--set", f"data.tokenizer={os.path.join(CACHE, 'fortunes', 'fortunes.model')}", "--plain"]
+        if os.path.isdir(os.path.join(base, "checkpoints")):
+            cmd += ["--resume", "latest"]
+        log(f"echo model: training {base} ({steps} steps, about 13 minutes on 2 cores)")
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    if not os.path.exists(gguf) or os.path.getmtime(gguf) < os.path.getmtime(done):
+        subprocess.run([cli, "export", base, "--format", "gguf", "--gguf-type", "Q8_0", "--output", gguf], check=True,
+                       stdout=subprocess.DEVNULL)
+    return gguf
+
+
+def echo(args, path):
+    """Prompt lookup on the echo workload, one stream: each prompt two example lines and
+    a passage of 20 to 30 words ending in " |", the reply its copy (stop at the line's
+    end); served with --prompt-lookup 8 against none, on one compute thread (a 2M
+    model's step is shorter than a parallel region's start and end, as for the draft
+    model of part 7). Each side runs twice, in turn, and keeps its faster run (by decode
+    rate): single runs of a few milliseconds a request vary by a third here. Before
+    timing, each reply is checked against its passage (how many the model copies
+    exactly, and but for the first word)."""
+    cli = os.path.join(args.build_dir, "apps", "tessera")
+    tool = os.path.join(args.build_dir, "bench", "tessera_llm_serve_load")
+    rng, words = random.Random(23), echo_words()
+    n = 4 if args.quick else 24
+    passages, reqs = [], []
+    for _ in range(n):
+        demo = [echo_line(rng, words, 3, 10) for _ in range(2)]
+        p = echo_line(rng, words, 20, 30)
+        passages.append(p)
+        reqs.append({"prompt": "".join(f"{d} | {d}\n" for d in demo) + p + " |", "max_tokens": 128,
+                     "extra": {"stop": ["\n"]}})
+    res = {"model": path, "requests": n, "threads": 1, "lookup": {}, "runs": {0: [], 8: []}}
+    for rnd in range(2):
+        for look in (0, 8):
+            srv = Server(cli, path, "--threads", "1", "--max-seqs", "4", "--ctx", "512", "--prompt-lookup", str(look))
+            try:
+                if rnd == 0 and look == 0:
+                    texts = [post(srv.port, "/v1/completions", {"prompt": r["prompt"], "max_tokens": 128,
+                                                                 "temperature": 0, "stop": ["\n"]})["choices"][0]["text"]
+                             for r in reqs]
+                    res["copied"] = sum(t.split() == p.split() for t, p in zip(texts, passages))
+                    # The first word, the one token with nothing earlier to copy
+                    # from on its line, is the model's hardest (often wrong).
+                    res["copied_after_first"] = sum(t.split()[1:] == p.split()[1:] for t, p in zip(texts, passages))
+                log(f"echo workload: one stream, prompt lookup {look} (round {rnd + 1} of 2)")
+                r = load(tool, srv.port, reqs, 1)
+                r["spec"] = spec_counters(srv.port)
+                res["runs"][look].append(r)
+            finally:
+                srv.stop()
+    for look, runs in res["runs"].items():
+        res["lookup"][look] = max(runs, key=lambda r: r["decode_tokens_per_s"])
+    return res
+
+
 # Strings are bounded so that a random model's answer goes through every
 # state of the schema (unbounded, it would stay inside the first string).
 SCHEMA = {"type": "object", "properties": {
@@ -449,6 +551,7 @@ def main():
         pass
     elif os.path.exists(target) and os.path.exists(draft):
         out["speculative"] = speculative(args, target, draft)
+        out["echo"] = echo(args, echo_model(args))
     else:
         log("speculative decoding: the fortunes 20m and 2m models are missing (scripts/fortunes_models.sh 2m 20m); "
             "left out")
