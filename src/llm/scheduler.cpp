@@ -736,12 +736,15 @@ void Scheduler::verify(Request& r, const float* logits, int64_t drafts, std::vec
   r.proposed += drafts;
   r.kept += taken;
   for (int64_t j = 0; j < taken; ++j) ++stats_.accepted_by_position[static_cast<size_t>(j)];
-  // The next length: twice this one after a draft kept whole, one more than
-  // it kept after one kept in part. A draft rejected whole says its match
-  // was wrong, not its length: the length stays, the request rests below
-  // (an echo's first draft, from the separator's last occurrence, is wrong,
-  // and the copy's drafts after it should not start again from one token).
-  if (taken == drafts) r.draft_len = std::min(max_drafts_, 2 * drafts);
+  // The next length: one more than it kept, or than this one after a draft
+  // kept whole. By prompt lookup a draft kept whole doubles it, and one
+  // rejected whole leaves it (the request rests below): such a miss says
+  // the match was wrong, not its length (an echo's first draft, from the
+  // separator's last occurrence, is wrong, and the copy's drafts after it
+  // should not start again from one token). A draft model's miss says the
+  // models part here: its drafts shrink.
+  if (draft_) r.draft_len = std::min(max_drafts_, taken == drafts ? drafts + 1 : taken + 1);
+  else if (taken == drafts) r.draft_len = std::min(max_drafts_, 2 * drafts);
   else if (taken > 0) r.draft_len = taken + 1;
   // Drafts rejected whole cost a step's extra tokens for nothing: after
   // each such miss in a row, twice as many steps without proposing.
