@@ -27,7 +27,9 @@ struct Scheduler::Request {
   std::vector<int32_t> feed;    // a decode with drafts: its last token, then the drafts
   int64_t draft_len = 0;        // drafts to propose next (Note [Prompt lookup]; set at admission)
   int64_t misses = 0, rest = 0;  // drafts rejected whole in a row; steps left without proposing
-  int64_t proposed = 0, kept = 0;  // its drafts so far, and those taken (Note [How far to speculate])
+  // Its drafts taken so far, and its verifications that ended on a draft
+  // not taken (Note [How far to speculate]).
+  int64_t kept = 0, rejected = 0;
   // With a draft engine (Note [Draft model]): its sequence, how many of
   // tokens its cache holds, the drafts wanted this step and, for a sampling
   // request, the draft's distribution at each.
@@ -235,14 +237,19 @@ int64_t Scheduler::draft_cap() const {
   double a = 0, b = 0, da = 0, db = 0;
   if (max_drafts_ == 0 || !opts_.speculate_by_cost || !decode_cost_.fit(a, b)) return max_drafts_;
   if (draft_ && !draft_cost_.fit(da, db)) da = db = 0;
-  const double all = (static_cast<double>(stats_.accepted_tokens) + 1) / (static_cast<double>(stats_.draft_tokens) + 2);
+  // Acceptance rates per draft token checked: drafts after the first one not
+  // taken were never checked (a draft of 8 rejected at its first token is
+  // one miss, not 8), so a rate is kept / (kept + verifications ending on a
+  // miss), the geometric model's own estimate.
+  const double all = (static_cast<double>(stats_.accepted_tokens) + 1) /
+                     (static_cast<double>(stats_.accepted_tokens + rejections_) + 2);
   std::vector<std::pair<double, int64_t>> spec;  // (acceptance rate, draft length) of each that may draft
   int64_t decodes = 0;
   for (const auto& r : running_) {
     if (!r->decoding()) continue;
     ++decodes;
     if (r->opts.speculate && r->rest == 0)
-      spec.emplace_back(std::min(0.999, (static_cast<double>(r->kept) + 2 * all) / (static_cast<double>(r->proposed) + 2)),
+      spec.emplace_back(std::min(0.999, (static_cast<double>(r->kept) + 2 * all) / (static_cast<double>(r->kept + r->rejected) + 2)),
                         r->draft_len);
   }
   if (spec.empty()) return max_drafts_;
@@ -699,6 +706,7 @@ void Scheduler::verify(Request& r, const float* logits, int64_t drafts, std::vec
   const int64_t vocab = engine_.model().spec().vocab;
   const bool sampled_drafts = !r.q.empty();  // drawn from a draft model's q: speculative sampling
   int64_t taken = 0;
+  bool rejected = false;  // a draft was checked and not taken
   for (int64_t j = 0; j <= drafts && !r.done; ++j) {
     const float* row = logits + j * vocab;
     const uint64_t position = r.tokens.size();
@@ -708,6 +716,7 @@ void Scheduler::verify(Request& r, const float* logits, int64_t drafts, std::vec
       const std::span<const TokenProb> q = r.q[static_cast<size_t>(j)];
       if (!r.sampler.accept(p, q, d, r.opts.choice, position)) {
         take(r, r.sampler.describe(row, r.sampler.residual(p, q, r.opts.choice, position)), events);
+        rejected = true;
         break;
       }
       take(r, r.sampler.describe(row, d), events);
@@ -723,7 +732,11 @@ void Scheduler::verify(Request& r, const float* logits, int64_t drafts, std::vec
       }
       const Sampled s = r.sampler.sample(row, r.tokens, r.opts.choice, position, mask ? mask->data() : nullptr);
       take(r, s, events);
-      if (j == drafts || s.token != r.feed[static_cast<size_t>(j + 1)]) break;
+      if (j == drafts) break;
+      if (s.token != r.feed[static_cast<size_t>(j + 1)]) {
+        rejected = true;
+        break;
+      }
     }
     if (r.done) break;
     ++taken;  // the draft fed after this token is the token: its row is valid
@@ -733,8 +746,9 @@ void Scheduler::verify(Request& r, const float* logits, int64_t drafts, std::vec
   if (drafts == 0) return;
   stats_.draft_tokens += drafts;
   stats_.accepted_tokens += taken;
-  r.proposed += drafts;
+  rejections_ += rejected;
   r.kept += taken;
+  r.rejected += rejected;
   for (int64_t j = 0; j < taken; ++j) ++stats_.accepted_by_position[static_cast<size_t>(j)];
   // The next length: one more than it kept, or than this one after a draft
   // kept whole. By prompt lookup a draft kept whole doubles it, and one

@@ -64,7 +64,8 @@
 // the step's tokens cost about as much as they bring. Before each step the
 // scheduler picks the draft length cap K (0 to the most) that maximizes the
 // expected tokens per second: each decoding request with acceptance rate a
-// (its own kept/proposed, starting from all requests') brings
+// (its own kept / (kept + misses), starting from all requests': drafts
+// after the first miss were never checked) brings
 // (1 - a^(k+1)) / (1 - a) tokens for k drafts, and the step costs the fitted
 // a + b * tokens of the target's steps of decodes alone (each step timed
 // with the draws from its logit rows, a draft round with its draws: on the
@@ -178,7 +179,7 @@ struct SchedulerOptions {
   // Each step's drafts are capped where the fitted step costs say more would
   // not pay (Note [How far to speculate]); false: as far as each request's
   // own draft length goes.
-  bool speculate_by_cost = false;
+  bool speculate_by_cost = true;
 };
 
 // What one step did for one request.
@@ -304,6 +305,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Request>> waiting_;   // the preempted first, then by arrival
   SchedulerStats stats_;
   StepCost cost_, decode_cost_, draft_cost_;  // every step; steps of decodes alone; draft steps
+  int64_t rejections_ = 0;  // verifications that ended on a draft not taken (Note [How far to speculate])
   // The last step's cost, observed when the next step starts (Note [A step's cost]).
   struct Unobserved {
     int64_t tokens = 0;
