@@ -235,15 +235,22 @@ void LlmService::engine_loop() {
       continue;
     }
     free_blocks_ = loaded_->engine.free_blocks();
+    // A request's events of the step (several with kept drafts) reach its
+    // channel together, with one wake-up: woken at the first, the HTTP
+    // thread would stream them a chunk at a time (Note [One chunk per step]).
     std::lock_guard<std::mutex> lock(mu_);
-    for (llm::RequestEvent& ev : events) {
-      auto it = channels_.find(ev.id);
-      if (it == channels_.end()) continue;  // its HTTP request gave up
-      const std::shared_ptr<Channel> ch = it->second;
-      if (ev.finished) channels_.erase(it);
-      std::lock_guard<std::mutex> l(ch->mu);
-      ch->events.push_back(std::move(ev));
-      ch->cv.notify_all();
+    for (size_t i = 0; i < events.size();) {
+      size_t end = i + 1;
+      while (end < events.size() && events[end].id == events[i].id) ++end;
+      auto it = channels_.find(events[i].id);
+      if (it != channels_.end()) {  // else its HTTP request gave up
+        const std::shared_ptr<Channel> ch = it->second;
+        if (events[end - 1].finished) channels_.erase(it);
+        std::lock_guard<std::mutex> l(ch->mu);
+        for (size_t j = i; j < end; ++j) ch->events.push_back(std::move(events[j]));
+        ch->cv.notify_all();
+      }
+      i = end;
     }
   }
 }
