@@ -676,7 +676,7 @@ void Scheduler::run(const std::vector<Planned>& plan, std::vector<RequestEvent>&
   // from its logit rows (a draft's rows are drawn from too, which on a fast
   // model costs as much as the engine's share of them).
   const Clock::time_point end = Clock::now();
-  last_step_ = Unobserved{tokens, pairs, std::chrono::duration<double>(end - t0).count(), decodes_only, t0, end};
+  last_step_ = Unobserved{tokens, pairs, std::chrono::duration<double>(end - t0).count(), decodes_only, end};
   std::erase_if(running_, [](const auto& r) { return r->done; });
   if (running_.empty()) observe_last_step();  // no next step right after it
 }

@@ -311,7 +311,7 @@ class Scheduler {
     int64_t tokens = 0;
     double pairs = 0, seconds = 0;
     bool decodes_only = false;
-    std::chrono::steady_clock::time_point start, end;
+    std::chrono::steady_clock::time_point end;
   };
   std::optional<Unobserved> last_step_;
   void observe_last_step();
