@@ -6,6 +6,10 @@
 //   tessera_llm_bench run --model F.gguf --threads N --measure prefill|decode|batch|bandwidth [--tokens N] [--seqs N] [--spread N] [--repeat R]
 //       one measurement, as a JSON line: tokens/s and the RSS growth past the loaded model
 //       (bandwidth: a streaming read of as many bytes as a decoded token's weights, GB/s)
+//   tessera_llm_bench run --model F.gguf --threads N --measure mixed --seqs D --tokens C [--past P] [--at A]
+//       a step of D decodes at P tokens of context, one of a C-token prompt chunk
+//       from position A, and both in one step: median ms of each (how much a
+//       prompt chunk beside running streams costs them)
 //   tessera_llm_bench eval --model F.gguf --config CFG.yaml --tokenizer T.model [--windows 16] [--greedy 64]
 //                          [--threads N] --out R.json
 //       perplexity over the first windows of the config's held-out data (the
@@ -93,6 +97,55 @@ int make_model(int argc, char** argv) {
   return 0;
 }
 
+// --measure mixed: what a prompt chunk costs beside running decodes. seqs
+// sequences hold --past tokens each; one more holds --at tokens of a long
+// prompt. Median milliseconds of a step of the decodes alone, of a chunk of
+// n prompt tokens alone, and of both in one step (each sequence cut back
+// after every step, so all steps see the same contexts).
+int mixed(llm::Engine& e, const std::vector<int32_t>& prompt, int64_t seqs, int64_t n, int argc, char** argv) {
+  const int64_t past = std::stoll(arg(argc, argv, "--past", "256"));
+  const int64_t at = std::stoll(arg(argc, argv, "--at", "0"));
+  const int64_t reps = std::stoll(arg(argc, argv, "--repeat", "15"));
+  std::vector<int32_t> text(static_cast<size_t>(std::max(past, at + n) + 1));
+  for (size_t i = 0; i < text.size(); ++i) text[i] = prompt[i % prompt.size()];
+  std::vector<llm::Chunk> dec;
+  for (int64_t i = 0; i < seqs; ++i) {
+    const int64_t s = e.add_sequence();
+    for (int64_t p = 0; p < past; p += 512) {
+      llm::Chunk c{s, {text.data() + p, static_cast<size_t>(std::min<int64_t>(512, past - p))}, 0};
+      e.step({&c, 1});
+    }
+    dec.push_back({s, {text.data() + past, 1}, 1});
+  }
+  const int64_t lp = e.add_sequence();
+  for (int64_t p = 0; p < at; p += 512) {
+    llm::Chunk c{lp, {text.data() + p, static_cast<size_t>(std::min<int64_t>(512, at - p))}, 0};
+    e.step({&c, 1});
+  }
+  const llm::Chunk chunk{lp, {text.data() + at, static_cast<size_t>(n)}, 1};
+  auto median_ms = [&](bool decodes, bool prompt_chunk) {
+    std::vector<llm::Chunk> cs;
+    if (decodes) cs = dec;
+    if (prompt_chunk) cs.push_back(chunk);
+    std::vector<double> ms;
+    for (int64_t r = 0; r < reps; ++r) {
+      const double a = now();
+      e.step(cs);
+      ms.push_back((now() - a) * 1e3);
+      for (const auto& c : cs) e.truncate_sequence(c.seq, c.seq == lp ? at : past);
+    }
+    std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+    return ms[reps / 2];
+  };
+  median_ms(true, true);  // warm
+  const double d = median_ms(true, false), c = median_ms(false, true), both = median_ms(true, true);
+  std::printf("{\"measure\": \"mixed\", \"decodes\": %lld, \"past\": %lld, \"chunk\": %lld, \"at\": %lld, "
+              "\"decodes_ms\": %.3f, \"chunk_ms\": %.3f, \"both_ms\": %.3f}\n",
+              static_cast<long long>(seqs), static_cast<long long>(past), static_cast<long long>(n),
+              static_cast<long long>(at), d, c, both);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   set_num_threads(std::stoi(arg(argc, argv, "--threads", "1")));
   const std::string measure = arg(argc, argv, "--measure");
@@ -131,7 +184,7 @@ int run(int argc, char** argv) {
   const int64_t rss0 = rss_bytes();
   llm::EngineOptions o;
   o.context = context;
-  o.max_sequences = measure == "batch" ? seqs : 1;
+  o.max_sequences = measure == "batch" ? seqs : measure == "mixed" ? seqs + 1 : 1;
   o.max_batch_tokens = std::max<int64_t>(512, o.max_sequences);
   llm::Engine e(model, o);
   std::vector<int32_t> prompt(static_cast<size_t>(n + seqs + 8));  // prompts of 8 start at 0..seqs-1
@@ -167,6 +220,8 @@ int run(int argc, char** argv) {
     }
     t1 = now();
     tokens = n;
+  } else if (measure == "mixed") {
+    return mixed(e, prompt, seqs, n, argc, argv);
   } else {  // batch: seqs sequences, each a short prompt, then n decode steps of all of them
     std::vector<llm::Chunk> cs;
     std::vector<int32_t> next(static_cast<size_t>(seqs));

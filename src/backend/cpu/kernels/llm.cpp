@@ -131,6 +131,30 @@ inline void load_keys16(const KvLayer& L, int64_t b, int64_t s0, int64_t off, in
   }
 }
 
+// Note [Prefetching the next runs]
+// A sequence's blocks lie anywhere in the pool, and one key head's run of 16
+// keys is 2 KB of f16 keys and 2 KB of values: too short for the hardware
+// prefetcher to follow. Decode attention waited on every run's lines and
+// read the cache at 11 GB/s a thread, where one thread reads memory in order
+// at 31 (AMD EPYC Zen 4). The loops over runs ask for the run kAhead further
+// on while working on this one, into L2 (prefetcht1; prefetcht0 gained
+// nothing: a run's 32 lines queue behind L1's few miss buffers). A step of 8
+// decodes of the 110M model at 1,024 tokens of context: 17.9 -> 12.3 ms; at
+// 256, 6.8 -> 6.0 ms (2 threads). No effect on any result.
+constexpr int64_t kAhead = 2;
+inline void prefetch_bytes(const uint8_t* p, int64_t bytes) {
+  for (int64_t l = 0; l < bytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + l), _MM_HINT_T1);
+}
+// The keys of the run at slot s0 of block b, key head at offset off.
+inline void prefetch_keys16(const KvLayer& L, int64_t b, int64_t s0, int64_t off, int64_t hd) {
+  const int64_t bt = L.block_tokens;
+  if (L.k_format != KvFormat::F16)
+    return prefetch_bytes(kv_head_row(L, L.k_format, L.k, b, s0, off / hd), 16 * kv_row_bytes(L.k_format, hd));
+  const auto* h = reinterpret_cast<const uint8_t*>(reinterpret_cast<const uint16_t*>(L.k) + (b * L.kv_dim + off) * bt + s0);
+  if (bt == 16) return prefetch_bytes(h, hd * 32);  // the run's dimensions lie together
+  for (int64_t d = 0; d < hd; ++d) prefetch_bytes(h + d * bt * 2, 32);
+}
+
 // 16 float lanes whatever the ISA (two or four registers below AVX-512),
 // passed by reference: a 64-byte vector by value changes the ABI there.
 typedef float V16 __attribute__((vector_size(64)));
@@ -260,7 +284,12 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
   const float* q[kAttnQueries];
   for (int j = 0; j < nq; ++j) q[j] = qs[j].q;
   const bool alone_k = nq == 1 && L.k_format == KvFormat::F16, alone_v = nq == 1 && L.v_format == KvFormat::F16;
+  const auto prefetch_keys = [&](int64_t c) {
+    if (c < most) prefetch_keys16(L, blocks[c / bt], c % bt, off, hd);
+  };
+  for (int64_t r = 1; r < kAhead; ++r) prefetch_keys(16 * r);
   for (int64_t c = 0; c < most; c += 16) {
+    prefetch_keys(c + 16 * kAhead);
     if (alone_k) {  // a query alone reads the cache's f16 run as it is: widening it to kt first costs more
       V16 sv[1];
       const auto* kh = reinterpret_cast<const uint16_t*>(L.k) + (blocks[c / bt] * L.kv_dim + off) * bt + c % bt;
@@ -315,7 +344,12 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
     for (int64_t d = 0; d < hd; ++d) acc[j][d] = 0.f;
   }
   const int64_t vrb = kv_row_bytes(L.v_format, hd), head = off / hd;
+  const auto prefetch_values = [&](int64_t c) {
+    if (c < most) prefetch_bytes(kv_head_row(L, L.v_format, L.v, blocks[c / bt], c % bt, head), 16 * vrb);
+  };
+  for (int64_t r = 0; r < kAhead; ++r) prefetch_values(16 * r);
   for (int64_t c = 0; c < most; c += 16) {
+    prefetch_values(c + 16 * kAhead);
     const int64_t rows = most - c < 16 ? most - c : 16;
     // A run of 16 never crosses a block (block_tokens is a multiple of 16): its rows lie together.
     const uint8_t* run = kv_head_row(L, L.v_format, L.v, blocks[c / bt], c % bt, head);
