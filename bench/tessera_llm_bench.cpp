@@ -6,10 +6,11 @@
 //   tessera_llm_bench run --model F.gguf --threads N --measure prefill|decode|batch|bandwidth [--tokens N] [--seqs N] [--spread N] [--repeat R]
 //       one measurement, as a JSON line: tokens/s and the RSS growth past the loaded model
 //       (bandwidth: a streaming read of as many bytes as a decoded token's weights, GB/s)
-//   tessera_llm_bench run --model F.gguf --threads N --measure mixed --seqs D --tokens C [--past P] [--at A]
+//   tessera_llm_bench run --model F.gguf --threads N --measure mixed --seqs D --tokens C [--past P] [--at A] [--logits L]
 //       a step of D decodes at P tokens of context, one of a C-token prompt chunk
 //       from position A, and both in one step: median ms of each (how much a
-//       prompt chunk beside running streams costs them)
+//       prompt chunk beside running streams costs them); the chunk returns its
+//       last L rows' logits (L = C: a speculative verify step)
 //   tessera_llm_bench eval --model F.gguf --config CFG.yaml --tokenizer T.model [--windows 16] [--greedy 64]
 //                          [--threads N] --out R.json
 //       perplexity over the first windows of the config's held-out data (the
@@ -122,7 +123,8 @@ int mixed(llm::Engine& e, const std::vector<int32_t>& prompt, int64_t seqs, int6
     llm::Chunk c{lp, {text.data() + p, static_cast<size_t>(std::min<int64_t>(512, at - p))}, 0};
     e.step({&c, 1});
   }
-  const llm::Chunk chunk{lp, {text.data() + at, static_cast<size_t>(n)}, 1};
+  const int64_t logits = std::min<int64_t>(n, std::stoll(arg(argc, argv, "--logits", "1")));  // a verify step: every row's
+  const llm::Chunk chunk{lp, {text.data() + at, static_cast<size_t>(n)}, logits};
   auto median_ms = [&](bool decodes, bool prompt_chunk) {
     std::vector<llm::Chunk> cs;
     if (decodes) cs = dec;
@@ -186,6 +188,7 @@ int run(int argc, char** argv) {
   o.context = context;
   o.max_sequences = measure == "batch" ? seqs : measure == "mixed" ? seqs + 1 : 1;
   o.max_batch_tokens = std::max<int64_t>(512, o.max_sequences);
+  if (measure == "mixed") o.max_logit_rows = o.max_batch_tokens;
   llm::Engine e(model, o);
   std::vector<int32_t> prompt(static_cast<size_t>(n + seqs + 8));  // prompts of 8 start at 0..seqs-1
   // Prompt ids spread over the vocabulary, as bench/llm_llamacpp.mjs's.

@@ -79,7 +79,7 @@ TEST(LlmKernels, PagedAttentionMatchesTheReferenceWhateverTheSetAndBlocks) {
   for (const KernelTable& kt : testing::kernel_tables())
     for (KvFormat kf : {KvFormat::F16, KvFormat::Q8_0})
       for (KvFormat vf : {KvFormat::F16, KvFormat::Q8_0})
-        for (int64_t hd : {64, 16, 96, 24}) {  // head sizes below, at and past the passes of 64 and 16 dimensions
+        for (int64_t hd : {64, 16, 96, 24, 32}) {  // head sizes below, at and past the passes of 64, 32 and 16 dimensions
         if ((kf == KvFormat::Q8_0 || vf == KvFormat::Q8_0) && hd % 32) continue;  // Q8_0 rows hold whole blocks
         SCOPED_TRACE(std::string(kt.isa) + " K " + cpu::kv_format_name(kf) + " V " + cpu::kv_format_name(vf) +
                      " head " + std::to_string(hd));

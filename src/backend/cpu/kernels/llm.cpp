@@ -4,6 +4,7 @@
 // runs (Note [Batch-invariant LLM kernels]).
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include <immintrin.h>
 
@@ -101,6 +102,10 @@ inline void kv_load(KvFormat f, const uint8_t* row, int64_t off, int64_t n, floa
   if (f == KvFormat::F16) {
     const auto* h = reinterpret_cast<const uint16_t*>(row) + off;
     int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+#endif
 #if defined(__F16C__)
     for (; i + 8 <= n; i += 8)
       _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
@@ -168,12 +173,24 @@ inline float hsum16(const V16& v) {
 }
 
 // Queries whose scores and outputs are computed together, so each key and
-// value loaded feeds that many products: their accumulators stay in
-// registers with AVX-512's 32 vectors, not with fewer.
+// value loaded feeds that many products: groups of 4, then of 2, with
+// AVX-512's 32 vectors to hold their accumulators; one at a time with fewer.
+// f(j, G) for each group [j, j + G), G a compile-time constant.
+template <typename F>
+inline void by_groups(int nq, const F& f) {
+  int j = 0;
 #if defined(__AVX512F__)
-constexpr int kTogether = 4;
+  for (; j + 4 <= nq; j += 4) f(j, std::integral_constant<int, 4>{});
+  for (; j + 2 <= nq; j += 2) f(j, std::integral_constant<int, 2>{});
+#endif
+  for (; j < nq; ++j) f(j, std::integral_constant<int, 1>{});
+}
+// Up to this many queries read an f16 cache's runs as they are, widening in
+// registers; more widen each run to floats once for all of them.
+#if defined(__AVX512F__)
+constexpr int kDirect = 2;
 #else
-constexpr int kTogether = 1;
+constexpr int kDirect = 1;
 #endif
 
 // 16 values as floats: from floats, or widened from f16 (exact either way).
@@ -197,12 +214,14 @@ inline float to_float(uint16_t h) { return h2f(h); }
 
 // Scores of queries q[0, Q) against 16 keys, dimension-major (dimension d
 // of the 16 keys at k + d * ks: floats widened once for a set, or the
-// cache's own f16 run for a query alone):
+// cache's own f16 run for a query or two):
 // sv[j] = ((c0 + c1) + (c2 + c3)) * scale, chain c_r summing dimensions
 // d = r mod 4 in order.
 template <int Q, typename T>
 inline void scores16(const float* const* q, const T* kd, int64_t ks, int64_t hd, float scale, V16* sv) {
-  V16 acc[Q][4] = {}, k;
+  V16 acc[Q][4], k;
+  for (int j = 0; j < Q; ++j)
+    for (int r = 0; r < 4; ++r) acc[j][r] = V16{};
   int64_t d = 0;
   for (; d + 4 <= hd; d += 4)
     for (int r = 0; r < 4; ++r) {
@@ -243,6 +262,17 @@ inline void weigh_values(float* const* acc, const float* const* w, int64_t n, co
     }
     for (int j = 0; j < Q; ++j) std::memcpy(acc[j] + d, o[j], sizeof o[j]);
   }
+  for (; d + 32 <= hd; d += 32) {  // then 32: two chains a query where one would wait on each add
+    V16 o[Q][2], v[2];
+    for (int j = 0; j < Q; ++j)
+      for (int u = 0; u < 2; ++u) load16(o[j][u], acc[j] + d + 16 * u);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int u = 0; u < 2; ++u) load16(v[u], vb + i * hd + d + 16 * u);
+      for (int j = 0; j < Q; ++j)
+        for (int u = 0; u < 2; ++u) o[j][u] += w[j][i] * v[u];
+    }
+    for (int j = 0; j < Q; ++j) std::memcpy(acc[j] + d, o[j], sizeof o[j]);
+  }
   for (; d + 16 <= hd; d += 16) {  // then 16 a pass
     V16 o[Q], v;
     for (int j = 0; j < Q; ++j) load16(o[j], acc[j] + d);
@@ -265,12 +295,13 @@ inline void weigh_values(float* const* acc, const float* const* w, int64_t n, co
 //     added by the halving tree, then the leftover keys in order;
 //   the output: sum over keys in order of weight * value, then / sum.
 // Each run of 16 keys is read and widened once for all the queries of the
-// set, and used by kTogether of them at a time; a query's scores past its
-// n_keys are computed with the others' and never read. A query alone (a
-// decode) reads an f16 cache's runs as they are, widening in registers: the
-// same values, so the same bits, without the trip through scratch (a decode
-// at 2,048 tokens of context on a 110M model: 7.3 to 5.5 ms a token, AMD
-// EPYC Zen 4, 2 threads).
+// set, and used by a group of them at a time (by_groups); a query's scores
+// past its n_keys are computed with the others' and never read. Up to
+// kDirect queries (a decode; a decode's query heads sharing a key head)
+// read an f16 cache's runs as they are, widening in registers: the same
+// values, so the same bits, without the trip through scratch (a decode at
+// 2,048 tokens of context on a 110M model: 7.3 to 5.5 ms a token, AMD EPYC
+// Zen 4, 2 threads).
 void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, const int32_t* blocks,
                          int64_t kv_head, float* scratch) {
   const KvLayer& L = a.layer;
@@ -283,32 +314,24 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
   float* vb = kt + 16 * kMaxHeadDim;
   const float* q[kAttnQueries];
   for (int j = 0; j < nq; ++j) q[j] = qs[j].q;
-  const bool alone_k = nq == 1 && L.k_format == KvFormat::F16, alone_v = nq == 1 && L.v_format == KvFormat::F16;
+  const bool direct_k = nq <= kDirect && L.k_format == KvFormat::F16;
+  const bool direct_v = nq <= kDirect && L.v_format == KvFormat::F16;
   const auto prefetch_keys = [&](int64_t c) {
     if (c < most) prefetch_keys16(L, blocks[c / bt], c % bt, off, hd);
   };
   for (int64_t r = 1; r < kAhead; ++r) prefetch_keys(16 * r);
   for (int64_t c = 0; c < most; c += 16) {
     prefetch_keys(c + 16 * kAhead);
-    if (alone_k) {  // a query alone reads the cache's f16 run as it is: widening it to kt first costs more
-      V16 sv[1];
-      const auto* kh = reinterpret_cast<const uint16_t*>(L.k) + (blocks[c / bt] * L.kv_dim + off) * bt + c % bt;
-      scores16<1>(q, kh, bt, hd, a.scale, sv);
-      std::memcpy(scores + c, &sv[0], sizeof sv[0]);
-      continue;
-    }
-    load_keys16(L, blocks[c / bt], c % bt, off, hd, kt);
-    int j = 0;
-    for (; j + kTogether <= nq; j += kTogether) {
-      V16 sv[kTogether];
-      scores16<kTogether>(q + j, kt, 16, hd, a.scale, sv);
-      for (int t = 0; t < kTogether; ++t) std::memcpy(scores + (j + t) * stride + c, &sv[t], sizeof sv[t]);
-    }
-    for (; j < nq; ++j) {
-      V16 sv[1];
-      scores16<1>(q + j, kt, 16, hd, a.scale, sv);
-      std::memcpy(scores + j * stride + c, &sv[0], sizeof sv[0]);
-    }
+    // A query or two read the cache's f16 run as it is: widening it to kt first costs more.
+    const auto* kh = reinterpret_cast<const uint16_t*>(L.k) + (blocks[c / bt] * L.kv_dim + off) * bt + c % bt;
+    if (!direct_k) load_keys16(L, blocks[c / bt], c % bt, off, hd, kt);
+    by_groups(nq, [&](int j, auto g) {
+      constexpr int G = decltype(g)::value;
+      V16 sv[G];
+      if (direct_k) scores16<G>(q + j, kh, bt, hd, a.scale, sv);
+      else scores16<G>(q + j, kt, 16, hd, a.scale, sv);
+      for (int t = 0; t < G; ++t) std::memcpy(scores + (j + t) * stride + c, &sv[t], sizeof sv[t]);
+    });
   }
   float inv[kAttnQueries];
   for (int j = 0; j < nq; ++j) {
@@ -353,40 +376,31 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
     const int64_t rows = most - c < 16 ? most - c : 16;
     // A run of 16 never crosses a block (block_tokens is a multiple of 16): its rows lie together.
     const uint8_t* run = kv_head_row(L, L.v_format, L.v, blocks[c / bt], c % bt, head);
-    if (alone_v) {
-      const float* w0 = scores + c;
-      weigh_values<1>(accs, &w0, qs[0].n_keys - c < rows ? qs[0].n_keys - c : rows,
-                      reinterpret_cast<const uint16_t*>(run), hd);
-      continue;
-    }
-    kv_load(L.v_format, run, 0, rows * hd, vb);
     const float* w[kAttnQueries];
     int64_t n[kAttnQueries];
     for (int j = 0; j < nq; ++j) {
       w[j] = scores + j * stride + c;
       n[j] = qs[j].n_keys - c < rows ? qs[j].n_keys - c : rows;
     }
-    for (int j = 0; j < nq;) {
-      if (n[j] <= 0) {
-        ++j;
-        continue;
-      }
-      if (j + kTogether <= nq) {
-        // The keys all of them take together, then each one's own rest, in order.
+    // A group's keys all of them take together, then each one's own rest, in order.
+    const auto weigh = [&](const auto* values) {
+      by_groups(nq, [&](int j, auto g) {
+        constexpr int G = decltype(g)::value;
         int64_t common = n[j];
-        for (int t = 1; t < kTogether; ++t) common = n[j + t] < common ? n[j + t] : common;
-        if (common > 0) {
-          weigh_values<kTogether>(accs + j, w + j, common, vb, hd);
-          for (int t = 0; t < kTogether; ++t) {
-            const float* wt = w[j + t] + common;
-            if (n[j + t] > common) weigh_values<1>(accs + j + t, &wt, n[j + t] - common, vb + common * hd, hd);
-          }
-          j += kTogether;
-          continue;
+        for (int t = 1; t < G; ++t) common = n[j + t] < common ? n[j + t] : common;
+        if (common < 0) common = 0;
+        if (common > 0) weigh_values<G>(accs + j, w + j, common, values, hd);
+        for (int t = 0; t < G; ++t) {
+          const float* wt = w[j + t] + common;
+          if (n[j + t] > common) weigh_values<1>(accs + j + t, &wt, n[j + t] - common, values + common * hd, hd);
         }
-      }
-      weigh_values<1>(accs + j, w + j, n[j], vb, hd);
-      ++j;
+      });
+    };
+    if (direct_v) {
+      weigh(reinterpret_cast<const uint16_t*>(run));
+    } else {
+      kv_load(L.v_format, run, 0, rows * hd, vb);
+      weigh(static_cast<const float*>(vb));
     }
   }
   for (int j = 0; j < nq; ++j)
