@@ -67,31 +67,65 @@ Scan scan_string(const std::string& t, size_t i, size_t& end) {
   return Scan::More;
 }
 
-Scan scan_value(const std::string& t, size_t i, size_t& end) {
+using ValueScans = ToolCallParser::ValueScans;
+
+// Note [Scanning a reply once]
+// The parser sees a reply a token at a time, and a call's arguments can run
+// to many kilobytes (a file's text in a string). Scanning the calls again
+// from their start at every push made a reply's parse quadratic in its
+// length. The text only grows, so what a scan learnt stays true: a complete
+// object or array keeps its end (ValueScans::done), and the one cut short by
+// the end of the text is taken up where the last scan stopped, its open
+// brackets and string state kept. Earlier calls' names and keys are short
+// and read again; their arguments are not.
+
+// The object or array at t[i], by its brackets and strings; `memo` carries
+// what earlier scans of the same text found.
+Scan scan_brackets(const std::string& t, size_t i, size_t& end, ValueScans& memo) {
+  if (const auto it = memo.done.find(i); it != memo.done.end()) {
+    end = it->second;
+    return Scan::Done;
+  }
+  if (memo.start != i) memo.start = i, memo.upto = i, memo.open.clear(), memo.in_string = memo.escape = false;
+  size_t k = memo.upto;
+  for (; k < t.size(); ++k) {
+    const char c = t[k];
+    if (memo.in_string) {
+      if (memo.escape) memo.escape = false;
+      else if (c == '\\') memo.escape = true;
+      else if (c == '"') memo.in_string = false;
+      else if (static_cast<unsigned char>(c) < 0x20) return Scan::Bad;
+    } else if (c == '"') {
+      memo.in_string = true;
+    } else if (c == '{' || c == '[') {
+      memo.open += c;
+    } else if (c == '}' || c == ']') {
+      if (memo.open.empty() || memo.open.back() != (c == '}' ? '{' : '[')) return Scan::Bad;
+      memo.open.pop_back();
+      if (memo.open.empty()) break;
+    }
+  }
+  memo.scanned += (k < t.size() ? k + 1 : k) - memo.upto;
+  if (k == t.size()) {
+    memo.upto = k;
+    return Scan::More;
+  }
+  end = k + 1;
+  memo.start = npos;
+  memo.scanned += end - i;  // the check below reads it once more
+  if (!ojson::accept(t.begin() + static_cast<std::ptrdiff_t>(i), t.begin() + static_cast<std::ptrdiff_t>(end)))
+    return Scan::Bad;
+  memo.done.emplace(i, end);
+  return Scan::Done;
+}
+
+Scan scan_value(const std::string& t, size_t i, size_t& end, ValueScans& memo) {
   if (i >= t.size()) return Scan::More;
   Scan s = Scan::More;
   if (t[i] == '"') {
     s = scan_string(t, i, end);
   } else if (t[i] == '{' || t[i] == '[') {
-    std::string open;  // the brackets still open
-    for (size_t k = i; k < t.size() && s == Scan::More; ++k) {
-      const char c = t[k];
-      if (c == '"') {
-        size_t e = 0;
-        const Scan q = scan_string(t, k, e);
-        if (q != Scan::Done) return q;
-        k = e - 1;
-      } else if (c == '{' || c == '[') {
-        open += c;
-      } else if (c == '}' || c == ']') {
-        if (open.empty() || open.back() != (c == '}' ? '{' : '[')) return Scan::Bad;
-        open.pop_back();
-        if (open.empty()) {
-          end = k + 1;
-          s = Scan::Done;
-        }
-      }
-    }
+    return scan_brackets(t, i, end, memo);
   } else {  // a number or a literal: it may go on while the text does
     size_t k = i;
     while (k < t.size() && (std::isalnum(static_cast<unsigned char>(t[k])) || t[k] == '-' || t[k] == '+' || t[k] == '.'))
@@ -124,7 +158,7 @@ bool decode_string(const std::string& t, size_t b, size_t e, std::string& out) {
 }
 
 // The call object at t[i] == '{': {"name": ..., "arguments" | "parameters": ..., others}.
-Scan scan_call_object(const std::string& t, size_t i, Found& f) {
+Scan scan_call_object(const std::string& t, size_t i, Found& f, ValueScans& memo) {
   size_t k = i + 1;
   for (bool first = true;; first = false) {
     k = skip_ws(t, k);
@@ -142,7 +176,7 @@ Scan scan_call_object(const std::string& t, size_t i, Found& f) {
     k = skip_ws(t, k + 1);
     if (k >= t.size()) return Scan::More;
     size_t value_end = 0;
-    s = scan_value(t, k, value_end);
+    s = scan_value(t, k, value_end, memo);
     if (key == "name") {
       if (t[k] != '"') return Scan::Bad;
       if (s == Scan::Done) {
@@ -177,7 +211,7 @@ struct Region {
   size_t stop = npos;
 };
 
-Region scan_region(ToolFormat f, const std::string& t, size_t at, bool forced) {
+Region scan_region(ToolFormat f, const std::string& t, size_t at, bool forced, ValueScans& memo) {
   Region r;
   auto bad = [&](size_t k) {
     r.state = Scan::Bad;
@@ -192,7 +226,7 @@ Region scan_region(ToolFormat f, const std::string& t, size_t at, bool forced) {
   // A call object at t[k]; on return k is after it.
   auto object = [&](size_t& k) {
     r.calls.emplace_back();
-    const Scan s = scan_call_object(t, k, r.calls.back());
+    const Scan s = scan_call_object(t, k, r.calls.back(), memo);
     if (s == Scan::Done) k = r.calls.back().end;
     return s;
   };
@@ -259,7 +293,7 @@ Region scan_region(ToolFormat f, const std::string& t, size_t at, bool forced) {
         if (t[k] != '{') return bad(k);
         c.args = k;
         size_t e = 0;
-        const Scan s = scan_value(t, k, e);
+        const Scan s = scan_value(t, k, e, memo);
         if (s != Scan::Done) return s == Scan::More ? r : bad(k);
         c.args_end = e;
         c.complete = true;
@@ -386,7 +420,11 @@ ReplyDelta ToolCallParser::scan(bool final) {
         content_only_ = true;
       }
     } else {
-      const size_t at = text_.find(marker(format_), search_from_);
+      const std::string_view m = marker(format_);
+      const size_t at = text_.find(m, search_from_);
+      values_.scanned += text_.size() - std::min(search_from_, text_.size());
+      // Searched up to where the marker could still begin (Note [Scanning a reply once]).
+      if (at == npos && text_.size() >= m.size()) search_from_ = std::max(search_from_, text_.size() - (m.size() - 1));
       if (at != npos) {
         out.content = text_.substr(sent_content_, at - sent_content_);
         sent_content_ = at;
@@ -394,7 +432,6 @@ ReplyDelta ToolCallParser::scan(bool final) {
       } else {
         // Hold back a tail that could begin the marker.
         size_t hold = 0;
-        const std::string_view m = marker(format_);
         for (size_t n = std::min(m.size() - 1, text_.size()); n > 0 && !final; --n)
           if (text_.compare(text_.size() - n, n, m.substr(0, n)) == 0) {
             hold = n;
@@ -413,7 +450,7 @@ ReplyDelta ToolCallParser::scan(bool final) {
   }
   if (region_ == npos) return out;
 
-  const Region r = scan_region(format_, text_, region_, forced_);
+  const Region r = scan_region(format_, text_, region_, forced_, values_);
   for (size_t i = 0; i < r.calls.size(); ++i) {
     const Found& c = r.calls[i];
     if (!c.named) break;

@@ -193,6 +193,30 @@ TEST(ToolCalls, ArgumentsStreamAsTheyArrive) {
             reply("", {{"f", "{\"x\": "}}));
 }
 
+// Note [Scanning a reply once]: a long reply, a few bytes a push, is looked
+// at a few times over, not once per push (which made a 60 KB reply's parse
+// quadratic), and parses as it does whole.
+TEST(ToolCalls, ALongReplyIsScannedAFewTimesNotOncePerPush) {
+  std::string code, prose;
+  for (int i = 0; i < 1500; ++i) code += "line " + std::to_string(i) + ": {[\\\"x\\\"]}\\n";
+  for (int i = 0; i < 1500; ++i) prose += "word" + std::to_string(i) + " ";
+  const std::string call = "{\"name\": \"write\", \"arguments\": {\"path\": \"a.txt\", \"text\": \"" + code + "\"}}";
+  for (ToolFormat f : {ToolFormat::Hermes, ToolFormat::Mistral}) {
+    const std::string text = f == ToolFormat::Hermes
+        ? prose + "<tool_call>\n" + call + "\n</tool_call>\n<tool_call>\n" + call + "\n</tool_call>"
+        : prose + "[TOOL_CALLS] [" + call + ", " + call + "]";
+    uint64_t n = 0;
+    llm::ToolCallParser p(f, false, [&] { return "id" + std::to_string(++n); });
+    Reply r;
+    for (size_t at = 0; at < text.size(); at += 3) join(r, p.push(text.substr(at, 3)));
+    join(r, p.finish());
+    EXPECT_EQ(r, parse(f, text, {})) << llm::tool_format_name(f);
+    ASSERT_EQ(r.calls.size(), 2u);
+    EXPECT_EQ(nlohmann::json::parse(r.calls[1].second)["text"], nlohmann::json::parse("\"" + code + "\""));
+    EXPECT_LT(p.bytes_scanned(), 4 * static_cast<int64_t>(text.size())) << llm::tool_format_name(f);
+  }
+}
+
 TEST(ToolCalls, IdsSuitTheFormat) {
   const std::string a = llm::new_tool_call_id(ToolFormat::Hermes, 1), b = llm::new_tool_call_id(ToolFormat::Hermes, 2);
   EXPECT_EQ(a.rfind("call_", 0), 0u);

@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <string_view>
 #include <vector>
 
@@ -90,6 +91,19 @@ class ToolCallParser {
   // The reply ended: the rest.
   ReplyDelta finish();
   int64_t calls() const { return static_cast<int64_t>(sent_.size()); }  // calls begun
+  // Bytes of the reply looked at so far, all pushes together (Note
+  // [Scanning a reply once]: a few times the reply's length, however it is cut).
+  int64_t bytes_scanned() const { return static_cast<int64_t>(values_.scanned); }
+
+  // Note [Scanning a reply once]: what earlier scans learnt of the JSON
+  // objects and arrays in the reply, so that a push scans only its own text.
+  struct ValueScans {
+    std::unordered_map<size_t, size_t> done;       // a complete, valid value's start -> its end
+    size_t start = std::string::npos, upto = 0;    // the value cut short: where it starts, how far read
+    std::string open;                              // its brackets open there
+    bool in_string = false, escape = false;        // inside a string there, after a backslash
+    size_t scanned = 0;
+  };
 
  private:
   struct Call;
@@ -109,6 +123,7 @@ class ToolCallParser {
     size_t arguments = 0;  // bytes of its arguments sent
   };
   std::vector<Sent> sent_;
+  ValueScans values_;
 };
 
 // A call id: "call_" and 24 hex digits, or 9 letters and digits for Mistral
