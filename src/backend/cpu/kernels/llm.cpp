@@ -246,42 +246,30 @@ inline float fma_or_not(float a, float b, float c) {
 #endif
 }
 
+// Dimensions [d, d + 16U) of weigh_values: U vectors a query held in
+// registers across the keys.
+template <int Q, int U, typename T>
+inline void weigh_pass(float* const* acc, const float* const* w, int64_t n, const T* vb, int64_t hd, int64_t d) {
+  V16 o[Q][U], v[U];
+  for (int j = 0; j < Q; ++j)
+    for (int u = 0; u < U; ++u) load16(o[j][u], acc[j] + d + 16 * u);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int u = 0; u < U; ++u) load16(v[u], vb + i * hd + d + 16 * u);
+    for (int j = 0; j < Q; ++j)
+      for (int u = 0; u < U; ++u) o[j][u] += w[j][i] * v[u];
+  }
+  for (int j = 0; j < Q; ++j) std::memcpy(acc[j] + d, o[j], sizeof o[j]);
+}
+
 // acc[j][0, hd) += w[j][i] * v[i] for keys i < n, in order, per dimension
 // (v: key i's values at vb + i * hd, floats or the cache's f16).
 template <int Q, typename T>
 inline void weigh_values(float* const* acc, const float* const* w, int64_t n, const T* vb, int64_t hd) {
   int64_t d = 0;
-  for (; d + 64 <= hd; d += 64) {  // 64 dimensions a pass, held in registers across the keys
-    V16 o[Q][4], v[4];
-    for (int j = 0; j < Q; ++j)
-      for (int u = 0; u < 4; ++u) load16(o[j][u], acc[j] + d + 16 * u);
-    for (int64_t i = 0; i < n; ++i) {
-      for (int u = 0; u < 4; ++u) load16(v[u], vb + i * hd + d + 16 * u);
-      for (int j = 0; j < Q; ++j)
-        for (int u = 0; u < 4; ++u) o[j][u] += w[j][i] * v[u];
-    }
-    for (int j = 0; j < Q; ++j) std::memcpy(acc[j] + d, o[j], sizeof o[j]);
-  }
-  for (; d + 32 <= hd; d += 32) {  // then 32: two chains a query where one would wait on each add
-    V16 o[Q][2], v[2];
-    for (int j = 0; j < Q; ++j)
-      for (int u = 0; u < 2; ++u) load16(o[j][u], acc[j] + d + 16 * u);
-    for (int64_t i = 0; i < n; ++i) {
-      for (int u = 0; u < 2; ++u) load16(v[u], vb + i * hd + d + 16 * u);
-      for (int j = 0; j < Q; ++j)
-        for (int u = 0; u < 2; ++u) o[j][u] += w[j][i] * v[u];
-    }
-    for (int j = 0; j < Q; ++j) std::memcpy(acc[j] + d, o[j], sizeof o[j]);
-  }
-  for (; d + 16 <= hd; d += 16) {  // then 16 a pass
-    V16 o[Q], v;
-    for (int j = 0; j < Q; ++j) load16(o[j], acc[j] + d);
-    for (int64_t i = 0; i < n; ++i) {
-      load16(v, vb + i * hd + d);
-      for (int j = 0; j < Q; ++j) o[j] += w[j][i] * v;
-    }
-    for (int j = 0; j < Q; ++j) std::memcpy(acc[j] + d, &o[j], sizeof o[j]);
-  }
+  for (; d + 64 <= hd; d += 64) weigh_pass<Q, 4>(acc, w, n, vb, hd, d);
+  // then 32 (two chains a query where one would wait on each add), then 16
+  for (; d + 32 <= hd; d += 32) weigh_pass<Q, 2>(acc, w, n, vb, hd, d);
+  for (; d + 16 <= hd; d += 16) weigh_pass<Q, 1>(acc, w, n, vb, hd, d);
   for (; d < hd; ++d)  // a head size not a multiple of 16
     for (int j = 0; j < Q; ++j)
       for (int64_t i = 0; i < n; ++i) acc[j][d] = fma_or_not(w[j][i], to_float(vb[i * hd + d]), acc[j][d]);
