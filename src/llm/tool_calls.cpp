@@ -86,7 +86,8 @@ Scan scan_brackets(const std::string& t, size_t i, size_t& end, ValueScans& memo
     end = it->second;
     return Scan::Done;
   }
-  if (memo.start != i) memo.start = i, memo.upto = i, memo.open.clear(), memo.in_string = memo.escape = false;
+  if (memo.start != i) memo.start = i, memo.upto = i, memo.open.clear(), memo.in_string = memo.escape = memo.bad = false;
+  if (memo.bad) return Scan::Bad;  // its state is past the bad byte: not to be taken up again
   size_t k = memo.upto;
   for (; k < t.size(); ++k) {
     const char c = t[k];
@@ -94,13 +95,13 @@ Scan scan_brackets(const std::string& t, size_t i, size_t& end, ValueScans& memo
       if (memo.escape) memo.escape = false;
       else if (c == '\\') memo.escape = true;
       else if (c == '"') memo.in_string = false;
-      else if (static_cast<unsigned char>(c) < 0x20) return Scan::Bad;
+      else if (static_cast<unsigned char>(c) < 0x20) return memo.bad = true, Scan::Bad;
     } else if (c == '"') {
       memo.in_string = true;
     } else if (c == '{' || c == '[') {
       memo.open += c;
     } else if (c == '}' || c == ']') {
-      if (memo.open.empty() || memo.open.back() != (c == '}' ? '{' : '[')) return Scan::Bad;
+      if (memo.open.empty() || memo.open.back() != (c == '}' ? '{' : '[')) return memo.bad = true, Scan::Bad;
       memo.open.pop_back();
       if (memo.open.empty()) break;
     }
@@ -111,10 +112,10 @@ Scan scan_brackets(const std::string& t, size_t i, size_t& end, ValueScans& memo
     return Scan::More;
   }
   end = k + 1;
-  memo.start = npos;
   memo.scanned += end - i;  // the check below reads it once more
   if (!ojson::accept(t.begin() + static_cast<std::ptrdiff_t>(i), t.begin() + static_cast<std::ptrdiff_t>(end)))
-    return Scan::Bad;
+    return memo.bad = true, Scan::Bad;
+  memo.start = npos;
   memo.done.emplace(i, end);
   return Scan::Done;
 }

@@ -217,6 +217,25 @@ TEST(ToolCalls, ALongReplyIsScannedAFewTimesNotOncePerPush) {
   }
 }
 
+// Arguments that go bad after their call began: the call keeps what came
+// before, and nothing after the bad byte is sent, however the text is cut
+// (Note [Scanning a reply once]: a later push does not take up the scan
+// from before the bad byte).
+TEST(ToolCalls, ArgumentsStopWhereTheyGoBad) {
+  const std::string head = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": ";
+  for (const std::vector<std::string>& pieces :
+       {std::vector<std::string>{head, "\"b\x01", "zz"}, {head, "[{]", "}]}"}, {head, "[1}", "]}"}}) {
+    const std::string text = pieces[0] + pieces[1] + pieces[2];
+    llm::ToolCallParser p(ToolFormat::Hermes, false, [] { return std::string("id"); });
+    Reply r;
+    for (const std::string& piece : pieces) join(r, p.push(piece));
+    join(r, p.finish());
+    ASSERT_EQ(r.calls.size(), 1u) << text;
+    EXPECT_EQ(r.calls[0].second, "{\"a\": ") << text;
+    EXPECT_EQ(r.content, text.substr(std::string("<tool_call>").size())) << text;
+  }
+}
+
 TEST(ToolCalls, IdsSuitTheFormat) {
   const std::string a = llm::new_tool_call_id(ToolFormat::Hermes, 1), b = llm::new_tool_call_id(ToolFormat::Hermes, 2);
   EXPECT_EQ(a.rfind("call_", 0), 0u);

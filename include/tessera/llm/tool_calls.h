@@ -91,8 +91,9 @@ class ToolCallParser {
   // The reply ended: the rest.
   ReplyDelta finish();
   int64_t calls() const { return static_cast<int64_t>(sent_.size()); }  // calls begun
-  // Bytes of the reply looked at so far, all pushes together (Note
-  // [Scanning a reply once]: a few times the reply's length, however it is cut).
+  // Bytes read so far by the marker search and the scans of JSON objects and
+  // arrays, all pushes together (Note [Scanning a reply once]: a few times the
+  // reply's length, however it is cut; calls' names and keys are not counted).
   int64_t bytes_scanned() const { return static_cast<int64_t>(values_.scanned); }
 
   // Note [Scanning a reply once]: what earlier scans learnt of the JSON
@@ -102,6 +103,7 @@ class ToolCallParser {
     size_t start = std::string::npos, upto = 0;    // the value cut short: where it starts, how far read
     std::string open;                              // its brackets open there
     bool in_string = false, escape = false;        // inside a string there, after a backslash
+    bool bad = false;                              // it went bad (its state is past the bad byte)
     size_t scanned = 0;
   };
 
