@@ -109,20 +109,17 @@ int mixed(llm::Engine& e, const std::vector<int32_t>& prompt, int64_t seqs, int6
   const int64_t reps = std::stoll(arg(argc, argv, "--repeat", "15"));
   std::vector<int32_t> text(static_cast<size_t>(std::max(past, at + n) + 1));
   for (size_t i = 0; i < text.size(); ++i) text[i] = prompt[i % prompt.size()];
-  std::vector<llm::Chunk> dec;
-  for (int64_t i = 0; i < seqs; ++i) {
+  auto sequence_of = [&](int64_t tokens) {  // a new sequence holding text[0, tokens)
     const int64_t s = e.add_sequence();
-    for (int64_t p = 0; p < past; p += 512) {
-      llm::Chunk c{s, {text.data() + p, static_cast<size_t>(std::min<int64_t>(512, past - p))}, 0};
+    for (int64_t p = 0; p < tokens; p += 512) {
+      llm::Chunk c{s, {text.data() + p, static_cast<size_t>(std::min<int64_t>(512, tokens - p))}, 0};
       e.step({&c, 1});
     }
-    dec.push_back({s, {text.data() + past, 1}, 1});
-  }
-  const int64_t lp = e.add_sequence();
-  for (int64_t p = 0; p < at; p += 512) {
-    llm::Chunk c{lp, {text.data() + p, static_cast<size_t>(std::min<int64_t>(512, at - p))}, 0};
-    e.step({&c, 1});
-  }
+    return s;
+  };
+  std::vector<llm::Chunk> dec;
+  for (int64_t i = 0; i < seqs; ++i) dec.push_back({sequence_of(past), {text.data() + past, 1}, 1});
+  const int64_t lp = sequence_of(at);
   const int64_t logits = std::min<int64_t>(n, std::stoll(arg(argc, argv, "--logits", "1")));  // a verify step: every row's
   const llm::Chunk chunk{lp, {text.data() + at, static_cast<size_t>(n)}, logits};
   auto median_ms = [&](bool decodes, bool prompt_chunk) {

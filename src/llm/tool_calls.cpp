@@ -52,17 +52,21 @@ Match match(const std::string& t, size_t i, std::string_view word) {
 // found and the text valid JSON), cut short by the end of the text, or bad.
 enum class Scan { Done, More, Bad };
 
+// One byte c inside a JSON string (`escape`: the byte before was a lone
+// backslash): the string goes on (More), ends here (Done), or cannot (Bad).
+Scan string_byte(char c, bool& escape) {
+  if (escape) return escape = false, Scan::More;
+  if (c == '\\') return escape = true, Scan::More;
+  if (c == '"') return Scan::Done;
+  return static_cast<unsigned char>(c) < 0x20 ? Scan::Bad : Scan::More;
+}
+
 Scan scan_string(const std::string& t, size_t i, size_t& end) {
+  bool escape = false;
   for (size_t k = i + 1; k < t.size(); ++k) {
-    if (t[k] == '\\') {
-      ++k;
-      continue;
-    }
-    if (t[k] == '"') {
-      end = k + 1;
-      return Scan::Done;
-    }
-    if (static_cast<unsigned char>(t[k]) < 0x20) return Scan::Bad;
+    const Scan s = string_byte(t[k], escape);
+    if (s == Scan::Done) end = k + 1;
+    if (s != Scan::More) return s;
   }
   return Scan::More;
 }
@@ -92,10 +96,9 @@ Scan scan_brackets(const std::string& t, size_t i, size_t& end, ValueScans& memo
   for (; k < t.size(); ++k) {
     const char c = t[k];
     if (memo.in_string) {
-      if (memo.escape) memo.escape = false;
-      else if (c == '\\') memo.escape = true;
-      else if (c == '"') memo.in_string = false;
-      else if (static_cast<unsigned char>(c) < 0x20) return memo.bad = true, Scan::Bad;
+      const Scan s = string_byte(c, memo.escape);
+      if (s == Scan::Bad) return memo.bad = true, Scan::Bad;
+      memo.in_string = s == Scan::More;
     } else if (c == '"') {
       memo.in_string = true;
     } else if (c == '{' || c == '[') {

@@ -41,8 +41,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <unordered_map>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>

@@ -120,12 +120,18 @@ inline void kv_load(KvFormat f, const uint8_t* row, int64_t off, int64_t n, floa
   }
 }
 
+// An f16 cache's keys of the run at slot s0 of block b, key head at offset
+// off: dimension d of its 16 keys at the result + d * block_tokens.
+inline const uint16_t* f16_key_run(const KvLayer& L, int64_t b, int64_t s0, int64_t off) {
+  return reinterpret_cast<const uint16_t*>(L.k) + (b * L.kv_dim + off) * L.block_tokens + s0;
+}
+
 // 16 keys' values for one key head: kt[d * 16 + j] = dimension d of key j
 // of the run starting at slot s0 of block b.
 inline void load_keys16(const KvLayer& L, int64_t b, int64_t s0, int64_t off, int64_t hd, float* kt) {
   const int64_t bt = L.block_tokens;
   if (L.k_format == KvFormat::F16) {
-    const auto* h = reinterpret_cast<const uint16_t*>(L.k) + (b * L.kv_dim + off) * bt + s0;
+    const uint16_t* h = f16_key_run(L, b, s0, off);
     for (int64_t d = 0; d < hd; ++d) kv_load(KvFormat::F16, reinterpret_cast<const uint8_t*>(h + d * bt), 0, 16, kt + d * 16);
     return;
   }
@@ -155,7 +161,7 @@ inline void prefetch_keys16(const KvLayer& L, int64_t b, int64_t s0, int64_t off
   const int64_t bt = L.block_tokens;
   if (L.k_format != KvFormat::F16)
     return prefetch_bytes(kv_head_row(L, L.k_format, L.k, b, s0, off / hd), 16 * kv_row_bytes(L.k_format, hd));
-  const auto* h = reinterpret_cast<const uint8_t*>(reinterpret_cast<const uint16_t*>(L.k) + (b * L.kv_dim + off) * bt + s0);
+  const auto* h = reinterpret_cast<const uint8_t*>(f16_key_run(L, b, s0, off));
   if (bt == 16) return prefetch_bytes(h, hd * 32);  // the run's dimensions lie together
   for (int64_t d = 0; d < hd; ++d) prefetch_bytes(h + d * bt * 2, 32);
 }
@@ -311,12 +317,11 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
   for (int64_t c = 0; c < most; c += 16) {
     prefetch_keys(c + 16 * kAhead);
     // A query or two read the cache's f16 run as it is: widening it to kt first costs more.
-    const auto* kh = reinterpret_cast<const uint16_t*>(L.k) + (blocks[c / bt] * L.kv_dim + off) * bt + c % bt;
     if (!direct_k) load_keys16(L, blocks[c / bt], c % bt, off, hd, kt);
     by_groups(nq, [&](int j, auto g) {
       constexpr int G = decltype(g)::value;
       V16 sv[G];
-      if (direct_k) scores16<G>(q + j, kh, bt, hd, a.scale, sv);
+      if (direct_k) scores16<G>(q + j, f16_key_run(L, blocks[c / bt], c % bt, off), bt, hd, a.scale, sv);
       else scores16<G>(q + j, kt, 16, hd, a.scale, sv);
       for (int t = 0; t < G; ++t) std::memcpy(scores + (j + t) * stride + c, &sv[t], sizeof sv[t]);
     });
