@@ -5,6 +5,11 @@
 // ChatTemplate.MatchesHuggingFaceJinja (scripts/llm_compat.sh).
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <map>
 
@@ -116,6 +121,120 @@ TEST(ChatTemplate, SandboxLimits) {
   EXPECT_EQ(render("{{ [1, 2].99999999999999999999999 is defined }}"), "false");
   EXPECT_EQ(render("{{ " + std::string(400, '9') + ".5 > 1 }}"), "true");
   EXPECT_NE(testing::error_of([] { render("{{ 'a' ~ none }}"); }).find("'~' on none"), std::string::npos);
+}
+
+// What a render in a child process used: its peak resident memory (KiB) and
+// wall time, and whether it ended with an error naming `expect`.
+struct ChildRun {
+  long max_rss_kib = 0;
+  double seconds = 0;
+  bool error_as_expected = false;
+};
+ChildRun render_in_child(const std::string& src, const std::string& expect) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    int code = 2;
+    try {
+      if (!src.empty()) render(src);
+      code = 3;  // rendered: no error at all
+    } catch (const Error& e) {
+      code = std::string(e.what()).find(expect) != std::string::npos ? 0 : 1;
+      if (code) std::fprintf(stderr, "unexpected error: %s\n", e.what());
+    }
+    _exit(code);
+  }
+  int status = 0;
+  rusage ru{};
+  wait4(pid, &status, 0, &ru);
+  ChildRun r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.max_rss_kib = ru.ru_maxrss;
+  r.error_as_expected = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return r;
+}
+
+// A few hundred bytes of template that would build gigabytes or run for
+// minutes each stop with an error naming the sandbox's limit, within a
+// second and 64 MiB (Note [What a template may build]).
+TEST(ChatTemplate, BombsStopWithinASecondAnd64MiB) {
+  const std::string budget = "bytes of strings, lists and output";
+  const std::vector<std::pair<std::string, std::string>> bombs = {
+      {"{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+       budget},
+      {"{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", budget},
+      {"{% set ns = namespace(l=[1, 'x']) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}", budget},
+      {"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}"
+       "{{ ns.l | tojson }}",
+       budget},
+      {"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l }}",
+       budget},
+      {"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}"
+       "{{ ns.l | tojson(indent=64) }}",
+       budget},
+      {"{% set s = 'aaaaaaaaaaaaaaaa' %}{{ s.replace('a', s).replace('a', s).replace('a', s).replace('a', s)"
+       ".replace('a', s).replace('a', s) }}",
+       budget},
+      {"{% set s = 'aaaaaaaaaaaaaaaa' %}{{ s | replace('', s) | replace('', s) | replace('', s) | replace('', s)"
+       " | replace('', s) }}",
+       budget},
+      {"{% set ns = namespace(s='a\nb') %}{% for i in range(40) %}{% set ns.s = (ns.s ~ '\n' ~ ns.s) | "
+       "indent(1024, true) %}{% endfor %}",
+       budget},
+      {"{% set ns = namespace(s='ab') %}{% for i in range(17) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+       "{{ ns.s | list | length }}",
+       budget},
+      {"{% set ns = namespace(l=['abcdefgh']) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}"
+       "{{ ns.l | join(ns.l | join) }}",
+       budget},
+      {"{% set ns = namespace(l=[]) %}{% for i in range(900000) %}{{ ns.l.append('abcdefghabcdefgh') }}{% endfor %}",
+       budget},
+      {"{% for x in range(9223372036854775807) %}{% endfor %}", budget},
+      {"{% for i in range(8000) %}{% for c in '" + std::string(140, 'c') + "' %}{% endfor %}{% endfor %}", "steps"},
+      {"{% set ns = namespace(s='ab') %}{% for i in range(17) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+       "{% for a in '0123456789' %}{% for b in '0123456789' %}{% for c in '0123456789' %}{% for d in '0123456789' %}"
+       "{% for e in '0123456789' %}{% if ns.s.count('bab0') %}{% endif %}"
+       "{% endfor %}{% endfor %}{% endfor %}{% endfor %}{% endfor %}",
+       "longer than"},
+      {"{{ 2 ** 1000 }}", "integer overflow in **"},
+      {"{{ 3 ** 40 }}", "integer overflow in **"},
+      {"{{ 9223372036854775807 + 1 }}", "integer overflow in +"},
+      {"{{ (-9223372036854775807 - 1) // -1 }}", "integer overflow in //"},
+      {"{{ -(-9223372036854775807 - 1) }}", "integer overflow in unary -"},
+      {"{{ (-9223372036854775807 - 1) | abs }}", "integer overflow in abs"},
+      {"{{ (10.0 ** 300) | int }}", "does not fit in a 64-bit integer"},
+      {"{{ [9223372036854775807, 1] | sum }}", "integer overflow in sum"},
+  };
+  const ChildRun idle = render_in_child("", "");
+  for (const auto& [src, expect] : bombs) {
+    SCOPED_TRACE(src);
+    const ChildRun r = render_in_child(src, expect);
+    EXPECT_TRUE(r.error_as_expected);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // their shadow memory and slowdown
+    EXPECT_LT(r.seconds, 1.0);
+    EXPECT_LT(r.max_rss_kib - idle.max_rss_kib, 64 * 1024);
+#endif
+  }
+  // Integers that fit stay exact.
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ -7 // 2 }} {{ 7 // -2 }} {{ 0 ** 0 }} {{ 1 ** 1000000 }}"),
+            "4611686018427387904 -9223372036854775808 -4 -4 1 1");
+  EXPECT_EQ(render("{{ (-9223372036854775807 - 1) % -1 }} {{ 2 ** -1 }}"), "0 0.5");
+}
+
+// The budget grows with what the template is given: a long conversation
+// renders whole, a transform of it a few times over too.
+TEST(ChatTemplate, BudgetScalesWithTheContext) {
+  const std::string big(3 << 20, 'x');
+  const json ctx = {{"messages", json::array({{{"role", "user"}, {"content", big}}})}};
+  const std::string out = render(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}{{ (m.content ~ '!') | length }}{% endfor %}", ctx);
+  EXPECT_EQ(out.size(), big.size() + 6 + 7);
+  llm::ChatTemplateLimits lim;
+  lim.built_per_context_byte = 1;  // the output alone is as large as the context
+  EXPECT_NE(testing::error_of([&] {
+              ChatTemplate("{% for m in messages %}{{ m.content }}{{ m.content }}{% endfor %}", "t", lim).render(ctx);
+            }).find("bytes of strings, lists and output"),
+            std::string::npos);
 }
 
 // Message texts are marked while rendering, so the tokenizer can keep

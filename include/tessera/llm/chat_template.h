@@ -10,7 +10,9 @@
 // transformers.
 //
 // Sandboxed: a template reads only the context it is given, calls nothing
-// outside this file, and runs under limits on steps, nesting and output.
+// outside the sandbox, and runs under limits on steps, nesting, time and the
+// bytes it builds (strings, lists and output together); integers that leave
+// 64 bits are an error, never a wrapped value.
 // A construct outside the subset (an unknown statement, filter, test or
 // method) is an error when the template is loaded, naming it and its line;
 // never a wrong prompt.
@@ -32,6 +34,11 @@ struct ChatTemplateLimits {
   int max_depth = 100;                 // nested blocks, expressions and macro calls
   int64_t max_output = 16 << 20;       // bytes of rendered text
   int64_t max_source = 1 << 20;        // bytes of template
+  // Bytes of strings, lists and output one render may build in all: this,
+  int64_t max_built = 1 << 20;
+  // plus this many for each byte of the context it is given.
+  int64_t built_per_context_byte = 16;
+  double max_seconds = 0.5;            // wall time of one render
 };
 
 class ChatTemplate {
