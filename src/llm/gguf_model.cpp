@@ -1,6 +1,9 @@
 // What the Llama and GPT GGUF converters share (src/llm/gguf_model.h).
 #include "llm/gguf_model.h"
 
+#include <string_view>
+#include <unordered_set>
+
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
 #include "tessera/ops/ops.h"
@@ -9,8 +12,17 @@ namespace tessera::llm::detail {
 
 uint32_t u32_of(const GgufFile& f, const std::string& key) {
   const int64_t v = f.get(key).as_int(key);
-  TS_CHECK(v > 0 && v < (int64_t{1} << 31), f.what(), ": ", key, " is ", v, " (must be positive)");
+  TS_CHECK(v > 0, f.what(), ": ", key, " is ", v, " (must be positive)");
+  TS_CHECK(v < (int64_t{1} << 31), f.what(), ": ", key, " is ", v, ", above the largest Tessera reads (2^31 - 1)");
   return static_cast<uint32_t>(v);
+}
+
+uint32_t layer_count(const GgufFile& f, const std::string& key, int64_t per_layer, const std::string& arch) {
+  const uint32_t n = u32_of(f, key);
+  const int64_t present = static_cast<int64_t>(f.tensors().size());
+  TS_CHECK(int64_t{n} * per_layer <= present, f.what(), ": ", key, " is ", n, ", but the file holds ", present,
+           " tensors, and a ", arch, " layer has ", per_layer, " (at most ", present / per_layer, " layers)");
+  return n;
 }
 
 void check_tensors(const GgufFile& f, const std::vector<TensorName>& names, const std::string& arch, int64_t layers,
@@ -23,12 +35,11 @@ void check_tensors(const GgufFile& f, const std::vector<TensorName>& names, cons
     TS_CHECK(t->shape() == n.shape, f.what(), ": ", n.gguf, " is ", shape_str(t->shape()), ", the configuration "
              "needs ", shape_str(n.shape));
   }
-  for (const GgufTensorInfo& t : f.tensors()) {
-    bool known = false;
-    for (const TensorName& n : names) known = known || n.gguf == t.name;
-    TS_CHECK(known, f.what(), ": tensor '", t.name, "' is not part of the ", arch, " models Tessera reads",
+  std::unordered_set<std::string_view> known;
+  for (const TensorName& n : names) known.insert(n.gguf);
+  for (const GgufTensorInfo& t : f.tensors())
+    TS_CHECK(known.count(t.name), f.what(), ": tensor '", t.name, "' is not part of the ", arch, " models Tessera reads",
              hint ? hint(t.name) : std::string());
-  }
 }
 
 namespace {

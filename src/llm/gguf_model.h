@@ -19,8 +19,13 @@ struct TensorName {
   int64_t rope_heads = 0;
 };
 
-// A positive 32-bit count from the file (an error naming the key otherwise).
+// A count from the file between 1 and 2^31 - 1 (an error naming the key
+// and the value otherwise).
 uint32_t u32_of(const GgufFile& f, const std::string& key);
+// The file's layer count under `key`, checked against the tensors it holds
+// (each layer has `per_layer` of them) before anything proportional to the
+// claim is built: a header claiming 2^31 layers is refused at once.
+uint32_t layer_count(const GgufFile& f, const std::string& key, int64_t per_layer, const std::string& arch);
 
 // Every tensor in `names` is in the file in its shape, and there is no other
 // (`arch` names the architecture in errors; `hint` is added to the error for

@@ -77,7 +77,7 @@ nn::zoo::GPTConfig gpt_config_from_gguf(const GgufFile& f) {
            ": general.architecture is ", arch ? arch->summary() : std::string("missing"), ", not \"gpt2\"");
   nn::zoo::GPTConfig c;
   c.n_embd = u32_of(f, "gpt2.embedding_length");
-  c.n_layer = u32_of(f, "gpt2.block_count");
+  c.n_layer = detail::layer_count(f, "gpt2.block_count", 6, "gpt2");  // six weights a layer, biases or not
   c.n_head = u32_of(f, "gpt2.attention.head_count");
   c.block_size = u32_of(f, "gpt2.context_length");
   TS_CHECK(c.n_embd % c.n_head == 0, f.what(), ": ", c.n_head, " heads do not divide the width ", c.n_embd);

@@ -36,6 +36,9 @@ std::vector<Name> tensor_names(const nn::zoo::LlamaConfig& c) {
   return n;
 }
 
+// The tensors of one layer (tensor_names).
+constexpr int64_t kLayerTensors = 9;
+
 // The longest context whose RoPE tables the model precomputes from a file.
 constexpr int64_t kMaxContext = int64_t{1} << 18;
 
@@ -91,7 +94,7 @@ nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f, bool rope_scaling
            ": general.architecture is ", arch ? arch->summary() : std::string("missing"), ", not \"llama\"");
   nn::zoo::LlamaConfig c;
   c.dim = u32_of(f, "llama.embedding_length");
-  c.n_layers = u32_of(f, "llama.block_count");
+  c.n_layers = detail::layer_count(f, "llama.block_count", kLayerTensors, "llama");
   c.hidden_dim = u32_of(f, "llama.feed_forward_length");
   c.n_heads = u32_of(f, "llama.attention.head_count");
   c.n_kv_heads = f.find("llama.attention.head_count_kv") ? u32_of(f, "llama.attention.head_count_kv") : c.n_heads;

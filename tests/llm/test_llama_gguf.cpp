@@ -12,10 +12,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tessera/io/file.h"
 #include "tessera/llm/engine.h"
+#include "tessera/llm/gpt_gguf.h"
 #include "tessera/llm/llama_gguf.h"
 #include "tessera/llm/tokenizer.h"
 #include "tessera/ops/ops.h"
@@ -157,6 +160,64 @@ TEST(LlamaGguf, TokenizerTravelsAndBadFilesSayWhy) {
   GgufFile gpt2 = parsed(nameless, b3);
   EXPECT_NE(testing::error_of([&] { llm::load_llama_gguf(gpt2); }).find("general.architecture is \"gpt2\", not \"llama\""),
             std::string::npos);
+}
+
+// A header that claims 2^31 - 1 layers (or 2^31, or 0) is refused by
+// comparing the claim with the tensors present, before a name per layer is
+// made: the error names the key, the value and what the file could hold,
+// and a load that fails so uses under 64 MiB.
+TEST(LlamaGguf, ClaimedLayerCountsAreCheckedAgainstTheTensors) {
+  manual_seed(4);
+  auto m = std::make_shared<nn::zoo::Llama>(tiny(true, false));
+  auto claim = [&](int64_t layers) {
+    llm::GgufWriter w = llm::llama_to_gguf(*m);
+    w.set("llama.block_count", llm::GgufValue::integer(llm::GgufType::U64, layers));
+    return w.bytes();
+  };
+  auto error = [](const std::string& bytes, auto load) {
+    return testing::error_of([&] { load(GgufFile::parse(bytes.data(), bytes.size(), "claims.gguf")); });
+  };
+  auto module = [](GgufFile f) { llm::load_llama_gguf(f); };
+  auto engine = [](GgufFile f) { llm::Model::from_gguf(std::move(f)); };
+  const std::string many = claim(2147483647);
+  for (const std::string& e : {error(many, module), error(many, engine)})
+    EXPECT_NE(e.find("claims.gguf: llama.block_count is 2147483647, but the file holds 21 tensors, and a llama layer "
+                     "has 9 (at most 2 layers)"),
+              std::string::npos)
+        << e;
+  EXPECT_NE(error(claim(int64_t{1} << 31), module).find("llama.block_count is 2147483648, above the largest Tessera "
+                                                         "reads (2^31 - 1)"),
+            std::string::npos);
+  EXPECT_NE(error(claim(0), module).find("llama.block_count is 0 (must be positive)"), std::string::npos);
+
+  nn::zoo::GPTConfig gc;
+  gc.vocab_size = 32, gc.block_size = 16, gc.n_layer = 2, gc.n_head = 2, gc.n_embd = 32;
+  nn::zoo::GPT gpt(gc);
+  llm::GgufWriter gw = llm::gpt_to_gguf(gpt);
+  gw.set("gpt2.block_count", llm::GgufValue::integer(llm::GgufType::U32, 2147483647));
+  const std::string gpt_bytes = gw.bytes();
+  EXPECT_NE(error(gpt_bytes, engine).find("gpt2.block_count is 2147483647, but the file holds"), std::string::npos);
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  // The failed load's memory, in a child of its own.
+  auto peak_kib = [&](bool load) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      if (load) {
+        try {
+          llm::Model::from_gguf(GgufFile::parse(many.data(), many.size(), "claims.gguf"));
+        } catch (const Error&) {
+        }
+      }
+      _exit(0);
+    }
+    int status = 0;
+    rusage ru{};
+    wait4(pid, &status, 0, &ru);
+    return ru.ru_maxrss;
+  };
+  EXPECT_LT(peak_kib(true) - peak_kib(false), 64 * 1024);
+#endif
 }
 
 // convert_gguf (tessera quantize-gguf): an F32 file converted to Q8_0 holds the
