@@ -370,6 +370,8 @@ void Tokenizer::build() {
   ids_.clear();
   ids_.reserve(tokens_.size());
   for (size_t i = 0; i < tokens_.size(); ++i) ids_[tokens_[i]] = static_cast<int32_t>(i);  // a repeated text: the last
+  longest_ = 1;
+  for (const std::string& t : tokens_) longest_ = std::max(longest_, t.size());
   special_.clear();
   for (size_t i = 0; i < tokens_.size(); ++i)
     if (is_special(types_[i]) && !tokens_[i].empty()) special_.push_back(static_cast<int32_t>(i));
@@ -560,7 +562,13 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) con
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
-                                       const std::vector<std::pair<size_t, size_t>>& plain) const {
+                                       const std::vector<std::pair<size_t, size_t>>& plain, size_t limit) const {
+  // A token stands for at most longest_ bytes of text (its stored text is
+  // never shorter than what it covers: byte-level BPE maps a byte to one or
+  // two, SentencePiece a space to three), so a prefix of (limit + 1) x
+  // longest_ bytes already holds more than `limit` tokens.
+  if (limit < SIZE_MAX / longest_ - 1 && text.size() > (limit + 1) * longest_)
+    text = text.substr(0, (limit + 1) * longest_);
   if (model_ == Model::Characters) {
     std::vector<int32_t> out;
     for (size_t i = 0; i < text.size();) {

@@ -424,18 +424,20 @@ void LlmService::generate(const openai::GenerationRequest& g, const llm::Adapter
   const bool forced_call = with_tools && (g.tool_choice == ToolChoice::Required || g.tool_choice == ToolChoice::Function);
   if (chat) {
     const llm::RenderedChat rc = llm::render_chat(L.tmpl, g.messages, true, tok, with_tools ? g.tools : ojson());
-    prompts.push_back(tok.encode(rc.text, true, true, rc.content_spans));
+    prompts.push_back(tok.encode(rc.text, true, true, rc.content_spans, L.context));
     if (L.plain_template) stop.push_back(llm::kPlainChatStop);
   } else {
     for (const openai::Prompt& p : g.prompts) {
-      prompts.push_back(p.is_ids ? p.ids : tok.encode(p.text, true, false));
+      prompts.push_back(p.is_ids ? p.ids : tok.encode(p.text, true, false, {}, L.context));
       if (g.echo) echoes.push_back(p.is_ids ? tok.decode(p.ids) : p.text);
     }
   }
   for (const auto& p : prompts)
-    if (static_cast<int64_t>(p.size()) >= L.context)
+    if (static_cast<int64_t>(p.size()) >= L.context)  // tokenized no further than past the context
       throw ApiError(400, "This model's maximum context length is " + std::to_string(L.context) +
-                              " tokens; the prompt has " + std::to_string(p.size()) +
+                              " tokens; the prompt has " +
+                              (static_cast<int64_t>(p.size()) > L.context ? "more than " + std::to_string(L.context)
+                                                                          : std::to_string(p.size())) +
                               " (it must leave room for at least one generated token)",
                      param, "context_length_exceeded");
 
@@ -742,10 +744,10 @@ void LlmService::embed(const openai::EmbeddingRequest& e, HttpExchange& exchange
   std::vector<std::vector<int32_t>> inputs;
   int64_t tokens = 0;
   for (const openai::Prompt& p : e.inputs) {
-    inputs.push_back(p.is_ids ? p.ids : L.m.tokenizer.encode(p.text, true, false));
+    inputs.push_back(p.is_ids ? p.ids : L.m.tokenizer.encode(p.text, true, false, {}, L.context));
     if (static_cast<int64_t>(inputs.back().size()) > L.context)
       throw ApiError(400, "This model's maximum context length is " + std::to_string(L.context) +
-                              " tokens; an input has " + std::to_string(inputs.back().size()),
+                              " tokens; an input has more than " + std::to_string(L.context),
                      "input", "context_length_exceeded");
     tokens += static_cast<int64_t>(inputs.back().size());
   }

@@ -100,6 +100,23 @@ TEST(Tokenizer, SpecialTokensOnlyWhereAllowedAndNeverTwoBos) {
   EXPECT_EQ(eos.encode("a", true), (Ids{0, 3, 2}));
 }
 
+// With a limit, a text too long for it is tokenized only until it is
+// known not to fit: an 8 MB message against a context of 100 tokens gives
+// more than 100 ids from its first bytes only; a text that fits gives the
+// same ids as without a limit.
+TEST(Tokenizer, ALimitStopsALongTextEarly) {
+  Tokenizer t = small_vocab();
+  std::string big;
+  while (big.size() < (8u << 20)) big += "ab c <|im_start|>";
+  const Ids cut = t.encode(big, true, true, {}, 100);
+  EXPECT_GT(cut.size(), 100u);
+  EXPECT_LE(cut.size(), 102u * 12u);  // the prefix's: (limit + 1) x the longest token's 12 bytes, and BOS
+  const Ids whole = t.encode(big.substr(0, 64), true, true);
+  EXPECT_EQ(t.encode(big.substr(0, 64), true, true, {}, 100), whole);
+  EXPECT_EQ(t.encode(big.substr(0, 64), true, true, {}, whole.size()), whole);
+  EXPECT_EQ(Ids(cut.begin(), cut.begin() + 10), Ids(whole.begin(), whole.begin() + 10));
+}
+
 TEST(Tokenizer, DecodeRoundTripsAndStreamsWholeCharacters) {
   Tokenizer t = small_vocab();
   for (std::string s : {"ab c", " ab", "\xc3\xa9t\xc3\xa9 ab", "a\nb", "c<tool>"}) {

@@ -20,6 +20,7 @@
 // first, longest first. Control and unknown ones only where the caller says
 // the text may hold them (parse_special: a chat template's own text, never a
 // user's message); user-defined ones always, as llama.cpp does.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -72,8 +73,12 @@ class Tokenizer {
   // parse_special: control tokens written in the text become those tokens.
   // plain: byte ranges [begin, end) of `text` where no special token is
   // matched even with parse_special (the messages inside a chat template).
+  // limit: a text of more than `limit` tokens gives more than `limit` ids,
+  // not all of them (a prefix's: its last ids may differ from the whole
+  // text's), in time and memory bounded by `limit`, not by the text.
   std::vector<int32_t> encode(std::string_view text, bool add_special = true, bool parse_special = false,
-                              const std::vector<std::pair<size_t, size_t>>& plain = {}) const;
+                              const std::vector<std::pair<size_t, size_t>>& plain = {},
+                              size_t limit = SIZE_MAX) const;
   // Ids to text. remove_special: leave out a leading BOS and trailing EOS;
   // unparse_special: write control tokens' text (otherwise they write nothing).
   std::string decode(const std::vector<int32_t>& ids, bool remove_special = true, bool unparse_special = false) const;
@@ -110,6 +115,7 @@ class Tokenizer {
 
   Model model_ = Model::SentencePiece;
   std::vector<std::string> tokens_;
+  size_t longest_ = 1;  // bytes of the longest token's text: no token stands for more input
   std::vector<float> scores_;
   std::vector<TokenType> types_;
   std::unordered_map<std::string, int32_t> ids_;
