@@ -62,8 +62,10 @@ void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f) {
               "16 tokens a prompt shares with an earlier one are reused)");
   c->add_option("-t,--threads", f.threads, "compute threads (0: OMP_NUM_THREADS or all cores)")
       ->check(CLI::Range(0, 1024));
-  c->add_option("--connections", f.connections, "HTTP connections served at once (a thread each)")
-      ->check(CLI::Range(1, 4096));
+  c->add_option("--connections", f.connections, "HTTP requests answered at once (a worker thread each; slow "
+                "clients hold none)")->check(CLI::Range(1, 4096));
+  c->add_option("--max-client-connections", f.max_client_connections, "connections one client address may hold; "
+                "one more is refused with 429")->check(CLI::Range(1, 1 << 20));
   c->add_option("--chat-template", f.chat_template, "a Jinja chat template file to use instead of the model's");
   c->add_option("--pooling", f.pooling, "/v1/embeddings' pooling of the tokens' final hidden states: mean, last or "
                 "cls (default: the GGUF's {arch}.pooling_type, else last)")->check(CLI::IsMember({"mean", "last", "cls"}));
@@ -113,7 +115,8 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
   const sigset_t stop_signals = block_stop_signals();
   serve::LlmService service(so);
   serve::HttpServer server([&service](serve::HttpRequest r, serve::HttpExchange& x) { service.handle(std::move(r), x); },
-                           service.max_body_bytes(), {.host = f.host, .port = f.port, .threads = f.connections});
+                           service.max_body_bytes(), {.host = f.host, .port = f.port, .threads = f.connections,
+                            .max_connections_per_client = f.max_client_connections});
   std::printf("listening on http://%s:%d/v1 (loading %s; /health answers 503 until it is served)\n", f.host.c_str(),
               server.port(), f.model.c_str());
   std::fflush(stdout);

@@ -27,6 +27,7 @@
 #include "tessera/ops/ops.h"
 #include "tessera/serve/http_server.h"
 #include "serve_test_util.h"
+#include "slow_clients.h"
 #include "test_util.h"
 
 using namespace tessera;
@@ -281,5 +282,19 @@ TEST(ServeHttp, MalformedHttpGets400AndStopAnswersWhatWasRead) {
   server.stop();
   for (auto& c : clients) c.join();
   EXPECT_EQ(answered.load(), 4);
+  fs::remove_all(root);
+}
+
+// A thousand clients that never finish their headers cost the server no
+// thread: /v2/health/ready still answers within a second.
+TEST(ServeHttp, SlowClientsCostNoThreadAndAnAddressPastItsCapIsRefused) {
+  std::string root = tessera::testing::scratch_dir("serve_http_slow");
+  save_mlp(root + "/mlp/1/model.tsr");
+  InferenceService service;
+  service.load_repository(root);
+  HttpServer server(service, {.port = 0, .threads = 4, .header_timeout_s = 3, .body_timeout_s = 3,
+                              .max_connections_per_client = 8});
+  tessera::testing::expect_slow_clients_cost_no_thread(server.port(), "/v2/health/ready");
+  server.stop();
   fs::remove_all(root);
 }

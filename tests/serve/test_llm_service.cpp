@@ -26,6 +26,7 @@
 #include "test_util.h"
 #include "tessera/serve/http_server.h"
 #include "tessera/serve/llm_service.h"
+#include "slow_clients.h"
 
 using namespace tessera;
 using namespace tessera::serve;
@@ -214,6 +215,18 @@ TEST(LlmService, HealthIsUnavailableUntilTheModelLoads) {
   const json models = call(s, "GET", "/v1/models").json_body();
   EXPECT_EQ(models["data"][0]["id"], "model");
   EXPECT_EQ(models["data"][0]["max_model_len"], 128);
+}
+
+// serve-llm's server under a thousand slow clients: /health answers within
+// a second (Note [Slow clients]).
+TEST(LlmService, SlowClientsCostNoThreadAndAnAddressPastItsCapIsRefused) {
+  LlmService s;
+  s.load(fixture_model());
+  HttpServer server([&s](HttpRequest r, HttpExchange& x) { s.handle(std::move(r), x); }, s.max_body_bytes(),
+                    {.port = 0, .threads = 4, .header_timeout_s = 3, .body_timeout_s = 3,
+                     .max_connections_per_client = 8});
+  tessera::testing::expect_slow_clients_cost_no_thread(server.port(), "/health");
+  server.stop();
 }
 
 TEST(LlmService, GreedyCompletionEqualsItsSoloRun) {

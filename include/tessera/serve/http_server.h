@@ -1,12 +1,13 @@
 #pragma once
 // The HTTP/1.1 transport of the services: Boost.Beast's parser and
-// serializer over blocking sockets, a thread per connection (up to
-// `threads`; more wait in the listen backlog), every request handed to a
-// handler (InferenceService::handle, LlmService::handle), which answers with
-// a whole response or a chunked stream. Chosen by the load test in
-// docs/serving.md. Binds
-// 127.0.0.1 unless told otherwise; port 0 picks a free port. A connection
-// silent for idle_timeout_s (between requests or inside one) is closed.
+// serializer. One thread reads every connection (epoll) until its request is
+// whole, under deadlines for the headers and the body; `threads` workers
+// hand whole requests to the handler (InferenceService::handle,
+// LlmService::handle), which answers with a whole response or a chunked
+// stream. A slow client costs a connection's bytes, never a thread
+// (Note [Slow clients] in http_server.cpp). Binds 127.0.0.1 unless told
+// otherwise; port 0 picks a free port.
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -17,8 +18,13 @@ namespace tessera::serve {
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
-  int threads = 64;         // connections served at once
-  int idle_timeout_s = 30;  // a read or write that waits longer closes the connection
+  int threads = 64;            // requests answered at once
+  int idle_timeout_s = 30;     // a connection idle between requests, or a write the client does not read, closes
+  int header_timeout_s = 10;   // a request's headers must arrive whole within this of its first byte (else 408)
+  int body_timeout_s = 60;     // and its body within this of its headers (else 408)
+  int max_connections = 4096;  // open at once; one more is refused (503)
+  int max_connections_per_client = 256;  // from one client address; one more is refused (429), not queued
+  size_t max_buffered_bytes = size_t{1} << 30;  // held for requests still arriving (past it: 503)
 };
 
 class HttpServer {
