@@ -681,7 +681,7 @@ int cmd_prune(const std::string& arg, double sparsity, const std::string& method
 
 struct ServeFlags {
   std::string target, host = "127.0.0.1", api_key_file, access_log;
-  int port = 8000, instances = 0, threads = 64, poll_seconds = 0;
+  int port = 8000, instances = 0, threads = 64, poll_seconds = 0, max_client_connections = 256;
   int64_t max_batch = 0, delay_us = -1;
   bool repository_routes = false;
 };
@@ -740,7 +740,8 @@ int cmd_serve(const ServeFlags& f) {
     for (const auto& c : r.changes) std::printf("repository: %s\n", c.c_str());
     for (const auto& e : r.errors) std::fprintf(stderr, "repository: %s (not ready; the other models serve)\n", e.c_str());
   }
-  serve::HttpServer server(service, {.host = f.host, .port = f.port, .threads = f.threads});
+  serve::HttpServer server(service, {.host = f.host, .port = f.port, .threads = f.threads,
+                                     .max_connections_per_client = f.max_client_connections});
   std::printf("listening on http://%s:%d/v2 (metrics on /metrics)%s\n", f.host.c_str(), server.port(),
               so.api_key.empty() ? "" : "; API key required");
   std::fflush(stdout);
@@ -906,7 +907,10 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--max-batch", sf.max_batch, "rows merged into one model run (overrides config.yaml)");
   serve_cmd->add_option("--batch-delay-us", sf.delay_us, "how long the oldest request waits for others (overrides)");
   serve_cmd->add_option("--instances", sf.instances, "model runs at once per version (overrides)");
-  serve_cmd->add_option("--threads", sf.threads, "HTTP connections served at once (a thread each)");
+  serve_cmd->add_option("--threads", sf.threads, "HTTP requests answered at once (a worker thread each; slow clients "
+                        "hold none)");
+  serve_cmd->add_option("--max-client-connections", sf.max_client_connections, "connections one client address may "
+                        "hold; one more is refused with 429")->check(CLI::Range(1, 1 << 20));
   serve_cmd->add_option("--access-log", sf.access_log, "append one JSON line per request to this file ('-': stdout)");
   serve_cmd->add_option("--poll-seconds", sf.poll_seconds, "read the repository again this often: new, changed and "
                         "removed versions are loaded or unloaded without dropping requests (0: never)")
@@ -951,6 +955,17 @@ int main(int argc, char** argv) {
   cli::ServeLlmFlags slf;
   cli::add_serve_llm_command(app, slf);
 
+  // A first word that names no command is a usage error even beside --help
+  // (which CLI11 would answer first, with the main help and exit 0).
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+      known = known || sub->get_name() == argv[1];
+    if (!known) {
+      std::fprintf(stderr, "error: '%s' is not a tessera command\n\n%s", argv[1], app.help().c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version

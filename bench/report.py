@@ -1562,7 +1562,7 @@ def render_page(data, out_md):
          "```sh",
          "scripts/setup.sh --bench                          # Debian: libtorch, PyTorch, matplotlib, onnx, wrk",
          "(cd bench/onnx_ort && npm ci --ignore-scripts)    # ONNX Runtime (onnxruntime-node, pinned)",
-         "/usr/bin/python3 bench/report.py                  # every section (under 50 minutes on 2 cores)",
+         "/usr/bin/python3 bench/report.py                  # every section (about 81 minutes on 2 cores)",
          "/usr/bin/python3 bench/report.py --section NAME   # one section; the others keep their results",
          "/usr/bin/python3 bench/report.py --quick          # smoke run into build-bench/report-quick/",
          "/usr/bin/python3 bench/report.py --render-only    # this page and the charts from the JSON files",

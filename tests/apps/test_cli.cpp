@@ -26,6 +26,8 @@ TEST(Cli, VersionHelpAndUsageErrors) {
   EXPECT_NE(out.find(" run [OPTIONS] model"), std::string::npos) << out;
   EXPECT_EQ(testing::cli("quantize runs/x --method q7", &out), 2) << out;
   EXPECT_EQ(testing::cli("frobnicate", &out), 2) << out;
+  EXPECT_EQ(testing::cli("NOSUCHCOMMAND --help", &out), 2) << out;  // not the main help with exit 0
+  EXPECT_NE(out.find("error: 'NOSUCHCOMMAND' is not a tessera command"), std::string::npos) << out;
   EXPECT_EQ(testing::cli("", &out), 2) << out;
   // A runtime error (the file is missing): exit 1, not 2.
   EXPECT_EQ(testing::cli("inspect /nonexistent/model.onnx", &out), 1) << out;
