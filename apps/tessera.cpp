@@ -260,6 +260,8 @@ cli::LanguageModel load_language_model(const std::string& path, const std::strin
   }
   TS_CHECK(std::filesystem::exists(path), verb, ": ", path, " does not exist (a .gguf file, or a run or "
            "checkpoint of tessera train)");
+  TS_CHECK(!std::filesystem::is_regular_file(path), verb, ": ", path, " is not a GGUF file (it does not begin with "
+           "'GGUF'), and a run or checkpoint of tessera train is a folder");
   Loaded l = load_model(path);
   const train::Recipe& r = l.recipe;
   TS_CHECK(r.task == train::Task::LanguageModel && !r.text_level.empty(), verb, ": ", l.dir, " is not a language "
