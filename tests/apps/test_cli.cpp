@@ -3,6 +3,7 @@
 // every subcommand, and each --help shows the defaults.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "tessera/version.h"
@@ -34,10 +35,12 @@ TEST(Cli, VersionHelpAndUsageErrors) {
   // A runtime error (the file is missing): exit 1, not 2.
   EXPECT_EQ(testing::cli("inspect /nonexistent/model.onnx", &out), 1) << out;
   // A file that is not GGUF is called that, not a run without checkpoints.
-  const std::string not_gguf = testing::scratch_dir("cli_not_gguf") + "/model.gguf";
+  const std::string dir = testing::scratch_dir("cli_not_gguf"), not_gguf = dir + "/model.gguf";
+  std::filesystem::create_directories(dir);
   std::ofstream(not_gguf) << "not a model";
-  EXPECT_EQ(testing::cli("generate " + not_gguf + " -n 1", &out), 1) << out;
+  EXPECT_EQ(testing::cli("generate " + not_gguf + " -p x -n 1", &out), 1) << out;
   EXPECT_NE(out.find(not_gguf + " is not a GGUF file (it does not begin with 'GGUF')"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
 
   // Defaults are shown.
   ASSERT_EQ(testing::cli("quantize --help", &out), 0);
