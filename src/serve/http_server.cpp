@@ -251,11 +251,10 @@ struct HttpServer::Impl {
   std::vector<std::thread> workers;
 
   std::mutex mu;
-  std::condition_variable cv;  // workers wait for requests; stop() for the answering to end
+  std::condition_variable cv;  // workers wait for requests
   std::unordered_map<int, std::unique_ptr<Conn>> conns;  // every open connection, by descriptor
   std::unordered_map<std::string, int> per_address;      // open connections of each client address
   std::deque<Conn*> ready;                                // requests read in full, waiting for a worker
-  int answering = 0;                                      // requests being answered by workers
   size_t buffered = 0;                                    // bytes held for requests still arriving
   bool stopping = false, reading_done = false;
 
@@ -405,7 +404,7 @@ struct HttpServer::Impl {
     if (c.parser->is_done()) {
       c.phase = Conn::Phase::Answering;
       ready.push_back(&c);
-      cv.notify_all();
+      cv.notify_one();  // one worker, not all of them, per request
       return false;
     }
     if (buffered > options.max_buffered_bytes) {
@@ -461,7 +460,6 @@ struct HttpServer::Impl {
     conns.erase(it);
     ::shutdown(fd, SHUT_RDWR);
     ::close(fd);
-    cv.notify_all();
   }
 
   // ---- the workers ----
@@ -475,12 +473,10 @@ struct HttpServer::Impl {
         if (ready.empty()) return;  // stopping, and every request read has been answered
         c = ready.front();
         ready.pop_front();
-        ++answering;
       }
       const bool again = answer(*c);
       {
         std::lock_guard<std::mutex> lock(mu);
-        --answering;
         if (!again || stopping) {
           close_locked(c->fd);
           continue;

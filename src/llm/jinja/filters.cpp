@@ -107,16 +107,6 @@ Value round_(const Call& c) {
   return Value::number(std::round(c.v.num() * p) / p);
 }
 
-// A string's code points, each a string.
-std::vector<std::string> characters(const Call& c) {
-  const std::vector<uint32_t> cpts = utf8_code_points(c.v.s);
-  c.r.box().fits(static_cast<int64_t>(cpts.size() * sizeof(Value)), c.line);
-  std::vector<std::string> out;
-  out.reserve(cpts.size());
-  for (uint32_t x : cpts) out.push_back(encode({x}, 0, 1));
-  return out;
-}
-
 Value upper(const Call& c) { return c.v.kind == Kind::String ? Value::string(map_case(c.v.s, true)) : c.not_for(); }
 Value lower(const Call& c) { return c.v.kind == Kind::String ? Value::string(map_case(c.v.s, false)) : c.not_for(); }
 Value title_(const Call& c) { return c.v.kind == Kind::String ? Value::string(title(c.v.s)) : c.not_for(); }
@@ -124,11 +114,7 @@ Value capitalize_(const Call& c) { return c.v.kind == Kind::String ? Value::stri
 Value trim_(const Call& c) { return c.v.kind == Kind::String ? Value::string(trim(c.v.s, true, true)) : c.not_for(); }
 
 Value list(const Call& c) {
-  if (c.v.kind == Kind::String) {
-    Value out = Value::array();
-    for (std::string& ch : characters(c)) out.a->push_back(Value::string(std::move(ch)));
-    return out;
-  }
+  if (c.v.kind == Kind::String) return Value::array(characters(c.v.s, c.r.box(), c.line));
   if (c.v.kind == Kind::Array) return Value::array(*c.v.a);
   if (c.v.kind == Kind::Object) {
     Value out = Value::array();
@@ -171,10 +157,13 @@ Value join(const Call& c) {
   if (c.v.kind == Kind::String) {  // the characters, with the separator between them
     const std::string* s = sep && sep->kind == Kind::String ? &sep->s : nullptr;
     if (!s || s->empty()) return c.v;
-    const std::vector<std::string> chars = characters(c);
-    c.r.box().fits(static_cast<int64_t>(c.v.s.size() + (chars.size() - 1) * s->size()), c.line);
+    const std::vector<uint32_t> cpts = utf8_code_points(c.v.s);
+    c.r.box().fits(static_cast<int64_t>(c.v.s.size() + cpts.size() * s->size()), c.line);
     std::string out;
-    for (size_t k = 0; k < chars.size(); ++k) out += (k ? *s : "") + chars[k];
+    for (size_t k = 0; k < cpts.size(); ++k) {
+      if (k) out += *s;
+      append_utf8(cpts[k], out);
+    }
     return Value::string(std::move(out));
   }
   if (c.v.kind != Kind::Array) return c.not_for();

@@ -13,18 +13,8 @@ namespace tessera::llm::jinja {
 
 Value* Scope::find(const std::string& n) {
   for (Scope* s = this; s; s = s->parent)
-    for (auto& [k, v] : s->vars)
-      if (k == n) return &v;
+    if (Value* v = s->vars.find(n)) return v;
   return nullptr;
-}
-
-void Scope::set(const std::string& n, Value v) {
-  for (auto& [k, old] : vars)
-    if (k == n) {
-      old = std::move(v);
-      return;
-    }
-  vars.emplace_back(n, std::move(v));
 }
 
 Scope& Scope::root() {
@@ -135,9 +125,7 @@ void Renderer::run_for(const Stmt& s, Scope& scope, std::string& out) {
   } else if (it.kind == Kind::Object) {
     for (const auto& [k, v] : it.o->items) items.push_back(Value::string(k));
   } else if (it.kind == Kind::String) {
-    const std::vector<uint32_t> cpts = utf8_code_points(it.s);
-    box_.fits(static_cast<int64_t>(cpts.size() * sizeof(Value)), s.line);
-    for (uint32_t c : cpts) items.push_back(Value::string(encode({c}, 0, 1)));
+    items = characters(it.s, box_, s.line);
   } else {
     fail(s.line, std::string("a for loop needs a list or a dict, not a ") + kind_name(it.kind));
   }

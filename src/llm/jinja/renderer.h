@@ -18,11 +18,12 @@ struct Callable {
   const Stmt* macro = nullptr;  // null: a builtin function, by name
 };
 
+// Variables: a block's own, then its parent's.
 struct Scope {
   Scope* parent = nullptr;
-  std::vector<std::pair<std::string, Value>> vars;
+  Object vars;
   Value* find(const std::string& n);
-  void set(const std::string& n, Value v);
+  void set(const std::string& n, Value v) { vars.set(n, std::move(v)); }
   Scope& root();
 };
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <utility>
 
 #include "llm/jinja/sandbox.h"
 #include "llm/pretokenize.h"
@@ -20,6 +21,8 @@ const Value* Object::find(std::string_view k) const {
     if (key == k) return &v;
   return nullptr;
 }
+
+Value* Object::find(std::string_view k) { return const_cast<Value*>(std::as_const(*this).find(k)); }
 
 void Object::set(const std::string& k, Value v) {
   for (auto& [key, old] : items)
@@ -306,6 +309,19 @@ std::string title(const std::string& s) {
   for (uint32_t c : utf8_code_points(s)) {
     append_utf8(static_cast<uint32_t>(start ? u_toupper(static_cast<UChar32>(c)) : u_tolower(static_cast<UChar32>(c))), out);
     start = js_space(c);
+  }
+  return out;
+}
+
+Array characters(const std::string& s, const Sandbox& box, int line) {
+  const std::vector<uint32_t> cpts = utf8_code_points(s);
+  box.fits(static_cast<int64_t>(cpts.size() * sizeof(Value)), line);
+  Array out;
+  out.reserve(cpts.size());
+  for (uint32_t c : cpts) {
+    std::string ch;
+    append_utf8(c, ch);
+    out.push_back(Value::string(std::move(ch)));
   }
   return out;
 }

@@ -52,7 +52,8 @@ struct Value {
 struct Object {
   std::vector<std::pair<std::string, Value>> items;
   const Value* find(std::string_view k) const;
-  void set(const std::string& k, Value v);
+  Value* find(std::string_view k);
+  void set(const std::string& k, Value v);  // replaces the value of a key it has, else appends
 };
 
 const char* kind_name(Kind k);
@@ -87,6 +88,9 @@ std::string trim(const std::string& s, bool left, bool right);
 std::string map_case(const std::string& s, bool upper);
 std::string capitalize(const std::string& s);
 std::string title(const std::string& s);  // each word (after white space) capitalized
+// A string's code points, each a string value (a for loop over a string, its
+// `list`), checked against the sandbox's budget before they are made.
+Array characters(const std::string& s, const Sandbox& box, int line);
 // Where `needle` (not empty) occurs in `s`, left to right without overlaps,
 // at most `count` times (all when negative): in time linear in both.
 std::vector<size_t> occurrences(std::string_view s, std::string_view needle, int64_t count = -1);
