@@ -418,7 +418,13 @@ struct HttpServer::Impl {
     } else if (c.phase != Conn::Phase::Header) {
       c.phase = Conn::Phase::Header, c.deadline = after(options.header_timeout_s);
     }
-    if (rearm_if_reading) rearm(c);
+    if (rearm_if_reading) {
+      if (stopping) {  // the reading thread has ended: nobody would read the rest
+        close_locked(c.fd);
+        return false;
+      }
+      rearm(c);
+    }
     return true;
   }
 
