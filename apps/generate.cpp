@@ -3,6 +3,7 @@
 // prefill and decode speeds on stderr.
 #include "generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include "tessera/llm/lora.h"
 #include "tessera/llm/engine.h"
 #include "tessera/llm/generate.h"
+#include "tessera/llm/perplexity.h"
 #include "tessera/llm/tokenizer.h"
 
 namespace tessera::cli {
@@ -92,6 +94,48 @@ void add_chat_command(CLI::App& app, GenerateFlags& f) {
   add_model_options(f.cmd, f);
   f.cmd->add_option("--chat-template", f.chat_template, "a Jinja chat template file to use instead of the model's");
   f.cmd->add_option("--system", f.system, "a system message to open the conversation");
+}
+
+void add_perplexity_command(CLI::App& app, PerplexityFlags& f) {
+  f.cmd = app.add_subcommand("perplexity", "the perplexity of a text file under a language model, computed as "
+                             "llama.cpp's llama-perplexity computes it: chunks of -c tokens, the second half of each "
+                             "scored");
+  f.cmd->add_option("model", f.model, "the .gguf file, or a training run or checkpoint directory")->required();
+  f.cmd->add_option("-f,--file", f.file, "the text file")->required();
+  f.cmd->add_option("-c,--ctx", f.context, "tokens per chunk")->check(CLI::Range(2, 1 << 18));
+  f.cmd->add_option("--chunks", f.chunks, "at most this many chunks (-1: all the text holds)")
+      ->check(CLI::Range(-1, 1 << 30));
+  f.cmd->add_option("--batch", f.batch, "tokens per step")->check(CLI::Range(1, 65536));
+  f.cmd->add_option("-t,--threads", f.threads, "threads (0: OMP_NUM_THREADS or all cores)")->check(CLI::Range(0, 1024));
+  f.cmd->add_option("--weights", f.weights, "a training run's weights in the engine: f32, f16, bf16, q8_0 or q4_0")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+}
+
+int cmd_perplexity(const PerplexityFlags& f, const LanguageModel& lm) {
+  if (f.threads > 0) set_num_threads(f.threads);
+  const std::vector<char> bytes = io::read_file(f.file);
+  const std::vector<int32_t> tokens = lm.tokenizer.encode(std::string_view(bytes.data(), bytes.size()), true, false);
+  llm::EngineOptions eo;
+  eo.context = f.context;
+  eo.max_sequences = 1;
+  eo.max_batch_tokens = std::min(f.batch, f.context);
+  eo.max_logit_rows = eo.max_batch_tokens;
+  llm::Engine engine(lm.model, eo);
+  llm::PerplexityOptions po;
+  po.context = f.context;
+  po.chunks = f.chunks;
+  po.bos = lm.tokenizer.add_bos() ? lm.tokenizer.bos() : -1;
+  std::fprintf(stderr, "perplexity: %s, %zu tokens of %s; chunks of %lld, %d threads\n", lm.what.c_str(),
+               tokens.size(), f.file.c_str(), static_cast<long long>(f.context), get_num_threads());
+  const llm::PerplexityResult r = llm::perplexity(engine, tokens, po, [](int64_t c, double estimate) {
+    std::printf("[%lld]%.4f,", static_cast<long long>(c + 1), estimate);
+    std::fflush(stdout);
+  });
+  std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", r.perplexity, r.error);
+  std::fprintf(stderr, "%lld chunks, %lld tokens scored in %.2f s (%.1f tokens/s evaluated)\n",
+               static_cast<long long>(r.chunks), static_cast<long long>(r.scored), r.seconds,
+               static_cast<double>(r.chunks * f.context) / r.seconds);
+  return 0;
 }
 
 bool is_gguf_file(const std::string& path) {

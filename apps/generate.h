@@ -33,6 +33,16 @@ struct LanguageModel {
   std::string what;
 };
 
+// `tessera perplexity MODEL -f TEXT`: llama-perplexity's measure (llm/perplexity.h).
+struct PerplexityFlags {
+  CLI::App* cmd = nullptr;
+  std::string model, file, weights = "f32";
+  int64_t context = 512, chunks = -1, batch = 512;
+  int threads = 0;
+};
+void add_perplexity_command(CLI::App& app, PerplexityFlags& f);
+int cmd_perplexity(const PerplexityFlags& f, const LanguageModel& lm);
+
 // "256M", "2G", "1048576" -> bytes (--kv-memory); an error naming the text otherwise.
 int64_t byte_count(const std::string& text);
 

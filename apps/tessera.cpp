@@ -11,6 +11,7 @@
 //   tessera quantize runs/char_gpt --method q4_0 [--activations int8] [--output DIR]
 //   tessera prune runs/fashion_mnist_mlp --sparsity 0.9 --finetune-steps 500 [--rounds 3] [--method structured]
 //   tessera generate model.gguf -p "Once upon a time" [-n 128] [--temp 0.8] [--seed 1] (apps/generate.cpp)
+//   tessera perplexity model.gguf -f text.txt [-c 512] [--chunks K] (apps/generate.cpp)
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -956,6 +957,8 @@ int main(int argc, char** argv) {
   cli::add_chat_command(app, chat);
   cli::ServeLlmFlags slf;
   cli::add_serve_llm_command(app, slf);
+  cli::PerplexityFlags ppl;
+  cli::add_perplexity_command(app, ppl);
 
   // A first word that names no command is a usage error even beside --help
   // (which CLI11 would answer first, with the main help and exit 0).
@@ -989,6 +992,7 @@ int main(int argc, char** argv) {
     if (*qgguf) return cmd_quantize_gguf(qg_in, qg_out, qg_type);
     if (*gen.cmd) return cmd_generate(gen, false);
     if (*chat.cmd) return cmd_generate(chat, true);
+    if (*ppl.cmd) return cli::cmd_perplexity(ppl, load_language_model(ppl.model, ppl.weights, "perplexity"));
     if (*slf.cmd)
       return cli::cmd_serve_llm(slf, [&](const std::string& path) {
         return load_language_model(path, slf.weights, "serve-llm");

@@ -1,189 +1,203 @@
 #!/usr/bin/python3
-"""Tessera's LLM engine against llama.cpp (npm's node-llama-cpp, pinned by
-scripts/llm_compat.sh) on the same GGUF files.
+"""Tessera's LLM engine against llama.cpp built natively from source
+(bench/build_llama_cpp.sh: CPU only, Release, GGML_NATIVE) on the same GGUF
+files, threads and token counts.
 
-    /usr/bin/python3 bench/llm_compare.py [--build-dir build-bench] [--rounds 3] [--json out.json]
+    /usr/bin/python3 bench/llm_compare.py [--build-dir build-bench] [--rounds 3] [--repeat 3]
+        [--tiers native,avx2] [--llama-cpp-bin DIR] [--json out.json]
 
 The files: random-weight Llama models shaped like a 110M model (width 768, 12
 layers, 12 heads, feed-forward 2048, llama.cpp's 32,000-piece SentencePiece
-vocabulary), written by `tessera_llm_bench make-model` in F16, Q8_0, Q4_0 and Q4_K (as `tessera
-quantize-gguf` writes it: the output matrix in Q6_K),
-cached under $TESSERA_CACHE/llm-bench (default ~/.cache/tessera) with their
-sha256. Measurements (`tessera_llm_bench run` and `bench/llm_llamacpp.mjs`, one
-process each, the engines alternated, median of the rounds):
-  prefill   512 prompt tokens in one step, 2 threads
-  decode    64 tokens one at a time after an 8-token prompt, 1 thread (and 2, reported without a ratio:
-            node-llama-cpp starts a thread per decode call)
-  batch     16 sequences decoding together, 32 steps, 2 threads: aggregate tokens/s, and the RSS growth
-            past the loaded model (weights read once first on both sides)
-  bandwidth a streaming read of as many bytes as a decoded token's weights, 1 and 2 threads: the bound
-            decode works against
-And the fortunes models Tessera trained (scripts/fortunes_models.sh; those in the cache), in F32, F16, Q8_0 and
-Q4_0: held-out perplexity over 16 windows of 128 tokens on both sides (`tessera_llm_bench eval`,
-scripts/llm_compat_fortunes.mjs), prefill of 128 tokens at 2 threads and decode at 1 thread.
+vocabulary) written by `tessera_llm_bench make-model` in F16, Q8_0, Q4_0 and
+Q4_K (as `tessera quantize-gguf` writes it: the output matrix in Q6_K), and
+the same F16 weights quantized by llama.cpp's own llama-quantize to Q8_0, Q4_0
+and Q4_K_M; and the fortunes models Tessera trained (scripts/fortunes_models.sh)
+that the cache holds, in Q8_0 and F16. Cached under $TESSERA_CACHE/llm-bench
+(default ~/.cache/tessera) with their sha256.
+
+The measures, each side's own tool in its default configuration, the same
+threads (one process per measurement, the two alternated, the median of the
+rounds; within a process, as llama-bench does: a warm-up, then --repeat timed
+runs, their mean tokens/s):
+  prefill  512 prompt tokens, 2 threads          llama-bench -p 512 -n 0
+  decode   128 tokens one at a time, 1 and 2     llama-bench -p 0 -n 128
+  batch    4 and 16 sequences, 8-token prompts,  llama-batched-bench -npp 8 -ntg 128 -npl N (S_TG)
+           then 128 steps, 2 threads: aggregate decode tokens/s
+  read     a streaming read of as many bytes as a decoded token's weights, 1 and 2 threads
+           (tessera_llm_bench run --measure bandwidth): the bound decode works against
+Tiers: `native` (Tessera's best kernels, llama.cpp's GGML_NATIVE build) and,
+on a CPU with AVX-512, `avx2` (TESSERA_CPU_CAPABILITY=avx2 against llama.cpp
+built with AVX-512 off: bench/build_llama_cpp.sh --avx2).
 """
 import argparse
-import hashlib
 import json
 import os
 import statistics
 import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-CACHE = os.environ.get("TESSERA_CACHE", os.path.expanduser("~/.cache/tessera"))
-VERSION = "3.21.1"
+from common import CACHE, ROOT, NODE_LLAMA_CPP, cpu_flags, cpu_model, llama_cpp, log, run_json, sha256
+
 TYPES = ["F16", "Q8_0", "Q4_0", "Q4_K"]
-# (measure, threads, tokens, sequences, target ratio by type or None)
-CASES = [
-    ("prefill", 2, 512, 1, {"F16": 1.0, "Q8_0": 1.3, "Q4_0": 1.0, "Q4_K": 1.0}),
-    ("decode", 1, 64, 1, {"F16": 1.0, "Q8_0": 1.3, "Q4_0": 1.15, "Q4_K": 1.0}),
-    ("decode", 2, 64, 1, None),
-    ("batch", 2, 32, 16, {"F16": 2.0, "Q8_0": 2.0, "Q4_0": 2.0, "Q4_K": 2.0}),
-]
+LLAMA_QUANTIZE = {"Q8_0": "Q8_0", "Q4_0": "Q4_0", "Q4_K": "Q4_K_M"}  # our name: llama-quantize's type
+# (measure, threads, tokens, sequences)
+CASES = [("prefill", 2, 512, 1), ("decode", 1, 128, 1), ("decode", 2, 128, 1), ("batch", 2, 128, 4),
+         ("batch", 2, 128, 16)]
 
 
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
+def target(measure, threads, seqs, wtype):
+    """The issue's targets, Tessera / llama.cpp (None: reported, no target)."""
+    if measure == "prefill":
+        return 1.0
+    if measure == "decode" and threads == 1:
+        return 1.1 if wtype in ("Q4_0", "Q8_0") else 1.0
+    if measure == "batch" and seqs == 16:
+        return 1.2
+    return None
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def models(bench, bins, types, quick):
+    out = {}
+    d = os.path.join(CACHE, "llm-bench")
+    os.makedirs(d, exist_ok=True)
+    vocab = os.path.join(CACHE, f"llama.cpp-{NODE_LLAMA_CPP}", "models", "ggml-vocab-llama-spm.gguf")
+    for t in types:
+        path = os.path.join(d, f"random-110M-{t}.gguf")
+        if not os.path.exists(path):
+            log(f"writing {path}")
+            subprocess.run([bench, "make-model", "--size", "M", "--type", t, "--vocab", vocab, "--out", path,
+                            "--seed", "1"], check=True)
+        out[f"110M {t}"] = {"path": path, "type": t, "writer": "Tessera", "spread": 20000}
+    if not quick:
+        f16 = out.get("110M F16", {}).get("path")
+        for t in types:
+            if t not in LLAMA_QUANTIZE or not f16:
+                continue
+            path = os.path.join(d, f"random-110M-llamaq-{LLAMA_QUANTIZE[t]}.gguf")
+            if not os.path.exists(path):
+                log(f"writing {path} with llama-quantize")
+                subprocess.run([os.path.join(bins, "llama-quantize"), f16, path, LLAMA_QUANTIZE[t]], check=True,
+                               capture_output=True)
+            out[f"110M {LLAMA_QUANTIZE[t]} (llama-quantize)"] = {"path": path, "type": t, "writer": "llama-quantize",
+                                                                 "spread": 20000}
+        for t in ("Q8_0", "F16"):
+            path = os.path.join(CACHE, "fortunes", "models", f"fortunes-20m-{t}.gguf")
+            if os.path.exists(path):
+                out[f"fortunes 20M {t}"] = {"path": path, "type": t, "writer": "Tessera", "spread": 7900}
+    for m in out.values():
+        m["sha256"], m["bytes"] = sha256(m["path"]), os.path.getsize(m["path"])
+    return out
 
 
-def run_json(cmd, cwd=None):
-    out = subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True, timeout=600).stdout
-    return json.loads(out.strip().splitlines()[-1])
+def tessera_cmd(bench, m, measure, threads, tokens, seqs, repeat):
+    return [bench, "run", "--model", m["path"], "--threads", str(threads), "--measure", measure, "--tokens",
+            str(tokens), "--seqs", str(seqs), "--ctx", "256" if measure == "batch" else "1024", "--repeat",
+            str(repeat), "--spread", str(m["spread"])]
+
+
+def llama_run(bins, m, measure, threads, tokens, seqs, repeat):
+    """llama.cpp's tokens/s for one measure (the mean over its timed runs)."""
+    if measure in ("prefill", "decode"):
+        p, n = (tokens, 0) if measure == "prefill" else (0, tokens)
+        out = subprocess.run([os.path.join(bins, "llama-bench"), "-m", m["path"], "-t", str(threads), "-p", str(p),
+                              "-n", str(n), "-r", str(repeat), "-o", "json"], check=True, capture_output=True,
+                             text=True, timeout=1200).stdout
+        r = json.loads(out)[0]
+        return r["avg_ts"], r
+    # llama-batched-bench runs once per process after its own warm-up: repeat it.
+    cells = -(-seqs * (8 + tokens) // 256) * 256
+    speeds = []
+    for _ in range(repeat):
+        out = subprocess.run([os.path.join(bins, "llama-batched-bench"), "-m", m["path"], "-t", str(threads), "-tb",
+                              str(threads), "-c", str(cells), "-b", "2048", "-ub", "512", "-npp", "8", "-ntg",
+                              str(tokens), "-npl", str(seqs), "--output-format", "jsonl"], check=True,
+                             capture_output=True, text=True, timeout=1200)
+        line = next(l for l in (out.stdout + out.stderr).splitlines() if l.startswith("{") and "speed_tg" in l)
+        r = json.loads(line)
+        speeds.append(r["speed_tg"])
+    return statistics.mean(speeds), r
+
+
+def run_tier(tier, bench, bins, info, ms, rounds, repeat):
+    env = dict(os.environ)
+    if tier == "avx2":
+        env["TESSERA_CPU_CAPABILITY"] = "avx2"
+    results, reads, meta = {}, {}, {}
+    for rnd in range(rounds):
+        for name, m in ms.items():
+            for threads in (1, 2):
+                r = run_json([bench, "run", "--model", m["path"], "--threads", str(threads), "--measure", "bandwidth"],
+                             env=env)
+                reads.setdefault((name, threads), []).append(r["gb_per_s"])
+            for case in CASES:
+                measure, threads, tokens, seqs = case
+                key = (name, case)
+                sides = [("tessera", lambda: run_json(tessera_cmd(bench, m, *case, repeat), env=env)),
+                         ("llama.cpp", lambda: llama_run(bins, m, *case, repeat))]
+                if rnd % 2:
+                    sides.reverse()
+                for side, fn in sides:
+                    if side == "tessera":
+                        r = fn()
+                        tps = r["tokens_per_s"]
+                        meta[name] = r
+                    else:
+                        tps, _ = fn()
+                    results.setdefault(key, {}).setdefault(side, []).append(tps)
+                    log(f"{tier} round {rnd + 1} {name} {measure} {threads}t x{seqs}: {side} {tps:.1f} tokens/s")
+    rows = []
+    for name, m in ms.items():
+        for case in CASES:
+            measure, threads, tokens, seqs = case
+            runs = results[(name, case)]
+            med = {s: statistics.median(v) for s, v in runs.items()}
+            row = {"model": name, "type": m["type"], "writer": m["writer"], "measure": measure, "threads": threads,
+                   "tokens": tokens, "sequences": seqs, "tessera_tps": med["tessera"], "llama_tps": med["llama.cpp"],
+                   "tessera_rounds": runs["tessera"], "llama_rounds": runs["llama.cpp"],
+                   "target": target(measure, threads, seqs, m["type"])}
+            if measure == "decode":
+                wb = meta[name]["weight_bytes_per_token"]
+                row["weight_bytes_per_token"] = wb
+                row["tessera_gbps"] = med["tessera"] * wb / 1e9
+                row["llama_gbps"] = med["llama.cpp"] * wb / 1e9
+                row["read_gbps"] = statistics.median(reads[(name, threads)])
+            rows.append(row)
+            ratio = med["tessera"] / med["llama.cpp"]
+            print(f"{tier} {name} {measure} {threads}t x{seqs}: Tessera {med['tessera']:.1f}, llama.cpp "
+                  f"{med['llama.cpp']:.1f} tokens/s, {ratio:.2f}x" +
+                  (f" (target {row['target']})" if row["target"] else ""), flush=True)
+    return {"tier": tier, "llama_cpp": info, "rows": rows,
+            "kv_bytes_per_token": {n: r["kv_bytes_per_token"] for n, r in meta.items()}}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-bench"))
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per process (llama-bench's -r)")
     ap.add_argument("--types", default=",".join(TYPES))
+    ap.add_argument("--tiers", help="native and/or avx2 (default: both where the CPU has AVX-512)")
+    ap.add_argument("--llama-cpp-bin", help="a folder with llama-bench, llama-batched-bench and llama-quantize of "
+                                            "your own build (native tier only)")
+    ap.add_argument("--quick", action="store_true", help="Tessera-written files only")
     ap.add_argument("--json")
     args = ap.parse_args()
     bench = os.path.join(args.build_dir, "bench", "tessera_llm_bench")
-    if not os.path.exists(bench):
-        subprocess.run(["cmake", "--build", args.build_dir, "--target", "tessera_llm_bench"], check=True)
-    subprocess.run(["bash", os.path.join(ROOT, "scripts", "llm_compat.sh"), "--install-only"], check=True)
-    pkg = os.path.join(CACHE, "node-llama-cpp")
-    vocab = os.path.join(CACHE, f"llama.cpp-{VERSION}", "models", "ggml-vocab-llama-spm.gguf")
-    subprocess.run(["cp", os.path.join(HERE, "llm_llamacpp.mjs"), pkg], check=True)
-    models = {}
-    os.makedirs(os.path.join(CACHE, "llm-bench"), exist_ok=True)
-    for t in args.types.split(","):
-        path = os.path.join(CACHE, "llm-bench", f"random-110M-{t}.gguf")
-        if not os.path.exists(path):
-            log(f"writing {path}")
-            subprocess.run([bench, "make-model", "--size", "M", "--type", t, "--vocab", vocab, "--out", path,
-                            "--seed", "1"], check=True)
-        models[t] = {"path": path, "sha256": sha256(path), "bytes": os.path.getsize(path)}
-
-    results = {}
-    bandwidth = {}  # (type, threads): streaming-read GB/s over as many bytes as a token's weights, per round
-    system_info = ""
-    for rnd in range(args.rounds):
-        for t, m in models.items():
-            for threads in (1, 2):
-                r = run_json([bench, "run", "--model", m["path"], "--threads", str(threads), "--measure", "bandwidth"])
-                bandwidth.setdefault((t, threads), []).append(r["gb_per_s"])
-            for measure, threads, tokens, seqs, _ in CASES:
-                key = f"{t}/{measure}/{threads}"
-                tes = [bench, "run", "--model", m["path"], "--threads", str(threads), "--measure", measure,
-                       "--tokens", str(tokens), "--seqs", str(seqs), "--ctx", "1024"]
-                ref = ["node", "llm_llamacpp.mjs", m["path"], measure, str(threads), str(tokens), str(seqs), "1024"]
-                order = [("tessera", tes, None), ("llama.cpp", ref, pkg)]
-                if rnd % 2:
-                    order.reverse()
-                for name, cmd, cwd in order:
-                    r = run_json(cmd, cwd)
-                    system_info = r.get("system_info", system_info)
-                    results.setdefault(key, {}).setdefault(name, []).append(r)
-                    log(f"round {rnd + 1} {key} {name}: {r['tokens_per_s']:.1f} tokens/s")
-
-    rows = []
-    for t in models:
-        for measure, threads, tokens, seqs, target in CASES:
-            runs = results[f"{t}/{measure}/{threads}"]
-            med = {n: statistics.median(r["tokens_per_s"] for r in rs) for n, rs in runs.items()}
-            rss = {n: statistics.median(r["rss_growth"] for r in rs) for n, rs in runs.items()}
-            first = runs["tessera"][0]
-            row = {"type": t, "measure": measure, "threads": threads, "tokens": tokens, "sequences": seqs,
-                   "tessera_tps": med["tessera"], "llama_tps": med["llama.cpp"],
-                   "tessera_rounds": [r["tokens_per_s"] for r in runs["tessera"]],
-                   "llama_rounds": [r["tokens_per_s"] for r in runs["llama.cpp"]],
-                   "tessera_rss": rss["tessera"], "llama_rss": rss["llama.cpp"],
-                   "kv_bytes_per_token": first["kv_bytes_per_token"],
-                   "weight_bytes_per_token": first["weight_bytes_per_token"],
-                   "target": target[t] if target else None}
-            if measure == "decode":
-                row["tessera_gbps"] = med["tessera"] * first["weight_bytes_per_token"] / 1e9
-                row["read_gbps"] = statistics.median(bandwidth[(t, threads)])
-            rows.append(row)
-            ratio = "" if target is None else f" ratio {med['tessera'] / med['llama.cpp']:.2f} (target {target[t]})"
-            print(f"{t} {measure} {threads}t: Tessera {med['tessera']:.1f}, llama.cpp {med['llama.cpp']:.1f} "
-                  f"tokens/s{ratio}; RSS growth {rss['tessera'] / 2**20:.0f} / {rss['llama.cpp'] / 2**20:.0f} MiB")
-    out = {"rows": rows, "models": models, "rounds": args.rounds, "node_llama_cpp": VERSION,
-           "llama_system_info": system_info, "fortunes": fortunes(bench, pkg, args.rounds)}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
-
-
-FORTUNES_CASES = [("prefill", 2, 128), ("decode", 1, 64)]
-
-
-def fortunes(bench, pkg, rounds):
-    """The fortunes models in the cache: perplexity and speed, both engines."""
-    fdir = os.path.join(CACHE, "fortunes")
-    subprocess.run(["cp", os.path.join(ROOT, "scripts", "llm_compat_fortunes.mjs"), pkg], check=True)
-    rows = []
-    for size in ["2m", "15m", "20m"]:
-        for t in ["F32", "F16", "Q8_0", "Q4_0"]:
-            path = os.path.join(fdir, "models", f"fortunes-{size}-{t}.gguf")
-            if not os.path.exists(path):
-                continue
-            base = os.path.join(fdir, "models", f"bench-{size}-{t}")
-            subprocess.run([bench, "eval", "--model", path, "--config",
-                            os.path.join(ROOT, "examples", "configs", f"fortunes_llama_{size}.yaml"), "--tokenizer",
-                            os.path.join(fdir, "fortunes.model"), "--windows", "16", "--greedy", "64", "--out",
-                            base + ".tessera.json"], check=True, capture_output=True)
-            subprocess.run(["node", "llm_compat_fortunes.mjs", path, base + ".tessera.json", base + ".llama.json"],
-                           cwd=pkg, check=True, capture_output=True)
-            mine, ref = json.load(open(base + ".tessera.json")), json.load(open(base + ".llama.json"))
-            row = {"size": size, "type": t, "sha256": sha256(path), "tessera_ppl": mine["perplexity"],
-                   "llama_ppl": ref["perplexity"],
-                   "greedy_same": next((i for i, (a, b) in enumerate(zip(mine["greedy"], ref["greedy"])) if a != b),
-                                       len(ref["greedy"])),
-                   # The rule of scripts/llm_compat.sh: along Tessera's path, llama.cpp's
-                   # top token at the positions whose top two differ by 1e-3 or more.
-                   "greedy_clear": sum(m >= 1e-3 for _, m in ref["forced"]),
-                   "greedy_clear_same": sum(m >= 1e-3 and t == g for (t, m), g in zip(ref["forced"], mine["greedy"]))}
-            for measure, threads, tokens in FORTUNES_CASES:
-                runs = {"tessera": [], "llama.cpp": []}
-                for rnd in range(rounds):
-                    # Prompt ids within the 8,000-piece vocabulary.
-                    order = [("tessera", [bench, "run", "--model", path, "--threads", str(threads), "--measure",
-                                          measure, "--tokens", str(tokens), "--ctx", "256", "--spread", "7900"], None),
-                             ("llama.cpp", ["node", "llm_llamacpp.mjs", path, measure, str(threads), str(tokens), "1",
-                                            "256", "7900"], pkg)]
-                    if rnd % 2:
-                        order.reverse()
-                    for name, cmd, cwd in order:
-                        runs[name].append(run_json(cmd, cwd)["tokens_per_s"])
-                row[f"{measure}_tessera"] = statistics.median(runs["tessera"])
-                row[f"{measure}_llama"] = statistics.median(runs["llama.cpp"])
-            log(f"fortunes {size} {t}: perplexity {row['tessera_ppl']:.3f} / {row['llama_ppl']:.3f}, prefill "
-                f"{row['prefill_tessera']:.0f} / {row['prefill_llama']:.0f}, decode {row['decode_tessera']:.0f} / "
-                f"{row['decode_llama']:.0f} tokens/s")
-            rows.append(row)
-    return rows
+    subprocess.run(["cmake", "--build", args.build_dir, "--target", "tessera_llm_bench"], check=True,
+                   capture_output=True)
+    flags = cpu_flags()
+    tiers = args.tiers.split(",") if args.tiers else ["native"] + (["avx2"] if "avx512f" in flags else [])
+    out = {"cpu": cpu_model(), "rounds": args.rounds, "repeat": args.repeat, "tiers": []}
+    ms = None
+    for tier in tiers:
+        bins, info = llama_cpp(args.llama_cpp_bin if tier == "native" else None, avx2=tier == "avx2")
+        if ms is None:
+            ms = models(bench, bins, args.types.split(","), args.quick)
+            out["models"] = ms
+        log(f"tier {tier}: llama.cpp {info}")
+        out["tiers"].append(run_tier(tier, bench, bins, info, ms, args.rounds, args.repeat))
+        if args.json:  # each tier kept as soon as it is measured
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,12 @@
 the server over loopback on the same cores, with prompts cut from Debian's fortunes
 (tokenized by the served model), 2 compute threads.
 
-  1. closed loop, 4 and 16 concurrent streams (prompts of 64 to 512 tokens, as far as
-     the context allows; 128 generated): aggregate generated tokens/s, against
-     llama.cpp running the same requests in a closed loop of as many sequences of
-     one context (node-llama-cpp batches them; bench/llm_llamacpp.mjs trace), and
-     beside llama.cpp's batched decoding alone (8-token prompts, no prefill);
+  1. closed loop, 1, 4 and 16 concurrent streams (prompts of 64 to 512 tokens, as far
+     as the context allows; 128 generated): aggregate generated tokens/s, TTFT and
+     inter-token latency, against llama.cpp's llama-server (built natively by
+     bench/build_llama_cpp.sh, or --llama-cpp-bin DIR) on the same file with as many
+     slots of the same context (-np N --cont-batching, 2 threads), the same requests
+     from the same load generator;
   2. open loop, Poisson arrivals at 25%, 50% and 80% of the closed loop's request
      rate at 16 streams: TTFT and inter-token latency p50/p99; the 50% trace again
      without batching (--max-seqs 1);
@@ -25,8 +26,8 @@ the server over loopback on the same cores, with prompts cut from Debian's fortu
   7. (alone, with --speculative) speculative decoding with a draft model: the ~20M fortunes model (Q8_0) with the
      ~2M one as its draft (--draft, 8 tokens) against no draft, at 1, 4 and 16 streams
      (closed loop, prompts of 64 to 127 tokens, 128 generated), with the draft
-     acceptance from /metrics; and llama.cpp's own draft-model speedup at 1 stream
-     (node-llama-cpp's DraftSequenceTokenPredictor) on the same files and requests;
+     acceptance from /metrics; and llama-server with and without the same draft
+     (--model-draft, --draft-max 8) on the same requests;
      and prompt lookup (--prompt-lookup 8 against none) at 1 stream on an echo
      workload: the 2M shape trained here, from scratch, to repeat a passage after
      " | " (examples/configs/fortunes_echo_2m.yaml; about 13 minutes the first time,
@@ -34,41 +35,29 @@ the server over loopback on the same cores, with prompts cut from Debian's fortu
   8. (alone, with --structured) JSON-schema decoding on the 110M Q4_0 model's 32,000-token
      vocabulary, one stream: inter-token latency with a response_format json_schema
      against none, the first time the schema is sent (its token masks found as the
-     matcher reaches new states) and again (found in the grammar's cache).
+     matcher reaches new states) and again (found in the grammar's cache); and
+     llama-server with and without its json_schema on the same requests.
+  The open loop at 50% and the shared system prompt (3) run on llama-server too.
 
-  python3 bench/llm_serve_bench.py [--build-dir build-bench] [--models ...] [--quick] [--speculative] [--json FILE]
+  python3 bench/llm_serve_bench.py [--build-dir build-bench] [--models ...] [--quick] [--speculative]
+                                   [--structured] [--llama-cpp-bin DIR | --no-llama] [--json FILE]
 
 Models: the ~20M fortunes model in Q8_0 (scripts/fortunes_models.sh 20m makes it; left
 out when missing) and the 110M random model in Q4_0 and Q8_0 (bench/llm_compare.py
-makes them); the 2M fortunes model in Q8_0 as the draft. JSON-schema decoding is not
-measured: the server does not have it yet.
+makes them); the 2M fortunes model in Q8_0 as the draft.
 """
 import argparse
 import json
 import os
 import random
 import re
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-CACHE = os.environ.get("TESSERA_CACHE", os.path.expanduser("~/.cache/tessera"))
+from common import CACHE, HERE, ROOT, cpu_model, free_port, llama_cpp, log
 FORTUNES = "/usr/share/games/fortunes"
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(port, path, body):
@@ -80,14 +69,18 @@ def post(port, path, body):
 
 class Server:
     """`tessera serve-llm` on a free port, stopped with SIGTERM."""
+    kind = "tessera"
 
     def __init__(self, cli, model, *flags):
-        self.port = free_port()
         threads = [] if "--threads" in flags else ["--threads", "2"]
-        self.proc = subprocess.Popen([cli, "serve-llm", model, "--port", str(self.port), *threads, *flags],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.start([cli, "serve-llm", model, *threads, *flags], "--port")
+
+    def start(self, cmd, port_flag):
+        self.port = free_port()
+        self.proc = subprocess.Popen(cmd + [port_flag, str(self.port)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 120
-        while time.time() < deadline:
+        while time.time() < deadline and self.proc.poll() is None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
                     if r.status == 200:
@@ -95,11 +88,22 @@ class Server:
             except OSError:
                 time.sleep(0.1)
         self.stop()
-        raise RuntimeError("serve-llm did not come up: " + self.proc.stdout.read())
+        raise RuntimeError(f"{cmd[0]} did not come up: " + self.proc.stdout.read())
 
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=60)
+
+
+class LlamaServer(Server):
+    """llama.cpp's llama-server on the same file: `seqs` slots of `ctx` tokens
+    each, continuous batching, 2 threads, its defaults otherwise (prompt
+    caching on, flash attention auto)."""
+    kind = "llama"
+
+    def __init__(self, bins, model, ctx, seqs, *flags):
+        self.start([os.path.join(bins, "llama-server"), "-m", model, "--host", "127.0.0.1", "-t", "2", "-tb", "2",
+                    "-c", str(ctx * seqs), "-np", str(seqs), "--cont-batching", "--metrics", *flags], "--port")
 
 
 def fortune_tokens(port):
@@ -120,11 +124,11 @@ def prompt(pool, rng, n, bos):
     return [bos] + pool[start:start + n - 1]
 
 
-def load(tool, port, requests, concurrency=0):
+def load(tool, port, requests, concurrency=0, server="tessera"):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"requests": requests}, f)
     try:
-        cmd = [tool, "--port", str(port), "--requests", f.name]
+        cmd = [tool, "--port", str(port), "--requests", f.name, "--server", server]
         if concurrency:
             cmd += ["--concurrency", str(concurrency)]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=3600).stdout
@@ -180,9 +184,9 @@ def bench_model(args, name, path, ctx):
         # 1. Closed loop.
         res["closed"] = {}
         closed_traces = {}
-        for c in (4, 16):
+        for c in (1, 4, 16):
             reqs = [{"prompt": prompt(pool, rng, rng.randint(64, longest), bos), "max_tokens": 128}
-                    for _ in range(c if q else 2 * c)]
+                    for _ in range(max(2, c) if q else max(4, 2 * c))]
             closed_traces[c] = reqs
             log(f"{name}: closed loop, {c} streams")
             res["closed"][c] = load(tool, srv.port, reqs, c)
@@ -226,6 +230,7 @@ def bench_model(args, name, path, ctx):
         users = [{"prompt": system + pool[(i * 997) % (len(pool) - 40):][:32], "max_tokens": 64, "at": 0.0}
                  for i in range(16)]
         res["shared"] = {}
+        res["shared_users"] = users
         for caching in (True, False):
             srv = Server(cli, path, "--max-seqs", "16", "--max-batched-tokens", "512", *serve_ctx,
                          *([] if caching else ["--no-prefix-caching"]))
@@ -251,27 +256,54 @@ def bench_model(args, name, path, ctx):
             res["lookup"][look] = {"free": load(tool, srv.port, free, 1), "repeat": load(tool, srv.port, rep, 1)}
         finally:
             srv.stop()
-    # 1b. llama.cpp on the same file: the closed loop's requests (prefill
-    # included), and batched decoding alone.
-    res["llama"], res["llama_decode"] = {}, {}
-    spread = min(20000, vocab - 200)  # the prompt ids llm_llamacpp.mjs uses stay in the vocabulary
-    pkg = os.path.join(CACHE, "node-llama-cpp")
-    for c in (4, 16):
-        log(f"{name}: llama.cpp, {c} sequences")
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump({"requests": closed_traces[c]}, f)
-        try:
-            cells = c * (max(len(r["prompt"]) for r in closed_traces[c]) + 128 + 8)
-            out = subprocess.run(["node", "llm_llamacpp.mjs", path, "trace", "2", "0", str(c), str(cells), f.name],
-                                 cwd=pkg, check=True, capture_output=True, text=True, timeout=1800).stdout
-            res["llama"][c] = json.loads(out.strip().splitlines()[-1])
-        finally:
-            os.unlink(f.name)
-        out = subprocess.run(["node", "llm_llamacpp.mjs", path, "batch", "2", "128", str(c), str(max(1024, 256 * c)),
-                              str(spread)],
-                             cwd=pkg, check=True, capture_output=True, text=True, timeout=1200).stdout
-        res["llama_decode"][c] = json.loads(out.strip().splitlines()[-1])
+    # 1b, 2c, 3b. llama-server on the same file, the same requests and the
+    # same load generator: the closed loops, the open loop at 50% and the
+    # shared system prompt.
+    if args.llama_bins:
+        res["llama_server"] = versus_llama(args, path, ctx, closed_traces, traces[0.5],
+                                           res.get("shared_users"))
     return res
+
+
+def server_counters(port, prefix):
+    """A server's counters from /metrics, by name without the prefix."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(prefix) and " " in line:
+            name, value = line.rsplit(" ", 1)
+            out[name[len(prefix):]] = float(value)
+    return out
+
+
+def versus_llama(args, path, ctx, closed, open_trace, shared_users):
+    """The same requests through llama-server (-np N --cont-batching, its
+    context per slot the same as Tessera's)."""
+    tool = os.path.join(args.build_dir, "bench", "tessera_llm_serve_load")
+    out = {"closed": {}}
+    for c, reqs in closed.items():
+        srv = LlamaServer(args.llama_bins, path, ctx, c)
+        try:
+            log(f"llama-server: closed loop, {c} streams")
+            out["closed"][c] = load(tool, srv.port, reqs, c, "llama")
+        finally:
+            srv.stop()
+    srv = LlamaServer(args.llama_bins, path, ctx, 16)
+    try:
+        log("llama-server: open loop at 50%")
+        out["open_half"] = load(tool, srv.port, open_trace, 0, "llama")
+    finally:
+        srv.stop()
+    if shared_users:
+        srv = LlamaServer(args.llama_bins, path, ctx, 16)
+        try:
+            log("llama-server: 16 users of one system prompt")
+            out["shared"] = load(tool, srv.port, shared_users, 0, "llama")
+            out["shared"]["counters"] = server_counters(srv.port, "llamacpp:")
+        finally:
+            srv.stop()
+    return out
 
 
 def spec_counters(port):
@@ -314,18 +346,21 @@ def speculative(args, target, draft):
                 res["streams"][c][mode] = r
             finally:
                 srv.stop()
-    pkg = os.path.join(CACHE, "node-llama-cpp")
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({"requests": traces[1]}, f)
-    try:
-        for mode in ("plain", "draft"):
-            log(f"speculative decoding: llama.cpp, 1 sequence, {mode}")
-            cmd = ["node", "llm_llamacpp.mjs", target, "trace", "2", "0", "1", str(ctx), f.name]
-            out = subprocess.run(cmd + ([draft] if mode == "draft" else []), cwd=pkg, check=True,
-                                 capture_output=True, text=True, timeout=1800).stdout
-            res["llama"][mode] = json.loads(out.strip().splitlines()[-1])
-    finally:
-        os.unlink(f.name)
+    # llama-server with and without the same draft model, 1 to 16 streams (its
+    # speculative decoding runs per slot), on the same requests.
+    if args.llama_bins:
+        for c in (1, 4, 16):
+            res["llama"][c] = {}
+            for mode in ("plain", "draft"):
+                flags = ["--model-draft", draft, "--draft-max", "8"] if mode == "draft" else []
+                srv = LlamaServer(args.llama_bins, target, ctx, c, *flags)
+                try:
+                    log(f"speculative decoding: llama-server, {c} streams, {mode}")
+                    r = load(tool, srv.port, traces[c], c, "llama")
+                    r["counters"] = server_counters(srv.port, "llamacpp:")
+                    res["llama"][c][mode] = r
+                finally:
+                    srv.stop()
     return res
 
 
@@ -458,10 +493,21 @@ def structured(args, path):
         again = load(tool, srv.port, constrained, 1)
         log("structured output: one stream, no schema again (the drift between runs)")
         plain_again = load(tool, srv.port, reqs, 1)
-        return {"model": path, "schema": SCHEMA, "plain": plain, "first": first, "again": again,
-                "plain_again": plain_again}
+        out = {"model": path, "schema": SCHEMA, "plain": plain, "first": first, "again": again,
+               "plain_again": plain_again}
     finally:
         srv.stop()
+    if args.llama_bins:  # llama-server's json_schema (a grammar made from the schema)
+        srv = LlamaServer(args.llama_bins, path, 1024, 1)
+        try:
+            llama_fmt = {"json_schema": SCHEMA}
+            log("structured output: llama-server, one stream, no schema")
+            out["llama_plain"] = load(tool, srv.port, reqs, 1, "llama")
+            log("structured output: llama-server, one stream, its json_schema")
+            out["llama_schema"] = load(tool, srv.port, [dict(r, extra=llama_fmt) for r in reqs], 1, "llama")
+        finally:
+            srv.stop()
+    return out
 
 
 def soak(args, first):
@@ -517,12 +563,14 @@ def main():
     ap.add_argument("--soak-seconds", type=int, default=0, help="soak the first model this long (0: no soak)")
     ap.add_argument("--speculative", action="store_true", help="part 7 alone (speculative decoding), not 1 to 6")
     ap.add_argument("--structured", action="store_true", help="part 8 alone (JSON-schema decoding), not 1 to 6")
+    ap.add_argument("--llama-cpp-bin", help="a folder with llama-server of your own build (default: "
+                                            "bench/build_llama_cpp.sh's native build)")
+    ap.add_argument("--no-llama", action="store_true", help="Tessera only")
     ap.add_argument("--json")
     args = ap.parse_args()
     subprocess.run(["cmake", "--build", args.build_dir, "--target", "tessera_cli", "tessera_llm_serve_load",
                     "tessera_llm_bench"], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["bash", os.path.join(ROOT, "scripts", "llm_compat.sh"), "--install-only"], check=True)
-    subprocess.run(["cp", os.path.join(HERE, "llm_llamacpp.mjs"), os.path.join(CACHE, "node-llama-cpp")], check=True)
+    args.llama_bins, llama_info = (None, None) if args.no_llama else llama_cpp(args.llama_cpp_bin)
     results, missing = [], []
     for name in [] if args.speculative or args.structured else args.models.split(","):
         if name.startswith("fortunes"):
@@ -536,7 +584,7 @@ def main():
             log(f"{name}: {path} is missing (scripts/fortunes_models.sh or bench/llm_compare.py makes it); left out")
             continue
         results.append(bench_model(args, name, path, ctx))
-    out = {"models": results, "missing": missing, "quick": args.quick}
+    out = {"models": results, "missing": missing, "quick": args.quick, "llama_cpp": llama_info, "cpu": cpu_model()}
     if args.soak_seconds and results:
         out["soak"] = soak(args, results[0])
     target, draft = (os.path.join(CACHE, "fortunes", "models", f"fortunes-{m}-Q8_0.gguf") for m in ("20m", "2m"))

@@ -1,8 +1,9 @@
 // tessera_llm_serve_load: the load generator of bench/llm_serve_bench.py,
-// streaming completions from `tessera serve-llm` (or any OpenAI-compatible
-// server that reports each token's log-prob in its stream).
+// streaming completions from `tessera serve-llm` or llama.cpp's llama-server
+// (or any OpenAI-compatible server that reports each token's log-prob in its
+// stream), the same requests to each.
 //
-//   tessera_llm_serve_load --port 8000 --requests trace.json [--concurrency C]
+//   tessera_llm_serve_load --port 8000 --requests trace.json [--concurrency C] [--server tessera|llama]
 //
 // trace.json: {"requests": [{"prompt": [ids] or "text", "max_tokens": N, "at": seconds, "tag": "...", "extra": {...}}]}
 // ("extra": more body fields, such as a response_format; such a request may
@@ -14,10 +15,12 @@
 // time (no coordinated omission).
 //
 // Every request streams (`"stream": true`, greedy, `ignore_eos`) and asks for
-// `"logprobs": 0`, so that every token arrives in a chunk of its own even
-// while its text is held back: the time of each token is the time its chunk
-// is read. A thread reads /metrics every 50 ms for the peak of
-// tessera:kv_cache_usage_perc.
+// each token's log-prob (`"logprobs": 0`; llama-server: `"n_probs": 1`), so
+// that every token arrives in a chunk of its own even while its text is held
+// back: the time of each token is the time its chunk is read (OpenAI's
+// `logprobs.tokens`, llama-server's `logprobs.content`). A thread reads
+// /metrics every 50 ms for the peak of tessera:kv_cache_usage_perc (Tessera
+// only: llama-server's cache is allocated whole when it starts).
 //
 // Prints one JSON line: requests, errors, wall seconds, tokens generated and
 // their aggregate rate, TTFT, inter-token latency and end-to-end percentiles
@@ -65,12 +68,13 @@ struct Result {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // One streamed completion; latencies from `start` (its scheduled time).
-Result run(int port, const Request& r, Clock::time_point start) {
+Result run(int port, const Request& r, Clock::time_point start, bool llama) {
   Result out;
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(600);
   json body = {{"prompt", r.prompt}, {"max_tokens", r.max_tokens}, {"stream", true}, {"ignore_eos", true},
                {"temperature", 0}, {"logprobs", 0}};
+  if (llama) body["n_probs"] = 1;
   body.update(r.extra);
   std::string pending;
   double last = -1;
@@ -90,7 +94,9 @@ Result run(int port, const Request& r, Clock::time_point start) {
       for (const json& ch : chunk["choices"]) {
         if (!ch.contains("logprobs") || ch["logprobs"].is_null()) continue;
         const double now = seconds_since(start);
-        for (size_t k = 0; k < ch["logprobs"]["tokens"].size(); ++k) {
+        const json& lp = ch["logprobs"];
+        const size_t n = lp.contains("tokens") ? lp["tokens"].size() : lp.contains("content") ? lp["content"].size() : 0;
+        for (size_t k = 0; k < n; ++k) {
           if (last < 0) out.ttft = now;
           else out.gaps.push_back(now - last);
           last = now;
@@ -143,21 +149,24 @@ json summary(const std::vector<const Result*>& rs) {
 
 int main(int argc, char** argv) {
   int port = 0, concurrency = 0;
-  std::string trace;
+  std::string trace, server = "tessera";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--port") port = std::atoi(argv[i + 1]);
     else if (a == "--requests") trace = argv[i + 1];
     else if (a == "--concurrency") concurrency = std::atoi(argv[i + 1]);
+    else if (a == "--server") server = argv[i + 1];
     else {
       std::fprintf(stderr, "llm_serve_load: unknown option %s\n", a.c_str());
       return 2;
     }
   }
-  if (port <= 0 || trace.empty()) {
-    std::fprintf(stderr, "usage: tessera_llm_serve_load --port P --requests trace.json [--concurrency C]\n");
+  if (port <= 0 || trace.empty() || (server != "tessera" && server != "llama")) {
+    std::fprintf(stderr, "usage: tessera_llm_serve_load --port P --requests trace.json [--concurrency C] "
+                 "[--server tessera|llama]\n");
     return 2;
   }
+  const bool llama = server == "llama";
   std::ifstream in(trace);
   const json t = json::parse(in);
   std::vector<Request> requests;
@@ -188,14 +197,14 @@ int main(int argc, char** argv) {
     std::atomic<size_t> next{0};
     for (int c = 0; c < concurrency; ++c)
       threads.emplace_back([&] {
-        for (size_t i; (i = next++) < requests.size();) results[i] = run(port, requests[i], Clock::now());
+        for (size_t i; (i = next++) < requests.size();) results[i] = run(port, requests[i], Clock::now(), llama);
       });
   } else {
     for (size_t i = 0; i < requests.size(); ++i) {
       const Clock::time_point at = start + std::chrono::duration_cast<Clock::duration>(
                                                std::chrono::duration<double>(requests[i].at));
       std::this_thread::sleep_until(at);
-      threads.emplace_back([&, i, at] { results[i] = run(port, requests[i], at); });
+      threads.emplace_back([&, i, at] { results[i] = run(port, requests[i], at, llama); });
     }
   }
   for (std::thread& th : threads) th.join();

@@ -4,7 +4,8 @@
 //       a random-weight Llama shaped like stories15M (S) or a 110M model (M),
 //       with the tokenizer of VOCAB.gguf, written as GGUF by Tessera
 //   tessera_llm_bench run --model F.gguf --threads N --measure prefill|decode|batch|bandwidth [--tokens N] [--seqs N] [--spread N] [--repeat R]
-//       one measurement, as a JSON line: tokens/s and the RSS growth past the loaded model
+//       one measurement, as a JSON line: tokens/s (llama-bench's way: the mean
+//       of R timed runs after a warm-up) and the RSS growth past the loaded model
 //       (bandwidth: a streaming read of as many bytes as a decoded token's weights, GB/s)
 //   tessera_llm_bench run --model F.gguf --threads N --measure mixed --seqs D --tokens C [--past P] [--at A] [--logits L]
 //       a step of D decodes at P tokens of context, one of a C-token prompt chunk
@@ -176,6 +177,8 @@ int run(int argc, char** argv) {
   }
   // The weights' pages are read once first (llama.cpp's first evaluation does
   // the same), so the RSS growth counts the engine's memory only.
+  if (measure != "prefill" && measure != "decode" && measure != "batch" && measure != "mixed")
+    return std::fprintf(stderr, "--measure is prefill, decode, batch, mixed or bandwidth, not '%s'\n", measure.c_str()), 2;
   const auto& file = model->file();
   volatile uint8_t sink = 0;
   for (const auto& t : file.tensors())
@@ -188,60 +191,64 @@ int run(int argc, char** argv) {
   if (measure == "mixed") o.max_logit_rows = o.max_batch_tokens;
   llm::Engine e(model, o);
   std::vector<int32_t> prompt(static_cast<size_t>(n + seqs + 8));  // prompts of 8 start at 0..seqs-1
-  // Prompt ids spread over the vocabulary, as bench/llm_llamacpp.mjs's.
+  // Prompt ids spread over the vocabulary (--spread: within a small one).
   const int64_t spread = std::stoll(arg(argc, argv, "--spread", "20000"));
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + (i * 7919) % spread);
-  double t0 = 0, t1 = 0;
-  int64_t tokens = 0;
-  if (measure == "prefill") {
-    // --repeat R: the fastest of R prefills, each in a fresh sequence (for
-    // measuring by hand on a noisy machine; the comparison runs one, cold).
-    const int64_t repeat = std::stoll(arg(argc, argv, "--repeat", "1"));
-    for (int64_t k = 0; k < repeat; ++k) {
-      const int64_t s = e.add_sequence();
-      llm::Chunk c{s, {prompt.data(), static_cast<size_t>(n)}, 1};
-      const double a = now();
-      e.step({&c, 1});
-      const double b = now();
-      e.remove_sequence(s);
-      if (k == 0 || b - a < t1 - t0) t0 = a, t1 = b;
-    }
-    tokens = n;
-  } else if (measure == "decode") {
-    const int64_t s = e.add_sequence();
-    llm::Chunk c{s, {prompt.data(), 8}, 1};
-    auto l = e.step({&c, 1});
-    int32_t next = 0;
-    t0 = now();
-    for (int64_t i = 0; i < n; ++i) {
-      next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-      llm::Chunk d{s, {&next, 1}, 1};
-      l = e.step({&d, 1});
-    }
-    t1 = now();
-    tokens = n;
-  } else if (measure == "mixed") {
-    return mixed(e, prompt, seqs, n, argc, argv);
-  } else {  // batch: seqs sequences, each a short prompt, then n decode steps of all of them
+  if (measure == "mixed") return mixed(e, prompt, seqs, n, argc, argv);
+  // One timed run of the measure, in fresh sequences; returns its seconds.
+  // prefill: n prompt tokens in one step (llama-bench's ppN). decode: n steps
+  // of one token from an empty sequence (its tgN). batch: seqs prompts of 8
+  // tokens, then n steps of one token in each (llama-batched-bench's TG phase
+  // with -npp 8 -ntg n -npl seqs: the prompts are not timed).
+  auto once = [&]() -> double {
     std::vector<llm::Chunk> cs;
-    std::vector<int32_t> next(static_cast<size_t>(seqs));
-    for (int64_t i = 0; i < seqs; ++i) cs.push_back({e.add_sequence(), {prompt.data() + i, 8}, 1});
-    auto l = e.step(cs);
-    const int64_t V = model->spec().vocab;
-    t0 = now();
-    for (int64_t step = 0; step < n; ++step) {
-      for (int64_t i = 0; i < seqs; ++i) {
-        next[i] = static_cast<int32_t>(std::max_element(l.begin() + i * V, l.begin() + (i + 1) * V) - (l.begin() + i * V));
-        cs[i].tokens = {&next[i], 1};
+    double t0 = 0;
+    if (measure == "prefill") {
+      cs.push_back({e.add_sequence(), {prompt.data(), static_cast<size_t>(n)}, 1});
+      t0 = now();
+      e.step(cs);
+    } else if (measure == "decode") {
+      int32_t next = prompt[0];
+      cs.push_back({e.add_sequence(), {&next, 1}, 1});
+      t0 = now();
+      for (int64_t i = 0; i < n; ++i) {
+        auto l = e.step(cs);
+        next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
       }
-      l = e.step(cs);
+    } else {
+      std::vector<int32_t> next(static_cast<size_t>(seqs));
+      for (int64_t i = 0; i < seqs; ++i) cs.push_back({e.add_sequence(), {prompt.data() + i, 8}, 1});
+      auto l = e.step(cs);
+      const int64_t V = model->spec().vocab;
+      t0 = now();
+      for (int64_t step = 0; step < n; ++step) {
+        for (int64_t i = 0; i < seqs; ++i) {
+          next[i] = static_cast<int32_t>(std::max_element(l.begin() + i * V, l.begin() + (i + 1) * V) -
+                                         (l.begin() + i * V));
+          cs[i].tokens = {&next[i], 1};
+        }
+        l = e.step(cs);
+      }
     }
-    t1 = now();
-    tokens = n * seqs;
+    const double seconds = now() - t0;
+    for (const auto& c : cs) e.remove_sequence(c.seq);
+    return seconds;
+  };
+  // As llama-bench: one untimed warm-up run, then --repeat timed runs;
+  // tokens/s is the mean of the runs' tokens/s (its avg_ts).
+  const int64_t repeat = std::max<int64_t>(1, std::stoll(arg(argc, argv, "--repeat", "1")));
+  const int64_t tokens = measure == "batch" ? n * seqs : n;
+  once();
+  double sum_tps = 0, seconds = 0;
+  for (int64_t k = 0; k < repeat; ++k) {
+    const double s = once();
+    seconds += s;
+    sum_tps += static_cast<double>(tokens) / s;
   }
+  const double tps = sum_tps / static_cast<double>(repeat);
   std::printf("{\"measure\": \"%s\", \"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.3f, \"rss_growth\": %lld, "
               "\"kv_bytes_per_token\": %lld, \"weight_bytes_per_token\": %lld, \"isa\": \"%s\"}\n",
-              measure.c_str(), static_cast<long long>(tokens), t1 - t0, tokens / (t1 - t0),
+              measure.c_str(), static_cast<long long>(tokens), seconds / static_cast<double>(repeat), tps,
               static_cast<long long>(rss_bytes() - rss0), static_cast<long long>(e.kv_bytes_per_token()),
               static_cast<long long>(model->bytes_per_token_read()), std::getenv("TESSERA_CPU_CAPABILITY") ?
               std::getenv("TESSERA_CPU_CAPABILITY") : "best");

@@ -6,7 +6,8 @@
 #   scripts/setup.sh --fuzz   also clang with libFuzzer (scripts/fuzz.sh)
 #   scripts/setup.sh --test   also what the integration tests start (prometheus),
 #                             Debian's locale sources (locales: a comma-decimal locale test)
-#                             and sentencepiece (spm_train/spm_encode: the fortunes tokenizer)
+#                             sentencepiece (spm_train/spm_encode: the fortunes tokenizer)
+#                             and npm (node-llama-cpp: the LLM references, scripts/llm_reference.sh)
 set -euo pipefail
 
 # Build: compiler, CMake, oneDNN, JSON/YAML/CLI parsing, zlib, HTTP for the
@@ -15,10 +16,13 @@ set -euo pipefail
 # categories for LLM tokenizers (docs/dependencies.md).
 # Data: Fashion-MNIST (the default training job) and the fortunes corpus.
 packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libdnnl-dev python3
-          nlohmann-json3-dev libsimdjson-dev libboost-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcpp-httplib-dev
+          nlohmann-json3-dev libsimdjson-dev libsodium-dev libboost-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcpp-httplib-dev
           libonnx-dev libprotobuf-dev libicu-dev dataset-fashion-mnist fortunes)
 if [ "${1:-}" = "--test" ]; then
   packages+=(prometheus locales sentencepiece)
+  # Node.js and npm: the LLM compatibility references (scripts/llm_reference.sh);
+  # a Node.js installed otherwise serves as well.
+  command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang libclang-rt-14-dev)

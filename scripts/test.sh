@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs the whole test suite (what CI runs), in phases:
 #   1. setup      the Debian packages (scripts/setup.sh --test)
+#      references the LLM compatibility references (scripts/llm_reference.sh)
 #   2. build      the library, command line, examples and tests
 #   3. tests      the suite, each test in its own process (ctest)
 #   4. tiers      the op, kernel, quantization and autocast tests again at every
@@ -29,7 +30,17 @@ report() {
 }
 trap report EXIT
 
+# The LLM compatibility references (node-llama-cpp's outputs, llama.cpp's
+# vocabularies), exported for the tests that check against them.
+# Without them those tests skip, or fail under CI.
+references() {
+  local env
+  if env=$(scripts/llm_reference.sh); then eval "$env"
+  else echo "test.sh: the LLM references could not be made; the tests that check against them skip (fail under CI)"; fi
+}
+
 run_phase setup scripts/setup.sh --test
+run_phase references references
 run_phase build scripts/build.sh -DTESSERA_BUILD_TESTS=ON
 run_phase tests ctest --test-dir "$build" --output-on-failure -j2 --timeout 900
 run_phase tiers scripts/test_tiers.sh "$build"

@@ -63,6 +63,22 @@ struct CliProcess {
 };
 CliProcess start_cli(const std::vector<std::string>& args);
 
+// A reference a test compares against, named by an environment variable
+// that scripts/llm_reference.sh sets (llama.cpp's vocabulary files and test
+// vectors, node-llama-cpp's outputs). Without it the test skips, except
+// under CI (CI set), where the test command makes it: there a missing
+// reference fails the test rather than passing it unchecked, unless the
+// reference script said why it could not make it on this machine
+// (TESSERA_REFERENCES_INCOMPLETE), which the skip message repeats.
+#define TESSERA_REFERENCE(var, name)                                                                   \
+  const char* var = std::getenv(name);                                                                 \
+  if (!var) {                                                                                          \
+    if (const char* why = std::getenv("TESSERA_REFERENCES_INCOMPLETE")) GTEST_SKIP() << name << ": " << why; \
+    if (std::getenv("CI")) GTEST_FAIL() << name << " is not set, and CI must check against it "       \
+                                           "(scripts/test.sh runs scripts/llm_reference.sh first)";  \
+    GTEST_SKIP() << name << " is not set (scripts/llm_reference.sh or scripts/llm_compat.sh sets it)";  \
+  }
+
 // f64 random inputs, reproducible.
 Tensor rand_f64(IntArrayRef shape, double lo = -1.0, double hi = 1.0, uint64_t seed = 0);
 

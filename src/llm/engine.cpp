@@ -4,6 +4,7 @@
 
 #include "llm/block_pool.h"
 
+#include <utility>
 #include <omp.h>
 
 #include <algorithm>
@@ -174,8 +175,8 @@ struct Engine::State {
     bool alive = false;
     int64_t length = 0;
     std::vector<int32_t> blocks;  // capacity reserved for the whole context
-    // Prefix caching: the salt, and the names of the full blocks (Note [Prefix caching]).
-    uint64_t salt = 0;
+    // Prefix caching: the salt's slot, and the names of the full blocks (Note [Prefix caching]).
+    int32_t salt = 0;
     std::vector<uint64_t> names;
   };
   std::vector<Seq> seqs;
@@ -220,11 +221,11 @@ struct Engine::State {
     const size_t full = static_cast<size_t>(q.length / block_tokens);
     while (q.names.size() < full) {
       const size_t i = q.names.size();
-      const uint64_t parent = i ? q.names[i - 1] : q.salt;
+      const uint64_t parent = i ? q.names[i - 1] : pool.salt_hash(q.salt);
       const int32_t b = q.blocks[i];
       const uint64_t name = BlockPool::name(parent, {pool.tokens(b), static_cast<size_t>(block_tokens)});
       q.names.push_back(name);
-      pool.add(b, name, parent);
+      pool.add(b, name, parent, q.salt);
     }
   }
   int64_t block_tokens = 16;
@@ -263,7 +264,12 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
   const int64_t block_bytes = opts_.block_tokens * (st.k_row + st.v_row) * s.n_layers;
   st.max_blocks_per_seq = (st.context + opts_.block_tokens - 1) / opts_.block_tokens;
   int64_t memory = opts_.kv_memory;
-  if (memory == 0) memory = opts_.max_sequences * std::min<int64_t>(st.context, 4096) * kv_bytes_per_token();
+  if (memory == 0) {
+    // By default each sequence gets its context (at most 4096 tokens) in
+    // whole blocks: a context shorter than a block still gets one.
+    const int64_t blocks = (std::min<int64_t>(st.context, 4096) + opts_.block_tokens - 1) / opts_.block_tokens;
+    memory = opts_.max_sequences * blocks * block_bytes;
+  }
   TS_CHECK(memory >= block_bytes, "engine: --kv-memory of ", memory, " bytes holds no cache block (one block of ",
            opts_.block_tokens, " tokens takes ", block_bytes, " bytes)");
   st.n_blocks = std::min<int64_t>(memory / block_bytes, int64_t{1} << 30);
@@ -281,6 +287,7 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
     st.layers.push_back(L);
   }
   st.pool = BlockPool(st.n_blocks, opts_.block_tokens, opts_.prefix_caching);
+  if (opts_.prefix_salt_hash) st.pool.set_salt_hash(opts_.prefix_salt_hash);
   st.block_tokens = opts_.block_tokens;
   st.seqs.resize(static_cast<size_t>(opts_.max_sequences));
   for (State::Seq& q : st.seqs) {
@@ -339,6 +346,7 @@ int64_t Engine::add_sequence() {
 void Engine::remove_sequence(int64_t seq) {
   TS_CHECK(seq >= 0 && seq < opts_.max_sequences && st_->seqs[seq].alive, "engine: no sequence ", seq);
   truncate_sequence(seq, 0);
+  st_->pool.release_salt(std::exchange(st_->seqs[seq].salt, 0));
   st_->seqs[seq].alive = false;
 }
 
@@ -372,19 +380,20 @@ void Engine::truncate_sequence(int64_t seq, int64_t length) {
   s.length = length;
 }
 
-int64_t Engine::reuse_prefix(int64_t seq, std::span<const int32_t> tokens, uint64_t salt) {
+int64_t Engine::reuse_prefix(int64_t seq, std::span<const int32_t> tokens, std::string_view salt) {
   TS_CHECK(seq >= 0 && seq < opts_.max_sequences && st_->seqs[seq].alive, "engine: no sequence ", seq);
   State::Seq& s = st_->seqs[seq];
   TS_CHECK(s.length == 0, "engine: reuse_prefix needs an empty sequence; sequence ", seq, " has ", s.length, " tokens");
-  s.salt = salt;
+  st_->pool.release_salt(s.salt);
+  s.salt = st_->pool.hold_salt(salt);
   if (!st_->pool.caching() || tokens.empty()) return 0;
   const int64_t bt = opts_.block_tokens;
   const int64_t most = std::min<int64_t>((static_cast<int64_t>(tokens.size()) - 1) / bt, st_->max_blocks_per_seq);
-  uint64_t parent = salt;
+  uint64_t parent = st_->pool.salt_hash(s.salt);
   for (int64_t i = 0; i < most; ++i) {
     const std::span<const int32_t> block = tokens.subspan(static_cast<size_t>(i * bt), static_cast<size_t>(bt));
     const uint64_t name = BlockPool::name(parent, block);
-    const int32_t b = st_->pool.find(name, parent, block);
+    const int32_t b = st_->pool.find(name, parent, s.salt, block);
     if (b < 0) break;
     st_->pool.share(b);
     s.blocks.push_back(b);
@@ -415,7 +424,7 @@ int64_t Engine::fork_sequence(int64_t seq, int64_t length) {
     to.blocks.push_back(copy);
   }
   to.names.assign(from.names.begin(), from.names.begin() + static_cast<ptrdiff_t>(std::min(full, from.names.size())));
-  to.salt = from.salt;
+  to.salt = st_->pool.share_salt(from.salt);
   to.length = length;
   return fork;
 }

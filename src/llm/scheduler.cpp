@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -163,9 +164,13 @@ SchedulerStats Scheduler::stats() const {
 
 namespace {
 
-// What decides a request's cache contents besides its tokens (prefix caching's salt).
-uint64_t prefix_salt(const RequestOptions& o) {
-  return o.cache_salt ^ (reinterpret_cast<uintptr_t>(o.adapter) * 0x9e3779b97f4a7c15ULL);
+// What decides a request's cache contents besides its tokens (prefix
+// caching's salt): the adapter computing it and the client's salt, as bytes.
+std::string prefix_salt(const RequestOptions& o) {
+  if (!o.adapter && o.cache_salt.empty()) return {};
+  std::string salt(sizeof o.adapter, '\0');
+  std::memcpy(salt.data(), &o.adapter, sizeof o.adapter);
+  return salt + o.cache_salt;
 }
 
 }  // namespace

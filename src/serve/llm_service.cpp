@@ -462,7 +462,8 @@ void LlmService::generate(const openai::GenerationRequest& g, const llm::Adapter
   ro.special_text = find_calls;
   ro.priority = static_cast<int>(g.priority);
   ro.adapter = adapter;
-  if (!g.cache_salt.empty()) ro.cache_salt = std::hash<std::string>{}(g.cache_salt) | 1;
+  // The served name and the client's salt, so adapters and tenants never share cache.
+  if (!g.cache_salt.empty() || adapter) ro.cache_salt = served + '\0' + g.cache_salt;
 
   const int64_t count = static_cast<int64_t>(prompts.size()) * g.n;
   auto ch = std::make_shared<Channel>();

@@ -263,8 +263,7 @@ TEST(ChatTemplate, RenderChatMarksMessageTexts) {
 // per-template summary only (the compat script's survey of every template in
 // llama.cpp's tree).
 TEST(ChatTemplate, MatchesHuggingFaceJinja) {
-  const char* path = std::getenv("TESSERA_CHAT_CASES");
-  if (!path) GTEST_SKIP() << "TESSERA_CHAT_CASES is not set (scripts/llm_compat.sh sets it)";
+  TESSERA_REFERENCE(path, "TESSERA_CHAT_CASES");
   const bool report_only = std::getenv("TESSERA_CHAT_REPORT_ONLY") != nullptr;
   const std::vector<char> raw = io::read_file(path);
   const json j = json::parse(raw.begin(), raw.end());

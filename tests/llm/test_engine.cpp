@@ -516,6 +516,26 @@ TEST(LlmEngine, CacheBlocksComeBackAndAFullCacheIsAnError) {
   EXPECT_EQ(f.free_blocks(), 2);
 }
 
+// The default cache is whole blocks: a context shorter than one block (down
+// to 1) still gets a block per sequence, not an error about a --kv-memory
+// nobody gave.
+TEST(LlmEngine, AContextShorterThanABlockGetsABlock) {
+  auto m = small_llama(15);
+  llm::EngineOptions o = opts();
+  o.block_tokens = 16;
+  o.kv_memory = 0;
+  o.max_sequences = 3;
+  for (int64_t context : {1, 5, 17}) {
+    o.context = context;
+    Engine e(llm::Model::from_llama(*m), o);
+    EXPECT_EQ(e.total_blocks(), 3 * ((context + 15) / 16)) << context;
+    const int64_t s = e.add_sequence();
+    std::vector<int32_t> t = tokens(context, 2);
+    Chunk c{s, t, 1};
+    EXPECT_EQ(e.step({&c, 1}).size(), 96u) << context;
+  }
+}
+
 // Prefix caching (Note [Prefix caching]): a sequence that begins as an
 // earlier one did takes its full blocks and gets the same logits bit for
 // bit; forks and truncation into shared blocks copy before writing; freed
@@ -548,7 +568,7 @@ TEST(LlmEngine, PrefixCacheSharesBlocksWithTheSameLogits) {
   // Another salt, other tokens in the second block, or a prompt of exactly
   // two blocks (one token is always left to compute).
   const int64_t c = e.add_sequence();
-  EXPECT_EQ(e.reuse_prefix(c, t, 7), 0);
+  EXPECT_EQ(e.reuse_prefix(c, t, "tenant 7"), 0);
   e.remove_sequence(c);
   std::vector<int32_t> other = t;
   other[20] = (other[20] + 1) % 96;
@@ -593,6 +613,43 @@ TEST(LlmEngine, PrefixCacheSharesBlocksWithTheSameLogits) {
   EXPECT_EQ(e.reuse_prefix(w, u), 64);  // what is kept now
   e.remove_sequence(r);
   e.remove_sequence(w);
+  EXPECT_EQ(e.free_blocks(), 10);
+}
+
+// Salts are compared as bytes, never trusted to their hash: with every salt
+// hashed to one value, two tenants' equal prompts still never share a block,
+// and each gets the logits it gets alone.
+TEST(LlmEngine, SaltsForcedToOneHashNeverShareBlocks) {
+  auto m = small_llama(16);
+  llm::EngineOptions o = opts();
+  o.max_sequences = 3;
+  o.prefix_caching = true;
+  o.kv_memory = 10 * 16 * 2 * 2 * 64 * 2;  // ten blocks
+  o.prefix_salt_hash = [](std::string_view) { return uint64_t{42}; };
+  Engine e(llm::Model::from_llama(*m), o);
+  const std::vector<int32_t> t = tokens(40, 3);
+  auto run = [&](const std::string& salt, int64_t want_reused) {
+    const int64_t s = e.add_sequence();
+    EXPECT_EQ(e.reuse_prefix(s, t, salt), want_reused) << salt;
+    const int64_t from = e.sequence_length(s);
+    Chunk c{s, std::span<const int32_t>(t.data() + from, t.size() - static_cast<size_t>(from)), 1};
+    const std::span<const float> l = e.step({&c, 1});
+    std::vector<float> out(l.begin(), l.end());
+    e.remove_sequence(s);
+    return out;
+  };
+  Engine solo(llm::Model::from_llama(*m), opts());
+  const int64_t s = solo.add_sequence();
+  Chunk c{s, t, 1};
+  const std::span<const float> sl = solo.step({&c, 1});
+  const std::vector<float> want(sl.begin(), sl.end());
+
+  EXPECT_EQ(run("tenant a", 0), want);
+  EXPECT_EQ(e.cached_blocks(), 2);
+  EXPECT_EQ(run("tenant b", 0), want);  // same tokens, same hash, another salt: computed anew
+  EXPECT_EQ(run("", 0), want);          // nor does the empty salt share them
+  EXPECT_EQ(run("tenant a", 32), want); // its own are still there
+  EXPECT_EQ(run(std::string("tenant a\0", 9), 0), want);  // bytes, not C strings
   EXPECT_EQ(e.free_blocks(), 10);
 }
 

@@ -251,8 +251,7 @@ TEST(Tokenizer, SentencePieceModelsItCannotReadAreRefused) {
 // every SentencePiece vocabulary. add_special and parse_special off, as
 // llama.cpp's test-tokenizer-0 runs them.
 TEST(Tokenizer, LlamaCppVectors) {
-  const char* dir = std::getenv("TESSERA_LLAMA_CPP_VOCABS");
-  if (!dir) GTEST_SKIP() << "TESSERA_LLAMA_CPP_VOCABS is not set (scripts/llm_compat.sh sets it)";
+  TESSERA_REFERENCE(dir, "TESSERA_LLAMA_CPP_VOCABS");
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const std::string path = e.path().string();
@@ -307,8 +306,7 @@ TEST(Tokenizer, LlamaCppVectors) {
 // same text from those ids wherever the decoded bytes are UTF-8 (JavaScript
 // strings cannot hold the rest).
 TEST(Tokenizer, MatchesLlamaCppOnRandomStrings) {
-  const char* cases = std::getenv("TESSERA_TOKENIZE_CASES");
-  if (!cases) GTEST_SKIP() << "TESSERA_TOKENIZE_CASES is not set (scripts/llm_compat.sh sets it)";
+  TESSERA_REFERENCE(cases, "TESSERA_TOKENIZE_CASES");
   const std::vector<char> raw = io::read_file(cases);
   const nlohmann::json j = nlohmann::json::parse(raw.begin(), raw.end());
   const std::vector<std::string> texts = j.at("texts").get<std::vector<std::string>>();

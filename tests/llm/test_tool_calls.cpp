@@ -59,8 +59,7 @@ TEST(ToolCalls, TheFormatComesFromTheTemplate) {
 
 // Real models' templates, where scripts/llm_compat.sh has fetched them.
 TEST(ToolCalls, RealTemplatesFamilies) {
-  const char* path = std::getenv("TESSERA_CHAT_CASES");
-  if (!path) GTEST_SKIP() << "TESSERA_CHAT_CASES is not set (scripts/llm_compat.sh sets it)";
+  TESSERA_REFERENCE(path, "TESSERA_CHAT_CASES");
   const json cases = json::parse(io::read_file(path))["cases"];
   std::map<std::string, std::string> source;
   for (const json& c : cases) source[c["template"].get<std::string>()] = c["source"].get<std::string>();

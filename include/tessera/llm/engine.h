@@ -15,9 +15,11 @@
 // however many threads run (Note [Batch-invariant LLM kernels] in
 // backend/cpu/llm.h). docs/llm.md describes the engine.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/llm/gguf.h"
@@ -158,6 +160,9 @@ struct EngineOptions {
   // Keep computed full blocks for later sequences that begin the same way
   // (Note [Prefix caching] in llm/block_pool.h; Engine::reuse_prefix).
   bool prefix_caching = false;
+  // The hash of a prefix salt's bytes; empty: SipHash-2-4 under a key drawn
+  // per engine. Tests set a constant one to force collisions.
+  std::function<uint64_t(std::string_view)> prefix_salt_hash;
   // Compute threads for this engine's steps (0: get_num_threads()). A draft
   // model's steps are so small that one thread beats a parallel region.
   int64_t threads = 0;
@@ -204,10 +209,11 @@ class Engine {
   // Prefix caching (EngineOptions::prefix_caching). Starts the empty
   // sequence `seq` with the longest run of registered full blocks that
   // begins `tokens`, leaving at least one token to compute, and returns how
-  // many tokens that is (0 without caching). `salt` names whatever else
-  // decides the blocks' contents (the adapter, a client's cache_salt):
-  // blocks are shared only between equal salts.
-  int64_t reuse_prefix(int64_t seq, std::span<const int32_t> tokens, uint64_t salt = 0);
+  // many tokens that is (0 without caching). `salt` is whatever else
+  // decides the blocks' contents (the adapter, a client's cache_salt), as
+  // bytes: blocks are shared only between equal salts, compared byte for
+  // byte (Note [Prefix caching], llm/block_pool.h).
+  int64_t reuse_prefix(int64_t seq, std::span<const int32_t> tokens, std::string_view salt = {});
   // A new sequence holding the first `length` tokens of `seq`: its full
   // blocks shared, a partial last block copied.
   int64_t fork_sequence(int64_t seq, int64_t length);

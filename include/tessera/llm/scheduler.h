@@ -139,8 +139,8 @@ struct RequestOptions {
   int priority = 0;                  // higher is admitted first
   const Adapter* adapter = nullptr;  // must outlive the request
   // Prefix caching: blocks are shared only between requests of equal salt
-  // (and adapter); a client's cache_salt keeps its prompts to itself.
-  uint64_t cache_salt = 0;
+  // bytes (and adapter); a client's cache_salt keeps its prompts to itself.
+  std::string cache_salt;
   // An earlier request with the same prompt (another choice of the same
   // call): this one waits until that prompt is computed and forks it.
   int64_t share_prompt_of = 0;
