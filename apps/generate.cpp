@@ -75,6 +75,8 @@ void add_model_options(CLI::App* c, GenerateFlags& f) {
   c->add_option("-t,--threads", f.threads, "threads (0: OMP_NUM_THREADS or all cores)")->check(CLI::Range(0, 1024));
   c->add_option("--ctx", f.context, "positions per sequence (0: the model's)")->check(CLI::Range(0, 1 << 18));
   c->add_option("--kv-memory", f.kv_memory, "bytes of KV cache, e.g. 256M (default: the context's tokens, at most 4096)");
+  c->add_option("--kv-block", f.kv_block, "tokens per KV cache block: a multiple of 16 up to 1024")
+      ->check(CLI::Range(16, 1024));
   c->add_option("--kv-type", f.kv_type, "KV cache type for keys and values: f16 or q8_0")
       ->check(CLI::IsMember({"f16", "q8_0"}));
   c->add_option("--batch", f.batch, "prompt tokens per step")->check(CLI::Range(1, 65536));
@@ -158,6 +160,7 @@ std::unique_ptr<llm::Engine> make_engine(const GenerateFlags& f, std::shared_ptr
   eo.max_sequences = 1;
   eo.max_batch_tokens = f.batch;
   eo.k_type = eo.v_type = llm::kv_type_from_name(f.kv_type);
+  eo.block_tokens = f.kv_block;
   if (!f.kv_memory.empty()) eo.kv_memory = byte_count(f.kv_memory);
   auto engine = std::make_unique<llm::Engine>(model, eo);
   load_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

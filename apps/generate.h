@@ -17,7 +17,7 @@ struct GenerateFlags {
   std::string model, prompt, kv_memory, kv_type = "f16", weights = "f32";
   std::string chat_template, system;  // `tessera chat` only
   std::string lora;                   // a LoRA adapter file
-  int64_t max_tokens = 128, context = 0, batch = 512;
+  int64_t max_tokens = 128, context = 0, batch = 512, kv_block = 16;
   int threads = 0;
   llm::SamplingParams sampling;
   std::vector<std::string> stop;

@@ -34,6 +34,8 @@ void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f) {
   c->add_option("--ctx", f.context, "positions per sequence (0: the model's)")->check(CLI::Range(0, 1 << 18));
   c->add_option("--kv-memory", f.kv_memory, "bytes of KV cache shared by all requests, e.g. 1G (default: --max-seqs "
                 "sequences of the context, at most 4096 tokens each)");
+  c->add_option("--kv-block", f.kv_block, "tokens per KV cache block (the unit of paging and prefix sharing): a "
+                "multiple of 16 up to 1024")->check(CLI::Range(16, 1024));
   c->add_option("--kv-type", f.kv_type, "KV cache type for keys and values: f16 or q8_0")
       ->check(CLI::IsMember({"f16", "q8_0"}));
   c->add_option("--max-seqs", f.max_seqs, "requests running at once")->check(CLI::Range(1, 1024));
@@ -144,6 +146,7 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
       m.engine.max_sequences = f.max_seqs;
       m.engine.max_batch_tokens = f.max_batched_tokens;
       m.engine.k_type = m.engine.v_type = llm::kv_type_from_name(f.kv_type);
+      m.engine.block_tokens = f.kv_block;
       m.engine.prefix_caching = !f.no_prefix_caching;
       if (!f.kv_memory.empty()) m.engine.kv_memory = byte_count(f.kv_memory);
       m.pooling = llm::Pooling::Last;
@@ -174,7 +177,7 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
         m.draft_engine = m.engine;
         m.draft_engine.max_logit_rows = f.max_seqs;
         m.draft_engine.kv_memory = 0;  // the draft's own KV for every sequence: small next to the model's
-    m.draft_engine.threads = f.draft_threads;
+        m.draft_engine.threads = f.draft_threads;
         m.scheduler.draft_tokens = f.draft_tokens;
         draft_what = d.what;
       }

@@ -15,7 +15,7 @@ struct ServeLlmFlags {
   std::string model, name, host = "127.0.0.1", api_key_file, kv_memory, kv_type = "f16", weights = "f32";
   std::string chat_template, pooling;
   int port = 8000, threads = 0, connections = 64, max_client_connections = 256;
-  int64_t context = 0, max_seqs = 16, max_batched_tokens = 512, max_waiting = 256;
+  int64_t context = 0, max_seqs = 16, max_batched_tokens = 512, max_waiting = 256, kv_block = 16;
   bool no_prefix_caching = false;
   double decode_slowdown = 0;
   int64_t prompt_lookup = 0;

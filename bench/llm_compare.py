@@ -25,6 +25,8 @@ runs, their mean tokens/s):
            then 128 steps, 2 threads: aggregate decode tokens/s
   read     a streaming read of as many bytes as a decoded token's weights, 1 and 2 threads
            (tessera_llm_bench run --measure bandwidth): the bound decode works against
+And perplexity: `tessera perplexity` against llama-perplexity on the Tessera-written F16, Q8_0 and Q4_0
+files, the first 200 KB of Debian's fortunes, -c 512, 8 chunks, 2 threads.
 Tiers: `native` (Tessera's best kernels, llama.cpp's GGML_NATIVE build) and,
 on a CPU with AVX-512, `avx2` (TESSERA_CPU_CAPABILITY=avx2 against llama.cpp
 built with AVX-512 off: bench/build_llama_cpp.sh --avx2).
@@ -117,6 +119,52 @@ def llama_run(bins, m, measure, threads, tokens, seqs, repeat):
     return statistics.mean(speeds), r
 
 
+PPL_CTX, PPL_CHUNKS = 512, 8
+
+
+def perplexity_text():
+    """Debian's fortunes, the first 200 KB, as one text file (the same for both sides)."""
+    path = os.path.join(CACHE, "llm-bench", "fortunes-200k.txt")
+    if not os.path.exists(path):
+        d = "/usr/share/games/fortunes"
+        text = ""
+        for name in sorted(os.listdir(d)):
+            p = os.path.join(d, name)
+            if os.path.isfile(p) and not name.endswith(".dat") and not os.path.islink(p):
+                with open(p, encoding="utf-8", errors="replace") as f:
+                    text += f.read()
+            if len(text) > 200_000:
+                break
+        with open(path, "w") as f:
+            f.write(text[:200_000])
+    return path
+
+
+def final_estimate(text):
+    for line in text.splitlines():
+        if "Final estimate: PPL = " in line:
+            return float(line.split("PPL = ")[1].split()[0])
+    raise RuntimeError("no 'Final estimate' in:\n" + text[-2000:])
+
+
+def perplexities(cli, bins, ms):
+    """`tessera perplexity` against llama-perplexity: same file, text, context, chunks, threads."""
+    text = perplexity_text()
+    rows = []
+    for name, m in ms.items():
+        if m["writer"] != "Tessera" or m["type"] not in ("F16", "Q8_0", "Q4_0"):
+            continue
+        args = ["-f", text, "-c", str(PPL_CTX), "--chunks", str(PPL_CHUNKS), "-t", "2"]
+        ours = subprocess.run([cli, "perplexity", m["path"], *args], check=True, capture_output=True, text=True,
+                              timeout=1800)
+        theirs = subprocess.run([os.path.join(bins, "llama-perplexity"), "-m", m["path"], *args, "-b", "512"],
+                                check=True, capture_output=True, text=True, timeout=1800)
+        row = {"model": name, "tessera": final_estimate(ours.stdout), "llama": final_estimate(theirs.stdout + theirs.stderr)}
+        log(f"perplexity {name}: Tessera {row['tessera']:.4f}, llama-perplexity {row['llama']:.4f}")
+        rows.append(row)
+    return {"context": PPL_CTX, "chunks": PPL_CHUNKS, "text": "the first 200 KB of Debian's fortunes", "rows": rows}
+
+
 def run_tier(tier, bench, bins, info, ms, rounds, repeat):
     env = dict(os.environ)
     if tier == "avx2":
@@ -182,7 +230,7 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     bench = os.path.join(args.build_dir, "bench", "tessera_llm_bench")
-    subprocess.run(["cmake", "--build", args.build_dir, "--target", "tessera_llm_bench"], check=True,
+    subprocess.run(["cmake", "--build", args.build_dir, "--target", "tessera_llm_bench", "tessera_cli"], check=True,
                    capture_output=True)
     flags = cpu_flags()
     tiers = args.tiers.split(",") if args.tiers else ["native"] + (["avx2"] if "avx512f" in flags else [])
@@ -194,6 +242,8 @@ def main():
             ms = models(bench, bins, args.types.split(","), args.quick)
             out["models"] = ms
         log(f"tier {tier}: llama.cpp {info}")
+        if tier == "native":
+            out["perplexity"] = perplexities(os.path.join(args.build_dir, "apps", "tessera"), bins, ms)
         out["tiers"].append(run_tier(tier, bench, bins, info, ms, args.rounds, args.repeat))
         if args.json:  # each tier kept as soon as it is measured
             with open(args.json, "w") as f:

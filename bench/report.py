@@ -815,56 +815,61 @@ def render_gemv(d, h):
     return out
 
 
+def llama_cpp_line(info):
+    """What llama.cpp build a figure came from (bench/build_llama_cpp.sh's build-info.txt)."""
+    if not info:
+        return "llama.cpp: not run"
+    if "commit" not in info:
+        return f"llama.cpp: {info.get('build', '?')} ({' '.join(info.get('version', []))})"
+    return (f"llama.cpp {info['release']} (commit `{info['commit']}`, the tree node-llama-cpp ships), built here by "
+            f"`bench/build_llama_cpp.sh{' --avx2' if info.get('variant') == 'avx2' else ''}`: `{info['cmake']}`")
+
+
+LLM_MEASURES = {"prefill": "prefill 512", "decode": "decode 128", "batch": "aggregate decode"}
+
+
 def render_llm(d, h):
-    names = {"prefill": "prefill, 512 tokens", "decode": "decode, one stream", "batch": "decode, 16 sequences"}
-    rows = []
-    for r in d["rows"]:
-        ratio = r["tessera_tps"] / r["llama_tps"]
-        target = "" if r["target"] is None else (f">= {r['target']}x: " + ("met" if ratio >= r["target"] else "**missed**"))
-        bw = f"{r['tessera_gbps']:.1f}" if "tessera_gbps" in r else ""
-        if "read_gbps" in r:
-            bw += f" of {r['read_gbps']:.1f} ({100 * r['tessera_gbps'] / r['read_gbps']:.0f}%)"
-        rows.append([r["type"], names[r["measure"]], r["threads"], fnum(r["tessera_tps"]), fnum(r["llama_tps"]),
-                     f"**{ratio:.2f}x**" if r["target"] is not None else f"({ratio:.2f}x)", target, bw,
-                     f"{r['tessera_rss'] / 2**20:.0f} / {r['llama_rss'] / 2**20:.0f}"])
-    first = d["rows"][0]
-    out = ["", f"Median of {d['rounds']} rounds, engines alternated; node-llama-cpp {d['node_llama_cpp']}, whose "
-               f"llama.cpp reported: `{d['llama_system_info'].strip()}`", "", machine_line(h), ""]
-    out += table(["weights", "measure", "threads", "Tessera tokens/s", "llama.cpp tokens/s", "Tessera / llama.cpp",
-                  "target", "Tessera decode GB/s of weights, of a streaming read's", "RSS growth MiB, Tessera / llama.cpp"], rows,
-                 ["---", "---", "---:", "---:", "---:", "---:", "---", "---:", "---:"])
-    out += ["", f"KV cache: {first['kv_bytes_per_token']:,} bytes per token on both sides (f16 keys and values, "
-                "12 layers of 768). The RSS growth is the memory past the loaded model at the end of the run: "
-                "llama.cpp allocates its whole cache (16 x 1024 tokens in the batch case) when the context is "
-                "made; Tessera's paged cache holds only the blocks the sequences use. Decode at 2 threads has no "
-                "ratio: node-llama-cpp starts a thread per decode call. Decode reads every weight once per token, "
-                "so its speed is bounded by the memory's: the GB/s column sets the weight bytes Tessera read per "
-                "second beside a plain streaming read of as many bytes at the same number of threads (a vectorized "
-                "sum, `tessera_llm_bench run --measure bandwidth`, fastest of 5, median of the rounds).", "",
-            "Files (sha256): " + ", ".join(f"`{os.path.basename(m['path'])}` {m['sha256'][:16]}" for m in
-                                           d["models"].values())]
-    if d.get("fortunes"):
+    out = []
+    for tier in d.get("tiers", []):
         rows = []
-        for r in d["fortunes"]:
-            rows.append([r["size"], r["type"], f"{r['tessera_ppl']:.3f}", f"{r['llama_ppl']:.3f}",
-                         f"{(r['tessera_ppl'] / r['llama_ppl'] - 1) * 100:+.3f}%", f"{r['greedy_same']} of 64",
-                         f"{r['greedy_clear_same']} of {r['greedy_clear']}" if "greedy_clear" in r else "",
-                         fnum(r["prefill_tessera"]), fnum(r["prefill_llama"]),
-                         f"{r['prefill_tessera'] / r['prefill_llama']:.2f}x", fnum(r["decode_tessera"]),
-                         fnum(r["decode_llama"]), f"{r['decode_tessera'] / r['decode_llama']:.2f}x"])
-        out += ["", "**The fortunes models** (Llamas Tessera trained on Debian's fortunes with an 8,000-piece "
-                    "SentencePiece tokenizer, `scripts/fortunes_models.sh`; GGUF written by Tessera): held-out "
-                    "perplexity over 16 windows of 128 tokens on both sides, the greedy tokens that agree before "
-                    "the first difference, and, along Tessera's greedy path, the positions where llama.cpp's top "
-                    "token is Tessera's of those where llama.cpp's top two differ by 1e-3 or more (issue 21's rule), "
-                    "prefill of 128 tokens at 2 threads and decode at 1 thread.", "",
-                machine_line(h), ""]
-        out += table(["model", "weights", "perplexity, Tessera", "llama.cpp", "difference", "greedy tokens the same",
-                      "top token, clear positions", "prefill tokens/s, Tessera", "llama.cpp", "ratio", "decode tokens/s, Tessera", "llama.cpp",
-                      "ratio"], rows, ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:",
-                                       "---:", "---:", "---:"])
-        out += ["", "Files (sha256): " + ", ".join(f"`fortunes-{r['size']}-{r['type']}.gguf` {r['sha256'][:16]}"
-                                                   for r in d["fortunes"])]
+        for r in tier["rows"]:
+            ratio = r["tessera_tps"] / r["llama_tps"]
+            target = "" if r["target"] is None else (f">= {r['target']}x: " + ("met" if ratio >= r["target"] else "**missed**"))
+            bw = ""
+            if "read_gbps" in r:
+                share = r["tessera_gbps"] / r["read_gbps"]
+                bw = (f"{r['tessera_gbps']:.1f} / {r['llama_gbps']:.1f} of {r['read_gbps']:.1f}: "
+                      f"{100 * share:.0f}% (>= 85%: {'met' if share >= 0.85 else '**missed**'})")
+            what = LLM_MEASURES[r["measure"]] + (f", {r['sequences']} sequences" if r["measure"] == "batch" else "")
+            rows.append([r["model"], what, r["threads"], fnum(r["tessera_tps"]), fnum(r["llama_tps"]),
+                         f"**{ratio:.2f}x**" if r["target"] is not None else f"{ratio:.2f}x", target, bw])
+        name = ("best kernels on both sides" if tier["tier"] == "native" else
+                "`TESSERA_CPU_CAPABILITY=avx2` against llama.cpp built without AVX-512")
+        out += ["", f"**Tier {tier['tier']}** ({name}). {llama_cpp_line(tier['llama_cpp'])}.", "", machine_line(h), ""]
+        out += table(["file", "measure", "threads", "Tessera tokens/s", "llama.cpp tokens/s", "Tessera / llama.cpp",
+                      "target", "decode GB/s of weights, Tessera / llama.cpp, of a streaming read's"], rows,
+                     ["---", "---", "---:", "---:", "---:", "---:", "---", "---:"])
+    out += ["", f"Each side's own tool in its default configuration, on the same files and threads: "
+                f"`tessera_llm_bench run` against llama-bench (`-p 512 -n 0`, `-p 0 -n 128`) and llama-batched-bench "
+                f"(`-npp 8 -ntg 128 -npl 4` and `16`, its S_TG). Within a process a warm-up, then {d['repeat']} timed "
+                f"runs, their mean tokens/s (llama-bench's avg_ts); one process per measurement, the two sides "
+                f"alternated, the median of {d['rounds']} rounds. Decode reads every weight once per token, so the "
+                "last column sets the weight bytes each side read per second beside a plain streaming read of as "
+                "many bytes at the same threads (`tessera_llm_bench run --measure bandwidth`, fastest of 5): the "
+                "bound decode works against.", "",
+            "Files (sha256): " + ", ".join(f"`{os.path.basename(m['path'])}` ({m['writer']}) {m['sha256'][:16]}"
+                                           for m in d["models"].values())]
+    pp = d.get("perplexity")
+    if pp and pp.get("rows"):
+        rows = [[r["model"], f"{r['tessera']:.4f}", f"{r['llama']:.4f}",
+                 f"{100 * (r['tessera'] / r['llama'] - 1):+.3f}%",
+                 "within 0.1%: " + ("met" if abs(r["tessera"] / r["llama"] - 1) <= 1e-3 else "**missed**")]
+                for r in pp["rows"]]
+        out += ["", f"**Perplexity**: `tessera perplexity` against llama-perplexity on the same file and text "
+                    f"({pp['text']}, `-c {pp['context']} --chunks {pp['chunks']}`; random weights, so the figures "
+                    "sit near the vocabulary's size).", ""]
+        out += table(["file", "Tessera", "llama-perplexity", "difference", "target"], rows,
+                     ["---", "---:", "---:", "---:", "---"])
     return out
 
 
@@ -1023,23 +1028,29 @@ def render_llm_serve(d, h):
         out += ["**Quick run** (fewer requests): for working, not for quoting.", ""]
     rows = []
     for m in d["models"]:
-        for c, target in (("4", 1.5), ("16", 2.0)):
-            r, ref = m["closed"][c], m["llama"][c]
-            ratio = r["tokens_per_s"] / ref["tokens_per_s"]
-            dec = m.get("llama_decode", {}).get(c)
-            rows.append([m["model"], c, fnum(r["tokens_per_s"]), fnum(ref["tokens_per_s"]), f"**{ratio:.2f}x**",
-                         f">= {target}x: " + ("met" if ratio >= target else "**missed**"),
-                         fnum(dec["tokens_per_s"]) if dec else "", ms(r["ttft_p50"]),
-                         f"{ms(r['itl_p50'])} / {ms(r['itl_p99'])}", r["errors"], f"{r['generator_cpu_s']:.2f}"])
+        ref_all = m.get("llama_server", {})
+        for c in ("1", "4", "16"):
+            r, ref = m["closed"][c], ref_all.get("closed", {}).get(c)
+            target = 1.5 if c != "1" else None
+            ratio = r["tokens_per_s"] / ref["tokens_per_s"] if ref else None
+            verdict = ""
+            if ratio is not None and target:
+                lat_ok = r["ttft_p99"] <= ref["ttft_p99"] and r["itl_p99"] <= ref["itl_p99"]
+                verdict = (f">= {target}x: " + ("met" if ratio >= target else "**missed**") +
+                           "; p99 TTFT and inter-token no worse: " + ("met" if lat_ok else "**missed**"))
+            lat = lambda x: f"{ms(x['ttft_p50'])} / {ms(x['ttft_p99'])}"
+            itl = lambda x: f"{ms(x['itl_p50'])} / {ms(x['itl_p99'])}"
+            rows.append([m["model"], c, fnum(r["tokens_per_s"]), fnum(ref["tokens_per_s"]) if ref else "n/a",
+                         f"**{ratio:.2f}x**" if ratio else "", verdict, lat(r), lat(ref) if ref else "",
+                         itl(r), itl(ref) if ref else "", f"{r['errors']} / {ref['errors'] if ref else ''}"])
     out += ["Closed loop: each stream sends its next request when its last one ends (prompts of 64 to 512 tokens cut "
             "from fortunes, or to 127 where the context is 256; 128 tokens generated, streamed); generated tokens "
-            "per second of wall time, prefill included. llama.cpp runs the same requests the same way: as many "
-            "sequences of one context, each evaluating its next request's prompt and generating its tokens, "
-            "node-llama-cpp batching them. Beside it, llama.cpp's batched decoding alone (8-token prompts, 128 "
-            "tokens, no prefill) as a bound on its side.", ""]
-    out += table(["model", "streams", "Tessera tokens/s", "llama.cpp tokens/s, same requests", "ratio", "target",
-                  "llama.cpp decode alone tokens/s", "TTFT p50 ms", "inter-token p50 / p99 ms", "errors",
-                  "load generator CPU s"], rows,
+            "per second of wall time, prefill included. llama-server gets the same requests from the same load "
+            f"generator, with as many slots as streams, each of the same context (`-np N --cont-batching`, 2 "
+            f"threads). {llama_cpp_line(d.get('llama_cpp'))}.", ""]
+    out += table(["model", "streams", "Tessera tokens/s", "llama-server tokens/s", "ratio", "target",
+                  "TTFT p50 / p99 ms, Tessera", "llama-server", "inter-token p50 / p99 ms, Tessera", "llama-server",
+                  "errors"], rows,
                  ["---", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:"])
     rows = []
     for m in d["models"]:
@@ -1050,6 +1061,10 @@ def render_llm_serve(d, h):
         r = m["open_unbatched"]
         rows.append([m["model"], "50%, no batching (--max-seqs 1)", f"{ms(r['ttft_p50'])} / {ms(r['ttft_p99'])}",
                      f"{ms(r['itl_p50'])} / {ms(r['itl_p99'])}", r["errors"]])
+        r = m.get("llama_server", {}).get("open_half")
+        if r:
+            rows.append([m["model"], "50%, llama-server (-np 16)", f"{ms(r['ttft_p50'])} / {ms(r['ttft_p99'])}",
+                         f"{ms(r['itl_p50'])} / {ms(r['itl_p99'])}", r["errors"]])
     out += ["", "Open loop: Poisson arrivals at fractions of the closed loop's request rate at 16 streams (its "
                 "highest sustained rate here), latencies from each request's scheduled time; the 50% trace again on "
                 "a server without batching.", ""]
@@ -1062,16 +1077,25 @@ def render_llm_serve(d, h):
         on, off = m["shared"]["on"], m["shared"]["off"]
         kv = on["peak_kv_usage"] / off["peak_kv_usage"] if off["peak_kv_usage"] else float("nan")
         tt = on["ttft_p50"] / off["ttft_p50"]
+        ls = m.get("llama_server", {}).get("shared")
+        lc = ls.get("counters", {}) if ls else {}
+        cached = (f"{lc.get('prompt_tokens_cached_total', 0):.0f} of "
+                  f"{lc.get('prompt_tokens_cached_total', 0) + lc.get('prompt_tokens_total', 0):.0f}") if lc else "n/a"
         rows.append([m["model"], f"{on['peak_kv_usage']:.1%} / {off['peak_kv_usage']:.1%}",
                      f"**{kv:.2f}x** (<= 0.4x: {'met' if kv <= 0.4 else '**missed**'})",
                      f"{ms(on['ttft_p50'])} / {ms(off['ttft_p50'])}",
-                     f"**{tt:.2f}x** (<= 0.5x: {'met' if tt <= 0.5 else '**missed**'})"])
+                     f"**{tt:.2f}x** (<= 0.5x: {'met' if tt <= 0.5 else '**missed**'})",
+                     ms(ls["ttft_p50"]) if ls else "n/a", cached])
     if rows:
         out += ["", "16 users at once, each prompt a shared 400-token system prompt and a 32-token question, 64 "
                     "tokens generated: the peak of the KV cache in use and the median TTFT, with prefix caching and "
                     "with `--no-prefix-caching`.", ""]
-        out += table(["model", "peak KV in use, caching / not", "ratio", "TTFT p50 ms, caching / not", "ratio"], rows,
-                     ["---", "---:", "---", "---:", "---"])
+        out += ["llama-server serves the same 16 requests with its prompt cache (its default); its KV cache is "
+                "allocated whole when it starts (16 slots of the context), so its peak in use is not reported: "
+                "the prompt tokens it reused from its cache, of all it was sent, are."]
+        out += table(["model", "peak KV in use, caching / not", "ratio", "TTFT p50 ms, caching / not", "ratio",
+                      "llama-server TTFT p50 ms", "llama-server prompt tokens reused"], rows,
+                     ["---", "---:", "---", "---:", "---", "---:", "---:"])
     rows = []
     for m in d["models"]:
         for key, served in (("long", "default"), ("long_slowdown", "`--decode-slowdown 3`")):
@@ -1130,6 +1154,13 @@ def render_llm_serve(d, h):
     return out
 
 
+def runs_ratio(sp, c):
+    """Tessera's tokens/s with its draft over llama-server's with the same draft, at c streams."""
+    mine = sp["streams"].get(c, {}).get("draft")
+    theirs = sp.get("llama", {}).get(c, {}).get("draft")
+    return mine["tokens_per_s"] / theirs["tokens_per_s"] if mine and theirs else None
+
+
 def render_llm_spec(d, h):
     out = []
     if d.get("speculative"):
@@ -1144,18 +1175,22 @@ def render_llm_spec(d, h):
             rows.append([c, fnum(plain["tokens_per_s"]), fnum(draft["tokens_per_s"]), f"**{ratio:.2f}x**",
                          f"{int(spec.get('draft', 0))} / {acc:.0%}",
                          "" if target is None else f">= {target}x: " + ("met" if ratio >= target else "**missed**")])
-        ll = sp.get("llama", {})
-        if ll.get("plain") and ll.get("draft"):
-            lr = ll["draft"]["tokens_per_s"] / ll["plain"]["tokens_per_s"]
-            rows.append(["1 (llama.cpp)", fnum(ll["plain"]["tokens_per_s"]), fnum(ll["draft"]["tokens_per_s"]),
-                         f"{lr:.2f}x", "", ""])
+        for c, ll in sorted(sp.get("llama", {}).items(), key=lambda kv: int(kv[0])):
+            if ll.get("plain") and ll.get("draft"):
+                lr = ll["draft"]["tokens_per_s"] / ll["plain"]["tokens_per_s"]
+                co = ll["draft"].get("counters", {})
+                acc = (co.get("spec_decode_num_accepted_tokens_total", 0) / co["spec_decode_num_draft_tokens_total"]
+                       if co.get("spec_decode_num_draft_tokens_total") else 0)
+                rows.append([f"{c} (llama-server)", fnum(ll["plain"]["tokens_per_s"]), fnum(ll["draft"]["tokens_per_s"]),
+                             f"{lr:.2f}x", f"{int(co.get('spec_decode_num_draft_tokens_total', 0))} / {acc:.0%}",
+                             "Tessera with draft / llama-server with draft: "
+                             f"**{runs_ratio(sp, c):.2f}x**" if runs_ratio(sp, c) else ""])
         out += ["", f"Speculative decoding with a draft model: {os.path.basename(sp['target'])} with "
                     f"{os.path.basename(sp['draft'])} as its draft (`--draft`, up to 8 tokens a step, the length "
                     "each step chosen by the fitted step costs) against no draft; closed loop, prompts of 64 to 127 "
-                    "fortunes tokens, 128 generated, greedy (the same text either way). The last row: llama.cpp on "
-                    "the same files and 1-stream requests, without and with node-llama-cpp's "
-                    "DraftSequenceTokenPredictor (up to 16 tokens, confidence 0.6); its tokens/s include each "
-                    "request's prompt and node-llama-cpp's own cost per token, so only its speedup compares.", ""]
+                    "fortunes tokens, 128 generated, greedy (the same text either way). The llama-server rows: the "
+                    "same files and requests through llama-server with as many slots as streams, without and with "
+                    "`--model-draft` (`--draft-max 8`).", ""]
         out += table(["streams", "tokens/s without", "with draft", "speedup", "drafts / accepted", "target"], rows,
                      ["---", "---:", "---:", "---:", "---:", "---"])
     if not d.get("speculative"):
@@ -1213,6 +1248,13 @@ def render_llm_structured(d, h):
                "is complete, so they generate fewer tokens.", ""]
     out += table(["requests", "inter-token ms p50", "p99", "tokens per request", "errors", "cost (p50)"], rows,
                  ["---", "---:", "---:", "---:", "---:", "---:"])
+    lp, ls = st.get("llama_plain"), st.get("llama_schema")
+    if lp and ls:
+        lcost = 1 - lp["itl_p50"] / ls["itl_p50"]
+        out += ["", f"llama-server on the same requests, without and with its `json_schema` (a grammar made from the "
+                    f"schema): inter-token p50 {ms(lp['itl_p50'])} and {ms(ls['itl_p50'])} ms (cost {lcost:.0%}); "
+                    f"Tessera under the schema, masks cached, against llama-server under it: "
+                    f"**{ls['itl_p50'] / again['itl_p50']:.2f}x** faster per token."]
     return out
 
 
@@ -1352,26 +1394,28 @@ against `ops::linear` (oneDNN's dense f32 GEMM) on the same randomly pruned weig
 channels, so the compiled graph is smaller: `tessera prune` on the trained CNN, dense against pruned compiled
 forwards, and the test accuracy after a short fine-tuning."""),
     ("llm", "LLM engine against llama.cpp", sec_llm, render_llm, """\
-`bench/llm_compare.py`: `tessera_llm_bench run` (the LLM engine, `llm/engine.h`) against llama.cpp through npm's
-node-llama-cpp (`bench/llm_llamacpp.mjs`) on the same GGUF files: random-weight Llama models shaped like a 110M
-model (width 768, 12 layers, 12 heads, feed-forward 2048, llama.cpp's 32,000-piece SentencePiece vocabulary),
-written by Tessera in F16, Q8_0, Q4_0 and Q4_K (`tessera quantize-gguf`: the output matrix in Q6_K). Prefill: 512 prompt tokens in one step; decode: 64 tokens one at a
-time after an 8-token prompt; 16 sequences: 32 steps decoding all of them together, aggregate tokens/s. Decode
-GB/s: the weight bytes one token reads times tokens/s. Greedy choice on both sides."""),
-    ("llm_serve", "LLM serving: `tessera serve-llm` under load", sec_llm_serve, render_llm_serve, """\
+`bench/llm_compare.py`: `tessera_llm_bench run` (the LLM engine, `llm/engine.h`) against llama.cpp built natively
+from source (`bench/build_llama_cpp.sh`: the tree node-llama-cpp ships, CPU only, Release, `GGML_NATIVE`; and a
+second build with AVX-512 off for the AVX2 tier) on the same GGUF files: random-weight Llama models shaped like
+a 110M model (width 768, 12 layers, 12 heads, feed-forward 2048, llama.cpp's 32,000-piece SentencePiece
+vocabulary) written by Tessera in F16, Q8_0, Q4_0 and Q4_K (`tessera quantize-gguf`: the output matrix in Q6_K),
+and the same F16 weights quantized by llama.cpp's llama-quantize to Q8_0, Q4_0 and Q4_K_M; and the fortunes
+models where the cache has them. Greedy choice on both sides."""),
+    ("llm_serve", "LLM serving: `tessera serve-llm` against llama-server", sec_llm_serve, render_llm_serve, """\
 `bench/llm_serve_bench.py`: `tessera serve-llm` (2 compute threads, up to 16 running requests, 512 tokens a step,
-prefix caching on) driven by `bench/llm_serve_load.cpp` (streamed completions over loopback, a thread per
-stream, on the same 2 vCPUs: its own CPU time is reported) with prompts cut from Debian's fortunes. Models: the
-~20M fortunes model in Q8_0 (context 256) and the 110M random model in Q4_0 and Q8_0 (served with context 3072).
-The reference for throughput is llama.cpp's batched decoding of the same file through node-llama-cpp."""),
+prefix caching on) and llama.cpp's llama-server (the native build above, 2 threads, continuous batching, its
+defaults otherwise), both driven by `bench/llm_serve_load.cpp` (streamed completions over loopback, a thread per
+stream, on the same 2 vCPUs: its own CPU time is reported) with the same requests, prompts cut from Debian's
+fortunes. Models: the ~20M fortunes model in Q8_0 (context 256) where the cache has it, and the 110M random
+model in Q4_0 and Q8_0 (served with context 3072)."""),
     ("llm_spec", "LLM serving: speculative decoding with a draft model", sec_llm_spec, render_llm_spec, """\
 `bench/llm_serve_bench.py --speculative`: `tessera serve-llm` on the ~20M fortunes model (Q8_0) with and without
-the ~2M fortunes model as its draft, at 1, 4 and 16 streams of the load generator; llama.cpp's own draft-model
-speedup at 1 stream through node-llama-cpp on the same files."""),
+the ~2M fortunes model as its draft, at 1, 4 and 16 streams of the load generator; llama-server on the same
+files and requests, without and with `--model-draft`."""),
     ("llm_structured", "LLM serving: JSON-schema decoding", sec_llm_structured, render_llm_structured, """\
 `bench/llm_serve_bench.py --structured`: the cost of decoding under a JSON schema (token masks from the grammar's
 byte-level matcher over a trie of the vocabulary, Note [Token masks]) on the 110M random model's 32,000-token
-vocabulary, one stream of `tessera serve-llm`."""),
+vocabulary, one stream of `tessera serve-llm`; and llama-server with its `json_schema` on the same requests."""),
     ("serve", "Serving: `tessera serve` under load", sec_serve, render_serve, """\
 `bench/serve_bench.py`: the trained MLP and CNN exported as compiled graphs and served by `tessera serve` (max
 batch 64, 500 us batching delay, one instance), driven by `bench/serve_load.cpp` (one thread, epoll, 64 keep-alive
@@ -1607,8 +1651,9 @@ def render_page(data, out_md):
               f"Tessera at commit `{h['commit']}`{dirty}, Release; {h['date']}. PyTorch {v.get('torch')}"
               f"{', ONNX Runtime ' + v['onnxruntime'] if v.get('onnxruntime') and name in ('onnx', 'ptq') else ''}"
               f", oneDNN {v.get('onednn')}, {v.get('compiler')}. Section wall time {data[name]['wall_s']:.0f} s; "
-              f"load average at start {h['load_at_start']:.2f}"
-              f"{'' if other is None else f'; CPU time taken by other processes meanwhile {100 * other:.0f}%'}. "
+              + (f"load average at start {h['load_at_start']:.2f}" if h.get("load_at_start") is not None
+                 else "run by hand, then stored with `--from-json`")
+              + f"{'' if other is None else f'; CPU time taken by other processes meanwhile {100 * other:.0f}%'}. "
               f"Command: `{data[name]['command']}`."]
         if other is not None and other > 0.05:
             L += ["", f"**Other work ran on the machine during this section**: other processes used "
@@ -1669,6 +1714,11 @@ def main():
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-bench"))
     ap.add_argument("--no-build", action="store_true", help="use the binaries already in --build-dir")
     ap.add_argument("--list", action="store_true", help="list the sections")
+    ap.add_argument("--from-json", action="append", default=[], metavar="SECTION=FILE",
+                    help="store a section from the JSON its compare script wrote when run by hand on this machine "
+                         "and commit (with --from-command, how it was run), then render")
+    ap.add_argument("--from-command", default="", help="the command that wrote the --from-json file")
+    ap.add_argument("--from-wall", type=float, default=0, help="its wall time in seconds")
     args = ap.parse_args()
     if args.list:
         for name, title, *_ in SECTIONS:
@@ -1680,6 +1730,23 @@ def main():
     os.makedirs(json_dir, exist_ok=True)
     md = os.path.join(out, "benchmarks.md")
 
+    for spec in args.from_json:
+        name, _, path = spec.partition("=")
+        if name not in SECTION_NAMES or not os.path.exists(path):
+            log(f"--from-json {spec}: expected SECTION=FILE with a section of --list and an existing file")
+            return 2
+        with open(path) as f:
+            result = json.load(f)
+        header = dict(cpu_header(), **code_state(), versions=versions(), load_at_start=None,
+                      date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(os.path.getmtime(path))), quick=False)
+        doc = {"section": name, "header": header, "wall_s": args.from_wall, "command": args.from_command or "by hand",
+               "settings": args.from_command, "data": repo_relative(result)}
+        with open(os.path.join(json_dir, name + ".json"), "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=True)
+            f.write("\n")
+        log(f"stored {name} from {path}")
+    if args.from_json:
+        args.render_only = True
     if not args.render_only:
         names = args.section or SECTION_NAMES
         if os.path.realpath(sys.executable) != os.path.realpath(PY):

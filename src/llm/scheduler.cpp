@@ -128,14 +128,14 @@ int64_t Scheduler::submit(std::vector<int32_t> prompt, const RequestOptions& opt
   const int64_t n = static_cast<int64_t>(prompt.size()), vocab = engine_.model().spec().vocab;
   TS_CHECK(n > 0, "the prompt has no tokens");
   for (int32_t t : prompt) TS_CHECK(t >= 0 && t < vocab, "prompt token ", t, " is outside the vocabulary [0, ", vocab, ")");
-  if (opts.pooling != Pooling::None)
-    TS_CHECK(n <= context_, "context_length_exceeded: the input has ", n, " tokens and the context holds ", context_);
-  else
-    TS_CHECK(n < context_, "context_length_exceeded: the prompt has ", n, " tokens and the context holds ", context_,
+  auto too_long = [](const auto&... parts) { throw ContextLengthError(detail::str("context_length_exceeded: ", parts...)); };
+  if (opts.pooling != Pooling::None && n > context_)
+    too_long("the input has ", n, " tokens and the context holds ", context_);
+  if (opts.pooling == Pooling::None && n >= context_)
+    too_long("the prompt has ", n, " tokens and the context holds ", context_,
              " (the prompt must leave room for at least one generated token)");
   const int64_t capacity = engine_.total_blocks() * engine_.options().block_tokens;
-  TS_CHECK(n < capacity, "context_length_exceeded: the prompt has ", n, " tokens and the whole KV cache holds ",
-           capacity, "; raise --kv-memory");
+  if (n >= capacity) too_long("the prompt has ", n, " tokens and the whole KV cache holds ", capacity, "; raise --kv-memory");
   TS_CHECK(opts.max_tokens >= 1, "max_tokens ", opts.max_tokens, " must be 1 or more");
   for (int32_t t : opts.stop_tokens)
     TS_CHECK(t >= 0 && t < vocab, "stop token ", t, " is outside the vocabulary [0, ", vocab, ")");

@@ -271,9 +271,7 @@ void LlmService::handle(HttpRequest request, HttpExchange& exchange) {
   } catch (const std::exception& e) {
     // An Error that describes the client's input (a template that rejects
     // the conversation) is theirs to read; an internal one is not.
-    const std::string message = client_message(e);
-    const bool internal = message.find("internal error") != std::string::npos;
-    exchange.send(error_response(ApiError(internal ? 500 : 400, message)));
+    exchange.send(error_response(ApiError(is_internal(e) ? 500 : 400, client_message(e))));
   }
 }
 
@@ -502,9 +500,9 @@ void LlmService::generate(const openai::GenerationRequest& g, const llm::Adapter
         channels_.erase(c.id);
       }
       wake_.notify_one();
-      const std::string m = e.what();
-      const bool ctx = m.find("context_length_exceeded") != std::string::npos;
-      throw ApiError(400, m, ctx ? param : "", ctx ? "context_length_exceeded" : "");
+      if (dynamic_cast<const llm::ContextLengthError*>(&e))
+        throw ApiError(400, e.what(), param, "context_length_exceeded");
+      throw;
     }
   }
   wake_.notify_one();

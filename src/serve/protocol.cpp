@@ -326,11 +326,12 @@ InferResponse write_infer_response(const std::string& model, const std::string& 
 }
 
 std::string client_message(const std::exception& e) {
-  const std::string what = e.what();
-  if (what.find("internal error") == std::string::npos) return what;
-  std::fprintf(stderr, "serve: %s\n", what.c_str());
+  if (!is_internal(e)) return e.what();
+  std::fprintf(stderr, "serve: %s\n", e.what());
   return "an internal error (the server's log has the details)";
 }
+
+bool is_internal(const std::exception& e) { return dynamic_cast<const InternalError*>(&e) != nullptr; }
 
 // Messages can quote a client's bytes (a model name from the path): invalid UTF-8 is replaced, not thrown.
 std::string error_body(const std::string& message) {

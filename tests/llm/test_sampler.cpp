@@ -430,6 +430,10 @@ TEST(Generate, CommandLineStreamsTextAndSpeeds) {
   EXPECT_EQ(text(again), text(out));
   ASSERT_EQ(testing::cli(cmd + " --threads 2 --batch 1 --kv-type q8_0", &again), 0);
   EXPECT_NE(again.find("KV cache: q8_0"), std::string::npos) << again;
+  ASSERT_EQ(testing::cli(cmd + " --kv-block 64", &again), 0) << again;  // the block size changes no bits
+  EXPECT_NE(again.find("blocks of 64 tokens"), std::string::npos) << again;
+  EXPECT_EQ(text(again), text(out));
+  EXPECT_EQ(testing::cli("generate " + file + " -p ab --kv-block 8", &again), 2) << again;
   EXPECT_EQ(testing::cli("generate " + file + " -p ab --kv-type q4", &out), 2) << out;
   EXPECT_EQ(testing::cli("generate " + file + " -p ab --kv-memory 12X", &out), 1) << out;
   EXPECT_NE(out.find("--kv-memory '12X' is not a positive byte count"), std::string::npos) << out;

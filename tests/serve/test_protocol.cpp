@@ -137,8 +137,16 @@ TEST(ServeProtocol, ResponsesInJsonAndBinary) {
 
 TEST(ServeProtocol, InternalErrorsStayOnTheServer) {
   EXPECT_EQ(client_message(Error("model 'm': input 'x' must be FP32")), "model 'm': input 'x' must be FP32");
-  const std::string hidden =
-      client_message(Error("internal error: n > 0 failed at /src/ops/x.cpp:12 (please report this as a Tessera bug)"));
+  const InternalError bug("internal error: n > 0 failed at /src/ops/x.cpp:12 (please report this as a Tessera bug)");
+  const std::string hidden = client_message(bug);
   EXPECT_EQ(hidden.find("x.cpp"), std::string::npos) << hidden;
   EXPECT_NE(hidden.find("internal error"), std::string::npos);
+  // Told apart by type, not by text: TS_INTERNAL_ASSERT throws an InternalError.
+  EXPECT_TRUE(is_internal(bug));
+  EXPECT_FALSE(is_internal(Error("internal error in the client's words")));
+  try {
+    TS_INTERNAL_ASSERT(1 + 1 == 3);
+  } catch (const std::exception& e) {
+    EXPECT_TRUE(is_internal(e));
+  }
 }

@@ -20,6 +20,13 @@ class OutOfMemoryError : public Error {
   using Error::Error;
 };
 
+// A broken internal invariant (TS_INTERNAL_ASSERT): Tessera's bug, not the
+// caller's input. A server answers it with 500 and logs it.
+class InternalError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <typename... Args>
 std::string str(const Args&... args) {
@@ -29,6 +36,7 @@ std::string str(const Args&... args) {
   return os.str();
 }
 [[noreturn]] void throw_error(std::string msg);
+[[noreturn]] void throw_internal_error(std::string msg);
 }  // namespace detail
 
 }  // namespace tessera
@@ -46,7 +54,7 @@ std::string str(const Args&... args) {
 #define TS_INTERNAL_ASSERT(cond)                                                   \
   do {                                                                             \
     if (!(cond)) [[unlikely]]                                                      \
-      ::tessera::detail::throw_error(::tessera::detail::str(                       \
+      ::tessera::detail::throw_internal_error(::tessera::detail::str(              \
           "internal error: ", #cond, " failed at ", __FILE__, ":", __LINE__,       \
           " (please report this as a Tessera bug)"));                              \
   } while (0)

@@ -114,6 +114,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/error.h"
 #include "tessera/llm/engine.h"
 #include "tessera/llm/generate.h"
 #include "tessera/llm/grammar.h"
@@ -128,6 +129,13 @@ enum class Pooling : uint8_t { None, Mean, Last, Cls };
 const char* pooling_name(Pooling p);
 // "mean", "last", "cls" (an error naming them otherwise).
 Pooling pooling_from_name(const std::string& name);
+
+// A prompt (or input) longer than the context or the whole KV cache holds:
+// the server answers it as OpenAI does (code context_length_exceeded).
+class ContextLengthError : public Error {
+ public:
+  using Error::Error;
+};
 
 struct RequestOptions {
   SamplingParams sampling;

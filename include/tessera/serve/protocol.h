@@ -85,6 +85,8 @@ nlohmann::json json_data(const Tensor& t);
 // internal assertion's (source file and line): that one is printed to stderr
 // and the client reads "an internal error".
 std::string client_message(const std::exception& e);
+// Whether e is Tessera's own bug (tessera::InternalError): answered with 500, not 400.
+bool is_internal(const std::exception& e);
 
 // {"error": message}: the body of every error response.
 std::string error_body(const std::string& message);
