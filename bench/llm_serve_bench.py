@@ -225,12 +225,13 @@ def bench_model(args, name, path, ctx):
     finally:
         srv.stop()
     # 3. A shared system prompt, with and without prefix caching.
+    shared_users = None
     if ctx >= 400 + 32 + 64:
         system = prompt(pool, rng, 400, bos)
         users = [{"prompt": system + pool[(i * 997) % (len(pool) - 40):][:32], "max_tokens": 64, "at": 0.0}
                  for i in range(16)]
         res["shared"] = {}
-        res["shared_users"] = users
+        shared_users = users
         for caching in (True, False):
             srv = Server(cli, path, "--max-seqs", "16", "--max-batched-tokens", "512", *serve_ctx,
                          *([] if caching else ["--no-prefix-caching"]))
@@ -260,8 +261,7 @@ def bench_model(args, name, path, ctx):
     # same load generator: the closed loops, the open loop at 50% and the
     # shared system prompt.
     if args.llama_bins:
-        res["llama_server"] = versus_llama(args, path, ctx, closed_traces, traces[0.5],
-                                           res.get("shared_users"))
+        res["llama_server"] = versus_llama(args, path, ctx, closed_traces, traces[0.5], shared_users)
     return res
 
 

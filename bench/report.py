@@ -1047,7 +1047,10 @@ def render_llm_serve(d, h):
             "from fortunes, or to 127 where the context is 256; 128 tokens generated, streamed); generated tokens "
             "per second of wall time, prefill included. llama-server gets the same requests from the same load "
             f"generator, with as many slots as streams, each of the same context (`-np N --cont-batching`, 2 "
-            f"threads). {llama_cpp_line(d.get('llama_cpp'))}.", ""]
+            f"threads). {llama_cpp_line(d.get('llama_cpp'))}. Errors (Tessera / llama-server): requests that "
+            "ended without all their tokens (for llama-server, a stream that reported fewer per-token log-probs "
+            "than asked); their tokens are not counted, though their time is, which lowers that side's tokens/s "
+            "by up to their share of the requests.", ""]
     out += table(["model", "streams", "Tessera tokens/s", "llama-server tokens/s", "ratio", "target",
                   "TTFT p50 / p99 ms, Tessera", "llama-server", "inter-token p50 / p99 ms, Tessera", "llama-server",
                   "errors"], rows,
