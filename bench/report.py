@@ -1160,7 +1160,7 @@ def render_llm_serve(d, h):
 def runs_ratio(sp, c):
     """Tessera's tokens/s with its draft over llama-server's with the same draft, at c streams."""
     mine = sp["streams"].get(c, {}).get("draft")
-    theirs = sp.get("llama", {}).get(c, {}).get("draft")
+    theirs = (sp.get("llama", {}).get(c) or {}).get("draft")
     return mine["tokens_per_s"] / theirs["tokens_per_s"] if mine and theirs else None
 
 
@@ -1178,7 +1178,10 @@ def render_llm_spec(d, h):
             rows.append([c, fnum(plain["tokens_per_s"]), fnum(draft["tokens_per_s"]), f"**{ratio:.2f}x**",
                          f"{int(spec.get('draft', 0))} / {acc:.0%}",
                          "" if target is None else f">= {target}x: " + ("met" if ratio >= target else "**missed**")])
-        for c, ll in sorted(sp.get("llama", {}).items(), key=lambda kv: int(kv[0])):
+        # Runs before llama-server measured llama.cpp through node-llama-cpp
+        # ("plain"/"draft" at the top): not a speed reference, not shown.
+        by_streams = {c: ll for c, ll in sp.get("llama", {}).items() if str(c).isdigit()}
+        for c, ll in sorted(by_streams.items(), key=lambda kv: int(kv[0])):
             if ll.get("plain") and ll.get("draft"):
                 lr = ll["draft"]["tokens_per_s"] / ll["plain"]["tokens_per_s"]
                 co = ll["draft"].get("counters", {})
