@@ -345,6 +345,13 @@ std::string GgufValue::type_str() const {
   return is_array() ? "array[" + std::string(gguf_type_name(elem_)) + "]" : gguf_type_name(type_);
 }
 
+void rethrow_naming_file(const std::string& what, const Error& e) {
+  if (dynamic_cast<const OutOfMemoryError*>(&e) || dynamic_cast<const InternalError*>(&e) ||
+      std::string_view(e.what()).find(what) != std::string_view::npos)
+    throw;
+  throw Error(what + ": " + e.what());
+}
+
 int64_t GgufValue::as_int(std::string_view what) const {
   TS_CHECK(is_integer(type_), "GGUF: ", what, " is ", type_str(), ", not an integer");
   TS_CHECK(type_ != GgufType::U64 || i_ >= 0, "GGUF: ", what, " = ", static_cast<uint64_t>(i_), " is too large");

@@ -28,7 +28,14 @@ constexpr int64_t kMaxHeadDim = 512;  // the attention kernel's buffers (kernels
 
 }  // namespace
 
-std::shared_ptr<Model> Model::load(const std::string& path) { return from_gguf(GgufFile::open(path)); }
+std::shared_ptr<Model> Model::load(const std::string& path) {
+  GgufFile file = GgufFile::open(path);
+  try {
+    return from_gguf(std::move(file));
+  } catch (const Error& e) {
+    rethrow_naming_file(path, e);
+  }
+}
 
 std::shared_ptr<Model> Model::from_llama(const nn::zoo::Llama& model, GgmlType type) {
   GgufExportOptions o;

@@ -141,7 +141,7 @@ std::string clean_spaces(const std::string& s) {
 
 // ---- construction -----------------------------------------------------------
 
-Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
+Tokenizer Tokenizer::from_gguf(const GgufFile& f) try {
   const std::string& what = f.what();
   const GgufValue* model = f.find("tokenizer.ggml.model");
   TS_CHECK(model != nullptr, what, ": the file has no tokenizer (no tokenizer.ggml.model key)");
@@ -210,6 +210,8 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   t.apply_llama_cpp_fixes(model_name);
   t.build();
   return t;
+} catch (const Error& e) {
+  rethrow_naming_file(f.what(), e);
 }
 
 Tokenizer Tokenizer::sentencepiece(std::vector<std::string> tokens, std::vector<float> scores,

@@ -17,6 +17,8 @@
 #include "tessera/core/half.h"
 #include "tessera/llm/gguf.h"
 #include "tessera/ops/ops.h"
+#include "tessera/llm/engine.h"
+#include "tessera/llm/tokenizer.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -241,6 +243,23 @@ TEST(Gguf, ValuesOfTheWrongTypeNameTheKey) {
   EXPECT_NE(testing::error_of([&] { GgufValue::integer(GgufType::I8, -1).as_uint("x"); }).find("x = -1 is negative"),
             std::string::npos);
   EXPECT_EQ(GgufValue::strings({"a", "b"}).summary(), "[\"a\", \"b\"] (2)");
+}
+
+// Loading a model or a tokenizer names the file a wrong-typed key is in.
+TEST(Gguf, TypeErrorsNameTheFile) {
+  const std::string path = testing::scratch_dir("gguf_types") + ".gguf";
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::string("llama"));
+  w.set("llama.embedding_length", GgufValue::string("768"));
+  w.set("tokenizer.ggml.model", GgufValue::integer(GgufType::U32, 1));
+  w.save(path);
+  const std::string model = testing::error_of([&] { llm::Model::load(path); });
+  EXPECT_NE(model.find(path), std::string::npos) << model;
+  EXPECT_NE(model.find("llama.embedding_length is string, not an integer"), std::string::npos) << model;
+  const std::string tok = testing::error_of([&] { llm::Tokenizer::from_gguf(GgufFile::open(path)); });
+  EXPECT_NE(tok.find(path), std::string::npos) << tok;
+  EXPECT_NE(tok.find("not a string"), std::string::npos) << tok;
+  std::filesystem::remove(path);
 }
 
 TEST(Gguf, EveryTruncationIsAnError) {

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/core/error.h"
 #include "tessera/core/tensor.h"
 
 namespace tessera::llm {
@@ -105,6 +106,12 @@ struct GgufTensorInfo {
   Shape shape() const;      // row-major: ne reversed ([rows, cols] for a matrix)
   int64_t numel() const;
 };
+
+// Rethrows e, an Error met while reading the GGUF file `what` (a key of the
+// wrong type, a shape that does not fit), with the file named first unless
+// its message names it already; OutOfMemoryError and InternalError pass as
+// they are. Called from the catch block that caught e.
+[[noreturn]] void rethrow_naming_file(const std::string& what, const Error& e);
 
 class GgufFile {
  public:
