@@ -20,6 +20,8 @@ import statistics
 import subprocess
 import sys
 
+from common import cpu_flags, cpu_model
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TIERS = [  # name, environment, the cpuinfo flags it needs; the first AVX-512 one the CPU has runs
@@ -28,22 +30,6 @@ TIERS = [  # name, environment, the cpuinfo flags it needs; the first AVX-512 on
     ("avx512", {"TESSERA_CPU_CAPABILITY": "avx512", "DNNL_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, ["avx512f"]),
     ("avx2", {"TESSERA_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2"}, ["avx2", "fma"]),
 ]
-
-
-def cpu_flags():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    return set()
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "?"
 
 
 def run(binary, env, threads, quick):
