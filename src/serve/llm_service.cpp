@@ -10,13 +10,14 @@
 #include "tessera/core/error.h"
 #include "tessera/llm/tool_calls.h"
 #include "tessera/serve/protocol.h"
+#include "completion_writer.h"
 
 namespace tessera::serve {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-using Clock = std::chrono::steady_clock;
 using openai::ApiError;
+using openai::dump;
 
 // vLLM's buckets, so dashboards made for it read these the same way.
 const std::vector<double> kTtftBuckets{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
@@ -26,8 +27,6 @@ const std::vector<double> kItlBuckets{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 
 const std::vector<double> kE2eBuckets{0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0,  15.0, 20.0,
                                       30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 const std::vector<double> kTokenBuckets{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000};
-
-std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
 HttpResponse json_response(int status, const ojson& j) {
   HttpResponse r;
@@ -45,26 +44,12 @@ HttpResponse error_response(const ApiError& e) {
   return r;
 }
 
-// A 64-bit id's hex: request ids ("cmpl-...", "chatcmpl-...").
-std::string random_hex() {
-  static thread_local std::mt19937_64 gen{std::random_device{}()};
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(gen()));
-  return buf;
-}
-
 uint64_t random_seed() {
   static thread_local std::mt19937_64 gen{std::random_device{}()};
   return gen();
 }
 
 int64_t unix_time() { return static_cast<int64_t>(std::time(nullptr)); }
-
-ojson byte_list(const std::string& s) {
-  ojson b = ojson::array();
-  for (unsigned char c : s) b.push_back(c);
-  return b;
-}
 
 // Refuses text in `v` (tools, or the calls in a conversation) that holds a
 // control token's text: written outside a message, it would be that token.
@@ -79,30 +64,6 @@ void check_no_control_text(const ojson& v, const std::string& param, const llm::
       check_no_control_text(ojson(key), param, tok);
       check_no_control_text(x, param, tok);
     }
-  }
-}
-
-// Streamed tool-call deltas as OpenAI's: the first for an index with its id,
-// type and name.
-ojson tool_call_deltas(const std::vector<llm::ToolCallDelta>& calls) {
-  ojson out = ojson::array();
-  for (const llm::ToolCallDelta& d : calls) {
-    if (!d.id.empty())
-      out.push_back({{"index", d.index}, {"id", d.id}, {"type", "function"},
-                     {"function", {{"name", d.name}, {"arguments", d.arguments}}}});
-    else
-      out.push_back({{"index", d.index}, {"function", {{"arguments", d.arguments}}}});
-  }
-  return out;
-}
-
-// The deltas joined into message.tool_calls (without streaming).
-void join_tool_call_deltas(ojson& calls, const std::vector<llm::ToolCallDelta>& deltas) {
-  for (const llm::ToolCallDelta& d : deltas) {
-    if (!d.id.empty())
-      calls.push_back({{"id", d.id}, {"type", "function"}, {"function", {{"name", d.name}, {"arguments", ""}}}});
-    std::string& args = calls[static_cast<size_t>(d.index)]["function"]["arguments"].get_ref<std::string&>();
-    args += d.arguments;
   }
 }
 
@@ -361,29 +322,6 @@ void LlmService::route(HttpRequest& req, HttpExchange& exchange) {
   exchange.send(json_response(200, ojson{{"prompt", L.m.tokenizer.decode(ids)}}));
 }
 
-// One choice of a request, as its events arrive.
-struct Choice {
-  int64_t id = 0;      // the scheduler's
-  int64_t index = 0;   // OpenAI's: prompt * n + choice
-  int64_t prompt = 0;  // which prompt
-  std::string text;
-  ojson logprobs = ojson::array();  // chat: content entries; completions: filled at the end
-  std::vector<std::string> tokens;
-  std::vector<float> token_logprobs;
-  std::vector<ojson> top;
-  std::vector<int64_t> offsets;
-  std::string finish_reason;
-  std::unique_ptr<llm::ToolCallParser> tool_parser;  // a chat with tools: calls found in the reply
-  ojson tool_calls = ojson::array();                  // their deltas joined (without streaming)
-  int64_t completion_tokens = 0, cached_tokens = 0;
-  bool finished = false, first = true;
-  Clock::time_point last;
-  // Streaming: this hand-off's content and log-probs not yet in a chunk
-  // (Note [One chunk per step]).
-  std::string pending;
-  ojson pending_lp;  // null, or the chunk's logprobs object
-};
-
 // The adapter a request's "model" names (null: the base model); a name
 // that is neither is a 404.
 const llm::Adapter* LlmService::adapter_for(const std::string& model) const {
@@ -397,77 +335,97 @@ const llm::Adapter* LlmService::adapter_for(const std::string& model) const {
                  "model", "model_not_found");
 }
 
-void LlmService::generate(const openai::GenerationRequest& g, const llm::Adapter* adapter, HttpExchange& exchange) {
-  Loaded& L = *loaded_;
+// A generation request's prompts as token ids, and what its template and
+// tools add to it.
+struct LlmService::Prompts {
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::string> echoes;  // completions with echo: each prompt's text
+  std::vector<std::string> stop;    // the request's, and the plain template's
+  bool find_calls = false;          // a chat with tools: the reply is parsed for calls
+  bool forced_call = false;         // tool_choice required or a function: a grammar writes the call
+  int64_t tokens() const {
+    int64_t n = 0;
+    for (const auto& p : ids) n += static_cast<int64_t>(p.size());
+    return n;
+  }
+};
+
+LlmService::Prompts LlmService::prompts_of(const openai::GenerationRequest& g) const {
+  const Loaded& L = *loaded_;
   const llm::Tokenizer& tok = L.m.tokenizer;
   const bool chat = g.kind == openai::GenerationRequest::Kind::Chat;
-  const std::string served = g.model.empty() ? options_.model_name : g.model;  // the model or an adapter
-  const std::string param = chat ? "messages" : "prompt";
-
-  // The prompts as token ids.
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::string> echoes;
-  std::vector<std::string> stop = g.stop;
   using ToolChoice = openai::GenerationRequest::ToolChoice;
+  Prompts p;
+  p.stop = g.stop;
   const bool with_tools = chat && !g.tools.empty();
   if (with_tools && !L.tool_format) throw ApiError(400, "'tools': " + L.no_tools, "tools");
+  p.find_calls = with_tools && g.tool_choice != ToolChoice::None;
+  p.forced_call = with_tools && (g.tool_choice == ToolChoice::Required || g.tool_choice == ToolChoice::Function);
   if (chat) {
     // The template writes tools and calls outside the marked message texts:
     // none may hold the model's control tokens' text.
     check_no_control_text(g.tools, "tools", tok);
     for (const ojson& m : g.messages)
       if (m.contains("tool_calls")) check_no_control_text(m["tool_calls"], "messages", tok);
-  }
-  const bool find_calls = with_tools && g.tool_choice != ToolChoice::None;
-  const bool forced_call = with_tools && (g.tool_choice == ToolChoice::Required || g.tool_choice == ToolChoice::Function);
-  if (chat) {
     const llm::RenderedChat rc = llm::render_chat(L.tmpl, g.messages, true, tok, with_tools ? g.tools : ojson());
-    prompts.push_back(tok.encode(rc.text, true, true, rc.content_spans, L.context));
-    if (L.plain_template) stop.push_back(llm::kPlainChatStop);
+    p.ids.push_back(tok.encode(rc.text, true, true, rc.content_spans, L.context));
+    if (L.plain_template) p.stop.push_back(llm::kPlainChatStop);
   } else {
-    for (const openai::Prompt& p : g.prompts) {
-      prompts.push_back(p.is_ids ? p.ids : tok.encode(p.text, true, false, {}, L.context));
-      if (g.echo) echoes.push_back(p.is_ids ? tok.decode(p.ids) : p.text);
+    for (const openai::Prompt& prompt : g.prompts) {
+      p.ids.push_back(prompt.is_ids ? prompt.ids : tok.encode(prompt.text, true, false, {}, L.context));
+      if (g.echo) p.echoes.push_back(prompt.is_ids ? tok.decode(prompt.ids) : prompt.text);
     }
   }
-  for (const auto& p : prompts)
-    if (static_cast<int64_t>(p.size()) >= L.context)  // tokenized no further than past the context
+  for (const auto& ids : p.ids) {
+    const auto n = static_cast<int64_t>(ids.size());
+    if (n >= L.context)  // tokenized no further than past the context
       throw ApiError(400, "This model's maximum context length is " + std::to_string(L.context) +
                               " tokens; the prompt has " +
-                              (static_cast<int64_t>(p.size()) > L.context ? "more than " + std::to_string(L.context)
-                                                                          : std::to_string(p.size())) +
+                              (n > L.context ? "more than " + std::to_string(L.context) : std::to_string(n)) +
                               " (it must leave room for at least one generated token)",
-                     param, "context_length_exceeded");
+                     chat ? "messages" : "prompt", "context_length_exceeded");
+  }
+  return p;
+}
 
+llm::RequestOptions LlmService::request_options(const openai::GenerationRequest& g, const Prompts& p,
+                                                const llm::Adapter* adapter, const std::string& served) {
+  const Loaded& L = *loaded_;
+  const bool chat = g.kind == openai::GenerationRequest::Kind::Chat;
   llm::RequestOptions ro;
   ro.sampling = g.sampling;
   ro.sampling.logprobs = g.logprobs;  // a pass over the vocabulary per token, only when asked
   if (!g.seeded) ro.sampling.seed = random_seed();
   ro.max_tokens = g.max_tokens > 0 ? g.max_tokens : chat ? L.context : 16;
-  ro.stop = stop;
+  ro.stop = p.stop;
   ro.ignore_eos = g.ignore_eos;
   if (!g.grammar.empty()) ro.grammar = grammar(g.grammar, g.grammar_param);
-  if (forced_call) {  // Note [Forced tool calls]
+  if (p.forced_call) {  // Note [Forced tool calls]
     std::string gbnf;
     try {
       gbnf = llm::forced_tool_call_gbnf(*L.tool_format, g.tools,
-                                        g.tool_choice == ToolChoice::Function ? g.tool_name : "", g.parallel_tool_calls);
+                                        g.tool_choice == openai::GenerationRequest::ToolChoice::Function ? g.tool_name
+                                                                                                          : "",
+                                        g.parallel_tool_calls);
     } catch (const Error& e) {
       throw ApiError(400, std::string("'tools': ") + e.what(), "tools");
     }
     ro.grammar = grammar(gbnf, "tools");
   }
-  ro.special_text = find_calls;
+  ro.special_text = p.find_calls;
   ro.priority = static_cast<int>(g.priority);
   ro.adapter = adapter;
   // The served name and the client's salt, so adapters and tenants never share cache.
   if (!g.cache_salt.empty() || adapter) ro.cache_salt = served + '\0' + g.cache_salt;
+  return ro;
+}
 
-  const int64_t count = static_cast<int64_t>(prompts.size()) * g.n;
-  auto ch = std::make_shared<Channel>();
-  std::vector<Choice> choices;
-  std::map<int64_t, size_t> by_id;
-  const Clock::time_point arrival = Clock::now();
+// Queues n choices of each prompt, all or none: a full queue or a request
+// the scheduler refuses leaves nothing behind.
+void LlmService::submit(const openai::GenerationRequest& g, const Prompts& p, llm::RequestOptions ro,
+                        CompletionWriter& w, const std::shared_ptr<Channel>& ch, Clock::time_point arrival) {
+  Loaded& L = *loaded_;
+  const int64_t count = static_cast<int64_t>(p.ids.size()) * g.n;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) throw ApiError(503, "the server is stopping");
@@ -475,267 +433,149 @@ void LlmService::generate(const openai::GenerationRequest& g, const llm::Adapter
     if (s.waiting + count > options_.max_waiting)
       throw ApiError(503, "the server's queue is full (" + std::to_string(s.waiting) + " requests waiting); retry later");
     try {
-      for (size_t p = 0; p < prompts.size(); ++p)
+      for (size_t prompt = 0; prompt < p.ids.size(); ++prompt)
         for (int64_t i = 0; i < g.n; ++i) {
           ro.choice = static_cast<uint64_t>(i);
           // The other choices fork the first one's prompt once it is computed.
-          ro.share_prompt_of = i == 0 ? 0 : choices[choices.size() - static_cast<size_t>(i)].id;
+          ro.share_prompt_of = i == 0 ? 0 : w.choices()[w.choices().size() - static_cast<size_t>(i)].id;
           Choice c;
-          c.id = L.scheduler.submit(prompts[p], ro);
-          c.index = static_cast<int64_t>(p) * g.n + i;
-          c.prompt = static_cast<int64_t>(p);
+          c.id = L.scheduler.submit(p.ids[prompt], ro);
+          c.index = static_cast<int64_t>(prompt) * g.n + i;
+          c.prompt = static_cast<int64_t>(prompt);
           c.last = arrival;
-          if (find_calls) {
+          if (p.find_calls) {
             const llm::ToolFormat f = *L.tool_format;
             c.tool_parser = std::make_unique<llm::ToolCallParser>(
-                f, forced_call, [f] { return llm::new_tool_call_id(f, random_seed()); });
+                f, p.forced_call, [f] { return llm::new_tool_call_id(f, random_seed()); });
           }
-          by_id[c.id] = choices.size();
-          choices.push_back(std::move(c));
-          channels_[choices.back().id] = ch;
+          channels_[w.add_choice(std::move(c)).id] = ch;
         }
     } catch (const std::exception& e) {
-      for (const Choice& c : choices) {
+      for (const Choice& c : w.choices()) {
         L.scheduler.cancel(c.id);
         channels_.erase(c.id);
       }
       wake_.notify_one();
       if (dynamic_cast<const llm::ContextLengthError*>(&e))
-        throw ApiError(400, e.what(), param, "context_length_exceeded");
+        throw ApiError(400, e.what(), g.kind == openai::GenerationRequest::Kind::Chat ? "messages" : "prompt",
+                       "context_length_exceeded");
       throw;
     }
   }
   wake_.notify_one();
-  llm::Scheduler& sched = L.scheduler;
-  // The client is gone: its choices end at the next step (their blocks freed there).
-  auto cancel_all = [&] {
-    int64_t aborted = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const Choice& c : choices)
-        if (!c.finished) {
-          sched.cancel(c.id);
-          channels_.erase(c.id);
-          ++aborted;
-        }
-    }
-    wake_.notify_one();
-    metrics_.add("tessera:request_success_total", "Requests finished, by why they finished.",
-                 static_cast<double>(aborted), {{"model_name", options_.model_name}, {"finished_reason", "abort"}});
-  };
+}
 
-  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + random_hex();
-  const int64_t created = unix_time();
-  const monitor::Labels model_label{{"model_name", options_.model_name}};
-  auto chunk = [&](ojson choices_json) {
-    ojson j = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
-               {"model", served}, {"choices", std::move(choices_json)}};
-    if (g.include_usage) j["usage"] = nullptr;
-    return "data: " + dump(j) + "\n\n";
-  };
-  int64_t prompt_tokens = 0;
-  for (const auto& p : prompts) prompt_tokens += static_cast<int64_t>(p.size());
-  // Each prompt counted once, as its first choice computed it.
-  auto usage = [&] {
-    int64_t completion = 0, cached = 0;
-    for (const Choice& c : choices) {
-      completion += c.completion_tokens;
-      if (c.index % g.n == 0) cached += c.cached_tokens;
-    }
-    return ojson{{"prompt_tokens", prompt_tokens},
-                 {"completion_tokens", completion},
-                 {"total_tokens", prompt_tokens + completion},
-                 {"prompt_tokens_details", {{"cached_tokens", cached}}}};
-  };
-
-  if (g.stream) {
-    if (!exchange.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return cancel_all();
-    std::string first;
-    for (const Choice& c : choices) {
-      if (chat)
-        first += chunk(ojson::array({{{"index", c.index}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                      {"logprobs", nullptr}, {"finish_reason", nullptr}}}));
-      else if (g.echo)
-        first += chunk(ojson::array({{{"index", c.index}, {"text", echoes[static_cast<size_t>(c.prompt)]},
-                                      {"logprobs", nullptr}, {"finish_reason", nullptr}}}));
-    }
-    if (!first.empty() && !exchange.write(first)) return cancel_all();
-  } else if (g.echo) {
-    for (Choice& c : choices) c.text = echoes[static_cast<size_t>(c.prompt)];
+// The client is gone: its choices end at the next step (their blocks freed there).
+void LlmService::cancel_unfinished(const CompletionWriter& w) {
+  int64_t aborted = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Choice& c : w.choices())
+      if (!c.finished) {
+        loaded_->scheduler.cancel(c.id);
+        channels_.erase(c.id);
+        ++aborted;
+      }
   }
+  wake_.notify_one();
+  metrics_.add("tessera:request_success_total", "Requests finished, by why they finished.",
+               static_cast<double>(aborted), {{"model_name", options_.model_name}, {"finished_reason", "abort"}});
+}
 
-  // The events, as the engine thread hands them over. The client is looked
-  // at every 100 ms, events or not: one that left is not computed for.
-  size_t open = choices.size();
+// The latency and size histograms an event adds to (vLLM's names).
+void LlmService::observe(Choice& c, const llm::RequestEvent& ev, Clock::time_point now, Clock::time_point arrival) {
+  const monitor::Labels model{{"model_name", options_.model_name}};
+  if (ev.has_token) {
+    const double since = std::chrono::duration<double>(now - c.last).count();
+    metrics_.observe(c.first ? "tessera:time_to_first_token_seconds" : "tessera:inter_token_latency_seconds",
+                     c.first ? "Time from a request's arrival to its first token." : "Time between a request's tokens.",
+                     c.first ? kTtftBuckets : kItlBuckets, since, model);
+    c.first = false;
+    c.last = now;
+  }
+  if (!ev.finished) return;
+  metrics_.observe("tessera:e2e_request_latency_seconds", "Time from a request's arrival to its end.", kE2eBuckets,
+                   std::chrono::duration<double>(now - arrival).count(), model);
+  metrics_.observe("tessera:request_prompt_tokens", "Prompt tokens per request.", kTokenBuckets,
+                   static_cast<double>(ev.prompt_tokens), model);
+  metrics_.observe("tessera:request_generation_tokens", "Generated tokens per request.", kTokenBuckets,
+                   static_cast<double>(ev.completion_tokens), model);
+  metrics_.add("tessera:request_success_total", "Requests finished, by why they finished.", 1,
+               {{"model_name", options_.model_name}, {"finished_reason", ev.finish_reason}});
+}
+
+// Hands the engine's events to the writer until every choice has finished.
+// The client is looked at every 100 ms, events or not: one that left is not
+// computed for. False when the exchange ended here (the client left, or the
+// engine failed and the client was told).
+bool LlmService::relay(const openai::GenerationRequest& g, CompletionWriter& w, Channel& ch,
+                       Clock::time_point arrival, HttpExchange& exchange) {
   Clock::time_point looked{};  // the first events are not sent before a look
-  while (open > 0) {
+  while (!w.all_finished()) {
     std::deque<llm::RequestEvent> events;
     std::string failure;
     {
-      std::unique_lock<std::mutex> lock(ch->mu);
-      ch->cv.wait_for(lock, std::chrono::milliseconds(100),
-                      [&] { return !ch->events.empty() || !ch->failure.empty(); });
-      events.swap(ch->events);
-      failure = ch->failure;
+      std::unique_lock<std::mutex> lock(ch.mu);
+      ch.cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return !ch.events.empty() || !ch.failure.empty(); });
+      events.swap(ch.events);
+      failure = ch.failure;
     }
     if (!failure.empty()) {
       const ApiError e(503, failure);
       if (g.stream) exchange.write("data: " + openai::error_body(e) + "\n\n");
       else exchange.send(error_response(e));
-      return;
+      return false;
     }
     const Clock::time_point now = Clock::now();
     if (events.empty() || now - looked >= std::chrono::milliseconds(100)) {
       looked = now;
-      if (exchange.client_gone()) return cancel_all();
+      if (exchange.client_gone()) {
+        cancel_unfinished(w);
+        return false;
+      }
       if (events.empty()) continue;
     }
-    // Note [One chunk per step]: a choice's tokens of one hand-off (a step,
-    // more with drafts or while this thread was busy) go out as one chunk,
-    // their log-probs as the arrays OpenAI's streams carry; a chunk is cut
-    // only where a tool-call delta or the end follows.
-    std::string out;
-    auto flush = [&](Choice& c) {
-      if (c.pending.empty() && c.pending_lp.is_null()) return;
-      ojson delta = chat ? ojson{{"index", c.index}, {"delta", {{"content", c.pending}}}, {"logprobs", c.pending_lp},
-                                 {"finish_reason", nullptr}}
-                         : ojson{{"index", c.index}, {"text", c.pending}, {"logprobs", c.pending_lp},
-                                 {"finish_reason", nullptr}};
-      out += chunk(ojson::array({std::move(delta)}));
-      c.pending.clear();
-      c.pending_lp = nullptr;
-    };
     for (llm::RequestEvent& ev : events) {
-      Choice& c = choices[by_id.at(ev.id)];
-      ojson lp = nullptr;
-      if (ev.has_token) {
-        const double since = std::chrono::duration<double>(now - c.last).count();
-        metrics_.observe(c.first ? "tessera:time_to_first_token_seconds" : "tessera:inter_token_latency_seconds",
-                         c.first ? "Time from a request's arrival to its first token." : "Time between a request's tokens.",
-                         c.first ? kTtftBuckets : kItlBuckets, since, model_label);
-        c.first = false;
-        c.last = now;
-        if (g.logprobs) {
-          const std::string piece = tok.piece(ev.token);
-          ojson top = chat ? ojson::array() : ojson::object();
-          for (const llm::TokenLogprob& t : ev.top) {
-            const std::string p = tok.piece(t.token);
-            if (chat) top.push_back({{"token", p}, {"logprob", t.logprob}, {"bytes", byte_list(p)}});
-            else top[p] = t.logprob;
-          }
-          if (chat) {
-            lp = {{"token", piece}, {"logprob", ev.logprob}, {"bytes", byte_list(piece)}, {"top_logprobs", top}};
-            if (!g.stream) c.logprobs.push_back(lp);
-            else {
-              if (c.pending_lp.is_null()) c.pending_lp = {{"content", ojson::array()}};
-              c.pending_lp["content"].push_back(std::move(lp));
-            }
-          } else {
-            c.offsets.push_back(static_cast<int64_t>(c.text.size()));
-            c.tokens.push_back(piece);
-            c.token_logprobs.push_back(ev.logprob);
-            c.top.push_back(top);
-            if (g.stream) {
-              if (c.pending_lp.is_null())
-                c.pending_lp = {{"tokens", ojson::array()}, {"token_logprobs", ojson::array()},
-                                {"top_logprobs", g.sampling.top_logprobs > 0 ? ojson::array() : ojson(nullptr)},
-                                {"text_offset", ojson::array()}};
-              c.pending_lp["tokens"].push_back(piece);
-              c.pending_lp["token_logprobs"].push_back(ev.logprob);
-              if (g.sampling.top_logprobs > 0) c.pending_lp["top_logprobs"].push_back(top);
-              c.pending_lp["text_offset"].push_back(c.offsets.back());
-            }
-          }
-        }
-      }
-      // The reply's text, and the calls in it when the request has tools.
-      llm::ReplyDelta reply;
-      if (c.tool_parser) {
-        reply = c.tool_parser->push(ev.text);
-        if (ev.finished) {
-          llm::ReplyDelta rest = c.tool_parser->finish();
-          reply.content += rest.content;
-          for (auto& d : rest.calls) reply.calls.push_back(std::move(d));
-        }
-      } else {
-        reply.content = std::move(ev.text);
-      }
-      if (!g.stream) {
-        c.text += reply.content;
-        join_tool_call_deltas(c.tool_calls, reply.calls);
-      } else {
-        c.pending += reply.content;
-        if (!reply.calls.empty()) {
-          flush(c);
-          out += chunk(ojson::array({{{"index", c.index}, {"delta", {{"tool_calls", tool_call_deltas(reply.calls)}}},
-                                      {"logprobs", nullptr}, {"finish_reason", nullptr}}}));
-        }
-      }
-      if (ev.finished) {
-        c.finished = true;
-        c.finish_reason = ev.finish_reason;
-        if (c.tool_parser && c.tool_parser->calls() > 0 && c.finish_reason == "stop") c.finish_reason = "tool_calls";
-        c.completion_tokens = ev.completion_tokens;
-        c.cached_tokens = ev.cached_tokens;
-        --open;
-        metrics_.observe("tessera:e2e_request_latency_seconds", "Time from a request's arrival to its end.",
-                         kE2eBuckets, std::chrono::duration<double>(now - arrival).count(), model_label);
-        metrics_.observe("tessera:request_prompt_tokens", "Prompt tokens per request.", kTokenBuckets,
-                         static_cast<double>(ev.prompt_tokens), model_label);
-        metrics_.observe("tessera:request_generation_tokens", "Generated tokens per request.", kTokenBuckets,
-                         static_cast<double>(ev.completion_tokens), model_label);
-        metrics_.add("tessera:request_success_total", "Requests finished, by why they finished.", 1,
-                     {{"model_name", options_.model_name}, {"finished_reason", ev.finish_reason}});
-        if (g.stream) {
-          flush(c);
-          ojson end = chat ? ojson{{"index", c.index}, {"delta", ojson::object()}, {"logprobs", nullptr},
-                                   {"finish_reason", c.finish_reason}}
-                           : ojson{{"index", c.index}, {"text", ""}, {"logprobs", nullptr},
-                                   {"finish_reason", c.finish_reason}};
-          out += chunk(ojson::array({end}));
-        }
-      }
+      Choice& c = w.choice_of(ev.id);
+      observe(c, ev, now, arrival);
+      w.add(c, ev);
     }
     if (g.stream) {
-      for (Choice& c : choices) flush(c);
-      if (!out.empty() && !exchange.write(out)) return cancel_all();
-    }
-  }
-
-  if (g.stream) {
-    std::string tail;
-    if (g.include_usage) {
-      ojson j = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
-                 {"model", served}, {"choices", ojson::array()}, {"usage", usage()}};
-      tail += "data: " + dump(j) + "\n\n";
-    }
-    tail += "data: [DONE]\n\n";
-    exchange.write(tail);
-    exchange.end_stream();
-    return;
-  }
-  ojson out_choices = ojson::array();
-  for (const Choice& c : choices) {
-    ojson lp = nullptr;
-    if (g.logprobs && chat) lp = {{"content", c.logprobs}};
-    if (g.logprobs && !chat)
-      lp = {{"tokens", c.tokens}, {"token_logprobs", c.token_logprobs},
-            {"top_logprobs", g.sampling.top_logprobs > 0 ? ojson(c.top) : ojson(nullptr)}, {"text_offset", c.offsets}};
-    if (chat) {
-      ojson message = {{"role", "assistant"}, {"content", c.text}};
-      if (!c.tool_calls.empty()) {
-        if (c.text.empty()) message["content"] = nullptr;
-        message["tool_calls"] = c.tool_calls;
+      const std::string out = w.take();
+      if (!out.empty() && !exchange.write(out)) {
+        cancel_unfinished(w);
+        return false;
       }
-      out_choices.push_back({{"index", c.index}, {"message", std::move(message)}, {"logprobs", lp},
-                             {"finish_reason", c.finish_reason}});
     }
-    else
-      out_choices.push_back({{"index", c.index}, {"text", c.text}, {"logprobs", lp}, {"finish_reason", c.finish_reason}});
   }
-  exchange.send(json_response(200, ojson{{"id", id}, {"object", chat ? "chat.completion" : "text_completion"},
-                                         {"created", created}, {"model", served},
-                                         {"choices", out_choices}, {"usage", usage()}}));
+  return true;
+}
+
+// request -> prompts (template, tools) -> submission -> the events, written
+// by one writer whether streamed or not.
+void LlmService::generate(const openai::GenerationRequest& g, const llm::Adapter* adapter, HttpExchange& exchange) {
+  const std::string served = g.model.empty() ? options_.model_name : g.model;  // the model or an adapter
+  Prompts p = prompts_of(g);
+  const llm::RequestOptions ro = request_options(g, p, adapter, served);
+  CompletionWriter w(g, loaded_->m.tokenizer, served, std::move(p.echoes), p.tokens());
+  auto ch = std::make_shared<Channel>();
+  const Clock::time_point arrival = Clock::now();
+  submit(g, p, ro, w, ch, arrival);
+  if (g.stream) {
+    if (!exchange.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}}))
+      return cancel_unfinished(w);
+    const std::string first = w.begin();
+    if (!first.empty() && !exchange.write(first)) return cancel_unfinished(w);
+  } else {
+    w.begin();
+  }
+  if (!relay(g, w, *ch, arrival, exchange)) return;
+  if (g.stream) {
+    exchange.write(w.end_stream());
+    exchange.end_stream();
+  } else {
+    exchange.send(json_response(200, w.body()));
+  }
 }
 
 void LlmService::embed(const openai::EmbeddingRequest& e, HttpExchange& exchange) {

@@ -17,7 +17,7 @@ using ojson = nlohmann::ordered_json;
 
 // A value as JSON text for a message, cut short: the client's own value.
 std::string quote(const ojson& v) {
-  std::string s = v.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  std::string s = dump(v);
   return s.size() > 64 ? s.substr(0, 61) + "..." : s;
 }
 
@@ -345,11 +345,13 @@ ApiError::ApiError(int status, const std::string& message, std::string param, st
             : status >= 500 ? "server_error" : "invalid_request_error";
 }
 
+std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
 std::string error_body(const ApiError& e) {
   ojson err = {{"message", e.what()}, {"type", e.type()}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param().empty()) err["param"] = e.param();
   if (!e.code().empty()) err["code"] = e.code();
-  return ojson{{"error", err}}.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  return dump(ojson{{"error", err}});
 }
 
 ojson parse_body(std::string_view body, int64_t max_depth) { return parse_object(body, max_depth, "the request body", ""); }

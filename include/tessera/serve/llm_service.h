@@ -44,6 +44,9 @@
 
 namespace tessera::serve {
 
+class CompletionWriter;  // src/serve/completion_writer.h
+struct Choice;
+
 struct LlmServiceOptions {
   std::string model_name = "model";  // what /v1/models lists and requests name
   std::string api_key;               // empty: no authentication
@@ -97,9 +100,20 @@ class LlmService {
  private:
   struct Loaded;
   struct Channel;
-  struct Timing;
+  struct Prompts;
+  using Clock = std::chrono::steady_clock;
   void route(HttpRequest& request, HttpExchange& exchange);
+  // A completion or chat completion, in the stages below.
   void generate(const openai::GenerationRequest& g, const llm::Adapter* adapter, HttpExchange& exchange);
+  Prompts prompts_of(const openai::GenerationRequest& g) const;
+  llm::RequestOptions request_options(const openai::GenerationRequest& g, const Prompts& p,
+                                      const llm::Adapter* adapter, const std::string& served);
+  void submit(const openai::GenerationRequest& g, const Prompts& p, llm::RequestOptions ro, CompletionWriter& w,
+              const std::shared_ptr<Channel>& ch, Clock::time_point arrival);
+  bool relay(const openai::GenerationRequest& g, CompletionWriter& w, Channel& ch, Clock::time_point arrival,
+             HttpExchange& exchange);
+  void observe(Choice& c, const llm::RequestEvent& ev, Clock::time_point now, Clock::time_point arrival);
+  void cancel_unfinished(const CompletionWriter& w);
   const llm::Adapter* adapter_for(const std::string& model) const;
   void embed(const openai::EmbeddingRequest& e, HttpExchange& exchange);
   void engine_loop();

@@ -35,6 +35,8 @@ class ApiError : public std::runtime_error {
   std::string type_, param_, code_;
 };
 std::string error_body(const ApiError& e);
+// JSON text on one line; invalid UTF-8 in strings becomes U+FFFD, never an exception.
+std::string dump(const nlohmann::ordered_json& j);
 
 struct Limits {
   int64_t max_json_depth = 64;
