@@ -449,13 +449,236 @@ int64_t Engine::sequence_length(int64_t seq) const {
   return st_->seqs[seq].length;
 }
 
-std::span<const float> Engine::step(std::span<const Chunk> chunks) {
-  std::optional<ThreadLimit> limit;
-  if (opts_.threads > 0) limit.emplace(static_cast<int>(std::min<int64_t>(opts_.threads, 1 << 16)));
+// Note [A step's stages]
+// A step is: check (nothing changes before everything is known legal),
+// place (cache blocks and each row's sequence, position and token), the
+// forward pass (embedding, then per layer attention and feed-forward, each
+// adding to the residual x), commit (the sequences' new lengths and their
+// full blocks named for prefix caching), and the logits of the rows asked for.
+// StepPass holds what the forward pass's stages share.
+class Engine::StepPass {
+ public:
+  StepPass(const Model& model, const EngineOptions& opts, State& st, std::span<const Chunk> chunks, int64_t T)
+      : m_(model), s_(model.spec()), opts_(opts), st_(st), kt_(*st.kt), chunks_(chunks), T_(T),
+        gpt_(s_.arch == "gpt2"),
+        gelu_(kt_.unary[static_cast<int>(s_.gelu_erf ? cpu::UnaryKernel::Gelu : cpu::UnaryKernel::GeluTanh)]
+                       [cpu::idx(DType::F32)]) {}
+
+  void embed();
+  void attention(int64_t l);
+  void feed_forward(int64_t l);
+  std::span<const float> logits(int64_t L);
+
+ private:
+  // f(i) for rows [0, n), split among the threads by `per_row` values each.
+  template <typename F>
+  void rows(int64_t n, int64_t per_row, F&& f) const {
+    parallel_for(0, n, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, per_row)), [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) f(i);
+    });
+  }
+  // gpt2: LayerNorm with biases; llama: RMSNorm.
+  void norm(const float* x, const float* w, const float* b, float* y) const {
+    if (gpt_) kt_.layer_norm_fwd[cpu::idx(DType::F32)](x, w, b, y, nullptr, nullptr, 1, s_.dim, s_.norm_eps, false);
+    else kt_.rms_norm_row(x, w, y, s_.dim, s_.norm_eps);
+  }
+  static void add_bias(float* y, const float* b, int64_t n) {
+    if (b)
+      for (int64_t c = 0; c < n; ++c) y[c] += b[c];
+  }
+  void prepare(Act& a, std::initializer_list<const Matrix*> ws) const;
+  void adapters(int64_t layer, Projection p, const float* x, int64_t ldx, float* y, int64_t ldy) const;
+  void residual(const float* bias) const;
+  void attend(int64_t l) const;
+
+  const Model& m_;
+  const ModelSpec& s_;
+  const EngineOptions& opts_;
+  State& st_;
+  const KernelTable& kt_;
+  const std::span<const Chunk> chunks_;
+  const int64_t T_;
+  const bool gpt_;  // gpt2: biases after the products, GELU, learned positions; llama: RoPE, SwiGLU
+  const cpu::Loop1d gelu_;
+};
+
+// Quantized / bf16 forms of an input, for the types of the matrices it meets.
+void Engine::StepPass::prepare(Act& a, std::initializer_list<const Matrix*> ws) const {
+  bool q8 = false, packed = false, bf = false;
+  for (const Matrix* w : ws) {
+    q8 = q8 || (quantized(w->type) && !w->packed);
+    packed = packed || w->packed;
+    bf = bf || (w->type == GgmlType::BF16 && kt_.skinny_rows_bf16);
+  }
+  if (packed) {
+    const int64_t pb = cpu::packed_act_bytes(a.cols);
+    rows(a.m, a.cols, [&](int64_t i) { kt_.qpack_act(a.x + i * a.ld, a.cols, st_.xp.get() + i * pb); });
+    a.packed = st_.xp.get();
+  }
+  const int64_t nb = a.cols / kQBlock;
+  if (q8) {
+    rows(a.m, a.cols, [&](int64_t i) { kt_.quantize_act(a.x + i * a.ld, a.cols, st_.xq.get() + i * nb); });
+    a.q8 = st_.xq.get();
+  }
+  if (bf) {
+    rows(a.m, a.cols, [&](int64_t i) {
+      for (int64_t c = 0; c < a.cols; ++c) st_.xb[i * a.cols + c] = BFloat16(a.x[i * a.ld + c]);
+    });
+    a.bf = st_.xb.get();
+  }
+}
+
+// Each chunk's adapter's share of projection p, on the chunk's rows.
+void Engine::StepPass::adapters(int64_t layer, Projection p, const float* x, int64_t ldx, float* y,
+                                int64_t ldy) const {
+  int64_t r0 = 0;
+  for (const Chunk& c : chunks_) {
+    const int64_t n = static_cast<int64_t>(c.tokens.size());
+    if (c.adapter) c.adapter->add(layer, p, x + r0 * ldx, ldx, y + r0 * ldy, ldy, n);
+    r0 += n;
+  }
+}
+
+// x += h (+ the product's bias), row by row.
+void Engine::StepPass::residual(const float* bias) const {
+  const int64_t D = s_.dim;
+  rows(T_, D, [&](int64_t i) {
+    float *x = st_.x.get() + i * D, *h = st_.h.get() + i * D;
+    add_bias(h, bias, D);
+    for (int64_t c = 0; c < D; ++c) x[c] += h[c];
+  });
+}
+
+void Engine::StepPass::embed() {
+  const int64_t D = s_.dim;
+  const Matrix& emb = m_.embedding();
+  const float* positions = m_.positions();
+  rows(T_, D, [&](int64_t i) {
+    float* x = st_.x.get() + i * D;
+    embedding_row(kt_, emb, st_.row_tok[i], x);
+    if (positions)
+      for (int64_t c = 0; c < D; ++c) x[c] += positions[st_.row_pos[i] * D + c];
+  });
+}
+
+void Engine::StepPass::attention(int64_t l) {
+  const Model::Layer& W = m_.layers()[l];
+  const cpu::KvLayer& kv = st_.layers[l];
+  const int64_t D = s_.dim, hd = s_.head_dim, qd = st_.q_dim, kvd = st_.kv_dim;
+  float *x = st_.x.get(), *h = st_.h.get();
+  rows(T_, D, [&](int64_t i) { norm(x + i * D, W.attn_norm, W.attn_norm_b, h + i * D); });
+  Act a{h, D, T_, D};
+  prepare(a, {&W.q, &W.k, &W.v});
+  run_products(kt_, {Job{&W.q, &a, st_.q.get(), qd}, Job{&W.k, &a, st_.k.get(), kvd}, Job{&W.v, &a, st_.v.get(), kvd}});
+  adapters(l, Projection::Q, h, D, st_.q.get(), qd);
+  adapters(l, Projection::K, h, D, st_.k.get(), kvd);
+  adapters(l, Projection::V, h, D, st_.v.get(), kvd);
+  // Biases, RoPE, and the keys and values into the cache.
+  rows(T_, qd + 2 * kvd, [&](int64_t i) {
+    add_bias(st_.q.get() + i * qd, W.bq, qd);
+    add_bias(st_.k.get() + i * kvd, W.bk, kvd);
+    add_bias(st_.v.get() + i * kvd, W.bv, kvd);
+    if (!gpt_) {
+      const float* cs = st_.rope.get() + st_.row_pos[i] * hd;
+      kt_.rope_row(st_.q.get() + i * qd, s_.n_heads, hd, cs);
+      kt_.rope_row(st_.k.get() + i * kvd, s_.n_kv_heads, hd, cs);
+    }
+    const State::Seq& q = st_.seqs[st_.row_seq[i]];
+    const int64_t pos = st_.row_pos[i];
+    const int64_t block = q.blocks[pos / opts_.block_tokens], slot = pos % opts_.block_tokens;
+    cpu::kv_store_k(kv, st_.k.get() + i * kvd, block, slot);
+    cpu::kv_store_v(kv, st_.v.get() + i * kvd, block, slot);
+  });
+  attend(l);
+  Act ao{st_.att.get(), qd, T_, qd};
+  prepare(ao, {&W.o});
+  run_products(kt_, {Job{&W.o, &ao, h, D}});
+  adapters(l, Projection::O, st_.att.get(), qd, h, D);
+  residual(W.bo);
+}
+
+// Attention over the cache: per chunk and key head, the chunk's query
+// vectors of that head group in sets of up to kAttnQueries.
+void Engine::StepPass::attend(int64_t l) const {
+  const int64_t hd = s_.head_dim, qd = st_.q_dim, group = s_.n_heads / s_.n_kv_heads;
+  const cpu::PagedAttention pa{st_.layers[l], hd, 1.f / std::sqrt(static_cast<float>(hd))};
+  int64_t n_items = 0, r0 = 0;
+  for (const Chunk& c : chunks_) {
+    const int64_t n = static_cast<int64_t>(c.tokens.size());
+    for (int64_t kvh = 0; kvh < s_.n_kv_heads; ++kvh)
+      for (int64_t v0 = 0; v0 < n * group; v0 += cpu::kAttnQueries)
+        st_.items[n_items++] = {r0, kvh, v0, std::min<int64_t>(cpu::kAttnQueries, n * group - v0)};
+    r0 += n;
+  }
+  // An item's work is its queries times its keys: a long prompt's chunk
+  // and single decode tokens differ a hundredfold, so the threads split by that.
+  auto work = [&](int64_t it) {
+    const State::AttnItem& w = st_.items[it];
+    return static_cast<double>(w.count * (st_.row_pos[w.row0 + (w.v0 + w.count - 1) / group] + 1) * hd);
+  };
+  parallel_for_balanced(n_items, 8192, work, [&](int64_t a0, int64_t a1) {
+    float* scratch = st_.scores.get() + omp_get_thread_num() * cpu::attention_scratch(st_.context);
+    for (int64_t it = a0; it < a1; ++it) {
+      const State::AttnItem& w = st_.items[it];
+      cpu::AttnQuery qs[cpu::kAttnQueries];
+      for (int64_t j = 0; j < w.count; ++j) {
+        const int64_t v = w.v0 + j, row = w.row0 + v / group, head = w.kv_head * group + v % group;
+        qs[j] = {st_.q.get() + row * qd + head * hd, st_.att.get() + row * qd + head * hd, st_.row_pos[row] + 1};
+      }
+      kt_.paged_attention_set(pa, qs, static_cast<int>(w.count), st_.seqs[st_.row_seq[w.row0]].blocks.data(),
+                              w.kv_head, scratch);
+    }
+  });
+}
+
+// silu(gate) * up, or gelu(up), then down.
+void Engine::StepPass::feed_forward(int64_t l) {
+  const Model::Layer& W = m_.layers()[l];
+  const int64_t D = s_.dim, H = s_.hidden;
+  float *x = st_.x.get(), *h = st_.h.get();
+  rows(T_, D, [&](int64_t i) { norm(x + i * D, W.ffn_norm, W.ffn_norm_b, h + i * D); });
+  Act af{h, D, T_, D};
+  if (gpt_) {
+    prepare(af, {&W.up});
+    run_products(kt_, {Job{&W.up, &af, st_.g.get(), H}});
+    adapters(l, Projection::Up, h, D, st_.g.get(), H);
+    rows(T_, H, [&](int64_t i) {
+      float* g = st_.g.get() + i * H;
+      add_bias(g, W.bup, H);
+      char* data[2] = {reinterpret_cast<char*>(g), reinterpret_cast<char*>(g)};
+      const int64_t strides[2] = {4, 4};
+      gelu_(data, strides, H, nullptr);
+    });
+  } else {
+    prepare(af, {&W.gate, &W.up});
+    run_products(kt_, {Job{&W.gate, &af, st_.g.get(), H}, Job{&W.up, &af, st_.u.get(), H}});
+    adapters(l, Projection::Gate, h, D, st_.g.get(), H);
+    adapters(l, Projection::Up, h, D, st_.u.get(), H);
+    rows(T_, H, [&](int64_t i) { kt_.swiglu_row(st_.g.get() + i * H, st_.u.get() + i * H, st_.g.get() + i * H, H); });
+  }
+  Act ad{st_.g.get(), H, T_, H};
+  prepare(ad, {&W.down});
+  run_products(kt_, {Job{&W.down, &ad, h, D}});
+  adapters(l, Projection::Down, st_.g.get(), H, h, D);
+  residual(W.bdown);
+}
+
+std::span<const float> Engine::StepPass::logits(int64_t L) {
+  const int64_t D = s_.dim;
+  rows(L, D, [&](int64_t i) {
+    norm(st_.x.get() + st_.logit_row[i] * D, m_.output_norm(), m_.output_norm_bias(), st_.hl.get() + i * D);
+  });
+  Act al{st_.hl.get(), D, L, D};
+  const Matrix& out = m_.output();
+  prepare(al, {&out});
+  run_products(kt_, {Job{&out, &al, st_.logits.get(), s_.vocab}});
+  return {st_.logits.get(), static_cast<size_t>(L * s_.vocab)};
+}
+
+// Everything is checked before anything changes; returns the step's rows and logit rows.
+std::pair<int64_t, int64_t> Engine::check_step(std::span<const Chunk> chunks) {
   State& st = *st_;
   const ModelSpec& s = model_->spec();
-  const KernelTable& kt = *st.kt;
-  // Everything is checked before anything changes.
   ++st.step_count;
   int64_t T = 0, L = 0, need = 0;
   for (const Chunk& c : chunks) {
@@ -483,10 +706,12 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
            " free of ", st.n_blocks, "); raise --kv-memory or end sequences");
   TS_CHECK(get_num_threads() <= st.threads, "engine step: ", get_num_threads(), " threads, more than the ",
            st.threads, " the engine was made for");
-  st.last_rows = T;
-  if (T == 0) return {};
+  return {T, L};
+}
 
-  // Cache blocks, and each row's sequence, position and token.
+// Cache blocks, and each row's sequence, position and token.
+void Engine::place_rows(std::span<const Chunk> chunks) {
+  State& st = *st_;
   int64_t r = 0, lr = 0;
   for (const Chunk& c : chunks) {
     State::Seq& q = st.seqs[c.seq];
@@ -499,168 +724,11 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
       if (j >= n - c.logits) st.logit_row[lr++] = r;
     }
   }
+}
 
-  const int64_t D = s.dim, H = s.hidden, hd = s.head_dim, qd = st.q_dim, kvd = st.kv_dim;
-  const int64_t group = s.n_heads / s.n_kv_heads;
-  auto rows = [&](int64_t n, int64_t per_row, auto&& f) {
-    parallel_for(0, n, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, per_row)), [&](int64_t a, int64_t b) {
-      for (int64_t i = a; i < b; ++i) f(i);
-    });
-  };
-  // Quantized / bf16 forms of an input, for the types of the matrices it meets.
-  auto prepare = [&](Act& a, std::initializer_list<const Matrix*> ws) {
-    bool q8 = false, packed = false, bf = false;
-    for (const Matrix* w : ws) {
-      q8 = q8 || (quantized(w->type) && !w->packed);
-      packed = packed || w->packed;
-      bf = bf || (w->type == GgmlType::BF16 && kt.skinny_rows_bf16);
-    }
-    if (packed) {
-      const int64_t pb = cpu::packed_act_bytes(a.cols);
-      rows(a.m, a.cols, [&](int64_t i) { kt.qpack_act(a.x + i * a.ld, a.cols, st.xp.get() + i * pb); });
-      a.packed = st.xp.get();
-    }
-    const int64_t nb = a.cols / kQBlock;
-    if (q8) {
-      rows(a.m, a.cols, [&](int64_t i) { kt.quantize_act(a.x + i * a.ld, a.cols, st.xq.get() + i * nb); });
-      a.q8 = st.xq.get();
-    }
-    if (bf) {
-      rows(a.m, a.cols, [&](int64_t i) {
-        for (int64_t c = 0; c < a.cols; ++c) st.xb[i * a.cols + c] = BFloat16(a.x[i * a.ld + c]);
-      });
-      a.bf = st.xb.get();
-    }
-  };
-  auto adapters = [&](int64_t layer, Projection p, const float* x, int64_t ldx, float* y, int64_t ldy) {
-    int64_t r0 = 0;
-    for (const Chunk& c : chunks) {
-      const int64_t n = static_cast<int64_t>(c.tokens.size());
-      if (c.adapter) c.adapter->add(layer, p, x + r0 * ldx, ldx, y + r0 * ldy, ldy, n);
-      r0 += n;
-    }
-  };
-  const Matrix& emb = model_->embedding();
-  const float* positions = model_->positions();
-  rows(T, D, [&](int64_t i) {
-    float* x = st.x.get() + i * D;
-    embedding_row(kt, emb, st.row_tok[i], x);
-    if (positions)
-      for (int64_t c = 0; c < D; ++c) x[c] += positions[st.row_pos[i] * D + c];
-  });
-  // gpt2: LayerNorm with biases, biases after the products, GELU; llama: RMSNorm, RoPE, SwiGLU.
-  const bool gpt = s.arch == "gpt2";
-  auto norm = [&](const float* x, const float* w, const float* b, float* y) {
-    if (gpt) kt.layer_norm_fwd[cpu::idx(DType::F32)](x, w, b, y, nullptr, nullptr, 1, D, s.norm_eps, false);
-    else kt.rms_norm_row(x, w, y, D, s.norm_eps);
-  };
-  auto add_bias = [](float* y, const float* b, int64_t n) {
-    if (b)
-      for (int64_t c = 0; c < n; ++c) y[c] += b[c];
-  };
-  const cpu::Loop1d gelu = kt.unary[static_cast<int>(s.gelu_erf ? cpu::UnaryKernel::Gelu : cpu::UnaryKernel::GeluTanh)]
-                                   [cpu::idx(DType::F32)];
-
-  // x += h (+ the product's bias), row by row.
-  auto residual = [&](const float* bias) {
-    rows(T, D, [&](int64_t i) {
-      float *x = st.x.get() + i * D, *h = st.h.get() + i * D;
-      add_bias(h, bias, D);
-      for (int64_t c = 0; c < D; ++c) x[c] += h[c];
-    });
-  };
-  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  for (int64_t l = 0; l < s.n_layers; ++l) {
-    const Model::Layer& W = model_->layers()[l];
-    const cpu::KvLayer& kv = st.layers[l];
-    float *x = st.x.get(), *h = st.h.get();
-    // Attention.
-    rows(T, D, [&](int64_t i) { norm(x + i * D, W.attn_norm, W.attn_norm_b, h + i * D); });
-    Act a{h, D, T, D};
-    prepare(a, {&W.q, &W.k, &W.v});
-    run_products(kt, {Job{&W.q, &a, st.q.get(), qd}, Job{&W.k, &a, st.k.get(), kvd}, Job{&W.v, &a, st.v.get(), kvd}});
-    adapters(l, Projection::Q, h, D, st.q.get(), qd);
-    adapters(l, Projection::K, h, D, st.k.get(), kvd);
-    adapters(l, Projection::V, h, D, st.v.get(), kvd);
-    rows(T, qd + 2 * kvd, [&](int64_t i) {
-      add_bias(st.q.get() + i * qd, W.bq, qd);
-      add_bias(st.k.get() + i * kvd, W.bk, kvd);
-      add_bias(st.v.get() + i * kvd, W.bv, kvd);
-      if (!gpt) {
-        const float* cs = st.rope.get() + st.row_pos[i] * hd;
-        kt.rope_row(st.q.get() + i * qd, s.n_heads, hd, cs);
-        kt.rope_row(st.k.get() + i * kvd, s.n_kv_heads, hd, cs);
-      }
-      const State::Seq& q = st.seqs[st.row_seq[i]];
-      const int64_t pos = st.row_pos[i];
-      const int64_t block = q.blocks[pos / opts_.block_tokens], slot = pos % opts_.block_tokens;
-      cpu::kv_store_k(kv, st.k.get() + i * kvd, block, slot);
-      cpu::kv_store_v(kv, st.v.get() + i * kvd, block, slot);
-    });
-    // Attention: per chunk and key head, the chunk's query vectors of that
-    // head group in sets of up to kAttnQueries.
-    const cpu::PagedAttention pa{kv, hd, scale};
-    int64_t n_items = 0, r0 = 0;
-    for (const Chunk& c : chunks) {
-      const int64_t n = static_cast<int64_t>(c.tokens.size());
-      for (int64_t kvh = 0; kvh < s.n_kv_heads; ++kvh)
-        for (int64_t v0 = 0; v0 < n * group; v0 += cpu::kAttnQueries)
-          st.items[n_items++] = {r0, kvh, v0, std::min<int64_t>(cpu::kAttnQueries, n * group - v0)};
-      r0 += n;
-    }
-    // An item's work is its queries times its keys: a long prompt's chunk
-    // and single decode tokens differ a hundredfold, so the threads split by that.
-    auto work = [&](int64_t it) {
-      const State::AttnItem& w = st.items[it];
-      return static_cast<double>(w.count * (st.row_pos[w.row0 + (w.v0 + w.count - 1) / group] + 1) * hd);
-    };
-    parallel_for_balanced(n_items, 8192, work, [&](int64_t a0, int64_t a1) {
-      float* scratch = st.scores.get() + omp_get_thread_num() * cpu::attention_scratch(st.context);
-      for (int64_t it = a0; it < a1; ++it) {
-        const State::AttnItem& w = st.items[it];
-        cpu::AttnQuery qs[cpu::kAttnQueries];
-        for (int64_t j = 0; j < w.count; ++j) {
-          const int64_t v = w.v0 + j, row = w.row0 + v / group, head = w.kv_head * group + v % group;
-          qs[j] = {st.q.get() + row * qd + head * hd, st.att.get() + row * qd + head * hd, st.row_pos[row] + 1};
-        }
-        kt.paged_attention_set(pa, qs, static_cast<int>(w.count), st.seqs[st.row_seq[w.row0]].blocks.data(),
-                               w.kv_head, scratch);
-      }
-    });
-    Act ao{st.att.get(), qd, T, qd};
-    prepare(ao, {&W.o});
-    run_products(kt, {Job{&W.o, &ao, h, D}});
-    adapters(l, Projection::O, st.att.get(), qd, h, D);
-    residual(W.bo);
-    // Feed-forward: silu(gate) * up, or gelu(up), then down.
-    rows(T, D, [&](int64_t i) { norm(x + i * D, W.ffn_norm, W.ffn_norm_b, h + i * D); });
-    Act af{h, D, T, D};
-    if (gpt) {
-      prepare(af, {&W.up});
-      run_products(kt, {Job{&W.up, &af, st.g.get(), H}});
-      adapters(l, Projection::Up, h, D, st.g.get(), H);
-      rows(T, H, [&](int64_t i) {
-        float* g = st.g.get() + i * H;
-        add_bias(g, W.bup, H);
-        char* data[2] = {reinterpret_cast<char*>(g), reinterpret_cast<char*>(g)};
-        const int64_t strides[2] = {4, 4};
-        gelu(data, strides, H, nullptr);
-      });
-    } else {
-      prepare(af, {&W.gate, &W.up});
-      run_products(kt, {Job{&W.gate, &af, st.g.get(), H}, Job{&W.up, &af, st.u.get(), H}});
-      adapters(l, Projection::Gate, h, D, st.g.get(), H);
-      adapters(l, Projection::Up, h, D, st.u.get(), H);
-      rows(T, H, [&](int64_t i) { kt.swiglu_row(st.g.get() + i * H, st.u.get() + i * H, st.g.get() + i * H, H); });
-    }
-    Act ad{st.g.get(), H, T, H};
-    prepare(ad, {&W.down});
-    run_products(kt, {Job{&W.down, &ad, h, D}});
-    adapters(l, Projection::Down, st.g.get(), H, h, D);
-    residual(W.bdown);
-  }
-
-  // Logits of the rows asked for.
+// The sequences' new lengths; with prefix caching, their tokens and full blocks registered.
+void Engine::commit_tokens(std::span<const Chunk> chunks) {
+  State& st = *st_;
   for (const Chunk& c : chunks) {
     State::Seq& q = st.seqs[c.seq];
     if (st.pool.caching())
@@ -671,15 +739,25 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
     q.length += static_cast<int64_t>(c.tokens.size());
     if (st.pool.caching()) st.name_full_blocks(q);
   }
+}
+
+// Note [A step's stages].
+std::span<const float> Engine::step(std::span<const Chunk> chunks) {
+  std::optional<ThreadLimit> limit;
+  if (opts_.threads > 0) limit.emplace(static_cast<int>(std::min<int64_t>(opts_.threads, 1 << 16)));
+  const auto [T, L] = check_step(chunks);
+  st_->last_rows = T;
+  if (T == 0) return {};
+  place_rows(chunks);
+  StepPass pass(*model_, opts_, *st_, chunks, T);
+  pass.embed();
+  for (int64_t l = 0; l < model_->spec().n_layers; ++l) {
+    pass.attention(l);
+    pass.feed_forward(l);
+  }
+  commit_tokens(chunks);
   if (L == 0) return {};
-  rows(L, D, [&](int64_t i) {
-    norm(st.x.get() + st.logit_row[i] * D, model_->output_norm(), model_->output_norm_bias(), st.hl.get() + i * D);
-  });
-  Act al{st.hl.get(), D, L, D};
-  const Matrix& out = model_->output();
-  prepare(al, {&out});
-  run_products(kt, {Job{&out, &al, st.logits.get(), s.vocab}});
-  return {st.logits.get(), static_cast<size_t>(L * s.vocab)};
+  return pass.logits(L);
 }
 
 }  // namespace tessera::llm

@@ -1,0 +1,133 @@
+#pragma once
+// A language model as the engine runs it: its shape (ModelSpec) and its
+// weights as the file holds them, memory-mapped and never dequantized
+// (Model), with the RoPE tables its positions need.
+//
+//   auto model = llm::Model::load("model.gguf");   // "llama" or "gpt2" GGUF
+//   model->spec().n_layers;  model->bytes_per_token_read();
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/llm/gguf.h"
+
+namespace tessera::nn::zoo {
+struct Llama;
+struct GPT;
+}
+
+namespace tessera::llm {
+
+// How positions become RoPE angles: llama.cpp's scaling options, read from
+// {arch}.rope.scaling.* and the rope_freqs.weight tensor.
+struct RopeScaling {
+  enum class Type : uint8_t { None, Linear, Yarn };
+  Type type = Type::None;
+  double factor = 1.0;            // the context extension: angles at position / factor (YaRN mixes per dimension)
+  int64_t original_context = 0;   // YaRN: the context before extension (0: the model's)
+  double attn_factor = 1.0;       // {arch}.rope.scaling.attn_factor: scales cos and sin
+  double beta_fast = 32.0, beta_slow = 1.0;  // YaRN's correction range
+  double ext_factor = -1.0;       // YaRN's extrapolation mix (< 0: 1 for YaRN, 0 otherwise)
+  std::vector<float> freq_factors;  // divides each pair's frequency (Llama 3.1); empty: none
+};
+
+// The shape of a model the engine runs: "llama" (RMSNorm, RoPE on adjacent
+// pairs, SwiGLU, grouped-query attention) or "gpt2" (LayerNorm with biases,
+// learned positions, biases on every product, GELU).
+struct ModelSpec {
+  std::string arch = "llama";
+  bool gelu_erf = false;  // gpt2: the exact GELU (Tessera's GPT) instead of the tanh form
+  int64_t vocab = 0, dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, hidden = 0;
+  int64_t context = 0;  // positions the model was trained for
+  float norm_eps = 1e-5f;
+  double rope_theta = 10000.0;
+  RopeScaling rope;
+};
+
+// cos and sin of each dimension pair's RoPE angle at `position`, interleaved
+// (head_dim floats), computed as ggml's rope cache does: float arithmetic,
+// the frequency stepped by repeated products, YaRN's ramp and magnitude.
+void rope_cos_sin(const ModelSpec& s, int64_t position, float* out);
+// The scaling a "llama" GGUF asks for (an error naming an unknown type).
+RopeScaling rope_scaling_from_gguf(const GgufFile& f, int64_t head_dim);
+
+// A buffer aligned to 2 MiB and advised onto huge pages where the kernel
+// grants them: memory read end to end every step (the repacked weights, the
+// KV cache), where 4 KiB pages cost a TLB miss each (measured: Q8_0 decode
+// of a 110M model about 7% faster on a Xeon). `populate` faults every page
+// in now: the kernel's first touch of a huge page may compact memory for
+// it, which stalled single engine steps by 100 ms and more when it came
+// during serving (AMD EPYC, THP defrag "madvise").
+class HugeBuffer {
+ public:
+  HugeBuffer() = default;
+  // An error naming `what` and the size when the memory is not there.
+  HugeBuffer(int64_t bytes, const char* what, bool populate = false);
+  uint8_t* data() const { return p_.get(); }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, Free> p_;
+};
+
+class Model {
+ public:
+  // One weight matrix [rows, cols] in its file type (F32, F16, BF16, Q8_0,
+  // Q4_0, Q4_K, Q6_K), read where the file maps it.
+  struct Matrix {
+    GgmlType type = GgmlType::F32;
+    int64_t rows = 0, cols = 0;
+    const void* data = nullptr;
+    // Q8_0/Q4_0/Q4_K/Q6_K repacked at load for the CPU's int8 products (VNNI, AMX),
+    // where it has them (backend/cpu/qgemm.h); null otherwise.
+    const uint8_t* packed = nullptr;
+    // Rows [r0, r0 + n) as a matrix of their own.
+    Matrix rows_at(int64_t r0, int64_t n) const;
+  };
+  struct Layer {
+    const float* attn_norm = nullptr;
+    Matrix q, k, v, o;
+    const float* ffn_norm = nullptr;
+    Matrix gate, up, down;  // gate: llama only
+    // gpt2: the norms' biases and the products' (null where the model has none).
+    const float *attn_norm_b = nullptr, *ffn_norm_b = nullptr;
+    const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr, *bup = nullptr, *bdown = nullptr;
+  };
+
+  // A "llama" or "gpt2" GGUF file; its weights stay in the mapping.
+  static std::shared_ptr<Model> load(const std::string& path);
+  static std::shared_ptr<Model> from_gguf(GgufFile file);
+  // Tessera's Llama or GPT, its weights converted to `type` (F32, F16, BF16, Q8_0, Q4_0).
+  static std::shared_ptr<Model> from_llama(const nn::zoo::Llama& model, GgmlType type = GgmlType::F32);
+  static std::shared_ptr<Model> from_gpt(const nn::zoo::GPT& model, GgmlType type = GgmlType::F32);
+
+  const ModelSpec& spec() const { return spec_; }
+  const GgufFile& file() const { return file_; }
+  const Matrix& embedding() const { return embedding_; }
+  const std::vector<Layer>& layers() const { return layers_; }
+  const float* output_norm() const { return output_norm_; }
+  const float* output_norm_bias() const { return output_norm_b_; }  // gpt2
+  const float* positions() const { return positions_; }             // gpt2: [context, dim]
+  const Matrix& output() const { return output_; }  // the embedding when tied
+  // The type most of the weights have (the layers' matrices).
+  GgmlType weight_type() const { return layers_.empty() ? embedding_.type : layers_[0].q.type; }
+  // Bytes of weights one decoded token reads: every layer's matrices and the output.
+  int64_t bytes_per_token_read() const;
+
+ private:
+  Model() = default;
+  GgufFile file_;
+  ModelSpec spec_;
+  Matrix embedding_, output_;
+  std::vector<Layer> layers_;
+  const float* output_norm_ = nullptr;
+  const float* output_norm_b_ = nullptr;
+  const float* positions_ = nullptr;
+  std::vector<std::vector<float>> norms_;  // norm weights converted to f32 (their buffers never move)
+  HugeBuffer packed_;  // the repacked matrices, in one buffer
+};
+
+}  // namespace tessera::llm
