@@ -268,10 +268,10 @@ cli::LanguageModel load_language_model(const std::string& path, const std::strin
   TS_CHECK(r.task == train::Task::LanguageModel && !r.text_level.empty(), verb, ": ", l.dir, " is not a language "
            "model trained on text (its data has no vocabulary to write text with)");
   const llm::GgmlType type = *llm::ggml_type_from_name(weights);
-  if (auto* gpt = dynamic_cast<nn::zoo::GPT*>(r.model.get())) lm.model = llm::Model::from_gpt(*gpt, type);
+  if (auto* gpt = dynamic_cast<nn::zoo::GPT*>(r.model.get())) lm.model = llm::model_from_gpt(*gpt, type);
   else if (auto* llama = dynamic_cast<nn::zoo::Llama*>(r.model.get())) {
     if (llm::has_lora(*llama)) llm::merge_lora(*llama);  // a LoRA run: its base with the adapter merged in
-    lm.model = llm::Model::from_llama(*llama, type);
+    lm.model = llm::model_from_llama(*llama, type);
   }
   else TS_ERROR(verb, ": ", l.dir, " holds a ", r.model_name, "; the engine runs llama and gpt models");
   lm.tokenizer = r.tokenizer ? *r.tokenizer

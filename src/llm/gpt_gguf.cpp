@@ -102,4 +102,11 @@ std::shared_ptr<nn::zoo::GPT> load_gpt_gguf(const GgufFile& f) {
   return model;
 }
 
+std::shared_ptr<Model> model_from_gpt(const nn::zoo::GPT& model, GgmlType type) {
+  GgufExportOptions o;
+  o.type = type;
+  const std::string image = gpt_to_gguf(model, o).bytes();
+  return Model::from_gguf(GgufFile::parse(image.data(), image.size(), "Tessera GPT"));
+}
+
 }  // namespace tessera::llm

@@ -146,4 +146,11 @@ std::shared_ptr<nn::zoo::Llama> load_llama_gguf(const GgufFile& f) {
   return model;
 }
 
+std::shared_ptr<Model> model_from_llama(const nn::zoo::Llama& model, GgmlType type) {
+  GgufExportOptions o;
+  o.type = type;
+  const std::string image = llama_to_gguf(model, o).bytes();
+  return Model::from_gguf(GgufFile::parse(image.data(), image.size(), "Tessera Llama"));
+}
+
 }  // namespace tessera::llm

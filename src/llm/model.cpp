@@ -11,9 +11,9 @@
 #include "tessera/core/error.h"
 #include "tessera/core/parallel.h"
 #include "tessera/llm/engine.h"
+// The hyperparameters are read, and every tensor checked, by the bridges' readers.
 #include "tessera/llm/gpt_gguf.h"
 #include "tessera/llm/llama_gguf.h"
-#include "tessera/nn/zoo/zoo.h"
 
 namespace tessera::llm {
 namespace {
@@ -35,20 +35,6 @@ std::shared_ptr<Model> Model::load(const std::string& path) {
   } catch (const Error& e) {
     rethrow_naming_file(path, e);
   }
-}
-
-std::shared_ptr<Model> Model::from_llama(const nn::zoo::Llama& model, GgmlType type) {
-  GgufExportOptions o;
-  o.type = type;
-  const std::string image = llama_to_gguf(model, o).bytes();
-  return from_gguf(GgufFile::parse(image.data(), image.size(), "Tessera Llama"));
-}
-
-std::shared_ptr<Model> Model::from_gpt(const nn::zoo::GPT& model, GgmlType type) {
-  GgufExportOptions o;
-  o.type = type;
-  const std::string image = gpt_to_gguf(model, o).bytes();
-  return from_gguf(GgufFile::parse(image.data(), image.size(), "Tessera GPT"));
 }
 
 RopeScaling rope_scaling_from_gguf(const GgufFile& f, int64_t head_dim) {

@@ -8,6 +8,7 @@
 
 #include "tessera/core/generator.h"
 #include "tessera/llm/engine.h"
+#include "tessera/llm/llama_gguf.h"
 #include "tessera/llm/tokenizer.h"
 #include "tessera/nn/zoo/zoo.h"
 
@@ -42,7 +43,7 @@ inline Fixture fixture(nn::zoo::Llama** keep = nullptr, int64_t layers = 1, int6
   delete m;
   m = new nn::zoo::Llama(c);
   if (keep) *keep = m;
-  return {llm::Model::from_llama(*m), std::move(tok)};
+  return {llm::model_from_llama(*m), std::move(tok)};
 }
 
 // The fixture's vocabulary with token `id` made the normal token `text`

@@ -140,7 +140,7 @@ llm::EngineOptions opts(int64_t batch = 128) {
 TEST(LlmEngine, MatchesTheLlamaModuleInF32) {
   for (int64_t kv_heads : {4, 2, 1}) {
     auto m = small_llama(11, kv_heads);
-    Engine e(llm::Model::from_llama(*m, GgmlType::F32), opts());
+    Engine e(llm::model_from_llama(*m, GgmlType::F32), opts());
     const std::vector<int32_t> ids = tokens(40, 5);
     const std::vector<float> got = run_chunked(e, ids, 40);
     Tensor t = tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 40});
@@ -181,7 +181,7 @@ TEST(LlmEngine, RunsTesserasGpt) {
     back->eval();
     EXPECT_CLOSE((*back)(t), want, 0, 0);
     for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
-      auto model = llm::Model::from_gpt(m, type);
+      auto model = llm::model_from_gpt(m, type);
       auto same_weights = llm::load_gpt_gguf(model->file());  // the module on the file's (quantized) weights
       same_weights->eval();
       want = (*same_weights)(t).contiguous();
@@ -192,7 +192,7 @@ TEST(LlmEngine, RunsTesserasGpt) {
       EXPECT_EQ(run_chunked(e, ids, 7), got);
       llm::EngineOptions longer = opts();
       longer.context = 65;
-      EXPECT_THROW_MSG(Engine(llm::Model::from_gpt(m), longer),
+      EXPECT_THROW_MSG(Engine(llm::model_from_gpt(m), longer),
                        "context 65 is longer than the 64 positions this gpt2 model has embeddings for");
       // Q8_0: the int8 activations (random weights scaled up: large activations).
       EXPECT_LT(relative_error(got, want), type == GgmlType::F32 ? 1e-3 : 4e-2) << "bias " << bias;
@@ -206,7 +206,7 @@ TEST(LlmEngine, HalfAndQuantizedWeightsMatchTheModuleOnTheSameWeights) {
   Tensor t = tensor(std::vector<int64_t>(ids.begin(), ids.end()), {1, 24});
   for (auto [type, tol] : {std::pair{GgmlType::F16, 1e-3}, std::pair{GgmlType::BF16, 1.5e-2},
                            std::pair{GgmlType::Q8_0, 3e-2}, std::pair{GgmlType::Q4_0, 3e-2}}) {
-    auto model = llm::Model::from_llama(*m, type);
+    auto model = llm::model_from_llama(*m, type);
     Engine e(model, opts());
     const std::vector<float> got = run_chunked(e, ids, 24);
     auto same_weights = llm::load_llama_gguf(model->file());
@@ -404,7 +404,7 @@ TEST(LlmEngine, LogitsAreBitIdenticalWhateverSharesTheStep) {
       SCOPED_TRACE(std::string(llm::ggml_type_name(type)) + " weights, " + llm::kv_type_name(kv) + " cache");
       llm::EngineOptions o = opts();
       o.k_type = o.v_type = kv;
-      Engine e(llm::Model::from_llama(*m, type), o);
+      Engine e(llm::model_from_llama(*m, type), o);
       const std::vector<int32_t> ids = tokens(70, 3);
       const std::vector<float> alone = run_chunked(e, ids, 70);
       for (int64_t chunk : {1, 7, 64}) EXPECT_EQ(run_chunked(e, ids, chunk), alone) << "chunks of " << chunk;
@@ -445,7 +445,7 @@ TEST(LlmEngine, LogitsAreBitIdenticalWhateverSharesTheStep) {
 TEST(LlmEngine, DecodeStepsAllocateNothing) {
   auto m = small_llama(14);
   for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0}) {
-    Engine e(llm::Model::from_llama(*m, type), opts());
+    Engine e(llm::model_from_llama(*m, type), opts());
     const int64_t seq = e.add_sequence();
     std::vector<int32_t> prompt = tokens(9, 1);
     Chunk c{seq, prompt, 1};
@@ -474,7 +474,7 @@ TEST(LlmEngine, CacheBlocksComeBackAndAFullCacheIsAnError) {
   o.kv_memory = 0;
   o.max_sequences = 2;
   o.context = 64;
-  Engine e(llm::Model::from_llama(*m), o);
+  Engine e(llm::model_from_llama(*m), o);
   EXPECT_EQ(e.kv_bytes_per_token(), 2 * 2 * (2 * 32) * 2);  // layers * (K, V) * kv_dim * f16
   EXPECT_EQ(e.total_blocks(), 2 * 64 / 16);
   const int64_t a = e.add_sequence(), b = e.add_sequence();
@@ -506,10 +506,10 @@ TEST(LlmEngine, CacheBlocksComeBackAndAFullCacheIsAnError) {
   EXPECT_EQ(e.free_blocks(), free);
   llm::EngineOptions small = opts();
   small.kv_memory = 1000;
-  EXPECT_THROW_MSG(Engine(llm::Model::from_llama(*m), small), "holds no cache block");
+  EXPECT_THROW_MSG(Engine(llm::model_from_llama(*m), small), "holds no cache block");
   llm::EngineOptions tiny = opts();
   tiny.kv_memory = 2 * 16 * 2 * 64 * 2 * 2;  // two blocks
-  Engine f(llm::Model::from_llama(*m), tiny);
+  Engine f(llm::model_from_llama(*m), tiny);
   const int64_t s = f.add_sequence();
   Chunk big{s, t, 0};
   EXPECT_THROW_MSG(f.step({&big, 1}), "the KV cache is full (3 blocks needed, 2 free of 2)");
@@ -527,7 +527,7 @@ TEST(LlmEngine, AContextShorterThanABlockGetsABlock) {
   o.max_sequences = 3;
   for (int64_t context : {1, 5, 17}) {
     o.context = context;
-    Engine e(llm::Model::from_llama(*m), o);
+    Engine e(llm::model_from_llama(*m), o);
     EXPECT_EQ(e.total_blocks(), 3 * ((context + 15) / 16)) << context;
     const int64_t s = e.add_sequence();
     std::vector<int32_t> t = tokens(context, 2);
@@ -546,7 +546,7 @@ TEST(LlmEngine, PrefixCacheSharesBlocksWithTheSameLogits) {
   o.max_sequences = 4;
   o.prefix_caching = true;
   o.kv_memory = 10 * 16 * 2 * 2 * 64 * 2;  // ten blocks
-  Engine e(llm::Model::from_llama(*m), o);
+  Engine e(llm::model_from_llama(*m), o);
   ASSERT_EQ(e.total_blocks(), 10);
   const std::vector<int32_t> t = tokens(40, 3);
   auto last_logits = [&](int64_t seq, int64_t from) {
@@ -626,7 +626,7 @@ TEST(LlmEngine, SaltsForcedToOneHashNeverShareBlocks) {
   o.prefix_caching = true;
   o.kv_memory = 10 * 16 * 2 * 2 * 64 * 2;  // ten blocks
   o.prefix_salt_hash = [](std::string_view) { return uint64_t{42}; };
-  Engine e(llm::Model::from_llama(*m), o);
+  Engine e(llm::model_from_llama(*m), o);
   const std::vector<int32_t> t = tokens(40, 3);
   auto run = [&](const std::string& salt, int64_t want_reused) {
     const int64_t s = e.add_sequence();
@@ -638,7 +638,7 @@ TEST(LlmEngine, SaltsForcedToOneHashNeverShareBlocks) {
     e.remove_sequence(s);
     return out;
   };
-  Engine solo(llm::Model::from_llama(*m), opts());
+  Engine solo(llm::model_from_llama(*m), opts());
   const int64_t s = solo.add_sequence();
   Chunk c{s, t, 1};
   const std::span<const float> sl = solo.step({&c, 1});

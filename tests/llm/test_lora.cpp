@@ -146,10 +146,10 @@ TEST(Lora, ServedAdapterEqualsMergedWeights) {
   std::filesystem::create_directories(dir);
   llm::save_lora_gguf(*m, dir + "/adapter.gguf");
   llm::save_lora_peft(*m, dir + "/peft");
-  const auto base = llm::Model::from_llama(*m);  // the pairs are not the model's weights
+  const auto base = llm::model_from_llama(*m);  // the pairs are not the model's weights
   llm::merge_lora(*m);
   EXPECT_FALSE(llm::has_lora(*m));
-  const auto merged = llm::Model::from_llama(*m);
+  const auto merged = llm::model_from_llama(*m);
   const std::vector<int32_t> prompt = {1, 5, 9, 14, 3, 7, 7, 20};
   llm::Engine me(merged, {.max_sequences = 1});
   const Greedy want = greedy(me, prompt, nullptr, 16);
@@ -190,7 +190,7 @@ TEST(Lora, MixedAdapterBatchesEqualSoloRuns) {
   llm::save_lora_gguf(*adapted(7), dir + "/a.gguf");
   nn::zoo::Llama* m = adapted(8);
   llm::save_lora_gguf(*m, dir + "/b.gguf");
-  const auto model = llm::Model::from_llama(*m);
+  const auto model = llm::model_from_llama(*m);
   const testing::Fixture f = testing::fixture(nullptr, 2, 64);  // the fixture's tokenizer
   const auto a = llm::LoraAdapter::load(dir + "/a.gguf", model->spec());
   const auto b = llm::LoraAdapter::load(dir + "/b.gguf", model->spec());
@@ -294,7 +294,7 @@ TEST(LoraCli, TrainWritesAnAdapterThatLowersTheLoss) {
 
 TEST(Lora, BadAdapterFilesSayWhy) {
   nn::zoo::Llama* m = adapted(9);
-  const auto model = llm::Model::from_llama(*m);
+  const auto model = llm::model_from_llama(*m);
   const std::string dir = testing::scratch_dir("lora_bad");
   std::filesystem::create_directories(dir);
   auto error = [&](const std::string& path) {

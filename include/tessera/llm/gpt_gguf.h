@@ -20,5 +20,7 @@ void save_gpt_gguf(const nn::zoo::GPT& model, const std::string& path, const Ggu
 nn::zoo::GPTConfig gpt_config_from_gguf(const GgufFile& f);
 // A model with the file's weights, dequantized to f32.
 std::shared_ptr<nn::zoo::GPT> load_gpt_gguf(const GgufFile& f);
+// The engine's model of Tessera's GPT, its weights converted to `type`.
+std::shared_ptr<Model> model_from_gpt(const nn::zoo::GPT& model, GgmlType type = GgmlType::F32);
 
 }  // namespace tessera::llm

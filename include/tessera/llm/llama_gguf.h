@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tessera/llm/gguf.h"
+#include "tessera/llm/model.h"
 #include "tessera/nn/zoo/zoo.h"
 
 namespace tessera::llm {
@@ -36,6 +37,9 @@ void save_llama_gguf(const nn::zoo::Llama& model, const std::string& path, const
 nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f, bool rope_scaling = false);
 // A model with the file's weights, dequantized to f32.
 std::shared_ptr<nn::zoo::Llama> load_llama_gguf(const GgufFile& f);
+// The engine's model of Tessera's Llama, its weights converted to `type`
+// (F32, F16, BF16, Q8_0, Q4_0) through a GGUF image in memory.
+std::shared_ptr<Model> model_from_llama(const nn::zoo::Llama& model, GgmlType type = GgmlType::F32);
 
 // Query/key weight rows [n_heads * head_dim, in]: Hugging Face's order to
 // GGUF's, and back.

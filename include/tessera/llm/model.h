@@ -12,11 +12,6 @@
 
 #include "tessera/llm/gguf.h"
 
-namespace tessera::nn::zoo {
-struct Llama;
-struct GPT;
-}
-
 namespace tessera::llm {
 
 // How positions become RoPE angles: llama.cpp's scaling options, read from
@@ -100,9 +95,7 @@ class Model {
   // A "llama" or "gpt2" GGUF file; its weights stay in the mapping.
   static std::shared_ptr<Model> load(const std::string& path);
   static std::shared_ptr<Model> from_gguf(GgufFile file);
-  // Tessera's Llama or GPT, its weights converted to `type` (F32, F16, BF16, Q8_0, Q4_0).
-  static std::shared_ptr<Model> from_llama(const nn::zoo::Llama& model, GgmlType type = GgmlType::F32);
-  static std::shared_ptr<Model> from_gpt(const nn::zoo::GPT& model, GgmlType type = GgmlType::F32);
+  // Tessera's own Llama or GPT: model_from_llama / model_from_gpt (llm/llama_gguf.h, llm/gpt_gguf.h).
 
   const ModelSpec& spec() const { return spec_; }
   const GgufFile& file() const { return file_; }
