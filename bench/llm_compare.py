@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import statistics
+import shutil
 import subprocess
 
 from common import CACHE, ROOT, NODE_LLAMA_CPP, cpu_flags, cpu_model, llama_cpp, log, run_json, sha256
@@ -90,8 +91,17 @@ def models(bench, bins, types, quick):
     return out
 
 
+def pinned(threads):
+    """A one-thread run's CPU, the same for both sides: the cores of a VM can
+    differ (on one Zen 5 VM every memory-bound loop ran ~35% slower on CPU 0
+    than on CPU 1), and the scheduler would give either side either one."""
+    if threads != 1 or not shutil.which("taskset"):
+        return []
+    return ["taskset", "-c", str(max(os.sched_getaffinity(0)))]
+
+
 def tessera_cmd(bench, m, measure, threads, tokens, seqs, repeat):
-    return [bench, "run", "--model", m["path"], "--threads", str(threads), "--measure", measure, "--tokens",
+    return pinned(threads) + [bench, "run", "--model", m["path"], "--threads", str(threads), "--measure", measure, "--tokens",
             str(tokens), "--seqs", str(seqs), "--ctx", "256" if measure == "batch" else "1024", "--repeat",
             str(repeat), "--spread", str(m["spread"])]
 
@@ -100,7 +110,7 @@ def llama_run(bins, m, measure, threads, tokens, seqs, repeat):
     """llama.cpp's tokens/s for one measure (the mean over its timed runs)."""
     if measure in ("prefill", "decode"):
         p, n = (tokens, 0) if measure == "prefill" else (0, tokens)
-        out = subprocess.run([os.path.join(bins, "llama-bench"), "-m", m["path"], "-t", str(threads), "-p", str(p),
+        out = subprocess.run(pinned(threads) + [os.path.join(bins, "llama-bench"), "-m", m["path"], "-t", str(threads), "-p", str(p),
                               "-n", str(n), "-r", str(repeat), "-o", "json"], check=True, capture_output=True,
                              text=True, timeout=1200).stdout
         r = json.loads(out)[0]
@@ -173,7 +183,8 @@ def run_tier(tier, bench, bins, info, ms, rounds, repeat):
     for rnd in range(rounds):
         for name, m in ms.items():
             for threads in (1, 2):
-                r = run_json([bench, "run", "--model", m["path"], "--threads", str(threads), "--measure", "bandwidth"],
+                r = run_json(pinned(threads) + [bench, "run", "--model", m["path"], "--threads", str(threads),
+                              "--measure", "bandwidth"],
                              env=env)
                 reads.setdefault((name, threads), []).append(r["gb_per_s"])
             for case in CASES:

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # The test suite under sanitizers, each in a build of its own:
-#   --asan  AddressSanitizer + UBSan, the whole suite (scripts/test.sh's last phase)
+#   --asan     AddressSanitizer + UBSan, the whole suite (about 30 minutes on 2 cores)
+#   --asan-ci  the same build, the tests of what reads outside input and what
+#              owns memory: file parsers and loaders, tokenizers and templates,
+#              the servers, the kernels (every op's golden tests, the LLM and
+#              quantized kernels), the allocator and core (scripts/test.sh's
+#              last phase; the training, autograd, compiler and CLI tests,
+#              which take most of the whole run's time, are left to --asan)
 #   --tsan  ThreadSanitizer, the threaded parts Tessera runs itself: the allocator,
 #           the data loader, shards, the batcher, the server and hot reload, the
 #           metrics endpoint, the LLM scheduler. OpenMP's thread pool (Debian's
@@ -13,15 +19,23 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 want=${1:-all}
 
-if [ "$want" = all ] || [ "$want" = --asan ]; then
+# --asan-ci's tests, by suite.
+parsers='Gguf|LlamaGguf|Safetensors|Npy|Config|OnnxImport|Serialize|Checkpoint|HostileModels|Inspect|Tokenizer|BpeTokenizer|PreTokenizer|ChatTemplate|Grammar|JsonSchema|ToolCalls|ServeProtocol|Lora|Datasets|Shards|DataLoader|Targets/FuzzCorpus'
+servers='ServeHttp|ServeService|ServeBatcher|ServeRepository|ServePrometheus|LlmService|LlmServiceCli|Metrics|Monitoring|Scheduler|Sampler|Generate'
+kernels='LlmKernels|LlmEngine|Perplexity|QuantKernels|QuantFormats|Int8Kernels|Int8Ops|Skinny|Tier|ConcurrentGemm|Golden[A-Za-z]*|OpTable|MaxPool'
+memory='Memory|MemoryLimit|MemoryStats|Tensor|DType|Random|Threads|Errors|Locale|CoreAlone'
+
+if [ "$want" = all ] || [ "$want" = --asan ] || [ "$want" = --asan-ci ]; then
   cmake -S . -B build-asan -G Ninja -DTESSERA_SANITIZE=address -DCMAKE_BUILD_TYPE=RelWithAsserts \
     -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCH=OFF >/dev/null
   cmake --build build-asan --target tessera_tests tessera_core_tests tessera_cli
   # oneDNN's JIT kernels and libgomp are not instrumented; leaks in them are not ours.
   # The fortunes model's three-minute training is left out: the training loop
   # runs under the sanitizers in the other training tests.
+  only=()
+  [ "$want" = --asan-ci ] && only=(-R "^($parsers|$servers|$kernels|$memory)\\.")
   ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j2 --timeout 3000 -E '^FortunesModel\.'
+    ctest --test-dir build-asan --output-on-failure -j2 --timeout 3000 -E '^FortunesModel\.' "${only[@]}"
 fi
 
 if [ "$want" = all ] || [ "$want" = --tsan ]; then

@@ -7,7 +7,9 @@
 #   4. tiers      the op, kernel, quantization and autocast tests again at every
 #                 lower CPU tier this machine can run (scripts/test_tiers.sh)
 #   5. install    the installed package: consumer, headers, symbols (scripts/check_install.sh)
-#   6. sanitizers the suite under AddressSanitizer + UBSan (scripts/sanitize.sh --asan)
+#   6. sanitizers under AddressSanitizer + UBSan, the tests of parsers, servers,
+#                 kernels and the allocator (scripts/sanitize.sh --asan-ci; the
+#                 whole suite: scripts/sanitize.sh --asan, by hand)
 # and prints each phase's time at the end.
 #   scripts/test.sh          all phases
 #   scripts/test.sh --quick  phases 1-5 (no sanitizer build)
@@ -46,5 +48,5 @@ run_phase tests ctest --test-dir "$build" --output-on-failure -j2 --timeout 900
 run_phase tiers scripts/test_tiers.sh "$build"
 run_phase install scripts/check_install.sh "$build"
 if [ "${1:-}" != "--quick" ]; then
-  run_phase sanitizers bash scripts/sanitize.sh --asan
+  run_phase sanitizers bash scripts/sanitize.sh --asan-ci
 fi

@@ -59,7 +59,11 @@ KernelTable build() {
   KernelTable t;
   switch (detect()) {
     case Isa::Base: isa_base::fill_kernel_table(t); t.isa = "base"; break;
-    case Isa::Avx2: isa_avx2::fill_kernel_table(t); t.isa = "avx2"; break;
+    case Isa::Avx2:
+      isa_avx2::fill_kernel_table(t);
+      isa_avx2::fill_qgemm_avx2_kernels(t);
+      t.isa = "avx2";
+      break;
     case Isa::Avx512: isa_avx512::fill_kernel_table(t); t.isa = "avx512"; break;
     case Isa::Avx512Bf16:
       isa_avx512::fill_kernel_table(t);

@@ -162,7 +162,7 @@ struct KernelTable {
   CsrRows csr_rows = nullptr;
   SkinnyRows skinny_rows[kNumDTypes] = {};  // f32, bf16, f16
   SkinnyRowsBf16 skinny_rows_bf16 = nullptr;  // only in the avx512_bf16 tier
-  QGemmRows qgemm_rows[kNumQFormats] = {};    // Q8_0, Q4_0, Q4_K, Q6_K: avx512_bf16 (VNNI) and avx512_amx tiers
+  QGemmRows qgemm_rows[kNumQFormats] = {};    // Q8_0, Q4_0, Q4_K, Q6_K: avx2, avx512_bf16 (VNNI) and avx512_amx tiers
   QPackAct qpack_act = nullptr;               // the same tiers
   // The LLM engine's row kernels (backend/cpu/llm.h).
   RmsNormRow rms_norm_row = nullptr;
@@ -176,7 +176,10 @@ const KernelTable& kernels();
 inline int idx(DType t) { return static_cast<int>(t); }
 
 namespace isa_base { void fill_kernel_table(KernelTable& t); }
-namespace isa_avx2 { void fill_kernel_table(KernelTable& t); }
+namespace isa_avx2 {
+void fill_kernel_table(KernelTable& t);
+void fill_qgemm_avx2_kernels(KernelTable& t);  // the avx2 tier's int8 products (vpmaddubsw)
+}
 namespace isa_avx512 {
 void fill_kernel_table(KernelTable& t);
 void fill_bf16_dot_kernels(KernelTable& t);    // the avx512_bf16 tier's additions:

@@ -1,6 +1,7 @@
 #pragma once
 // Q8_0, Q4_0, Q4_K and Q6_K weights repacked for the CPU's int8 products, and the matrix
-// product over them (kernels/qgemm.cpp): AVX512-VNNI's vpdpbusd (64 unsigned
+// product over them (kernels/qgemm.cpp): AVX2's vpmaddubsw and vpmaddwd
+// (Note [Packed int8 products on AVX2]), AVX512-VNNI's vpdpbusd (64 unsigned
 // x signed byte products summed 4 at a time into 16 int32 lanes) and, where
 // the CPU has them, AMX tiles (tdpbusd: a 16 x 64-byte unsigned tile times a
 // 16 x 64-byte signed tile into 16 x 16 int32).

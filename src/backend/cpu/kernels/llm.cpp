@@ -166,10 +166,62 @@ inline void prefetch_keys16(const KvLayer& L, int64_t b, int64_t s0, int64_t off
   for (int64_t d = 0; d < hd; ++d) prefetch_bytes(h + d * bt * 2, 32);
 }
 
-// 16 float lanes whatever the ISA (two or four registers below AVX-512),
-// passed by reference: a 64-byte vector by value changes the ABI there.
+// 16 float lanes whatever the ISA, passed by reference: a 64-byte vector by
+// value changes the ABI below AVX-512.
+#if defined(__AVX512F__)
 typedef float V16 __attribute__((vector_size(64)));
+inline V16 vmax(const V16& a, const V16& b) { return a > b ? a : b; }
+#else
+// Below AVX-512, two (AVX2) or four (SSE2) native vectors: GCC lowered a
+// 64-byte generic vector there through the stack, an op at a time, and the
+// AVX2 tier's attention took half of a 512-token prefill (110M model, Zen 5).
+// The same operations lane by lane, so the same bits.
+struct V16 {
+#if defined(__AVX2__)
+  static constexpr int kParts = 2;
+#else
+  static constexpr int kParts = 4;
+#endif
+  typedef float P __attribute__((vector_size(64 / kParts)));
+  P p[kParts] = {};
+  V16& operator+=(const V16& o) {
+    for (int i = 0; i < kParts; ++i) p[i] += o.p[i];
+    return *this;
+  }
+  V16& operator-=(float s) {
+    for (int i = 0; i < kParts; ++i) p[i] -= s;
+    return *this;
+  }
+  float operator[](int l) const { return p[l / (16 / kParts)][l % (16 / kParts)]; }
+};
+inline V16 operator*(float s, const V16& v) {
+  V16 r;
+  for (int i = 0; i < V16::kParts; ++i) r.p[i] = s * v.p[i];
+  return r;
+}
+inline V16 operator*(const V16& v, float s) {
+  V16 r;
+  for (int i = 0; i < V16::kParts; ++i) r.p[i] = v.p[i] * s;
+  return r;
+}
+inline V16 operator+(const V16& a, const V16& b) {
+  V16 r;
+  for (int i = 0; i < V16::kParts; ++i) r.p[i] = a.p[i] + b.p[i];
+  return r;
+}
+inline V16 vmax(const V16& a, const V16& b) {
+  V16 r;
+  for (int i = 0; i < V16::kParts; ++i) r.p[i] = a.p[i] > b.p[i] ? a.p[i] : b.p[i];
+  return r;
+}
+#endif
+#if defined(__AVX512F__)
 inline void load16(V16& v, const float* p) { std::memcpy(&v, p, sizeof v); }
+#else
+inline void load16(V16& v, const float* p) {
+  for (int i = 0; i < V16::kParts; ++i) std::memcpy(&v.p[i], p + i * (16 / V16::kParts), sizeof v.p[i]);
+}
+#endif
 inline float hsum16(const V16& v) {
   float a[16];
   std::memcpy(a, &v, sizeof a);
@@ -230,8 +282,10 @@ inline void scores16(const float* const* q, const T* kd, int64_t ks, int64_t hd,
     for (int r = 0; r < 4; ++r) acc[j][r] = V16{};
   int64_t d = 0;
   for (; d + 4 <= hd; d += 4)
+#pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
       load16(k, kd + (d + r) * ks);
+#pragma GCC unroll 4
       for (int j = 0; j < Q; ++j) acc[j][r] += q[j][d + r] * k;
     }
   for (; d < hd; ++d) {
@@ -260,8 +314,11 @@ inline void weigh_pass(float* const* acc, const float* const* w, int64_t n, cons
   for (int j = 0; j < Q; ++j)
     for (int u = 0; u < U; ++u) load16(o[j][u], acc[j] + d + 16 * u);
   for (int64_t i = 0; i < n; ++i) {
+#pragma GCC unroll 4
     for (int u = 0; u < U; ++u) load16(v[u], vb + i * hd + d + 16 * u);
+#pragma GCC unroll 4
     for (int j = 0; j < Q; ++j)
+#pragma GCC unroll 4
       for (int u = 0; u < U; ++u) o[j][u] += w[j][i] * v[u];
   }
   for (int j = 0; j < Q; ++j) std::memcpy(acc[j] + d, o[j], sizeof o[j]);
@@ -336,7 +393,7 @@ void paged_attention_set(const PagedAttention& a, const AttnQuery* qs, int nq, c
     int64_t p0 = 0;
     for (; p0 + 16 <= n; p0 += 16) {
       load16(s, sc + p0);
-      lanes_mx = s > lanes_mx ? s : lanes_mx;
+      lanes_mx = vmax(s, lanes_mx);
     }
     float mx = -INFINITY;
     for (int l = 0; l < 16; ++l) mx = lanes_mx[l] > mx ? lanes_mx[l] : mx;

@@ -1,6 +1,8 @@
 // The int8 products over repacked Q8_0/Q4_0/Q4_K/Q6_K weights (backend/cpu/qgemm.h,
-// Note [Packed int8 products]): AVX512-VNNI in the avx512_bf16 tier (every
-// CPU with AVX512-BF16 has VNNI), AMX tiles added in the avx512_amx tier.
+// Note [Packed int8 products]): AVX2's byte products in the avx2 tier (Note
+// [Packed int8 products on AVX2], at the end), AVX512-VNNI in the
+// avx512_bf16 tier (every CPU with AVX512-BF16 has VNNI), AMX tiles added in
+// the avx512_amx tier.
 // VNNI goes 16 weight rows at a time, a row in each int32 lane (the
 // activation's 4 bytes broadcast), up to 12 tokens per pass so that each
 // weight block is unpacked once for them (12, not 8: a speculative step of
@@ -376,6 +378,252 @@ void fill_qgemm_amx_kernels(KernelTable& t) {
   t.qgemm_rows[static_cast<int>(QFormat::Q4_0)] = qgemm_rows_amx<QFormat::Q4_0>;
   t.qgemm_rows[static_cast<int>(QFormat::Q4_K)] = qgemm_rows_amx<QFormat::Q4_K>;
   t.qgemm_rows[static_cast<int>(QFormat::Q6_K)] = qgemm_rows_amx<QFormat::Q6_K>;
+}
+#elif defined(__AVX2__)
+// Note [Packed int8 products on AVX2]
+// Without VNNI a block's 4-byte dot products are vpmaddubsw (unsigned x
+// signed bytes, adjacent pairs summed to int16, saturating) then vpmaddwd
+// with ones (int16 pairs to int32). The activations' codes + 128 go in as
+// the unsigned operand for the 4-bit and 6-bit codes (|w| <= 32: a pair is
+// at most 2 * 255 * 32, no saturation) and 128 times the codes' sum comes
+// back out as in the VNNI kernel; Q8_0's codes would saturate that, so for
+// it the signs move to the activations (|w| times x * sign(w), at most
+// 2 * 128 * 127 per pair) and the sum is the signed product itself. Both are
+// the same integers as the Note's s minus its offset, so the results are
+// qgemm_ref's bits. AVX2 has 8 lanes: a 16-row group is done as two halves
+// of 8 rows (the second reads the group's bytes from cache), up to
+// kAvx2Tokens tokens a pass.
+namespace {
+
+constexpr int kAvx2Tokens = 4;
+constexpr int64_t kPrefetchBytes = 4096;
+
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline __m128i load64(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
+
+inline __m256i q6_high(__m256i h, int c) {
+  const __m256i v = c == 0   ? _mm256_slli_epi16(h, 4)
+                    : c == 1 ? _mm256_slli_epi16(h, 2)
+                    : c == 2 ? h
+                             : _mm256_srli_epi16(h, 2);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x30));
+}
+
+// Half `half` (rows 8 half ..) of a block's 8 chunks of signed codes: the
+// 64-byte chunks of qgemm.h, 32 bytes of each.
+template <QFormat F>
+inline void load_codes(const uint8_t* o, int half, __m256i wc[8]) {
+  o += 32 * half;
+  if constexpr (F == QFormat::Q8_0) {
+    for (int c = 0; c < 8; ++c) wc[c] = load256(o + 64 * c);
+  } else if constexpr (F == QFormat::Q6_K) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bias = _mm256_set1_epi8(32);
+    const __m256i h0 = load256(o + 256), h1 = load256(o + 320);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = load256(o + 64 * c);
+      const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+      wc[c] = _mm256_sub_epi8(_mm256_or_si256(lo, q6_high(h0, c)), bias);
+      wc[c + 4] = _mm256_sub_epi8(_mm256_or_si256(hi, q6_high(h1, c)), bias);
+    }
+  } else {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bias = _mm256_set1_epi8(F == QFormat::Q4_0 ? 8 : 0);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = load256(o + 64 * c);
+      wc[c] = _mm256_sub_epi8(_mm256_and_si256(v, low4), bias);
+      wc[c + 4] = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), bias);
+    }
+  }
+}
+
+// acc plus each row's 4-byte product of chunk w with the activation bytes
+// xb (codes + 128, the same 4 in every lane).
+template <QFormat F>
+inline __m256i dot4(__m256i acc, __m256i xb, __m256i w) {
+  __m256i p;
+  if constexpr (F == QFormat::Q8_0) {
+    const __m256i x = _mm256_xor_si256(xb, _mm256_set1_epi8(static_cast<char>(0x80)));
+    p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+  } else {
+    p = _mm256_maddubs_epi16(xb, w);
+  }
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+// What the +128 adds to each row's block sum (Q4_0, Q4_K): 128 times its codes' sum.
+inline __m256i code_offsets(const __m256i wc[8]) {
+  __m256i sum = _mm256_setzero_si256();
+  for (int c = 0; c < 8; ++c)
+    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), wc[c]), _mm256_set1_epi16(1)));
+  return _mm256_slli_epi32(sum, 7);
+}
+
+inline float act_scale(const uint8_t* row, int64_t cols, int64_t b) {
+  float dx;
+  std::memcpy(&dx, row + cols + 4 * b, 4);
+  return dx;
+}
+inline float act_sum(const uint8_t* row, int64_t cols, int64_t b) {
+  int32_t sx;
+  std::memcpy(&sx, row + cols + cols / kQBlock * 4 + 4 * b, 4);
+  return static_cast<float>(sx);
+}
+
+// One block's factors for 8 rows, and the Note's formula with them, in the
+// VNNI kernel's order of operations.
+template <QFormat F>
+struct Factors {
+  __m256i off = _mm256_setzero_si256();  // subtracted from the sums (Q6_K: from its header)
+  __m256i sc_lo, sc_hi;                  // Q6_K
+  __m256 d, sc, dmin, m;
+
+  Factors(const uint8_t* o, int64_t b, int half, const __m256i wc[8]) {
+    const uint8_t* head = o + packed_header_offset(F, b);
+    if constexpr (F == QFormat::Q6_K) {
+      const int64_t jb = b % (kQKBlock / kQBlock);
+      d = _mm256_cvtph_ps(load128(head + 16 * half));
+      const uint8_t* scales = head + kQ6ScaleAt + 2 * jb * kPackRows + 8 * half;
+      sc_lo = _mm256_cvtepi8_epi32(load64(scales));
+      sc_hi = _mm256_cvtepi8_epi32(load64(scales + kPackRows));
+      off = load256(head + kQ6OffsetAt + jb * kPackRows * 4 + 32 * half);
+      return;
+    }
+    if constexpr (F != QFormat::Q8_0) off = code_offsets(wc);
+    const uint8_t* fac = o + packed_block_offset(F, b) + packed_block_code_bytes(F);
+    if constexpr (F == QFormat::Q4_K) {
+      d = _mm256_cvtph_ps(load128(head + 16 * half));
+      dmin = _mm256_cvtph_ps(load128(head + 32 + 16 * half));
+      sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load64(fac + 8 * half)));
+      m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load64(fac + 16 + 8 * half)));
+    } else {
+      d = _mm256_cvtph_ps(load128(fac + 16 * half));
+    }
+  }
+
+  __m256 add(__m256i lo, __m256i hi, const uint8_t* row, int64_t cols, int64_t b, __m256 acc) const {
+    const __m256 dx = _mm256_set1_ps(act_scale(row, cols, b));
+    if constexpr (F == QFormat::Q6_K) {
+      const __m256i s =
+          _mm256_sub_epi32(_mm256_add_epi32(_mm256_mullo_epi32(sc_lo, lo), _mm256_mullo_epi32(sc_hi, hi)), off);
+      return _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(s), acc);
+    }
+    const __m256 t = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_add_epi32(lo, hi), off));
+    if constexpr (F == QFormat::Q4_K) {
+      acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_mul_ps(sc, t), acc);
+      return _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_mul_ps(m, _mm256_set1_ps(act_sum(row, cols, b))), acc);
+    }
+    return _mm256_fmadd_ps(_mm256_mul_ps(d, dx), t, acc);
+  }
+};
+
+// Rows 16 g + 8 half .. (the first `keep` of them written) against tokens [i0, i0 + T).
+template <QFormat F, int T>
+void avx2_tile(const PackedQMatrix& w, int64_t g, int half, const uint8_t* act, int64_t i0, float* y, int64_t ldy,
+               int keep) {
+  const int64_t nb = w.cols / kQBlock, ab = packed_act_bytes(w.cols);
+  const uint8_t* o = w.data + g * packed_group_bytes(F, w.cols);
+  const uint8_t* a = act + i0 * ab;
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = o + packed_block_offset(F, b);
+    if (half == 0 && i0 == 0)
+      for (int64_t l = 0; l < packed_group_block_bytes(F); l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBytes + l), _MM_HINT_T0);
+    __m256i wc[8];
+    load_codes<F>(blk, half, wc);
+    const Factors<F> fac(o, b, half, wc);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* x = a + t * ab + b * kQBlock;
+      __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();  // values 0..15, 16..31
+      for (int c = 0; c < 4; ++c) {
+        lo = dot4<F>(lo, _mm256_set1_epi32(static_cast<int>(load_u32(x + 4 * c))), wc[c]);
+        hi = dot4<F>(hi, _mm256_set1_epi32(static_cast<int>(load_u32(x + 16 + 4 * c))), wc[c + 4]);
+      }
+      acc[t] = fac.add(lo, hi, a + t * ab, w.cols, b, acc[t]);
+    }
+  }
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(keep), lanes);
+  for (int t = 0; t < T; ++t) _mm256_maskstore_ps(y + (i0 + t) * ldy + g * kPackRows + 8 * half, mask, acc[t]);
+}
+
+using Avx2Tile = void (*)(const PackedQMatrix&, int64_t, int, const uint8_t*, int64_t, float*, int64_t, int);
+template <QFormat F, int... Ts>
+constexpr std::array<Avx2Tile, sizeof...(Ts)> avx2_tiles(std::integer_sequence<int, Ts...>) {
+  return {avx2_tile<F, Ts + 1>...};
+}
+
+// Weight rows [r0, r1) (r0 a multiple of 16) against tokens [0, m).
+template <QFormat F>
+void qgemm_rows_avx2(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, int64_t ldy, int64_t r0,
+                     int64_t r1) {
+  static constexpr auto kTiles = avx2_tiles<F>(std::make_integer_sequence<int, kAvx2Tokens>{});
+  for (int64_t g = r0 / kPackRows; g * kPackRows < r1; ++g) {
+    const int64_t n = std::min<int64_t>(kPackRows, r1 - g * kPackRows);
+    for (int half = 0; half < 2 && 8 * half < n; ++half)
+      for (int64_t i = 0; i < m; i += kAvx2Tokens)
+        kTiles[std::min<int64_t>(kAvx2Tokens, m - i) - 1](w, g, half, act, i, y, ldy,
+                                                          static_cast<int>(std::min<int64_t>(8, n - 8 * half)));
+  }
+}
+
+inline float hmax(__m256 v) {
+  const __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 b = _mm_max_ps(a, _mm_movehl_ps(a, a));
+  return _mm_cvtss_f32(_mm_max_ss(b, _mm_shuffle_ps(b, b, 1)));
+}
+
+inline int32_t hsum(__m256i v) {
+  const __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i b = _mm_add_epi32(a, _mm_unpackhi_epi64(a, a));
+  return _mm_cvtsi128_si32(_mm_add_epi32(b, _mm_shuffle_epi32(b, 1)));
+}
+
+// qpack_act_ref's bits, 32 values a step (as the AVX-512 version).
+void qpack_act(const float* x, int64_t cols, uint8_t* out) {
+  const int64_t nb = cols / kQBlock;
+  const __m256 huge = _mm256_set1_ps(3.4e38f), sign = _mm256_set1_ps(-0.f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256 v[4], a[4];
+    bool finite = true;
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(x + b * kQBlock + 8 * j);
+      a[j] = _mm256_andnot_ps(sign, v[j]);
+      finite = finite && _mm256_movemask_ps(_mm256_cmp_ps(a[j], huge, _CMP_LE_OQ)) == 0xFF;  // false for NaN
+    }
+    const float amax = finite ? hmax(_mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]))) : 0.f;
+    const float d = finite ? amax / 127.f : NAN;
+    const float id = finite && d != 0.f ? 1.f / d : 0.f;
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j)
+      q[j] = finite ? _mm256_cvtps_epi32(_mm256_mul_ps(v[j], _mm256_set1_ps(id))) : _mm256_setzero_si256();
+    // Codes in [-127, 127]: the packs never saturate; the permute undoes their lane interleave.
+    const __m256i bytes = _mm256_permutevar8x32_epi32(
+        _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + b * kQBlock),
+                        _mm256_xor_si256(bytes, _mm256_set1_epi8(static_cast<char>(0x80))));
+    const int32_t sum = hsum(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+    std::memcpy(out + cols + b * 4, &d, 4);
+    std::memcpy(out + cols + nb * 4 + b * 4, &sum, 4);
+  }
+}
+
+}  // namespace
+
+void fill_qgemm_avx2_kernels(KernelTable& t) {
+  t.qpack_act = qpack_act;
+  t.qgemm_rows[static_cast<int>(QFormat::Q8_0)] = qgemm_rows_avx2<QFormat::Q8_0>;
+  t.qgemm_rows[static_cast<int>(QFormat::Q4_0)] = qgemm_rows_avx2<QFormat::Q4_0>;
+  t.qgemm_rows[static_cast<int>(QFormat::Q4_K)] = qgemm_rows_avx2<QFormat::Q4_K>;
+  t.qgemm_rows[static_cast<int>(QFormat::Q6_K)] = qgemm_rows_avx2<QFormat::Q6_K>;
 }
 #endif
 
