@@ -1654,7 +1654,7 @@ def render_page(data, out_md):
         v = h.get("versions", {})
         L += [f"> **Measured on** {h['cpu']} ({h['cpu_id']}{', ' + h['uarch'] if h.get('uarch') else ''}), best ISA "
               f"**{h['isa']}** (flags: {h['isa_flags']}), {h['logical_cpus']} logical CPUs, kernel {h['kernel']}; "
-              f"Tessera at commit `{h['commit']}`{dirty}, Release; {h['date']}. PyTorch {v.get('torch')}"
+              f"Tessera at commit `{h['commit']}`{dirty}, {h.get('build_type', 'Release')}; {h['date']}. PyTorch {v.get('torch')}"
               f"{', ONNX Runtime ' + v['onnxruntime'] if v.get('onnxruntime') and name in ('onnx', 'ptq') else ''}"
               f", oneDNN {v.get('onednn')}, {v.get('compiler')}. Section wall time {data[name]['wall_s']:.0f} s; "
               + (f"load average at start {h['load_at_start']:.2f}" if h.get("load_at_start") is not None
@@ -1708,6 +1708,20 @@ class Ctx:
         return os.path.join(self.work, name + ".log")
 
 
+def build_type_of(command):
+    """The CMake build type of the folder a hand-run command names with --build-dir (default build-bench/)."""
+    parts = command.split()
+    folder = parts[parts.index("--build-dir") + 1] if "--build-dir" in parts[:-1] else "build-bench"
+    try:
+        with open(os.path.join(ROOT, folder, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("CMAKE_BUILD_TYPE:"):
+                    return line.split("=", 1)[1].strip() or "Release"
+    except OSError:
+        pass
+    return "Release"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--section", action="append", choices=SECTION_NAMES,
@@ -1744,7 +1758,8 @@ def main():
         with open(path) as f:
             result = json.load(f)
         header = dict(cpu_header(), **code_state(), versions=versions(), load_at_start=None,
-                      date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(os.path.getmtime(path))), quick=False)
+                      date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(os.path.getmtime(path))), quick=False,
+                      build_type=build_type_of(args.from_command))
         doc = {"section": name, "header": header, "wall_s": args.from_wall, "command": args.from_command or "by hand",
                "settings": args.from_command, "data": repo_relative(result)}
         with open(os.path.join(json_dir, name + ".json"), "w") as f:
