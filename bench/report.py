@@ -1406,7 +1406,21 @@ second build with AVX-512 off for the AVX2 tier) on the same GGUF files: random-
 a 110M model (width 768, 12 layers, 12 heads, feed-forward 2048, llama.cpp's 32,000-piece SentencePiece
 vocabulary) written by Tessera in F16, Q8_0, Q4_0 and Q4_K (`tessera quantize-gguf`: the output matrix in Q6_K),
 and the same F16 weights quantized by llama.cpp's llama-quantize to Q8_0, Q4_0 and Q4_K_M; and the fortunes
-models where the cache has them. Greedy choice on both sides."""),
+models where the cache has them. Greedy choice on both sides. A one-thread run of either side is pinned to the same
+CPU (`taskset`): on a VM the two vCPUs can differ by a third in memory-bound loops.
+
+Where targets are missed, as profiled (`perf`, Zen 5) at the commit named below: **F16 decode at 1 thread** is the
+skinny kernel (`backend/cpu/kernels/skinny.cpp`) reading 4 weight rows at a time with a software prefetch of the
+next 4; 90% of its samples are on the `vcvtph2ps` loads, it reads 22-25 GB/s where llama.cpp's one-row-at-a-time
+dot reads 27-29 and a streaming read 34-39 (the accumulator spills that held it at 18 GB/s are gone). **F16
+prefill and 16-sequence F16 decode** run on the same kernel in tiles of 4 activation rows, which re-read each weight
+row from L2 once per tile; llama.cpp runs a blocked F16 GEMM there; a blocked kernel over widened weight tiles is
+what is missing. **Q4_K and Q4_K_M decode at 1 thread on the AVX2 tier** are bound by arithmetic, not memory: without
+VNNI each 4-byte product is `vpmaddubsw` + `vpmaddwd` + an add, 8 rows a pass, and the codes are unpacked once per
+8-row half (Q4_K_M's Q6_K matrices most of all). **Decode at >= 85% of a streaming read** is met only where the
+table says so (native Q8_0 and Q4_0 at 1 thread in this run): F16 for the reason above; at 2 threads the two vCPUs
+together stream up to twice what one does, and the products, split evenly between threads, wait on the slower
+vCPU; on the AVX2 tier the quantized loops are bound by the arithmetic above."""),
     ("llm_serve", "LLM serving: `tessera serve-llm` against llama-server", sec_llm_serve, render_llm_serve, """\
 `bench/llm_serve_bench.py`: `tessera serve-llm` (2 compute threads, up to 16 running requests, 512 tokens a step,
 prefix caching on) and llama.cpp's llama-server (the native build above, 2 threads, continuous batching, its
