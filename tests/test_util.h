@@ -36,6 +36,13 @@ inline std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// `stmt` throws a tessera::Error whose message holds `want`.
+#define EXPECT_THROW_MSG(stmt, want)                                                           \
+  do {                                                                                         \
+    const std::string e_ = ::tessera::testing::error_of([&] { stmt; });                        \
+    EXPECT_NE(e_.find(want), std::string::npos) << "wanted '" << want << "', got: " << e_;     \
+  } while (0)
+
 // Runs the tessera CLI with `args`; returns its exit status, and its stdout and
 // stderr in *out.
 int cli(const std::string& args, std::string* out);

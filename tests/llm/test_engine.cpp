@@ -50,12 +50,6 @@ void operator delete[](void* p, size_t) noexcept { std::free(p); }
 namespace tessera {
 namespace {
 
-#define EXPECT_THROW_MSG(stmt, want)                                              \
-  do {                                                                            \
-    const std::string e_ = testing::error_of([&] { stmt; });                      \
-    EXPECT_NE(e_.find(want), std::string::npos) << "wanted '" << want << "', got: " << e_; \
-  } while (0)
-
 using llm::Chunk;
 using llm::Engine;
 using llm::GgmlType;

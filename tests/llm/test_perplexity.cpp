@@ -18,12 +18,6 @@
 namespace tessera {
 namespace {
 
-#define EXPECT_THROW_MSG(stmt, want)                                                       \
-  do {                                                                                     \
-    const std::string e_ = testing::error_of([&] { stmt; });                               \
-    EXPECT_NE(e_.find(want), std::string::npos) << "wanted '" << want << "', got: " << e_; \
-  } while (0)
-
 // Tokens spread over the fixture's vocabulary (BOS is 1).
 std::vector<int32_t> text_tokens(int64_t n) {
   std::vector<int32_t> t(static_cast<size_t>(n));
