@@ -215,39 +215,43 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
     m->positions_ = norm("position_embd.weight");
   }
   m->output_ = f.find_tensor("output.weight") ? matrix("output.weight") : m->embedding_;
-  // Q8_0/Q4_0/Q4_K/Q6_K repacked once for the int8 products (VNNI, AMX), where
-  // the CPU has them, into one buffer in the order a step reads them: a
-  // decoded token streams the weights from start to end, and each matrix's
-  // read-ahead runs on into the next one's first bytes.
+  m->repack();
+  return m;
+}
+
+// Q8_0/Q4_0/Q4_K/Q6_K repacked once for the int8 products (AVX2, VNNI, AMX),
+// where the kernel tier has them, into one buffer in the order a step reads
+// them: a decoded token streams the weights from start to end, and each
+// matrix's read-ahead runs on into the next one's first bytes.
+void Model::repack() {
   const cpu::KernelTable& kt = cpu::kernels();
   std::vector<Matrix*> order;  // the matrices with a packed form, in step order
   auto take = [&](Matrix* mx) {
     const std::optional<cpu::QFormat> f = mx->data ? detail::qformat_of(mx->type) : std::nullopt;
     if (f && kt.qgemm_rows[static_cast<int>(*f)]) order.push_back(mx);
   };
-  for (Layer& L : m->layers_)
+  for (Layer& L : layers_)
     for (Matrix* mx : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) take(mx);
-  take(&m->output_);
+  take(&output_);
   std::vector<int64_t> at;  // each one's offset, a multiple of 64
   int64_t total = 0;
   for (const Matrix* mx : order) {
     at.push_back(total);
     total += (cpu::packed_matrix_bytes(*detail::qformat_of(mx->type), mx->rows, mx->cols) + 63) / 64 * 64;
   }
-  if (total > 0) m->packed_ = HugeBuffer(total, "the repacked weights");
+  if (total > 0) packed_ = HugeBuffer(total, "the repacked weights");
   for (size_t i = 0; i < order.size(); ++i) {
     Matrix& mx = *order[i];
     const cpu::QuantMatrix q = detail::quant_view(mx);
-    uint8_t* out = m->packed_.data() + at[i];
+    uint8_t* out = packed_.data() + at[i];
     parallel_for(0, (mx.rows + cpu::kPackRows - 1) / cpu::kPackRows, 16,
                  [&](int64_t t0, int64_t t1) { cpu::qpack_weights(q, t0, t1, out); });
     mx.packed = out;
     // The products read the packed copy only, so the file's pages of the
     // matrix need not stay resident beside it (the tied embedding's lookups
     // map back just the rows they read).
-    m->file_.release(static_cast<const char*>(mx.data), static_cast<size_t>(ggml_row_bytes(mx.type, mx.cols) * mx.rows));
+    file_.release(static_cast<const char*>(mx.data), static_cast<size_t>(ggml_row_bytes(mx.type, mx.cols) * mx.rows));
   }
-  return m;
 }
 
 HugeBuffer::HugeBuffer(int64_t bytes, const char* what, bool populate) {

@@ -76,8 +76,8 @@ class Model {
     GgmlType type = GgmlType::F32;
     int64_t rows = 0, cols = 0;
     const void* data = nullptr;
-    // Q8_0/Q4_0/Q4_K/Q6_K repacked at load for the CPU's int8 products (VNNI, AMX),
-    // where it has them (backend/cpu/qgemm.h); null otherwise.
+    // Q8_0/Q4_0/Q4_K/Q6_K repacked at load for the int8 products (AVX2, VNNI, AMX),
+    // where the kernel tier has them (backend/cpu/qgemm.h); null otherwise.
     const uint8_t* packed = nullptr;
     // Rows [r0, r0 + n) as a matrix of their own.
     Matrix rows_at(int64_t r0, int64_t n) const;
@@ -112,6 +112,7 @@ class Model {
 
  private:
   Model() = default;
+  void repack();  // the packed forms of the quantized matrices (Matrix::packed)
   GgufFile file_;
   ModelSpec spec_;
   Matrix embedding_, output_;

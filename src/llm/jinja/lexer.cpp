@@ -72,172 +72,178 @@ std::string preprocess(std::string src) {
 
 bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
-}  // namespace
+// The lexer's state: the preprocessed source, where it is, and the tokens so
+// far (the whitespace controls strip text already emitted).
+class Lexer {
+ public:
+  Lexer(const std::string& source, const std::string& what) : src_(preprocess(source)), what_(what) {}
 
-std::vector<Token> lex(const std::string& source, const std::string& what) {
-  const std::string src = preprocess(source);
-  std::vector<Token> out;
-  int line = 1;
-  size_t pos = 0;
-  auto fail = [&](const std::string& msg) { TS_ERROR(what, ": line ", line, ": ", msg); };
-  auto advance = [&](size_t to) {
-    for (; pos < to && pos < src.size(); ++pos) line += src[pos] == '\n';
-  };
-  auto strip_last_text = [&] {
-    if (!out.empty() && out.back().type == Tok::Text) {
-      out.back().text = trim(out.back().text, false, true);
-      if (out.back().text.empty()) out.pop_back();
+  std::vector<Token> run() {
+    while (pos_ < src_.size()) {
+      if (text() || comment() || open_stripping()) continue;
+      skip_space();
+      if (pos_ >= src_.size()) break;
+      if (!(delimiter() || string_literal() || number() || name() || punct()))
+        fail(std::string("unexpected character '") + src_[pos_] + "'");
     }
-  };
-  auto skip_space = [&] {
-    while (pos < src.size()) {
-      const size_t n = std::min<size_t>(src.size() - pos, 3);
-      const std::vector<uint32_t> c = utf8_code_points(std::string_view(src).substr(pos, n));
+    return std::move(out_);
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& msg) const { TS_ERROR(what_, ": line ", line_, ": ", msg); }
+  void advance(size_t to) {
+    for (; pos_ < to && pos_ < src_.size(); ++pos_) line_ += src_[pos_] == '\n';
+  }
+  void emit(Tok t, std::string text, size_t to) {
+    out_.push_back({t, std::move(text), line_});
+    advance(to);
+  }
+  void strip_last_text() {
+    if (!out_.empty() && out_.back().type == Tok::Text) {
+      out_.back().text = trim(out_.back().text, false, true);
+      if (out_.back().text.empty()) out_.pop_back();
+    }
+  }
+  void skip_space() {
+    while (pos_ < src_.size()) {
+      const size_t n = std::min<size_t>(src_.size() - pos_, 3);
+      const std::vector<uint32_t> c = utf8_code_points(std::string_view(src_).substr(pos_, n));
       if (c.empty() || !js_space(c[0])) break;
       std::string one;
       append_utf8(c[0], one);
-      advance(pos + one.size());
+      advance(pos_ + one.size());
     }
-  };
-  static const char* const puncts[] = {"<=", ">=", "==", "!=", "**", "//", "(", ")", "{", "}", "[", "]", ",", ".",
-                                       ":", "|", "<", ">", "+", "-", "~", "*", "/", "%", "="};
-  while (pos < src.size()) {
-    const Tok last = out.empty() ? Tok::CloseStmt : out.back().type;
-    if (out.empty() || last == Tok::CloseStmt || last == Tok::CloseExpr || last == Tok::Comment) {
-      size_t end = pos;
-      for (;; ++end) {
-        end = src.find('{', end);
-        if (end == std::string::npos) {
-          end = src.size();
-          break;
-        }
-        if (end + 1 < src.size() && (src[end + 1] == '%' || src[end + 1] == '{' || src[end + 1] == '#')) break;
-      }
-      if (end > pos) {
-        out.push_back({Tok::Text, src.substr(pos, end - pos), line});
-        advance(end);
-        continue;
-      }
-    }
-    if (src.compare(pos, 2, "{#") == 0) {
-      advance(pos + 2);
-      const bool strip_before = pos < src.size() && src[pos] == '-';
-      if (strip_before) advance(pos + 1);
-      const size_t end = src.find("#}", pos);
-      if (end == std::string::npos) fail("a comment {# is never closed with #}");
-      std::string comment = src.substr(pos, end - pos);
-      const bool strip_after = !comment.empty() && comment.back() == '-';
-      if (strip_before) strip_last_text();
-      out.push_back({Tok::Comment, comment, line});
-      advance(end + 2);
-      if (strip_after) skip_space();
-      continue;
-    }
-    if (src.compare(pos, 2, "{%") == 0 || src.compare(pos, 2, "{{") == 0) {
-      const bool stmt = src[pos + 1] == '%';
-      if (pos + 2 < src.size() && src[pos + 2] == '-') {
-        strip_last_text();
-        out.push_back({stmt ? Tok::OpenStmt : Tok::OpenExpr, "", line});
-        advance(pos + 3);
-        continue;
-      }
-    }
-    skip_space();
-    if (pos >= src.size()) break;
-    if (src[pos] == '-' && pos + 2 < src.size() && src[pos + 2] == '}' && (src[pos + 1] == '%' || src[pos + 1] == '}')) {
-      out.push_back({src[pos + 1] == '%' ? Tok::CloseStmt : Tok::CloseExpr, "", line});
-      advance(pos + 3);
-      skip_space();
-      continue;
-    }
-    if (src.compare(pos, 2, "{%") == 0) {
-      out.push_back({Tok::OpenStmt, "", line});
-      advance(pos + 2);
-      continue;
-    }
-    if (src.compare(pos, 2, "%}") == 0) {
-      out.push_back({Tok::CloseStmt, "", line});
-      advance(pos + 2);
-      continue;
-    }
-    if (src.compare(pos, 2, "{{") == 0) {
-      out.push_back({Tok::OpenExpr, "", line});
-      advance(pos + 2);
-      continue;
-    }
-    if (src.compare(pos, 2, "}}") == 0) {
-      // Inside an expression a dict literal may close with "}}": count braces.
-      int depth = 0;
-      for (size_t k = out.size(); k-- > 0 && out[k].type != Tok::OpenExpr;)
-        if (out[k].type == Tok::Punct) depth += out[k].text == "{" ? 1 : out[k].text == "}" ? -1 : 0;
-      if (depth <= 0) {
-        out.push_back({Tok::CloseExpr, "", line});
-        advance(pos + 2);
-        continue;
-      }
-    }
-    const char c = src[pos];
-    if (c == '\'' || c == '"') {
-      std::string s;
-      size_t k = pos + 1;
-      for (;; ++k) {
-        if (k >= src.size()) fail("a string is never closed");
-        if (src[k] == c) break;
-        if (src[k] != '\\') {
-          s += src[k];
-          continue;
-        }
-        if (++k >= src.size()) fail("a string is never closed");
-        const char e = src[k];
-        if (e == 'x' || e == 'u') {
-          const size_t n = e == 'x' ? 2 : 4;
-          const std::string hex = src.substr(k + 1, n);
-          if (hex.size() != n || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
-            fail("invalid escape \\" + std::string(1, e) + hex);
-          append_utf8(static_cast<uint32_t>(std::stoul(hex, nullptr, 16)), s);
-          k += n;
-          continue;
-        }
-        static const std::string from = "ntrbfv'\"\\", to = "\n\t\r\b\f\v'\"\\";
-        const size_t w = from.find(e);
-        if (w == std::string::npos) fail(std::string("unknown escape \\") + e + " in a string");
-        s += to[w];
-      }
-      out.push_back({Tok::String, s, line});
-      advance(k + 1);
-      continue;
-    }
-    if (std::isdigit(static_cast<unsigned char>(c))) {
-      size_t k = pos;
-      while (k < src.size() && std::isdigit(static_cast<unsigned char>(src[k]))) ++k;
-      if (k + 1 < src.size() && src[k] == '.' && std::isdigit(static_cast<unsigned char>(src[k + 1]))) {
-        ++k;
-        while (k < src.size() && std::isdigit(static_cast<unsigned char>(src[k]))) ++k;
-      }
-      out.push_back({Tok::Number, src.substr(pos, k - pos), line});
-      advance(k);
-      continue;
-    }
-    if (word_char(c)) {
-      size_t k = pos;
-      while (k < src.size() && word_char(src[k])) ++k;
-      out.push_back({Tok::Name, src.substr(pos, k - pos), line});
-      advance(k);
-      continue;
-    }
-    bool matched = false;
-    for (const char* p : puncts) {
-      const size_t n = std::strlen(p);
-      if (src.compare(pos, n, p) == 0) {
-        out.push_back({Tok::Punct, p, line});
-        advance(pos + n);
-        matched = true;
+  }
+  // Text up to the next tag, outside tags.
+  bool text() {
+    const Tok last = out_.empty() ? Tok::CloseStmt : out_.back().type;
+    if (!(out_.empty() || last == Tok::CloseStmt || last == Tok::CloseExpr || last == Tok::Comment)) return false;
+    size_t end = pos_;
+    for (;; ++end) {
+      end = src_.find('{', end);
+      if (end == std::string::npos) {
+        end = src_.size();
         break;
       }
+      if (end + 1 < src_.size() && (src_[end + 1] == '%' || src_[end + 1] == '{' || src_[end + 1] == '#')) break;
     }
-    if (!matched) fail(std::string("unexpected character '") + c + "'");
+    if (end <= pos_) return false;
+    emit(Tok::Text, src_.substr(pos_, end - pos_), end);
+    return true;
   }
-  return out;
-}
+  // {# ... #}, with {#- and -#} stripping the whitespace beside it.
+  bool comment() {
+    if (src_.compare(pos_, 2, "{#") != 0) return false;
+    advance(pos_ + 2);
+    const bool strip_before = pos_ < src_.size() && src_[pos_] == '-';
+    if (strip_before) advance(pos_ + 1);
+    const size_t end = src_.find("#}", pos_);
+    if (end == std::string::npos) fail("a comment {# is never closed with #}");
+    std::string comment = src_.substr(pos_, end - pos_);
+    const bool strip_after = !comment.empty() && comment.back() == '-';
+    if (strip_before) strip_last_text();
+    emit(Tok::Comment, std::move(comment), end + 2);
+    if (strip_after) skip_space();
+    return true;
+  }
+  // {%- and {{-: the tag, and the text before it right-stripped.
+  bool open_stripping() {
+    if (src_.compare(pos_, 2, "{%") != 0 && src_.compare(pos_, 2, "{{") != 0) return false;
+    if (!(pos_ + 2 < src_.size() && src_[pos_ + 2] == '-')) return false;
+    strip_last_text();
+    emit(src_[pos_ + 1] == '%' ? Tok::OpenStmt : Tok::OpenExpr, "", pos_ + 3);
+    return true;
+  }
+  // -%} -}} (the whitespace after them skipped), {% %} {{ }}.
+  bool delimiter() {
+    if (src_[pos_] == '-' && pos_ + 2 < src_.size() && src_[pos_ + 2] == '}' &&
+        (src_[pos_ + 1] == '%' || src_[pos_ + 1] == '}')) {
+      emit(src_[pos_ + 1] == '%' ? Tok::CloseStmt : Tok::CloseExpr, "", pos_ + 3);
+      skip_space();
+      return true;
+    }
+    if (src_.compare(pos_, 2, "{%") == 0) return emit(Tok::OpenStmt, "", pos_ + 2), true;
+    if (src_.compare(pos_, 2, "%}") == 0) return emit(Tok::CloseStmt, "", pos_ + 2), true;
+    if (src_.compare(pos_, 2, "{{") == 0) return emit(Tok::OpenExpr, "", pos_ + 2), true;
+    if (src_.compare(pos_, 2, "}}") == 0) {
+      // Inside an expression a dict literal may close with "}}": count braces.
+      int depth = 0;
+      for (size_t k = out_.size(); k-- > 0 && out_[k].type != Tok::OpenExpr;)
+        if (out_[k].type == Tok::Punct) depth += out_[k].text == "{" ? 1 : out_[k].text == "}" ? -1 : 0;
+      if (depth <= 0) return emit(Tok::CloseExpr, "", pos_ + 2), true;
+    }
+    return false;
+  }
+  // '...' or "...", with Python's escapes (\x and \u included).
+  bool string_literal() {
+    const char q = src_[pos_];
+    if (q != '\'' && q != '"') return false;
+    std::string s;
+    size_t k = pos_ + 1;
+    for (;; ++k) {
+      if (k >= src_.size()) fail("a string is never closed");
+      if (src_[k] == q) break;
+      if (src_[k] != '\\') {
+        s += src_[k];
+        continue;
+      }
+      if (++k >= src_.size()) fail("a string is never closed");
+      const char e = src_[k];
+      if (e == 'x' || e == 'u') {
+        const size_t n = e == 'x' ? 2 : 4;
+        const std::string hex = src_.substr(k + 1, n);
+        if (hex.size() != n || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+          fail("invalid escape \\" + std::string(1, e) + hex);
+        append_utf8(static_cast<uint32_t>(std::stoul(hex, nullptr, 16)), s);
+        k += n;
+        continue;
+      }
+      static const std::string from = "ntrbfv'\"\\", to = "\n\t\r\b\f\v'\"\\";
+      const size_t w = from.find(e);
+      if (w == std::string::npos) fail(std::string("unknown escape \\") + e + " in a string");
+      s += to[w];
+    }
+    emit(Tok::String, std::move(s), k + 1);
+    return true;
+  }
+  bool number() {
+    auto digit = [&](size_t k) { return k < src_.size() && std::isdigit(static_cast<unsigned char>(src_[k])); };
+    if (!digit(pos_)) return false;
+    size_t k = pos_;
+    while (digit(k)) ++k;
+    if (k + 1 < src_.size() && src_[k] == '.' && digit(k + 1)) {
+      ++k;
+      while (digit(k)) ++k;
+    }
+    emit(Tok::Number, src_.substr(pos_, k - pos_), k);
+    return true;
+  }
+  bool name() {
+    if (!word_char(src_[pos_])) return false;
+    size_t k = pos_;
+    while (k < src_.size() && word_char(src_[k])) ++k;
+    emit(Tok::Name, src_.substr(pos_, k - pos_), k);
+    return true;
+  }
+  bool punct() {
+    static const char* const puncts[] = {"<=", ">=", "==", "!=", "**", "//", "(", ")", "{", "}", "[", "]", ",",
+                                         ".",  ":",  "|",  "<",  ">",  "+",  "-", "~", "*", "/", "%", "="};
+    for (const char* p : puncts) {
+      const size_t n = std::strlen(p);
+      if (src_.compare(pos_, n, p) == 0) return emit(Tok::Punct, p, pos_ + n), true;
+    }
+    return false;
+  }
+
+  const std::string src_;
+  const std::string& what_;
+  std::vector<Token> out_;
+  int line_ = 1;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::vector<Token> lex(const std::string& source, const std::string& what) { return Lexer(source, what).run(); }
 
 }  // namespace tessera::llm::jinja
