@@ -4,6 +4,7 @@ and the native llama.cpp reference (bench/build_llama_cpp.sh)."""
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -48,6 +49,15 @@ def cpu_model():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return "?"
+
+
+def pinned(threads):
+    """A one-thread run's CPU, the same for both sides: the cores of a VM can
+    differ (on one Zen 5 VM every memory-bound loop ran ~35% slower on CPU 0
+    than on CPU 1), and the scheduler would give either side either one."""
+    if threads != 1 or not shutil.which("taskset"):
+        return []
+    return ["taskset", "-c", str(max(os.sched_getaffinity(0)))]
 
 
 def free_port():

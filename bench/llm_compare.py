@@ -35,10 +35,9 @@ import argparse
 import json
 import os
 import statistics
-import shutil
 import subprocess
 
-from common import CACHE, ROOT, NODE_LLAMA_CPP, cpu_flags, cpu_model, llama_cpp, log, run_json, sha256
+from common import CACHE, ROOT, NODE_LLAMA_CPP, cpu_flags, cpu_model, llama_cpp, log, pinned, run_json, sha256
 
 TYPES = ["F16", "Q8_0", "Q4_0", "Q4_K"]
 LLAMA_QUANTIZE = {"Q8_0": "Q8_0", "Q4_0": "Q4_0", "Q4_K": "Q4_K_M"}  # our name: llama-quantize's type
@@ -89,15 +88,6 @@ def models(bench, bins, types, quick):
     for m in out.values():
         m["sha256"], m["bytes"] = sha256(m["path"]), os.path.getsize(m["path"])
     return out
-
-
-def pinned(threads):
-    """A one-thread run's CPU, the same for both sides: the cores of a VM can
-    differ (on one Zen 5 VM every memory-bound loop ran ~35% slower on CPU 0
-    than on CPU 1), and the scheduler would give either side either one."""
-    if threads != 1 or not shutil.which("taskset"):
-        return []
-    return ["taskset", "-c", str(max(os.sched_getaffinity(0)))]
 
 
 def tessera_cmd(bench, m, measure, threads, tokens, seqs, repeat):

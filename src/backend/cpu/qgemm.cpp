@@ -174,8 +174,7 @@ void qgemm_ref(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, 
           s[j / 16] += a[j] * code;
           sum += code;
         }
-        float dx;
-        std::memcpy(&dx, act + i * ab + w.cols + b * 4, 4);
+        const float dx = packed_act_scale(act + i * ab, w.cols, b);
         uint16_t d;
         if (f == QFormat::Q6_K) {
           const int64_t jb = b % (kQKBlock / kQBlock);
@@ -191,10 +190,9 @@ void qgemm_ref(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, 
         const int32_t t = s[0] + s[1] - 128 * sum;
         if (f == QFormat::Q4_K) {
           uint16_t dmin;
-          int32_t sx;
+          const int32_t sx = packed_act_sum(act + i * ab, w.cols, b);
           std::memcpy(&d, head + 2 * k, 2);
           std::memcpy(&dmin, head + 32 + 2 * k, 2);
-          std::memcpy(&sx, act + i * ab + w.cols + nb * 4 + b * 4, 4);
           acc = std::fma(Half::to_float(d) * dx, static_cast<float>(fac[k]) * static_cast<float>(t), acc);
           acc = std::fma(-(Half::to_float(dmin) * dx), static_cast<float>(fac[16 + k]) * static_cast<float>(sx), acc);
         } else {

@@ -43,6 +43,7 @@
 // the block's bytes qs[4c..4c+3]. Q6_K keeps q's low 4 bits so, and its high
 // 2 bits in two more 64-byte lines: chunk c's at bits 2(c % 4) of line c / 4.
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cpu/quant.h"
 
@@ -51,6 +52,17 @@ namespace tessera::cpu {
 // One activation row packed: its `cols` codes + 128 (u8), then one f32
 // scale per block, then each block's code sum (int32).
 inline int64_t packed_act_bytes(int64_t cols) { return cols + cols / kQBlock * 8; }
+// Block b's scale and code sum in a packed activation row of `cols` values.
+inline float packed_act_scale(const uint8_t* row, int64_t cols, int64_t b) {
+  float d;
+  std::memcpy(&d, row + cols + 4 * b, 4);
+  return d;
+}
+inline int32_t packed_act_sum(const uint8_t* row, int64_t cols, int64_t b) {
+  int32_t s;
+  std::memcpy(&s, row + cols + cols / kQBlock * 4 + 4 * b, 4);
+  return s;
+}
 
 // A weight matrix repacked in groups of 16 rows (the last padded with zero
 // rows): per group and block, the codes (512 bytes for Q8_0, 256 for the

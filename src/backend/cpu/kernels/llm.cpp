@@ -171,6 +171,7 @@ inline void prefetch_keys16(const KvLayer& L, int64_t b, int64_t s0, int64_t off
 #if defined(__AVX512F__)
 typedef float V16 __attribute__((vector_size(64)));
 inline V16 vmax(const V16& a, const V16& b) { return a > b ? a : b; }
+inline void load16(V16& v, const float* p) { std::memcpy(&v, p, sizeof v); }
 #else
 // Below AVX-512, two (AVX2) or four (SSE2) native vectors: GCC lowered a
 // 64-byte generic vector there through the stack, an op at a time, and the
@@ -214,10 +215,6 @@ inline V16 vmax(const V16& a, const V16& b) {
   for (int i = 0; i < V16::kParts; ++i) r.p[i] = a.p[i] > b.p[i] ? a.p[i] : b.p[i];
   return r;
 }
-#endif
-#if defined(__AVX512F__)
-inline void load16(V16& v, const float* p) { std::memcpy(&v, p, sizeof v); }
-#else
 inline void load16(V16& v, const float* p) {
   for (int i = 0; i < V16::kParts; ++i) std::memcpy(&v.p[i], p + i * (16 / V16::kParts), sizeof v.p[i]);
 }

@@ -26,6 +26,18 @@
 #include "backend/cpu/scratch.h"
 
 namespace tessera::cpu::TESSERA_ISA {
+namespace {
+
+// Both kernels: how far ahead the weight stream is asked for, and an
+// activation's 4 bytes for a broadcast.
+[[maybe_unused]] constexpr int64_t kPrefetchBytes = 4096;
+[[maybe_unused]] inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+}  // namespace
 
 #if defined(__AVX512F__)
 namespace {
@@ -35,13 +47,6 @@ namespace {
 
 constexpr int kVnniTokens = 12;  // tokens per VNNI pass
 constexpr int kAmxTokens = 16;  // tokens per AMX tile
-constexpr int64_t kPrefetchBytes = 4096;  // VNNI: how far ahead the weight stream is asked for
-
-inline uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // Q6_K: chunk c's 2 high bits (at bits 2(c % 4) of each byte of h) moved
 // to bits 4 and 5.
@@ -76,18 +81,6 @@ inline void load_codes(const uint8_t* o, __m512i wc[8]) {
       wc[c + 4] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), bias);
     }
   }
-}
-
-// The activations' scale and code sum for block b of a packed row.
-inline float act_scale(const uint8_t* row, int64_t cols, int64_t b) {
-  float dx;
-  std::memcpy(&dx, row + cols + 4 * b, 4);
-  return dx;
-}
-inline float act_sum(const uint8_t* row, int64_t cols, int64_t b) {
-  int32_t sx;
-  std::memcpy(&sx, row + cols + cols / kQBlock * 4 + 4 * b, 4);
-  return static_cast<float>(sx);
 }
 
 // 128 times each of the 16 rows' code sums over a block (load_codes): what
@@ -135,10 +128,11 @@ struct Factors {
   // block (+128 codes), `row` its packed activation row. Not for Q6_K.
   __m512 add(__m512i s, const uint8_t* row, int64_t cols, int64_t b, __m512 acc) const {
     const __m512 t = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, off));
-    const __m512 dx = _mm512_set1_ps(act_scale(row, cols, b));
+    const __m512 dx = _mm512_set1_ps(packed_act_scale(row, cols, b));
     if constexpr (F == QFormat::Q4_K) {
       acc = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_mul_ps(sc, t), acc);
-      return _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_mul_ps(m, _mm512_set1_ps(act_sum(row, cols, b))), acc);
+      const __m512 sx = _mm512_set1_ps(static_cast<float>(packed_act_sum(row, cols, b)));
+      return _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_mul_ps(m, sx), acc);
     } else {
       return _mm512_fmadd_ps(_mm512_mul_ps(d, dx), t, acc);
     }
@@ -147,7 +141,7 @@ struct Factors {
   __m512 add_halves(__m512i lo, __m512i hi, const uint8_t* row, int64_t cols, int64_t b, __m512 acc) const {
     if constexpr (F == QFormat::Q6_K) {
       const __m512i s = _mm512_sub_epi32(_mm512_add_epi32(_mm512_mullo_epi32(sc_lo, lo), _mm512_mullo_epi32(sc_hi, hi)), off);
-      return _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act_scale(row, cols, b))), _mm512_cvtepi32_ps(s), acc);
+      return _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(packed_act_scale(row, cols, b))), _mm512_cvtepi32_ps(s), acc);
     } else {
       return add(_mm512_add_epi32(lo, hi), row, cols, b, acc);
     }
@@ -396,13 +390,6 @@ void fill_qgemm_amx_kernels(KernelTable& t) {
 namespace {
 
 constexpr int kAvx2Tokens = 4;
-constexpr int64_t kPrefetchBytes = 4096;
-
-inline uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
@@ -464,17 +451,6 @@ inline __m256i code_offsets(const __m256i wc[8]) {
   return _mm256_slli_epi32(sum, 7);
 }
 
-inline float act_scale(const uint8_t* row, int64_t cols, int64_t b) {
-  float dx;
-  std::memcpy(&dx, row + cols + 4 * b, 4);
-  return dx;
-}
-inline float act_sum(const uint8_t* row, int64_t cols, int64_t b) {
-  int32_t sx;
-  std::memcpy(&sx, row + cols + cols / kQBlock * 4 + 4 * b, 4);
-  return static_cast<float>(sx);
-}
-
 // One block's factors for 8 rows, and the Note's formula with them, in the
 // VNNI kernel's order of operations.
 template <QFormat F>
@@ -507,7 +483,7 @@ struct Factors {
   }
 
   __m256 add(__m256i lo, __m256i hi, const uint8_t* row, int64_t cols, int64_t b, __m256 acc) const {
-    const __m256 dx = _mm256_set1_ps(act_scale(row, cols, b));
+    const __m256 dx = _mm256_set1_ps(packed_act_scale(row, cols, b));
     if constexpr (F == QFormat::Q6_K) {
       const __m256i s =
           _mm256_sub_epi32(_mm256_add_epi32(_mm256_mullo_epi32(sc_lo, lo), _mm256_mullo_epi32(sc_hi, hi)), off);
@@ -516,7 +492,8 @@ struct Factors {
     const __m256 t = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_add_epi32(lo, hi), off));
     if constexpr (F == QFormat::Q4_K) {
       acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_mul_ps(sc, t), acc);
-      return _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_mul_ps(m, _mm256_set1_ps(act_sum(row, cols, b))), acc);
+      const __m256 sx = _mm256_set1_ps(static_cast<float>(packed_act_sum(row, cols, b)));
+      return _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_mul_ps(m, sx), acc);
     }
     return _mm256_fmadd_ps(_mm256_mul_ps(d, dx), t, acc);
   }
