@@ -219,38 +219,62 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
   return m;
 }
 
-// Q8_0/Q4_0/Q4_K/Q6_K repacked once for the int8 products (AVX2, VNNI, AMX),
-// where the kernel tier has them, into one buffer in the order a step reads
-// them: a decoded token streams the weights from start to end, and each
-// matrix's read-ahead runs on into the next one's first bytes.
+// Note [Weights on huge pages]
+// The matrices a step multiplies by are placed once, at load, into one
+// buffer on huge pages (HugeBuffer), in the order a step reads them: a
+// decoded token streams the weights from start to end, and each matrix's
+// read-ahead runs on into the next one's first bytes. Q8_0/Q4_0/Q4_K/Q6_K
+// are repacked there for the int8 products (AVX2, VNNI, AMX) where the
+// kernel tier has them; F32, F16 and BF16 are copied as they are. Read from
+// the file's mapping instead, the page cache's 4 KiB pages stop the
+// hardware prefetcher at every page and cost a TLB miss each: F16 decode
+// of a 110M model read its weights at 21 GB/s where from huge pages it
+// reads ... (Zen 5, one thread).
 void Model::repack() {
   const cpu::KernelTable& kt = cpu::kernels();
-  std::vector<Matrix*> order;  // the matrices with a packed form, in step order
+  std::vector<Matrix*> order;  // the matrices placed, in step order
+  auto dense = [](const Matrix& mx) {
+    return mx.type == GgmlType::F32 || mx.type == GgmlType::F16 || mx.type == GgmlType::BF16;
+  };
   auto take = [&](Matrix* mx) {
-    const std::optional<cpu::QFormat> f = mx->data ? detail::qformat_of(mx->type) : std::nullopt;
-    if (f && kt.qgemm_rows[static_cast<int>(*f)]) order.push_back(mx);
+    if (!mx->data) return;
+    const std::optional<cpu::QFormat> f = detail::qformat_of(mx->type);
+    if ((f && kt.qgemm_rows[static_cast<int>(*f)]) || (dense(*mx) && !getenv("TNOHUGE"))) order.push_back(mx);
   };
   for (Layer& L : layers_)
     for (Matrix* mx : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) take(mx);
   take(&output_);
+  auto bytes = [&](const Matrix& mx) {
+    return dense(mx) ? ggml_row_bytes(mx.type, mx.cols) * mx.rows
+                     : cpu::packed_matrix_bytes(*detail::qformat_of(mx.type), mx.rows, mx.cols);
+  };
   std::vector<int64_t> at;  // each one's offset, a multiple of 64
   int64_t total = 0;
   for (const Matrix* mx : order) {
     at.push_back(total);
-    total += (cpu::packed_matrix_bytes(*detail::qformat_of(mx->type), mx->rows, mx->cols) + 63) / 64 * 64;
+    total += (bytes(*mx) + 63) / 64 * 64;
   }
-  if (total > 0) packed_ = HugeBuffer(total, "the repacked weights");
+  if (total > 0) packed_ = HugeBuffer(total, "the model's weights");
   for (size_t i = 0; i < order.size(); ++i) {
     Matrix& mx = *order[i];
-    const cpu::QuantMatrix q = detail::quant_view(mx);
     uint8_t* out = packed_.data() + at[i];
-    parallel_for(0, (mx.rows + cpu::kPackRows - 1) / cpu::kPackRows, 16,
-                 [&](int64_t t0, int64_t t1) { cpu::qpack_weights(q, t0, t1, out); });
-    mx.packed = out;
+    const void* from = mx.data;
+    if (dense(mx)) {
+      const int64_t row = ggml_row_bytes(mx.type, mx.cols);
+      parallel_for(0, mx.rows, 64, [&](int64_t r0, int64_t r1) {
+        std::memcpy(out + r0 * row, static_cast<const char*>(from) + r0 * row, static_cast<size_t>((r1 - r0) * row));
+      });
+      mx.data = out;
+    } else {
+      const cpu::QuantMatrix q = detail::quant_view(mx);
+      parallel_for(0, (mx.rows + cpu::kPackRows - 1) / cpu::kPackRows, 16,
+                   [&](int64_t t0, int64_t t1) { cpu::qpack_weights(q, t0, t1, out); });
+      mx.packed = out;
+    }
     // The products read the packed copy only, so the file's pages of the
     // matrix need not stay resident beside it (the tied embedding's lookups
     // map back just the rows they read).
-    file_.release(static_cast<const char*>(mx.data), static_cast<size_t>(ggml_row_bytes(mx.type, mx.cols) * mx.rows));
+    file_.release(static_cast<const char*>(from), static_cast<size_t>(ggml_row_bytes(mx.type, mx.cols) * mx.rows));
   }
 }
 

@@ -89,24 +89,30 @@ TEST(Skinny, EveryIsaAgainstF64) {
           }
 }
 
-// Each row the same bits alone (m = 1), among 16 rows, and in any split of
-// the weight rows.
+// Each row the same bits alone (m = 1, one weight row at a time), among 16
+// rows (blocks of weight rows, one pass per summation stream), and in any
+// split of the weight rows; k with an odd and an even number of whole steps.
 TEST(Skinny, RowsAreBitIdenticalWhateverTheBatch) {
-  const int64_t k = 300, n = 37, m = 16;
+  const int64_t n = 37, m = 16;
   for (const KernelTable& t : tables())
-    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-      Weights w = make_weights(dt, n, k, 5);
-      std::vector<float> x = randn(m * k, 6), all(m * n), split(m * n), one(n);
-      t.skinny_rows[idx(dt)](w.data(), k, k, x.data(), k, m, all.data(), n, 0, n);
-      for (int64_t r0 = 0; r0 < n; r0 += 3)
-        t.skinny_rows[idx(dt)](w.data(), k, k, x.data(), k, m, split.data(), n, r0, std::min<int64_t>(n, r0 + 3));
-      EXPECT_EQ(std::memcmp(all.data(), split.data(), all.size() * sizeof(float)), 0) << t.isa;
-      for (int64_t i = 0; i < m; ++i) {
-        t.skinny_rows[idx(dt)](w.data(), k, k, x.data() + i * k, k, 1, one.data(), n, 0, n);
-        EXPECT_EQ(std::memcmp(one.data(), all.data() + i * n, n * sizeof(float)), 0)
-            << t.isa << " " << dtype_name(dt) << " row " << i;
+    for (DType dt : {DType::F32, DType::BF16, DType::F16})
+      for (int64_t k : {300, 112, 785}) {
+        Weights w = make_weights(dt, n, k, 5);
+        std::vector<float> x = randn(m * k, 6), all(m * n), split(m * n), one(n);
+        t.skinny_rows[idx(dt)](w.data(), k, k, x.data(), k, m, all.data(), n, 0, n);
+        for (int64_t r0 = 0; r0 < n; r0 += 3)
+          t.skinny_rows[idx(dt)](w.data(), k, k, x.data(), k, m, split.data(), n, r0, std::min<int64_t>(n, r0 + 3));
+        EXPECT_EQ(std::memcmp(all.data(), split.data(), all.size() * sizeof(float)), 0) << t.isa << " k " << k;
+        std::vector<float> three(3 * n);  // a small batch: one weight row at a time, three activation rows
+        t.skinny_rows[idx(dt)](w.data(), k, k, x.data() + 5 * k, k, 3, three.data(), n, 0, n);
+        EXPECT_EQ(std::memcmp(three.data(), all.data() + 5 * n, three.size() * sizeof(float)), 0)
+            << t.isa << " " << dtype_name(dt) << " k " << k << " rows 5-7";
+        for (int64_t i = 0; i < m; ++i) {
+          t.skinny_rows[idx(dt)](w.data(), k, k, x.data() + i * k, k, 1, one.data(), n, 0, n);
+          EXPECT_EQ(std::memcmp(one.data(), all.data() + i * n, n * sizeof(float)), 0)
+              << t.isa << " " << dtype_name(dt) << " k " << k << " row " << i;
+        }
       }
-    }
 }
 
 // bf16 activation rows: the values and their bits.

@@ -22,9 +22,9 @@ namespace tessera::cpu::TESSERA_ISA {
 namespace {
 
 #if defined(__AVX512F__)
-constexpr int kW = 16, kR = 4, kM = 4;  // 16 zmm accumulators of 32
+constexpr int kW = 16, kR = 4, kM = 6;  // 24 zmm accumulators of 32
 #elif defined(__AVX2__)
-constexpr int kW = 8, kR = 4, kM = 2;   // 8 ymm accumulators of 16
+constexpr int kW = 8, kR = 4, kM = 3;   // 12 ymm accumulators of 16
 #else
 constexpr int kW = 4, kR = 2, kM = 2;   // SSE2
 #endif
@@ -108,6 +108,9 @@ inline float hsum(V v) {
 // follow them and a batch-1 product read 8 GB/s where one row at a time read
 // 27 (Zen 5). Touching the next block's rows, a cache line per row as this
 // block's reads cross one, brings it back to 25. No effect on any result.
+// Products of at most kM activation rows now read one row at a time (Note
+// [One weight row at a time]), without it; the blocks that still read from
+// memory are the first pass of a larger product and the bf16 dot kernel's.
 // (An asm statement: GCC 12 drops __builtin_prefetch from these loops. Its
 // address is a register operand and it is always inlined: with an "m"
 // operand, or called out of line, GCC kept the block's accumulators on the
@@ -127,19 +130,31 @@ struct Widening {
   using W = T;
   using X = float;
   static constexpr int kR = cpu::TESSERA_ISA::kR, kM = cpu::TESSERA_ISA::kM;
+  // Whether rows() may hand it one weight row at a time (Note [One weight
+  // row at a time]): one chain of multiply-adds per row keeps up with memory
+  // at 16 lanes, not at 8 (AVX2: F16 decode fell from 89 to 61 tokens/s).
+  static constexpr bool kLinearRows = kW >= 16;
+
+  // acc += the kW-element step of k at p.
+  template <int R, int M, bool Prefetch>
+  [[gnu::always_inline]] static inline void step(const T* w, int64_t ldw, int64_t p, const float* const* xs,
+                                                 V (&acc)[R][M]) {
+    V xv[M];
+    for (int i = 0; i < M; ++i) xv[i] = load_x(xs[i] + p);
+    if constexpr (Prefetch) prefetch_next_rows<T, R>(w, ldw, p);
+    for (int r = 0; r < R; ++r) {
+      const V wv = load_w(w + r * ldw + p);
+      for (int i = 0; i < M; ++i) acc[r][i] += wv * xv[i];
+    }
+  }
+
   template <int R, int M, bool Prefetch>
   static void block(const T* w, int64_t ldw, int64_t k, const float* const* xs, float* out) {
-    V acc[R][M] = {};
     const int64_t kv = k / kW * kW;
-    for (int64_t p = 0; p < kv; p += kW) {
-      V xv[M];
-      for (int i = 0; i < M; ++i) xv[i] = load_x(xs[i] + p);
-      if constexpr (Prefetch) prefetch_next_rows<T, R>(w, ldw, p);
-      for (int r = 0; r < R; ++r) {
-        const V wv = load_w(w + r * ldw + p);
-        for (int i = 0; i < M; ++i) acc[r][i] += wv * xv[i];
-      }
-    }
+    V acc[R][M];  // zeroed one by one: with `= {}` GCC zeroed a copy in memory (rep stos) in some instantiations
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < M; ++i) acc[r][i] = V{};
+    for (int64_t p = 0; p < kv; p += kW) step<R, M, Prefetch>(w, ldw, p, xs, acc);
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < M; ++i) {
         float tail = 0.0f;
@@ -174,18 +189,42 @@ inline void rows(const void* wp, int64_t ldw, int64_t k, const typename K::X* x,
   // Long rows are long streams the hardware follows; prefetching them as
   // well lands lines too early (4096x4096 f32 at one row: 69% of a streaming
   // read with it, 72-90% without, Zen 5).
-  const bool short_rows = k * static_cast<int64_t>(sizeof(typename K::W)) <= 4096;
-  for (int64_t r = r0; r < r1; r += kR) {
-    const int rr = static_cast<int>(std::min<int64_t>(kR, r1 - r));
+  const int64_t row_bytes = k * static_cast<int64_t>(sizeof(typename K::W));
+  const bool short_rows = row_bytes <= 4096;
+  // Note [One weight row at a time]
+  // At most kM activation rows (a decoded token, a few sequences) read each
+  // weight once, from memory: one row at a time, a linear stream that the
+  // hardware prefetcher follows. In a test loop over an LLM's 1.5 KB f16
+  // rows, 35-41 GB/s where 4 interleaved rows read 25-31 even with software
+  // prefetch of the next ones; in F16 decode of a 110M model, a median of
+  // 108 tokens/s against 101 (8 alternated runs; Zen 5, one thread).
+  // Note [Weight rows in L1 across activation tiles]
+  // With more activation rows (a prompt, a batch of sequences) the weight
+  // rows of a chunk (up to kChunkBytes, whole blocks of kR rows) stay in L1
+  // while each group of kM activation rows passes over them, so a block
+  // reads weights and activations from L1; walking block by block instead,
+  // each block streamed all the activation rows through L2.
+  // Neither changes the order of any sum: the bits are the same.
+  constexpr int64_t kChunkBytes = 24 * 1024;
+  const int step = m <= kM && K::kLinearRows ? 1 : kR;
+  const int64_t chunk =
+      m <= kM ? step : std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, row_bytes) / kR) * kR;
+  for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
+    const int64_t c1 = std::min(r1, c0 + chunk);
     for (int64_t i0 = 0; i0 < m; i0 += kM) {
       const int mi = static_cast<int>(std::min<int64_t>(kM, m - i0));
       const typename K::X* xs[kM];
       for (int i = 0; i < mi; ++i) xs[i] = x + (i0 + i) * ldx;
-      float out[kR * kM];
-      if (i0 == 0 && short_rows) block_rm<K, true>(rr, mi, std::make_integer_sequence<int, kR>{}, w + r * ldw, ldw, k, xs, out);
-      else block_rm<K, false>(rr, mi, std::make_integer_sequence<int, kR>{}, w + r * ldw, ldw, k, xs, out);
-      for (int j = 0; j < rr; ++j)
-        for (int i = 0; i < mi; ++i) y[(i0 + i) * ldy + r + j] = out[j * mi + i];
+      for (int64_t r = c0; r < c1; r += step) {
+        const int rr = static_cast<int>(std::min<int64_t>(step, c1 - r));
+        float out[kR * kM];
+        if (i0 == 0 && short_rows && step > 1)
+          block_rm<K, true>(rr, mi, std::make_integer_sequence<int, kR>{}, w + r * ldw, ldw, k, xs, out);
+        else
+          block_rm<K, false>(rr, mi, std::make_integer_sequence<int, kR>{}, w + r * ldw, ldw, k, xs, out);
+        for (int j = 0; j < rr; ++j)
+          for (int i = 0; i < mi; ++i) y[(i0 + i) * ldy + r + j] = out[j * mi + i];
+      }
     }
   }
 }
@@ -213,6 +252,7 @@ struct Bf16Dot {
   using W = uint16_t;
   using X = uint16_t;
   static constexpr int kR = 4, kM = 4;
+  static constexpr bool kLinearRows = false;  // blocks of kR rows even for one activation row (not measured alone)
 
   template <int R, int M, bool Tail, bool Prefetch>
   TS_BF16_DOT static inline void step(__m512 (&acc)[R][M], const uint16_t* w, int64_t ldw, const uint16_t* const* xs,
