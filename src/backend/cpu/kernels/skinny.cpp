@@ -192,12 +192,14 @@ inline void rows(const void* wp, int64_t ldw, int64_t k, const typename K::X* x,
   const int64_t row_bytes = k * static_cast<int64_t>(sizeof(typename K::W));
   const bool short_rows = row_bytes <= 4096;
   // Note [One weight row at a time]
-  // At most kM activation rows (a decoded token, a few sequences) read each
-  // weight once, from memory: one row at a time, a linear stream that the
-  // hardware prefetcher follows. In a test loop over an LLM's 1.5 KB f16
-  // rows, 35-41 GB/s where 4 interleaved rows read 25-31 even with software
-  // prefetch of the next ones; in F16 decode of a 110M model, a median of
-  // 108 tokens/s against 101 (8 alternated runs; Zen 5, one thread).
+  // A decoded token's product reads each weight once, from memory: one row
+  // at a time, a linear stream that the hardware prefetcher follows. In a
+  // test loop over an LLM's 1.5 KB f16 rows, 35-41 GB/s where 4 interleaved
+  // rows read 25-31 even with software prefetch of the next ones; in F16
+  // decode of a 110M model, a median of 108 tokens/s against 101 (8
+  // alternated runs; Zen 5, one thread). With 2 to kM activation rows the
+  // blocks of kR rows stay: one row against 4 sequences decoded them at 330
+  // tokens/s where the blocks gave 560 (the same CPU, two threads).
   // Note [Weight rows in L1 across activation tiles]
   // With more activation rows (a prompt, a batch of sequences) the weight
   // rows of a chunk (up to kChunkBytes, whole blocks of kR rows) stay in L1
@@ -206,7 +208,7 @@ inline void rows(const void* wp, int64_t ldw, int64_t k, const typename K::X* x,
   // each block streamed all the activation rows through L2.
   // Neither changes the order of any sum: the bits are the same.
   constexpr int64_t kChunkBytes = 24 * 1024;
-  const int step = m <= kM && K::kLinearRows ? 1 : kR;
+  const int step = m == 1 && K::kLinearRows ? 1 : kR;
   const int64_t chunk =
       m <= kM ? step : std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, row_bytes) / kR) * kR;
   for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
