@@ -76,11 +76,14 @@ void product_rows(const KernelTable& kt, const Job& j, int64_t r0, int64_t r1) {
     float* y = j.y + i0 * j.ldy;
     switch (w.type) {
       case GgmlType::F32:
-        kt.skinny_rows[cpu::idx(DType::F32)](w.data, w.cols, w.cols, a.x + i0 * a.ld, a.ld, mi, y, j.ldy, r0, r1);
+      case GgmlType::F16: {
+        const int d = cpu::idx(w.type == GgmlType::F32 ? DType::F32 : DType::F16);
+        if (w.packed)
+          kt.skinny_rows_packed[d](w.packed, w.rows, w.cols, a.x + i0 * a.ld, a.ld, mi, y, j.ldy, r0, r1);
+        else
+          kt.skinny_rows[d](w.data, w.cols, w.cols, a.x + i0 * a.ld, a.ld, mi, y, j.ldy, r0, r1);
         break;
-      case GgmlType::F16:
-        kt.skinny_rows[cpu::idx(DType::F16)](w.data, w.cols, w.cols, a.x + i0 * a.ld, a.ld, mi, y, j.ldy, r0, r1);
-        break;
+      }
       case GgmlType::BF16:
         if (kt.skinny_rows_bf16)
           kt.skinny_rows_bf16(w.data, w.cols, w.cols, a.bf + i0 * a.cols, a.cols, mi, y, j.ldy, r0, r1);
@@ -507,7 +510,7 @@ void Engine::StepPass::prepare(Act& a, std::initializer_list<const Matrix*> ws) 
   bool q8 = false, packed = false, bf = false;
   for (const Matrix* w : ws) {
     q8 = q8 || (quantized(w->type) && !w->packed);
-    packed = packed || w->packed;
+    packed = packed || (quantized(w->type) && w->packed);
     bf = bf || (w->type == GgmlType::BF16 && kt_.skinny_rows_bf16);
   }
   if (packed) {

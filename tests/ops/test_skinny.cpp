@@ -115,6 +115,41 @@ TEST(Skinny, RowsAreBitIdenticalWhateverTheBatch) {
       }
 }
 
+// Weights packed in interleaved groups (Note [Interleaved weight rows]):
+// the same bits as the plain kernel for any batch and any split along
+// groups; a k the tier's steps do not divide is refused, not packed.
+TEST(Skinny, InterleavedRowsGiveTheSameBits) {
+  const int64_t n = 37;
+  for (const KernelTable& t : tables())
+    for (DType dt : {DType::F32, DType::F16}) {
+      ASSERT_TRUE(t.skinny_pack[idx(dt)] && t.skinny_rows_packed[idx(dt)]) << t.isa;
+      const int64_t g = t.skinny_group;
+      {
+        Weights w = make_weights(dt, 5, 7, 1);
+        std::vector<float> out(5 * 7, -1.f);
+        EXPECT_FALSE(t.skinny_pack[idx(dt)](w.data(), 5, 7, out.data())) << t.isa;
+        EXPECT_EQ(out[0], -1.f);
+      }
+      for (int64_t k : {112, 768})
+        for (int64_t m : {1, 3, 16}) {
+          Weights w = make_weights(dt, n, k, 9);
+          std::vector<uint8_t> packed(n * k * dtype_size(dt));
+          ASSERT_TRUE(t.skinny_pack[idx(dt)](w.data(), n, k, packed.data())) << t.isa << " k " << k;
+          std::vector<float> x = randn(m * k, 10), plain(m * n), split(m * n, -1.f);
+          t.skinny_rows[idx(dt)](w.data(), k, k, x.data(), k, m, plain.data(), n, 0, n);
+          for (int64_t r0 = 0; r0 < n; r0 += 2 * g)
+            t.skinny_rows_packed[idx(dt)](packed.data(), n, k, x.data(), k, m, split.data(), n, r0,
+                                          std::min(n, r0 + 2 * g));
+          EXPECT_EQ(std::memcmp(plain.data(), split.data(), plain.size() * sizeof(float)), 0)
+              << t.isa << " " << dtype_name(dt) << " k " << k << " m " << m;
+        }
+      std::vector<float> x(768), y(n);
+      Weights w = make_weights(dt, n, 768, 9);
+      EXPECT_THROW_MSG(t.skinny_rows_packed[idx(dt)](w.data(), n, 768, x.data(), 768, 1, y.data(), n, 1, n),
+                       "cut a group");
+    }
+}
+
 // bf16 activation rows: the values and their bits.
 struct Bf16Rows {
   std::vector<BFloat16> bits;

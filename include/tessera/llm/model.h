@@ -77,7 +77,8 @@ class Model {
     int64_t rows = 0, cols = 0;
     const void* data = nullptr;
     // Q8_0/Q4_0/Q4_K/Q6_K repacked at load for the int8 products (AVX2, VNNI, AMX),
-    // where the kernel tier has them (backend/cpu/qgemm.h); null otherwise.
+    // where the kernel tier has them (backend/cpu/qgemm.h); F32 and F16 rows
+    // interleaved for the skinny kernel (Note [Interleaved weight rows]); null otherwise.
     const uint8_t* packed = nullptr;
     // Rows [r0, r0 + n) as a matrix of their own.
     Matrix rows_at(int64_t r0, int64_t n) const;

@@ -121,6 +121,17 @@ using CsrRows = void (*)(const CsrMatrix& w, const float* xt, int64_t m, const f
 // (stride ldw) of the table slot's dtype, summed in f32.
 using SkinnyRows = void (*)(const void* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t m, float* y,
                             int64_t ldy, int64_t r0, int64_t r1);
+// Note [Interleaved weight rows]
+// The same products on weights packed by SkinnyPack: each group of the
+// tier's block of rows (the last group may be shorter) interleaved step by
+// step, so a block reads its rows as one linear stream with one chain of
+// multiply-adds per row. The same sums in the same order as SkinnyRows, so
+// the same bits. r0 is a multiple of skinny_group.
+using SkinnyRowsPacked = void (*)(const void* packed, int64_t rows, int64_t k, const float* x, int64_t ldx, int64_t m,
+                                  float* y, int64_t ldy, int64_t r0, int64_t r1);
+// Packs w [rows, k] (contiguous) into out (as many bytes); false, writing
+// nothing, where k is not a multiple of the tier's step (the kernel's lanes).
+using SkinnyPack = bool (*)(const void* w, int64_t rows, int64_t k, void* out);
 // The same products for bf16 weights and bf16 activation rows, on the CPU's
 // bf16 dot products (AVX512-BF16: pairs of bf16 products summed in f32).
 using SkinnyRowsBf16 = void (*)(const void* w, int64_t ldw, int64_t k, const BFloat16* x, int64_t ldx, int64_t m,
@@ -161,6 +172,9 @@ struct KernelTable {
   QuantizeAffine quantize_affine = nullptr;
   CsrRows csr_rows = nullptr;
   SkinnyRows skinny_rows[kNumDTypes] = {};  // f32, bf16, f16
+  SkinnyRowsPacked skinny_rows_packed[kNumDTypes] = {};  // f32, f16
+  SkinnyPack skinny_pack[kNumDTypes] = {};
+  int64_t skinny_group = 1;                   // the rows a packed group holds
   SkinnyRowsBf16 skinny_rows_bf16 = nullptr;  // only in the avx512_bf16 tier
   QGemmRows qgemm_rows[kNumQFormats] = {};    // Q8_0, Q4_0, Q4_K, Q6_K: avx2, avx512_bf16 (VNNI) and avx512_amx tiers
   QPackAct qpack_act = nullptr;               // the same tiers
