@@ -1409,18 +1409,21 @@ and the same F16 weights quantized by llama.cpp's llama-quantize to Q8_0, Q4_0 a
 models where the cache has them. Greedy choice on both sides. A one-thread run of either side is pinned to the same
 CPU (`taskset`): on a VM the two vCPUs can differ by a third in memory-bound loops.
 
-Where targets are missed, as profiled (`perf`, Zen 5) at the commit named below: **F16 decode at 1 thread** is the
-skinny kernel (`backend/cpu/kernels/skinny.cpp`) reading 4 weight rows at a time with a software prefetch of the
-next 4; 90% of its samples are on the `vcvtph2ps` loads, it reads 22-25 GB/s where llama.cpp's one-row-at-a-time
-dot reads 27-29 and a streaming read 34-39 (the accumulator spills that held it at 18 GB/s are gone). **F16
-prefill and 16-sequence F16 decode** run on the same kernel in tiles of 4 activation rows, which re-read each weight
-row from L2 once per tile; llama.cpp runs a blocked F16 GEMM there; a blocked kernel over widened weight tiles is
-what is missing. **Q4_K and Q4_K_M decode at 1 thread on the AVX2 tier** are bound by arithmetic, not memory: without
-VNNI each 4-byte product is `vpmaddubsw` + `vpmaddwd` + an add, 8 rows a pass, and the codes are unpacked once per
-8-row half (Q4_K_M's Q6_K matrices most of all). **Decode at >= 85% of a streaming read** is met only where the
-table says so (native Q8_0 and Q4_0 at 1 thread in this run): F16 for the reason above; at 2 threads the two vCPUs
-together stream up to twice what one does, and the products, split evenly between threads, wait on the slower
-vCPU; on the AVX2 tier the quantized loops are bound by the arithmetic above."""),
+F16 and F32 matrices are interleaved at load in groups of the skinny kernel's block of rows (Note [Interleaved
+weight rows] in `backend/cpu/kernel_table.h`): a decoded token's product reads one linear stream with one chain of
+multiply-adds per row, and longer products keep a chunk of weight rows in L1 while every tile of activation rows
+passes over it; the sums keep their order, so the outputs keep their bits. Where targets are missed, as profiled
+(`perf`, Zen 5): **F16 prefill on the AVX2 tier** (0.96-1.02x in runs an hour apart) is the same kernel in blocks
+of 4 rows by 3 activation rows (16 ymm registers hold no more accumulators) on f32 activations, where llama.cpp's
+F16 products first round the activations to F16 and so load half the bytes. **Q4_K and Q4_K_M
+(and llama-quantize's Q4_0) decode at 1 thread on the AVX2 tier** are bound by arithmetic, not memory:
+without VNNI each 4-byte product is `vpmaddubsw` + `vpmaddwd` + an add, 8 rows a pass, and the codes are unpacked
+once per 8-row half (Q4_K_M's Q6_K matrices most of all). **Decode at >= 85% of a streaming read** is met only
+where the table says so: in F16 decode at one thread the kernel's samples sit behind its software prefetch and
+the first uses of the weight loads, that is, it waits on memory at about 27 GB/s where a plain streaming read gets
+35-41 (the prefetch stays: without it 16 sequences lost 10-30% and one thread gained nothing); at 2 threads the two vCPUs together stream up to twice what one does, and the products,
+split evenly between threads, wait on the slower vCPU; on the AVX2 tier the quantized loops are bound by the
+arithmetic above."""),
     ("llm_serve", "LLM serving: `tessera serve-llm` against llama-server", sec_llm_serve, render_llm_serve, """\
 `bench/llm_serve_bench.py`: `tessera serve-llm` (2 compute threads, up to 16 running requests, 512 tokens a step,
 prefix caching on) and llama.cpp's llama-server (the native build above, 2 threads, continuous batching, its
