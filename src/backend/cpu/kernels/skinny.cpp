@@ -104,10 +104,10 @@ inline float hsum(V v) {
 }
 
 #if defined(__AVX512F__)
-// out[n] = hsum(v[n]) for n < N, with 16 sums in flight at once: the same
-// additions of the same lanes as hsum (the halving tree), done for 16
-// vectors in 15 registers' worth of adds and shuffles instead of 7
-// instructions each. Padding vectors are zero and their sums dropped.
+// out[n] = hsum(v[n]) for n < N, 16 at a time: the same additions of the
+// same lanes as hsum (the halving tree), for 16 vectors in 15 adds, 30
+// shuffles and a permute where hsum takes 7 instructions each. Padding
+// vectors are zero and their sums dropped.
 template <int N>
 inline void hsums(const V (&v)[N], float* out) {
   for (int g = 0; g < N; g += 16) {
@@ -172,9 +172,9 @@ inline void hsums(const V (&v)[N], float* out) {
 // follow them and a batch-1 product read 8 GB/s where one row at a time read
 // 27 (Zen 5). Touching the next block's rows, a cache line per row as this
 // block's reads cross one, brings it back to 25. No effect on any result.
-// Products of at most kM activation rows now read one row at a time (Note
-// [One weight row at a time]), without it; the blocks that still read from
-// memory are the first pass of a larger product and the bf16 dot kernel's.
+// A single activation row on AVX-512 now reads one row at a time (Note [One
+// weight row at a time]), without it, and the LLM engine's F32/F16 groups
+// prefetch the next group instead (prefetch_next_group).
 // (An asm statement: GCC 12 drops __builtin_prefetch from these loops. Its
 // address is a register operand and it is always inlined: with an "m"
 // operand, or called out of line, GCC kept the block's accumulators on the
@@ -331,8 +331,8 @@ void skinny_rows(const void* w, int64_t ldw, int64_t k, const float* x, int64_t 
   rows<Widening<T>>(w, ldw, k, x, ldx, m, y, ldy, r0, r1);
 }
 
-// A group of kR rows starts where it would unpacked (every group before it
-// is whole): at row r0 * k.
+// The group of rows from r0 starts where row r0 would unpacked, at element
+// r0 * k: every group before it is whole.
 template <typename T>
 void skinny_rows_packed(const void* packed, int64_t rows_n, int64_t k, const float* x, int64_t ldx, int64_t m,
                         float* y, int64_t ldy, int64_t r0, int64_t r1) {
