@@ -493,14 +493,18 @@ void Scheduler::take_in(std::vector<RequestEvent>& events) {
 }
 
 std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& events) {
-  const int64_t bt = engine_.options().block_tokens;
-  int64_t reserved = 0;  // blocks the planned chunks will take
-  auto avail = [&] { return engine_.free_blocks() - reserved; };
-  int64_t budget = opts_.max_batched_tokens;
-  std::vector<Planned> plan;
+  StepPlan s;
+  s.budget = opts_.max_batched_tokens;
+  plan_decodes(s, events);
+  s.time = chunk_time(s.chunks);
+  plan_prompts(s);
+  return std::move(s.chunks);
+}
 
-  // Decodes, oldest first; newer requests give way where the cache is full.
-  // Each keeps one token of the budget for the decodes after it; drafts get the rest.
+// Decodes, oldest first; newer requests give way where the cache is full.
+// Each keeps one token of the budget for the decodes after it; drafts get the rest.
+void Scheduler::plan_decodes(StepPlan& s, std::vector<RequestEvent>& events) {
+  auto avail = [&] { return engine_.free_blocks() - s.reserved; };
   int64_t decoders = 0;
   for (const auto& p : running_) decoders += p->decoding();
   const int64_t cap = draft_cap();
@@ -517,56 +521,63 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
       finish(r, "length", events);  // alone, and the whole cache is too small for it
       continue;
     }
-    const int64_t n = 1 + propose(r, cap, budget - 1 - decoders, avail());
-    reserved += new_blocks(r, n);
-    budget -= n;
-    plan.push_back({&r, n});
+    const int64_t n = 1 + propose(r, cap, s.budget - 1 - decoders, avail());
+    s.reserved += new_blocks(r, n);
+    s.budget -= n;
+    s.chunks.push_back({&r, n});
   }
   std::erase_if(running_, [](const auto& r) { return r->done; });
   if (draft_ && cap > 0) {  // the drafts wanted, from the draft engine: some may come shorter
-    draft(plan);
-    reserved = 0;
-    budget = opts_.max_batched_tokens;
-    for (const Planned& p : plan) {
-      reserved += new_blocks(*p.r, p.n);
-      budget -= p.n;
+    draft(s.chunks);
+    s.reserved = 0;
+    s.budget = opts_.max_batched_tokens;
+    for (const Planned& p : s.chunks) {
+      s.reserved += new_blocks(*p.r, p.n);
+      s.budget -= p.n;
     }
   }
-  // Note [Prompt chunks beside decodes]: the time prompt chunks may take.
-  ChunkBudget time;
-  if (double a, b, c; !plan.empty() && opts_.decode_slowdown > 0 && cost_.fit(a, b, c) && (b > 0 || c > 0)) {
-    double tokens = 0, pairs = 0;
-    for (const Planned& p : plan) {
-      tokens += static_cast<double>(p.n);
-      pairs += attention_pairs(p.r->fed, p.n);
-    }
-    time = {true, (opts_.decode_slowdown - 1) * std::max(a + b * tokens + c * 1e-6 * pairs, 0.0), b, c};
-  }
-  bool chunked = false;  // the step's first chunk takes at least a block's worth, whatever the time
+}
 
-  // Prompt chunks, as much of each as the budget, the time and the cache allow.
-  auto chunk_for = [&](const Request& r) {
-    const int64_t slack = (bt - r.fed % bt) % bt;  // room left in its last block
-    const int64_t timed = std::max(time.tokens(r.fed), chunked ? int64_t{0} : bt);
-    return std::max<int64_t>(0, std::min({r.remaining(), budget, timed, slack + avail() * bt}));
-  };
-  auto take = [&](Request& r, int64_t n) {
-    reserved += new_blocks(r, n);
-    budget -= n;
-    time.take(r.fed, n);
-    chunked = true;
-    plan.push_back({&r, n});
-  };
-  auto room = [&] { return budget > 0 && (!chunked || time.tokens(0) > 0); };
+// Note [Prompt chunks beside decodes]: the time prompt chunks may take.
+ChunkBudget Scheduler::chunk_time(const std::vector<Planned>& decodes) const {
+  double a, b, c;
+  if (decodes.empty() || opts_.decode_slowdown <= 0 || !cost_.fit(a, b, c) || (b <= 0 && c <= 0)) return {};
+  double tokens = 0, pairs = 0;
+  for (const Planned& p : decodes) {
+    tokens += static_cast<double>(p.n);
+    pairs += attention_pairs(p.r->fed, p.n);
+  }
+  return {true, (opts_.decode_slowdown - 1) * std::max(a + b * tokens + c * 1e-6 * pairs, 0.0), b, c};
+}
+
+// As much of r's prompt as the budget, the time and the cache allow (the
+// step's first chunk takes at least a block's worth, whatever the time).
+int64_t Scheduler::chunk_for(const StepPlan& s, const Request& r) const {
+  const int64_t bt = engine_.options().block_tokens;
+  const int64_t slack = (bt - r.fed % bt) % bt;  // room left in its last block
+  const int64_t timed = std::max(s.time.tokens(r.fed), s.chunked ? int64_t{0} : bt);
+  const int64_t avail = engine_.free_blocks() - s.reserved;
+  return std::max<int64_t>(0, std::min({r.remaining(), s.budget, timed, slack + avail * bt}));
+}
+
+void Scheduler::take_chunk(StepPlan& s, Request& r, int64_t n) {
+  s.reserved += new_blocks(r, n);
+  s.budget -= n;
+  s.time.take(r.fed, n);
+  s.chunked = true;
+  s.chunks.push_back({&r, n});
+}
+
+// Prompt chunks: the running requests' first, then new requests past the age
+// bound, then by priority, then in order (stable: the preempted, at the
+// head, keep their places among equals).
+void Scheduler::plan_prompts(StepPlan& s) {
+  auto room = [&] { return s.budget > 0 && (!s.chunked || s.time.tokens(0) > 0); };
   for (auto& p : running_) {
     Request& r = *p;
     if (r.decoding() || !room()) continue;
-    const int64_t n = chunk_for(r);
-    if (n == 0) continue;
-    take(r, n);
+    if (const int64_t n = chunk_for(s, r); n > 0) take_chunk(s, r, n);
   }
-  // New requests: past the age bound first, then by priority, then in order
-  // (stable: the preempted, at the head, keep their places among equals).
   const Clock::time_point now = Clock::now();
   auto overdue = [&](const Request& r) {
     return opts_.max_wait_seconds > 0 && std::chrono::duration<double>(now - r.arrival).count() > opts_.max_wait_seconds;
@@ -585,34 +596,41 @@ std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& event
       ++it;
       continue;
     }
-    int64_t reused = 0;
-    if (leader) {
-      if (avail() < 1) break;
-      r.seq = engine_.fork_sequence(leader->seq, r.prompt - 1);
-      reused = r.prompt - 1;
-    } else {
-      r.seq = engine_.add_sequence();
-      // Mean and CLS pooling read every token's (or the first's) hidden state: computed, not reused.
-      const bool reuse = r.opts.pooling == Pooling::None || r.opts.pooling == Pooling::Last;
-      reused = reuse ? engine_.reuse_prefix(r.seq, r.tokens, prefix_salt(r.opts)) : 0;
-    }
-    r.fed = reused;
-    r.draft_len = max_drafts_;
-    const int64_t n = chunk_for(r);
-    if (n == 0) {  // no cache for it now: it keeps its place
-      engine_.remove_sequence(r.seq);
-      r.seq = -1;
-      r.fed = 0;
-      break;
-    }
-    stats_.prefix_queries += static_cast<int64_t>(r.tokens.size());
-    stats_.prefix_hits += reused;
-    if (r.cached < 0) r.cached = reused;
-    take(r, n);
+    if (!admit(s, r, leader)) break;  // no cache for it now: it keeps its place
     running_.push_back(std::move(*it));
     it = waiting_.erase(it);
   }
-  return plan;
+}
+
+// A new request's sequence (forked from its leader's, the request whose
+// prompt it shares, or reusing cached prefix blocks) and its first chunk;
+// false, and nothing taken, when the cache has no room for a chunk of it.
+bool Scheduler::admit(StepPlan& s, Request& r, const Request* leader) {
+  int64_t reused = 0;
+  if (leader) {
+    if (engine_.free_blocks() - s.reserved < 1) return false;
+    r.seq = engine_.fork_sequence(leader->seq, r.prompt - 1);
+    reused = r.prompt - 1;
+  } else {
+    r.seq = engine_.add_sequence();
+    // Mean and CLS pooling read every token's (or the first's) hidden state: computed, not reused.
+    const bool reuse = r.opts.pooling == Pooling::None || r.opts.pooling == Pooling::Last;
+    reused = reuse ? engine_.reuse_prefix(r.seq, r.tokens, prefix_salt(r.opts)) : 0;
+  }
+  r.fed = reused;
+  r.draft_len = max_drafts_;
+  const int64_t n = chunk_for(s, r);
+  if (n == 0) {
+    engine_.remove_sequence(r.seq);
+    r.seq = -1;
+    r.fed = 0;
+    return false;
+  }
+  stats_.prefix_queries += static_cast<int64_t>(r.tokens.size());
+  stats_.prefix_hits += reused;
+  if (r.cached < 0) r.cached = reused;
+  take_chunk(s, r, n);
+  return true;
 }
 
 std::vector<RequestEvent> Scheduler::step() {

@@ -283,8 +283,23 @@ class Scheduler {
     Request* r;
     int64_t n;  // its next n tokens
   };
+  // A step's plan as it is built: its chunks, and what they have taken of
+  // the cache, the step's token budget and its time for prompt chunks.
+  struct StepPlan {
+    std::vector<Planned> chunks;
+    int64_t reserved = 0;  // blocks the chunks will take
+    int64_t budget = 0;    // tokens left in the step
+    ChunkBudget time;
+    bool chunked = false;  // a prompt chunk is in: the next get no block's worth whatever the time
+  };
   void take_in(std::vector<RequestEvent>& events);
   std::vector<Planned> plan(std::vector<RequestEvent>& events);
+  void plan_decodes(StepPlan& s, std::vector<RequestEvent>& events);
+  ChunkBudget chunk_time(const std::vector<Planned>& decodes) const;
+  void plan_prompts(StepPlan& s);
+  bool admit(StepPlan& s, Request& r, const Request* leader);
+  int64_t chunk_for(const StepPlan& s, const Request& r) const;
+  void take_chunk(StepPlan& s, Request& r, int64_t n);
   void run(const std::vector<Planned>& plan, std::vector<RequestEvent>& events);
   void finish(Request& r, const std::string& reason, std::vector<RequestEvent>& events, RequestEvent* ev = nullptr);
   void preempt_newest();
