@@ -233,9 +233,7 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
 void Model::repack() {
   const cpu::KernelTable& kt = cpu::kernels();
   std::vector<Matrix*> order;  // the matrices placed, in step order
-  auto dense = [](const Matrix& mx) {
-    return mx.type == GgmlType::F32 || mx.type == GgmlType::F16 || mx.type == GgmlType::BF16;
-  };
+  auto dense = [](const Matrix& mx) { return !detail::qformat_of(mx.type); };  // F32, F16, BF16
   auto take = [&](Matrix* mx) {
     if (!mx->data) return;
     const std::optional<cpu::QFormat> f = detail::qformat_of(mx->type);

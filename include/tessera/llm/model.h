@@ -113,7 +113,7 @@ class Model {
 
  private:
   Model() = default;
-  void repack();  // the packed forms of the quantized matrices (Matrix::packed)
+  void repack();  // the product weights placed in packed_ (Note [Weights on huge pages])
   GgufFile file_;
   ModelSpec spec_;
   Matrix embedding_, output_;
