@@ -18,7 +18,7 @@
 
 #include "tessera/io/file.h"
 #include "tessera/llm/chat_template.h"
-#include "tessera/llm/lora.h"
+#include "tessera/llm/lora_adapter.h"
 #include "tessera/llm/engine.h"
 #include "tessera/llm/generate.h"
 #include "tessera/llm/perplexity.h"

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -15,7 +16,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/parallel.h"
 #include "tessera/io/file.h"
-#include "tessera/llm/lora.h"
+#include "tessera/llm/lora_adapter.h"
 #include "tessera/serve/http_server.h"
 #include "tessera/serve/llm_service.h"
 
@@ -158,8 +159,6 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
         if (t == 1) m.pooling = llm::Pooling::Mean;
         else if (t == 2) m.pooling = llm::Pooling::Cls;
       }
-      m.scheduler.max_seqs = f.max_seqs;
-      m.scheduler.max_batched_tokens = f.max_batched_tokens;
       TS_CHECK(f.decode_slowdown == 0 || f.decode_slowdown >= 1, "serve-llm: --decode-slowdown ", f.decode_slowdown,
                " must be 0 (off) or at least 1");
       m.scheduler.decode_slowdown = f.decode_slowdown;
@@ -175,7 +174,7 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
         }
         m.draft = d.model;
         m.draft_engine = m.engine;
-        m.draft_engine.max_logit_rows = f.max_seqs;
+        m.draft_engine.max_logit_rows = m.engine.max_sequences;
         m.draft_engine.kv_memory = 0;  // the draft's own KV for every sequence: small next to the model's
         m.draft_engine.threads = f.draft_threads;
         m.scheduler.draft_tokens = f.draft_tokens;
@@ -192,10 +191,9 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
         m.adapters.emplace_back(lname, llm::LoraAdapter::load(spec.substr(eq + 1), lm.model->spec()));
       }
       const int64_t drafts = f.draft.empty() ? f.prompt_lookup : f.draft_tokens;
-      m.engine.max_logit_rows = f.max_seqs * (1 + drafts);
-      TS_CHECK(m.engine.max_logit_rows <= f.max_batched_tokens, "serve-llm: --max-seqs ", f.max_seqs, " with ", drafts,
-               " draft tokens each need ", m.engine.max_logit_rows, " logit rows a step, more than --max-batched-tokens (",
-               f.max_batched_tokens, ")");
+      // The limits live in m.engine alone; the scheduler reads them there.
+      // Each request decodes 1 + drafts rows a step, within the step's tokens.
+      m.engine.max_logit_rows = std::min(m.engine.max_sequences * (1 + drafts), m.engine.max_batch_tokens);
       service.load(std::move(m));
     } catch (...) {
       failed = std::current_exception();

@@ -42,6 +42,7 @@
 #include "tessera/compile/model.h"
 #include "tessera/compile/onnx.h"
 #include "tessera/compile/passes.h"
+#include "tessera/llm/convert_gguf.h"
 #include "tessera/llm/engine.h"
 #include "tessera/llm/gguf.h"
 #include "tessera/llm/gpt_gguf.h"

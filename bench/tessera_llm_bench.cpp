@@ -35,6 +35,7 @@
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/generator.h"
 #include "tessera/core/parallel.h"
+#include "tessera/llm/convert_gguf.h"
 #include "tessera/llm/engine.h"
 #include "tessera/llm/llama_gguf.h"
 #include "tessera/llm/tokenizer.h"

@@ -1,4 +1,4 @@
-// llm::Model: a "llama" GGUF file's weights, as the engine reads them.
+// llm::Model: a "llama" or "gpt2" GGUF file's weights, as the engine reads them (its spec: model_spec.cpp).
 #include <sys/mman.h>
 
 #include <cmath>
@@ -11,9 +11,6 @@
 #include "tessera/core/error.h"
 #include "tessera/core/parallel.h"
 #include "tessera/llm/engine.h"
-// The hyperparameters are read, and every tensor checked, by the bridges' readers.
-#include "tessera/llm/gpt_gguf.h"
-#include "tessera/llm/llama_gguf.h"
 
 namespace tessera::llm {
 namespace {
@@ -37,127 +34,15 @@ std::shared_ptr<Model> Model::load(const std::string& path) {
   }
 }
 
-RopeScaling rope_scaling_from_gguf(const GgufFile& f, int64_t head_dim) {
-  RopeScaling r;
-  auto number = [&](const char* key, double& out) {
-    if (const GgufValue* v = f.find(key)) out = v->as_float(key);
-  };
-  std::string type = "linear";  // llama.cpp's default, a no-op with no factor
-  if (const GgufValue* v = f.find("llama.rope.scaling.type")) type = v->as_string("llama.rope.scaling.type");
-  double factor = 0.0;
-  number("llama.rope.scale_linear", factor);
-  number("llama.rope.scaling.factor", factor);
-  TS_CHECK(std::isfinite(factor) && factor >= 0.0 && factor <= 1024.0, f.what(), ": llama.rope.scaling.factor ",
-           factor, " is not between 0 and 1024");
-  TS_CHECK(type == "none" || type == "linear" || type == "yarn", f.what(), ": llama.rope.scaling.type '", type,
-           "' is not one the engine computes (none, linear, yarn)");
-  if (type == "none" || factor == 0.0 || factor == 1.0) r.type = RopeScaling::Type::None;
-  else r.type = type == "linear" ? RopeScaling::Type::Linear : RopeScaling::Type::Yarn;
-  r.factor = factor == 0.0 ? 1.0 : factor;
-  if (const GgufValue* v = f.find("llama.rope.scaling.original_context_length"))
-    r.original_context = v->as_int("llama.rope.scaling.original_context_length");
-  number("llama.rope.scaling.attn_factor", r.attn_factor);
-  number("llama.rope.scaling.yarn_beta_fast", r.beta_fast);
-  number("llama.rope.scaling.yarn_beta_slow", r.beta_slow);
-  number("llama.rope.scaling.yarn_ext_factor", r.ext_factor);
-  TS_CHECK(r.original_context >= 0 && r.original_context <= (int64_t{1} << 24) && std::isfinite(r.attn_factor) &&
-               r.attn_factor > 0 && std::isfinite(r.beta_fast) && std::isfinite(r.beta_slow) && r.beta_fast > 0 &&
-               r.beta_slow > 0 && std::isfinite(r.ext_factor),
-           f.what(), ": RoPE scaling parameters out of range (original context ", r.original_context, ", attention "
-           "factor ", r.attn_factor, ", YaRN betas ", r.beta_fast, "/", r.beta_slow, ")");
-  if (const GgufTensorInfo* t = f.find_tensor("rope_freqs.weight")) {
-    const Tensor w = dequantize_gguf_tensor(f, *t);
-    TS_CHECK(w.numel() == head_dim / 2, f.what(), ": rope_freqs.weight has ", w.numel(), " values for ",
-             head_dim / 2, " dimension pairs");
-    r.freq_factors.assign(w.contiguous().data_ptr<float>(), w.contiguous().data_ptr<float>() + w.numel());
-    for (float x : r.freq_factors)
-      TS_CHECK(std::isfinite(x) && x > 0, f.what(), ": rope_freqs.weight holds ", x, " (factors must be positive)");
-  }
-  return r;
-}
-
-void rope_cos_sin(const ModelSpec& s, int64_t position, float* out) {
-  // ggml_rope_cache_init and rope_yarn (ggml-cpu/ops.cpp), in float as there.
-  const RopeScaling& r = s.rope;
-  const int64_t n_dims = s.head_dim;
-  const float base = static_cast<float>(s.rope_theta);
-  const float theta_scale = std::pow(base, -2.0f / static_cast<float>(n_dims));
-  const bool scaled = r.type != RopeScaling::Type::None;
-  const float freq_scale = scaled ? static_cast<float>(1.0 / r.factor) : 1.0f;
-  const float ext = r.ext_factor >= 0 ? static_cast<float>(r.ext_factor) : r.type == RopeScaling::Type::Yarn ? 1.0f : 0.0f;
-  // llama.cpp's attention factor: with YaRN's mix on, its own magnitude
-  // correction (0.1 ln(factor) + 1) is applied once, by rope_yarn below.
-  float mscale = static_cast<float>(r.attn_factor);
-  if (ext != 0.0f) {
-    const float factor = 1.0f / freq_scale;
-    const float m = factor <= 1.0f ? 1.0f : 0.1f * std::log(factor) + 1.0f;
-    mscale *= m / (1.0f + 0.1f * std::log(factor));
-  }
-  float corr[2] = {0, 0};
-  if (ext != 0.0f) {
-    const int64_t orig = r.original_context > 0 ? r.original_context : s.context;
-    auto dim = [&](float rot) {
-      return static_cast<float>(n_dims) * std::log(static_cast<float>(orig) / (rot * 2.0f * static_cast<float>(M_PI))) /
-             (2.0f * std::log(base));
-    };
-    corr[0] = std::max(0.0f, std::floor(dim(static_cast<float>(r.beta_fast))));
-    corr[1] = std::min(static_cast<float>(n_dims - 1), std::ceil(dim(static_cast<float>(r.beta_slow))));
-  }
-  float theta = static_cast<float>(position);
-  for (int64_t i0 = 0; i0 < n_dims; i0 += 2) {
-    const float ff = r.freq_factors.empty() ? 1.0f : r.freq_factors[i0 / 2];
-    const float extrap = theta / ff;
-    const float interp = freq_scale * extrap;
-    float angle = interp, ms = mscale;
-    if (ext != 0.0f) {
-      const float y = (static_cast<float>(i0 / 2) - corr[0]) / std::max(0.001f, corr[1] - corr[0]);
-      const float ramp = (1.0f - std::min(1.0f, std::max(0.0f, y))) * ext;
-      angle = interp * (1.0f - ramp) + extrap * ramp;
-      ms *= 1.0f + 0.1f * std::log(1.0f / freq_scale);
-    }
-    out[i0] = std::cos(angle) * ms;
-    out[i0 + 1] = std::sin(angle) * ms;
-    theta *= theta_scale;
-  }
-}
-
 std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
-  const GgufValue* arch = file.find("general.architecture");
-  const bool gpt = arch && arch->type() == GgufType::String && arch->as_string() == "gpt2";
   std::shared_ptr<Model> m(new Model());
-  nn::zoo::LlamaConfig c;
-  if (gpt) {
-    const nn::zoo::GPTConfig g = gpt_config_from_gguf(file);  // every tensor present, in its shape
-    c.vocab_size = g.vocab_size, c.dim = g.n_embd, c.n_layers = g.n_layer, c.n_heads = g.n_head;
-    c.n_kv_heads = g.n_head, c.hidden_dim = 4 * g.n_embd, c.max_seq_len = g.block_size;
-    c.norm_eps = file.get("gpt2.attention.layer_norm_epsilon").as_float("gpt2.attention.layer_norm_epsilon");
-    m->spec_.arch = "gpt2";
-    if (const GgufValue* v = file.find("tessera.gelu")) {
-      const std::string g = v->as_string("tessera.gelu");
-      TS_CHECK(g == "erf" || g == "tanh", file.what(), ": tessera.gelu is '", g, "', not 'erf' or 'tanh'");
-      m->spec_.gelu_erf = g == "erf";
-    }
-  } else {
-    c = llama_config_from_gguf(file, true);  // every tensor present, in its shape; RoPE scaling allowed
-  }
+  m->spec_ = read_model_spec(file);  // every tensor present, in its shape
   m->file_ = std::move(file);
   const GgufFile& f = m->file_;
-  ModelSpec& s = m->spec_;
-  s.vocab = c.vocab_size;
-  s.dim = c.dim;
-  s.n_layers = c.n_layers;
-  s.n_heads = c.n_heads;
-  s.n_kv_heads = c.n_kv_heads;
-  s.head_dim = c.dim / c.n_heads;
-  s.hidden = c.hidden_dim;
-  s.context = c.max_seq_len;
-  s.norm_eps = static_cast<float>(c.norm_eps);
-  s.rope_theta = c.rope_theta;
-  if (s.arch == "llama") s.rope = rope_scaling_from_gguf(f, s.head_dim);
+  const ModelSpec& s = m->spec_;
+  const bool gpt = s.arch == "gpt2";
   TS_CHECK(s.head_dim <= kMaxHeadDim, f.what(), ": heads of ", s.head_dim, " dimensions; the engine takes up to ",
            kMaxHeadDim);
-  TS_CHECK(s.norm_eps >= 0.f && s.rope_theta > 0.0, f.what(), ": RMSNorm epsilon ", s.norm_eps,
-           " and RoPE base ", s.rope_theta, " must be non-negative and positive");
 
   auto matrix = [&](const std::string& name) {
     const GgufTensorInfo& t = f.tensor_info(name);

@@ -70,13 +70,10 @@ Pooling pooling_from_name(const std::string& name) {
 Scheduler::Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOptions opts, Engine* draft)
     : engine_(engine), tokenizer_(tokenizer), opts_(opts), draft_(draft) {
   const EngineOptions& e = engine_.options();
-  TS_CHECK(opts_.max_seqs >= 1 && opts_.max_seqs <= e.max_sequences, "scheduler: max_seqs ", opts_.max_seqs,
-           " must be 1 to the engine's max_sequences (", e.max_sequences, ")");
-  TS_CHECK(opts_.max_seqs <= e.max_logit_rows, "scheduler: max_seqs ", opts_.max_seqs,
-           " is more than the engine's max_logit_rows (", e.max_logit_rows, ")");
-  TS_CHECK(opts_.max_batched_tokens >= opts_.max_seqs && opts_.max_batched_tokens <= e.max_batch_tokens,
-           "scheduler: max_batched_tokens ", opts_.max_batched_tokens, " must be from max_seqs (", opts_.max_seqs,
-           ") to the engine's max_batch_tokens (", e.max_batch_tokens, ")");
+  // The limits are the engine's (Note [Scheduling]): every running request
+  // decodes each step, so a step must carry one token for each.
+  TS_CHECK(e.max_batch_tokens >= e.max_sequences, "scheduler: the engine's max_batch_tokens (", e.max_batch_tokens,
+           ") must be at least its max_sequences (", e.max_sequences, "): every running request decodes each step");
   TS_CHECK(opts_.lookup_tokens >= 0 && opts_.lookup_tokens <= 32, "scheduler: lookup_tokens ", opts_.lookup_tokens,
            " must be 0 to 32");
   TS_CHECK(opts_.draft_tokens >= 0 && opts_.draft_tokens <= 32, "scheduler: draft_tokens ", opts_.draft_tokens,
@@ -88,20 +85,23 @@ Scheduler::Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOption
            draft_ ? "scheduler: a draft engine needs draft_tokens of 1 or more"
                   : "scheduler: draft_tokens needs a draft engine");
   max_drafts_ = std::max(opts_.lookup_tokens, opts_.draft_tokens);
-  TS_CHECK(opts_.max_seqs * (1 + max_drafts_) <= e.max_logit_rows, "scheduler: ", opts_.max_seqs,
-           " requests with up to ", max_drafts_, " draft tokens each need ", opts_.max_seqs * (1 + max_drafts_),
-           " logit rows a step; the engine returns at most ", e.max_logit_rows, " (EngineOptions::max_logit_rows)");
+  // Every logit row is a token of the step, so a step never needs more than
+  // max_batch_tokens of them.
+  const int64_t rows = std::min(e.max_sequences * (1 + max_drafts_), e.max_batch_tokens);
+  TS_CHECK(rows <= e.max_logit_rows, "scheduler: ", e.max_sequences, " requests (EngineOptions::max_sequences) with up "
+           "to ", max_drafts_, " draft tokens each need ", rows, " logit rows a step; the engine returns at most ",
+           e.max_logit_rows, " (EngineOptions::max_logit_rows)");
   if (draft_) {
     const EngineOptions& d = draft_->options();
     TS_CHECK(draft_->model().spec().vocab == engine_.model().spec().vocab, "scheduler: the draft model has ",
              draft_->model().spec().vocab, " tokens, the model ", engine_.model().spec().vocab,
              "; a draft must share the model's vocabulary");
-    TS_CHECK(d.max_sequences >= opts_.max_seqs && d.max_logit_rows >= opts_.max_seqs, "scheduler: the draft engine "
-             "must allow max_seqs (", opts_.max_seqs, ") sequences and logit rows; it allows ", d.max_sequences,
-             " and ", d.max_logit_rows);
+    TS_CHECK(d.max_sequences >= e.max_sequences && d.max_logit_rows >= e.max_sequences, "scheduler: the draft "
+             "engine must allow the engine's max_sequences (", e.max_sequences, ") sequences and logit rows; it allows ",
+             d.max_sequences, " and ", d.max_logit_rows);
     draft_context_ = d.context ? d.context : std::min<int64_t>(draft_->model().spec().context, int64_t{1} << 18);
-    TS_CHECK(d.max_batch_tokens >= opts_.max_seqs, "scheduler: the draft engine's max_batch_tokens (",
-             d.max_batch_tokens, ") must be at least max_seqs (", opts_.max_seqs, ")");
+    TS_CHECK(d.max_batch_tokens >= e.max_sequences, "scheduler: the draft engine's max_batch_tokens (",
+             d.max_batch_tokens, ") must be at least the engine's max_sequences (", e.max_sequences, ")");
   }
   stats_.accepted_by_position.assign(static_cast<size_t>(max_drafts_), 0);
   TS_CHECK(opts_.decode_slowdown == 0 || opts_.decode_slowdown >= 1, "scheduler: decode_slowdown ",
@@ -494,7 +494,7 @@ void Scheduler::take_in(std::vector<RequestEvent>& events) {
 
 std::vector<Scheduler::Planned> Scheduler::plan(std::vector<RequestEvent>& events) {
   StepPlan s;
-  s.budget = opts_.max_batched_tokens;
+  s.budget = engine_.options().max_batch_tokens;
   plan_decodes(s, events);
   s.time = chunk_time(s.chunks);
   plan_prompts(s);
@@ -530,7 +530,7 @@ void Scheduler::plan_decodes(StepPlan& s, std::vector<RequestEvent>& events) {
   if (draft_ && cap > 0) {  // the drafts wanted, from the draft engine: some may come shorter
     draft(s.chunks);
     s.reserved = 0;
-    s.budget = opts_.max_batched_tokens;
+    s.budget = engine_.options().max_batch_tokens;
     for (const Planned& p : s.chunks) {
       s.reserved += new_blocks(*p.r, p.n);
       s.budget -= p.n;
@@ -587,7 +587,7 @@ void Scheduler::plan_prompts(StepPlan& s) {
     if (oa != ob) return oa;
     return a->opts.priority > b->opts.priority;
   });
-  for (auto it = waiting_.begin(); it != waiting_.end() && room() && static_cast<int64_t>(running_.size()) < opts_.max_seqs;) {
+  for (auto it = waiting_.begin(); it != waiting_.end() && room() && static_cast<int64_t>(running_.size()) < engine_.options().max_sequences;) {
     Request& r = **it;
     // Another choice of the same prompt: wait for it to compute the prompt
     // (all but its last token), then fork it.

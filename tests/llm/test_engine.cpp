@@ -18,6 +18,7 @@
 #include "tessera/core/allocator.h"
 #include "tessera/core/half.h"
 #include "tessera/core/parallel.h"
+#include "tessera/llm/convert_gguf.h"
 #include "tessera/llm/engine.h"
 #include "tessera/llm/gpt_gguf.h"
 #include "tessera/llm/llama_gguf.h"

@@ -19,9 +19,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/io/file.h"
+#include "tessera/llm/convert_gguf.h"
 #include "tessera/llm/engine.h"
 #include "tessera/llm/gpt_gguf.h"
 #include "tessera/llm/llama_gguf.h"
+#include "tessera/llm/model_spec.h"
 #include "tessera/llm/tokenizer.h"
 #include "tessera/ops/ops.h"
 #include "llama_cpp_reference.h"
@@ -75,6 +77,64 @@ TEST(LlamaGguf, RoundTripsWithLlamaCppNamesAndRowOrder) {
     Tensor ids = ops::randint(0, 64, {2, 7});
     EXPECT_CLOSE((*back)(ids), (*m)(ids), 0, 0) << "gqa " << gqa;
   }
+}
+
+// The inference stack's reader (llm/model_spec.h) gives the shape the
+// bridges wrote, and gguf_tensors(spec) is the file's own list of tensors,
+// in order, for a Llama (grouped-query, tied or not) and a GPT with biases.
+TEST(LlamaGguf, TheSpecReaderSeesWhatTheBridgesWrite) {
+  for (bool gqa : {false, true}) {
+    manual_seed(3);
+    const nn::zoo::LlamaConfig c = tiny(gqa, !gqa);
+    nn::zoo::Llama m(c);
+    std::string bytes;
+    GgufFile f = parsed(llm::llama_to_gguf(m), bytes);
+    const llm::ModelSpec s = llm::read_model_spec(f);
+    EXPECT_EQ(s.arch, "llama");
+    EXPECT_EQ(s.vocab, 64);
+    EXPECT_EQ(s.dim, 64);
+    EXPECT_EQ(s.n_layers, 2);
+    EXPECT_EQ(s.n_heads, 4);
+    EXPECT_EQ(s.n_kv_heads, gqa ? 2 : 4);
+    EXPECT_EQ(s.head_dim, 16);
+    EXPECT_EQ(s.hidden, 96);
+    EXPECT_EQ(s.context, 32);
+    EXPECT_EQ(s.tied_output, !gqa);
+    EXPECT_FALSE(s.biases);
+    EXPECT_EQ(s.rope_theta, 5000.0);
+    const std::vector<llm::GgufTensorSpec> want = llm::gguf_tensors(s);
+    ASSERT_EQ(want.size(), f.tensors().size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(want[i].name, f.tensors()[i].name);
+      EXPECT_EQ(want[i].shape, f.tensors()[i].shape());
+    }
+    const nn::zoo::LlamaConfig back = llm::llama_config_from_gguf(f);
+    EXPECT_EQ(back.n_kv_heads, c.n_kv_heads);
+    EXPECT_EQ(back.tie_embeddings, c.tie_embeddings);
+    EXPECT_EQ(back.hidden_dim, c.hidden_dim);
+  }
+  nn::zoo::GPTConfig gc;
+  gc.vocab_size = 40, gc.block_size = 24, gc.n_layer = 2, gc.n_head = 2, gc.n_embd = 32, gc.weight_tying = false;
+  nn::zoo::GPT gpt(gc);
+  std::string bytes;
+  GgufFile f = parsed(llm::gpt_to_gguf(gpt), bytes);
+  const llm::ModelSpec s = llm::read_model_spec(f);
+  EXPECT_EQ(s.arch, "gpt2");
+  EXPECT_TRUE(s.biases);
+  EXPECT_FALSE(s.tied_output);
+  EXPECT_TRUE(s.gelu_erf);
+  EXPECT_EQ(s.hidden, 128);
+  EXPECT_EQ(s.context, 24);
+  const std::vector<llm::GgufTensorSpec> want = llm::gguf_tensors(s);
+  ASSERT_EQ(want.size(), f.tensors().size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(want[i].name, f.tensors()[i].name);
+  // A file of another architecture is named as such.
+  llm::GgufWriter other = llm::llama_to_gguf(nn::zoo::Llama(tiny(false, true)));
+  other.set("general.architecture", llm::GgufValue::string("mamba"));
+  std::string ob;
+  GgufFile of = parsed(other, ob);
+  EXPECT_NE(testing::error_of([&] { llm::read_model_spec(of); }).find("\"mamba\", not \"llama\" or \"gpt2\""),
+            std::string::npos);
 }
 
 TEST(LlamaGguf, HalfAndQuantizedWeightsWithinTheirError) {

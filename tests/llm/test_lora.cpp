@@ -16,6 +16,7 @@
 #include "tessera/llm/gguf.h"
 #include "tessera/llm/llama_gguf.h"
 #include "tessera/llm/lora.h"
+#include "tessera/llm/lora_adapter.h"
 #include "tessera/llm/scheduler.h"
 #include "tessera/nn/init.h"
 #include "tessera/ops/ops.h"
@@ -209,17 +210,14 @@ TEST(Lora, MixedAdapterBatchesEqualSoloRuns) {
     for (int k = 0; k < 20; ++k) p.push_back(3 + (i * 17 + k * 5) % 200);  // shared 16-token blocks differ by adapter
     return p;
   };
-  llm::SchedulerOptions so;
-  so.max_seqs = 5;
-  so.max_batched_tokens = 64;
   llm::Engine e(model, {.max_batch_tokens = 64, .max_sequences = 5, .prefix_caching = true});
-  llm::Scheduler together(e, f.tok, so);
+  llm::Scheduler together(e, f.tok, {});
   std::vector<int64_t> ids;
   for (int i = 0; i < 5; ++i) ids.push_back(together.submit(prompt(i % 2), options(i)));  // prompts repeat
   const auto all = drain(together);
   for (int i = 0; i < 5; ++i) {
-    llm::Engine se(model, {.max_sequences = 1});
-    llm::Scheduler solo(se, f.tok, {.max_batched_tokens = 64, .max_seqs = 1});
+    llm::Engine se(model, {.max_batch_tokens = 64, .max_sequences = 1});
+    llm::Scheduler solo(se, f.tok, {});
     const int64_t id = solo.submit(prompt(i % 2), options(i));
     EXPECT_EQ(all.at(ids[static_cast<size_t>(i)]), drain(solo).at(id)) << "request " << i;
   }

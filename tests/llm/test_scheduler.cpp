@@ -6,6 +6,7 @@
 // error that says so.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -110,15 +111,15 @@ TEST(Scheduler, RequestsUnderLoadGiveTheirSoloTokens) {
                  (lookup ? ", prompt lookup " + std::to_string(lookup) : ""));
     llm::EngineOptions eo;
     eo.prefix_caching = caching;
-    eo.max_logit_rows = 4 * (1 + lookup);
+    eo.max_logit_rows = std::min<int64_t>(4 * (1 + lookup), budget);
     eo.max_sequences = 4;
-    eo.max_batch_tokens = 32;
+    eo.max_batch_tokens = budget;
     eo.kv_memory = 1;  // raised below to 12 blocks
     llm::Engine probe(f.model, {});
     eo.kv_memory = 12 * eo.block_tokens * probe.kv_bytes_per_token();
     llm::Engine e(f.model, eo);
     ASSERT_EQ(e.total_blocks(), 12);
-    llm::Scheduler s(e, f.tok, {.max_batched_tokens = budget, .max_seqs = 4, .lookup_tokens = lookup, .speculate_by_cost = false});
+    llm::Scheduler s(e, f.tok, {.lookup_tokens = lookup, .speculate_by_cost = false});
     std::vector<int64_t> ids;
     const auto out = drain(s, [&](int64_t step) {
       if (ids.size() < prompts.size() && (step < 2 || step % 3 == 0)) {
@@ -163,7 +164,7 @@ TEST(Scheduler, ASharedPromptIsComputedOnce) {
   eo.max_batch_tokens = 64;
   eo.prefix_caching = true;
   llm::Engine e(f.model, eo);
-  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 8});
+  llm::Scheduler s(e, f.tok, {});
   std::vector<int64_t> ids;
   std::map<int64_t, int64_t> cached;
   std::map<int64_t, Outcome> out;
@@ -201,7 +202,7 @@ TEST(Scheduler, ChoicesForkTheFirstOnesPrompt) {
     eo.max_batch_tokens = 32;
     eo.prefix_caching = caching;
     llm::Engine e(f.model, eo);
-    llm::Scheduler s(e, f.tok, {.max_batched_tokens = 32, .max_seqs = 4});
+    llm::Scheduler s(e, f.tok, {});
     llm::RequestOptions o = request(1);  // seeded sampling
     std::vector<int64_t> ids;
     for (uint64_t i = 0; i < 3; ++i) {
@@ -257,10 +258,10 @@ TEST(Scheduler, EmbeddingsPoolTheInputsHiddenStates) {
   };
   llm::EngineOptions eo;
   eo.max_sequences = 4;
-  eo.max_batch_tokens = 16;
+  eo.max_batch_tokens = 7;
   eo.prefix_caching = true;
   llm::Engine e(f.model, eo);
-  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 7, .max_seqs = 4});
+  llm::Scheduler s(e, f.tok, {});
   std::map<int64_t, llm::Pooling> ids;
   s.submit(prompt_of(30, 1), request(0));  // a generation request beside them
   for (llm::Pooling p : {llm::Pooling::Mean, llm::Pooling::Last, llm::Pooling::Cls}) {
@@ -305,7 +306,7 @@ TEST(Scheduler, PromptLookupDraftsKeepEachRequestsTokens) {
   eo.max_logit_rows = 4 * 9;
   eo.prefix_caching = true;
   llm::Engine e(f.model, eo);
-  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 4, .lookup_tokens = 8, .speculate_by_cost = false});
+  llm::Scheduler s(e, f.tok, {.lookup_tokens = 8, .speculate_by_cost = false});
   std::vector<llm::RequestOptions> opts;
   for (int i = 0; i < 4; ++i) {
     llm::RequestOptions o = request(i);  // greedy and seeded in turn
@@ -331,7 +332,7 @@ TEST(Scheduler, PromptLookupDraftsKeepEachRequestsTokens) {
   llm::EngineOptions few;
   EXPECT_NE(testing::error_of([&] {
               llm::Engine small(f.model, few);
-              llm::Scheduler bad(small, f.tok, {.max_batched_tokens = 64, .max_seqs = 16, .lookup_tokens = 4});
+              llm::Scheduler bad(small, f.tok, {.lookup_tokens = 4});
             }).find("need 80 logit rows a step"),
             std::string::npos);
 }
@@ -364,9 +365,9 @@ TEST(Scheduler, DraftModelKeepsGreedyRequestsTokens) {
                  std::to_string(draft_batch));
     llm::EngineOptions eo;
     eo.prefix_caching = caching;
-    eo.max_logit_rows = 4 * (1 + 4);
+    eo.max_logit_rows = std::min<int64_t>(4 * (1 + 4), budget);
     eo.max_sequences = 4;
-    eo.max_batch_tokens = 32;
+    eo.max_batch_tokens = budget;
     eo.kv_memory = 8 * eo.block_tokens * llm::Engine(f.model, {}).kv_bytes_per_token();
     llm::Engine e(f.model, eo);
     llm::EngineOptions dopt;
@@ -376,8 +377,7 @@ TEST(Scheduler, DraftModelKeepsGreedyRequestsTokens) {
     dopt.max_logit_rows = 4;
     dopt.threads = 1;  // as serve-llm runs a draft model
     llm::Engine draft(same ? f.model : other.model, dopt);
-    llm::Scheduler s(e, f.tok, {.max_batched_tokens = budget, .max_seqs = 4, .draft_tokens = 4, .speculate_by_cost = false},
-                     &draft);
+    llm::Scheduler s(e, f.tok, {.draft_tokens = 4, .speculate_by_cost = false}, &draft);
     std::vector<int64_t> ids;
     const auto out = drain(s, [&](int64_t step) {
       if (ids.size() < prompts.size() && (step < 2 || step % 3 == 0))
@@ -437,7 +437,7 @@ TEST(Scheduler, GrammarRequestsStopWithACompleteText) {
   eo.max_batch_tokens = 64;
   eo.max_logit_rows = 4 * 5;
   llm::Engine e(f.model, eo);
-  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 4, .lookup_tokens = 4, .speculate_by_cost = false});
+  llm::Scheduler s(e, f.tok, {.lookup_tokens = 4, .speculate_by_cost = false});
   std::vector<int64_t> ids;
   for (int i = 0; i < 8; ++i) {
     llm::RequestOptions o = request(i);
@@ -509,7 +509,7 @@ TEST(Scheduler, PromptChunksBesideDecodesKeepStepsShort) {
 // Stop strings and stop tokens end a request as they end generate()'s.
 TEST(Scheduler, StopsAsGenerateDoes) {
   Fixture f = fixture();
-  llm::Engine e(f.model, {});
+  llm::Engine e(f.model, {.max_batch_tokens = 64, .max_sequences = 4});
   llm::RequestOptions o = request(0);
   o.max_tokens = 40;
   llm::GenerateOptions g;
@@ -519,7 +519,7 @@ TEST(Scheduler, StopsAsGenerateDoes) {
   const std::vector<int32_t> prompt = prompt_of(6, 4);
   const llm::GenerateResult all = llm::generate(e, f.tok, prompt, g);
   ASSERT_GE(all.text.size(), 8u);
-  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 4});
+  llm::Scheduler s(e, f.tok, {});
   std::vector<std::pair<int64_t, llm::GenerateResult>> cases;
   for (int c = 0; c < 3; ++c) {
     llm::RequestOptions r = o;
@@ -542,8 +542,8 @@ TEST(Scheduler, StopsAsGenerateDoes) {
 // chunks beside them.
 TEST(Scheduler, DecodesGoOnWhileALongPromptIsTakenIn) {
   Fixture f = fixture();
-  llm::Engine e(f.model, {});
-  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 16, .max_seqs = 4});
+  llm::Engine e(f.model, {.max_batch_tokens = 16, .max_sequences = 4});
+  llm::Scheduler s(e, f.tok, {});
   llm::RequestOptions o = request(0);
   o.max_tokens = 60;
   const int64_t a = s.submit(prompt_of(5, 1), o), b = s.submit(prompt_of(9, 2), o);
@@ -564,8 +564,8 @@ TEST(Scheduler, DecodesGoOnWhileALongPromptIsTakenIn) {
 
 TEST(Scheduler, CancellingFreesTheCacheAtTheNextStep) {
   Fixture f = fixture();
-  llm::Engine e(f.model, {});
-  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 1});
+  llm::Engine e(f.model, {.max_batch_tokens = 64, .max_sequences = 1});
+  llm::Scheduler s(e, f.tok, {});
   llm::RequestOptions o = request(0);
   o.max_tokens = 50;
   const int64_t running = s.submit(prompt_of(40, 1), o), waiting = s.submit(prompt_of(10, 2), o);
@@ -592,10 +592,10 @@ TEST(Scheduler, CancellingFreesTheCacheAtTheNextStep) {
 // request past the age bound before any other.
 TEST(Scheduler, AdmitsByPriorityAndAge) {
   Fixture f = fixture();
-  llm::Engine e(f.model, {});
+  llm::Engine e(f.model, {.max_batch_tokens = 64, .max_sequences = 1});
   llm::RequestOptions o = request(0);
   o.max_tokens = 2;
-  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 1});
+  llm::Scheduler s(e, f.tok, {});
   llm::RequestOptions low = o, high = o;
   high.priority = 5;
   const int64_t a = s.submit(prompt_of(4, 1), low), b = s.submit(prompt_of(4, 2), high),
@@ -606,7 +606,7 @@ TEST(Scheduler, AdmitsByPriorityAndAge) {
       if (ev.has_token && ev.completion_tokens == 1) first_token.push_back(ev.id);
   EXPECT_EQ(first_token, (std::vector<int64_t>{b, a, c}));
 
-  llm::Scheduler aged(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 1, .max_wait_seconds = 0.02});
+  llm::Scheduler aged(e, f.tok, {.max_wait_seconds = 0.02});
   const int64_t old = aged.submit(prompt_of(4, 1), low);
   std::this_thread::sleep_for(std::chrono::milliseconds(40));
   const int64_t urgent = aged.submit(prompt_of(4, 2), high);
@@ -621,8 +621,10 @@ TEST(Scheduler, TheContextEndsARequestWithLength) {
   Fixture f = fixture();
   llm::EngineOptions eo;
   eo.context = 32;
+  eo.max_batch_tokens = 64;
+  eo.max_sequences = 2;
   llm::Engine e(f.model, eo);
-  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 2});
+  llm::Scheduler s(e, f.tok, {});
   llm::RequestOptions o = request(0);
   o.max_tokens = 100;
   const int64_t id = s.submit(prompt_of(29, 1), o);
@@ -636,8 +638,9 @@ TEST(Scheduler, WhatCannotFitIsAnErrorThatSaysSo) {
   llm::EngineOptions eo;
   eo.context = 64;
   eo.max_sequences = 4;
+  eo.max_batch_tokens = 64;
   llm::Engine e(f.model, eo);
-  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 4});
+  llm::Scheduler s(e, f.tok, {});
   const llm::RequestOptions o = request(0);
   auto err = [&](std::vector<int32_t> p, const llm::RequestOptions& r) {
     return testing::error_of([&] { s.submit(std::move(p), r); });
@@ -657,11 +660,9 @@ TEST(Scheduler, WhatCannotFitIsAnErrorThatSaysSo) {
   EXPECT_NE(err({1, 5}, bad).find("an empty stop string"), std::string::npos);
   EXPECT_FALSE(s.has_work());  // nothing was queued
   // Options the engine cannot carry.
-  EXPECT_NE(testing::error_of([&] { llm::Scheduler(e, f.tok, {.max_batched_tokens = 64, .max_seqs = 5}); })
-                .find("max_seqs 5 must be 1 to the engine's max_sequences (4)"),
-            std::string::npos);
-  EXPECT_NE(testing::error_of([&] { llm::Scheduler(e, f.tok, {.max_batched_tokens = 1024, .max_seqs = 4}); })
-                .find("max_batched_tokens 1024 must be from max_seqs (4) to the engine's max_batch_tokens (512)"),
+  llm::Engine narrow(f.model, {.max_batch_tokens = 3, .max_sequences = 4, .max_logit_rows = 3});
+  EXPECT_NE(testing::error_of([&] { llm::Scheduler(narrow, f.tok, {}); })
+                .find("the engine's max_batch_tokens (3) must be at least its max_sequences (4)"),
             std::string::npos);
   // A prompt longer than the whole cache.
   llm::EngineOptions small = eo;
@@ -669,7 +670,7 @@ TEST(Scheduler, WhatCannotFitIsAnErrorThatSaysSo) {
   llm::Engine probe(f.model, {});
   small.kv_memory = 2 * small.block_tokens * probe.kv_bytes_per_token();
   llm::Engine tiny(f.model, small);
-  llm::Scheduler t(tiny, f.tok, {.max_batched_tokens = 64, .max_seqs = 4});
+  llm::Scheduler t(tiny, f.tok, {});
   EXPECT_NE(testing::error_of([&] { t.submit(prompt_of(40, 1), o); })
                 .find("context_length_exceeded: the prompt has 40 tokens and the whole KV cache holds 32"),
             std::string::npos);
@@ -678,8 +679,8 @@ TEST(Scheduler, WhatCannotFitIsAnErrorThatSaysSo) {
 // submit and cancel from other threads while one thread steps.
 TEST(Scheduler, SubmitAndCancelFromOtherThreads) {
   Fixture f = fixture();
-  llm::Engine e(f.model, {});
-  llm::Scheduler s(e, f.tok, {.max_batched_tokens = 32, .max_seqs = 8});
+  llm::Engine e(f.model, {.max_batch_tokens = 32, .max_sequences = 8});
+  llm::Scheduler s(e, f.tok, {});
   std::vector<int64_t> ids(16, 0);
   std::thread client([&] {
     for (int i = 0; i < 16; ++i) {

@@ -21,6 +21,7 @@
 #include "tessera/llm/generate.h"
 #include "tessera/llm/llama_gguf.h"
 #include "tessera/llm/lora.h"
+#include "tessera/llm/lora_adapter.h"
 #include "tessera/nn/init.h"
 #include "tessera/autograd/grad_mode.h"
 #include "test_util.h"
@@ -113,8 +114,6 @@ LlmModel fixture_model(int64_t kv_blocks = 0, int64_t layers = 1, int64_t dim = 
   m.engine.max_batch_tokens = 64;
   m.engine.prefix_caching = true;  // as serve-llm runs by default
   if (kv_blocks) m.engine.kv_memory = kv_blocks * 16 * 2 * 2 * dim * layers;  // blocks of 16 tokens, K and V in f16
-  m.scheduler.max_seqs = 4;
-  m.scheduler.max_batched_tokens = 64;
   return m;
 }
 

@@ -72,8 +72,7 @@ TEST(ServePrometheus, ScrapesTheLlmServingMetrics) {
   m.model = f.model;
   m.tokenizer = f.tok;
   m.engine.max_sequences = 4;
-  m.scheduler.max_seqs = 4;
-  m.engine.max_batch_tokens = m.scheduler.max_batched_tokens = 64;
+  m.engine.max_batch_tokens = 64;
   LlmServiceOptions o;
   o.model_name = "tiny";
   LlmService service(o);

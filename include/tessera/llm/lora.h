@@ -14,16 +14,14 @@
 // rows are in GGUF's RoPE order in the GGUF file (B's rows reordered as the
 // weight's are, llm/llama_gguf.h) and in Hugging Face's in PEFT's.
 //
-// Serving: an adapter is an llm::Adapter (engine.h): after each base
+// Serving: an adapter is an llm::LoraAdapter (lora_adapter.h), an
+// llm::Adapter (engine.h): after each base
 // projection of a chunk the engine adds the chunk's adapter's product, so
 // requests for different adapters (or none) share one batch, each row
 // getting its own request's adapter.
-#include <array>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "tessera/llm/engine.h"
 #include "tessera/nn/zoo/zoo.h"
 
 namespace tessera::llm {
@@ -47,27 +45,5 @@ void save_lora_gguf(const nn::zoo::Llama& model, const std::string& path);
 // W += (alpha / rank) B A in every projection with a pair, and the pairs
 // dropped: the model a served adapter must equal.
 void merge_lora(nn::zoo::Llama& model);
-
-// An adapter for the engine, read from a GGUF adapter or from PEFT's
-// adapter_model.safetensors (adapter_config.json beside it gives alpha);
-// every pair is checked against the model's shapes.
-class LoraAdapter final : public Adapter {
- public:
-  static std::shared_ptr<const LoraAdapter> load(const std::string& path, const ModelSpec& spec);
-  void add(int64_t layer, Projection p, const float* x, int64_t ldx, float* y, int64_t ldy,
-           int64_t rows) const override;
-  int64_t pairs() const;  // projections it changes
-
- private:
-  struct Pair {
-    int64_t rank = 0, in = 0, out = 0;
-    float scale = 0;
-    std::vector<float> a, b;  // [rank, in], [out, rank]
-  };
-  explicit LoraAdapter(const ModelSpec& spec) : spec_(spec), layers_(static_cast<size_t>(spec.n_layers)) {}
-  void set(int64_t layer, Projection p, const Tensor& a, const Tensor& b, double alpha, const std::string& what);
-  ModelSpec spec_;
-  std::vector<std::array<Pair, 7>> layers_;
-};
 
 }  // namespace tessera::llm

@@ -11,41 +11,9 @@
 #include <vector>
 
 #include "tessera/llm/gguf.h"
+#include "tessera/llm/model_spec.h"
 
 namespace tessera::llm {
-
-// How positions become RoPE angles: llama.cpp's scaling options, read from
-// {arch}.rope.scaling.* and the rope_freqs.weight tensor.
-struct RopeScaling {
-  enum class Type : uint8_t { None, Linear, Yarn };
-  Type type = Type::None;
-  double factor = 1.0;            // the context extension: angles at position / factor (YaRN mixes per dimension)
-  int64_t original_context = 0;   // YaRN: the context before extension (0: the model's)
-  double attn_factor = 1.0;       // {arch}.rope.scaling.attn_factor: scales cos and sin
-  double beta_fast = 32.0, beta_slow = 1.0;  // YaRN's correction range
-  double ext_factor = -1.0;       // YaRN's extrapolation mix (< 0: 1 for YaRN, 0 otherwise)
-  std::vector<float> freq_factors;  // divides each pair's frequency (Llama 3.1); empty: none
-};
-
-// The shape of a model the engine runs: "llama" (RMSNorm, RoPE on adjacent
-// pairs, SwiGLU, grouped-query attention) or "gpt2" (LayerNorm with biases,
-// learned positions, biases on every product, GELU).
-struct ModelSpec {
-  std::string arch = "llama";
-  bool gelu_erf = false;  // gpt2: the exact GELU (Tessera's GPT) instead of the tanh form
-  int64_t vocab = 0, dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, hidden = 0;
-  int64_t context = 0;  // positions the model was trained for
-  float norm_eps = 1e-5f;
-  double rope_theta = 10000.0;
-  RopeScaling rope;
-};
-
-// cos and sin of each dimension pair's RoPE angle at `position`, interleaved
-// (head_dim floats), computed as ggml's rope cache does: float arithmetic,
-// the frequency stepped by repeated products, YaRN's ramp and magnitude.
-void rope_cos_sin(const ModelSpec& s, int64_t position, float* out);
-// The scaling a "llama" GGUF asks for (an error naming an unknown type).
-RopeScaling rope_scaling_from_gguf(const GgufFile& f, int64_t head_dim);
 
 // A buffer aligned to 2 MiB and advised onto huge pages where the kernel
 // grants them: memory read end to end every step (the repacked weights, the

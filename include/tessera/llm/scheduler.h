@@ -2,7 +2,8 @@
 // Continuous batching: many requests over one Engine, each step carrying every
 // running decode and then prefill chunks of the others up to a token budget.
 //
-//   llm::Scheduler sched(engine, tokenizer, {.max_batched_tokens = 256, .max_seqs = 8});
+//   llm::Engine engine(model, {.max_batch_tokens = 256, .max_sequences = 8});
+//   llm::Scheduler sched(engine, tokenizer, {});  // the engine's limits
 //   int64_t id = sched.submit(prompt_ids, request_options);   // any thread
 //   while (sched.has_work())
 //     for (const llm::RequestEvent& ev : sched.step()) ...     // one thread
@@ -19,8 +20,8 @@
 //   3. the rest of the budget goes to prompt chunks: first those of running
 //      requests still in prefill, then new requests, admitted in order of
 //      priority (higher first; a request that has waited longer than
-//      max_wait_seconds first of all) and arrival, while fewer than max_seqs
-//      run and the cache has blocks for their chunk. An admitted request
+//      max_wait_seconds first of all) and arrival, while fewer than the
+//      engine's max_sequences run and the cache has blocks for their chunk. An admitted request
 //      starts from the cached blocks its tokens begin with (prefix caching,
 //      when the engine has it); one that shares another's prompt (the other
 //      choices of a call) waits until that prompt is computed and forks it;
@@ -167,22 +168,24 @@ struct RequestOptions {
   bool special_text = false;
 };
 
+// How the scheduler admits, chunks and speculates. Its limits are the
+// engine's (EngineOptions): max_sequences requests run at once, and one step
+// carries max_batch_tokens tokens, decodes and prompt chunks together.
 struct SchedulerOptions {
-  int64_t max_batched_tokens = 512;  // tokens one step carries, decodes and prompt chunks together
-  int64_t max_seqs = 16;             // requests running at once (the engine must allow as many sequences)
   double max_wait_seconds = 0;       // a request waiting longer goes first whatever its priority (0: no bound)
   // While requests decode, a step's prompt chunks are cut so that the step
   // takes at most this many times a step of the decodes alone (Note [Prompt
-  // chunks beside decodes]); 0 (the default): max_batched_tokens alone bounds them.
+  // chunks beside decodes]); 0 (the default): the engine's max_batch_tokens alone bounds them.
   double decode_slowdown = 0;
   // Speculative decoding by prompt lookup (Note [Prompt lookup]): at most
   // this many draft tokens per step for each decoding request (0: off). The
-  // engine must return as many more logit rows: max_seqs * (1 + this).
+  // engine must return as many more logit rows: max_sequences * (1 + this),
+  // or max_batch_tokens where that is fewer.
   int64_t lookup_tokens = 0;
   // Speculative decoding with a draft engine (Note [Draft model]): at most
   // this many draft tokens per step for each decoding request (0: off; with
-  // a draft engine, set it). The engine must return max_seqs * (1 + this)
-  // logit rows, the draft engine max_seqs.
+  // a draft engine, set it). The engine must return as many logit rows as
+  // with lookup_tokens; the draft engine must allow max_sequences sequences.
   int64_t draft_tokens = 0;
   // Each step's drafts are capped where the fitted step costs say more would
   // not pay (Note [How far to speculate]); false: as far as each request's

@@ -1,182 +1,30 @@
-// LoRA adapters: training-side setup, PEFT and GGUF files, and the engine's
-// adapter (include/tessera/llm/lora.h, Note [LoRA]).
-#include "tessera/llm/lora.h"
+// The engine's LoRA adapter, read from a GGUF adapter or PEFT's files
+// (include/tessera/llm/lora_adapter.h, Note [LoRA] in lora.h).
+#include "tessera/llm/lora_adapter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
-#include "tessera/autograd/grad_mode.h"
+#include "llm/lora_names.h"
 #include "tessera/core/error.h"
 #include "tessera/io/file.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/llm/gguf.h"
-#include "tessera/llm/llama_gguf.h"
-#include "tessera/ops/ops.h"
 
 namespace tessera::llm {
 namespace {
-
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-// Each projection by its Hugging Face module name and its GGUF tensor name.
-struct Target {
-  const char* hf;
-  const char* gguf;
-  Projection p;
-};
-constexpr Target kTargets[] = {
-    {"q_proj", "attn_q", Projection::Q},        {"k_proj", "attn_k", Projection::K},
-    {"v_proj", "attn_v", Projection::V},        {"o_proj", "attn_output", Projection::O},
-    {"gate_proj", "ffn_gate", Projection::Gate}, {"up_proj", "ffn_up", Projection::Up},
-    {"down_proj", "ffn_down", Projection::Down},
-};
-
-std::string target_list() {
-  std::string s;
-  for (const Target& t : kTargets) s += (s.empty() ? "" : ", ") + std::string(t.hf);
-  return s;
-}
-
-nn::Linear& projection(nn::zoo::Llama& m, int64_t layer, Projection p) {
-  nn::zoo::LlamaLayer& l = m.model->layers->at<nn::zoo::LlamaLayer>(static_cast<size_t>(layer));
-  switch (p) {
-    case Projection::Q: return *l.self_attn->q_proj;
-    case Projection::K: return *l.self_attn->k_proj;
-    case Projection::V: return *l.self_attn->v_proj;
-    case Projection::O: return *l.self_attn->o_proj;
-    case Projection::Gate: return *l.mlp->gate_proj;
-    case Projection::Up: return *l.mlp->up_proj;
-    case Projection::Down: return *l.mlp->down_proj;
-  }
-  TS_ERROR("lora: unknown projection");
-}
-const nn::Linear& projection(const nn::zoo::Llama& m, int64_t layer, Projection p) {
-  return projection(const_cast<nn::zoo::Llama&>(m), layer, p);
-}
-
-std::string hf_module(int64_t layer, const Target& t) {
-  const bool attn = t.p == Projection::Q || t.p == Projection::K || t.p == Projection::V || t.p == Projection::O;
-  return "model.layers." + std::to_string(layer) + (attn ? ".self_attn." : ".mlp.") + t.hf;
-}
-
-// Query and key outputs are rows in RoPE's pairing order: B's rows follow
-// the weight's (Hugging Face's in PEFT files, GGUF's in GGUF ones).
-int64_t rope_heads(int64_t n_heads, int64_t n_kv_heads, Projection p) {
-  return p == Projection::Q ? n_heads : p == Projection::K ? n_kv_heads : 0;
-}
-
-// The pairs of `model`, with their scale (one alpha and rank for all).
-struct Pairs {
-  double alpha = 0;
-  int64_t rank = 0;
-  std::vector<std::string> targets;
-};
-Pairs pairs_of(const nn::zoo::Llama& m) {
-  Pairs out;
-  for (int64_t l = 0; l < m.config.n_layers; ++l)
-    for (const Target& t : kTargets) {
-      const nn::Linear& lin = projection(m, l, t.p);
-      if (!lin.lora) continue;
-      TS_CHECK(out.rank == 0 || (out.rank == lin.lora->rank && out.alpha == lin.lora->alpha),
-               "lora: the pairs have different ranks or alphas; a file holds one of each");
-      out.rank = lin.lora->rank;
-      out.alpha = lin.lora->alpha;
-      if (l == 0) out.targets.push_back(t.hf);
-    }
-  TS_CHECK(out.rank > 0, "lora: the model has no LoRA pairs (add_lora, or a `lora:` section in the recipe)");
-  return out;
-}
-
+using detail::kLoraTargets;
+using detail::LoraTarget;
 }  // namespace
 
-void add_lora(nn::zoo::Llama& model, const LoraConfig& c) {
-  TS_CHECK(!c.targets.empty(), "lora: no target modules (from ", target_list(), ")");
-  std::vector<Projection> ps;
-  for (const std::string& name : c.targets) {
-    const Target* t = nullptr;
-    for (const Target& k : kTargets)
-      if (name == k.hf) t = &k;
-    TS_CHECK(t, "lora: unknown target module '", name, "' (the targets are ", target_list(), ")");
-    ps.push_back(t->p);
-  }
-  for (auto& [name, p] : model.named_parameters()) p.requires_grad_(false);
-  for (int64_t l = 0; l < model.config.n_layers; ++l)
-    for (Projection p : ps) projection(model, l, p).add_lora(c.rank, c.alpha);
-}
-
-bool has_lora(const nn::zoo::Llama& model) {
-  for (int64_t l = 0; l < model.config.n_layers; ++l)
-    for (const Target& t : kTargets)
-      if (projection(model, l, t.p).lora) return true;
-  return false;
-}
-
-void save_lora_peft(const nn::zoo::Llama& model, const std::string& dir) {
-  const Pairs pairs = pairs_of(model);
-  io::NamedTensors tensors;
-  for (int64_t l = 0; l < model.config.n_layers; ++l)
-    for (const Target& t : kTargets) {
-      const nn::Linear& lin = projection(model, l, t.p);
-      if (!lin.lora) continue;
-      const std::string base = "base_model.model." + hf_module(l, t);
-      tensors.emplace_back(base + ".lora_A.weight", lin.lora->A.detach().contiguous());
-      tensors.emplace_back(base + ".lora_B.weight", lin.lora->B.detach().contiguous());
-    }
-  fs::create_directories(dir);
-  io::save_safetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
-  const json config = {{"peft_type", "LORA"},        {"task_type", "CAUSAL_LM"},
-                       {"r", pairs.rank},            {"lora_alpha", pairs.alpha},
-                       {"lora_dropout", 0.0},        {"bias", "none"},
-                       {"target_modules", pairs.targets}, {"fan_in_fan_out", false},
-                       {"inference_mode", true}};
-  const std::string text = config.dump(2) + "\n";
-  io::write_file_atomic(dir + "/adapter_config.json", [&](io::Writer& w) { w.write(text.data(), text.size()); });
-}
-
-void save_lora_gguf(const nn::zoo::Llama& model, const std::string& path) {
-  const Pairs pairs = pairs_of(model);
-  GgufWriter w;
-  w.set("general.architecture", GgufValue::string("llama"));
-  w.set("general.type", GgufValue::string("adapter"));
-  w.set("general.name", GgufValue::string("tessera-lora"));
-  w.set("adapter.type", GgufValue::string("lora"));
-  w.set("adapter.lora.alpha", GgufValue::floating(GgufType::F32, pairs.alpha));
-  for (int64_t l = 0; l < model.config.n_layers; ++l)
-    for (const Target& t : kTargets) {
-      const nn::Linear& lin = projection(model, l, t.p);
-      if (!lin.lora) continue;
-      Tensor b = lin.lora->B.detach().contiguous();
-      if (const int64_t heads = rope_heads(model.config.n_heads, model.config.n_kv_heads, t.p))
-        b = rope_rows_to_gguf(b, heads);
-      const std::string name = "blk." + std::to_string(l) + "." + t.gguf + ".weight";
-      w.add_tensor(name + ".lora_a", lin.lora->A.detach().contiguous());
-      w.add_tensor(name + ".lora_b", b);
-    }
-  w.save(path);
-}
-
-void merge_lora(nn::zoo::Llama& model) {
-  NoGradGuard no_grad;
-  for (int64_t l = 0; l < model.config.n_layers; ++l)
-    for (const Target& t : kTargets) {
-      nn::Linear& lin = projection(model, l, t.p);
-      if (!lin.lora) continue;
-      const Tensor delta = ops::mul(ops::matmul(lin.lora->B, lin.lora->A), lin.lora->scale());
-      lin.weight.copy_(ops::add(lin.weight, delta));
-      lin.unregister("lora_A");
-      lin.unregister("lora_B");
-      lin.lora.reset();
-    }
-}
-
-// ---- The engine's adapter -----------------------------------------------------------------
-
 void LoraAdapter::set(int64_t layer, Projection p, const Tensor& a, const Tensor& b, double alpha,
-                      const std::string& what) {
+                      const std::string& what, int64_t hf_rope_heads) {
   const ModelSpec& s = spec_;
   const int64_t q = s.n_heads * s.head_dim, kv = s.n_kv_heads * s.head_dim;
   int64_t in = s.dim, out = s.dim;
@@ -202,6 +50,19 @@ void LoraAdapter::set(int64_t layer, Projection p, const Tensor& a, const Tensor
   const Tensor af = a.to(DType::F32).contiguous(), bf = b.to(DType::F32).contiguous();
   pr.a.assign(af.data_ptr<float>(), af.data_ptr<float>() + af.numel());
   pr.b.assign(bf.data_ptr<float>(), bf.data_ptr<float>() + bf.numel());
+  if (hf_rope_heads > 0) {
+    // Hugging Face's rows of each head, [half, half], to GGUF's interleaved
+    // pairs: GGUF row (h, i, j) is Hugging Face's row (h, j, i).
+    const int64_t half = out / hf_rope_heads / 2, rank = pr.rank;
+    std::vector<float> hf = std::move(pr.b);
+    pr.b.assign(hf.size(), 0.f);
+    for (int64_t h = 0; h < hf_rope_heads; ++h)
+      for (int64_t i = 0; i < half; ++i)
+        for (int64_t j = 0; j < 2; ++j) {
+          const float* src = hf.data() + (h * 2 * half + j * half + i) * rank;
+          std::copy(src, src + rank, pr.b.data() + (h * 2 * half + i * 2 + j) * rank);
+        }
+  }
   for (float v : pr.a) TS_CHECK(std::isfinite(v), what, ": lora_a holds a value that is not finite");
   for (float v : pr.b) TS_CHECK(std::isfinite(v), what, ": lora_b holds a value that is not finite");
 }
@@ -242,8 +103,8 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
                  "' is not blk.N.<projection>.weight.lora_a");
         const int64_t l = layer_of(base.substr(4, dot - 4), name);
         const std::string proj = base.substr(dot + 1);
-        const Target* t = nullptr;
-        for (const Target& k : kTargets)
+        const LoraTarget* t = nullptr;
+        for (const LoraTarget& k : kLoraTargets)
           if (proj == k.gguf) t = &k;
         TS_CHECK(t, path, ": tensor '", name, "' adapts '", proj, "', which is not a projection Tessera adapts");
         auto b = by_name.find(base + ".weight.lora_b");
@@ -289,16 +150,14 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
         const size_t dot = module.find('.', prefix.size());
         TS_CHECK(dot != std::string::npos, path, ": tensor '", name, "' names no layer");
         const int64_t l = layer_of(module.substr(prefix.size(), dot - prefix.size()), name);
-        const Target* t = nullptr;
-        for (const Target& k : kTargets)
-          if (module == "base_model.model." + hf_module(l, k)) t = &k;
-        TS_CHECK(t, path, ": tensor '", name, "' adapts a module Tessera does not (", target_list(), ")");
+        const LoraTarget* t = nullptr;
+        for (const LoraTarget& k : kLoraTargets)
+          if (module == "base_model.model." + detail::lora_hf_module(l, k)) t = &k;
+        TS_CHECK(t, path, ": tensor '", name, "' adapts a module Tessera does not (", detail::lora_target_list(), ")");
         const std::string bname = module + ".lora_B.weight";
         TS_CHECK(f.contains(bname), path, ": '", name, "' has no ", bname, " beside it");
-        Tensor b = f.get(bname);
-        const int64_t heads = rope_heads(spec.n_heads, spec.n_kv_heads, t->p);
-        if (heads && b.dim() == 2 && b.size(0) % (2 * heads) == 0) b = rope_rows_to_gguf(b.to(DType::F32), heads);
-        ad->set(l, t->p, f.get(name), b, alpha, path + ": " + module);
+        ad->set(l, t->p, f.get(name), f.get(bname), alpha, path + ": " + module,
+                detail::lora_rope_heads(spec.n_heads, spec.n_kv_heads, t->p));
       } else {
         const std::string sb = ".lora_B.weight";
         TS_CHECK(name.size() > sb.size() && name.ends_with(sb), path,

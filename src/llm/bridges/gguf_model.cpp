@@ -1,45 +1,42 @@
-// What the Llama and GPT GGUF converters share (src/llm/gguf_model.h).
-#include "llm/gguf_model.h"
+// What the Llama and GPT bridges share (gguf_model.h).
+#include "gguf_model.h"
 
 #include <string_view>
-#include <unordered_set>
 
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
+#include "tessera/llm/convert_gguf.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::llm::detail {
 
-uint32_t u32_of(const GgufFile& f, const std::string& key) {
-  const int64_t v = f.get(key).as_int(key);
-  TS_CHECK(v > 0, f.what(), ": ", key, " is ", v, " (must be positive)");
-  TS_CHECK(v < (int64_t{1} << 31), f.what(), ": ", key, " is ", v, ", above the largest Tessera reads (2^31 - 1)");
-  return static_cast<uint32_t>(v);
-}
-
-uint32_t layer_count(const GgufFile& f, const std::string& key, int64_t per_layer, const std::string& arch) {
-  const uint32_t n = u32_of(f, key);
-  const int64_t present = static_cast<int64_t>(f.tensors().size());
-  TS_CHECK(int64_t{n} * per_layer <= present, f.what(), ": ", key, " is ", n, ", but the file holds ", present,
-           " tensors, and a ", arch, " layer has ", per_layer, " (at most ", present / per_layer, " layers)");
-  return n;
-}
-
-void check_tensors(const GgufFile& f, const std::vector<TensorName>& names, const std::string& arch, int64_t layers,
-                   std::string (*hint)(const std::string&)) {
-  // Checked before anything is allocated, so sizes are those of tensors in the file.
-  for (const TensorName& n : names) {
-    const GgufTensorInfo* t = f.find_tensor(n.gguf);
-    TS_CHECK(t != nullptr, f.what(), ": the file has no tensor '", n.gguf, "', which a ", arch, " model of ", layers,
-             " layers needs");
-    TS_CHECK(t->shape() == n.shape, f.what(), ": ", n.gguf, " is ", shape_str(t->shape()), ", the configuration "
-             "needs ", shape_str(n.shape));
+std::vector<TensorName> parameter_names(const ModelSpec& s, const NameMap& top, const NameMap& layer,
+                                        const std::string& layer_prefix) {
+  auto lookup = [](const NameMap& map, std::string_view stem) -> const std::string* {
+    for (const auto& [gguf, param] : map)
+      if (gguf == stem) return &param;
+    return nullptr;
+  };
+  std::vector<TensorName> out;
+  for (GgufTensorSpec& t : gguf_tensors(s)) {
+    const size_t dot = t.name.rfind('.');
+    std::string_view stem = std::string_view(t.name).substr(0, dot), suffix = std::string_view(t.name).substr(dot);
+    std::string param;
+    if (stem.starts_with("blk.")) {
+      const size_t end = stem.find('.', 4);
+      const std::string* p = lookup(layer, stem.substr(end + 1));
+      TS_CHECK(p, "GGUF bridge: no parameter for ", t.name);
+      param = layer_prefix + std::string(stem.substr(4, end - 4)) + "." + *p;
+    } else if (stem == "rope_freqs") {
+      continue;  // RoPE's per-dimension factors: the engine's, no module's
+    } else {
+      const std::string* p = lookup(top, stem);
+      TS_CHECK(p, "GGUF bridge: no parameter for ", t.name);
+      param = *p;
+    }
+    out.push_back({param + std::string(suffix), std::move(t.name), std::move(t.shape)});
   }
-  std::unordered_set<std::string_view> known;
-  for (const TensorName& n : names) known.insert(n.gguf);
-  for (const GgufTensorInfo& t : f.tensors())
-    TS_CHECK(known.count(t.name), f.what(), ": tensor '", t.name, "' is not part of the ", arch, " models Tessera reads",
-             hint ? hint(t.name) : std::string());
+  return out;
 }
 
 namespace {

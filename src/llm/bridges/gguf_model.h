@@ -1,11 +1,13 @@
 #pragma once
-// What the Llama and GPT GGUF converters share (llama_gguf.cpp,
-// gpt_gguf.cpp): the list of a model's tensors under both names, checking a
-// file holds exactly those, and moving weights between a module and a file.
+// What the Llama and GPT bridges share (llama_gguf.cpp, gpt_gguf.cpp): a
+// model's GGUF tensors under the module's names, and moving weights between
+// a module and a file. Reading and checking a file's hyperparameters and
+// tensors is the inference stack's (read_model_spec, model_spec.h).
 #include <string>
 #include <vector>
 
 #include "tessera/llm/gguf.h"
+#include "tessera/llm/model_spec.h"
 #include "tessera/nn/module.h"
 
 namespace tessera::llm::detail {
@@ -19,19 +21,16 @@ struct TensorName {
   int64_t rope_heads = 0;
 };
 
-// A count from the file between 1 and 2^31 - 1 (an error naming the key
-// and the value otherwise).
-uint32_t u32_of(const GgufFile& f, const std::string& key);
-// The file's layer count under `key`, checked against the tensors it holds
-// (each layer has `per_layer` of them) before anything proportional to the
-// claim is built: a header claiming 2^31 layers is refused at once.
-uint32_t layer_count(const GgufFile& f, const std::string& key, int64_t per_layer, const std::string& arch);
+// GGUF's name stems to a module's ("attn_q" -> "self_attn.q_proj").
+using NameMap = std::vector<std::pair<std::string, std::string>>;
 
-// Every tensor in `names` is in the file in its shape, and there is no other
-// (`arch` names the architecture in errors; `hint` is added to the error for
-// a tensor Tessera does not read, given its name).
-void check_tensors(const GgufFile& f, const std::vector<TensorName>& names, const std::string& arch,
-                   int64_t layers, std::string (*hint)(const std::string& tensor) = nullptr);
+// The module's parameter for each of the spec's GGUF tensors (gguf_tensors,
+// model_spec.h, the one list of a model's tensors): a name's stem (before
+// ".weight" or ".bias") is looked up in `top`, or, after "blk.N.", in `layer`
+// and put after layer_prefix + "N."; the suffix is kept. rope_freqs.weight,
+// which no module holds, is left out.
+std::vector<TensorName> parameter_names(const ModelSpec& s, const NameMap& top, const NameMap& layer,
+                                        const std::string& layer_prefix);
 
 // The export options' weight type, checked: F32, F16, BF16, Q8_0 or Q4_0
 // (K-quants come from convert_gguf, which keeps matrices whose rows are not

@@ -1,6 +1,6 @@
 #include "tessera/llm/llama_gguf.h"
 
-#include "llm/gguf_model.h"
+#include "gguf_model.h"
 
 #include <vector>
 
@@ -13,34 +13,33 @@
 namespace tessera::llm {
 namespace {
 
-using Name = detail::TensorName;
-using detail::u32_of;
-
-std::vector<Name> tensor_names(const nn::zoo::LlamaConfig& c) {
-  const int64_t d = c.dim, kv = c.dim / c.n_heads * c.n_kv_heads, h = c.hidden_dim;
-  std::vector<Name> n = {{"model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d}}};
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".", b = "blk." + std::to_string(i) + ".";
-    n.push_back({p + "input_layernorm.weight", b + "attn_norm.weight", {d}});
-    n.push_back({p + "self_attn.q_proj.weight", b + "attn_q.weight", {d, d}, c.n_heads});
-    n.push_back({p + "self_attn.k_proj.weight", b + "attn_k.weight", {kv, d}, c.n_kv_heads});
-    n.push_back({p + "self_attn.v_proj.weight", b + "attn_v.weight", {kv, d}});
-    n.push_back({p + "self_attn.o_proj.weight", b + "attn_output.weight", {d, d}});
-    n.push_back({p + "post_attention_layernorm.weight", b + "ffn_norm.weight", {d}});
-    n.push_back({p + "mlp.gate_proj.weight", b + "ffn_gate.weight", {h, d}});
-    n.push_back({p + "mlp.up_proj.weight", b + "ffn_up.weight", {h, d}});
-    n.push_back({p + "mlp.down_proj.weight", b + "ffn_down.weight", {d, h}});
-  }
-  n.push_back({"model.norm.weight", "output_norm.weight", {d}});
-  if (!c.tie_embeddings) n.push_back({"lm_head.weight", "output.weight", {c.vocab_size, d}});
-  return n;
+// The spec of a Llama of this configuration.
+ModelSpec spec_of(const nn::zoo::LlamaConfig& c) {
+  ModelSpec s;
+  s.arch = "llama";
+  s.vocab = c.vocab_size, s.dim = c.dim, s.n_layers = c.n_layers, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads;
+  s.head_dim = c.dim / c.n_heads, s.hidden = c.hidden_dim, s.context = c.max_seq_len;
+  s.norm_eps = static_cast<float>(c.norm_eps), s.rope_theta = c.rope_theta, s.tied_output = c.tie_embeddings;
+  return s;
 }
 
-// The tensors of one layer (tensor_names).
-constexpr int64_t kLayerTensors = 9;
-
-// The longest context whose RoPE tables the model precomputes from a file.
-constexpr int64_t kMaxContext = int64_t{1} << 18;
+// Every tensor of a Llama of this configuration: its parameter and GGUF
+// names, the query and key weights with their heads (GGUF's row order).
+std::vector<detail::TensorName> tensor_names(const nn::zoo::LlamaConfig& c) {
+  const detail::NameMap top = {
+      {"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}};
+  const detail::NameMap layer = {
+      {"attn_norm", "input_layernorm"},      {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"},        {"attn_output", "self_attn.o_proj"},
+      {"ffn_norm", "post_attention_layernorm"}, {"ffn_gate", "mlp.gate_proj"}, {"ffn_up", "mlp.up_proj"},
+      {"ffn_down", "mlp.down_proj"}};
+  std::vector<detail::TensorName> n = detail::parameter_names(spec_of(c), top, layer, "model.layers.");
+  for (detail::TensorName& t : n) {
+    if (t.gguf.ends_with(".attn_q.weight")) t.rope_heads = c.n_heads;
+    if (t.gguf.ends_with(".attn_k.weight")) t.rope_heads = c.n_kv_heads;
+  }
+  return n;
+}
 
 // [rows, cols] with rows = heads * d regrouped: (h, half, i) <-> (h, i, half).
 Tensor regroup(const Tensor& w, int64_t heads, bool to_gguf) {
@@ -92,33 +91,8 @@ nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f, bool rope_scaling
   const GgufValue* arch = f.find("general.architecture");
   TS_CHECK(arch && arch->type() == GgufType::String && arch->as_string() == "llama", f.what(),
            ": general.architecture is ", arch ? arch->summary() : std::string("missing"), ", not \"llama\"");
-  nn::zoo::LlamaConfig c;
-  c.dim = u32_of(f, "llama.embedding_length");
-  c.n_layers = detail::layer_count(f, "llama.block_count", kLayerTensors, "llama");
-  c.hidden_dim = u32_of(f, "llama.feed_forward_length");
-  c.n_heads = u32_of(f, "llama.attention.head_count");
-  c.n_kv_heads = f.find("llama.attention.head_count_kv") ? u32_of(f, "llama.attention.head_count_kv") : c.n_heads;
-  c.max_seq_len = u32_of(f, "llama.context_length");
-  c.norm_eps = f.get("llama.attention.layer_norm_rms_epsilon").as_float("llama.attention.layer_norm_rms_epsilon");
-  if (const GgufValue* v = f.find("llama.rope.freq_base")) c.rope_theta = v->as_float("llama.rope.freq_base");
-  const GgufTensorInfo& embd = f.tensor_info("token_embd.weight");
-  TS_CHECK(embd.ne.size() == 2 && embd.ne[0] == c.dim, f.what(), ": token_embd.weight is ", shape_str(embd.shape()),
-           ", not [vocabulary, ", c.dim, "]");
-  c.vocab_size = embd.ne[1];
-  if (const GgufValue* v = f.find("llama.vocab_size"))
-    TS_CHECK(v->as_int("llama.vocab_size") == c.vocab_size, f.what(), ": llama.vocab_size ", v->as_int(),
-             " disagrees with token_embd.weight's ", c.vocab_size, " rows");
-  TS_CHECK(c.n_heads % c.n_kv_heads == 0 && c.dim % c.n_heads == 0 && (c.dim / c.n_heads) % 2 == 0, f.what(),
-           ": ", c.n_heads, " heads (", c.n_kv_heads, " for keys and values) do not divide the width ", c.dim,
-           " into even head sizes");
-  if (const GgufValue* v = f.find("llama.rope.dimension_count"))
-    TS_CHECK(v->as_int("llama.rope.dimension_count") == c.dim / c.n_heads, f.what(), ": RoPE over ", v->as_int(),
-             " of each head's ", c.dim / c.n_heads, " dimensions is not supported (all of them are)");
-  c.tie_embeddings = f.find_tensor("output.weight") == nullptr;
-  TS_CHECK(c.max_seq_len <= kMaxContext, f.what(), ": llama.context_length ", c.max_seq_len, " is above the ",
-           kMaxContext, " positions Tessera's Llama precomputes RoPE tables for");
   // Keys and tensors that would change the computation are refused unless
-  // Tessera computes them, so a file never loads as a different model.
+  // the caller computes them, so a file never loads as a different model.
   if (!rope_scaling) {
     if (const GgufValue* v = f.find("llama.rope.scaling.type"))
       TS_CHECK(v->as_string("llama.rope.scaling.type") == "none", f.what(), ": llama.rope.scaling.type '",
@@ -127,15 +101,15 @@ nn::zoo::LlamaConfig llama_config_from_gguf(const GgufFile& f, bool rope_scaling
       if (const GgufValue* v = f.find(key))
         TS_CHECK(v->as_float(key) == 0.0 || v->as_float(key) == 1.0, f.what(), ": ", key, " ", v->as_float(),
                  " (RoPE scaling): the LLM engine runs it (tessera generate), the Llama module does not");
+    TS_CHECK(!f.find_tensor("rope_freqs.weight"), f.what(), ": tensor 'rope_freqs.weight' is not part of the llama "
+             "models Tessera reads (per-dimension RoPE frequencies, Llama 3.1's scaling: the LLM engine runs it, the "
+             "Llama module does not)");
   }
-  // Every tensor the model needs, in its shape, and no other.
-  std::vector<Name> names = tensor_names(c);
-  if (rope_scaling && f.find_tensor("rope_freqs.weight"))
-    names.push_back({"", "rope_freqs.weight", {c.dim / c.n_heads / 2}, 0});
-  detail::check_tensors(f, names, "llama", c.n_layers, [](const std::string& t) {
-    return std::string(t == "rope_freqs.weight" ? " (per-dimension RoPE frequencies, Llama 3.1's scaling: the LLM "
-                                                  "engine runs it, the Llama module does not)" : "");
-  });
+  const ModelSpec s = read_model_spec(f);  // every tensor present, in its shape
+  nn::zoo::LlamaConfig c;
+  c.vocab_size = s.vocab, c.dim = s.dim, c.n_layers = s.n_layers, c.n_heads = s.n_heads, c.n_kv_heads = s.n_kv_heads;
+  c.hidden_dim = s.hidden, c.max_seq_len = s.context, c.norm_eps = s.norm_eps, c.rope_theta = s.rope_theta;
+  c.tie_embeddings = s.tied_output;
   return c;
 }
 

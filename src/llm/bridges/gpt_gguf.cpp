@@ -1,7 +1,7 @@
 // Tessera's GPT as a GGUF "gpt2" file and back (include/tessera/llm/gpt_gguf.h).
 #include "tessera/llm/gpt_gguf.h"
 
-#include "llm/gguf_model.h"
+#include "gguf_model.h"
 
 #include <vector>
 
@@ -13,30 +13,25 @@
 namespace tessera::llm {
 namespace {
 
-using Name = detail::TensorName;
-using detail::u32_of;
+// The spec of a GPT of this configuration.
+ModelSpec spec_of(const nn::zoo::GPTConfig& c) {
+  ModelSpec s;
+  s.arch = "gpt2";
+  s.vocab = c.vocab_size, s.dim = c.n_embd, s.n_layers = c.n_layer, s.n_heads = s.n_kv_heads = c.n_head;
+  s.head_dim = c.n_embd / c.n_head, s.hidden = 4 * c.n_embd, s.context = c.block_size;
+  s.tied_output = c.weight_tying, s.biases = c.bias, s.gelu_erf = true;
+  return s;
+}
 
 // Every tensor of a GPT of this configuration: its parameter and GGUF names.
-std::vector<Name> tensor_names(const nn::zoo::GPTConfig& c) {
-  const int64_t d = c.n_embd, h = 4 * c.n_embd;
-  std::vector<Name> n = {{"transformer.wte.weight", "token_embd.weight", {c.vocab_size, d}},
-                         {"transformer.wpe.weight", "position_embd.weight", {c.block_size, d}}};
-  auto add = [&](const std::string& p, const std::string& g, Shape s, bool bias_too, int64_t bias_size) {
-    n.push_back({p + ".weight", g + ".weight", std::move(s)});
-    if (bias_too) n.push_back({p + ".bias", g + ".bias", {bias_size}});
-  };
-  for (int64_t i = 0; i < c.n_layer; ++i) {
-    const std::string p = "transformer.h." + std::to_string(i) + ".", b = "blk." + std::to_string(i) + ".";
-    add(p + "ln_1", b + "attn_norm", {d}, c.bias, d);
-    add(p + "attn.c_attn", b + "attn_qkv", {3 * d, d}, c.bias, 3 * d);
-    add(p + "attn.c_proj", b + "attn_output", {d, d}, c.bias, d);
-    add(p + "ln_2", b + "ffn_norm", {d}, c.bias, d);
-    add(p + "mlp.c_fc", b + "ffn_up", {h, d}, c.bias, h);
-    add(p + "mlp.c_proj", b + "ffn_down", {d, h}, c.bias, d);
-  }
-  add("transformer.ln_f", "output_norm", {d}, c.bias, d);
-  if (!c.weight_tying) n.push_back({"lm_head.weight", "output.weight", {c.vocab_size, d}});
-  return n;
+std::vector<detail::TensorName> tensor_names(const nn::zoo::GPTConfig& c) {
+  const detail::NameMap top = {{"token_embd", "transformer.wte"},
+                               {"position_embd", "transformer.wpe"},
+                               {"output_norm", "transformer.ln_f"},
+                               {"output", "lm_head"}};
+  const detail::NameMap layer = {{"attn_norm", "ln_1"},   {"attn_qkv", "attn.c_attn"}, {"attn_output", "attn.c_proj"},
+                                 {"ffn_norm", "ln_2"},    {"ffn_up", "mlp.c_fc"},      {"ffn_down", "mlp.c_proj"}};
+  return detail::parameter_names(spec_of(c), top, layer, "transformer.h.");
 }
 
 }  // namespace
@@ -75,23 +70,10 @@ nn::zoo::GPTConfig gpt_config_from_gguf(const GgufFile& f) {
   const GgufValue* arch = f.find("general.architecture");
   TS_CHECK(arch && arch->type() == GgufType::String && arch->as_string() == "gpt2", f.what(),
            ": general.architecture is ", arch ? arch->summary() : std::string("missing"), ", not \"gpt2\"");
+  const ModelSpec s = read_model_spec(f);  // every tensor present, in its shape
   nn::zoo::GPTConfig c;
-  c.n_embd = u32_of(f, "gpt2.embedding_length");
-  c.n_layer = detail::layer_count(f, "gpt2.block_count", 6, "gpt2");  // six weights a layer, biases or not
-  c.n_head = u32_of(f, "gpt2.attention.head_count");
-  c.block_size = u32_of(f, "gpt2.context_length");
-  TS_CHECK(c.n_embd % c.n_head == 0, f.what(), ": ", c.n_head, " heads do not divide the width ", c.n_embd);
-  TS_CHECK(u32_of(f, "gpt2.feed_forward_length") == 4 * c.n_embd, f.what(), ": gpt2.feed_forward_length ",
-           f.get("gpt2.feed_forward_length").as_int(), " is not 4 x the width ", c.n_embd, " (Tessera's GPT)");
-  TS_CHECK(c.block_size <= (int64_t{1} << 18), f.what(), ": gpt2.context_length ", c.block_size,
-           " is above 262144");
-  const GgufTensorInfo& embd = f.tensor_info("token_embd.weight");
-  TS_CHECK(embd.ne.size() == 2 && embd.ne[0] == c.n_embd, f.what(), ": token_embd.weight is ",
-           shape_str(embd.shape()), ", not [vocabulary, ", c.n_embd, "]");
-  c.vocab_size = embd.ne[1];
-  c.weight_tying = f.find_tensor("output.weight") == nullptr;
-  c.bias = f.find_tensor("blk.0.attn_qkv.bias") != nullptr;
-  detail::check_tensors(f, tensor_names(c), "gpt2", c.n_layer);
+  c.vocab_size = s.vocab, c.n_embd = s.dim, c.n_layer = s.n_layers, c.n_head = s.n_heads, c.block_size = s.context;
+  c.weight_tying = s.tied_output, c.bias = s.biases;
   return c;
 }
 

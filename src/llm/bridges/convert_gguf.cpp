@@ -1,5 +1,5 @@
-// GGUF tensors as f32, and convert_gguf: a file's weights in another type
-// (tessera quantize-gguf).
+// A GGUF file's weights in another type (tessera quantize-gguf), and f32
+// matrices as ggml's bytes (include/tessera/llm/convert_gguf.h).
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -9,7 +9,7 @@
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
 #include "tessera/core/half.h"
-#include "tessera/llm/gguf.h"
+#include "tessera/llm/convert_gguf.h"
 #include "tessera/ops/ops.h"
 #include "tessera/quant/weights.h"
 
@@ -40,18 +40,6 @@ Tensor bytes_of(const Tensor& t) {
 }
 
 }  // namespace
-
-Tensor dequantize_gguf_tensor(const GgufFile& f, const GgufTensorInfo& t) {
-  const int64_t cols = t.ne[0], rows = cols == 0 ? 0 : t.numel() / cols;
-  switch (t.type) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
-      return f.tensor(t.name).to(DType::F32).reshape({rows, cols});
-    case GgmlType::Q8_0: case GgmlType::Q4_0: case GgmlType::Q4_K: case GgmlType::Q6_K:
-      return ops::dequantize_weight(f.tensor(t.name), {}, {}, quant_format(t.type));
-    default: TS_ERROR(f.what(), ": tensor '", t.name, "' is ", ggml_type_name(t.type), ", which Tessera does not "
-                      "dequantize yet (F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K it does)");
-  }
-}
 
 Tensor to_ggml_bytes(const Tensor& x, GgmlType type) {
   TS_CHECK(x.dim() == 2, "to_ggml_bytes: a matrix is needed, got ", shape_str(x.shape()));
