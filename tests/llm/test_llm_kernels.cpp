@@ -172,8 +172,9 @@ TEST(LlmKernels, PackedActivationRowsMatchTheReference) {
   }
 }
 
-// The int8 products over repacked Q8_0/Q4_0/Q4_K/Q6_K weights (the avx512_bf16 tier's
-// VNNI kernel; the avx512_amx tier's AMX tiles for whole groups of 16 tokens):
+// The int8 products over repacked Q8_0/Q4_0/Q4_K/Q6_K weights (the avx2 tier's
+// vpmaddubsw kernel, the avx512_bf16 tier's VNNI kernel; the avx512_amx tier's
+// AMX tiles for whole groups of 16 tokens):
 // the reference's bits (Note [Packed int8 products]), which are within float
 // rounding of the f64 product of the dequantized values; each token's
 // outputs the same bits alone or among others, whatever the row split.
