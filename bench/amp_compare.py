@@ -29,6 +29,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_compare as tc  # noqa: E402
+from common import cpu_flags, cpu_simd, log  # noqa: E402
 
 TESSERA = os.path.join(tc.ROOT, "build-bench", "bench", "tessera_train_bench")
 
@@ -43,7 +44,7 @@ def run(impl, threads, args, steps, warmup, timeout=3600):
         env = tc.env_for("torch_best", threads, os.environ)
     cmd += args
     rec = tc.run_one(cmd, env, timeout)
-    tc.log(impl, threads, " ".join(args), "->", rec.get("ms_per_step", rec.get("error")),
+    log(impl, threads, " ".join(args), "->", rec.get("ms_per_step", rec.get("error")),
            "ms", rec.get("step_rss_mib", ""), "MiB")
     return rec
 
@@ -53,14 +54,6 @@ def best_of(rounds, *a, **k):
     for _ in range(rounds):
         best = tc.better(best, run(*a, **k))
     return best
-
-
-def cpu_has(flag):
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and flag in line.split() for line in f)
-    except OSError:
-        return False
 
 
 def ratio(a, b):
@@ -149,8 +142,8 @@ def main():
     if not os.path.exists(TESSERA):
         sys.exit(f"{TESSERA} is missing: build with cmake -B build-bench -DCMAKE_BUILD_TYPE=Release "
                  "-DTESSERA_BUILD_BENCH=ON && ninja -C build-bench")
-    model, flags = tc.cpu_info()
-    native_bf16 = cpu_has("avx512_bf16")
+    model, flags = cpu_simd()
+    native_bf16 = "avx512_bf16" in cpu_flags()
     torch_bf16 = args.torch_bf16 == "yes" or (args.torch_bf16 == "auto" and native_bf16)
     text = [f"CPU: {model} ({flags}); torch {tc.torch_version('/usr/bin/python3')}"]
     result = {"cpu_avx512_bf16": native_bf16, "torch_bf16_run": torch_bf16,

@@ -1,6 +1,7 @@
 """What the compare scripts of bench/ share: logging, running a measuring
-process for its last JSON line, file digests, the machine's CPU, free ports
-and the native llama.cpp reference (bench/build_llama_cpp.sh)."""
+process for its last JSON line (failing, or recording the failure), file
+digests, the machine's CPU, free ports and the native llama.cpp reference
+(bench/build_llama_cpp.sh)."""
 import hashlib
 import json
 import os
@@ -27,6 +28,42 @@ def run_json(cmd, cwd=None, env=None, timeout=1200):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def error_tail(text):
+    """The last lines of a failed run's output, without the C++ runtime's terminate boilerplate."""
+    lines = [ln.strip().removeprefix("what():").strip() for ln in text.strip().splitlines()
+             if ln.strip() and not ln.startswith("terminate called after throwing")]
+    return " | ".join(lines[-3:])[-300:]
+
+
+def try_json(cmd, env=None, key=None, timeout=1800, exit_warns=False):
+    """Runs cmd; returns the last JSON object on its stdout (the last with `key`
+    when given), or {"error": ...} saying why there is none: a failed case is
+    recorded in the report and the others go on. exit_warns: a result from a
+    process that then failed is kept, with a "warning"."""
+    try:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout after {timeout} s"}
+    except OSError as e:
+        return {"error": f"could not start: {e}"}
+    rec = None
+    for line in p.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and (key is None or key in obj):
+                rec = obj
+    if rec is not None and p.returncode != 0 and exit_warns:
+        rec["warning"] = f"exit {p.returncode}"
+    elif rec is None or p.returncode != 0:
+        return {"error": f"exit {p.returncode}: {error_tail(p.stderr or p.stdout)}"}
+    return rec
+
+
 def sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -49,6 +86,17 @@ def cpu_model():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return "?"
+
+
+def cpu_simd():
+    """(model name, the SIMD flags of interest: avx*, fma*, amx*)."""
+    flags = []
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = [x for x in line.split(":", 1)[1].split() if x.startswith(("avx", "fma", "amx"))]
+                break
+    return cpu_model(), " ".join(flags) or "?"
 
 
 def pinned(threads):

@@ -45,7 +45,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-import train_compare as tc  # noqa: E402  (environments, CPU info; standard library only)
+import train_compare as tc  # noqa: E402  (environments; standard library only)
+from common import cpu_simd, log, try_json  # noqa: E402
 
 DEFAULT_BIN = os.path.join(ROOT, "build-bench", "bench", "tessera_compile_bench")
 TORCH_PYTHON = "/usr/bin/python3"  # Debian's, with torch 1.13
@@ -55,10 +56,6 @@ THREADS = (1, 2)
 DEFAULT_ITERS = {"mlp": 50, "cnn": 30, "resnet18": 10, "gpt": 10}
 GPT_SEQ = 64
 TIMEOUT_S = 1800
-
-
-def log(*a):
-    tc.log(*a)
 
 
 # ---------------------------------------------------------------------------------
@@ -130,44 +127,14 @@ def torch_worker(case, batch, threads, iters, warmup):
 # running the two sides (from the driver process)
 
 
-def error_tail(text):
-    """The last lines of a failed run's output, without the C++ runtime's terminate boilerplate."""
-    lines = [ln.strip().removeprefix("what():").strip() for ln in text.strip().splitlines()
-             if ln.strip() and not ln.startswith("terminate called after throwing")]
-    return " | ".join(lines[-3:])[-300:]
-
-
-def run_json(cmd, env, key):
-    """Runs cmd; returns the last JSON object on stdout that has `key`, or {"error": ...}."""
-    try:
-        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {TIMEOUT_S} s"}
-    except OSError as e:
-        return {"error": f"could not start: {e}"}
-    rec = None
-    for line in p.stdout.splitlines():
-        if line.startswith("{"):
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if key in obj:
-                rec = obj
-    if rec is None or p.returncode != 0:
-        return {"error": f"exit {p.returncode}: {error_tail(p.stderr or p.stdout)}"}
-    return rec
-
-
 def run_tessera(binary, case, batch, threads, iters, warmup):
     """Tessera's best configuration: the faster (by compiled ms) of plain and, at T >= 2,
     OMP_WAIT_POLICY=PASSIVE -- the same choice PyTorch's best configuration gets."""
     cmd = [binary, "--case", case, "--batch", str(batch), "--threads", str(threads),
            "--iters", str(iters), "--warmup", str(warmup)]
-    best = run_json(cmd, tc.env_for("tessera", threads, os.environ), "compiled_ms")
+    best = try_json(cmd, tc.env_for("tessera", threads, os.environ), "compiled_ms", TIMEOUT_S)
     if threads >= 2:
-        passive = run_json(cmd, tc.env_for("tessera", threads, os.environ, passive=True), "compiled_ms")
+        passive = try_json(cmd, tc.env_for("tessera", threads, os.environ, passive=True), "compiled_ms", TIMEOUT_S)
         if "error" not in passive:
             passive["omp_wait_policy"] = "PASSIVE"
         if "error" in best or ("error" not in passive and passive["compiled_ms"] < best["compiled_ms"]):
@@ -178,7 +145,7 @@ def run_tessera(binary, case, batch, threads, iters, warmup):
 def run_torch(config, case, batch, threads, iters, warmup, passive=False):
     cmd = [TORCH_PYTHON, os.path.abspath(__file__), "--torch-worker", "--cases", case, "--batch", str(batch),
            "--threads", str(threads), "--iters", str(iters), "--warmup", str(warmup)]
-    return run_json(cmd, tc.env_for(config, threads, os.environ, passive=passive), "script_ms")
+    return try_json(cmd, tc.env_for(config, threads, os.environ, passive=passive), "script_ms", TIMEOUT_S)
 
 
 def run_torch_best(case, batch, threads, iters, warmup):
@@ -287,7 +254,7 @@ def torch_notes(rows):
 
 
 def print_report(rows, iters_note):
-    model, flags = tc.cpu_info()
+    model, flags = cpu_simd()
     print(f"CPU: {model} ({os.cpu_count()} logical CPUs; {flags})")
     print(f"Timed iterations: {iters_note}. Medians in ms; ratios < 1 favour Tessera's compiled path.\n")
     print(latency_table(rows))

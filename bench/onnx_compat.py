@@ -44,7 +44,8 @@ import onnx
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-import train_compare as tc  # noqa: E402  (environments, CPU info)
+import train_compare as tc  # noqa: E402  (environments)
+from common import cpu_simd, log, try_json  # noqa: E402
 
 DEFAULT_BIN = os.path.join(ROOT, "build-bench", "bench", "tessera_compile_bench")
 ORT_DIR = os.path.join(HERE, "onnx_ort")
@@ -56,36 +57,9 @@ DEFAULT_ITERS = {"mlp": 50, "cnn": 30, "resnet18": 10, "gpt": 10}
 TIMEOUT_S = 1800
 
 
-def log(*a):
-    tc.log(*a)
-
-
-def error_tail(text):
-    """The last lines of a failed run's output, without the C++ runtime's terminate boilerplate."""
-    lines = [ln.strip().removeprefix("what():").strip() for ln in text.strip().splitlines()
-             if ln.strip() and not ln.startswith("terminate called after throwing")]
-    return " | ".join(lines[-3:])[-300:]
-
-
 def run_json(cmd, env):
     """Runs cmd; returns the last JSON object on its stdout, or {"error": ...}."""
-    try:
-        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {TIMEOUT_S} s"}
-    except OSError as e:
-        return {"error": f"could not start: {e}"}
-    rec = None
-    for line in p.stdout.splitlines():
-        if line.startswith("{"):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                pass
-    if rec is None or p.returncode != 0:
-        return {"error": f"exit {p.returncode}: {error_tail(p.stderr or p.stdout)}"}
-    return rec
+    return try_json(cmd, env, timeout=TIMEOUT_S)
 
 
 # ---------------------------------------------------------------------------------
@@ -332,7 +306,7 @@ def main():
 
     overhead = identity_overhead(args.bin, out_dir, args.threads, args.iters or 200, args.warmup, args.rounds)
 
-    model, flags = tc.cpu_info()
+    model, flags = cpu_simd()
     print(f"CPU: {model} ({os.cpu_count()} logical CPUs; {flags})")
     print(f"ONNX files in {out_dir}; onnx {onnx.__version__}; ORT (onnxruntime-node) "
           f"{next((r['ort']['ort'] for r in rows if 'ort' in r['ort']), '?')}.\n")

@@ -29,8 +29,8 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+from common import HERE, ROOT, cpu_model
+
 sys.path.insert(0, HERE)
 
 
@@ -123,7 +123,7 @@ def main():
                  "-DTESSERA_BUILD_TESTS=OFF && ninja -C build-bench tessera_quant_bench")
     if not os.path.isdir(os.path.join(HERE, "onnx_ort", "node_modules")):
         sys.exit("ONNX Runtime is missing: (cd bench/onnx_ort && npm ci --ignore-scripts)")
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    cpu = cpu_model()
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, CPU {cpu}, {os.cpu_count()} cores, "
           f"{a.rounds} rounds, {a.calibration_batches} calibration batches of 64, observer {a.observer}")
     rows = []

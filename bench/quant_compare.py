@@ -24,8 +24,7 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+from common import HERE, ROOT, cpu_model
 
 
 def checkpoint_dir(arg):
@@ -186,7 +185,7 @@ def main():
     if not os.path.exists(binary):
         sys.exit(f"{binary} is missing: cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release "
                  "-DTESSERA_BUILD_TESTS=OFF && ninja -C build-bench tessera_quant_bench")
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    cpu = cpu_model()
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, CPU {cpu}, {os.cpu_count()} cores, "
           f"{a.threads} thread(s), {a.rounds} rounds")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))

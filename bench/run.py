@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, log
 
 # name, unit, lower_is_better, label
 CASES = [
@@ -92,10 +92,6 @@ MEMCPY_FRACTION = 0.70
 # reads "timeout" and the remaining cases run in a fresh process).
 DEFAULT_TIMEOUT = 45
 CASE_TIMEOUT = {"conv_fwd": 120, "conv_fwdbwd": 180}
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------

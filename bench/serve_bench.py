@@ -27,7 +27,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -35,13 +34,7 @@ import tempfile
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from common import ROOT, cpu_model, free_port
 
 
 def get(port, path):
@@ -159,8 +152,7 @@ def main():
                 argv += ["--max-batch", "1"]
             return Server(argv, port)
 
-        cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True,
-                             text=True).stdout.strip()
+        cpu = cpu_model()
         print(f"# tessera serve load test: {cpu}, {os.cpu_count()} CPUs; generator and server on the same machine\n")
 
         maxima = {}

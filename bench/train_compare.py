@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+from common import cpu_simd, log, try_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_SCRIPT = os.path.join(ROOT, "bench", "train_torch.py")
 
@@ -46,10 +48,6 @@ CASE_LABEL = {
     "resnet18": "ResNet-18 (CIFAR stem), batch 32, SGD+momentum",
 }
 CONFIGS = ["tessera", "torch_best", "torch_default"]
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------
@@ -131,30 +129,7 @@ def env_for(config, threads, base, passive=False):
 def run_one(cmd, env, timeout):
     """Runs cmd; returns the last JSON object with ms_per_step it printed, or
     {"error": ...}."""
-    try:
-        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {timeout} s"}
-    except OSError as e:
-        return {"error": f"could not start: {e}"}
-    rec = None
-    for line in p.stdout.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and "ms_per_step" in obj:
-            rec = obj
-    if rec is None:
-        tail = " | ".join((p.stderr or p.stdout).strip().splitlines()[-3:])[-300:]
-        return {"error": f"exit {p.returncode}, no JSON result: {tail}"}
-    if p.returncode != 0:
-        rec["warning"] = f"exit {p.returncode}"
-    return rec
+    return try_json(cmd, env, "ms_per_step", timeout, exit_warns=True)
 
 
 def better(a, b):
@@ -184,22 +159,6 @@ def median_of_rounds(recs, keys):
         out[k] = vals[len(vals) // 2]
     out["rounds"] = len(ok)
     return out
-
-
-def cpu_info():
-    """(model name, SIMD flags of interest) from /proc/cpuinfo."""
-    model, flags = None, []
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if model is None and line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                elif not flags and line.startswith("flags"):
-                    flags = [x for x in line.split(":", 1)[1].split()
-                             if x.startswith(("avx", "fma", "amx"))]
-    except OSError:
-        pass
-    return model or platform.processor() or "?", " ".join(flags) or "?"
 
 
 def torch_version(python):
@@ -416,7 +375,7 @@ def main():
             ok = sorted((r for r in recs if "error" not in r), key=lambda r: r["ms_per_step"])
             res[key.removesuffix("_round_recs")] = ok[len(ok) // 2] if ok else recs[0]
 
-    cpu, simd = cpu_info()
+    cpu, simd = cpu_simd()
     meta = {
         "CPU": cpu,
         "SIMD flags": simd,
