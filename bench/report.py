@@ -14,6 +14,9 @@ from, the date, the PyTorch and ONNX Runtime versions, the wall time -- in
 docs/benchmarks/<section>.json. The page is rendered from all the section
 files, so a section that was not rerun keeps the heading of the machine it
 was measured on. The charts (SVG, matplotlib) are rendered from the same files.
+The sections' titles, summaries and texts are in bench/sections.md, the
+targets they mark met or missed in bench/targets.json; this file holds how
+each section is run and rendered (RUNNERS).
 
 It builds build-bench/ (Release) first, and trains the small models some
 sections need (Fashion-MNIST MLP and CNN, a character GPT) into
@@ -528,6 +531,19 @@ def div(a, b):
         return None
 
 
+def target(section, key):
+    """The bound bench/targets.json sets for a figure of a section."""
+    t = TARGETS[section][key]
+    return t["at_least"] if "at_least" in t else t["at_most"]
+
+
+def verdict(section, key, value):
+    """"met" or "**missed**": value against its bound in bench/targets.json."""
+    t = TARGETS[section][key]
+    ok = value >= t["at_least"] if "at_least" in t else value <= t["at_most"]
+    return "met" if ok else "**missed**"
+
+
 def table(head, rows, align=None):
     align = align or ["---"] + ["---:"] * (len(head) - 1)
     out = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
@@ -834,15 +850,16 @@ def render_llm(d, h):
         rows = []
         for r in tier["rows"]:
             ratio = r["tessera_tps"] / r["llama_tps"]
-            target = "" if r["target"] is None else (f">= {r['target']}x: " + ("met" if ratio >= r["target"] else "**missed**"))
+            said = "" if r["target"] is None else (f">= {r['target']}x: " + ("met" if ratio >= r["target"] else "**missed**"))
             bw = ""
             if "read_gbps" in r:
                 share = r["tessera_gbps"] / r["read_gbps"]
                 bw = (f"{r['tessera_gbps']:.1f} / {r['llama_gbps']:.1f} of {r['read_gbps']:.1f}: "
-                      f"{100 * share:.0f}% (>= 85%: {'met' if share >= 0.85 else '**missed**'})")
+                      f"{100 * share:.0f}% (>= {100 * target('llm', 'decode_read_share'):.0f}%: "
+                      f"{verdict('llm', 'decode_read_share', share)})")
             what = LLM_MEASURES[r["measure"]] + (f", {r['sequences']} sequences" if r["measure"] == "batch" else "")
             rows.append([r["model"], what, r["threads"], fnum(r["tessera_tps"]), fnum(r["llama_tps"]),
-                         f"**{ratio:.2f}x**" if r["target"] is not None else f"{ratio:.2f}x", target, bw])
+                         f"**{ratio:.2f}x**" if r["target"] is not None else f"{ratio:.2f}x", said, bw])
         name = ("best kernels on both sides" if tier["tier"] == "native" else
                 "`TESSERA_CPU_CAPABILITY=avx2` against llama.cpp built without AVX-512")
         out += ["", f"**Tier {tier['tier']}** ({name}). {llama_cpp_line(tier['llama_cpp'])}.", "", machine_line(h), ""]
@@ -863,7 +880,8 @@ def render_llm(d, h):
     if pp and pp.get("rows"):
         rows = [[r["model"], f"{r['tessera']:.4f}", f"{r['llama']:.4f}",
                  f"{100 * (r['tessera'] / r['llama'] - 1):+.3f}%",
-                 "within 0.1%: " + ("met" if abs(r["tessera"] / r["llama"] - 1) <= 1e-3 else "**missed**")]
+                 f"within {100 * target('llm', 'perplexity_difference'):g}%: "
+                 + verdict("llm", "perplexity_difference", abs(r["tessera"] / r["llama"] - 1))]
                 for r in pp["rows"]]
         out += ["", f"**Perplexity**: `tessera perplexity` against llama-perplexity on the same file and text "
                     f"({pp['text']}, `-c {pp['context']} --chunks {pp['chunks']}`; random weights, so the figures "
@@ -1031,17 +1049,16 @@ def render_llm_serve(d, h):
         ref_all = m.get("llama_server", {})
         for c in ("1", "4", "16"):
             r, ref = m["closed"][c], ref_all.get("closed", {}).get(c)
-            target = 1.5 if c != "1" else None
             ratio = r["tokens_per_s"] / ref["tokens_per_s"] if ref else None
-            verdict = ""
-            if ratio is not None and target:
+            said = ""
+            if ratio is not None and c != "1":
                 lat_ok = r["ttft_p99"] <= ref["ttft_p99"] and r["itl_p99"] <= ref["itl_p99"]
-                verdict = (f">= {target}x: " + ("met" if ratio >= target else "**missed**") +
-                           "; p99 TTFT and inter-token no worse: " + ("met" if lat_ok else "**missed**"))
+                said = (f">= {target('llm_serve', 'streams_ratio')}x: " + verdict("llm_serve", "streams_ratio", ratio)
+                        + "; p99 TTFT and inter-token no worse: " + ("met" if lat_ok else "**missed**"))
             lat = lambda x: f"{ms(x['ttft_p50'])} / {ms(x['ttft_p99'])}"
             itl = lambda x: f"{ms(x['itl_p50'])} / {ms(x['itl_p99'])}"
             rows.append([m["model"], c, fnum(r["tokens_per_s"]), fnum(ref["tokens_per_s"]) if ref else "n/a",
-                         f"**{ratio:.2f}x**" if ratio else "", verdict, lat(r), lat(ref) if ref else "",
+                         f"**{ratio:.2f}x**" if ratio else "", said, lat(r), lat(ref) if ref else "",
                          itl(r), itl(ref) if ref else "", f"{r['errors']} / {ref['errors'] if ref else ''}"])
     out += ["Closed loop: each stream sends its next request when its last one ends (prompts of 64 to 512 tokens cut "
             "from fortunes, or to 127 where the context is 256; 128 tokens generated, streamed); generated tokens "
@@ -1085,9 +1102,11 @@ def render_llm_serve(d, h):
         cached = (f"{lc.get('prompt_tokens_cached_total', 0):.0f} of "
                   f"{lc.get('prompt_tokens_cached_total', 0) + lc.get('prompt_tokens_total', 0):.0f}") if lc else "n/a"
         rows.append([m["model"], f"{on['peak_kv_usage']:.1%} / {off['peak_kv_usage']:.1%}",
-                     f"**{kv:.2f}x** (<= 0.4x: {'met' if kv <= 0.4 else '**missed**'})",
+                     f"**{kv:.2f}x** (<= {target('llm_serve', 'shared_prefix_kv')}x: "
+                     f"{verdict('llm_serve', 'shared_prefix_kv', kv)})",
                      f"{ms(on['ttft_p50'])} / {ms(off['ttft_p50'])}",
-                     f"**{tt:.2f}x** (<= 0.5x: {'met' if tt <= 0.5 else '**missed**'})",
+                     f"**{tt:.2f}x** (<= {target('llm_serve', 'shared_prefix_ttft')}x: "
+                     f"{verdict('llm_serve', 'shared_prefix_ttft', tt)})",
                      ms(ls["ttft_p50"]) if ls else "n/a", cached])
     if rows:
         out += ["", "16 users at once, each prompt a shared 400-token system prompt and a 32-token question, 64 "
@@ -1109,9 +1128,11 @@ def render_llm_serve(d, h):
             tt = L["together"]["tags"]["long"]["ttft_p50"] / L["long_alone"]["ttft_p50"]
             rows.append([m["model"], served, f"{ms(L['together']['tags']['stream']['itl_p99'])} / "
                                              f"{ms(L['streams_alone']['itl_p99'])}",
-                         f"**{itl:.2f}x** (<= 2x: {'met' if itl <= 2 else '**missed**'})",
+                         f"**{itl:.2f}x** (<= {target('llm_serve', 'long_prompt_itl')}x: "
+                         f"{verdict('llm_serve', 'long_prompt_itl', itl)})",
                          f"{ms(L['together']['tags']['long']['ttft_p50'])} / {ms(L['long_alone']['ttft_p50'])}",
-                         f"**{tt:.2f}x** (<= 1.5x: {'met' if tt <= 1.5 else '**missed**'})"])
+                         f"**{tt:.2f}x** (<= {target('llm_serve', 'long_prompt_ttft')}x: "
+                         f"{verdict('llm_serve', 'long_prompt_ttft', tt)})"])
     if rows:
         out += ["", "A 2,048-token prompt arriving 1.5 s after 8 streams started (64-token prompts, 384 tokens "
                     "each; `--ctx 3072`): the streams' p99 inter-token latency with it and without, and its TTFT "
@@ -1125,10 +1146,11 @@ def render_llm_serve(d, h):
         if "lookup" not in m:
             continue
         off, on = m["lookup"]["0"], m["lookup"]["8"]
-        for w, name, target in (("free", "free fortunes text", 0.95), ("repeat", "a passage repeated 3 times", None)):
+        for w, name, key in (("free", "free fortunes text", "lookup_free_text"), ("repeat", "a passage repeated 3 times",
+                                                                               None)):
             ratio = on[w]["tokens_per_s"] / off[w]["tokens_per_s"]
             rows.append([m["model"], name, fnum(off[w]["tokens_per_s"]), fnum(on[w]["tokens_per_s"]), f"**{ratio:.2f}x**",
-                         "" if target is None else f">= {target}x: " + ("met" if ratio >= target else "**missed**")])
+                         "" if key is None else f">= {target('llm_serve', key)}x: " + verdict("llm_serve", key, ratio)])
     if rows:
         out += ["", "Prompt lookup (`--prompt-lookup 8` against none), one stream, 128 tokens per request, greedy: "
                     "the drafts are the tokens after the latest earlier occurrence of the last tokens, so the "
@@ -1172,12 +1194,12 @@ def render_llm_spec(d, h):
         for c, runs in sorted(sp["streams"].items(), key=lambda kv: int(kv[0])):
             plain, draft = runs["plain"], runs["draft"]
             ratio = draft["tokens_per_s"] / plain["tokens_per_s"]
-            target = 1.3 if c == "1" else 0.95 if c == "16" else None
+            key = "draft_1_stream" if c == "1" else "draft_16_streams" if c == "16" else None
             spec = draft.get("spec", {})
             acc = spec["accepted"] / spec["draft"] if spec.get("draft") else 0
             rows.append([c, fnum(plain["tokens_per_s"]), fnum(draft["tokens_per_s"]), f"**{ratio:.2f}x**",
                          f"{int(spec.get('draft', 0))} / {acc:.0%}",
-                         "" if target is None else f">= {target}x: " + ("met" if ratio >= target else "**missed**")])
+                         "" if key is None else f">= {target('llm_spec', key)}x: " + verdict("llm_spec", key, ratio)])
         # Runs before llama-server measured llama.cpp through node-llama-cpp
         # ("plain"/"draft" at the top): not a speed reference, not shown.
         by_streams = {c: ll for c, ll in sp.get("llama", {}).items() if str(c).isdigit()}
@@ -1223,7 +1245,8 @@ def render_llm_spec(d, h):
                        f"{on['ttft_p50'] * 1e3:.2f}", f"{on['e2e_p50'] * 1e3:.2f}",
                        f"{int(spec.get('draft', 0))} / {acc:.0%}"],
                       ["speedup", f"**{ratio:.2f}x**", f"{on['tokens_per_s'] / off['tokens_per_s']:.2f}x", "", "",
-                       ">= 2x (decode rate): " + ("met" if ratio >= 2 else "**missed**")]],
+                       f">= {target('llm_spec', 'lookup_echo_decode')}x (decode rate): "
+                       + verdict("llm_spec", "lookup_echo_decode", ratio)]],
                      ["---", "---:", "---:", "---:", "---:", "---"])
     else:
         out += ["", "Not measured in this run: prompt lookup on the echo model."]
@@ -1249,8 +1272,9 @@ def render_llm_structured(d, h):
                "nullable string, an array of up to 4 strings, a nested object; bounded so that the random model's "
                "answers go through every state of the schema). The cost is the inter-token latency's p50 against the "
                "unconstrained runs' (the mean of the runs before and after): "
-               f"**{cost:.0%}** with the schema's masks cached (target: at most 10%: "
-               + ("met" if cost <= 0.10 else "**missed**") + "). Requests under the schema stop when their JSON "
+               f"**{cost:.0%}** with the schema's masks cached (target: at most "
+               f"{target('llm_structured', 'schema_cost'):.0%}: " + verdict("llm_structured", "schema_cost", cost)
+               + "). Requests under the schema stop when their JSON "
                "is complete, so they generate fewer tokens.", ""]
     out += table(["requests", "inter-token ms p50", "p99", "tokens per request", "errors", "cost (p50)"], rows,
                  ["---", "---:", "---:", "---:", "---:", "---:"])
@@ -1323,147 +1347,52 @@ def render_serve(d, h):
 # ---------------------------------------------------------------------------------
 # sections: name, title, runner, renderer, prose (what it measures; no figures)
 
-SECTIONS = [
-    ("ops", "Ops, one by one, against libtorch (C++)", sec_ops, render_ops, """\
-`bench/run.py`: `bench/tessera_bench.cpp` (links only libtessera) against `bench/torch_bench.cpp` (links only
-Debian's libtorch), the same harness (`bench/bench_common.h`) and shapes, in separate processes at 1 and 2
-threads. PyTorch *best* is its fastest configuration here (glibc malloc thresholds raised so activations are
-not re-faulted, `OPENBLAS_CORETYPE` unset, OpenMP and OpenBLAS threads set); *default* is the environment as
-given, where OpenBLAS uses every core, so its 1-thread matmul is not a same-thread figure. Each case is the median
-of its timed calls. The 1-element add measures per-op overhead (Tessera under `NoGradGuard`, libtorch under
-`InferenceMode`; "autograd recording" makes one input require grad). add/mul/gelu on 16M floats count the bytes
-read and written, against a `memcpy` of the same run. Attention is Tessera's fused causal
-`scaled_dot_product_attention` against the explicit `softmax(QK^T)V` that PyTorch 1.13 needs (it has no fused
-SDPA); its peak memory is the live tensor bytes during one call (libtorch: a counting allocator)."""),
-    ("training", "Training steps against PyTorch", sec_training, render_training, """\
-`bench/train_compare.py`: `tessera_train_bench` next to `bench/train_torch.py` (Debian's PyTorch 1.13), the same
-models, batches and optimizers; a step is zero_grad, forward, loss, backward and the optimizer step on synthetic
-data in memory. PyTorch runs in its best configuration and in its default one; at 2 threads both Tessera and
-PyTorch's best are run with and without `OMP_WAIT_POLICY=PASSIVE` and the faster is kept. PyTorch's GPT uses the explicit masked softmax; Tessera's the fused
-flash-style kernel, which is most of the memory difference. Where both call the same oneDNN convolutions
-(ResNet-18) the step is bounded by them."""),
-    ("amp", "Mixed precision (bf16) and gradient checkpointing", sec_amp, render_amp, """\
-`bench/amp_compare.py`: the GPT training step in f32 and under bf16 autocast (`autocast::Guard`, PyTorch's
-`torch.autocast('cpu', torch.bfloat16)`), and with gradient checkpointing: none, round(sqrt(layers)) segments
-(`checkpoint_sequential` on both sides; its last segment is not checkpointed) and, for Tessera, every block.
-PyTorch's bf16 is run only on a CPU with avx512_bf16: without it PyTorch 1.13 falls back to a reference loop for
-bf16 products and the comparison says nothing. Checkpointing's extra cost is the second forward of each
-checkpointed segment; parameters, gradients and AdamW state (16 bytes per parameter) are untouched by it."""),
-    ("compile", "Graph compiler: compiled inference against TorchScript", sec_compile, render_compile, """\
-`bench/compile_compare.py`: Tessera's eager forward and its compiled one (`tessera::compile::compile`: batch-norm
-folding, epilogue fusion, channel-blocked layouts between convolutions, weights packed once, a planned memory
-arena) against PyTorch eager and TorchScript (trace, freeze, `optimize_for_inference`), random weights, each
-configuration its own process; at 2 threads both sides also run with `OMP_WAIT_POLICY=PASSIVE` and keep the faster. The models are `bench/train_torch.py`'s: the MLP, the Fashion-MNIST LeNet,
-ResNet-18 (CIFAR stem) and a 6-layer GPT at context 64."""),
-    ("onnx", "Graph compiler and ONNX: inference against ONNX Runtime", sec_onnx, render_onnx, """\
-`bench/onnx_compat.py`: Tessera exports each model to ONNX (opset 17, dynamic batch), the ONNX checker
-validates the file, ONNX Runtime (`onnxruntime-node`, pinned in `bench/onnx_ort/package-lock.json`) must
-reproduce Tessera's eager output, and then both runtimes time the same file: `tessera::load` (compiled) against
-an ORT session with the same intra-op threads (inter-op 1, all graph optimizations)."""),
-    ("training_avx2", "Training steps against PyTorch, AVX2 tier", sec_training_avx2, render_training_avx2, """\
-The training section's comparison on the AVX2 tier: on an AVX-512 CPU both sides are limited to AVX2 (Tessera's
-kernels and its oneDNN; ATen's kernels and PyTorch's oneDNN), so the figures show how each framework does on an
-AVX2-only machine of the same clock. PyTorch's default configuration is not rerun here."""),
-    ("compile_avx2", "Compiled inference against TorchScript, AVX2 tier", sec_compile_avx2, render_compile_avx2, """\
-The compile section's comparison on the AVX2 tier, both sides limited the same way (on an AVX2-only CPU this is
-the compile section itself). PyTorch's default environment is not rerun here."""),
-    ("gemv", "Skinny products: a few rows against a weight, at read bandwidth", sec_gemv, render_gemv, """\
-`bench/gemv_compare.py`: `linear(x, W)` for m = 1 to 16 activation rows (m = 1 is a decoded token) on
-Tessera's skinny kernel (`backend/cpu/skinny.h`, forced with `TESSERA_SKINNY_MAX_ROWS=16`) against oneDNN's
-GEMM (`TESSERA_SKINNY_MAX_ROWS=0`), beside a streaming read of the same weight bytes (a vectorized sum at the
-widest vectors the CPU has, in GB/s): what a product that reads each weight once is bounded by. The weights:
-256x1024 and 256x784 stay in the caches, 4096x4096 and 11008x4096 (an LLM's projections) do not. `gemm()` gives
-the skinny kernel up to 16 rows in f32 and f16; in bf16 up to 8 on a CPU with AVX512-BF16 (the tier
-`avx512_bf16`: `vdpbf16ps` multiplies bf16 weights by bf16 activations with no widening; oneDNN also gets its
-native bf16 matmul there), else 16. The AVX-512 tier runs as `avx512_bf16` where the CPU has it, as plain
-`avx512` (oneDNN up to AVX512_CORE_VNNI) where not. On an AVX-512 CPU the AVX2 tier is emulated by limiting
-both sides (`TESSERA_CPU_CAPABILITY=avx2`, `DNNL_MAX_CPU_ISA=AVX2`). Each run is the benchmark's quick mode (short timing
-windows), so the cache-sized rows are noisier than the large ones."""),
-    ("quant", "Weight-only quantization (int8, int4)", sec_quant, render_quant, """\
-`bench/quant_compare.py`: the quantized matrix products of `ops::quantized_linear` (q8_0, int8 per channel,
-q4_0, int4 in groups of 32 or 128; with float activations, or quantized to int8 on the fly) at one activation
-row, the decode case, against the fastest f32 path of each side on the same shape: Tessera's `linear(x, W)`,
-`matmul(x, W^T)` with W^T stored contiguous, and `matmul(W, x^T)`; PyTorch's `F.linear`, `torch.mv` and
-`matmul(x, W^T)` in its best configuration. The tables name which path was fastest. Then a character GPT
-trained here: perplexity of each format, and its whole forward against PyTorch's `quantize_dynamic` (oneDNN
-engine) on the same weights; the tied `lm_head` stays f32 on both sides."""),
-    ("ptq", "Static int8 (PTQ)", sec_ptq, render_ptq, """\
-`bench/ptq_compare.py`: the Fashion-MNIST CNN trained here, quantized by Tessera's PTQ (min-max observers,
-calibrated on training batches), against PyTorch's eager static quantization on its oneDNN engine (conv+relu and
-linear+relu fused, its default histogram observers and per-channel weights, calibrated on the same images) and
-ONNX Runtime on Tessera's QDQ export (which ORT fuses into QLinearConv and QGemm). Accuracy is on the 10,000 test
-images; the f32 columns are each runtime's own f32 path (Tessera's compiled graph)."""),
-    ("sparse", "Sparse weights and structured pruning", sec_sparse, render_sparse, """\
-Unstructured pruning pays only when very sparse: `tessera_quant_bench sparse` times `ops::sparse_linear` (CSR)
-against `ops::linear` (oneDNN's dense f32 GEMM) on the same randomly pruned weights, by sparsity; the compiler's
-`sparse-weights` pass uses the sparse kernel for weights with at most 5% nonzeros. Structured pruning removes whole
-channels, so the compiled graph is smaller: `tessera prune` on the trained CNN, dense against pruned compiled
-forwards, and the test accuracy after a short fine-tuning."""),
-    ("llm", "LLM engine against llama.cpp", sec_llm, render_llm, """\
-`bench/llm_compare.py`: `tessera_llm_bench run` (the LLM engine, `llm/engine.h`) against llama.cpp built natively
-from source (`bench/build_llama_cpp.sh`: the tree node-llama-cpp ships, CPU only, Release, `GGML_NATIVE`; and a
-second build with AVX-512 off for the AVX2 tier) on the same GGUF files: random-weight Llama models shaped like
-a 110M model (width 768, 12 layers, 12 heads, feed-forward 2048, llama.cpp's 32,000-piece SentencePiece
-vocabulary) written by Tessera in F16, Q8_0, Q4_0 and Q4_K (`tessera quantize-gguf`: the output matrix in Q6_K),
-and the same F16 weights quantized by llama.cpp's llama-quantize to Q8_0, Q4_0 and Q4_K_M; and the fortunes
-models where the cache has them. Greedy choice on both sides. A one-thread run of either side is pinned to the same
-CPU (`taskset`): on a VM the two vCPUs can differ by a third in memory-bound loops.
+# The sections' code: how each is run and how its data becomes the page's
+# tables. Their titles, summaries and texts are data, in bench/sections.md
+# (and their targets in bench/targets.json).
+RUNNERS = {
+    "ops": (sec_ops, render_ops),
+    "training": (sec_training, render_training),
+    "amp": (sec_amp, render_amp),
+    "compile": (sec_compile, render_compile),
+    "onnx": (sec_onnx, render_onnx),
+    "training_avx2": (sec_training_avx2, render_training_avx2),
+    "compile_avx2": (sec_compile_avx2, render_compile_avx2),
+    "gemv": (sec_gemv, render_gemv),
+    "quant": (sec_quant, render_quant),
+    "ptq": (sec_ptq, render_ptq),
+    "sparse": (sec_sparse, render_sparse),
+    "llm": (sec_llm, render_llm),
+    "llm_serve": (sec_llm_serve, render_llm_serve),
+    "llm_spec": (sec_llm_spec, render_llm_spec),
+    "llm_structured": (sec_llm_structured, render_llm_structured),
+    "serve": (sec_serve, render_serve),
+}
 
-F16 and F32 matrices are interleaved at load in groups of the skinny kernel's block of rows (Note [Interleaved
-weight rows] in `backend/cpu/kernel_table.h`): a decoded token's product reads one linear stream with one chain of
-multiply-adds per row, and longer products keep a chunk of weight rows in L1 while every tile of activation rows
-passes over it; the sums keep their order, so the outputs keep their bits. Where targets are missed, as profiled
-(`perf`, Zen 5): **F16 prefill on the AVX2 tier** (0.96-1.02x in runs an hour apart) is the same kernel in blocks
-of 4 rows by 3 activation rows (16 ymm registers hold no more accumulators) on f32 activations, where llama.cpp's
-F16 products first round the activations to F16 and so load half the bytes. **Q4_K and Q4_K_M
-(and llama-quantize's Q4_0) decode at 1 thread on the AVX2 tier** are bound by arithmetic, not memory:
-without VNNI each 4-byte product is `vpmaddubsw` + `vpmaddwd` + an add, 8 rows a pass, and the codes are unpacked
-once per 8-row half (Q4_K_M's Q6_K matrices most of all). **Decode at >= 85% of a streaming read** is met only
-where the table says so: in F16 decode at one thread the kernel's samples sit behind its software prefetch and
-the first uses of the weight loads, that is, it waits on memory at about 27 GB/s where a plain streaming read gets
-35-41 (the prefetch stays: without it 16 sequences lost 10-30% and one thread gained nothing); at 2 threads the two vCPUs together stream up to twice what one does, and the products,
-split evenly between threads, wait on the slower vCPU; on the AVX2 tier the quantized loops are bound by the
-arithmetic above."""),
-    ("llm_serve", "LLM serving: `tessera serve-llm` against llama-server", sec_llm_serve, render_llm_serve, """\
-`bench/llm_serve_bench.py`: `tessera serve-llm` (2 compute threads, up to 16 running requests, 512 tokens a step,
-prefix caching on) and llama.cpp's llama-server (the native build above, 2 threads, continuous batching, its
-defaults otherwise), both driven by `bench/llm_serve_load.cpp` (streamed completions over loopback, a thread per
-stream, on the same 2 vCPUs: its own CPU time is reported) with the same requests, prompts cut from Debian's
-fortunes. Models: the ~20M fortunes model in Q8_0 (context 256) where the cache has it, and the 110M random
-model in Q4_0 and Q8_0 (served with context 3072)."""),
-    ("llm_spec", "LLM serving: speculative decoding with a draft model", sec_llm_spec, render_llm_spec, """\
-`bench/llm_serve_bench.py --speculative`: `tessera serve-llm` on the ~20M fortunes model (Q8_0) with and without
-the ~2M fortunes model as its draft, at 1, 4 and 16 streams of the load generator; llama-server on the same
-files and requests, without and with `--model-draft`."""),
-    ("llm_structured", "LLM serving: JSON-schema decoding", sec_llm_structured, render_llm_structured, """\
-`bench/llm_serve_bench.py --structured`: the cost of decoding under a JSON schema (token masks from the grammar's
-byte-level matcher over a trie of the vocabulary, Note [Token masks]) on the 110M random model's 32,000-token
-vocabulary, one stream of `tessera serve-llm`; and llama-server with its `json_schema` on the same requests."""),
-    ("serve", "Serving: `tessera serve` under load", sec_serve, render_serve, """\
-`bench/serve_bench.py`: the trained MLP and CNN exported as compiled graphs and served by `tessera serve` (max
-batch 64, 500 us batching delay, one instance), driven by `bench/serve_load.cpp` (one thread, epoll, 64 keep-alive
-connections) over loopback on the same 2 vCPUs. Requests carry one 1x28x28 example as JSON or with the binary
-extension. Open-loop points count latency from each request's scheduled time, so queueing is not hidden. The
-transport comparison runs the same service over cpp-httplib and asynchronous Boost.Beast (`bench/serve_*.cpp`).
-No serving reference (TorchServe, Triton) is packaged for Debian or npm, so these figures stand alone."""),
-]
+
+def read_sections(path):
+    """[(name, title, runner, renderer, text)] in the order of bench/sections.md, and {name: summary}."""
+    with open(path) as f:
+        body = f.read()
+    sections, short = [], {}
+    for part in body.split("\n## ")[1:]:
+        head, _, rest = part.partition("\n")
+        name, _, title = head.partition(": ")
+        summary, _, text = rest.partition("\n\n")
+        if name not in RUNNERS or not summary.startswith("> "):
+            raise SystemExit(f"{path}: section '{name}' needs a runner in RUNNERS and a '> ' summary line")
+        short[name] = summary[2:]
+        sections.append((name, title, *RUNNERS[name], text.rstrip("\n")))
+    missing = set(RUNNERS) - set(short)
+    if missing:
+        raise SystemExit(f"{path}: no text for the sections {', '.join(sorted(missing))}")
+    return sections, short
+
+
+SECTIONS, SHORT = read_sections(os.path.join(HERE, "sections.md"))
 SECTION_NAMES = [s[0] for s in SECTIONS]
-SHORT = {"ops": "per-op overhead, bandwidth, matmul, softmax, layer norm, conv, attention vs libtorch",
-         "training": "training step time and memory vs PyTorch (MLP, CNN, GPT, ResNet-18)",
-         "amp": "bf16 autocast and gradient checkpointing vs PyTorch",
-         "compile": "compiled vs eager inference, vs TorchScript",
-         "onnx": "ONNX export checks; latency vs ONNX Runtime on the same files",
-         "training_avx2": "the training comparison with both sides limited to AVX2",
-         "compile_avx2": "the compiled-inference comparison with both sides limited to AVX2",
-         "gemv": "batch-1 and small-batch linear: skinny kernel vs oneDNN, % of streaming read bandwidth",
-         "quant": "weight-only int8/int4 products and a GPT vs PyTorch f32 and dynamic int8",
-         "ptq": "static int8 CNN: accuracy and latency vs PyTorch and ONNX Runtime",
-         "sparse": "CSR sparse vs dense products by sparsity; structured pruning speed-up",
-         "serve": "HTTP serving throughput, latency curve, transports, soak",
-         "llm_serve": "OpenAI-compatible LLM server: streams vs llama.cpp batched, latency under load, prefix caching",
-         "llm_spec": "LLM server speculative decoding: a draft model's speedup at 1, 4, 16 streams vs llama.cpp's",
-         "llm_structured": "LLM server JSON-schema decoding: its cost per token on a 32,000-token vocabulary",
-         "llm": "LLM prefill, decode and batched decode vs llama.cpp on the same GGUF files"}
+with open(os.path.join(HERE, "targets.json")) as _f:
+    TARGETS = json.load(_f)
 
 
 # ---------------------------------------------------------------------------------
