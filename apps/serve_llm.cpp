@@ -95,6 +95,76 @@ sigset_t block_stop_signals() {
   return s;
 }
 
+namespace {
+
+// What serve-llm serves from the loaded model `lm` and the flags: the
+// engine's limits (the one place they are set: the scheduler reads them
+// from the engine), the scheduler's options, a draft model, LoRA adapters.
+// `draft_what` says what the draft is.
+serve::LlmModel llm_model_of(const ServeLlmFlags& f, LanguageModel& lm, const std::string& name,
+                             const std::string& tmpl_override,
+                             const std::function<LanguageModel(const std::string&)>& load, std::string& draft_what) {
+  serve::LlmModel m;
+  m.model = lm.model;
+  m.tokenizer = std::move(lm.tokenizer);
+  m.chat_template = tmpl_override.empty() ? lm.chat_template : tmpl_override;
+  m.chat_template_name = tmpl_override.empty() ? "tokenizer.chat_template" : f.chat_template;
+  m.engine.context = f.context;
+  m.engine.max_sequences = f.max_seqs;
+  m.engine.max_batch_tokens = f.max_batched_tokens;
+  m.engine.k_type = m.engine.v_type = llm::kv_type_from_name(f.kv_type);
+  m.engine.block_tokens = f.kv_block;
+  m.engine.prefix_caching = !f.no_prefix_caching;
+  if (!f.kv_memory.empty()) m.engine.kv_memory = byte_count(f.kv_memory);
+  m.pooling = llm::Pooling::Last;
+  if (!f.pooling.empty()) {
+    m.pooling = llm::pooling_from_name(f.pooling);
+  } else if (const llm::GgufValue* p = lm.model->file().find(lm.model->spec().arch + ".pooling_type")) {
+    // llama.cpp's enum: 1 mean, 2 CLS, 3 last (0: none, -1: unspecified).
+    const int64_t t = p->as_int(lm.model->spec().arch + ".pooling_type");
+    if (t == 1) m.pooling = llm::Pooling::Mean;
+    else if (t == 2) m.pooling = llm::Pooling::Cls;
+  }
+  TS_CHECK(f.decode_slowdown == 0 || f.decode_slowdown >= 1, "serve-llm: --decode-slowdown ", f.decode_slowdown,
+           " must be 0 (off) or at least 1");
+  m.scheduler.decode_slowdown = f.decode_slowdown;
+  m.scheduler.lookup_tokens = f.prompt_lookup;
+  TS_CHECK(f.draft.empty() || f.prompt_lookup == 0, "serve-llm: --draft and --prompt-lookup are two ways of "
+           "speculative decoding; choose one");
+  if (!f.draft.empty()) {
+    LanguageModel d = load(f.draft);
+    try {
+      llm::check_same_vocabulary(m.tokenizer, d.tokenizer);
+    } catch (const Error& e) {
+      TS_ERROR("serve-llm: --draft ", f.draft, " cannot draft for ", f.model, ": ", e.what());
+    }
+    m.draft = d.model;
+    m.draft_engine = m.engine;
+    m.draft_engine.max_logit_rows = m.engine.max_sequences;
+    m.draft_engine.kv_memory = 0;  // the draft's own KV for every sequence: small next to the model's
+    m.draft_engine.threads = f.draft_threads;
+    m.scheduler.draft_tokens = f.draft_tokens;
+    draft_what = d.what;
+  }
+  for (const std::string& spec : f.lora) {
+    const size_t eq = spec.find('=');
+    TS_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < spec.size(), "serve-llm: --lora takes NAME=PATH, got '",
+             spec, "'");
+    const std::string lname = spec.substr(0, eq);
+    TS_CHECK(lname != name, "serve-llm: --lora ", lname, ": the adapter's name is the model's own");
+    for (const auto& [other, _] : m.adapters)
+      TS_CHECK(other != lname, "serve-llm: --lora ", lname, " is given twice");
+    m.adapters.emplace_back(lname, llm::LoraAdapter::load(spec.substr(eq + 1), lm.model->spec()));
+  }
+  const int64_t drafts = f.draft.empty() ? f.prompt_lookup : f.draft_tokens;
+  // The limits live in m.engine alone; the scheduler reads them there.
+  // Each request decodes 1 + drafts rows a step, within the step's tokens.
+  m.engine.max_logit_rows = std::min(m.engine.max_sequences * (1 + drafts), m.engine.max_batch_tokens);
+  return m;
+}
+
+}  // namespace
+
 int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(const std::string&)>& load) {
   serve::LlmServiceOptions so;
   if (!f.api_key_file.empty()) so.api_key = read_api_key(f.api_key_file, "serve-llm");
@@ -138,63 +208,7 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
   std::thread loader([&] {
     try {
       lm = load(f.model);
-      serve::LlmModel m;
-      m.model = lm.model;
-      m.tokenizer = std::move(lm.tokenizer);
-      m.chat_template = tmpl_override.empty() ? lm.chat_template : tmpl_override;
-      m.chat_template_name = tmpl_override.empty() ? "tokenizer.chat_template" : f.chat_template;
-      m.engine.context = f.context;
-      m.engine.max_sequences = f.max_seqs;
-      m.engine.max_batch_tokens = f.max_batched_tokens;
-      m.engine.k_type = m.engine.v_type = llm::kv_type_from_name(f.kv_type);
-      m.engine.block_tokens = f.kv_block;
-      m.engine.prefix_caching = !f.no_prefix_caching;
-      if (!f.kv_memory.empty()) m.engine.kv_memory = byte_count(f.kv_memory);
-      m.pooling = llm::Pooling::Last;
-      if (!f.pooling.empty()) {
-        m.pooling = llm::pooling_from_name(f.pooling);
-      } else if (const llm::GgufValue* p = lm.model->file().find(lm.model->spec().arch + ".pooling_type")) {
-        // llama.cpp's enum: 1 mean, 2 CLS, 3 last (0: none, -1: unspecified).
-        const int64_t t = p->as_int(lm.model->spec().arch + ".pooling_type");
-        if (t == 1) m.pooling = llm::Pooling::Mean;
-        else if (t == 2) m.pooling = llm::Pooling::Cls;
-      }
-      TS_CHECK(f.decode_slowdown == 0 || f.decode_slowdown >= 1, "serve-llm: --decode-slowdown ", f.decode_slowdown,
-               " must be 0 (off) or at least 1");
-      m.scheduler.decode_slowdown = f.decode_slowdown;
-      m.scheduler.lookup_tokens = f.prompt_lookup;
-      TS_CHECK(f.draft.empty() || f.prompt_lookup == 0, "serve-llm: --draft and --prompt-lookup are two ways of "
-               "speculative decoding; choose one");
-      if (!f.draft.empty()) {
-        LanguageModel d = load(f.draft);
-        try {
-          llm::check_same_vocabulary(m.tokenizer, d.tokenizer);
-        } catch (const Error& e) {
-          TS_ERROR("serve-llm: --draft ", f.draft, " cannot draft for ", f.model, ": ", e.what());
-        }
-        m.draft = d.model;
-        m.draft_engine = m.engine;
-        m.draft_engine.max_logit_rows = m.engine.max_sequences;
-        m.draft_engine.kv_memory = 0;  // the draft's own KV for every sequence: small next to the model's
-        m.draft_engine.threads = f.draft_threads;
-        m.scheduler.draft_tokens = f.draft_tokens;
-        draft_what = d.what;
-      }
-      for (const std::string& spec : f.lora) {
-        const size_t eq = spec.find('=');
-        TS_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < spec.size(), "serve-llm: --lora takes NAME=PATH, got '",
-                 spec, "'");
-        const std::string lname = spec.substr(0, eq);
-        TS_CHECK(lname != name, "serve-llm: --lora ", lname, ": the adapter's name is the model's own");
-        for (const auto& [other, _] : m.adapters)
-          TS_CHECK(other != lname, "serve-llm: --lora ", lname, " is given twice");
-        m.adapters.emplace_back(lname, llm::LoraAdapter::load(spec.substr(eq + 1), lm.model->spec()));
-      }
-      const int64_t drafts = f.draft.empty() ? f.prompt_lookup : f.draft_tokens;
-      // The limits live in m.engine alone; the scheduler reads them there.
-      // Each request decodes 1 + drafts rows a step, within the step's tokens.
-      m.engine.max_logit_rows = std::min(m.engine.max_sequences * (1 + drafts), m.engine.max_batch_tokens);
-      service.load(std::move(m));
+      service.load(llm_model_of(f, lm, name, tmpl_override, load, draft_what));
     } catch (...) {
       failed = std::current_exception();
     }
@@ -211,8 +225,9 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
   if (!draft_what.empty())
     std::printf("draft model: %s, up to %lld tokens a step for each request\n", draft_what.c_str(),
                 static_cast<long long>(f.draft_tokens));
-  std::printf("KV cache: %lld blocks of 16 tokens shared by up to %lld requests; %d threads%s\n",
-              static_cast<long long>(service.total_blocks()), static_cast<long long>(f.max_seqs), get_num_threads(),
+  std::printf("KV cache: %lld blocks of %lld tokens shared by up to %lld requests; %d threads%s\n",
+              static_cast<long long>(service.total_blocks()), static_cast<long long>(f.kv_block),
+              static_cast<long long>(f.max_seqs), get_num_threads(),
               so.api_key.empty() ? "" : "; API key required");
   std::fflush(stdout);
 
