@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The load test of `tessera serve-llm` (issue 22): bench/llm_serve_load.cpp drives
+"""The load test of `tessera serve-llm`: bench/load_gen.cpp (`tessera_load openai`) drives
 the server over loopback on the same cores, with prompts cut from Debian's fortunes
 (tokenized by the served model), 2 compute threads.
 
@@ -128,7 +128,7 @@ def load(tool, port, requests, concurrency=0, server="tessera"):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"requests": requests}, f)
     try:
-        cmd = [tool, "--port", str(port), "--requests", f.name, "--server", server]
+        cmd = [tool, "openai", "--port", str(port), "--requests", f.name, "--server", server]
         if concurrency:
             cmd += ["--concurrency", str(concurrency)]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=3600).stdout
@@ -164,7 +164,7 @@ def long_prompt(tool, port, pool, rng, bos, q):
 
 def bench_model(args, name, path, ctx):
     cli = os.path.join(args.build_dir, "apps", "tessera")
-    tool = os.path.join(args.build_dir, "bench", "tessera_llm_serve_load")
+    tool = os.path.join(args.build_dir, "bench", "tessera_load")
     q = args.quick
     rng = random.Random(1)
     res = {"model": name, "path": path, "context": ctx}
@@ -280,7 +280,7 @@ def server_counters(port, prefix):
 def versus_llama(args, path, ctx, closed, open_trace, shared_users):
     """The same requests through llama-server (-np N --cont-batching, its
     context per slot the same as Tessera's)."""
-    tool = os.path.join(args.build_dir, "bench", "tessera_llm_serve_load")
+    tool = os.path.join(args.build_dir, "bench", "tessera_load")
     out = {"closed": {}}
     for c, reqs in closed.items():
         srv = LlamaServer(args.llama_bins, path, ctx, c)
@@ -323,7 +323,7 @@ def speculative(args, target, draft):
     """7. The target with and without its draft model, at 1, 4 and 16 streams; and
     llama.cpp with and without the same draft at 1 stream."""
     cli = os.path.join(args.build_dir, "apps", "tessera")
-    tool = os.path.join(args.build_dir, "bench", "tessera_llm_serve_load")
+    tool = os.path.join(args.build_dir, "bench", "tessera_load")
     rng = random.Random(11)
     ctx = 256
     res = {"target": target, "draft": draft, "streams": {}, "llama": {}}
@@ -426,7 +426,7 @@ def echo(args, path):
     timing, each reply is checked against its passage (how many the model copies
     exactly, and but for the first word)."""
     cli = os.path.join(args.build_dir, "apps", "tessera")
-    tool = os.path.join(args.build_dir, "bench", "tessera_llm_serve_load")
+    tool = os.path.join(args.build_dir, "bench", "tessera_load")
     rng, words = random.Random(23), echo_words()
     n = 4 if args.quick else 24
     passages, reqs = [], []
@@ -475,7 +475,7 @@ SCHEMA = {"type": "object", "properties": {
 def structured(args, path):
     """8. The same requests with and without a response_format json_schema, one stream."""
     cli = os.path.join(args.build_dir, "apps", "tessera")
-    tool = os.path.join(args.build_dir, "bench", "tessera_llm_serve_load")
+    tool = os.path.join(args.build_dir, "bench", "tessera_load")
     rng = random.Random(13)
     srv = Server(cli, path, "--max-seqs", "16", "--max-batched-tokens", "512", "--ctx", "1024")
     try:
@@ -514,7 +514,7 @@ def soak(args, first):
     """Poisson arrivals at 80% of the model's highest rate for --soak-seconds, in one
     run of the load generator; the server's RSS sampled every 5 s meanwhile."""
     cli = os.path.join(args.build_dir, "apps", "tessera")
-    tool = os.path.join(args.build_dir, "bench", "tessera_llm_serve_load")
+    tool = os.path.join(args.build_dir, "bench", "tessera_load")
     rng = random.Random(7)
     ctx = first["context"]
     srv = Server(cli, first["path"], "--max-seqs", "16", "--max-batched-tokens", "512", "--ctx", str(ctx))
@@ -568,7 +568,7 @@ def main():
     ap.add_argument("--no-llama", action="store_true", help="Tessera only")
     ap.add_argument("--json")
     args = ap.parse_args()
-    subprocess.run(["cmake", "--build", args.build_dir, "--target", "tessera_cli", "tessera_llm_serve_load",
+    subprocess.run(["cmake", "--build", args.build_dir, "--target", "tessera_cli", "tessera_load",
                     "tessera_llm_bench"], check=True, stdout=subprocess.DEVNULL)
     args.llama_bins, llama_info = (None, None) if args.no_llama else llama_cpp(args.llama_cpp_bin)
     results, missing = [], []

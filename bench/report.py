@@ -98,7 +98,7 @@ RUNS = {
                   "scheduler.warmup_steps=2"]),
 }
 TARGETS = ["tessera_cli", "tessera_bench", "torch_bench", "tessera_train_bench", "tessera_compile_bench",
-           "tessera_quant_bench", "tessera_gemv_bench", "tessera_serve_load", "tessera_serve_httplib", "tessera_serve_beast", "tessera_llm_bench"]
+           "tessera_quant_bench", "tessera_gemv_bench", "tessera_load", "tessera_serve_httplib", "tessera_serve_beast", "tessera_llm_bench"]
 
 
 def log(*a):

@@ -2,8 +2,8 @@
 """The load test of `tessera serve` (issue: serving targets in docs/benchmarks.md).
 
 Serves the Fashion-MNIST MLP and CNN (trained runs, exported as compiled
-graphs) and drives them with bench/serve_load.cpp (an open-loop generator on
-loopback, the same machine):
+graphs) and drives them with bench/load_gen.cpp (`tessera_load http`: open or
+closed loop on loopback, the same machine):
 
   1. the maximum throughput (closed loop, 64 connections), with and without
      dynamic batching, JSON and binary requests;
@@ -17,7 +17,7 @@ loopback, the same machine):
 
   python3 bench/serve_bench.py --mlp RUN --cnn RUN [--soak-seconds 300] [--only max,curve,http,soak]
 
-Build first (Release): cmake --build build-bench --target tessera_cli tessera_serve_load
+Build first (Release): cmake --build build-bench --target tessera_cli tessera_load
 tessera_serve_httplib tessera_serve_beast.
 Results are printed as markdown tables (and as JSON lines with --json FILE).
 """
@@ -99,7 +99,7 @@ def bodies(port, model, workdir):
 
 
 def load(args, port, model, body, header_len=None, rate=0, seconds=10, warmup=2, connections=64):
-    cmd = [args.load, "--port", str(port), "--path", f"/v2/models/{model}/infer", "--body", body,
+    cmd = [args.load, "http", "--port", str(port), "--path", f"/v2/models/{model}/infer", "--body", body,
            "--connections", str(connections), "--rate", str(rate), "--duration", str(seconds), "--warmup", str(warmup)]
     if header_len is not None:
         cmd += ["--header", f"Inference-Header-Content-Length: {header_len}"]
@@ -123,7 +123,7 @@ def main():
     p.add_argument("--json", help="also write every measurement as a JSON line here")
     args = p.parse_args()
     args.tessera = os.path.join(args.build, "apps", "tessera")
-    args.load = os.path.join(args.build, "bench", "tessera_serve_load")
+    args.load = os.path.join(args.build, "bench", "tessera_load")
     args.beast = os.path.join(args.build, "bench", "tessera_serve_beast")
     args.httplib = os.path.join(args.build, "bench", "tessera_serve_httplib")
     only = set(args.only.split(","))
@@ -219,7 +219,7 @@ def main():
                   f"{args.soak_seconds:.0f} s\n")
             s = serve(True)
             paths, _ = req["mlp"]
-            cmd = [args.load, "--port", str(s.port), "--path", "/v2/models/mlp/infer", "--body", paths["json"],
+            cmd = [args.load, "http", "--port", str(s.port), "--path", "/v2/models/mlp/infer", "--body", paths["json"],
                    "--connections", "64", "--rate", str(rate), "--duration", str(args.soak_seconds), "--warmup", "5"]
             gen = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
             samples = []
