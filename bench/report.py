@@ -862,7 +862,9 @@ def render_llm(d, h):
                          f"**{ratio:.2f}x**" if r["target"] is not None else f"{ratio:.2f}x", said, bw])
         name = ("best kernels on both sides" if tier["tier"] == "native" else
                 "`TESSERA_CPU_CAPABILITY=avx2` against llama.cpp built without AVX-512")
-        out += ["", f"**Tier {tier['tier']}** ({name}). {llama_cpp_line(tier['llama_cpp'])}.", "", machine_line(h), ""]
+        at = f" Measured at `{tier['commit']}`." if tier.get("commit") else ""
+        out += ["", f"**Tier {tier['tier']}** ({name}). {llama_cpp_line(tier['llama_cpp'])}.{at}", "",
+                machine_line(h), ""]
         out += table(["file", "measure", "threads", "Tessera tokens/s", "llama.cpp tokens/s", "Tessera / llama.cpp",
                       "target", "decode GB/s of weights, Tessera / llama.cpp, of a streaming read's"], rows,
                      ["---", "---", "---:", "---:", "---:", "---:", "---", "---:"])
