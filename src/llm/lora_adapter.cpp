@@ -6,11 +6,13 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "llm/lora_names.h"
 #include "tessera/core/error.h"
+#include "tessera/core/numbers.h"
 #include "tessera/io/file.h"
 #include "tessera/io/safetensors.h"
 #include "tessera/llm/gguf.h"
@@ -71,16 +73,10 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
   TS_CHECK(spec.arch == "llama", path, ": LoRA adapters are for llama models; the model is ", spec.arch);
   std::shared_ptr<LoraAdapter> ad(new LoraAdapter(spec));
   auto layer_of = [&](const std::string& digits, const std::string& name) {
-    size_t used = 0;
-    long long l = -1;
-    try {
-      l = std::stoll(digits, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    TS_CHECK(used == digits.size() && l >= 0 && l < spec.n_layers, path, ": tensor '", name,
+    const std::optional<int64_t> l = parse_int64(digits);
+    TS_CHECK(l && *l >= 0 && *l < spec.n_layers, path, ": tensor '", name,
              "' names a layer the model does not have (it has ", spec.n_layers, ")");
-    return static_cast<int64_t>(l);
+    return *l;
   };
   const bool gguf = path.ends_with(".gguf");
   if (gguf) {
