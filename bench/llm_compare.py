@@ -26,7 +26,8 @@ runs, their mean tokens/s):
   read     a streaming read of as many bytes as a decoded token's weights, 1 and 2 threads
            (tessera_llm_bench run --measure bandwidth): the bound decode works against
 And perplexity: `tessera perplexity` against llama-perplexity on the Tessera-written F16, Q8_0 and Q4_0
-files, the first 200 KB of Debian's fortunes, -c 512, 8 chunks, 2 threads.
+files, the first 200 KB of Debian's fortunes, -c 512 (256 for the fortunes models, the context
+they were trained on), 8 chunks, 2 threads.
 Tiers: `native` (Tessera's best kernels, llama.cpp's GGML_NATIVE build) and,
 on a CPU with AVX-512, `avx2` (TESSERA_CPU_CAPABILITY=avx2 against llama.cpp
 built with AVX-512 off: bench/build_llama_cpp.sh --avx2).
@@ -84,7 +85,8 @@ def models(bench, bins, types, quick):
         for t in ("Q8_0", "F16"):
             path = os.path.join(CACHE, "fortunes", "models", f"fortunes-20m-{t}.gguf")
             if os.path.exists(path):
-                out[f"fortunes 20M {t}"] = {"path": path, "type": t, "writer": "Tessera", "spread": 7900}
+                out[f"fortunes 20M {t}"] = {"path": path, "type": t, "writer": "Tessera", "spread": 7900,
+                                            "context": 256}  # the context it was trained on
     for m in out.values():
         m["sha256"], m["bytes"] = sha256(m["path"]), os.path.getsize(m["path"])
     return out
@@ -154,12 +156,14 @@ def perplexities(cli, bins, ms):
     for name, m in ms.items():
         if m["writer"] != "Tessera" or m["type"] not in ("F16", "Q8_0", "Q4_0"):
             continue
-        args = ["-f", text, "-c", str(PPL_CTX), "--chunks", str(PPL_CHUNKS), "-t", "2"]
+        ctx = m.get("context", PPL_CTX)
+        args = ["-f", text, "-c", str(ctx), "--chunks", str(PPL_CHUNKS), "-t", "2"]
         ours = subprocess.run([cli, "perplexity", m["path"], *args], check=True, capture_output=True, text=True,
                               timeout=1800)
         theirs = subprocess.run([os.path.join(bins, "llama-perplexity"), "-m", m["path"], *args, "-b", "512"],
                                 check=True, capture_output=True, text=True, timeout=1800)
-        row = {"model": name, "tessera": final_estimate(ours.stdout), "llama": final_estimate(theirs.stdout + theirs.stderr)}
+        row = {"model": name, "context": ctx, "tessera": final_estimate(ours.stdout),
+               "llama": final_estimate(theirs.stdout + theirs.stderr)}
         log(f"perplexity {name}: Tessera {row['tessera']:.4f}, llama-perplexity {row['llama']:.4f}")
         rows.append(row)
     return {"context": PPL_CTX, "chunks": PPL_CHUNKS, "text": "the first 200 KB of Debian's fortunes", "rows": rows}
@@ -228,6 +232,7 @@ def main():
     ap.add_argument("--llama-cpp-bin", help="a folder with llama-bench, llama-batched-bench and llama-quantize of "
                                             "your own build (native tier only)")
     ap.add_argument("--quick", action="store_true", help="Tessera-written files only")
+    ap.add_argument("--only", help="measure only the files whose name contains this (e.g. fortunes)")
     ap.add_argument("--json")
     args = ap.parse_args()
     bench = os.path.join(args.build_dir, "bench", "tessera_llm_bench")
@@ -241,6 +246,8 @@ def main():
         bins, info = llama_cpp(args.llama_cpp_bin if tier == "native" else None, avx2=tier == "avx2")
         if ms is None:
             ms = models(bench, bins, args.types.split(","), args.quick)
+            if args.only:
+                ms = {n: m for n, m in ms.items() if args.only in n}
             out["models"] = ms
         log(f"tier {tier}: llama.cpp {info}")
         if tier == "native":

@@ -43,8 +43,8 @@ the server over loopback on the same cores, with prompts cut from Debian's fortu
                                    [--structured] [--llama-cpp-bin DIR | --no-llama] [--json FILE]
 
 Models: the ~20M fortunes model in Q8_0 (scripts/fortunes_models.sh 20m makes it; left
-out when missing) and the 110M random model in Q4_0 and Q8_0 (bench/llm_compare.py
-makes them); the 2M fortunes model in Q8_0 as the draft.
+out when missing) and the 110M random model in Q4_0, Q8_0, Q4_K and F16
+(bench/llm_compare.py makes them); the 2M fortunes model in Q8_0 as the draft.
 """
 import argparse
 import json
@@ -558,7 +558,8 @@ def soak(args, first):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-bench"))
-    ap.add_argument("--models", default="fortunes-20m-Q8_0,random-110M-Q4_0,random-110M-Q8_0")
+    ap.add_argument("--models", default="fortunes-20m-Q8_0,random-110M-Q4_0,random-110M-Q8_0,random-110M-Q4_K,"
+                                        "random-110M-F16")
     ap.add_argument("--quick", action="store_true", help="fewer requests, for working")
     ap.add_argument("--soak-seconds", type=int, default=0, help="soak the first model this long (0: no soak)")
     ap.add_argument("--speculative", action="store_true", help="part 7 alone (speculative decoding), not 1 to 6")

@@ -25,9 +25,14 @@
 //     Each request has a connection of its own (as a client of a chat
 //     service opens one per answer; llama-server closes one after a stream).
 //     Every request streams (greedy, `ignore_eos`) and asks for each token's
-//     log-prob (`"logprobs": 0`; llama-server: `"n_probs": 1`), so that every
+//     log-prob (`"logprobs": 0`; llama-server: `"n_probs": 1`), so that a
 //     token arrives in a chunk of its own even while its text is held back:
-//     a token's time is when its chunk is read. A second thread reads
+//     a token's time is when its chunk is read. llama-server sends no chunk
+//     for a token that leaves its text inside an unfinished UTF-8 character
+//     (a byte token; those tokens' log-probs are dropped), so the count of
+//     tokens generated is the final chunk's usage.completion_tokens (asked
+//     for with stream_options.include_usage) where there is one, and a
+//     request is whole when that count is what it asked. A second thread reads
 //     /metrics every 50 ms for the peak of tessera:kv_cache_usage_perc
 //     (llama-server allocates its cache whole when it starts). Prints one JSON
 //     line: requests, errors, wall seconds, tokens generated and their
@@ -492,7 +497,8 @@ struct Completion {
   // What came back.
   std::string pending;  // the stream's bytes not yet a whole event
   bool error = false;   // an error event
-  int64_t tokens = 0;
+  int64_t tokens = 0;     // tokens that arrived, each in a chunk
+  int64_t generated = -1; // the final chunk's usage.completion_tokens
   double ttft = 0, last = -1, e2e = 0;  // seconds from the request's scheduled time
   std::vector<double> gaps;
   bool ok = false;
@@ -510,6 +516,8 @@ void read_events(Completion& c, double t) {
       c.error = true;
       continue;
     }
+    if (chunk.contains("usage") && chunk["usage"].is_object())
+      c.generated = chunk["usage"].value("completion_tokens", int64_t{-1});
     for (const json& ch : chunk["choices"]) {
       if (!ch.contains("logprobs") || ch["logprobs"].is_null()) continue;
       const json& lp = ch["logprobs"];
@@ -533,7 +541,7 @@ double percentile(std::vector<double> v, double p) {
 
 json summary(const std::vector<const Completion*>& cs) {
   std::vector<double> ttft, itl, e2e;
-  int64_t tokens = 0, errors = 0;
+  int64_t tokens = 0, errors = 0, unsent = 0;  // unsent: generated, never in a chunk of their own
   double decode_seconds = 0;  // first token to last, summed over requests
   for (const Completion* c : cs) {
     if (!c->ok) {
@@ -544,9 +552,10 @@ json summary(const std::vector<const Completion*>& cs) {
     ttft.push_back(c->ttft);
     e2e.push_back(c->e2e);
     itl.insert(itl.end(), c->gaps.begin(), c->gaps.end());
-    tokens += c->tokens;
+    tokens += c->generated >= 0 ? c->generated : c->tokens;
+    if (c->generated > c->tokens) unsent += c->generated - c->tokens;
   }
-  return {{"requests", cs.size()}, {"errors", errors}, {"generated", tokens},
+  return {{"requests", cs.size()}, {"errors", errors}, {"generated", tokens}, {"unsent", unsent},
           {"ttft_p50", percentile(ttft, 50)}, {"ttft_p99", percentile(ttft, 99)},
           {"itl_p50", percentile(itl, 50)}, {"itl_p99", percentile(itl, 99)},
           {"e2e_p50", percentile(e2e, 50)}, {"e2e_p99", percentile(e2e, 99)},
@@ -606,7 +615,8 @@ int run_openai(int argc, char** argv) {
     c.at = r.value("at", 0.0);
     c.tag = r.value("tag", "");
     json body = {{"prompt", r["prompt"]}, {"max_tokens", c.max_tokens}, {"stream", true}, {"ignore_eos", true},
-                 {"temperature", 0}, {"logprobs", 0}};
+                 {"temperature", 0}, {"logprobs", 0},
+                 {"stream_options", {{"include_usage", true}}}};
     if (server == "llama") body["n_probs"] = 1;
     if (r.contains("extra")) {
       body.update(r["extra"]);
@@ -662,7 +672,8 @@ int run_openai(int argc, char** argv) {
   src.finish = [&](const Job& j, const Outcome& o) {
     Completion& c = cs[j.id];
     c.e2e = since(j.due, o.done);
-    c.ok = !o.broken && o.status == 200 && !c.error && (c.tokens == c.max_tokens || (c.extra && c.tokens > 0));
+    const int64_t n = c.generated >= 0 ? c.generated : c.tokens;
+    c.ok = !o.broken && o.status == 200 && !c.error && (n == c.max_tokens || (c.extra && n > 0));
   };
   // Closed loop: `concurrency` connections; open: one for each request in flight.
   Engine engine("127.0.0.1", port, concurrency > 0 ? static_cast<size_t>(concurrency) : cs.size());

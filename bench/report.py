@@ -863,6 +863,11 @@ def render_llm(d, h):
         name = ("best kernels on both sides" if tier["tier"] == "native" else
                 "`TESSERA_CPU_CAPABILITY=avx2` against llama.cpp built without AVX-512")
         at = f" Measured at `{tier['commit']}`." if tier.get("commit") else ""
+        later = sorted({(r["commit"], r["model"]) for r in tier["rows"] if r.get("commit", tier.get("commit"))
+                        != tier.get("commit")})
+        for commit in sorted({c for c, _ in later}):
+            at += (" The rows of " + ", ".join(m for c, m in later if c == commit)
+                   + f" at `{commit}`, in a run of their own.")
         out += ["", f"**Tier {tier['tier']}** ({name}). {llama_cpp_line(tier['llama_cpp'])}.{at}", "",
                 machine_line(h), ""]
         out += table(["file", "measure", "threads", "Tessera tokens/s", "llama.cpp tokens/s", "Tessera / llama.cpp",
@@ -880,16 +885,17 @@ def render_llm(d, h):
                                            for m in d["models"].values())]
     pp = d.get("perplexity")
     if pp and pp.get("rows"):
-        rows = [[r["model"], f"{r['tessera']:.4f}", f"{r['llama']:.4f}",
+        rows = [[r["model"], r.get("context", pp["context"]), f"{r['tessera']:.4f}", f"{r['llama']:.4f}",
                  f"{100 * (r['tessera'] / r['llama'] - 1):+.3f}%",
                  f"within {100 * target('llm', 'perplexity_difference'):g}%: "
                  + verdict("llm", "perplexity_difference", abs(r["tessera"] / r["llama"] - 1))]
                 for r in pp["rows"]]
         out += ["", f"**Perplexity**: `tessera perplexity` against llama-perplexity on the same file and text "
-                    f"({pp['text']}, `-c {pp['context']} --chunks {pp['chunks']}`; random weights, so the figures "
-                    "sit near the vocabulary's size).", ""]
-        out += table(["file", "Tessera", "llama-perplexity", "difference", "target"], rows,
-                     ["---", "---:", "---:", "---:", "---"])
+                    f"({pp['text']}, `-c CONTEXT --chunks {pp['chunks']}`; the 110M files have random weights, so "
+                    "their figures sit near the vocabulary's size; the fortunes models were trained on this "
+                    "corpus).", ""]
+        out += table(["file", "context", "Tessera", "llama-perplexity", "difference", "target"], rows,
+                     ["---", "---:", "---:", "---:", "---:", "---"])
     return out
 
 
@@ -1041,6 +1047,18 @@ def render_sparse(d, h):
     return out
 
 
+def unsent_line(d):
+    """What the load generator says of tokens llama-server generated but sent in no chunk of their own."""
+    closed = [r for m in d["models"] for r in m.get("llama_server", {}).get("closed", {}).values()]
+    if not closed or "unsent" not in closed[0]:
+        return ""
+    unsent, generated = sum(r["unsent"] for r in closed), sum(r["generated"] for r in closed)
+    return (" A request's tokens are counted from its stream's final `usage`: llama-server sends no chunk for a "
+            "token that leaves its text inside an unfinished UTF-8 character (a byte token of the random "
+            "models), so a client sees it only with the next, and that inter-token gap spans both "
+            f"({unsent:,} of llama-server's {generated:,} closed-loop tokens here).")
+
+
 def render_llm_serve(d, h):
     ms = lambda v: f"{v * 1000:.0f}" if v >= 0.01 else f"{v * 1000:.1f}"
     out = ["", machine_line(h), ""]
@@ -1067,9 +1085,8 @@ def render_llm_serve(d, h):
             "per second of wall time, prefill included. llama-server gets the same requests from the same load "
             f"generator, with as many slots as streams, each of the same context (`-np N --cont-batching`, 2 "
             f"threads). {llama_cpp_line(d.get('llama_cpp'))}. Errors (Tessera / llama-server): requests that "
-            "ended without all their tokens (for llama-server, a stream that reported fewer per-token log-probs "
-            "than asked); their tokens are not counted, though their time is, which lowers that side's tokens/s "
-            "by up to their share of the requests.", ""]
+            "ended without all their tokens; their tokens are not counted, though their time is, which lowers "
+            "that side's tokens/s by up to their share of the requests." + unsent_line(d), ""]
     out += table(["model", "streams", "Tessera tokens/s", "llama-server tokens/s", "ratio", "target",
                   "TTFT p50 / p99 ms, Tessera", "llama-server", "inter-token p50 / p99 ms, Tessera", "llama-server",
                   "errors"], rows,
