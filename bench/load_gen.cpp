@@ -557,7 +557,8 @@ json summary(const std::vector<const Completion*>& cs) {
   }
   return {{"requests", cs.size()}, {"errors", errors}, {"generated", tokens}, {"unsent", unsent},
           {"ttft_p50", percentile(ttft, 50)}, {"ttft_p99", percentile(ttft, 99)},
-          {"itl_p50", percentile(itl, 50)}, {"itl_p99", percentile(itl, 99)},
+          {"itl_p50", percentile(itl, 50)}, {"itl_p90", percentile(itl, 90)}, {"itl_p99", percentile(itl, 99)},
+          {"itl_max", percentile(itl, 100)}, {"gaps", itl.size()},
           {"e2e_p50", percentile(e2e, 50)}, {"e2e_p99", percentile(e2e, 99)},
           {"decode_tokens_per_s",
            decode_seconds > 0 ? static_cast<double>(tokens - static_cast<int64_t>(ttft.size())) / decode_seconds : 0.0}};

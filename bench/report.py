@@ -1080,9 +1080,12 @@ def render_llm_serve(d, h):
             rows.append([m["model"], c, fnum(r["tokens_per_s"]), fnum(ref["tokens_per_s"]) if ref else "n/a",
                          f"**{ratio:.2f}x**" if ratio else "", said, lat(r), lat(ref) if ref else "",
                          itl(r), itl(ref) if ref else "", f"{r['errors']} / {ref['errors'] if ref else ''}"])
-    out += ["Closed loop: each stream sends its next request when its last one ends (prompts of 64 to 512 tokens cut "
-            "from fortunes, or to 127 where the context is 256; 128 tokens generated, streamed); generated tokens "
-            "per second of wall time, prefill included. llama-server gets the same requests from the same load "
+    out += ["Closed loop: each stream sends its next request when its last one ends, four requests a stream (64 to "
+            "192 tokens generated, streamed; prompts of 64 to 512 tokens cut from fortunes, as far as the context "
+            "leaves room); generated tokens per second of wall time, prefill included. The lengths vary because "
+            "streams that all generate the same number of tokens stay in lockstep on llama-server (Note [Streams "
+            "in lockstep] in `bench/llm_serve_bench.py`): it takes in all their prompts in one step while none "
+            "decodes, so no inter-token gap spans a prefill, which real traffic does not do. llama-server gets the same requests from the same load "
             f"generator, with as many slots as streams, each of the same context (`-np N --cont-batching`, 2 "
             f"threads). {llama_cpp_line(d.get('llama_cpp'))}. Errors (Tessera / llama-server): requests that "
             "ended without all their tokens; their tokens are not counted, though their time is, which lowers "
@@ -1237,7 +1240,7 @@ def render_llm_spec(d, h):
                     "each step chosen by the fitted step costs) against no draft; closed loop, prompts of 64 to 127 "
                     "fortunes tokens, 128 generated, greedy (the same text either way). The llama-server rows: the "
                     "same files and requests through llama-server with as many slots as streams, without and with "
-                    "`--model-draft` (`--draft-max 8`).", ""]
+                    "`--spec-type draft-simple --model-draft` (`--spec-draft-n-max 8`).", ""]
         out += table(["streams", "tokens/s without", "with draft", "speedup", "drafts / accepted", "target"], rows,
                      ["---", "---:", "---:", "---:", "---:", "---"])
     if not d.get("speculative"):
