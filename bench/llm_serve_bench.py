@@ -78,8 +78,12 @@ class Server:
 
     def start(self, cmd, port_flag):
         self.port = free_port()
-        self.proc = subprocess.Popen(cmd + [port_flag, str(self.port)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+        # The server's log goes to a file: a pipe nobody reads fills, and a
+        # server blocked writing its log stops answering (llama-server does,
+        # with a draft model and 16 slots).
+        self.log = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(cmd + [port_flag, str(self.port)], stdout=self.log, stderr=subprocess.STDOUT,
+                                     text=True)
         deadline = time.time() + 120
         while time.time() < deadline and self.proc.poll() is None:
             try:
@@ -89,11 +93,11 @@ class Server:
             except OSError:
                 time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"{cmd[0]} did not come up: " + self.proc.stdout.read())
+        self.log.seek(0)
+        raise RuntimeError(f"{cmd[0]} did not come up: " + self.log.read()[-4000:])
 
     def stop(self):
-        """SIGTERM, then SIGKILL after 20 s (llama-server can take minutes to
-        let go of a slot still under a grammar)."""
+        """SIGTERM, then SIGKILL after 20 s."""
         self.proc.terminate()
         try:
             self.proc.wait(timeout=20)
@@ -101,6 +105,7 @@ class Server:
             log(f"{self.proc.args[0]} did not stop in 20 s of SIGTERM: killed")
             self.proc.kill()
             self.proc.wait()
+        self.log.close()
 
 
 class LlamaServer(Server):
@@ -522,7 +527,9 @@ def structured(args, path):
     if args.llama_bins:  # llama-server's json_schema (a grammar made from the schema)
         srv = LlamaServer(args.llama_bins, path, 1024, 1)
         try:
-            llama_fmt = {"json_schema": SCHEMA}
+            # ignore_eos off: with it, the grammar's end leaves llama-server no
+            # token to take ("Unexpected empty grammar stack"), a 500 each time.
+            llama_fmt = {"json_schema": SCHEMA, "ignore_eos": False}
             log("structured output: llama-server, one stream, no schema")
             out["llama_plain"] = load(tool, srv.port, reqs, 1, "llama")
             log("structured output: llama-server, one stream, its json_schema")

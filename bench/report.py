@@ -1053,6 +1053,9 @@ def unsent_line(d):
     if not closed or "unsent" not in closed[0]:
         return ""
     unsent, generated = sum(r["unsent"] for r in closed), sum(r["generated"] for r in closed)
+    if unsent == 0:
+        return (" A request's tokens are the count in its stream's final `usage`; here every one of them also "
+                "came in a chunk of its own.")
     return (" A request's tokens are counted from its stream's final `usage`: llama-server sends no chunk for a "
             "token that leaves its text inside an unfinished UTF-8 character (a byte token of the random "
             "models), so a client sees it only with the next, and that inter-token gap spans both "
@@ -1089,7 +1092,10 @@ def render_llm_serve(d, h):
             f"generator, with as many slots as streams, each of the same context (`-np N --cont-batching`, 2 "
             f"threads). {llama_cpp_line(d.get('llama_cpp'))}. Errors (Tessera / llama-server): requests that "
             "ended without all their tokens; their tokens are not counted, though their time is, which lowers "
-            "that side's tokens/s by up to their share of the requests." + unsent_line(d), ""]
+            "that side's tokens/s by up to their share of the requests. llama-server's errors here are its own "
+            "500s in the middle of a stream: its output parser refuses some of the random models' text (\"The "
+            "model produced output that does not match the expected Content-only format\", `common/chat.cpp`)."
+            + unsent_line(d), ""]
     out += table(["model", "streams", "Tessera tokens/s", "llama-server tokens/s", "ratio", "target",
                   "TTFT p50 / p99 ms, Tessera", "llama-server", "inter-token p50 / p99 ms, Tessera", "llama-server",
                   "errors"], rows,
@@ -1301,7 +1307,7 @@ def render_llm_structured(d, h):
     out += table(["requests", "inter-token ms p50", "p99", "tokens per request", "errors", "cost (p50)"], rows,
                  ["---", "---:", "---:", "---:", "---:", "---:"])
     lp, ls = st.get("llama_plain"), st.get("llama_schema")
-    if lp and ls:
+    if lp and ls and ls["generated"] and lp["generated"]:
         lcost = 1 - lp["itl_p50"] / ls["itl_p50"]
         out += ["", f"llama-server on the same requests, without and with its `json_schema` (a grammar made from the "
                     f"schema): inter-token p50 {ms(lp['itl_p50'])} and {ms(ls['itl_p50'])} ms (cost {lcost:.0%}); "
