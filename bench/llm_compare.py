@@ -118,7 +118,7 @@ def llama_run(bins, m, measure, threads, tokens, seqs, repeat):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
         text = out.stdout + out.stderr
         line = next((l for l in text.splitlines() if l.startswith("{") and "speed_tg" in l), None)
-        if line is None:  # seen once in a long run, not again by hand: said, and run again
+        if line is None:  # at times it exits 0 without its result (seen on the 20M F16 file): said, run again
             log(f"llama-batched-bench gave no result (exit {out.returncode}): {text[-600:]}; running it again")
             failures += 1
             if failures == 3:
