@@ -92,9 +92,10 @@ class Server:
                         return
             except OSError:
                 time.sleep(0.1)
-        self.stop()
         self.log.seek(0)
-        raise RuntimeError(f"{cmd[0]} did not come up: " + self.log.read()[-4000:])
+        said = self.log.read()[-4000:]  # before stop() closes the log
+        self.stop()
+        raise RuntimeError(f"{cmd[0]} did not come up: " + said)
 
     def stop(self):
         """SIGTERM, then SIGKILL after 20 s."""
@@ -212,7 +213,8 @@ def bench_model(args, name, path, ctx):
             for _ in range(max(2, c) if q else max(8, 4 * c)):
                 # Lengths vary, 64 to 192 tokens (Note [Streams in lockstep]).
                 n = rng.randint(64, min(192, ctx - 64 - 1))
-                reqs.append({"prompt": prompt(pool, rng, rng.randint(64, min(512, ctx - n - 1)), bos), "max_tokens": n})
+                p = prompt(pool, rng, rng.randint(64, min(512, ctx - n - 1)), bos)
+                reqs.append({"prompt": p, "max_tokens": n})
             closed_traces[c] = reqs
             log(f"{name}: closed loop, {c} streams")
             res["closed"][c] = load(tool, srv.port, reqs, c)

@@ -502,6 +502,9 @@ struct Completion {
   double ttft = 0, last = -1, e2e = 0;  // seconds from the request's scheduled time
   std::vector<double> gaps;
   bool ok = false;
+
+  // The tokens generated: the server's own count where it gave one.
+  int64_t count() const { return generated >= 0 ? generated : tokens; }
 };
 
 // The stream's whole events ("data: {...}\n\n") in c.pending: each token
@@ -552,8 +555,8 @@ json summary(const std::vector<const Completion*>& cs) {
     ttft.push_back(c->ttft);
     e2e.push_back(c->e2e);
     itl.insert(itl.end(), c->gaps.begin(), c->gaps.end());
-    tokens += c->generated >= 0 ? c->generated : c->tokens;
-    if (c->generated > c->tokens) unsent += c->generated - c->tokens;
+    tokens += c->count();
+    unsent += std::max<int64_t>(0, c->count() - c->tokens);
   }
   return {{"requests", cs.size()}, {"errors", errors}, {"generated", tokens}, {"unsent", unsent},
           {"ttft_p50", percentile(ttft, 50)}, {"ttft_p99", percentile(ttft, 99)},
@@ -673,8 +676,7 @@ int run_openai(int argc, char** argv) {
   src.finish = [&](const Job& j, const Outcome& o) {
     Completion& c = cs[j.id];
     c.e2e = since(j.due, o.done);
-    const int64_t n = c.generated >= 0 ? c.generated : c.tokens;
-    c.ok = !o.broken && o.status == 200 && !c.error && (n == c.max_tokens || (c.extra && n > 0));
+    c.ok = !o.broken && o.status == 200 && !c.error && (c.count() == c.max_tokens || (c.extra && c.count() > 0));
   };
   // Closed loop: `concurrency` connections; open: one for each request in flight.
   Engine engine("127.0.0.1", port, concurrency > 0 ? static_cast<size_t>(concurrency) : cs.size());

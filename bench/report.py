@@ -863,11 +863,12 @@ def render_llm(d, h):
         name = ("best kernels on both sides" if tier["tier"] == "native" else
                 "`TESSERA_CPU_CAPABILITY=avx2` against llama.cpp built without AVX-512")
         at = f" Measured at `{tier['commit']}`." if tier.get("commit") else ""
-        later = sorted({(r["commit"], r["model"]) for r in tier["rows"] if r.get("commit", tier.get("commit"))
-                        != tier.get("commit")})
-        for commit in sorted({c for c, _ in later}):
-            at += (" The rows of " + ", ".join(m for c, m in later if c == commit)
-                   + f" at `{commit}`, in a run of their own.")
+        later = {}  # rows measured in a run of their own, by commit
+        for r in tier["rows"]:
+            if r.get("commit", tier.get("commit")) != tier.get("commit"):
+                later.setdefault(r["commit"], set()).add(r["model"])
+        for commit, names in sorted(later.items()):
+            at += f" The rows of {', '.join(sorted(names))} at `{commit}`, in a run of their own."
         out += ["", f"**Tier {tier['tier']}** ({name}). {llama_cpp_line(tier['llama_cpp'])}.{at}", "",
                 machine_line(h), ""]
         out += table(["file", "measure", "threads", "Tessera tokens/s", "llama.cpp tokens/s", "Tessera / llama.cpp",
@@ -1088,8 +1089,8 @@ def render_llm_serve(d, h):
             "leaves room); generated tokens per second of wall time, prefill included. The lengths vary because "
             "streams that all generate the same number of tokens stay in lockstep on llama-server (Note [Streams "
             "in lockstep] in `bench/llm_serve_bench.py`): it takes in all their prompts in one step while none "
-            "decodes, so no inter-token gap spans a prefill, which real traffic does not do. llama-server gets the same requests from the same load "
-            f"generator, with as many slots as streams, each of the same context (`-np N --cont-batching`, 2 "
+            "decodes, so no inter-token gap spans a prefill, which real traffic does not do. llama-server gets the "
+            f"same requests from the same load generator, with as many slots as streams, each of the same context (`-np N --cont-batching`, 2 "
             f"threads). {llama_cpp_line(d.get('llama_cpp'))}. Errors (Tessera / llama-server): requests that "
             "ended without all their tokens; their tokens are not counted, though their time is, which lowers "
             "that side's tokens/s by up to their share of the requests. llama-server's errors here are its own "
