@@ -182,7 +182,7 @@ TensorList checkpoint_flat(const CheckpointFn& fn, const TensorList& inputs) {
   for (size_t i = 0; i < outs.size(); ++i) {
     Tensor r = outs[i].defined() ? outs[i].detach() : Tensor();
     if (r.defined()) {
-      node->outputs.push_back({r.shape(), r.dtype()});
+      node->outputs.push_back({r.shape(), r.dtype(), r.device()});
       if (outs[i].requires_grad()) {
         auto& m = r.impl()->autograd_meta();
         m.requires_grad = true;

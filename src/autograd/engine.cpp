@@ -130,8 +130,10 @@ void run(const std::vector<Edge>& roots, TensorList root_grads, GraphTask& task,
       if (!child_needed) continue;
     }
 
+    // A node's backward runs on its outputs' device (Note [An op's device]).
+    DeviceScope on_device(node->outputs.empty() ? current_device() : node->outputs[0].device);
     for (size_t i = 0; i < grads.size(); ++i)
-      if (!grads[i].defined()) grads[i] = zeros(node->outputs[i].shape, node->outputs[i].dtype);
+      if (!grads[i].defined()) grads[i] = zeros(node->outputs[i].shape, {node->outputs[i].dtype, node->outputs[i].device});
     TensorList outs;
     {
       trace::ScopeGuard scope(node->name(), node->trace_path);

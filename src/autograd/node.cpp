@@ -126,7 +126,7 @@ void OpNode::release_saved() {
 }
 
 AccumulateGrad::AccumulateGrad(Tensor v) : variable(std::move(v)) {
-  outputs.push_back({variable.shape(), variable.dtype()});
+  outputs.push_back({variable.shape(), variable.dtype(), variable.device()});
 }
 
 TensorList AccumulateGrad::apply(TensorList&& grads) {
@@ -189,7 +189,7 @@ void record(const char* name, const TensorList& inputs, TensorList& outputs, Vjp
   node->outputs.reserve(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
     Tensor& out = outputs[i];
-    node->outputs.push_back({out.shape(), out.dtype()});
+    node->outputs.push_back({out.shape(), out.dtype(), out.device()});
     if (!is_floating(out.dtype())) continue;  // integer outputs never carry gradients
     auto& m = out.impl()->autograd_meta();
     m.requires_grad = true;

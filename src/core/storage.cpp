@@ -13,7 +13,11 @@ thread_local PlannedBuffers* t_planned = nullptr;
 PlannedBuffersGuard::PlannedBuffersGuard(PlannedBuffers* p) : prev_(detail::t_planned) { detail::t_planned = p; }
 PlannedBuffersGuard::~PlannedBuffersGuard() { detail::t_planned = prev_; }
 
-Storage::Storage(size_t nbytes) : nbytes_(nbytes), owned_(true) {
+Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), owned_(true), device_(device) {
+  if (!device.is_cpu()) [[unlikely]] {
+    data_ = device_allocator(device.type).allocate(nbytes);
+    return;
+  }
   if (detail::t_planned) [[unlikely]] {
     if (void* p = detail::t_planned->take(nbytes)) {
       data_ = p;
@@ -28,7 +32,10 @@ Storage::Storage(void* data, size_t nbytes, std::function<void(void*)> deleter)
     : data_(data), nbytes_(nbytes), owned_(false), deleter_(std::move(deleter)) {}
 
 Storage::~Storage() {
-  if (owned_) cpu_free(data_, nbytes_);
+  if (owned_) {
+    if (device_.is_cpu()) [[likely]] cpu_free(data_, nbytes_);
+    else device_allocator(device_.type).deallocate(data_, nbytes_);
+  }
   else if (deleter_) deleter_(data_);
 }
 

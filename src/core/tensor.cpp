@@ -10,8 +10,14 @@ namespace tessera {
 AutogradMeta::~AutogradMeta() = default;
 
 TensorImpl::TensorImpl(StoragePtr s, Shape sh, Shape st, int64_t off, DType dt)
-    : storage(std::move(s)), shape(std::move(sh)), strides(std::move(st)), offset(off), dtype(dt) {
+    : storage(std::move(s)), shape(std::move(sh)), strides(std::move(st)), offset(off), dtype(dt),
+      device(storage->device()) {
   refresh();
+}
+
+void detail::throw_meta_data() {
+  TS_ERROR("a meta tensor has no data: meta tensors carry shapes, dtypes and strides only. Materialize it on a "
+           "device with memory first (Module::to_empty, or empty_like on the CPU)");
 }
 
 TensorImpl::~TensorImpl() = default;
@@ -61,8 +67,6 @@ Tensor empty(IntArrayRef shape, TensorOptions opts) {
     TS_CHECK(d >= 0, "empty: negative dimension ", d, " in shape ", shape_str(shape));
   TS_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "empty: ", shape.size(),
            " dimensions requested; at most ", kMaxDims, " are supported");
-  TS_CHECK(opts.device.type == DeviceType::CPU, "empty: device ", opts.device,
-           " is not available in this build (only cpu)");
   // Checked sizes, then checked allocation: Note [Sizes from outside] in shape.h.
   int64_t n = numel_of(shape);
   int64_t bytes;
@@ -70,7 +74,7 @@ Tensor empty(IntArrayRef shape, TensorOptions opts) {
            shape_str(shape), " ", dtype_name(opts.dtype), " needs more bytes than a 64-bit count holds");
   StoragePtr storage;
   try {
-    storage = make_intrusive<Storage>(static_cast<size_t>(bytes));
+    storage = make_intrusive<Storage>(static_cast<size_t>(bytes), opts.device);
   } catch (const OutOfMemoryError& e) {
     throw OutOfMemoryError(detail::str("a tensor of shape ", shape_str(shape), " ", dtype_name(opts.dtype), ": ", e.what()));
   }
@@ -84,7 +88,7 @@ Tensor empty(IntArrayRef shape, TensorOptions opts) {
 }
 
 Tensor empty_like(const Tensor& t, std::optional<DType> dtype) {
-  return empty(t.shape(), dtype.value_or(t.dtype()));
+  return empty(t.shape(), TensorOptions(dtype.value_or(t.dtype()), t.device()));
 }
 
 Tensor from_blob(void* data, IntArrayRef shape, IntArrayRef strides, DType dtype,

@@ -253,6 +253,26 @@ void Module::to(DType dtype) {
   }
 }
 
+void Module::to(Device device) {
+  NoGradGuard no_grad;
+  for (auto& m : modules()) {
+    for (auto& p : m->params_)
+      if (p.t.device() != device) p.t.set_data(p.t.detach().to(device));
+    for (auto& b : m->buffers_)
+      if (b.t.device() != device) b.t.set_data(b.t.detach().to(device));
+  }
+}
+
+void Module::to_empty(Device device) {
+  NoGradGuard no_grad;
+  for (auto& m : modules()) {
+    for (auto& p : m->params_)
+      if (p.t.device() != device) p.t.set_data(empty(p.t.shape(), TensorOptions(p.t.dtype(), device)));
+    for (auto& b : m->buffers_)
+      if (b.t.device() != device) b.t.set_data(empty(b.t.shape(), TensorOptions(b.t.dtype(), device)));
+  }
+}
+
 void Module::zero_grad(bool set_to_none) {
   NoGradGuard no_grad;
   for (auto& p : parameters()) {

@@ -226,7 +226,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor ac = cast(a, ct), bc = cast(b, ct);
   Tensor y = empty(shape, ct);
-  cpu::run_elementwise(y, {&cond, &ac, &bc}, cpu::kernels().where[cpu::idx(ct)]);
+  backend::kernels(y).where(y, cond, ac, bc);
   if (needs_grad(a, b)) {
     TensorList outs{y};
     Shape sa = a.shape(), sb = b.shape();

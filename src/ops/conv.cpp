@@ -116,7 +116,7 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, s
   Tensor b = b_in.defined() ? b_in.detach().contiguous() : Tensor();
   if (y.numel() > 0) {
     if (x.numel() == 0 || w.numel() == 0) {
-      cpu::fill(y, 0);
+      fill_into(y, 0);
       if (b.defined()) y = add(y, b.view({1, g.OC, 1, 1})).detach();
     } else {
       trace::add_flops(conv_flops(g));
@@ -333,7 +333,7 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
   cpu::ConvGeometry g = transposed_geometry(x, w, OH, OW, stride, pad, dil, groups);
   Tensor y = empty({N, Cout, OH, OW}, x.dtype());
   if (y.numel() > 0) {
-    if (x.numel() == 0) cpu::fill(y, 0);
+    if (x.numel() == 0) fill_into(y, 0);
     else {
       trace::add_flops(conv_flops(g));
       cpu::conv2d_backward_data(g, x.raw_data(), w.raw_data(), y.raw_data());

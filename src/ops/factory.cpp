@@ -14,7 +14,7 @@ Tensor full(IntArrayRef shape, const Scalar& value, TensorOptions opts) {
   bool rg = opts.requires_grad;
   opts.requires_grad = false;
   Tensor t = empty(shape, opts);
-  cpu::fill(t, value);
+  ops::fill_into(t, value);
   if (rg) t.requires_grad_(true);
   TS_RETURN(t);
 }
@@ -22,10 +22,15 @@ Tensor full(IntArrayRef shape, const Scalar& value, std::nullptr_t) { return ful
 
 Tensor scalar_tensor(const Scalar& value, DType dtype) { return full({}, value, dtype); }
 
-Tensor zeros_like(const Tensor& t, std::optional<DType> dtype) { return zeros(t.shape(), dtype.value_or(t.dtype())); }
-Tensor ones_like(const Tensor& t, std::optional<DType> dtype) { return ones(t.shape(), dtype.value_or(t.dtype())); }
+// On t's device, as PyTorch's *_like.
+Tensor zeros_like(const Tensor& t, std::optional<DType> dtype) {
+  return zeros(t.shape(), TensorOptions(dtype.value_or(t.dtype()), t.device()));
+}
+Tensor ones_like(const Tensor& t, std::optional<DType> dtype) {
+  return ones(t.shape(), TensorOptions(dtype.value_or(t.dtype()), t.device()));
+}
 Tensor full_like(const Tensor& t, const Scalar& v, std::optional<DType> dtype) {
-  return full(t.shape(), v, dtype.value_or(t.dtype()));
+  return full(t.shape(), v, TensorOptions(dtype.value_or(t.dtype()), t.device()));
 }
 
 Tensor arange(const Scalar& end, std::optional<DType> dtype) { return arange(0, end, 1, dtype); }
@@ -49,14 +54,12 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
     const __int128 span = static_cast<__int128>(end.to_int()) - si;
     const auto n = static_cast<int64_t>((span + sti - (sti > 0 ? 1 : -1)) / sti);
     Tensor r = empty({n}, DType::I64);
-    int64_t* q = r.data_ptr<int64_t>();
-    for (int64_t i = 0; i < n; ++i) q[i] = si + i * sti;  // stays inside [start, end)
+    backend::kernels(r).arange(r, si, sti);  // stays inside [start, end)
     TS_RETURN(r);
   }
   const auto n = static_cast<int64_t>(count);
   Tensor t = empty({n}, DType::F64);
-  double* p = t.data_ptr<double>();
-  for (int64_t i = 0; i < n; ++i) p[i] = s + static_cast<double>(i) * st;
+  backend::kernels(t).arange(t, s, st);
   TS_RETURN(ops::cast(t, dt));
 }
 
@@ -64,13 +67,8 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
   TS_OP_SCOPE(linspace);
   TS_OP_ATTRS({"start", start}, {"end", end}, {"steps", steps}, {"dtype", opts.dtype});
   TS_CHECK(steps >= 0, "linspace: number of steps must be non-negative, got ", steps);
-  Tensor t = empty({steps}, DType::F64);
-  double* p = t.data_ptr<double>();
-  double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0;
-  // Symmetric evaluation, as PyTorch does, so both ends are exact.
-  int64_t half = steps / 2;
-  for (int64_t i = 0; i < steps; ++i)
-    p[i] = i < half ? start + step * static_cast<double>(i) : end - step * static_cast<double>(steps - 1 - i);
+  Tensor t = empty({steps}, TensorOptions(DType::F64, opts.device));
+  backend::kernels(t).linspace(t, start, end);
   TS_RETURN(ops::cast(t, opts.dtype));
 }
 
@@ -79,8 +77,8 @@ Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions opts) {
   TS_OP_ATTRS({"n", n}, {"m", m}, {"dtype", opts.dtype});
   int64_t cols = m.value_or(n);
   TS_CHECK(n >= 0 && cols >= 0, "eye: sizes must be non-negative, got ", n, " and ", cols);
-  Tensor t = zeros({n, cols}, opts.dtype);
-  cpu::fill(ops::diagonal(t), 1);
+  Tensor t = zeros({n, cols}, TensorOptions(opts.dtype, opts.device));
+  ops::fill_into(ops::diagonal(t), 1);
   TS_RETURN(t);
 }
 

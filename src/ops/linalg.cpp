@@ -2,51 +2,24 @@
 // matrices and the added dim removed afterwards; batch dims broadcast.
 #include <map>
 
-#include "backend/cpu/gemm.h"
 #include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 
 namespace tessera::ops {
 namespace {
 
-void fill_strides(int64_t* s, const Tensor& t) {
-  // [batch, row, col] element strides of a 2-D or 3-D tensor.
-  if (t.dim() == 2) {
-    s[0] = 0;
-    s[1] = t.strides()[0];
-    s[2] = t.strides()[1];
-  } else {
-    s[0] = t.strides()[0];
-    s[1] = t.strides()[1];
-    s[2] = t.strides()[2];
-  }
-}
-
 // One GEMM when possible: a [B, M, K] (or [M, K]), b [B, K, N] (or [K, N]).
 void run_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias) {
-  cpu::GemmArgs g;
-  g.dtype = c.dtype();
-  g.batch = c.dim() == 3 ? c.shape()[0] : 1;
-  g.m = c.shape()[c.dim() - 2];
-  g.n = c.shape()[c.dim() - 1];
-  g.k = a.shape()[a.dim() - 1];
-  fill_strides(g.sa, a);
-  fill_strides(g.sb, b);
-  fill_strides(g.sc, c);
-  if (a.dim() == 2 && c.dim() == 3) g.sa[0] = 0;
-  if (b.dim() == 2 && c.dim() == 3) g.sb[0] = 0;
-  g.a = a.raw_data();
-  g.b = b.raw_data();
-  g.c = c.raw_data();
-  g.bias = bias.defined() ? bias.raw_data() : nullptr;
-  if (g.k == 0) {
+  int64_t k = a.shape()[a.dim() - 1];
+  if (k == 0) {
     // An empty inner dimension: the product is zero (plus bias).
-    cpu::fill(c, 0);
-    if (bias.defined()) cpu::copy_into(c, add(c, bias).detach());
+    fill_into(c, 0);
+    if (bias.defined()) copy_into(c, add(c, bias).detach());
     return;
   }
-  trace::add_flops(2 * g.batch * g.m * g.n * g.k);
-  cpu::gemm(g);
+  int64_t batch = c.dim() == 3 ? c.shape()[0] : 1;
+  trace::add_flops(2 * batch * c.shape()[c.dim() - 2] * c.shape()[c.dim() - 1] * k);
+  backend::kernels(c).matmul(a, b, c, bias);
 }
 
 // Makes a 2-D/3-D operand usable by the GEMM (unit stride in one inner dim).
@@ -374,7 +347,7 @@ Tensor fused_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const 
                     const std::string& activation, bool constant_weights) {
   TS_OP_SCOPE(fused_linear, &x, &w, &bias, &residual);
   TS_OP_ATTRS({"activation", activation}, {"constant_weights", constant_weights});
-  cpu::Epilogue act = epilogue_of(activation, "fused_linear");
+  backend::Epilogue act = epilogue_of(activation, "fused_linear");
   auto composite = [&] {
     Tensor y = apply_epilogue(linear(x, w, bias), act);
     return residual.defined() ? add(y, residual) : y;
@@ -394,35 +367,10 @@ Tensor fused_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   Tensor y = empty(out_shape, DType::F32);
   Tensor r2 = residual.defined() ? residual.detach().contiguous().view({-1, out_f}) : Tensor();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
-  Tensor wt = w.detach().t(), y2 = y.view({-1, out_f});
-  cpu::GemmArgs g;
-  g.dtype = DType::F32;
-  g.m = y2.shape()[0];
-  g.n = out_f;
-  g.k = in;
-  fill_strides(g.sa, x2);
-  fill_strides(g.sb, wt);
-  fill_strides(g.sc, y2);
-  g.a = x2.raw_data();
-  g.b = wt.raw_data();
-  g.c = y2.raw_data();
-  g.bias = b.defined() ? b.raw_data() : nullptr;
-  g.act = act;
-  g.residual = r2.defined() ? r2.raw_data() : nullptr;
   if (y.numel() == 0) TS_RETURN(y);
-  if (!cpu::gemm_epilogue_ok(g)) TS_RETURN(composite());
-  trace::add_flops(2 * g.m * g.n * g.k);
-  std::shared_ptr<const void> packed;
-  if (constant_weights && w.is_contiguous()) {
-    // Packed once into the primitive's layout and kept with the weights'
-    // storage (a new version packs again): no per-call repacking inside it.
-    if (std::string layout = cpu::gemm_weights_layout(g); !layout.empty()) {
-      std::string key = "linear_weights@" + std::to_string(w.offset()) + ":" + layout;
-      packed = w.storage()->derived(key, [&] { return cpu::pack_gemm_weights(g); });
-      g.packed_b = packed.get();
-    }
-  }
-  cpu::gemm(g);
+  if (!backend::kernels(y).linear_epilogue(x2, w.detach(), b, r2, y.view({-1, out_f}), act, constant_weights))
+    TS_RETURN(composite());
+  trace::add_flops(2 * x2.shape()[0] * out_f * in);
   TS_RETURN(y);
 }
 

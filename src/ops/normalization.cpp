@@ -23,33 +23,13 @@ Tensor from_rows(const Tensor& r, const Tensor& like, int64_t dim) {
   return r.transpose(dim, -1).contiguous();
 }
 
-int64_t row_grain(int64_t n) { return std::max<int64_t>(1, kGrainSize / std::max<int64_t>(n, 1)); }
 
 void softmax_rows_fwd(const Tensor& x, const Tensor& y, bool is_log) {
-  int64_t n = x.shape().back();
-  if (n == 0 || x.numel() == 0) return;
-  int64_t rows = x.numel() / n;
-  auto fn = cpu::kernels().softmax_fwd[cpu::idx(x.dtype())];
-  const char* xp = static_cast<const char*>(x.raw_data());
-  char* yp = static_cast<char*>(y.raw_data());
-  size_t item = x.itemsize();
-  parallel_for(0, rows, row_grain(n), [&](int64_t b, int64_t e) {
-    fn(xp + b * n * item, yp + b * n * item, e - b, n, is_log);
-  });
+  backend::kernels(y).softmax_fwd(x, y, is_log);
 }
 
 void softmax_rows_bwd(const Tensor& g, const Tensor& y, const Tensor& gx, bool is_log) {
-  int64_t n = y.shape().back();
-  if (n == 0 || y.numel() == 0) return;
-  int64_t rows = y.numel() / n;
-  auto fn = cpu::kernels().softmax_bwd[cpu::idx(y.dtype())];
-  const char* gp = static_cast<const char*>(g.raw_data());
-  const char* yp = static_cast<const char*>(y.raw_data());
-  char* op = static_cast<char*>(gx.raw_data());
-  size_t item = y.itemsize();
-  parallel_for(0, rows, row_grain(n), [&](int64_t b, int64_t e) {
-    fn(gp + b * n * item, yp + b * n * item, op + b * n * item, e - b, n, is_log);
-  });
+  backend::kernels(gx).softmax_bwd(g, y, gx, is_log);
 }
 
 // The composite fallback of softmax / log_softmax (and their reference).
@@ -104,18 +84,7 @@ NormForward norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, int6
   int64_t rows = n == 0 ? 0 : x.numel() / n;
   DType stat = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
   NormForward r{empty(x.shape(), x.dtype()), empty({rows}, stat), empty({rows}, stat)};
-  auto fwd = cpu::kernels().layer_norm_fwd[cpu::idx(x.dtype())];
-  size_t item = x.itemsize(), sitem = dtype_size(stat);
-  const char* xp = static_cast<const char*>(x.raw_data());
-  char* yp = static_cast<char*>(r.y.raw_data());
-  char* mp = static_cast<char*>(r.mean.raw_data());
-  char* rp = static_cast<char*>(r.rstd.raw_data());
-  const void* wp = w.defined() ? w.raw_data() : nullptr;
-  const void* bp = b.defined() ? b.raw_data() : nullptr;
-  if (n > 0)
-    parallel_for(0, rows, row_grain(n), [&](int64_t r0, int64_t r1) {
-      fwd(xp + r0 * n * item, wp, bp, yp + r0 * n * item, mp + r0 * sitem, rp + r0 * sitem, r1 - r0, n, eps, rms);
-    });
+  backend::kernels(r.y).layer_norm_fwd(x, w, b, r.y, r.mean, r.rstd, n, eps, rms);
   return r;
 }
 
@@ -133,18 +102,8 @@ TensorList norm_backward(const Tensor& g_in, const Tensor& x_in, const Tensor& w
   int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
   Tensor gw_part = need_gw ? zeros({blocks, n}, stat) : Tensor();
   Tensor gb_part = need_gb ? zeros({blocks, n}, stat) : Tensor();
-  auto bwd = cpu::kernels().layer_norm_bwd[cpu::idx(xc.dtype())];
   Tensor wc = w.defined() ? w.contiguous() : Tensor();
-  size_t sitem = dtype_size(stat);
-  parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t blk = b0; blk < b1; ++blk) {
-      int64_t r0 = blk * kBlockRows, r1 = std::min(rows, r0 + kBlockRows);
-      void* gwp = gw_part.defined() ? static_cast<char*>(gw_part.raw_data()) + blk * n * sitem : nullptr;
-      void* gbp = gb_part.defined() ? static_cast<char*>(gb_part.raw_data()) + blk * n * sitem : nullptr;
-      bwd(g.raw_data(), xc.raw_data(), wc.defined() ? wc.raw_data() : nullptr, mean_t.raw_data(), rstd_t.raw_data(),
-          gx.defined() ? gx.raw_data() : nullptr, gwp, gbp, r0, r1, n, rms);
-    }
-  });
+  backend::kernels(xc).layer_norm_bwd(g, xc, wc, mean_t, rstd_t, gx, gw_part, gb_part, n, kBlockRows, rms);
   Tensor gw = gw_part.defined() ? sum(gw_part, {0}).to(xc.dtype()) : Tensor();
   Tensor gb = gb_part.defined() ? sum(gb_part, {0}).to(xc.dtype()) : Tensor();
   return {gx, gw, gb};

@@ -14,7 +14,7 @@ int64_t window_output_size(int64_t in, int64_t pad, int64_t k, int64_t dil, int6
 
 Tensor wrap_scalar(const Scalar& s, DType dtype) {
   Tensor t = empty({}, dtype);
-  cpu::fill(t, s);
+  backend::kernels(t).fill(t, s);
   t.impl()->wrapped_number = true;
   return t;
 }
@@ -65,6 +65,11 @@ DType result_type(std::initializer_list<const Tensor*> ts) {
 
 DType result_type(const Tensor& a, const Tensor& b) { return result_type({&a, &b}); }
 
+void OpScope::mixed_devices(const char* name, Device a, Device b) {
+  TS_ERROR(name, ": expected all tensors on the same device, got tensors on ", a, " and on ", b,
+           "; move them to one device with to() first");
+}
+
 void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
   TS_CHECK(a.device() == b.device(), op, ": expected all tensors on the same device, got ", a.device(),
            " and ", b.device());
@@ -72,16 +77,15 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
 
 Tensor cast(const Tensor& x, DType t) {
   if (x.dtype() == t) return x;
-  Tensor out = empty(x.shape(), t);
-  cpu::copy_into(out, x);
+  Tensor out = empty(x.shape(), TensorOptions(t, x.device()));
+  backend::kernels(out).copy(out, x);
   return out;
 }
 
 Tensor run_unary(const Tensor& x, cpu::UnaryKernel k, DType out_dtype, const double* params) {
-  auto loop = cpu::kernels().unary[static_cast<int>(k)][cpu::idx(x.dtype())];
-  TS_INTERNAL_ASSERT(loop != nullptr);
-  Tensor out = empty(x.shape(), out_dtype);
-  cpu::run_elementwise(out, {&x}, loop, params);
+  TS_INTERNAL_ASSERT(cpu::kernels().unary[static_cast<int>(k)][cpu::idx(x.dtype())] != nullptr);
+  Tensor out = empty(x.shape(), TensorOptions(out_dtype, x.device()));
+  backend::kernels(out).unary(out, x, k, params);
   return out;
 }
 
@@ -107,11 +111,11 @@ Tensor binary_op(const char* name, const Tensor& a, const Tensor& b, cpu::Binary
 }
 
 Tensor run_binary(const Tensor& a, const Tensor& b, cpu::BinaryKernel k, DType out_dtype) {
-  auto loop = cpu::kernels().binary[static_cast<int>(k)][cpu::idx(a.dtype())];
-  TS_INTERNAL_ASSERT(loop != nullptr && a.dtype() == b.dtype());
+  TS_INTERNAL_ASSERT(cpu::kernels().binary[static_cast<int>(k)][cpu::idx(a.dtype())] != nullptr &&
+                     a.dtype() == b.dtype());
   Shape shape = IntArrayRef(a.shape()).equals(b.shape()) ? a.shape() : broadcast_shapes(a.shape(), b.shape(), "binary");
-  Tensor out = empty(shape, out_dtype);
-  cpu::run_elementwise(out, {&a, &b}, loop);
+  Tensor out = empty(shape, TensorOptions(out_dtype, a.device()));
+  backend::kernels(out).binary(out, a, b, k);
   return out;
 }
 
@@ -126,10 +130,10 @@ bool binary_into(Tensor& self, const Tensor& other, cpu::BinaryKernel k) {
       !(other.offset() == self.offset() && IntArrayRef(other.strides()).equals(self.strides()) &&
         IntArrayRef(other.shape()).equals(self.shape())))
     return false;
-  auto loop = cpu::kernels().binary[static_cast<int>(k)][cpu::idx(self.dtype())];
-  if (!loop) return false;
+  if (!cpu::kernels().binary[static_cast<int>(k)][cpu::idx(self.dtype())]) return false;
+  if (other.device() != self.device() && !other.impl()->wrapped_number) return false;  // the op names both
   Tensor oc = cast(other, self.dtype());
-  cpu::run_elementwise(self, {&self, &oc}, loop);
+  backend::kernels(self).binary(self, self, oc, k);
   self.storage()->bump_version();
   return true;
 }

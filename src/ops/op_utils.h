@@ -1,9 +1,9 @@
 #pragma once
 // Helpers shared by the op family files: type promotion, output allocation,
 // running CPU kernels, and recording autograd nodes.
+#include "backend/backend.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernel_table.h"
-#include "backend/cpu/loops.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/autograd/node.h"
 #include "tessera/core/trace.h"
@@ -31,19 +31,23 @@ enum class OpId : uint16_t {
 class OpScope {
  public:
   OpScope(OpId id, const char* name, std::initializer_list<const Tensor*> inputs)
-      : trace_(name, trace::ScopeKind::kOp, inputs) {
+      : trace_(name, trace::ScopeKind::kOp, inputs), prev_device_(tessera::detail::t_current_device) {
+    for (const Tensor* t : inputs) enter_device(t, name);
     if (Recorder* r = recorder()) {
       rec_ = r;
       top_ = r->begin(id, inputs.begin(), static_cast<int>(inputs.size()));
     }
   }
-  OpScope(OpId id, const char* name, const TensorList& inputs) : trace_(name, trace::ScopeKind::kOp) {
+  OpScope(OpId id, const char* name, const TensorList& inputs)
+      : trace_(name, trace::ScopeKind::kOp), prev_device_(tessera::detail::t_current_device) {
+    for (const Tensor& t : inputs) enter_device(&t, name);
     if (Recorder* r = recorder()) {
       rec_ = r;
       top_ = r->begin(id, inputs);
     }
   }
   ~OpScope() {
+    tessera::detail::t_current_device = prev_device_;
     if (rec_) rec_->end();
   }
   OpScope(const OpScope&) = delete;
@@ -78,7 +82,31 @@ class OpScope {
   }
 
  private:
+  // Note [An op's device]
+  // An op runs on its tensor inputs' device, and every tensor it makes
+  // (outputs, temporaries, wrapped numbers) is made there: while the op runs,
+  // that device is the current one (tessera::current_device), which empty()
+  // and the factories default to. Inputs on two devices are an error naming
+  // both; a wrapped number (a Scalar made a tensor) joins any device, as
+  // PyTorch's CPU scalars do. An op without tensor inputs (a factory) uses the caller's current
+  // device (a DeviceScope, or the CPU).
+  void enter_device(const Tensor* t, const char* name) {
+    if (!t || !t->defined() || t->impl()->wrapped_number) return;  // a number joins any device
+    Device d = t->device();
+    if (!device_set_) {
+      device_set_ = true;
+      tessera::detail::t_current_device = d;
+    } else if (d != tessera::detail::t_current_device) [[unlikely]] {
+      Device first = tessera::detail::t_current_device;
+      tessera::detail::t_current_device = prev_device_;  // the destructor will not run
+      mixed_devices(name, first, d);
+    }
+  }
+  [[noreturn]] static void mixed_devices(const char* name, Device a, Device b);
+
   trace::ScopeGuard trace_;
+  Device prev_device_;
+  bool device_set_ = false;
   Recorder* rec_ = nullptr;
   bool top_ = false;
 };
@@ -144,6 +172,10 @@ inline bool is_channels_last(const Tensor& x) {
   }
   return true;
 }
+
+// dst = src and dst = value through dst's backend (Note [Kernel entries]).
+inline void copy_into(const Tensor& dst, const Tensor& src) { backend::kernels(dst).copy(dst, src); }
+inline void fill_into(const Tensor& dst, const Scalar& value) { backend::kernels(dst).fill(dst, value); }
 
 // Runs a unary kernel into a new tensor of dtype `out_dtype` (input already in
 // the kernel's dtype).

@@ -12,8 +12,7 @@
 namespace tessera::ops {
 namespace {
 
-using RK = cpu::ReduceKernel;
-constexpr int64_t kChunk = 65536;
+using RK = backend::ReduceKernel;
 
 // The dtype a row kernel writes for input dtype t.
 DType kernel_out_dtype(RK k, DType t) {
@@ -28,32 +27,7 @@ DType kernel_out_dtype(RK k, DType t) {
 
 // Runs the row kernel over contiguous [rows, len] data into out (kernel dtype).
 void reduce_rows(RK k, const Tensor& x, const Tensor& out, int64_t rows, int64_t len) {
-  auto fn = cpu::kernels().reduce_rows[static_cast<int>(k)][cpu::idx(x.dtype())];
-  size_t in_item = x.itemsize(), out_item = out.itemsize();
-  const char* in = static_cast<const char*>(x.raw_data());
-  char* o = static_cast<char*>(out.raw_data());
-  int nt = get_num_threads();
-  if (rows >= nt || len <= 2 * kChunk) {
-    int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(len, 1));
-    parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
-      fn(in + r0 * len * in_item, o + r0 * out_item, r1 - r0, len);
-    });
-    return;
-  }
-  // Few long rows: fixed-size chunks, then the partials reduced in order.
-  int64_t chunks = (len + kChunk - 1) / kChunk;
-  Tensor partial = empty({rows, chunks}, out.dtype());
-  char* p = static_cast<char*>(partial.raw_data());
-  parallel_for(0, rows * chunks, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      int64_t r = i / chunks, c = i % chunks;
-      int64_t start = c * kChunk, n = std::min(kChunk, len - start);
-      fn(in + (r * len + start) * in_item, p + i * out_item, 1, n);
-    }
-  });
-  // Partials combine with the same reduction (sum of sums, max of maxes, ...).
-  auto fn2 = cpu::kernels().reduce_rows[static_cast<int>(k)][cpu::idx(partial.dtype())];
-  fn2(p, o, rows, chunks);
+  backend::kernels(out).reduce_rows(k, x, out, rows, len);
 }
 
 Shape kept_shape(IntArrayRef shape, uint64_t mask) {
@@ -102,7 +76,7 @@ Tensor reduce_raw(RK k, const Tensor& x, uint64_t mask, const char* name) {
   }
   Tensor out = empty(out_shape, od);
   if (lo < 0) {  // only size-1 dims reduced: a copy in the kernel dtype
-    cpu::copy_into(out.view(x.shape()), xc);
+    copy_into(out.view(x.shape()), xc);
     return out;
   }
   if (block) {
@@ -113,13 +87,7 @@ Tensor reduce_raw(RK k, const Tensor& x, uint64_t mask, const char* name) {
     if (inner == 1) {
       reduce_rows(k, xc, out, outer, len);
     } else {
-      auto fn = cpu::kernels().reduce_mid[static_cast<int>(k)][cpu::idx(xc.dtype())];
-      const char* in = static_cast<const char*>(xc.raw_data());
-      char* o = static_cast<char*>(out.raw_data());
-      size_t ii = xc.itemsize(), oi = out.itemsize();
-      parallel_for(0, outer, std::max<int64_t>(1, kGrainSize / (len * inner)), [&](int64_t b, int64_t e) {
-        fn(in + b * len * inner * ii, o + b * inner * oi, e - b, len, inner);
-      });
+      backend::kernels(out).reduce_mid(k, xc, out, outer, len, inner);
     }
     return out;
   }
@@ -275,14 +243,7 @@ std::tuple<Tensor, Tensor> extreme_dim(const Tensor& x, int64_t dim, bool keepdi
   int64_t rows = xt.numel() / len;
   Tensor values = empty({rows}, x.dtype());
   Tensor indices = empty({rows}, DType::I64);
-  auto fn = is_max ? cpu::kernels().argmax_rows[cpu::idx(x.dtype())] : cpu::kernels().argmin_rows[cpu::idx(x.dtype())];
-  const char* in = static_cast<const char*>(xt.raw_data());
-  char* vo = static_cast<char*>(values.raw_data());
-  int64_t* io = indices.data_ptr<int64_t>();
-  size_t item = x.itemsize();
-  parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / len), [&](int64_t b, int64_t e) {
-    fn(in + b * len * item, vo + b * item, io + b, e - b, len);
-  });
+  backend::kernels(values).arg_reduce_rows(xt, values, indices, is_max, rows, len);
   Shape kshape = nd == 0 ? Shape{} : x.shape();
   if (nd > 0) kshape[dim] = 1;
   Shape tshape = kshape;  // values came out in the transposed order: rebuild

@@ -47,7 +47,7 @@ Tensor cat(const TensorList& ts, int64_t dim) {
     }
     int64_t n = t.shape()[dim];
     sizes.push_back(n);
-    if (n) cpu::copy_into(out.detach().slice(dim, off, off + n), t);
+    if (n) copy_into(out.detach().slice(dim, off, off + n), t);
     off += n;
   }
   if (autograd::any_requires_grad(ts)) {
@@ -173,7 +173,7 @@ Tensor pad(const Tensor& x, IntArrayRef p, const std::string& mode, double value
     Tensor out = full(out_shape, value, x.dtype());
     Tensor window = out.detach();
     for (auto [d, pb] : where) window = window.slice(d, pb, pb + src.shape()[d]);
-    cpu::copy_into(window, src);
+    copy_into(window, src);
     if (autograd::any_requires_grad({&src})) {
       TensorList outs{out};
       Shape ss = src.shape();
@@ -234,7 +234,7 @@ Tensor flip(const Tensor& x, IntArrayRef dims) {
   for (int64_t d = 0; d < x.dim(); ++d)
     if (mask >> d & 1) wrapped.push_back(d);
   Tensor out = empty(x.shape(), x.dtype());
-  cpu::copy_into(out, make_negative_view(x, wrapped));
+  copy_into(out, make_negative_view(x, wrapped));
   if (autograd::any_requires_grad({&x})) {
     TensorList outs{out};
     autograd::record("flip", {x}, outs, [wrapped](const VjpArgs& a) -> TensorList { return {flip(a.grads[0], wrapped)}; });

@@ -55,12 +55,14 @@ void Tensor::set_data(const Tensor& src) {
   TS_CHECK(!src.requires_grad() || src.is_leaf(), "set_data: the source must not be part of a graph; detach it");
   TS_CHECK(!requires_grad() || is_floating(src.dtype()), "set_data: a tensor that requires grad needs floating "
            "data, got ", dtype_name(src.dtype()));
-  if (src.dtype() != dtype() || !IntArrayRef(src.shape()).equals(shape())) set_grad(Tensor());
+  if (src.dtype() != dtype() || src.device() != device() || !IntArrayRef(src.shape()).equals(shape()))
+    set_grad(Tensor());
   impl_->storage = src.impl_->storage;
   impl_->shape = src.impl_->shape;
   impl_->strides = src.impl_->strides;
   impl_->offset = src.impl_->offset;
   impl_->dtype = src.impl_->dtype;
+  impl_->device = src.impl_->device;
   impl_->is_view = src.impl_->is_view;
   impl_->refresh();
 }
@@ -124,7 +126,7 @@ Tensor& apply_inplace(Tensor& self, const char* name, std::initializer_list<cons
            " does not match the shape ", shape_str(self.shape()), " of the tensor being modified in place");
   TS_CHECK(can_cast(r.dtype(), self.dtype()), name, ": the result type ", dtype_name(r.dtype()),
            " cannot be stored in a tensor of dtype ", dtype_name(self.dtype()), " in place");
-  cpu::copy_into(self, r);
+  ops::copy_into(self, r);
   self.storage()->bump_version();
   if (record && r.grad_fn()) autograd::rebase_history(self, r.grad_fn());
   return self;
@@ -177,7 +179,7 @@ Tensor& Tensor::fill_(const Scalar& v) {
   if (!GradMode::is_enabled() || !requires_grad()) {
     TS_CHECK(!(v.is_floating() && !is_floating_point()), "fill_: cannot fill a ", dtype_name(dtype()),
              " tensor with the float value ", v);
-    cpu::fill(*this, v);
+    ops::fill_into(*this, v);
     storage()->bump_version();
     return *this;
   }
@@ -190,7 +192,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   if (!GradMode::is_enabled() || !(requires_grad() || src.requires_grad())) {
     Tensor s = ops::expand(src.detach(), shape());
     if (s.storage() == storage()) s = s.clone();  // overlapping memory: copy through a buffer
-    cpu::copy_into(*this, s);
+    ops::copy_into(*this, s);
     storage()->bump_version();
     return *this;
   }

@@ -169,7 +169,7 @@ Tensor strided_scatter(const Tensor& g, IntArrayRef base_shape, IntArrayRef size
            shape_str(base_shape));
   Tensor out = zeros(base_shape, g.dtype());
   Tensor window = make_view(out, sizes.shape(), strides.shape(), offset);
-  cpu::copy_into(window, g);
+  copy_into(window, g);
   if (autograd::any_requires_grad({&g})) {
     TensorList outs{out};
     Shape sz = sizes.shape(), st = strides.shape();
@@ -378,7 +378,7 @@ Tensor contiguous(const Tensor& x) {
 Tensor clone(const Tensor& x) {
   TS_OP_SCOPE(clone, &x);
   Tensor out = empty(x.shape(), x.dtype());
-  cpu::copy_into(out, x);
+  copy_into(out, x);
   if (autograd::any_requires_grad({&x})) {
     TensorList outs{out};
     autograd::record("clone", {x}, outs, [](const VjpArgs& a) -> TensorList { return {a.grads[0]}; });
@@ -483,5 +483,28 @@ Tensor Tensor::diagonal(int64_t o, int64_t a, int64_t b) const { return ops::dia
 Tensor Tensor::contiguous() const { return ops::contiguous(*this); }
 Tensor Tensor::clone() const { return ops::clone(*this); }
 Tensor Tensor::to(DType t) const { return ops::to_dtype(*this, t); }
+
+// Not recorded by autograd: Module::to moves parameters keeping their
+// identity (set_data), and the seam's first devices need no gradient across.
+Tensor Tensor::to(Device device) const {
+  TS_CHECK(defined(), "to(", device, "): the tensor is undefined");
+  if (this->device() == device) return *this;
+  const backend::Backend& dst = backend::get(device.type);  // an error if the device is not in this build
+  Tensor out = empty(shape(), TensorOptions(dtype(), device));
+  if (device.is_meta()) return out;  // shape, dtype and strides only
+  TS_CHECK(!is_meta(), "to(", device, "): a meta tensor has no data to copy; allocate on ", device,
+           " with empty_like or Module::to_empty instead");
+  Tensor src = contiguous();
+  if (src.nbytes() == 0) return out;
+  if (src.device().is_cpu()) {
+    dst.copy_from_cpu(out.raw_data(), src.raw_data(), src.nbytes());
+  } else if (device.is_cpu()) {
+    backend::get(src.device().type).copy_to_cpu(out.raw_data(), src.raw_data(), src.nbytes());
+  } else {  // between two devices: through the CPU
+    Tensor host = src.to(Device::cpu());
+    dst.copy_from_cpu(out.raw_data(), host.raw_data(), host.nbytes());
+  }
+  return out;
+}
 
 }  // namespace tessera

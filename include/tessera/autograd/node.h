@@ -44,6 +44,7 @@ class SavedTensor {
 struct TensorMeta {
   Shape shape;
   DType dtype;
+  Device device = Device::cpu();
 };
 
 using Hook = std::function<Tensor(const Tensor&)>;
@@ -58,7 +59,7 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual void release_saved() {}
 
   std::vector<Edge> next_edges;
-  std::vector<TensorMeta> outputs;  // shape/dtype per output slot
+  std::vector<TensorMeta> outputs;  // shape/dtype/device per output slot
   uint64_t sequence_nr;
   // The module path open when the forward op ran; set only while tracing.
   const char* trace_path = nullptr;

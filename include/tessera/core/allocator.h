@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tessera/core/device.h"
+
 namespace tessera {
 
 struct MemoryStats {
@@ -49,6 +51,25 @@ int64_t max_allocation();
 // live bytes over memory_limit(); `what` describes the request in the message
 // (e.g. "a tensor of shape [4096, 4096] f32").
 void check_allocation(size_t nbytes, const std::string& what);
+
+// The allocator of one device type. The CPU's is the caching allocator above;
+// meta's counts the bytes its tensors would take and hands out none, so a
+// model built or run on meta reports its memory (current, peak) without
+// having any. A backend of another device installs its own when it
+// registers (backend/backend.h).
+struct DeviceAllocator {
+  void* (*allocate)(size_t nbytes);  // null on meta
+  void (*deallocate)(void* p, size_t nbytes);
+  MemoryStats (*stats)();
+  void (*reset_peak)();
+};
+// The allocator of `t`; an error naming the device when no backend of it is
+// in this build.
+const DeviceAllocator& device_allocator(DeviceType t);
+void set_device_allocator(DeviceType t, const DeviceAllocator* a);
+extern const DeviceAllocator kCpuDeviceAllocator, kMetaDeviceAllocator;
+MemoryStats memory_stats(Device d);
+void reset_peak_memory(Device d);
 
 // Planned memory: the graph executor places node outputs in one arena by a
 // static plan (compile/executor.h). While a PlannedBuffers is installed on a

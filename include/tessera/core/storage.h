@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/device.h"
 #include "tessera/core/intrusive_ptr.h"
 #include "tessera/core/object_pool.h"
 
@@ -15,13 +16,15 @@ namespace tessera {
 
 class Storage : public RefCounted {
  public:
-  // Owned bytes from the caching allocator.
-  explicit Storage(size_t nbytes);
-  // Borrowed bytes: `deleter` (may be empty) runs when the last tensor goes.
+  // Owned bytes from the allocator of `device` (the CPU's caching allocator;
+  // on meta, none: data() is null and only the size is counted).
+  explicit Storage(size_t nbytes, Device device = Device::cpu());
+  // Borrowed CPU bytes: `deleter` (may be empty) runs when the last tensor goes.
   Storage(void* data, size_t nbytes, std::function<void(void*)> deleter);
   ~Storage() override;
 
   void* data() const { return data_; }
+  Device device() const { return device_; }
   size_t nbytes() const { return nbytes_; }
   uint32_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
@@ -49,6 +52,7 @@ class Storage : public RefCounted {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   bool owned_ = true;
+  Device device_;
   std::function<void(void*)> deleter_;
   std::atomic<uint32_t> version_{0};
   std::unique_ptr<std::vector<Derived>> derived_;  // rare: allocated on first use

@@ -61,12 +61,33 @@ class TensorImpl : public RefCounted {
   TS_POOLED(TensorImpl)
 };
 
+// The device that factories (empty, zeros, rand, a module's parameters) use
+// when none is named: the CPU, or the innermost DeviceScope's. Inside an op
+// it is the op's inputs' device (ops::OpScope), so every tensor an op makes
+// lands beside its inputs.
+namespace detail {
+extern thread_local Device t_current_device;
+[[noreturn]] void throw_meta_data();
+}
+inline Device current_device() { return detail::t_current_device; }
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device d);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  Device prev_;
+};
+
 struct TensorOptions {
   DType dtype = DType::F32;
-  Device device = {};
+  Device device = current_device();
   bool requires_grad = false;
   TensorOptions() = default;
   TensorOptions(DType t) : dtype(t) {}
+  TensorOptions(DType t, Device d) : dtype(t), device(d) {}
   TensorOptions& with_requires_grad(bool r = true) { requires_grad = r; return *this; }
 };
 
@@ -99,8 +120,13 @@ class Tensor {
   uint32_t version() const { return impl_->storage->version(); }
   std::string str() const;  // printed like PyTorch
 
+  bool is_meta() const { return impl_->device.type == DeviceType::Meta; }
+
   // ---- data access -----------------------------------------------------
+  // Throws on a meta tensor (Note [The meta device]): kernels and code that
+  // read data meet the error instead of a null pointer.
   void* raw_data() const {
+    if (is_meta()) [[unlikely]] detail::throw_meta_data();
     return static_cast<char*>(impl_->storage->data()) + impl_->offset * static_cast<int64_t>(itemsize());
   }
   template <typename T> T* data_ptr() const;
@@ -112,6 +138,10 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DType t) const;
+  // This tensor on `device`: itself if already there, else a copy (onto
+  // meta: only shape, dtype and strides; from meta: an error, there is no
+  // data to copy; use empty_like on the target device instead).
+  Tensor to(Device device) const;
 
   // ---- views (share storage) ------------------------------------------
   Tensor view(IntArrayRef shape) const;

@@ -106,6 +106,14 @@ class Module : public std::enable_shared_from_this<Module> {
   bool is_training() const { return training_; }
   // Converts floating parameters and buffers (integer buffers keep their dtype).
   void to(DType dtype);
+  // Moves every parameter and buffer to `device` (copying their data), keeping
+  // their identity, as to(dtype) does.
+  void to(Device device);
+  // Gives every parameter and buffer not on `device` fresh, uninitialized
+  // memory there (nothing is copied): how a model built on meta is
+  // materialized, before its initializers (reset_parameters) or a checkpoint
+  // fill it.
+  void to_empty(Device device);
   void zero_grad(bool set_to_none = true);
   void requires_grad_(bool r = true);
   void apply(const std::function<void(Module&)>& fn);  // children first, then this one

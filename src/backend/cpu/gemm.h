@@ -7,12 +7,12 @@
 #include <memory>
 #include <string>
 
+#include "backend/kernel_ids.h"
 #include "tessera/core/tensor.h"
 
 namespace tessera::cpu {
 
-// What a GEMM applies to its result before storing it (oneDNN post-ops).
-enum class Epilogue : uint8_t { None, Relu, Gelu, GeluTanh, Silu, Tanh };
+using backend::Epilogue;  // applied by oneDNN post-ops
 
 struct GemmArgs {
   int64_t batch = 1, m = 0, n = 0, k = 0;

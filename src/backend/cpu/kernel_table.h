@@ -13,6 +13,7 @@
 // on CPUs with AVX512-BF16 and AVX512-VNNI, which all such CPUs have).
 #include <cstdint>
 
+#include "backend/kernel_ids.h"
 #include "backend/cpu/llm.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/qgemm.h"
@@ -27,35 +28,12 @@ namespace tessera::cpu {
 // strides in bytes; params are the op's scalar parameters (may be null).
 using Loop1d = void (*)(char** data, const int64_t* strides, int64_t n, const double* params);
 
-// X(name, params) — params: how many doubles the op reads from `params`.
-#define TS_UNARY_KERNELS(X)                                                                          \
-  X(Neg) X(Abs) X(Exp) X(Exp2) X(Log) X(Log2) X(Log1p) X(Expm1) X(Sqrt) X(Rsqrt) X(Square) X(Sin)   \
-  X(Cos) X(Tan) X(Tanh) X(Sigmoid) X(Relu) X(LeakyRelu) X(Elu) X(Gelu) X(GeluTanh) X(Silu) X(Mish) \
-  X(Softplus) X(Hardtanh) X(Sign) X(Floor) X(Ceil) X(Round) X(Trunc) X(Clamp) X(Reciprocal) X(Erf) \
-  X(PowScalar) X(RPowScalar) X(NanToNum) X(Isnan) X(Isinf) X(Isfinite) X(LogicalNot)
-
-#define TS_BINARY_KERNELS(X)                                                                          \
-  X(Add) X(Sub) X(Mul) X(Div) X(FloorDiv) X(TruncDiv) X(Remainder) X(Pow) X(Maximum) X(Minimum)       \
-  X(Atan2) X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge) X(LogicalAnd) X(LogicalOr) X(LogicalXor) X(ReluGrad)   \
-  X(GeluGrad) X(GeluTanhGrad) X(TanhGrad) X(SiluGrad)
-
-enum class UnaryKernel : uint8_t {
-#define TS_X(n) n,
-  TS_UNARY_KERNELS(TS_X)
-#undef TS_X
-  kCount
-};
-enum class BinaryKernel : uint8_t {
-#define TS_X(n) n,
-  TS_BINARY_KERNELS(TS_X)
-#undef TS_X
-  kCount
-};
-constexpr int kNumUnary = static_cast<int>(UnaryKernel::kCount);
-constexpr int kNumBinary = static_cast<int>(BinaryKernel::kCount);
-
-enum class ReduceKernel : uint8_t { Sum, Prod, Max, Min, All, Any, kCount };
-constexpr int kNumReduce = static_cast<int>(ReduceKernel::kCount);
+using backend::BinaryKernel;
+using backend::kNumBinary;
+using backend::kNumReduce;
+using backend::kNumUnary;
+using backend::ReduceKernel;
+using backend::UnaryKernel;
 
 // Reduces each of `rows` contiguous rows of `len` elements of `in` into out[r]
 // (out has the accumulation dtype: see reduce.cpp in ops).

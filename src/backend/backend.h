@@ -1,0 +1,121 @@
+#pragma once
+// The device seam: one Backend per device type, registered once
+// (registry.cpp), and the only way the layers above reach kernels. An op
+// validates its inputs, infers its output, allocates it on its inputs'
+// device, then calls that device's entry of the kernel table below; a
+// tensor's device decides which backend runs. backend/cpu/ is the first
+// backend, backend/meta/ the second (shapes only: every entry does nothing).
+// docs/adding_a_backend.md is the recipe for a third.
+//
+// Note [Kernel entries]
+// An entry receives already-validated, already-allocated tensors on its own
+// device and only computes: no shape rules, no autograd, no allocation of
+// outputs it was given. Each is declared once in TS_BACKEND_KERNELS with its
+// signature, so a backend that forgets one fails to register, naming it.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/kernel_ids.h"
+#include "tessera/core/allocator.h"
+#include "tessera/core/generator.h"
+#include "tessera/core/tensor.h"
+
+namespace tessera::backend {
+
+// The entries' signatures.
+// dst = src, elementwise over dst's shape (src has it or broadcasts to it), any dtypes and strides.
+using CopyFn = void (*)(const Tensor& dst, const Tensor& src);
+using FillFn = void (*)(const Tensor& dst, const Scalar& value);
+// out = k(x), x already in the kernel's dtype; params: the op's scalars, or null.
+using UnaryFn = void (*)(const Tensor& out, const Tensor& x, UnaryKernel k, const double* params);
+// out = k(a, b), a and b in the kernel's dtype, broadcast to out's shape; out may be a.
+using BinaryFn = void (*)(const Tensor& out, const Tensor& a, const Tensor& b, BinaryKernel k);
+using WhereFn = void (*)(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
+// Contiguous f32/f64 out: uniform in [a, b) or normal (mean a, std b), from
+// Philox blocks starting at `offset` (ops/random.cpp reserves them).
+using RandomFn = void (*)(const Tensor& out, RandomDist dist, double a, double b, uint64_t seed, uint64_t offset);
+// Contiguous i64 out: low + (64 random bits mod range).
+using RandintFn = void (*)(const Tensor& out, int64_t low, uint64_t range, uint64_t seed, uint64_t offset);
+// Contiguous f64 or i64 out: start + i * step.
+using ArangeFn = void (*)(const Tensor& out, const Scalar& start, const Scalar& step);
+// Contiguous f64 out: numel steps from start to end, both ends exact.
+using LinspaceFn = void (*)(const Tensor& out, double start, double end);
+// Contiguous x [rows, len] -> out [rows], in the reduction's accumulation dtype.
+using ReduceRowsFn = void (*)(ReduceKernel k, const Tensor& x, const Tensor& out, int64_t rows, int64_t len);
+// Contiguous x [outer, len, inner] -> out [outer, inner].
+using ReduceMidFn = void (*)(ReduceKernel k, const Tensor& x, const Tensor& out, int64_t outer, int64_t len,
+                             int64_t inner);
+// Contiguous x [rows, len] -> values [rows] and i64 indices [rows] of each row's max (or min).
+using ArgReduceRowsFn = void (*)(const Tensor& x, const Tensor& values, const Tensor& indices, bool is_max,
+                                 int64_t rows, int64_t len);
+// c = a @ b (+ bias): [B, M, K] or [M, K] times [B, K, N] or [K, N], K > 0,
+// one unit stride in each operand's last two dims.
+using MatmulFn = void (*)(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias);
+// y [m, n] = act(x [m, k] @ w^T + bias) + residual, f32, inside the product,
+// where the backend can (false, writing nothing, where it cannot: the op then
+// runs its composite). w [n, k] is the weight as stored; constant_weights:
+// the backend may keep a packed copy with w's storage.
+using LinearEpilogueFn = bool (*)(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                                  const Tensor& y, Epilogue act, bool constant_weights);
+// Over rows of the last dim of contiguous tensors.
+using SoftmaxFwdFn = void (*)(const Tensor& x, const Tensor& y, bool log);
+using SoftmaxBwdFn = void (*)(const Tensor& gy, const Tensor& y, const Tensor& gx, bool log);
+// y, and per-row mean and rstd, of contiguous x [rows, n]; w, b may be undefined.
+using LayerNormFwdFn = void (*)(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
+                                const Tensor& mean, const Tensor& rstd, int64_t n, double eps, bool rms);
+// gx (if defined) for every row; gw_part, gb_part (if defined) [blocks, n]:
+// block i sums rows [i * block_rows, (i + 1) * block_rows).
+using LayerNormBwdFn = void (*)(const Tensor& gy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                                const Tensor& rstd, const Tensor& gx, const Tensor& gw_part, const Tensor& gb_part,
+                                int64_t n, int64_t block_rows, bool rms);
+
+// X(name, signature): every kernel entry a backend provides.
+#define TS_BACKEND_KERNELS(X)                                                                          \
+  X(copy, CopyFn) X(fill, FillFn) X(unary, UnaryFn) X(binary, BinaryFn) X(where, WhereFn)              \
+  X(random, RandomFn) X(randint, RandintFn) X(arange, ArangeFn) X(linspace, LinspaceFn)                \
+  X(reduce_rows, ReduceRowsFn) X(reduce_mid, ReduceMidFn) X(arg_reduce_rows, ArgReduceRowsFn)          \
+  X(matmul, MatmulFn) X(linear_epilogue, LinearEpilogueFn) X(softmax_fwd, SoftmaxFwdFn) X(softmax_bwd, SoftmaxBwdFn)                        \
+  X(layer_norm_fwd, LayerNormFwdFn) X(layer_norm_bwd, LayerNormBwdFn)
+
+struct Kernels {
+#define TS_X(name, type) type name = nullptr;
+  TS_BACKEND_KERNELS(TS_X)
+#undef TS_X
+};
+
+struct Backend {
+  const char* name = nullptr;
+  DeviceType type = DeviceType::CPU;
+  const DeviceAllocator* allocator = nullptr;
+  // Bytes between this device and the CPU's memory (same-device copies are the
+  // `copy` kernel). On meta, copying in does nothing and copying out is an error.
+  void (*copy_from_cpu)(void* dst, const void* src, size_t nbytes) = nullptr;
+  void (*copy_to_cpu)(void* dst, const void* src, size_t nbytes) = nullptr;
+  // Waits for the device's queued work (a no-op on the CPU).
+  void (*synchronize)() = nullptr;
+  // The generator random ops draw from when the caller names none.
+  Generator& (*default_generator)() = nullptr;
+  const Kernels* kernels = nullptr;
+};
+
+// The entries `b` lacks, by name ("allocator", "kernels.matmul", ...).
+std::vector<std::string> missing_entries(const Backend& b);
+// Installs `b` (a static: it is kept by address) for its device type, and
+// its allocator into core; a backend missing an entry is refused with an
+// error naming every one it lacks.
+void register_backend(const Backend& b);
+
+namespace detail {
+extern const Backend* g_backends[kNumDeviceTypes];
+const Backend& no_backend(DeviceType t);  // throws naming the device
+}
+inline const Backend& get(DeviceType t) {
+  const Backend* b = detail::g_backends[static_cast<int>(t)];
+  if (!b) [[unlikely]] return detail::no_backend(t);
+  return *b;
+}
+inline const Kernels& kernels(const Tensor& t) { return *get(t.device().type).kernels; }
+inline const Kernels& kernels(Device d) { return *get(d.type).kernels; }
+
+}  // namespace tessera::backend

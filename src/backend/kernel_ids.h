@@ -1,0 +1,44 @@
+#pragma once
+// The names of the elementwise and reduction kernels the ops ask a backend
+// for: shared by every backend's kernel table (backend.h) and the CPU's
+// per-dtype loops (cpu/kernel_table.h).
+#include <cstdint>
+
+namespace tessera::backend {
+
+// X(name) lists.
+#define TS_UNARY_KERNELS(X)                                                                          \
+  X(Neg) X(Abs) X(Exp) X(Exp2) X(Log) X(Log2) X(Log1p) X(Expm1) X(Sqrt) X(Rsqrt) X(Square) X(Sin)   \
+  X(Cos) X(Tan) X(Tanh) X(Sigmoid) X(Relu) X(LeakyRelu) X(Elu) X(Gelu) X(GeluTanh) X(Silu) X(Mish) \
+  X(Softplus) X(Hardtanh) X(Sign) X(Floor) X(Ceil) X(Round) X(Trunc) X(Clamp) X(Reciprocal) X(Erf) \
+  X(PowScalar) X(RPowScalar) X(NanToNum) X(Isnan) X(Isinf) X(Isfinite) X(LogicalNot)
+
+#define TS_BINARY_KERNELS(X)                                                                          \
+  X(Add) X(Sub) X(Mul) X(Div) X(FloorDiv) X(TruncDiv) X(Remainder) X(Pow) X(Maximum) X(Minimum)       \
+  X(Atan2) X(Eq) X(Ne) X(Lt) X(Le) X(Gt) X(Ge) X(LogicalAnd) X(LogicalOr) X(LogicalXor) X(ReluGrad)   \
+  X(GeluGrad) X(GeluTanhGrad) X(TanhGrad) X(SiluGrad)
+
+enum class UnaryKernel : uint8_t {
+#define TS_X(n) n,
+  TS_UNARY_KERNELS(TS_X)
+#undef TS_X
+  kCount
+};
+enum class BinaryKernel : uint8_t {
+#define TS_X(n) n,
+  TS_BINARY_KERNELS(TS_X)
+#undef TS_X
+  kCount
+};
+constexpr int kNumUnary = static_cast<int>(UnaryKernel::kCount);
+constexpr int kNumBinary = static_cast<int>(BinaryKernel::kCount);
+
+enum class ReduceKernel : uint8_t { Sum, Prod, Max, Min, All, Any, kCount };
+constexpr int kNumReduce = static_cast<int>(ReduceKernel::kCount);
+
+enum class RandomDist : uint8_t { Uniform, Normal };
+
+// What a product applies to its result before storing it (fused ops).
+enum class Epilogue : uint8_t { None, Relu, Gelu, GeluTanh, Silu, Tanh };
+
+}  // namespace tessera::backend
