@@ -24,6 +24,25 @@
 namespace tessera::backend {
 
 // The entries' signatures.
+// Index values in [-n, n) (an error naming op, the index and n otherwise);
+// idx contiguous i64. The indexing entries below get checked indices.
+using IndexCheckFn = void (*)(const Tensor& idx, int64_t n, int64_t dim, const char* op);
+// out [idx's shape] = x along dim at idx (x and idx contiguous; x may be 0-D).
+using GatherFn = void (*)(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& idx);
+// out along dim at idx = (or +=, accumulate) src; out and idx contiguous.
+using ScatterFn = void (*)(const Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src, bool accumulate);
+// out = x's slices idx along dim (x contiguous, at least 1-D; idx 1-D).
+using IndexSelectFn = void (*)(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& idx);
+// out's slices idx along dim += src's (out, src contiguous, one dtype), in index order.
+using IndexAddFn = void (*)(const Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src);
+// The coordinates [count, nz.dim()] (i64) of the true elements of contiguous
+// bool nz: the one entry that allocates its output, whose size is data.
+using NonzeroFn = Tensor (*)(const Tensor& nz);
+// The first k of each contiguous row [rows, len] of xt in order (NaN largest),
+// into values and i64 indices [rows, k]; stable keeps ties in index order;
+// !sorted (k < len) leaves the k in index order.
+using SortRowsFn = void (*)(const Tensor& xt, const Tensor& values, const Tensor& indices, int64_t rows, int64_t len,
+                            int64_t k, bool descending, bool stable, bool sorted);
 // dst = src, elementwise over dst's shape (src has it or broadcasts to it), any dtypes and strides.
 using CopyFn = void (*)(const Tensor& dst, const Tensor& src);
 using FillFn = void (*)(const Tensor& dst, const Scalar& value);
@@ -58,6 +77,18 @@ using MatmulFn = void (*)(const Tensor& a, const Tensor& b, const Tensor& c, con
 // the backend may keep a packed copy with w's storage.
 using LinearEpilogueFn = bool (*)(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
                                   const Tensor& y, Epilogue act, bool constant_weights);
+// Running sums (or products) along the last dim of contiguous x into out
+// (one dtype); the product's gradient gx from x, y = cumprod(x) and g,
+// exact where x has zeros.
+using CumulativeFn = void (*)(const Tensor& x, const Tensor& out, bool prod);
+using CumprodBackwardFn = void (*)(const Tensor& x, const Tensor& y, const Tensor& g, const Tensor& gx);
+// Pooling by geometry (kernel_ids.h) over contiguous tensors; indices
+// (i64, flat positions in the H*W plane) may be undefined for max pooling
+// forward (inference). The backward entries overwrite gx.
+using MaxPoolFwdFn = void (*)(const PoolGeometry& g, const Tensor& x, const Tensor& y, const Tensor& indices);
+using MaxPoolBwdFn = void (*)(const PoolGeometry& g, const Tensor& gy, const Tensor& indices, const Tensor& gx);
+using AvgPoolFwdFn = void (*)(const PoolGeometry& g, const Tensor& x, const Tensor& y);
+using AvgPoolBwdFn = void (*)(const PoolGeometry& g, const Tensor& gy, const Tensor& gx);
 // Over rows of the last dim of contiguous tensors.
 using SoftmaxFwdFn = void (*)(const Tensor& x, const Tensor& y, bool log);
 using SoftmaxBwdFn = void (*)(const Tensor& gy, const Tensor& y, const Tensor& gx, bool log);
@@ -72,9 +103,14 @@ using LayerNormBwdFn = void (*)(const Tensor& gy, const Tensor& x, const Tensor&
 
 // X(name, signature): every kernel entry a backend provides.
 #define TS_BACKEND_KERNELS(X)                                                                          \
+  X(index_check, IndexCheckFn) X(gather, GatherFn) X(scatter, ScatterFn) X(index_select, IndexSelectFn)  \
+  X(index_add, IndexAddFn) X(sort_rows, SortRowsFn) X(nonzero, NonzeroFn)                                                   \
   X(copy, CopyFn) X(fill, FillFn) X(unary, UnaryFn) X(binary, BinaryFn) X(where, WhereFn)              \
   X(random, RandomFn) X(randint, RandintFn) X(arange, ArangeFn) X(linspace, LinspaceFn)                \
+  X(cumulative, CumulativeFn) X(cumprod_backward, CumprodBackwardFn)                                  \
   X(reduce_rows, ReduceRowsFn) X(reduce_mid, ReduceMidFn) X(arg_reduce_rows, ArgReduceRowsFn)          \
+  X(max_pool2d_fwd, MaxPoolFwdFn) X(max_pool2d_bwd, MaxPoolBwdFn) X(avg_pool2d_fwd, AvgPoolFwdFn)      \
+  X(avg_pool2d_bwd, AvgPoolBwdFn)                                                                      \
   X(matmul, MatmulFn) X(linear_epilogue, LinearEpilogueFn) X(softmax_fwd, SoftmaxFwdFn) X(softmax_bwd, SoftmaxBwdFn)                        \
   X(layer_norm_fwd, LayerNormFwdFn) X(layer_norm_bwd, LayerNormBwdFn)
 

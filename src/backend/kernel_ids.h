@@ -4,6 +4,8 @@
 // per-dtype loops (cpu/kernel_table.h).
 #include <cstdint>
 
+#include "tessera/core/dtype.h"
+
 namespace tessera::backend {
 
 // X(name) lists.
@@ -40,5 +42,15 @@ enum class RandomDist : uint8_t { Uniform, Normal };
 
 // What a product applies to its result before storing it (fused ops).
 enum class Epilogue : uint8_t { None, Relu, Gelu, GeluTanh, Silu, Tanh };
+
+// 2-D pooling over [planes, H, W] contiguous data (max pooling without
+// indices also over channel-blocked [planes, H, W, lanes]).
+struct PoolGeometry {
+  int64_t planes, H, W, OH, OW;
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  bool count_include_pad = true;  // average pooling only
+  DType dtype;
+  int64_t lanes = 1;  // channels interleaved per plane: max pooling without indices only
+};
 
 }  // namespace tessera::backend

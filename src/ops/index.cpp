@@ -18,33 +18,9 @@ Tensor as_index(const Tensor& index, const char* op) {
   return cast(index, DType::I64).contiguous();
 }
 
+// Index values are data: the backend checks them (on meta, nothing to check).
 void check_range(const Tensor& idx, int64_t n, int64_t dim, const char* op) {
-  const int64_t* p = idx.data_ptr<int64_t>();
-  for (int64_t i = 0; i < idx.numel(); ++i)
-    TS_CHECK(p[i] >= -n && p[i] < n, op, ": index ", p[i], " is out of bounds for dimension ", dim, " with size ", n);
-}
-
-// Walks every position of `shape` in row-major order, calling f(coords).
-template <typename F>
-void for_each_coord(IntArrayRef shape, F&& f) {
-  int64_t n = numel_of(shape);
-  if (n == 0) return;
-  int64_t nd = static_cast<int64_t>(shape.size());
-  std::vector<int64_t> c(nd, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    f(c.data());
-    for (int64_t d = nd - 1; d >= 0; --d) {
-      if (++c[d] < shape[d]) break;
-      c[d] = 0;
-    }
-  }
-}
-
-int64_t offset_of(const int64_t* c, IntArrayRef strides, int64_t skip_dim = -1, int64_t at = 0) {
-  int64_t o = 0;
-  for (size_t d = 0; d < strides.size(); ++d)
-    o += (static_cast<int64_t>(d) == skip_dim ? at : c[d]) * strides[d];
-  return o;
+  backend::kernels(idx).index_check(idx, n, dim, op);
 }
 
 void check_gather_shapes(const Tensor& x, int64_t dim, const Tensor& index, const Tensor* src, const char* op) {
@@ -63,28 +39,7 @@ void check_gather_shapes(const Tensor& x, int64_t dim, const Tensor& index, cons
 
 // Core of scatter / scatter_add: out (contiguous, a copy of x) gets src values.
 void scatter_into(Tensor& out, int64_t dim, const Tensor& idx, const Tensor& src, bool accumulate) {
-  Tensor s = src.contiguous();
-  Shape ist = contiguous_strides(idx.shape());
-  Shape sst = s.strides();
-  Shape ost = out.strides();
-  int64_t n = out.dim() == 0 ? 1 : out.shape()[dim];
-  const int64_t* ip = idx.data_ptr<int64_t>();
-  visit_dtype(out.dtype(), [&]<typename T>() {
-    T* o = out.data_ptr<T>();
-    const T* sp = s.data_ptr<T>();
-    for_each_coord(idx.shape(), [&](const int64_t* c) {
-      int64_t k = ip[offset_of(c, ist)];
-      if (k < 0) k += n;
-      T v = sp[offset_of(c, sst)];
-      T& dst = o[offset_of(c, ost, dim, k)];
-      if (accumulate) {
-        if constexpr (std::is_same_v<T, bool>) dst = dst || v;
-        else dst = static_cast<T>(static_cast<acc_t<T>>(dst) + static_cast<acc_t<T>>(v));
-      } else {
-        dst = v;
-      }
-    });
-  });
+  backend::kernels(out).scatter(out, dim, idx, src.contiguous(), accumulate);
 }
 
 // Gradient for scatter's src: the gathered output gradient, zero-padded where
@@ -113,18 +68,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
   check_range(idx, n, dim, "gather");
   Tensor xc = x.contiguous();
   Tensor out = empty(idx.shape(), x.dtype());
-  Shape xst = xc.strides();
-  const int64_t* ip = idx.data_ptr<int64_t>();
-  visit_dtype(x.dtype(), [&]<typename T>() {
-    const T* xp = xc.data_ptr<T>();
-    T* o = out.data_ptr<T>();
-    int64_t lin = 0;
-    for_each_coord(idx.shape(), [&](const int64_t* c) {
-      int64_t k = ip[lin];
-      if (k < 0) k += n;
-      o[lin++] = xp[offset_of(c, xst, x.dim() == 0 ? -1 : dim, k)];
-    });
-  });
+  backend::kernels(out).gather(out, xc, dim, idx);
   if (autograd::any_requires_grad({&x})) {
     TensorList outs{out};
     Shape xs = x.shape();
@@ -207,26 +151,11 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
   int64_t n = x.dim() == 0 ? 1 : x.shape()[dim];
   check_range(idx, n, dim, "index_select");
   if (x.dim() == 0) TS_RETURN(x.clone());
-  int64_t k = idx.numel();
   Tensor xc = x.contiguous();
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= x.shape()[d];
-  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.shape()[d];
   Shape os = x.shape();
-  os[dim] = k;
+  os[dim] = idx.numel();
   Tensor out = empty(os, x.dtype());
-  const int64_t* ip = idx.data_ptr<int64_t>();
-  size_t item = x.itemsize();
-  const char* src = static_cast<const char*>(xc.raw_data());
-  char* dst = static_cast<char*>(out.raw_data());
-  size_t row = static_cast<size_t>(inner) * item;
-  parallel_for(0, outer * k, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(inner, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      int64_t o = i / k, j = i % k;
-      int64_t s = ip[j] < 0 ? ip[j] + n : ip[j];
-      std::memcpy(dst + i * row, src + (o * n + s) * row, row);
-    }
-  });
+  backend::kernels(out).index_select(out, xc, dim, idx);
   if (autograd::any_requires_grad({&x})) {
     TensorList outs{out};
     Shape xs = x.shape();
@@ -254,29 +183,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Ten
            " (the input's shape with dimension ", dim, " set to the number of indices)");
   Tensor src = cast(alpha.to_double() == 1.0 ? src_in.detach() : mul(src_in.detach(), alpha), x.dtype()).contiguous();
   Tensor out = x.detach().clone();
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= x.shape()[d];
-  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.shape()[d];
-  int64_t k = idx.numel();
-  const int64_t* ip = idx.data_ptr<int64_t>();
-  visit_dtype(x.dtype(), [&]<typename T>() {
-    T* o = out.data_ptr<T>();
-    const T* s = src.data_ptr<T>();
-    // Parallel over outer rows only: the same destination row may appear in
-    // several indices, and a fixed order keeps the sums deterministic.
-    parallel_for(0, outer, 1, [&](int64_t b, int64_t e) {
-      for (int64_t oi = b; oi < e; ++oi)
-        for (int64_t j = 0; j < k; ++j) {
-          int64_t t = ip[j] < 0 ? ip[j] + n : ip[j];
-          T* dst = o + (oi * n + t) * inner;
-          const T* sr = s + (oi * k + j) * inner;
-          for (int64_t i = 0; i < inner; ++i) {
-            if constexpr (std::is_same_v<T, bool>) dst[i] = dst[i] || sr[i];
-            else dst[i] = static_cast<T>(static_cast<acc_t<T>>(dst[i]) + static_cast<acc_t<T>>(sr[i]));
-          }
-        }
-    });
-  });
+  backend::kernels(out).index_add(out, dim, idx, src);
   if (autograd::any_requires_grad({&x, &src_in})) {
     TensorList outs{out};
     double al = alpha.to_double();
@@ -317,19 +224,9 @@ Tensor nonzero(const Tensor& x) {
   TS_OP_SCOPE(nonzero, &x);
   check_defined(x, "nonzero", "input");
   Tensor nz = ne(x, 0).contiguous();
-  const bool* p = nz.data_ptr<bool>();
-  int64_t count = 0;
-  for (int64_t i = 0; i < nz.numel(); ++i) count += p[i];
-  int64_t nd = x.dim();
-  Tensor out = empty({count, nd}, DType::I64);
-  int64_t* o = out.data_ptr<int64_t>();
-  int64_t lin = 0, w = 0;
-  for_each_coord(x.shape(), [&](const int64_t* c) {
-    if (p[lin++])
-      for (int64_t d = 0; d < nd; ++d) o[w++] = c[d];
-  });
-  if (nd == 0 && p[0]) TS_RETURN(zeros({1, 0}, DType::I64));
-  TS_RETURN(out);
+  TS_CHECK(has_values(nz), "nonzero: the output's size depends on the input's values, and a tensor on ", nz.device(),
+           " has none");
+  TS_RETURN(backend::kernels(nz).nonzero(nz));
 }
 
 Tensor masked_select(const Tensor& x, const Tensor& mask) {
@@ -353,7 +250,7 @@ Tensor one_hot(const Tensor& x, int64_t num_classes) {
     TS_CHECK(xi.numel() > 0, "one_hot: cannot infer num_classes from an empty tensor; pass it explicitly");
     num_classes = amax(xi).item<int64_t>() + 1;
   }
-  if (xi.numel() > 0) {
+  if (xi.numel() > 0 && has_values(xi)) {
     TS_CHECK(amin(xi).item<int64_t>() >= 0, "one_hot: class values must be non-negative");
     int64_t mx = amax(xi).item<int64_t>();
     TS_CHECK(mx < num_classes, "one_hot: class value ", mx, " is out of range for num_classes ", num_classes);
@@ -380,32 +277,7 @@ std::tuple<Tensor, Tensor> sort_impl(const Tensor& x, int64_t dim, bool descendi
   if (!os.empty()) os.back() = k;
   Tensor values = empty(os, x.dtype());
   Tensor indices = empty(os, DType::I64);
-  visit_dtype(x.dtype(), [&]<typename T>() {
-    const T* xp = xt.data_ptr<T>();
-    T* vp = values.data_ptr<T>();
-    int64_t* ip = indices.data_ptr<int64_t>();
-    parallel_for(0, rows, 1, [&](int64_t b, int64_t e) {
-      std::vector<int64_t> order(len);
-      for (int64_t r = b; r < e; ++r) {
-        const T* row = xp + r * len;
-        std::iota(order.begin(), order.end(), 0);
-        auto less = [&](int64_t i, int64_t j) {
-          double a = static_cast<double>(static_cast<acc_t<T>>(row[i]));
-          double c = static_cast<double>(static_cast<acc_t<T>>(row[j]));
-          bool an = std::isnan(a), cn = std::isnan(c);
-          if (descending) return an ? !cn : (!cn && a > c);
-          return cn ? !an : (!an && a < c);
-        };
-        if (k < len && !stable) std::partial_sort(order.begin(), order.begin() + k, order.end(), less);
-        else std::stable_sort(order.begin(), order.end(), less);
-        if (!sorted && k < len) std::sort(order.begin(), order.begin() + k);
-        for (int64_t i = 0; i < k; ++i) {
-          vp[r * k + i] = row[order[i]];
-          ip[r * k + i] = order[i];
-        }
-      }
-    });
-  });
+  backend::kernels(values).sort_rows(xt, values, indices, rows, len, k, descending, stable, sorted);
   if (nd == 0) {
     values = values.reshape({});
     indices = indices.reshape({});

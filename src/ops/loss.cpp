@@ -51,7 +51,7 @@ Tensor nll_loss(const Tensor& logp_in, const Tensor& target_in, const Tensor& we
   Tensor t = cast(target, DType::I64);
   Tensor valid = ne(t, ignore_index);
   Tensor safe = where(valid, t, 0);
-  if (safe.numel() > 0) {
+  if (safe.numel() > 0 && has_values(safe)) {
     int64_t lo = amin(safe).item<int64_t>(), hi = amax(safe).item<int64_t>();
     TS_CHECK(lo >= 0 && hi < C, op, ": target value ", lo < 0 ? lo : hi, " is out of range for ", C,
              " classes (valid: 0 to ", C - 1, ", or ignore_index ", ignore_index, ")");
@@ -152,7 +152,7 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
   TS_CHECK(IntArrayRef(input.shape()).equals(target.shape()), "binary_cross_entropy: target of shape ",
            shape_str(target.shape()), " must have the input's shape ", shape_str(input.shape()));
   Tensor xd = input.detach();
-  TS_CHECK(xd.numel() == 0 || (all(ge(xd, 0)).item<bool>() && all(le(xd, 1)).item<bool>()),
+  TS_CHECK(xd.numel() == 0 || !has_values(xd) || (all(ge(xd, 0)).item<bool>() && all(le(xd, 1)).item<bool>()),
            "binary_cross_entropy: every input value must be a probability in [0, 1]");
   // log clamped at -100, as PyTorch does, so 0 and 1 give finite losses.
   Tensor lx = clamp(log(input), -100.0, std::nullopt);
@@ -226,7 +226,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
            "embedding: indices must be integers (i64 or i32), got ", dtype_name(indices.dtype()));
   int64_t V = weight.shape()[0];
   Tensor flat = cast(indices, DType::I64).reshape({-1});
-  if (flat.numel() > 0) {
+  if (flat.numel() > 0 && has_values(flat)) {
     int64_t lo = amin(flat).item<int64_t>(), hi = amax(flat).item<int64_t>();
     TS_CHECK(lo >= 0 && hi < V, "embedding: index ", lo < 0 ? lo : hi, " is out of range for ", V,
              " embeddings (valid: 0 to ", V - 1, ")");

@@ -173,6 +173,10 @@ inline bool is_channels_last(const Tensor& x) {
   return true;
 }
 
+// Whether checks of values (index ranges, probabilities in [0, 1]) can run on
+// t: not on meta, which has shapes only (as PyTorch's meta skips them).
+inline bool has_values(const Tensor& t) { return !t.is_meta(); }
+
 // dst = src and dst = value through dst's backend (Note [Kernel entries]).
 inline void copy_into(const Tensor& dst, const Tensor& src) { backend::kernels(dst).copy(dst, src); }
 inline void fill_into(const Tensor& dst, const Scalar& value) { backend::kernels(dst).fill(dst, value); }

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/pool.h"
 #include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 
@@ -27,14 +26,14 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool
 }
 
 struct Pool {
-  cpu::PoolGeometry g;
+  backend::PoolGeometry g;
   Shape out_shape;
   Tensor x;  // contiguous input
 };
 
 // The geometry of pooling an input of `in_shape` ([C, H, W] or [N, C, H, W]);
 // out_shape receives the output's shape.
-cpu::PoolGeometry pool_geometry(IntArrayRef in_shape, DType dtype, IntArrayRef kernel, IntArrayRef stride_v,
+backend::PoolGeometry pool_geometry(IntArrayRef in_shape, DType dtype, IntArrayRef kernel, IntArrayRef stride_v,
                                 IntArrayRef padding_v, IntArrayRef dilation_v, bool ceil_mode, const char* op,
                                 Shape& out_shape) {
   TS_CHECK(in_shape.size() == 3 || in_shape.size() == 4, op,
@@ -70,12 +69,12 @@ Pool make_pool(const Tensor& x_in, IntArrayRef kernel, IntArrayRef stride_v, Int
   return r;
 }
 
-Tensor avg_pool2d_adjoint(const Tensor& g, const cpu::PoolGeometry& geo, const Shape& in_shape);
+Tensor avg_pool2d_adjoint(const Tensor& g, const backend::PoolGeometry& geo, const Shape& in_shape);
 
-Tensor avg_pool2d_apply(const Tensor& x_in, const cpu::PoolGeometry& geo, const Shape& out_shape) {
+Tensor avg_pool2d_apply(const Tensor& x_in, const backend::PoolGeometry& geo, const Shape& out_shape) {
   Tensor x = x_in.detach().contiguous();
   Tensor y = empty(out_shape, x.dtype());
-  if (y.numel() > 0) cpu::avg_pool2d_forward(geo, x.raw_data(), y.raw_data());
+  backend::kernels(y).avg_pool2d_fwd(geo, x, y);
   if (autograd::any_requires_grad({&x_in})) {
     TensorList outs{y};
     Shape in_shape = x_in.shape();
@@ -94,10 +93,10 @@ Tensor avg_pool2d_apply(const Tensor& x_in, const cpu::PoolGeometry& geo, const 
 }
 
 // The adjoint of average pooling; its own gradient is average pooling again.
-Tensor avg_pool2d_adjoint(const Tensor& g_in, const cpu::PoolGeometry& geo, const Shape& in_shape) {
+Tensor avg_pool2d_adjoint(const Tensor& g_in, const backend::PoolGeometry& geo, const Shape& in_shape) {
   Tensor g = g_in.detach().contiguous();
   Tensor gx = empty(in_shape, g.dtype());
-  if (gx.numel() > 0) cpu::avg_pool2d_backward(geo, g.raw_data(), gx.raw_data());
+  backend::kernels(gx).avg_pool2d_bwd(geo, g, gx);
   if (autograd::any_requires_grad({&g_in})) {
     TensorList outs{gx};
     Shape out_shape = g_in.shape();
@@ -110,18 +109,18 @@ Tensor avg_pool2d_adjoint(const Tensor& g_in, const cpu::PoolGeometry& geo, cons
 
 // Row-stochastic [out, in] matrix averaging adaptive bins.
 Tensor adaptive_matrix(int64_t in, int64_t out, DType dt) {
-  Tensor m = zeros({out, in}, DType::F64);
+  Tensor m = zeros({out, in}, TensorOptions(DType::F64, Device::cpu()));  // from sizes: made on the CPU
   double* p = m.data_ptr<double>();
   for (int64_t i = 0; i < out; ++i) {
     int64_t s = (i * in) / out, e = ((i + 1) * in + out - 1) / out;
     for (int64_t j = s; j < e; ++j) p[i * in + j] = 1.0 / static_cast<double>(e - s);
   }
-  return m.to(dt);
+  return m.to(dt).to(current_device());
 }
 
 // [out, in] linear-interpolation matrix (PyTorch's bilinear coordinate rule).
 Tensor linear_matrix(int64_t in, int64_t out, bool align_corners, std::optional<double> scale, DType dt) {
-  Tensor m = zeros({out, in}, DType::F64);
+  Tensor m = zeros({out, in}, TensorOptions(DType::F64, Device::cpu()));  // from sizes: made on the CPU
   double* p = m.data_ptr<double>();
   for (int64_t i = 0; i < out; ++i) {
     double src;
@@ -136,16 +135,16 @@ Tensor linear_matrix(int64_t in, int64_t out, bool align_corners, std::optional<
     p[i * in + i0] += 1.0 - l;
     p[i * in + i1] += l;
   }
-  return m.to(dt);
+  return m.to(dt).to(current_device());
 }
 
 Tensor nearest_index(int64_t in, int64_t out, std::optional<double> scale) {
-  Tensor idx = empty({out}, DType::I64);  // its size checked like any tensor's
+  Tensor idx = empty({out}, TensorOptions(DType::I64, Device::cpu()));  // its size checked like any tensor's
   int64_t* p = idx.data_ptr<int64_t>();
   double r = scale ? 1.0 / *scale : static_cast<double>(in) / static_cast<double>(out);
   for (int64_t i = 0; i < out; ++i)
     p[i] = std::min<int64_t>(saturating_int64(std::floor(static_cast<double>(i) * r)), in - 1);
-  return idx;
+  return idx.to(current_device());
 }
 
 }  // namespace
@@ -158,11 +157,11 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, IntArrayR
   Pool p = make_pool(x_in, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");
   Tensor y = empty(p.out_shape, p.x.dtype());
   Tensor idx = empty(p.out_shape, DType::I64);
-  if (y.numel() > 0) cpu::max_pool2d_forward(p.g, p.x.raw_data(), y.raw_data(), idx.data_ptr<int64_t>());
+  backend::kernels(y).max_pool2d_fwd(p.g, p.x, y, idx);
   if (autograd::any_requires_grad({&x_in})) {
     TensorList outs{y};
     Shape in_shape = x_in.shape();
-    cpu::PoolGeometry geom = p.g;
+    backend::PoolGeometry geom = p.g;
     autograd::record("max_pool2d", {x_in}, outs, [in_shape, geom](const VjpArgs& a) -> TensorList {
       const Tensor& g = a.grads[0];
       const Tensor& idx = a.saved[0];
@@ -170,7 +169,7 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, IntArrayR
       if (!GradMode::is_enabled() && g.dtype() == geom.dtype) {  // the fast kernel, unless recording
         Tensor gc = g.contiguous();
         Tensor gx = empty(in_shape, g.dtype());
-        if (gx.numel() > 0) cpu::max_pool2d_backward(geom, gc.raw_data(), idx.data_ptr<int64_t>(), gx.raw_data());
+        backend::kernels(gx).max_pool2d_bwd(geom, gc, idx, gx);
         return {gx};
       }
       int64_t nd = static_cast<int64_t>(in_shape.size());
@@ -199,12 +198,12 @@ Tensor max_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntAr
       TS_RETURN(channel_blocks(max_pool2d(channel_blocks(x, b), kernel, stride, padding, dilation, ceil_mode), b));
     // Blocked planes [N * C/b, H, W, b]: the geometry of the NCHW planes.
     Shape s = x.shape(), planes_out;
-    cpu::PoolGeometry g = pool_geometry(Shape{s[0] * s[1], s[2], s[3]}, x.dtype(), kernel, stride, padding, dilation,
+    backend::PoolGeometry g = pool_geometry(Shape{s[0] * s[1], s[2], s[3]}, x.dtype(), kernel, stride, padding, dilation,
                                         ceil_mode, "max_pool2d", planes_out);
     g.lanes = b;
     Tensor y = empty({s[0], s[1], g.OH, g.OW, b}, x.dtype());
     Tensor xc = x.detach().contiguous();
-    if (y.numel() > 0) cpu::max_pool2d_forward(g, xc.raw_data(), y.raw_data(), nullptr);
+    backend::kernels(y).max_pool2d_fwd(g, xc, y, Tensor());
     TS_RETURN(y);
   }
   check_defined(x, "max_pool2d", "input");
@@ -214,7 +213,7 @@ Tensor max_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntAr
     // them), and channels-last inputs, pooled in their own layout: planes of
     // [H, W, C] (NCHW u8 codes go through the same kernel with one lane).
     Shape planes_out;
-    cpu::PoolGeometry g = pool_geometry(x.shape(), x.dtype(), kernel, stride, padding, dilation, ceil_mode,
+    backend::PoolGeometry g = pool_geometry(x.shape(), x.dtype(), kernel, stride, padding, dilation, ceil_mode,
                                         "max_pool2d", planes_out);
     if (x.dim() == 4 && is_channels_last(x)) {
       const int64_t N = x.shape()[0], C = x.shape()[1];
@@ -222,18 +221,18 @@ Tensor max_pool2d(const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntAr
       g.lanes = C;
       Tensor xc = x.detach().permute({0, 2, 3, 1}).contiguous();
       Tensor y = empty({N, g.OH, g.OW, C}, x.dtype());
-      if (y.numel() > 0) cpu::max_pool2d_forward(g, xc.raw_data(), y.raw_data(), nullptr);
+      backend::kernels(y).max_pool2d_fwd(g, xc, y, Tensor());
       TS_RETURN(y.permute({0, 3, 1, 2}));
     }
     Tensor xc = x.contiguous();
     Tensor y = empty(planes_out, x.dtype());
-    if (y.numel() > 0) cpu::max_pool2d_forward(g, xc.raw_data(), y.raw_data(), nullptr);
+    backend::kernels(y).max_pool2d_fwd(g, xc, y, Tensor());
     TS_RETURN(y);
   }
   if (!autograd::any_requires_grad({&x})) {  // no backward: no argmax to keep (the vectorized kernel)
     Pool p = make_pool(x, kernel, stride, padding, dilation, ceil_mode, "max_pool2d");
     Tensor y = empty(p.out_shape, p.x.dtype());
-    if (y.numel() > 0) cpu::max_pool2d_forward(p.g, p.x.raw_data(), y.raw_data(), nullptr);
+    backend::kernels(y).max_pool2d_fwd(p.g, p.x, y, Tensor());
     TS_RETURN(y);
   }
   TS_RETURN(std::get<0>(max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode)));
@@ -329,20 +328,20 @@ Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, IntArrayRe
   for (size_t i = 0; i + 2 < nd; ++i)
     TS_CHECK(input_size[i] == grad.shape()[i], name, ": input_size ", shape_str(input_size),
              " and grad ", shape_str(grad.shape()), " differ in the leading dimensions");
-  cpu::PoolGeometry g{};
+  backend::PoolGeometry g{};
   g.H = input_size[nd - 2], g.W = input_size[nd - 1];
   g.OH = grad.shape()[nd - 2], g.OW = grad.shape()[nd - 1];
   g.planes = numel_of(input_size) / std::max<int64_t>(g.H * g.W, 1);
   g.dtype = grad.dtype();
   Tensor idx = indices.detach().contiguous(), gc = grad.detach().contiguous();
-  if (idx.numel() > 0) {
+  if (idx.numel() > 0 && has_values(idx)) {
     const int64_t* ip = idx.data_ptr<int64_t>();
     auto [lo, hi] = std::minmax_element(ip, ip + idx.numel());
     TS_CHECK(*lo >= -1 && *hi < g.H * g.W, name, ": index ", *lo < -1 ? *lo : *hi, " is outside the ", g.H, "x", g.W,
              " input plane");
   }
   Tensor gx = empty(input_size, grad.dtype());
-  if (gx.numel() > 0) cpu::max_pool2d_backward(g, gc.raw_data(), idx.data_ptr<int64_t>(), gx.raw_data());
+  backend::kernels(gx).max_pool2d_bwd(g, gc, idx, gx);
   TS_RETURN(gx);
 }
 
@@ -355,7 +354,7 @@ Tensor avg_pool2d_backward(const Tensor& grad, IntArrayRef input_size, IntArrayR
   check_defined(grad, name, "grad");
   check_floating(grad, name, "grad");
   Shape out_shape;
-  cpu::PoolGeometry g = pool_geometry(input_size, grad.dtype(), kernel, stride, padding, {1, 1}, ceil_mode, name, out_shape);
+  backend::PoolGeometry g = pool_geometry(input_size, grad.dtype(), kernel, stride, padding, {1, 1}, ceil_mode, name, out_shape);
   g.count_include_pad = count_include_pad;
   TS_CHECK(IntArrayRef(grad.shape()).equals(out_shape), name, ": grad has shape ", shape_str(grad.shape()),
            " but pooling an input of size ", shape_str(input_size), " gives ", shape_str(out_shape));

@@ -85,7 +85,7 @@ Tensor bernoulli(const Tensor& p, Generator* gen) {
   check_defined(p, "bernoulli", "p");
   check_floating(p, "bernoulli", "p");
   Tensor pf = p.detach();
-  TS_CHECK(pf.numel() == 0 || (all(ge(pf, 0)).item<bool>() && all(le(pf, 1)).item<bool>()),
+  TS_CHECK(pf.numel() == 0 || !has_values(pf) || (all(ge(pf, 0)).item<bool>() && all(le(pf, 1)).item<bool>()),
            "bernoulli: every probability must be in [0, 1]");
   Tensor u = draw(p.shape(), Dist::Uniform, 0, 1,
                   TensorOptions(p.dtype() == DType::F64 ? DType::F64 : DType::F32, p.device()), gen);

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <numeric>
 
-#include "backend/cpu/scan.h"
 #include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 #include "tessera/core/parallel.h"
@@ -397,7 +396,7 @@ Tensor scan(const Tensor& x, int64_t dim, bool is_prod) {
   DType out_dtype = is_floating(x.dtype()) ? x.dtype() : DType::I64;
   Tensor xt = nd == 0 ? x.reshape({1}) : x.transpose(dim, -1).contiguous();
   Tensor out = empty(xt.shape(), out_dtype);
-  cpu::cumulative(xt, out, is_prod);
+  backend::kernels(out).cumulative(xt, out, is_prod);
   Tensor y = nd == 0 ? out.reshape({}) : out.transpose(dim, -1).contiguous();
   if (is_floating(out_dtype) && autograd::any_requires_grad({&x})) {
     TensorList outs{y};
@@ -405,14 +404,14 @@ Tensor scan(const Tensor& x, int64_t dim, bool is_prod) {
       const Tensor& g = a.grads[0];
       if (nd == 0) return {is_prod ? mul(g, 1.0) : g};
       if (!is_prod) return {flip(cumsum(flip(g, {dim}), dim), {dim})};
-      // See cpu::cumprod_backward: exact with zeros; not differentiable again.
+      // See the CPU backend's cumprod_backward (backend/cpu/scan.cpp): exact with zeros; not differentiable again.
       TS_CHECK(!GradMode::is_enabled(), "cumprod: double backward (create_graph=true through cumprod) is not "
                "supported: its backward is an exact kernel, not differentiable ops");
       Tensor xt = a.saved[0].transpose(dim, -1).contiguous();
       Tensor yt = a.saved[1].transpose(dim, -1).contiguous();
       Tensor gt = g.transpose(dim, -1).contiguous();
       Tensor gx = empty(xt.shape(), xt.dtype());
-      cpu::cumprod_backward(xt, yt, gt, gx);
+      backend::kernels(gx).cumprod_backward(xt, yt, gt, gx);
       return {gx.transpose(dim, -1).contiguous()};
     }, {0}, {0});
   }

@@ -198,7 +198,8 @@ Tensor pad(const Tensor& x, IntArrayRef p, const std::string& mode, double value
     else
       TS_CHECK(n > 0 || (before == 0 && after == 0), "pad: cannot replicate-pad an empty dimension ", d);
     // The source index of every output position; its size is checked like any tensor's.
-    Tensor idx = empty({checked_add(checked_add(n, before, "pad"), after, "pad")}, DType::I64);
+    // Made on the CPU from sizes alone, then moved to the input's device.
+    Tensor idx = empty({checked_add(checked_add(n, before, "pad"), after, "pad")}, TensorOptions(DType::I64, Device::cpu()));
     int64_t* q = idx.data_ptr<int64_t>();
     for (int64_t j = -before; j < n + after; ++j) {
       int64_t k = j;
@@ -206,7 +207,7 @@ Tensor pad(const Tensor& x, IntArrayRef p, const std::string& mode, double value
       else k = std::clamp<int64_t>(j, 0, n - 1);
       *q++ = k;
     }
-    r = index_select(r, d, idx);
+    r = index_select(r, d, idx.to(x.device()));
   }
   TS_RETURN(r);
 }

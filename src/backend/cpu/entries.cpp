@@ -8,6 +8,8 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/loops.h"
+#include "backend/cpu/pool.h"
+#include "backend/cpu/scan.h"
 #include "tessera/core/parallel.h"
 
 namespace tessera::cpu::entry {
@@ -169,6 +171,11 @@ void reduce_rows(ReduceKernel k, const Tensor& x, const Tensor& out, int64_t row
   kernels().reduce_rows[static_cast<int>(k)][idx(partial.dtype())](p, o, rows, chunks);
 }
 
+void cumulative(const Tensor& x, const Tensor& out, bool prod) { cpu::cumulative(x, out, prod); }
+void cumprod_backward(const Tensor& x, const Tensor& y, const Tensor& g, const Tensor& gx) {
+  cpu::cumprod_backward(x, y, g, gx);
+}
+
 void reduce_mid(ReduceKernel k, const Tensor& x, const Tensor& out, int64_t outer, int64_t len, int64_t inner) {
   auto fn = kernels().reduce_mid[static_cast<int>(k)][idx(x.dtype())];
   const char* in = static_cast<const char*>(x.raw_data());
@@ -255,6 +262,19 @@ bool linear_epilogue(const Tensor& x, const Tensor& w, const Tensor& bias, const
   }
   gemm(g);
   return true;
+}
+
+void max_pool2d_fwd(const PoolGeometry& g, const Tensor& x, const Tensor& y, const Tensor& indices) {
+  if (y.numel() > 0) max_pool2d_forward(g, x.raw_data(), y.raw_data(), indices.defined() ? indices.data_ptr<int64_t>() : nullptr);
+}
+void max_pool2d_bwd(const PoolGeometry& g, const Tensor& gy, const Tensor& indices, const Tensor& gx) {
+  if (gx.numel() > 0) max_pool2d_backward(g, gy.raw_data(), indices.data_ptr<int64_t>(), gx.raw_data());
+}
+void avg_pool2d_fwd(const PoolGeometry& g, const Tensor& x, const Tensor& y) {
+  if (y.numel() > 0) avg_pool2d_forward(g, x.raw_data(), y.raw_data());
+}
+void avg_pool2d_bwd(const PoolGeometry& g, const Tensor& gy, const Tensor& gx) {
+  if (gx.numel() > 0) avg_pool2d_backward(g, gy.raw_data(), gx.raw_data());
 }
 
 void softmax_fwd(const Tensor& x, const Tensor& y, bool is_log) {

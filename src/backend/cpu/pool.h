@@ -3,17 +3,11 @@
 // pooling without indices also over channel-blocked [planes, H, W, lanes]).
 #include <cstdint>
 
-#include "tessera/core/dtype.h"
+#include "backend/kernel_ids.h"
 
 namespace tessera::cpu {
 
-struct PoolGeometry {
-  int64_t planes, H, W, OH, OW;
-  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
-  bool count_include_pad = true;  // average pooling only
-  DType dtype;
-  int64_t lanes = 1;  // channels interleaved per plane: max pooling without indices only
-};
+using backend::PoolGeometry;
 
 // indices: flat position in the H*W plane of each maximum (NaN wins); null
 // when nothing needs them (inference), which takes the vectorized kernel.
