@@ -89,6 +89,25 @@ using MaxPoolFwdFn = void (*)(const PoolGeometry& g, const Tensor& x, const Tens
 using MaxPoolBwdFn = void (*)(const PoolGeometry& g, const Tensor& gy, const Tensor& indices, const Tensor& gx);
 using AvgPoolFwdFn = void (*)(const PoolGeometry& g, const Tensor& x, const Tensor& y);
 using AvgPoolBwdFn = void (*)(const PoolGeometry& g, const Tensor& gy, const Tensor& gx);
+// Batch norm over contiguous f32/f64 x [N, C, *] (Note [Fused batch norm]),
+// per-channel statistics and parameters f64 [C]: the mean and (biased)
+// variance; y = x * scale + shift; and the gradients (each may be undefined
+// but for g, x, mean and rstd), w the weight or undefined.
+using BatchNormStatsFn = void (*)(const Tensor& x, const Tensor& mean, const Tensor& var);
+using BatchNormApplyFn = void (*)(const Tensor& x, const Tensor& y, const Tensor& scale, const Tensor& shift);
+using BatchNormBwdFn = void (*)(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& w, bool training, const Tensor& gx, const Tensor& gw, const Tensor& gb);
+// Fused attention (kernel_ids.h): out [bh, L, Ev] and lse [bh, L]
+// contiguous; q, k, v and mask (may be undefined) with any strides. The
+// backward overwrites contiguous dq, dk, dv from dout and the forward's out
+// and lse. keep_mask writes the dropout mask the kernels use, 1 or 0, into
+// contiguous keep [bh, L, S] (the composite's, for double backward).
+using AttentionFwdFn = void (*)(const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& mask, const Tensor& out, const Tensor& lse);
+using AttentionBwdFn = void (*)(const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& mask, const Tensor& dout, const Tensor& out, const Tensor& lse,
+                                const Tensor& dq, const Tensor& dk, const Tensor& dv);
+using AttentionKeepMaskFn = void (*)(const AttentionParams& p, const Tensor& keep);
 // Over rows of the last dim of contiguous tensors.
 using SoftmaxFwdFn = void (*)(const Tensor& x, const Tensor& y, bool log);
 using SoftmaxBwdFn = void (*)(const Tensor& gy, const Tensor& y, const Tensor& gx, bool log);
@@ -111,8 +130,10 @@ using LayerNormBwdFn = void (*)(const Tensor& gy, const Tensor& x, const Tensor&
   X(reduce_rows, ReduceRowsFn) X(reduce_mid, ReduceMidFn) X(arg_reduce_rows, ArgReduceRowsFn)          \
   X(max_pool2d_fwd, MaxPoolFwdFn) X(max_pool2d_bwd, MaxPoolBwdFn) X(avg_pool2d_fwd, AvgPoolFwdFn)      \
   X(avg_pool2d_bwd, AvgPoolBwdFn)                                                                      \
+  X(attention_fwd, AttentionFwdFn) X(attention_bwd, AttentionBwdFn) X(attention_keep_mask, AttentionKeepMaskFn) \
   X(matmul, MatmulFn) X(linear_epilogue, LinearEpilogueFn) X(softmax_fwd, SoftmaxFwdFn) X(softmax_bwd, SoftmaxBwdFn)                        \
-  X(layer_norm_fwd, LayerNormFwdFn) X(layer_norm_bwd, LayerNormBwdFn)
+  X(layer_norm_fwd, LayerNormFwdFn) X(layer_norm_bwd, LayerNormBwdFn)                                  \
+  X(batch_norm_stats, BatchNormStatsFn) X(batch_norm_apply, BatchNormApplyFn) X(batch_norm_bwd, BatchNormBwdFn)
 
 struct Kernels {
 #define TS_X(name, type) type name = nullptr;

@@ -53,4 +53,21 @@ struct PoolGeometry {
   int64_t lanes = 1;  // channels interleaved per plane: max pooling without indices only
 };
 
+// Fused attention over q [bh, L, E], k [bh, S, E], v [bh, S, Ev] (f32, or
+// f64 when f64), with an optional additive mask [bh, L, S].
+struct AttentionParams {
+  int64_t bh = 0, L = 0, S = 0, E = 0, Ev = 0;
+  bool causal = false;
+  double scale = 1.0;
+  double dropout_p = 0.0;
+  uint64_t seed = 0, offset = 0;  // Philox state of the dropout mask
+  bool f64 = false;
+};
+// The dropout mask's layout, the same on every backend so that a seed gives
+// one mask everywhere: row (b, i) draws one Philox block per 4 keys, from
+// offset + (b * L + i) * ceil(S / 4).
+inline uint64_t attention_rng_blocks(const AttentionParams& p) {
+  return static_cast<uint64_t>(p.bh * p.L * ((p.S + 3) / 4));
+}
+
 }  // namespace tessera::backend

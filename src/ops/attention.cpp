@@ -1,9 +1,8 @@
 // scaled_dot_product_attention: a fused, memory-efficient kernel (see
-// backend/cpu/attention.h) with the explicit matmul-softmax-matmul as its
+// the backend's attention entries) with the explicit matmul-softmax-matmul as its
 // composite fallback for create_graph and as its test reference.
 #include <cmath>
 
-#include "backend/cpu/attention.h"
 #include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
 
@@ -29,20 +28,9 @@ Tensor flatten_batch(const Tensor& t, const Shape& batch, int64_t r, int64_t c, 
   return t.to(ct).expand(s).reshape({numel_of(batch), r, c});
 }
 
-void set_operands(cpu::AttentionArgs& a, const Tensor& q, const Tensor& k, const Tensor& v) {
-  for (int i = 0; i < 3; ++i) {
-    a.sq[i] = q.strides()[i];
-    a.sk[i] = k.strides()[i];
-    a.sv[i] = v.strides()[i];
-  }
-  a.q = q.raw_data();
-  a.k = k.raw_data();
-  a.v = v.raw_data();
-}
-
 // The checked operands and one run of the fused forward kernel.
 struct AttentionRun {
-  cpu::AttentionArgs a;
+  backend::AttentionParams a;
   Shape batch;  // the broadcast batch dimensions
   DType ct;     // the compute dtype (f32, or f64)
   Tensor qf, kf, vf, mflat, out, lse;
@@ -81,17 +69,14 @@ AttentionRun attention_forward(const char* name, const Tensor& q, const Tensor& 
   r.qf = flatten_batch(q.detach(), r.batch, L, E, r.ct);
   r.kf = flatten_batch(k.detach(), r.batch, S, E, r.ct);
   r.vf = flatten_batch(v.detach(), r.batch, S, Ev, r.ct);
-  cpu::AttentionArgs& a = r.a;
+  backend::AttentionParams& a = r.a;
   a.bh = BH; a.L = L; a.S = S; a.E = E; a.Ev = Ev;
-  set_operands(a, r.qf, r.kf, r.vf);
   if (attn_mask.defined()) {
     // additive, broadcast to [batch..., L, S]
     Tensor m = attn_mask.dtype() == DType::Bool
                    ? where(attn_mask, scalar_tensor(0.0, r.ct), scalar_tensor(-INFINITY, r.ct))
                    : attn_mask.detach().to(r.ct);
     r.mflat = m.expand(ls).reshape({BH, L, S});
-    for (int i = 0; i < 3; ++i) a.sm[i] = r.mflat.strides()[i];
-    a.mask = r.mflat.raw_data();
   }
   a.causal = is_causal;
   a.scale = scale;
@@ -100,32 +85,29 @@ AttentionRun attention_forward(const char* name, const Tensor& q, const Tensor& 
   if (dropout_p > 0) {
     Generator& g = gen ? *gen : default_generator();
     a.seed = g.seed();
-    a.offset = g.reserve(cpu::attention_rng_blocks(a));
+    a.offset = g.reserve(backend::attention_rng_blocks(a));
   }
   if (!run) return r;
   r.out = empty({BH, L, Ev}, r.ct), r.lse = empty({BH, L}, r.ct);
   // Two products (q k^T, p v) of 2 flops per multiply-add.
   trace::add_flops(2 * a.bh * a.L * a.S * (a.E + a.Ev));
-  if (r.out.numel() > 0 || r.lse.numel() > 0) cpu::attention_forward(a, r.out.raw_data(), r.lse.raw_data());
+  backend::kernels(r.out).attention_fwd(a, r.qf, r.kf, r.vf, r.mflat, r.out, r.lse);
   return r;
 }
 
 // {dq, dk, dv} in the shapes of q, k, v (summed over broadcast dimensions)
 // from the forward's operands, output and log-sum-exp.
-TensorList attention_grads(cpu::AttentionArgs b, const Shape& batch, DType ct, const Tensor& q, const Tensor& k,
+TensorList attention_grads(backend::AttentionParams b, const Shape& batch, DType ct, const Tensor& q, const Tensor& k,
                            const Tensor& v, const Tensor& mflat, const Tensor& out, const Tensor& lse,
                            const Tensor& grad) {
   Tensor qf = flatten_batch(q, batch, b.L, b.E, ct);
   Tensor kf = flatten_batch(k, batch, b.S, b.E, ct);
   Tensor vf = flatten_batch(v, batch, b.S, b.Ev, ct);
-  set_operands(b, qf, kf, vf);
-  b.mask = mflat.defined() ? mflat.raw_data() : nullptr;
   Tensor dout = grad.to(ct).contiguous();
   Tensor dq = empty({b.bh, b.L, b.E}, ct), dk = empty({b.bh, b.S, b.E}, ct), dv = empty({b.bh, b.S, b.Ev}, ct);
   // Recomputes q k^T, then dv, dp, dq, dk: four more products.
   trace::add_flops(2 * b.bh * b.L * b.S * (2 * b.E + 2 * b.Ev + b.E));
-  cpu::attention_backward(b, dout.raw_data(), out.raw_data(), lse.raw_data(), dq.raw_data(), dk.raw_data(),
-                          dv.raw_data());
+  backend::kernels(dq).attention_bwd(b, qf, kf, vf, mflat, dout, out, lse, dq, dk, dv);
   auto back = [&](const Tensor& g, int64_t r, int64_t c, const Tensor& like) {
     Shape s = batch;
     s.push_back(r);
@@ -137,7 +119,7 @@ TensorList attention_grads(cpu::AttentionArgs b, const Shape& batch, DType ct, c
 
 // The gradients through attention_composite (create_graph: differentiable
 // again), with the forward's mask flattened to [bh, L, S] and its dropout.
-TensorList composite_grads(const cpu::AttentionArgs& a, const Shape& batch, DType ct, const Tensor& q, const Tensor& k,
+TensorList composite_grads(const backend::AttentionParams& a, const Shape& batch, DType ct, const Tensor& q, const Tensor& k,
                            const Tensor& v, const Tensor& mflat, const VjpArgs& va) {
   Shape s = batch;
   s.push_back(a.L);
@@ -145,12 +127,7 @@ TensorList composite_grads(const cpu::AttentionArgs& a, const Shape& batch, DTyp
   Tensor keep_mask;
   if (a.dropout_p > 0) {
     Tensor km = empty({a.bh, a.L, a.S}, ct);
-    visit_floating(ct, [&]<typename T>() {
-      T* p = km.data_ptr<T>();
-      for (int64_t b = 0; b < a.bh; ++b)
-        for (int64_t i = 0; i < a.L; ++i)
-          for (int64_t j = 0; j < a.S; ++j) p[(b * a.L + i) * a.S + j] = cpu::attention_keep(a, b, i, j) ? 1 : 0;
-    });
+    backend::kernels(km).attention_keep_mask(a, km);
     keep_mask = km.view(s).to(q.dtype());
   }
   Tensor mask = mflat.defined() ? mflat.view(s).to(q.dtype()) : Tensor();
@@ -175,7 +152,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (grad && dropout_p == 0) TS_RETURN(attention_with_lse(q, k, v, attn_mask, is_causal, scale_opt)[0]);
   const char* name = "scaled_dot_product_attention";
   AttentionRun r = attention_forward(name, q, k, v, attn_mask, dropout_p, is_causal, scale_opt, gen);
-  const cpu::AttentionArgs& a = r.a;
+  const backend::AttentionParams& a = r.a;
   Shape os = r.batch;
   os.push_back(a.L);
   os.push_back(a.Ev);

@@ -244,79 +244,6 @@ Tensor batch_norm_composite(const Tensor& x, const Tensor& weight, const Tensor&
   return y;
 }
 
-// Note [Fused batch norm]: contiguous f32/f64 [N, C, *] input, one pass for the
-// statistics (f64 accumulators, per channel), one for y = x * a + b with the
-// per-channel scale a = w * rstd and shift b = bias - mean * a. The backward
-// needs two reductions per channel (sum dy, sum dy * xhat) and one pass for gx.
-template <typename T>
-void bn_stats(const T* x, int64_t N, int64_t C, int64_t HW, double* mean, double* var) {
-  parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      double s = 0, ss = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const T* p = x + (n * C + c) * HW;
-        double ps = 0, pss = 0;
-        for (int64_t i = 0; i < HW; ++i) ps += p[i];
-        s += ps;
-        const double m_part = ps / static_cast<double>(HW);
-        for (int64_t i = 0; i < HW; ++i) pss += (p[i] - m_part) * (p[i] - m_part);
-        ss += pss + static_cast<double>(HW) * m_part * m_part;  // sum x^2 = pss + HW m_part^2
-      }
-      const double M = static_cast<double>(N * HW);
-      mean[c] = s / M;
-      var[c] = std::max(0.0, ss / M - mean[c] * mean[c]);
-    }
-  });
-}
-
-template <typename T>
-void bn_apply(const T* x, T* y, int64_t N, int64_t C, int64_t HW, const double* scale, const double* shift) {
-  parallel_for(0, N * C, std::max<int64_t>(1, 16384 / std::max<int64_t>(HW, 1)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t c = r % C;
-      const T a = static_cast<T>(scale[c]), b = static_cast<T>(shift[c]);
-      const T* xp = x + r * HW;
-      T* yp = y + r * HW;
-      for (int64_t i = 0; i < HW; ++i) yp[i] = xp[i] * a + b;
-    }
-  });
-}
-
-template <typename T>
-void bn_backward(const T* g, const T* x, int64_t N, int64_t C, int64_t HW, const double* mean, const double* rstd,
-                 const double* w, bool training, T* gx, double* gw, double* gb) {
-  parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      double sdy = 0, sdyx = 0;
-      const double m = mean[c], r = rstd[c];
-      for (int64_t n = 0; n < N; ++n) {
-        const T* gp = g + (n * C + c) * HW;
-        const T* xp = x + (n * C + c) * HW;
-        double a = 0, b = 0;
-        for (int64_t i = 0; i < HW; ++i) {
-          a += gp[i];
-          b += gp[i] * (xp[i] - m);
-        }
-        sdy += a;
-        sdyx += b;
-      }
-      sdyx *= r;  // sum dy * xhat
-      if (gw) gw[c] = sdyx;
-      if (gb) gb[c] = sdy;
-      if (!gx) continue;
-      const double M = static_cast<double>(N * HW), k = w ? w[c] * r : r;
-      // training: gx = k (dy - mean(dy) - xhat mean(dy xhat)); eval: gx = k dy
-      const double c1t = training ? sdy / M : 0.0, c2 = training ? sdyx / M * r : 0.0;
-      for (int64_t n = 0; n < N; ++n) {
-        const T* gp = g + (n * C + c) * HW;
-        const T* xp = x + (n * C + c) * HW;
-        T* op = gx + (n * C + c) * HW;
-        const T kk = static_cast<T>(k), a = static_cast<T>(c1t), b = static_cast<T>(c2), mm = static_cast<T>(m);
-        for (int64_t i = 0; i < HW; ++i) op[i] = kk * (gp[i] - a - (xp[i] - mm) * b);
-      }
-    }
-  });
-}
 
 }  // namespace
 
@@ -329,7 +256,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   TS_CHECK(x.dim() >= 2, "batch_norm: expected an input with at least 2 dimensions [N, C, ...], got shape ",
            shape_str(x.shape()));
   check_floating(x, "batch_norm", "input");
-  const int64_t N = x.shape()[0], C = x.shape()[1];
+  const int64_t C = x.shape()[1];
   for (const Tensor* p : {&running_mean, &running_var, &weight, &bias})
     if (p->defined())
       TS_CHECK(p->dim() == 1 && p->shape()[0] == C, "batch_norm: running stats, weight and bias must have shape [",
@@ -341,7 +268,6 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   else
     TS_CHECK(running_mean.defined() && running_var.defined(),
              "batch_norm: running_mean and running_var are required in eval mode (training=false)");
-  const int64_t HW = C > 0 && N > 0 ? count / N : 0;
 
   // statistics (f64, per channel)
   Tensor xc = x.detach().contiguous();
@@ -351,10 +277,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   if (training) {
     if (fused) {
       mean_t = empty({C}, DType::F64), var_t = empty({C}, DType::F64);
-      visit_floating(x.dtype(), [&]<typename T>() {
-        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-          bn_stats<T>(xc.data_ptr<T>(), N, C, HW, mean_t.data_ptr<double>(), var_t.data_ptr<double>());
-      });
+      backend::kernels(xc).batch_norm_stats(xc, mean_t, var_t);
     } else {
       Shape dims{0};
       for (int64_t i = 2; i < x.dim(); ++i) dims.push_back(i);
@@ -390,16 +313,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   if (bias.defined()) shift = add(shift, bias.detach().to(DType::F64));
   shift = shift.contiguous();
   Tensor y = empty(x.shape(), x.dtype());
-  visit_floating(x.dtype(), [&]<typename T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      bn_apply<T>(xc.data_ptr<T>(), y.data_ptr<T>(), N, C, HW, scale.data_ptr<double>(), shift.data_ptr<double>());
-  });
+  backend::kernels(y).batch_norm_apply(xc, y, scale.contiguous(), shift);
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
     TensorList outs{y};
     Tensor rm = running_mean.defined() ? running_mean.detach().clone() : Tensor();
     Tensor rv = running_var.defined() ? running_var.detach().clone() : Tensor();
     autograd::record("batch_norm", {x, weight, bias}, outs,
-                     [N, C, HW, training, eps, rm, rv](const VjpArgs& a) -> TensorList {
+                     [C, training, eps, rm, rv](const VjpArgs& a) -> TensorList {
       const Tensor& xs = a.saved[0];
       const Tensor& w = a.saved[1];
       if (GradMode::is_enabled())
@@ -420,13 +340,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       Tensor gx = a.needs_grad(0) ? empty(xc.shape(), xc.dtype()) : Tensor();
       Tensor gw = a.needs_grad(1) ? empty({C}, DType::F64) : Tensor();
       Tensor gb = a.needs_grad(2) ? empty({C}, DType::F64) : Tensor();
-      visit_floating(xc.dtype(), [&]<typename T>() {
-        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-          bn_backward<T>(g.data_ptr<T>(), xc.data_ptr<T>(), N, C, HW, mean_t.data_ptr<double>(),
-                         rstd_t.data_ptr<double>(), wd.defined() ? wd.data_ptr<double>() : nullptr, training,
-                         gx.defined() ? gx.data_ptr<T>() : nullptr, gw.defined() ? gw.data_ptr<double>() : nullptr,
-                         gb.defined() ? gb.data_ptr<double>() : nullptr);
-      });
+      backend::kernels(xc).batch_norm_bwd(g, xc, mean_t, rstd_t, wd, training, gx, gw, gb);
       return {gx, gw.defined() ? gw.to(xc.dtype()) : gw, gb.defined() ? gb.to(xc.dtype()) : gb};
     }, {0, 1, 2}, {}, {mean_t.contiguous(), rstd_t.contiguous()});
   }
@@ -493,23 +407,19 @@ TensorList batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
   TS_CHECK(x.dim() >= 2 && IntArrayRef(grad.shape()).equals(x.shape()) && grad.dtype() == x.dtype(), name,
            ": grad (", dtype_name(grad.dtype()), " ", shape_str(grad.shape()), ") must match the input (",
            dtype_name(x.dtype()), " ", shape_str(x.shape()), "), which needs at least 2 dimensions");
-  const int64_t N = x.shape()[0], C = x.shape()[1];
+  const int64_t C = x.shape()[1];
   for (const Tensor* p : {&running_mean, &running_var, &weight})
     if (p->defined())
       TS_CHECK(p->dim() == 1 && p->shape()[0] == C, name, ": running stats and weight must have shape [", C,
                "], got ", shape_str(p->shape()));
   const int64_t count = x.numel() / std::max<int64_t>(C, 1);
-  const int64_t HW = C > 0 && N > 0 ? count / N : 0;
   Tensor xc = x.detach().contiguous(), g = grad.detach().contiguous();
   Tensor mean_t, var_t;
   if (training) {
     TS_CHECK(count > 1, name, ": expected more than 1 value per channel when training, got input of shape ",
              shape_str(x.shape()));
     mean_t = empty({C}, DType::F64), var_t = empty({C}, DType::F64);
-    visit_floating(x.dtype(), [&]<typename T>() {
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-        bn_stats<T>(xc.data_ptr<T>(), N, C, HW, mean_t.data_ptr<double>(), var_t.data_ptr<double>());
-    });
+    backend::kernels(xc).batch_norm_stats(xc, mean_t, var_t);
   } else {
     TS_CHECK(running_mean.defined() && running_var.defined(), name,
              ": running_mean and running_var are required in eval mode (training=false)");
@@ -519,12 +429,7 @@ TensorList batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
   Tensor rstd_t = rsqrt(add(var_t, eps)).contiguous();
   Tensor wd = weight.defined() ? weight.detach().to(DType::F64).contiguous() : Tensor();
   Tensor gx = empty(xc.shape(), xc.dtype()), gw = empty({C}, DType::F64), gb = empty({C}, DType::F64);
-  visit_floating(xc.dtype(), [&]<typename T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      bn_backward<T>(g.data_ptr<T>(), xc.data_ptr<T>(), N, C, HW, mean_t.data_ptr<double>(), rstd_t.data_ptr<double>(),
-                     wd.defined() ? wd.data_ptr<double>() : nullptr, training, gx.data_ptr<T>(),
-                     gw.data_ptr<double>(), gb.data_ptr<double>());
-  });
+  backend::kernels(xc).batch_norm_bwd(g, xc, mean_t, rstd_t, wd, training, gx, gw, gb);
   TS_RETURN((TensorList{gx, gw.to(xc.dtype()), gb.to(xc.dtype())}));
 }
 

@@ -52,7 +52,6 @@ const std::set<std::string> kStillIncludeCpu = {
     "src/llm/model.cpp",
     "src/llm/quant_view.h",
     "src/llm/sampler.cpp",
-    "src/ops/attention.cpp",
     "src/ops/conv.cpp",
     "src/ops/conv_params.h",
     "src/ops/fused.cpp",

@@ -155,9 +155,6 @@ bool attention_keep(const AttentionArgs& a, int64_t b, int64_t i, int64_t j) {
   return u >= a.dropout_p;
 }
 
-uint64_t attention_rng_blocks(const AttentionArgs& a) {
-  return static_cast<uint64_t>(a.bh * a.L * row_blocks(a));
-}
 
 void attention_forward(const AttentionArgs& a, void* out, void* lse) {
   if (a.f64) forward_impl<double>(a, static_cast<double*>(out), static_cast<double*>(lse));

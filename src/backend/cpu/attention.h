@@ -33,7 +33,5 @@ void attention_backward(const AttentionArgs& a, const void* dout, const void* ou
 // Whether dropout keeps element (b, i, j): the same function the kernel uses,
 // so the composite fallback draws the identical mask.
 bool attention_keep(const AttentionArgs& a, int64_t b, int64_t i, int64_t j);
-// Philox blocks one attention call consumes.
-uint64_t attention_rng_blocks(const AttentionArgs& a);
 
 }  // namespace tessera::cpu

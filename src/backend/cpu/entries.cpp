@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/cpu/backend.h"
+#include "backend/cpu/attention.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/loops.h"
@@ -275,6 +276,60 @@ void avg_pool2d_fwd(const PoolGeometry& g, const Tensor& x, const Tensor& y) {
 }
 void avg_pool2d_bwd(const PoolGeometry& g, const Tensor& gy, const Tensor& gx) {
   if (gx.numel() > 0) avg_pool2d_backward(g, gy.raw_data(), gx.raw_data());
+}
+
+namespace {
+AttentionArgs attention_args(const backend::AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& mask) {
+  AttentionArgs a;
+  a.bh = p.bh, a.L = p.L, a.S = p.S, a.E = p.E, a.Ev = p.Ev;
+  for (int i = 0; i < 3; ++i) {
+    a.sq[i] = q.strides()[i];
+    a.sk[i] = k.strides()[i];
+    a.sv[i] = v.strides()[i];
+  }
+  a.q = q.raw_data();
+  a.k = k.raw_data();
+  a.v = v.raw_data();
+  if (mask.defined()) {
+    for (int i = 0; i < 3; ++i) a.sm[i] = mask.strides()[i];
+    a.mask = mask.raw_data();
+  }
+  a.causal = p.causal;
+  a.scale = p.scale;
+  a.dropout_p = p.dropout_p;
+  a.seed = p.seed;
+  a.offset = p.offset;
+  a.f64 = p.f64;
+  return a;
+}
+}  // namespace
+
+void attention_fwd(const backend::AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const Tensor& mask, const Tensor& out, const Tensor& lse) {
+  if (out.numel() > 0 || lse.numel() > 0)
+    attention_forward(attention_args(p, q, k, v, mask), out.raw_data(), lse.raw_data());
+}
+
+void attention_bwd(const backend::AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const Tensor& mask, const Tensor& dout, const Tensor& out, const Tensor& lse, const Tensor& dq,
+                   const Tensor& dk, const Tensor& dv) {
+  attention_backward(attention_args(p, q, k, v, mask), dout.raw_data(), out.raw_data(), lse.raw_data(),
+                     dq.raw_data(), dk.raw_data(), dv.raw_data());
+}
+
+void attention_keep_mask(const backend::AttentionParams& p, const Tensor& keep) {
+  AttentionArgs a;
+  a.bh = p.bh, a.L = p.L, a.S = p.S;
+  a.dropout_p = p.dropout_p;
+  a.seed = p.seed;
+  a.offset = p.offset;
+  visit_floating(keep.dtype(), [&]<typename T>() {
+    T* k = keep.data_ptr<T>();
+    for (int64_t b = 0; b < a.bh; ++b)
+      for (int64_t i = 0; i < a.L; ++i)
+        for (int64_t j = 0; j < a.S; ++j) k[(b * a.L + i) * a.S + j] = attention_keep(a, b, i, j) ? 1 : 0;
+  });
 }
 
 void softmax_fwd(const Tensor& x, const Tensor& y, bool is_log) {
