@@ -108,6 +108,25 @@ using AttentionBwdFn = void (*)(const AttentionParams& p, const Tensor& q, const
                                 const Tensor& mask, const Tensor& dout, const Tensor& out, const Tensor& lse,
                                 const Tensor& dq, const Tensor& dk, const Tensor& dv);
 using AttentionKeepMaskFn = void (*)(const AttentionParams& p, const Tensor& keep);
+// 2-D convolution by geometry (kernel_ids.h) on contiguous NCHW tensors:
+// y = conv(x, w) + bias (bias may be undefined); gx = the adjoint in x of
+// gy; gw and gbias (may be undefined) from x and gy. conv_epilogue_ok says
+// whether conv2d_fused runs for dtype t, and native_bf16 whether bf16
+// convolutions run natively (else the op computes them in f32).
+using Conv2dFwdFn = void (*)(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& bias,
+                             const Tensor& y);
+using Conv2dBwdDataFn = void (*)(const ConvGeometry& g, const Tensor& gy, const Tensor& w, const Tensor& gx);
+using Conv2dBwdWeightsFn = void (*)(const ConvGeometry& g, const Tensor& x, const Tensor& gy, const Tensor& gw,
+                                    const Tensor& gbias);
+// y = act(conv(x, w) + bias + residual) inside the product, x and y NCHW or
+// channel-blocked by in_block / out_block (0, 8, 16); residual (may be y
+// itself) and bias may be undefined; constant_weights: the backend may keep a
+// packed copy of w with w's storage.
+using Conv2dFusedFn = void (*)(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& bias,
+                               const Tensor& residual, const Tensor& y, Epilogue act, int in_block, int out_block,
+                               bool constant_weights);
+using DTypeQueryFn = bool (*)(DType t);
+using QueryFn = bool (*)();
 // Over rows of the last dim of contiguous tensors.
 using SoftmaxFwdFn = void (*)(const Tensor& x, const Tensor& y, bool log);
 using SoftmaxBwdFn = void (*)(const Tensor& gy, const Tensor& y, const Tensor& gx, bool log);
@@ -131,6 +150,8 @@ using LayerNormBwdFn = void (*)(const Tensor& gy, const Tensor& x, const Tensor&
   X(max_pool2d_fwd, MaxPoolFwdFn) X(max_pool2d_bwd, MaxPoolBwdFn) X(avg_pool2d_fwd, AvgPoolFwdFn)      \
   X(avg_pool2d_bwd, AvgPoolBwdFn)                                                                      \
   X(attention_fwd, AttentionFwdFn) X(attention_bwd, AttentionBwdFn) X(attention_keep_mask, AttentionKeepMaskFn) \
+  X(conv2d_fwd, Conv2dFwdFn) X(conv2d_bwd_data, Conv2dBwdDataFn) X(conv2d_bwd_weights, Conv2dBwdWeightsFn) \
+  X(conv2d_fused, Conv2dFusedFn) X(conv_epilogue_ok, DTypeQueryFn) X(native_bf16, QueryFn)              \
   X(matmul, MatmulFn) X(linear_epilogue, LinearEpilogueFn) X(softmax_fwd, SoftmaxFwdFn) X(softmax_bwd, SoftmaxBwdFn)                        \
   X(layer_norm_fwd, LayerNormFwdFn) X(layer_norm_bwd, LayerNormBwdFn)                                  \
   X(batch_norm_stats, BatchNormStatsFn) X(batch_norm_apply, BatchNormApplyFn) X(batch_norm_bwd, BatchNormBwdFn)

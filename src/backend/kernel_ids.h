@@ -53,6 +53,17 @@ struct PoolGeometry {
   int64_t lanes = 1;  // channels interleaved per plane: max pooling without indices only
 };
 
+// 2-D convolution over NCHW data (conv_transpose2d swaps the roles).
+struct ConvGeometry {
+  int64_t N, C, H, W;      // input
+  int64_t OC, KH, KW;      // weight [OC, C / groups, KH, KW]
+  int64_t OH, OW;          // output
+  int64_t sh, sw, dh, dw;  // stride, dilation (PyTorch convention: 1 = dense)
+  int64_t pt, pl, pb, pr;  // padding top, left, bottom, right
+  int64_t groups;
+  DType dtype;
+};
+
 // Fused attention over q [bh, L, E], k [bh, S, E], v [bh, S, Ev] (f32, or
 // f64 when f64), with an optional additive mask [bh, L, S].
 struct AttentionParams {

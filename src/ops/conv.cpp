@@ -2,8 +2,6 @@
 // conv primitives (forward, backward-data, backward-weights) with roles
 // swapped. Double backward through convolutions is not supported yet: the VJP
 // raises an error under create_graph instead of returning wrong gradients.
-#include "backend/cpu/conv.h"
-#include "backend/cpu/gemm.h"
 #include "ops/conv_params.h"
 #include "ops/autocast_policy.h"
 #include "ops/op_utils.h"
@@ -12,7 +10,7 @@
 namespace tessera::ops {
 namespace {
 // Multiply-adds of one pass (forward, data or weight gradient) count twice.
-int64_t conv_flops(const cpu::ConvGeometry& g) {
+int64_t conv_flops(const backend::ConvGeometry& g) {
   return 2 * g.N * g.OC * g.OH * g.OW * (g.C / g.groups) * g.KH * g.KW;
 }
 }  // namespace
@@ -31,10 +29,10 @@ void check_no_create_graph(const char* op) {
 }  // namespace
 
 // xs: the input's NCHW shape.
-cpu::ConvGeometry conv_geometry(IntArrayRef xs, DType dtype, const Tensor& w, const std::vector<int64_t>& stride,
+backend::ConvGeometry conv_geometry(IntArrayRef xs, DType dtype, const Tensor& w, const std::vector<int64_t>& stride,
                                 const std::vector<int64_t>& pad_tl, const std::vector<int64_t>& pad_br,
                                 const std::vector<int64_t>& dil, int64_t groups) {
-  cpu::ConvGeometry g;
+  backend::ConvGeometry g;
   g.N = xs[0]; g.C = xs[1]; g.H = xs[2]; g.W = xs[3];
   g.OC = w.shape()[0]; g.KH = w.shape()[2]; g.KW = w.shape()[3];
   g.sh = stride[0]; g.sw = stride[1];
@@ -48,7 +46,7 @@ cpu::ConvGeometry conv_geometry(IntArrayRef xs, DType dtype, const Tensor& w, co
 }
 namespace {
 
-cpu::ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, const std::vector<int64_t>& stride,
+backend::ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, const std::vector<int64_t>& stride,
                                 const std::vector<int64_t>& pad_tl, const std::vector<int64_t>& pad_br,
                                 const std::vector<int64_t>& dil, int64_t groups) {
   return ::tessera::ops::conv_geometry(x.shape(), x.dtype(), w, stride, pad_tl, pad_br, dil, groups);
@@ -57,11 +55,11 @@ cpu::ConvGeometry conv_geometry(const Tensor& x, const Tensor& w, const std::vec
 // conv_transpose2d's geometry: the convolution that maps its output
 // [N, Cout, OH, OW] back to its input [N, Cin, H, W] (its forward is that
 // convolution's backward-data).
-cpu::ConvGeometry transposed_geometry(const Tensor& x, const Tensor& w, int64_t OH, int64_t OW,
+backend::ConvGeometry transposed_geometry(const Tensor& x, const Tensor& w, int64_t OH, int64_t OW,
                                       const std::vector<int64_t>& stride, const std::vector<int64_t>& pad,
                                       const std::vector<int64_t>& dil, int64_t groups) {
   int64_t H = x.shape()[2], W = x.shape()[3], KH = w.shape()[2], KW = w.shape()[3];
-  cpu::ConvGeometry g;
+  backend::ConvGeometry g;
   g.N = x.shape()[0]; g.C = w.shape()[1] * groups; g.H = OH; g.W = OW; g.OC = x.shape()[1]; g.KH = KH; g.KW = KW;
   g.OH = H; g.OW = W;
   g.sh = stride[0]; g.sw = stride[1]; g.dh = dil[0]; g.dw = dil[1];
@@ -75,22 +73,22 @@ cpu::ConvGeometry transposed_geometry(const Tensor& x, const Tensor& w, int64_t 
 
 // {gx, gw, gb} of a convolution with geometry g (of conv_transpose2d when
 // `transposed`); entries not needed stay undefined.
-TensorList conv_backward(const cpu::ConvGeometry& g, bool transposed, const Tensor& gy_in, const Tensor& x_in,
+TensorList conv_backward(const backend::ConvGeometry& g, bool transposed, const Tensor& gy_in, const Tensor& x_in,
                          const Tensor& w_in, bool need_gx, bool need_gw, bool need_gb) {
   Tensor gy = gy_in.contiguous(), x = x_in.contiguous(), w = w_in.contiguous();
   Tensor gx, gw, gb;
   if (need_gx) {
     gx = empty(x.shape(), x.dtype());
     trace::add_flops(conv_flops(g));
-    if (transposed) cpu::conv2d_forward(g, gy.raw_data(), w.raw_data(), nullptr, gx.raw_data());
-    else cpu::conv2d_backward_data(g, gy.raw_data(), w.raw_data(), gx.raw_data());
+    if (transposed) backend::kernels(gx).conv2d_fwd(g, gy, w, Tensor(), gx);
+    else backend::kernels(gx).conv2d_bwd_data(g, gy, w, gx);
   }
   if (need_gw || (need_gb && !transposed)) {
     Tensor gw_t = empty(w.shape(), w.dtype());
     Tensor gb_t = empty({g.OC}, w.dtype());
     trace::add_flops(conv_flops(g));
-    if (transposed) cpu::conv2d_backward_weights(g, gy.raw_data(), x.raw_data(), gw_t.raw_data(), gb_t.raw_data());
-    else cpu::conv2d_backward_weights(g, x.raw_data(), gy.raw_data(), gw_t.raw_data(), gb_t.raw_data());
+    if (transposed) backend::kernels(gw_t).conv2d_bwd_weights(g, gy, x, gw_t, gb_t);
+    else backend::kernels(gw_t).conv2d_bwd_weights(g, x, gy, gw_t, gb_t);
     if (need_gw) gw = gw_t;
     if (need_gb && !transposed) gb = gb_t;
   }
@@ -101,14 +99,14 @@ TensorList conv_backward(const cpu::ConvGeometry& g, bool transposed, const Tens
 Tensor conv2d_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, std::vector<int64_t> stride,
                    std::vector<int64_t> pad_tl, std::vector<int64_t> pad_br, std::vector<int64_t> dil, int64_t groups) {
   const char* name = "conv2d";
-  if (x_in.dtype() == DType::F16 || (x_in.dtype() == DType::BF16 && !cpu::has_native_bf16())) {
+  if (x_in.dtype() == DType::F16 || (x_in.dtype() == DType::BF16 && !backend::kernels(x_in).native_bf16())) {
     // 16-bit floats without native support run the f32 primitives (autograd
     // flows through the casts); bf16 on AVX512-BF16/AMX runs oneDNN's bf16 kernels.
     Tensor b32 = b_in.defined() ? b_in.to(DType::F32) : Tensor();
     return conv2d_impl(x_in.to(DType::F32), w_in.to(DType::F32), b32, stride, pad_tl, pad_br, dil, groups).to(x_in.dtype());
   }
   Tensor x = x_in.detach().contiguous(), w = w_in.detach().contiguous();
-  cpu::ConvGeometry g = conv_geometry(x, w, stride, pad_tl, pad_br, dil, groups);
+  backend::ConvGeometry g = conv_geometry(x, w, stride, pad_tl, pad_br, dil, groups);
   TS_CHECK(g.OH > 0 && g.OW > 0, name, ": the input of spatial size ", g.H, "x", g.W,
            " is too small for the kernel ", g.KH, "x", g.KW, " with this padding and dilation (output would be ",
            g.OH, "x", g.OW, ")");
@@ -120,7 +118,7 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, s
       if (b.defined()) y = add(y, b.view({1, g.OC, 1, 1})).detach();
     } else {
       trace::add_flops(conv_flops(g));
-      cpu::conv2d_forward(g, x.raw_data(), w.raw_data(), b.defined() ? b.raw_data() : nullptr, y.raw_data());
+      backend::kernels(y).conv2d_fwd(g, x, w, b, y);
     }
   }
   if (autograd::any_requires_grad({&x_in, &w_in, &b_in})) {
@@ -233,7 +231,7 @@ Tensor fused_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
               {"padding_same", o.padding_same}, {"activation", activation}, {"input_block", input_block},
               {"output_block", output_block}, {"constant_weights", constant_weights});
   const char* name = "fused_conv2d";
-  cpu::Epilogue act = epilogue_of(activation, name);
+  backend::Epilogue act = epilogue_of(activation, name);
   for (int64_t blk : {input_block, output_block})
     TS_CHECK(blk == 0 || blk == 8 || blk == 16, name, ": a channel block must be 0 (NCHW), 8 or 16, got ", blk);
   auto composite = [&] {
@@ -245,8 +243,10 @@ Tensor fused_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
     y = apply_epilogue(y, act);
     return output_block ? channel_blocks(y, output_block) : y;
   };
-  bool fast = cpu::conv_epilogue_ok(x.dtype()) && !(x.dtype() == DType::BF16 && !cpu::has_native_bf16()) &&
-              x.defined() && w.defined() && x.dim() == (input_block ? 5 : 4) &&
+  check_defined(x, name, "input");
+  check_defined(w, name, "weight");
+  const backend::Kernels& kernels = backend::kernels(x);
+  bool fast = kernels.conv_epilogue_ok(x.dtype()) && !(x.dtype() == DType::BF16 && !kernels.native_bf16()) && x.dim() == (input_block ? 5 : 4) &&
               (!input_block || x.shape()[4] == input_block) && w.dim() == 4 && w.dtype() == x.dtype() &&
               o.groups >= 1 && !autograd::any_requires_grad({&x, &w, &b, &residual});
   if (!fast) TS_RETURN(composite());
@@ -257,7 +257,7 @@ Tensor fused_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
       (b.defined() && (b.dim() != 1 || b.shape()[0] != OC || b.dtype() != x.dtype())))
     TS_RETURN(composite());
   Conv2dParams p = conv2d_params(w, o, name);
-  cpu::ConvGeometry g = conv_geometry(xs, x.dtype(), w, p.stride, p.tl, p.br, p.dil, o.groups);
+  backend::ConvGeometry g = conv_geometry(xs, x.dtype(), w, p.stride, p.tl, p.br, p.dil, o.groups);
   Shape out_shape = output_block ? Shape{g.N, OC / output_block, g.OH, g.OW, output_block} : Shape{g.N, OC, g.OH, g.OW};
   if (g.OH <= 0 || g.OW <= 0 || x.numel() == 0 || w.numel() == 0 ||
       (residual.defined() && (residual.dtype() != x.dtype() || !IntArrayRef(residual.shape()).equals(out_shape))))
@@ -269,17 +269,8 @@ Tensor fused_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
   Tensor bc = b.defined() ? b.detach().contiguous() : Tensor();
   Tensor rc = residual.defined() ? residual.detach().contiguous() : Tensor();
   trace::add_flops(conv_flops(g));
-  cpu::ConvFusion f{rc.defined() ? rc.raw_data() : nullptr, act, static_cast<int>(input_block),
-                    static_cast<int>(output_block)};
-  std::shared_ptr<const void> packed;
-  if (constant_weights && wc.storage() == w.storage()) {
-    // Packed once into the primitive's layout and kept with the weights'
-    // storage (a new version packs again): no reorder per call.
-    std::string key = "conv2d_weights@" + std::to_string(wc.offset()) + ":" + cpu::conv_weights_layout(g, f);
-    packed = wc.storage()->derived(key, [&] { return cpu::pack_conv_weights(g, f, wc.raw_data()); });
-    f.packed_weights = packed.get();
-  }
-  cpu::conv2d_forward(g, xc.raw_data(), wc.raw_data(), bc.defined() ? bc.raw_data() : nullptr, y.raw_data(), f);
+  backend::kernels(y).conv2d_fused(g, xc, wc, bc, rc, y, act, static_cast<int>(input_block),
+                                    static_cast<int>(output_block), constant_weights && wc.storage() == w.storage());
   TS_RETURN(y);
 }
 
@@ -330,13 +321,13 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b_
   };
   int64_t OH = out_size(H, 0, KH), OW = out_size(W, 1, KW);
   TS_CHECK(OH > 0 && OW > 0, name, ": the output size ", OH, "x", OW, " is not positive");
-  cpu::ConvGeometry g = transposed_geometry(x, w, OH, OW, stride, pad, dil, groups);
+  backend::ConvGeometry g = transposed_geometry(x, w, OH, OW, stride, pad, dil, groups);
   Tensor y = empty({N, Cout, OH, OW}, x.dtype());
   if (y.numel() > 0) {
     if (x.numel() == 0) fill_into(y, 0);
     else {
       trace::add_flops(conv_flops(g));
-      cpu::conv2d_backward_data(g, x.raw_data(), w.raw_data(), y.raw_data());
+      backend::kernels(y).conv2d_bwd_data(g, x, w, y);
     }
   }
   if (b_in.defined()) y = add(y, b_in.detach().view({1, Cout, 1, 1})).detach();
@@ -363,7 +354,7 @@ TensorList convolution_backward(const Tensor& grad, const Tensor& x, const Tenso
   const char* name = "convolution_backward";
   check_conv_args(name, x, weight, Tensor(), groups, 2, transposed);
   check_defined(grad, name, "grad");
-  TS_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64 || (x.dtype() == DType::BF16 && cpu::has_native_bf16()),
+  TS_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64 || (x.dtype() == DType::BF16 && backend::kernels(x).native_bf16()),
            name, ": f32 or f64 (bf16 on CPUs with native bf16) only, got ", dtype_name(x.dtype()));
   auto stride = pair_of(stride_v, name, "stride"), pad = pair_of(padding_v, name, "padding");
   auto pad_br = pair_of(padding_br_v, name, "padding_br"), dil = pair_of(dilation_v, name, "dilation");
@@ -373,7 +364,7 @@ TensorList convolution_backward(const Tensor& grad, const Tensor& x, const Tenso
   Tensor xd = x.detach(), wd = weight.detach();
   TS_CHECK(grad.dim() == 4 && grad.dtype() == x.dtype(), name, ": grad must be a 4-D ", dtype_name(x.dtype()),
            " tensor, got ", dtype_name(grad.dtype()), " ", shape_str(grad.shape()));
-  cpu::ConvGeometry g = transposed ? transposed_geometry(xd, wd, grad.shape()[2], grad.shape()[3], stride, pad, dil, groups)
+  backend::ConvGeometry g = transposed ? transposed_geometry(xd, wd, grad.shape()[2], grad.shape()[3], stride, pad, dil, groups)
                                    : conv_geometry(xd, wd, stride, pad, pad_br, dil, groups);
   Shape expect = transposed ? Shape{g.N, g.C, g.H, g.W} : Shape{g.N, g.OC, g.OH, g.OW};
   TS_CHECK(IntArrayRef(grad.shape()).equals(expect), name, ": grad has shape ", shape_str(grad.shape()),

@@ -3,7 +3,7 @@
 // conv.cpp and the int8 convolution of int8.cpp.
 #include <vector>
 
-#include "backend/cpu/conv.h"
+#include "backend/kernel_ids.h"
 #include "tessera/ops/attrs.h"
 #include "tessera/ops/ops.h"
 
@@ -16,7 +16,7 @@ struct Conv2dParams {
 Conv2dParams conv2d_params(const Tensor& w, const Conv2dOptions& o, const char* name);
 
 // The geometry of a convolution of an input of NCHW shape `xs` by `w`.
-cpu::ConvGeometry conv_geometry(IntArrayRef xs, DType dtype, const Tensor& w, const std::vector<int64_t>& stride,
+backend::ConvGeometry conv_geometry(IntArrayRef xs, DType dtype, const Tensor& w, const std::vector<int64_t>& stride,
                                 const std::vector<int64_t>& pad_tl, const std::vector<int64_t>& pad_br,
                                 const std::vector<int64_t>& dil, int64_t groups);
 

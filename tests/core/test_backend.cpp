@@ -52,8 +52,6 @@ const std::set<std::string> kStillIncludeCpu = {
     "src/llm/model.cpp",
     "src/llm/quant_view.h",
     "src/llm/sampler.cpp",
-    "src/ops/conv.cpp",
-    "src/ops/conv_params.h",
     "src/ops/fused.cpp",
     "src/ops/int8.cpp",
     "src/ops/op_utils.h",

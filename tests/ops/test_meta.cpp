@@ -26,13 +26,8 @@ const std::set<std::string> kNeedData = {"masked_select", "nonzero", "unique"};
 // Ops that still compute outside the backend seam (issue: every layer through
 // the backend interface). Each fails on meta with "a meta tensor has no data".
 const std::set<std::string> kNotYetBehindSeam = {
-   
-    "conv1d", "conv2d",
-    "conv_transpose2d", "convolution_backward", "dequantize_per_tensor",
-    "dequantize_weight", "fused_conv2d", "fused_elementwise",
-    "int8_conv2d", "int8_linear",
-    "quantize_per_tensor", "quantized_linear",
-    "sparse_linear",
+    "dequantize_per_tensor", "dequantize_weight", "fused_elementwise", "int8_conv2d",
+    "int8_linear",           "quantize_per_tensor", "quantized_linear", "sparse_linear",
 };
 
 bool shares(const Tensor& a, const Tensor& b) {

@@ -12,15 +12,7 @@
 
 namespace tessera::cpu {
 
-struct ConvGeometry {
-  int64_t N, C, H, W;      // input
-  int64_t OC, KH, KW;      // weight [OC, C / groups, KH, KW]
-  int64_t OH, OW;          // output
-  int64_t sh, sw, dh, dw;  // stride, dilation (PyTorch convention: 1 = dense)
-  int64_t pt, pl, pb, pr;  // padding top, left, bottom, right
-  int64_t groups;
-  DType dtype;
-};
+using backend::ConvGeometry;
 
 // What a forward convolution does besides the product, inside the primitive:
 // y = act(conv(x, w) + bias + residual) (oneDNN post-ops: sum, then eltwise),

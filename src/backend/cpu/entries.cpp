@@ -6,6 +6,7 @@
 
 #include "backend/cpu/backend.h"
 #include "backend/cpu/attention.h"
+#include "backend/cpu/conv.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/loops.h"
@@ -331,6 +332,37 @@ void attention_keep_mask(const backend::AttentionParams& p, const Tensor& keep) 
         for (int64_t j = 0; j < a.S; ++j) k[(b * a.L + i) * a.S + j] = attention_keep(a, b, i, j) ? 1 : 0;
   });
 }
+
+namespace {
+const void* data_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+void* mutable_data_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+}  // namespace
+
+void conv2d_fwd(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
+  conv2d_forward(g, x.raw_data(), w.raw_data(), data_or_null(bias), y.raw_data());
+}
+void conv2d_bwd_data(const ConvGeometry& g, const Tensor& gy, const Tensor& w, const Tensor& gx) {
+  conv2d_backward_data(g, gy.raw_data(), w.raw_data(), gx.raw_data());
+}
+void conv2d_bwd_weights(const ConvGeometry& g, const Tensor& x, const Tensor& gy, const Tensor& gw,
+                        const Tensor& gbias) {
+  conv2d_backward_weights(g, x.raw_data(), gy.raw_data(), gw.raw_data(), mutable_data_or_null(gbias));
+}
+void conv2d_fused(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                  const Tensor& y, Epilogue act, int in_block, int out_block, bool constant_weights) {
+  ConvFusion f{data_or_null(residual), act, in_block, out_block};
+  std::shared_ptr<const void> packed;
+  if (constant_weights) {
+    // Packed once into the primitive's layout and kept with the weights'
+    // storage (a new version packs again): no reorder per call.
+    std::string key = "conv2d_weights@" + std::to_string(w.offset()) + ":" + conv_weights_layout(g, f);
+    packed = w.storage()->derived(key, [&] { return pack_conv_weights(g, f, w.raw_data()); });
+    f.packed_weights = packed.get();
+  }
+  conv2d_forward(g, x.raw_data(), w.raw_data(), data_or_null(bias), y.raw_data(), f);
+}
+bool conv_epilogue_ok(DType t) { return cpu::conv_epilogue_ok(t); }
+bool native_bf16() { return has_native_bf16(); }
 
 void softmax_fwd(const Tensor& x, const Tensor& y, bool is_log) {
   int64_t n = x.shape().back();
