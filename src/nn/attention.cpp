@@ -18,6 +18,15 @@ MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, double dropout, boo
   if (bias) init::zeros_(out_proj->bias);
 }
 
+// After out_proj's own reset (children first): the constructor's draws in
+// another order, so a materialized MultiheadAttention is initialized like a
+// built one but not bit for bit.
+void MultiheadAttention::reset_parameters() {
+  init::xavier_uniform_(in_proj_weight);
+  if (in_proj_bias.defined()) init::zeros_(in_proj_bias);
+  if (out_proj->bias.defined()) init::zeros_(out_proj->bias);
+}
+
 // Folds key_padding_mask, attn_mask and causality into one mask for the
 // attention op: boolean (true = attend) when every given mask is boolean,
 // additive float otherwise. Returns an undefined tensor when there is none.

@@ -41,8 +41,10 @@ Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, int64_t stride, Padding paddi
   TS_CHECK(k > 0 && stride > 0 && dilation > 0, "Conv1d: kernel_size, stride and dilation must be positive");
   weight = register_parameter("weight", empty({out, in / groups, k}));
   if (with_bias) bias = register_parameter("bias", empty({out}));
-  default_conv_init(weight, bias);
+  reset_parameters();
 }
+
+void Conv1d::reset_parameters() { default_conv_init(weight, bias); }
 
 Tensor Conv1d::forward(const Tensor& x) {
   return ops::conv1d(x, weight, bias, stride, padding.size.h, dilation, groups, padding.same);
@@ -66,8 +68,10 @@ Conv2d::Conv2d(int64_t in, int64_t out, Int2 k, Int2 stride, Padding padding, In
            "Conv2d: kernel_size, stride and dilation must be positive");
   weight = register_parameter("weight", empty({out, in / groups, k.h, k.w}));
   if (with_bias) bias = register_parameter("bias", empty({out}));
-  default_conv_init(weight, bias);
+  reset_parameters();
 }
+
+void Conv2d::reset_parameters() { default_conv_init(weight, bias); }
 
 Tensor Conv2d::forward(const Tensor& x) {
   ops::Conv2dOptions o;
@@ -96,8 +100,10 @@ ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Int2 k, Int2 stride, I
   check_channels("ConvTranspose2d", in, out, groups);
   weight = register_parameter("weight", empty({in, out / groups, k.h, k.w}));
   if (with_bias) bias = register_parameter("bias", empty({out}));
-  default_conv_init(weight, bias);
+  reset_parameters();
 }
+
+void ConvTranspose2d::reset_parameters() { default_conv_init(weight, bias); }
 
 Tensor ConvTranspose2d::forward(const Tensor& x) {
   return ops::conv_transpose2d(x, weight, bias, stride.vec(), padding.vec(), output_padding.vec(), groups,

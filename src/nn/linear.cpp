@@ -17,12 +17,21 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias) : Module("Linear"), in_f
   check_positive("Linear", "in_features", in);
   check_positive("Linear", "out_features", out);
   weight = register_parameter("weight", empty({out, in}));
+  if (with_bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters();
+}
+
+void Linear::reset_parameters() {
   init::kaiming_uniform_(weight, std::sqrt(5.0));
-  if (with_bias) {
-    bias = register_parameter("bias", empty({out}));
-    double bound = 1.0 / std::sqrt(static_cast<double>(in));
+  if (bias.defined()) {
+    double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
     init::uniform_(bias, -bound, bound);
   }
+  if (lora) {  // drawn here in module order, not in the order the adapters were added
+    init::kaiming_uniform_(lora->A, std::sqrt(5.0));
+    init::zeros_(lora->B);
+  }
+  TS_CHECK(!quantized, "Linear: a quantized layer cannot be re-initialized; load its checkpoint instead");
 }
 
 Tensor Linear::forward(const Tensor& x) {
@@ -79,13 +88,15 @@ Bilinear::Bilinear(int64_t in1, int64_t in2, int64_t out, bool with_bias)
   check_positive("Bilinear", "in1_features", in1);
   check_positive("Bilinear", "in2_features", in2);
   check_positive("Bilinear", "out_features", out);
-  double bound = 1.0 / std::sqrt(static_cast<double>(in1));
   weight = register_parameter("weight", empty({out, in1, in2}));
+  if (with_bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters();
+}
+
+void Bilinear::reset_parameters() {
+  double bound = 1.0 / std::sqrt(static_cast<double>(in1_features));
   init::uniform_(weight, -bound, bound);
-  if (with_bias) {
-    bias = register_parameter("bias", empty({out}));
-    init::uniform_(bias, -bound, bound);
-  }
+  if (bias.defined()) init::uniform_(bias, -bound, bound);
 }
 
 Tensor Bilinear::forward(const Tensor& x1, const Tensor& x2) {
@@ -122,6 +133,10 @@ Embedding::Embedding(int64_t num, int64_t dim, std::optional<int64_t> pad)
     if (*pad < 0) padding_idx = *pad + num;
   }
   weight = register_parameter("weight", empty({num, dim}));
+  reset_parameters();
+}
+
+void Embedding::reset_parameters() {
   init::normal_(weight);
   if (padding_idx) {
     NoGradGuard no_grad;

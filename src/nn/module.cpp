@@ -273,6 +273,17 @@ void Module::to_empty(Device device) {
   }
 }
 
+void Module::reset_parameters() {
+  TS_CHECK(params_.empty() && buffers_.empty(), type_name(), " has parameters or buffers but no reset_parameters: ",
+           "it cannot be initialized after to_empty; load a checkpoint into it instead");
+}
+
+void Module::materialize(Device device) {
+  to_empty(device);
+  NoGradGuard no_grad;
+  apply([](Module& m) { m.reset_parameters(); });
+}
+
 void Module::zero_grad(bool set_to_none) {
   NoGradGuard no_grad;
   for (auto& p : parameters()) {

@@ -1,6 +1,7 @@
 #include "tessera/nn/norm.h"
 
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/nn/init.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::nn {
@@ -17,6 +18,16 @@ BatchNorm::BatchNorm(const char* type, int64_t n, double eps, std::optional<doub
     running_mean = register_buffer("running_mean", zeros({n}));
     running_var = register_buffer("running_var", ones({n}));
     num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::I64));
+  }
+}
+
+void BatchNorm::reset_parameters() {
+  if (weight.defined()) init::ones_(weight);
+  if (bias.defined()) init::zeros_(bias);
+  if (running_mean.defined()) {
+    init::zeros_(running_mean);
+    init::ones_(running_var);
+    num_batches_tracked.zero_();
   }
 }
 
@@ -58,6 +69,11 @@ LayerNorm::LayerNorm(IntArrayRef shape, double eps, bool affine, bool with_bias)
   }
 }
 
+void LayerNorm::reset_parameters() {
+  if (weight.defined()) init::ones_(weight);
+  if (bias.defined()) init::zeros_(bias);
+}
+
 Tensor LayerNorm::forward(const Tensor& x) { return ops::layer_norm(x, normalized_shape, weight, bias, eps); }
 
 std::string LayerNorm::extra_repr() const {
@@ -68,6 +84,10 @@ RMSNorm::RMSNorm(IntArrayRef shape, std::optional<double> eps, bool affine)
     : Module("RMSNorm"), normalized_shape(shape.shape()), eps(eps), elementwise_affine(affine) {
   TS_CHECK(!shape.empty(), "RMSNorm: normalized_shape must not be empty");
   if (affine) weight = register_parameter("weight", ones(shape));
+}
+
+void RMSNorm::reset_parameters() {
+  if (weight.defined()) init::ones_(weight);
 }
 
 Tensor RMSNorm::forward(const Tensor& x) { return ops::rms_norm(x, normalized_shape, weight, eps); }
@@ -85,6 +105,11 @@ GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps, bool affine)
     weight = register_parameter("weight", ones({channels}));
     bias = register_parameter("bias", zeros({channels}));
   }
+}
+
+void GroupNorm::reset_parameters() {
+  if (weight.defined()) init::ones_(weight);
+  if (bias.defined()) init::zeros_(bias);
 }
 
 Tensor GroupNorm::forward(const Tensor& x) { return ops::group_norm(x, num_groups, weight, bias, eps); }

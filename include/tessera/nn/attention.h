@@ -21,6 +21,7 @@ struct MultiheadAttention : Module {
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
                      bool batch_first = false);
   // query [B, L, E] (batch_first) or [L, B, E]; key/value likewise with S.
+  void reset_parameters() override;
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value,
                  const Tensor& key_padding_mask = Tensor(), const Tensor& attn_mask = Tensor(),
                  bool is_causal = false);

@@ -34,6 +34,7 @@ struct Conv1d : Module {
   Tensor weight, bias;  // weight [out, in / groups, k]
   Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1, Padding padding = 0,
          int64_t dilation = 1, int64_t groups = 1, bool bias = true);
+  void reset_parameters() override;
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 };
@@ -47,6 +48,7 @@ struct Conv2d : Module {
   Tensor weight, bias;  // weight [out, in / groups, kh, kw]
   Conv2d(int64_t in_channels, int64_t out_channels, Int2 kernel_size, Int2 stride = 1, Padding padding = 0,
          Int2 dilation = 1, int64_t groups = 1, bool bias = true);
+  void reset_parameters() override;
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 };
@@ -59,6 +61,7 @@ struct ConvTranspose2d : Module {
   Tensor weight, bias;  // weight [in, out / groups, kh, kw]
   ConvTranspose2d(int64_t in_channels, int64_t out_channels, Int2 kernel_size, Int2 stride = 1, Int2 padding = 0,
                   Int2 output_padding = 0, int64_t groups = 1, bool bias = true, Int2 dilation = 1);
+  void reset_parameters() override;
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 };

@@ -42,6 +42,7 @@ struct Linear : Module {
   // Swaps the f32 weight for q (its shapes are checked by quantized_linear on
   // the first forward); the bias stays a float parameter.
   void set_quantized(Quantized q);
+  void reset_parameters() override;
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 };
@@ -51,6 +52,7 @@ struct Bilinear : Module {
   int64_t in1_features, in2_features, out_features;
   Tensor weight, bias;
   Bilinear(int64_t in1_features, int64_t in2_features, int64_t out_features, bool bias = true);
+  void reset_parameters() override;
   Tensor forward(const Tensor& x1, const Tensor& x2);
   std::string extra_repr() const override;
 };
@@ -62,6 +64,7 @@ struct Embedding : Module {
   std::optional<int64_t> padding_idx;
   Tensor weight;
   Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = {});
+  void reset_parameters() override;
   Tensor forward(const Tensor& ids) override;
   std::string extra_repr() const override;
 };

@@ -114,6 +114,15 @@ class Module : public std::enable_shared_from_this<Module> {
   // materialized, before its initializers (reset_parameters) or a checkpoint
   // fill it.
   void to_empty(Device device);
+  // Draws this module's own parameters (and sets its buffers) as its
+  // constructor does; children are not touched. A module with parameters that
+  // has no initializer of its own keeps the default, which refuses.
+  virtual void reset_parameters();
+  // to_empty(device), then every module's reset_parameters, children before
+  // their parent (the order constructors run in): a model built on meta with
+  // a seed, materialized with the same seed, equals the model built on the
+  // device directly, bit for bit (the zoo's models are tested for it).
+  void materialize(Device device);
   void zero_grad(bool set_to_none = true);
   void requires_grad_(bool r = true);
   void apply(const std::function<void(Module&)>& fn);  // children first, then this one

@@ -16,6 +16,7 @@ struct BatchNorm : Module {
   std::optional<double> momentum;
   bool affine, track_running_stats;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  void reset_parameters() override;
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 
@@ -51,6 +52,7 @@ struct LayerNorm : Module {
   Tensor weight, bias;
   explicit LayerNorm(IntArrayRef normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
                      bool bias = true);
+  void reset_parameters() override;
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 };
@@ -62,6 +64,7 @@ struct RMSNorm : Module {
   bool elementwise_affine;
   Tensor weight;
   explicit RMSNorm(IntArrayRef normalized_shape, std::optional<double> eps = {}, bool elementwise_affine = true);
+  void reset_parameters() override;
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 };
@@ -72,6 +75,7 @@ struct GroupNorm : Module {
   bool affine;
   Tensor weight, bias;
   GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  void reset_parameters() override;
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 };

@@ -22,11 +22,15 @@ GPT::GPT(GPTConfig c) : Module("GPT"), config(c) {
   ln_f = std::make_shared<LayerNorm>(IntArrayRef{c.n_embd}, 1e-5, true, c.bias);
   transformer->insert("wte", wte).insert("wpe", wpe).insert("drop", drop).insert("h", h).insert("ln_f", ln_f);
   if (!c.weight_tying) lm_head = register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
-  // nanoGPT: N(0, 0.02) for every Linear and Embedding, zero biases, and the
-  // residual projections scaled by 1/sqrt(2 * n_layer).
+  reset_parameters();
+}
+
+// nanoGPT: N(0, 0.02) for every Linear and Embedding, zero biases, and the
+// residual projections scaled by 1/sqrt(2 * n_layer).
+void GPT::reset_parameters() {
   for (auto& [name, m] : named_modules()) {
     if (auto* l = dynamic_cast<Linear*>(m)) {
-      double std = name.ends_with("c_proj") ? 0.02 / std::sqrt(2.0 * c.n_layer) : 0.02;
+      double std = name.ends_with("c_proj") ? 0.02 / std::sqrt(2.0 * config.n_layer) : 0.02;
       init::normal_(l->weight, 0.0, std);
       if (l->bias.defined()) init::zeros_(l->bias);
     } else if (auto* e = dynamic_cast<Embedding*>(m)) {

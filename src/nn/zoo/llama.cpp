@@ -82,17 +82,26 @@ Llama::Llama(LlamaConfig c) : Module("Llama"), config(c) {
            "Llama: vocab_size, dim, n_layers, hidden_dim and max_seq_len must be positive");
   model = register_module("model", std::make_shared<LlamaModel>(c));
   if (!c.tie_embeddings) lm_head = register_module("lm_head", std::make_shared<Linear>(c.dim, c.vocab_size, false));
+  const int64_t D = c.dim / c.n_heads;
+  rope_cos = register_buffer("rope_cos", empty({c.max_seq_len, D}), false);
+  rope_sin = register_buffer("rope_sin", empty({c.max_seq_len, D}), false);
+  reset_parameters();
+}
+
+void Llama::reset_parameters() {
   for (auto* m : modules()) {  // Hugging Face: N(0, 0.02) everywhere
     if (auto* l = dynamic_cast<Linear*>(m)) init::normal_(l->weight, 0.0, 0.02);
     if (auto* e = dynamic_cast<Embedding*>(m)) init::normal_(e->weight, 0.0, 0.02);
   }
-  const int64_t D = c.dim / c.n_heads;
-  Tensor inv_freq = ops::pow(c.rope_theta, ops::div(arange(0, D, 2, DType::F64), static_cast<double>(D)));
+  // The rotary tables, on the buffers' device.
+  const int64_t D = config.dim / config.n_heads;
+  DeviceScope on(rope_cos.device());
+  Tensor inv_freq = ops::pow(config.rope_theta, ops::div(arange(0, D, 2, DType::F64), static_cast<double>(D)));
   inv_freq = ops::reciprocal(inv_freq);
-  Tensor freqs = ops::outer(arange(c.max_seq_len, DType::F64), inv_freq);
+  Tensor freqs = ops::outer(arange(config.max_seq_len, DType::F64), inv_freq);
   Tensor emb = ops::cat({freqs, freqs}, -1);
-  rope_cos = register_buffer("rope_cos", ops::cos(emb).to(DType::F32), false);
-  rope_sin = register_buffer("rope_sin", ops::sin(emb).to(DType::F32), false);
+  rope_cos.copy_(ops::cos(emb));
+  rope_sin.copy_(ops::sin(emb));
 }
 
 Tensor Llama::forward(const Tensor& ids) {

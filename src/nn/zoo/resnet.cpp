@@ -73,7 +73,11 @@ ResNet::ResNet(ResNetConfig c) : Module("ResNet"), config(std::move(c)) {
     stages.push_back(register_module("layer" + std::to_string(s + 1), stage));
   }
   fc = register_module("fc", std::make_shared<Linear>(in, config.num_classes));
-  // torchvision: kaiming_normal(fan_out, relu) for convs, BN weight 1 / bias 0.
+  reset_parameters();
+}
+
+// torchvision: kaiming_normal(fan_out, relu) for convs, BN weight 1 / bias 0.
+void ResNet::reset_parameters() {
   for (auto* m : modules())
     if (auto* cv = dynamic_cast<Conv2d*>(m)) init::kaiming_normal_(cv->weight, 0.0, "fan_out", "relu");
 }

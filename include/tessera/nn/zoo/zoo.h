@@ -63,6 +63,7 @@ struct ResNet : Module {
   std::vector<std::shared_ptr<Sequential>> stages;  // layer1..layer4
   std::shared_ptr<Linear> fc;
   explicit ResNet(ResNetConfig c);
+  void reset_parameters() override;
   Tensor forward(const Tensor& x) override;
 };
 
@@ -87,6 +88,7 @@ struct GPT : Module {
   std::shared_ptr<LayerNorm> ln_f;
   std::shared_ptr<Linear> lm_head;  // null when the head is tied to wte
   explicit GPT(GPTConfig c);
+  void reset_parameters() override;
   Tensor forward(const Tensor& ids) override;  // [B, T] int64 -> logits [B, T, vocab]
 };
 
@@ -137,6 +139,7 @@ struct Llama : Module {
   std::shared_ptr<Linear> lm_head;  // null when tied to embed_tokens
   Tensor rope_cos, rope_sin;        // [max_seq_len, head_dim], not saved
   explicit Llama(LlamaConfig c);
+  void reset_parameters() override;
   Tensor forward(const Tensor& ids) override;  // [B, T] int64 -> logits [B, T, vocab]
 };
 
