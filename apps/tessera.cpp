@@ -63,6 +63,7 @@
 #include "tessera/serve/repository.h"
 #include "tessera/quant/weights.h"
 #include "tessera/llm/lora.h"
+#include "tessera/train/meta_size.h"
 #include "tessera/train/trainer.h"
 #include "tessera/version.h"
 
@@ -213,6 +214,98 @@ int cmd_info(const std::string& arg) {
     std::printf("  scheduler   %s at step %lld\n", s["scheduler"].value("name", "?").c_str(),
                 static_cast<long long>(s["scheduler"].value("last_epoch", 0)));
   if (s.contains("metrics")) std::printf("metrics\n  %s\n", s["metrics"].dump().c_str());
+  return 0;
+}
+
+// The one batch a zoo model is sized with: its input shape from its config,
+// batch `batch`, sequence length `seq` (0: the model's context).
+train::MetaInput zoo_input(nn::Module& m, int64_t batch, int64_t seq) {
+  namespace zoo = nn::zoo;
+  if (auto* x = dynamic_cast<zoo::MLP*>(&m)) return {{batch, x->config.in_features}};
+  if (auto* x = dynamic_cast<zoo::LeNet*>(&m))
+    return {{batch, x->config.in_channels, x->config.image_size, x->config.image_size}};
+  if (auto* x = dynamic_cast<zoo::ResNet*>(&m)) {
+    int64_t s = x->config.stem == "imagenet" ? 224 : 32;
+    return {{batch, x->config.in_channels, s, s}};
+  }
+  if (auto* x = dynamic_cast<zoo::GPT*>(&m)) return {{batch, seq ? seq : x->config.block_size}, DType::I64};
+  if (auto* x = dynamic_cast<zoo::Llama*>(&m)) return {{batch, seq ? seq : x->config.max_seq_len}, DType::I64};
+  TS_ERROR("info --meta: no input shape is known for a ", m.type_name(), " model");
+}
+
+std::string si(double v) {  // 1.2 G, 340 M
+  char buf[32];
+  const char* units[] = {"", " K", " M", " G", " T", " P"};
+  int u = 0;
+  while (v >= 1000 && u < 5) v /= 1000, ++u;
+  std::snprintf(buf, sizeof buf, u ? "%.3g%s" : "%.0f%s", v, units[u]);
+  return buf;
+}
+
+// A model's size from its config or a GGUF file's shapes, before anything is
+// allocated: built on the meta device, one training step run there.
+int cmd_meta_info(const std::string& arg, int64_t batch, int64_t seq, const std::vector<int64_t>& ranks) {
+  train::MetaSizeRequest req;
+  train::Recipe recipe;
+  json config;
+  std::string what;
+  const bool gguf = arg.ends_with(".gguf");
+  if (gguf) {
+    llm::GgufFile f = llm::GgufFile::open(arg);
+    nn::zoo::LlamaConfig c = llm::llama_config_from_gguf(f, true);
+    what = "the Llama of " + arg + " (as trainable f32 weights)";
+    req.build = [c] { return std::make_shared<nn::zoo::Llama>(c); };
+    req.make_optimizer = [](nn::Module& m) { return optim::make_optimizer("adamw", {{m.parameters(), {}}}, {}); };
+    if (batch == 0) batch = 1;
+  } else {
+    config = io::load_yaml(arg);
+    what = arg;
+    // A language model trains on windows of data.block_size tokens.
+    if (seq == 0 && config.contains("data") && config["data"].is_object() && config["data"].contains("block_size") &&
+        config["data"]["block_size"].is_number_integer())
+      seq = config["data"]["block_size"].get<int64_t>();
+    req.build = [&] {
+      recipe = train::build_recipe(config, arg, true);
+      return recipe.model;
+    };
+    req.make_optimizer = [&](nn::Module& m) { return recipe.make_optimizer(m); };
+  }
+  req.input = [&](nn::Module& m) {
+    if (batch == 0) batch = recipe.train.batch_size;
+    return zoo_input(m, batch, seq);
+  };
+  train::MetaSize s = train::size_on_meta(req);
+  std::printf("%s, sized on the meta device (nothing allocated)\n\n", what.c_str());
+  std::printf("%-40s %-22s %14s %12s\n", "module", "type", "parameters", "bytes");
+  for (const train::ModuleSize& m : s.modules)
+    if (m.params > 0 || m.path.empty())
+      std::printf("%-40s %-22s %14s %12s\n", m.path.empty() ? "(model)" : m.path.c_str(), m.type.c_str(),
+                  si(static_cast<double>(m.params)).c_str(), human_bytes(static_cast<uintmax_t>(m.bytes)).c_str());
+  std::printf("\nparameters   %lld (%lld trainable)\n", static_cast<long long>(s.params),
+              static_cast<long long>(s.trainable));
+  for (const auto& [dt, b] : s.param_bytes_by_dtype)
+    std::printf("  %-10s %s\n", dt.c_str(), human_bytes(static_cast<uintmax_t>(b)).c_str());
+  std::printf("model memory %s (parameters and buffers, as allocated)\n",
+              human_bytes(static_cast<uintmax_t>(s.param_bytes)).c_str());
+  std::printf("gradients    %s\n", human_bytes(static_cast<uintmax_t>(s.grad_bytes)).c_str());
+  if (s.optimizer_bytes >= 0)
+    std::printf("optimizer    %s\n", human_bytes(static_cast<uintmax_t>(s.optimizer_bytes)).c_str());
+  else
+    std::printf("optimizer    unknown: %s\n", s.optimizer_note.c_str());
+  std::printf("\none step at batch %lld:\n", static_cast<long long>(batch));
+  std::printf("  FLOPs        %sFLOP forward, %sFLOP forward + backward (products: matmul, convolution, attention)\n",
+              si(static_cast<double>(s.forward_flops)).c_str(), si(static_cast<double>(s.step_flops)).c_str());
+  std::printf("  activations  %s at the peak of forward + backward\n",
+              human_bytes(static_cast<uintmax_t>(s.activation_peak)).c_str());
+  std::printf("\nper rank, each rank one batch of activations%s:\n",
+              s.optimizer_bytes < 0 ? " (optimizer state unknown: counted as 0)" : "");
+  std::printf("  %6s %12s %12s %12s %12s\n", "ranks", "DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3");
+  for (int64_t n : ranks) {
+    train::RankMemory r = train::per_rank_memory(s, n);
+    std::printf("  %6lld %12s %12s %12s %12s\n", static_cast<long long>(n), human_bytes(r.ddp).c_str(),
+                human_bytes(r.zero1).c_str(), human_bytes(r.zero2).c_str(), human_bytes(r.zero3).c_str());
+  }
+  std::printf("(ZeRO-1 shards the optimizer state, ZeRO-2 also the gradients, ZeRO-3 also the parameters)\n");
   return 0;
 }
 
@@ -813,9 +906,20 @@ int main(int argc, char** argv) {
   eval->add_option("checkpoint", ckpt, "a checkpoint directory, or a run directory (its latest)")->required();
   eval->add_option("--batches", batches, "evaluate only this many batches");
 
-  auto* info = app.add_subcommand("info", "show a checkpoint's model, training state and metrics");
+  auto* info = app.add_subcommand("info", "show a checkpoint's model, training state and metrics; or size a "
+                                   "config's model or a GGUF file's Llama before allocating it (--meta)");
   std::string info_ckpt;
-  info->add_option("checkpoint", info_ckpt, "a checkpoint directory, or a run directory")->required();
+  bool info_meta = false;
+  int64_t info_batch = 0, info_seq = 0;
+  std::vector<int64_t> info_ranks = {1, 2, 4, 8};
+  info->add_option("checkpoint", info_ckpt, "a checkpoint or run directory, a training config (.yaml), or a .gguf "
+                   "file")->required();
+  info->add_flag("--meta", info_meta, "size the model on the meta device: parameters, memory, FLOPs and activations "
+                 "of one training step, and memory per rank under DDP and ZeRO (implied for configs and GGUF files)");
+  info->add_option("--batch", info_batch, "--meta: the batch size (default: the config's train.batch_size; 1 for GGUF)");
+  info->add_option("--seq", info_seq, "--meta: the sequence length of a language model (default: its context)");
+  info->add_option("--ranks", info_ranks, "--meta: the world sizes to show per-rank memory for")
+      ->check(CLI::PositiveNumber);
 
   auto* exp = app.add_subcommand("export", "export a checkpoint's model as ONNX, a compiled Tessera graph, or GGUF "
                                   "(language models)");
@@ -985,7 +1089,16 @@ int main(int argc, char** argv) {
   try {
     if (*train) return cmd_train(config, resume, sets, output, plain ? 0 : -1, profile, precision);
     if (*eval) return cmd_eval(ckpt, batches);
-    if (*info) return cmd_info(info_ckpt);
+    if (*info) {
+      const bool file = info_ckpt.ends_with(".yaml") || info_ckpt.ends_with(".yml") || info_ckpt.ends_with(".gguf");
+      if (info_meta || file) {
+        TS_CHECK(file, "info --meta: expected a training config (.yaml) or a .gguf file, got '", info_ckpt,
+                 "' (a checkpoint's model is sized by its config)");
+        TS_CHECK(info_batch >= 0 && info_seq >= 0, "info --meta: --batch and --seq must be positive");
+        return cmd_meta_info(info_ckpt, info_batch, info_seq, info_ranks);
+      }
+      return cmd_info(info_ckpt);
+    }
     if (*exp) return cmd_export(exp_ckpt, exp_format, exp_out, exp_batch, exp_fixed, exp_dump, exp_gguf_type);
     if (*run) return cmd_run(run_model, run_inputs, run_out, run_repeat, run_size);
     if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);

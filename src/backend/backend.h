@@ -127,6 +127,11 @@ using Conv2dFusedFn = void (*)(const ConvGeometry& g, const Tensor& x, const Ten
                                bool constant_weights);
 using DTypeQueryFn = bool (*)(DType t);
 using QueryFn = bool (*)();
+// Optimizer updates in place over contiguous parameters, gradients and
+// state of one dtype; vmax (AMSGrad) and buf (SGD momentum) may be undefined.
+using AdamStepFn = void (*)(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
+                            const AdamArgs& a);
+using SgdStepFn = void (*)(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdArgs& a);
 // Over rows of the last dim of contiguous tensors.
 using SoftmaxFwdFn = void (*)(const Tensor& x, const Tensor& y, bool log);
 using SoftmaxBwdFn = void (*)(const Tensor& gy, const Tensor& y, const Tensor& gx, bool log);
@@ -152,6 +157,7 @@ using LayerNormBwdFn = void (*)(const Tensor& gy, const Tensor& x, const Tensor&
   X(attention_fwd, AttentionFwdFn) X(attention_bwd, AttentionBwdFn) X(attention_keep_mask, AttentionKeepMaskFn) \
   X(conv2d_fwd, Conv2dFwdFn) X(conv2d_bwd_data, Conv2dBwdDataFn) X(conv2d_bwd_weights, Conv2dBwdWeightsFn) \
   X(conv2d_fused, Conv2dFusedFn) X(conv_epilogue_ok, DTypeQueryFn) X(native_bf16, QueryFn)              \
+  X(adam_step, AdamStepFn) X(sgd_step, SgdStepFn)                                                     \
   X(matmul, MatmulFn) X(linear_epilogue, LinearEpilogueFn) X(softmax_fwd, SoftmaxFwdFn) X(softmax_bwd, SoftmaxBwdFn)                        \
   X(layer_norm_fwd, LayerNormFwdFn) X(layer_norm_bwd, LayerNormBwdFn)                                  \
   X(batch_norm_stats, BatchNormStatsFn) X(batch_norm_apply, BatchNormApplyFn) X(batch_norm_bwd, BatchNormBwdFn)

@@ -53,6 +53,16 @@ struct PoolGeometry {
   int64_t lanes = 1;  // channels interleaved per plane: max pooling without indices only
 };
 
+// One optimizer step's scalars (the caller computes the bias corrections).
+struct AdamArgs {
+  double lr, beta1, beta2, eps, weight_decay, step_size, bc2_sqrt;
+  bool amsgrad, maximize, decoupled;  // decoupled: AdamW's p *= 1 - lr * weight_decay
+};
+struct SgdArgs {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov, maximize, first;  // first: the momentum buffer starts as the gradient
+};
+
 // 2-D convolution over NCHW data (conv_transpose2d swaps the roles).
 struct ConvGeometry {
   int64_t N, C, H, W;      // input

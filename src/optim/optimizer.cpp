@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "backend/cpu/kernel_table.h"
+#include "backend/backend.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/parallel.h"
 
@@ -151,14 +151,15 @@ void for_each(int64_t n, F&& f) {
 
 Tensor& state_tensor(std::map<std::string, Tensor>& s, const std::string& k, const Tensor& like, double init = 0) {
   auto it = s.find(k);
-  if (it == s.end()) it = s.emplace(k, full(like.shape(), init, like.dtype())).first;
+  if (it == s.end()) it = s.emplace(k, full(like.shape(), init, TensorOptions(like.dtype(), like.device()))).first;
   return it->second;
 }
 
 // The step counter, kept as a 0-d f64 tensor so it saves with the rest.
 double next_step(std::map<std::string, Tensor>& s) {
   auto it = s.find("step");
-  if (it == s.end()) it = s.emplace("step", zeros({}, DType::F64)).first;
+  // A host-side count, on the CPU whatever the parameters' device (as PyTorch's).
+  if (it == s.end()) it = s.emplace("step", zeros({}, TensorOptions(DType::F64, Device::cpu()))).first;
   double step = it->second.item<double>() + 1;
   it->second.fill_(step);
   return step;
@@ -183,17 +184,10 @@ void SGD::check_options(const Options& o) const {
            "SGD: nesterov needs momentum > 0 and dampening 0");
 }
 void SGD::update(Tensor& param, const Tensor& grad, std::map<std::string, Tensor>& s, const Options& o) {
-  cpu::SgdArgs a{o.at("lr"), o.at("momentum"), o.at("dampening"), o.at("weight_decay"), flag(o, "nesterov"),
+  backend::SgdArgs a{o.at("lr"), o.at("momentum"), o.at("dampening"), o.at("weight_decay"), flag(o, "nesterov"),
                  flag(o, "maximize"), !s.count("momentum_buffer")};
   Tensor buf = a.momentum != 0 ? state_tensor(s, "momentum_buffer", param) : Tensor();
-  auto kernel = cpu::kernels().sgd_step[cpu::idx(param.dtype())];
-  const size_t item = param.itemsize();
-  char* p = static_cast<char*>(param.raw_data());
-  const char* g = static_cast<const char*>(grad.raw_data());
-  char* b = buf.defined() ? static_cast<char*>(buf.raw_data()) : nullptr;
-  parallel_for(0, param.numel(), kGrainSize, [&](int64_t i0, int64_t i1) {
-    kernel(p + i0 * item, g + i0 * item, b ? b + i0 * item : nullptr, i1 - i0, a);
-  });
+  backend::kernels(param).sgd_step(param, grad, buf, a);
 }
 
 // ---- Adam / AdamW -----------------------------------------------------------------------
@@ -218,17 +212,9 @@ void Adam::update(Tensor& param, const Tensor& grad, std::map<std::string, Tenso
   Tensor m = state_tensor(s, "exp_avg", param), v = state_tensor(s, "exp_avg_sq", param);
   Tensor vmax = amsgrad ? state_tensor(s, "max_exp_avg_sq", param) : Tensor();
   const double step = next_step(s);
-  cpu::AdamArgs a{lr, b1, b2, o.at("eps"), o.at("weight_decay"), lr / (1 - std::pow(b1, step)),
+  backend::AdamArgs a{lr, b1, b2, o.at("eps"), o.at("weight_decay"), lr / (1 - std::pow(b1, step)),
                   std::sqrt(1 - std::pow(b2, step)), amsgrad, flag(o, "maximize"), decoupled_};
-  auto kernel = cpu::kernels().adam_step[cpu::idx(param.dtype())];
-  const size_t item = param.itemsize();
-  char* p = static_cast<char*>(param.raw_data());
-  const char* g = static_cast<const char*>(grad.raw_data());
-  char *mp = static_cast<char*>(m.raw_data()), *vp = static_cast<char*>(v.raw_data());
-  char* xp = amsgrad ? static_cast<char*>(vmax.raw_data()) : nullptr;
-  parallel_for(0, param.numel(), kGrainSize, [&](int64_t i0, int64_t i1) {
-    kernel(p + i0 * item, g + i0 * item, mp + i0 * item, vp + i0 * item, xp ? xp + i0 * item : nullptr, i1 - i0, a);
-  });
+  backend::kernels(param).adam_step(param, grad, m, v, vmax, a);
 }
 
 Options AdamW::default_options() {

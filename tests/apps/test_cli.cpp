@@ -50,5 +50,22 @@ TEST(Cli, VersionHelpAndUsageErrors) {
   EXPECT_NE(out.find("--port INT=8000"), std::string::npos) << out;
 }
 
+// `tessera info CONFIG` sizes the model on meta: the MLP of the Fashion-MNIST
+// config has 784*256 + 256 + 256*256 + 256 + 256*10 + 10 parameters, and Adam
+// keeps two f32 states per parameter.
+TEST(Cli, InfoSizesAConfigOnMeta) {
+  std::string out;
+  const std::string config = std::string(TESSERA_SOURCE_DIR) + "/examples/configs/fashion_mnist_mlp.yaml";
+  ASSERT_EQ(testing::cli("info " + config + " --ranks 1 4", &out), 0) << out;
+  const int64_t params = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10;
+  EXPECT_NE(out.find("parameters   " + std::to_string(params) + " (" + std::to_string(params) + " trainable)"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("sized on the meta device"), std::string::npos) << out;
+  EXPECT_NE(out.find("ZeRO-3"), std::string::npos) << out;
+  EXPECT_NE(out.find("FLOP forward"), std::string::npos) << out;
+  EXPECT_EQ(testing::cli("info " + config + " --batch -3", &out), 1) << out;
+  EXPECT_EQ(testing::cli("info /nonexistent/x.yaml", &out), 1) << out;
+}
+
 }  // namespace
 }  // namespace tessera

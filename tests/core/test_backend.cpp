@@ -57,7 +57,6 @@ const std::set<std::string> kStillIncludeCpu = {
     "src/ops/op_utils.h",
     "src/ops/quant.cpp",
     "src/ops/sparse.cpp",
-    "src/optim/optimizer.cpp",
     "src/quant/ptq.cpp",
     "src/quant/qat.cpp",
     "src/quant/weights.cpp",

@@ -364,6 +364,30 @@ void conv2d_fused(const ConvGeometry& g, const Tensor& x, const Tensor& w, const
 bool conv_epilogue_ok(DType t) { return cpu::conv_epilogue_ok(t); }
 bool native_bf16() { return has_native_bf16(); }
 
+void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& vmax,
+               const AdamArgs& a) {
+  auto kernel = kernels().adam_step[idx(param.dtype())];
+  const size_t item = param.itemsize();
+  char* p = static_cast<char*>(param.raw_data());
+  const char* g = static_cast<const char*>(grad.raw_data());
+  char *mp = static_cast<char*>(m.raw_data()), *vp = static_cast<char*>(v.raw_data());
+  char* xp = vmax.defined() ? static_cast<char*>(vmax.raw_data()) : nullptr;
+  parallel_for(0, param.numel(), kGrainSize, [&](int64_t i0, int64_t i1) {
+    kernel(p + i0 * item, g + i0 * item, mp + i0 * item, vp + i0 * item, xp ? xp + i0 * item : nullptr, i1 - i0, a);
+  });
+}
+
+void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& buf, const SgdArgs& a) {
+  auto kernel = kernels().sgd_step[idx(param.dtype())];
+  const size_t item = param.itemsize();
+  char* p = static_cast<char*>(param.raw_data());
+  const char* g = static_cast<const char*>(grad.raw_data());
+  char* b = buf.defined() ? static_cast<char*>(buf.raw_data()) : nullptr;
+  parallel_for(0, param.numel(), kGrainSize, [&](int64_t i0, int64_t i1) {
+    kernel(p + i0 * item, g + i0 * item, b ? b + i0 * item : nullptr, i1 - i0, a);
+  });
+}
+
 void softmax_fwd(const Tensor& x, const Tensor& y, bool is_log) {
   int64_t n = x.shape().back();
   if (n == 0 || x.numel() == 0) return;

@@ -57,15 +57,9 @@ using LayerNormBwd = void (*)(const void* gy, const void* x, const void* w, cons
 // backward's recomputation exp(s - lse).
 // Optimizer updates over n contiguous elements of a parameter, its gradient and
 // its state. The caller computes the per-step scalars (bias corrections).
-struct AdamArgs {
-  double lr, beta1, beta2, eps, weight_decay, step_size, bc2_sqrt;
-  bool amsgrad, maximize, decoupled;  // decoupled: AdamW's p *= 1 - lr * weight_decay
-};
+using backend::AdamArgs;
 using AdamStep = void (*)(void* p, const void* g, void* m, void* v, void* vmax, int64_t n, const AdamArgs& a);
-struct SgdArgs {
-  double lr, momentum, dampening, weight_decay;
-  bool nesterov, maximize, first;  // first: the momentum buffer starts as the gradient
-};
+using backend::SgdArgs;
 using SgdStep = void (*)(void* p, const void* g, void* buf, int64_t n, const SgdArgs& a);
 
 // Max pooling of planes [p0, p1) of [planes, H, W, g.lanes] data, no indices.
