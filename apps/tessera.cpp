@@ -275,7 +275,12 @@ int cmd_meta_info(const std::string& arg, int64_t batch, int64_t seq, const std:
     return zoo_input(m, batch, seq);
   };
   train::MetaSize s = train::size_on_meta(req);
-  std::printf("%s, sized on the meta device (nothing allocated)\n\n", what.c_str());
+  std::printf("%s, sized on the meta device (nothing allocated)\n", what.c_str());
+  if (!gguf && recipe.task == train::Task::LanguageModel && config.contains("model") && config["model"].is_object() &&
+      !config["model"].contains("vocab_size"))
+    std::printf("(the config sets no model.vocab_size: training takes it from the data; sized with the model's "
+                "default)\n");
+  std::printf("\n");
   std::printf("%-40s %-22s %14s %12s\n", "module", "type", "parameters", "bytes");
   for (const train::ModuleSize& m : s.modules)
     if (m.params > 0 || m.path.empty())
