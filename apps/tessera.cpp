@@ -276,8 +276,8 @@ int cmd_meta_info(const std::string& arg, int64_t batch, int64_t seq, const std:
   };
   train::MetaSize s = train::size_on_meta(req);
   std::printf("%s, sized on the meta device (nothing allocated)\n", what.c_str());
-  if (!gguf && recipe.task == train::Task::LanguageModel && config.contains("model") && config["model"].is_object() &&
-      !config["model"].contains("vocab_size"))
+  if (!gguf && config.contains("model") && config["model"].is_object() && !config["model"].contains("vocab_size") &&
+      (config["model"].value("name", "") == "gpt" || config["model"].value("name", "") == "llama"))
     std::printf("(the config sets no model.vocab_size: training takes it from the data; sized with the model's "
                 "default)\n");
   std::printf("\n");
