@@ -65,6 +65,7 @@ FULL = {
     "llm_serve": ["--soak-seconds", "600"],
     "llm_spec": ["--speculative"],
     "llm_structured": ["--structured"],
+    "seam": ["--rounds", "5"],
 }
 QUICK = {
     "ops": ["--rounds", "1", "--threads", "1", "--quick", "--skip-default",
@@ -87,6 +88,7 @@ QUICK = {
     "llm_serve": ["--quick", "--models", "random-110M-Q4_0"],
     "llm_spec": ["--speculative", "--quick"],
     "llm_structured": ["--structured", "--quick"],
+    "seam": ["--quick"],
 }
 # The trained models: config, overrides (full, quick).
 RUNS = {
@@ -410,6 +412,10 @@ def json_script(ctx, name, script):
     code = run_script([PY, os.path.join(HERE, script), "--build-dir", ctx.build_dir, "--json", j,
                        *ctx.settings(name)], j, ctx.log_path(name), ctx.timeout)
     return {"exit": code, **load_json(j)}
+
+
+def sec_seam(ctx):
+    return json_script(ctx, "seam", "seam_compare.py")
 
 
 def sec_llm(ctx):
@@ -1317,6 +1323,20 @@ def render_llm_structured(d, h):
     return out
 
 
+def render_seam(d, h):
+    names = {"add_1": "1-element add, no autograd", "add_1_grad": "1-element add, recording autograd",
+             "mlp16_forward": "width-16 MLP, batch 1, forward (no autograd)",
+             "mlp16_train_step": "width-16 MLP, batch 1, forward + backward + zero_grad",
+             "llm_decode_ms": f"LLM engine decode step ({d.get('model') or 'no model'})"}
+    bound = target("seam", "ratio")
+    out = ["", f"Before: commit `{d['base']}` (the last before the seam), built by `bench/seam_compare.py`; after: this "
+               f"commit. {d['threads']} thread, median of {d['rounds']} alternating rounds.", "", machine_line(h), ""]
+    out += table(["case", "before", "after", "after / before", f"within {100 * (bound - 1):.0f}%"],
+                 [[names.get(r["case"], r["case"]), f"{fnum(r['before'])} {r['unit']}", f"{fnum(r['after'])} {r['unit']}",
+                   f"**{r['ratio']:.3f}x**", verdict("seam", "ratio", r["ratio"])] for r in d["rows"]])
+    return out
+
+
 def render_serve(d, h):
     recs = d["records"]
     out = []
@@ -1396,6 +1416,7 @@ RUNNERS = {
     "llm_spec": (sec_llm_spec, render_llm_spec),
     "llm_structured": (sec_llm_structured, render_llm_structured),
     "serve": (sec_serve, render_serve),
+    "seam": (sec_seam, render_seam),
 }
 
 
