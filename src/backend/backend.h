@@ -127,6 +127,9 @@ using Conv2dFusedFn = void (*)(const ConvGeometry& g, const Tensor& x, const Ten
                                bool constant_weights);
 using DTypeQueryFn = bool (*)(DType t);
 using QueryFn = bool (*)();
+// The channel block the backend's f32 convolutions keep activations in (8 or
+// 16: the layout pass blocks activations between convolutions), or 0.
+using BlockQueryFn = int64_t (*)();
 // Optimizer updates in place over contiguous parameters, gradients and
 // state of one dtype; vmax (AMSGrad) and buf (SGD momentum) may be undefined.
 using AdamStepFn = void (*)(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
@@ -157,6 +160,7 @@ using LayerNormBwdFn = void (*)(const Tensor& gy, const Tensor& x, const Tensor&
   X(attention_fwd, AttentionFwdFn) X(attention_bwd, AttentionBwdFn) X(attention_keep_mask, AttentionKeepMaskFn) \
   X(conv2d_fwd, Conv2dFwdFn) X(conv2d_bwd_data, Conv2dBwdDataFn) X(conv2d_bwd_weights, Conv2dBwdWeightsFn) \
   X(conv2d_fused, Conv2dFusedFn) X(conv_epilogue_ok, DTypeQueryFn) X(native_bf16, QueryFn)              \
+  X(conv_activation_block, BlockQueryFn)                                                               \
   X(adam_step, AdamStepFn) X(sgd_step, SgdStepFn)                                                     \
   X(matmul, MatmulFn) X(linear_epilogue, LinearEpilogueFn) X(softmax_fwd, SoftmaxFwdFn) X(softmax_bwd, SoftmaxBwdFn)                        \
   X(layer_norm_fwd, LayerNormFwdFn) X(layer_norm_bwd, LayerNormBwdFn)                                  \

@@ -13,7 +13,6 @@
 // convolutions are asked for exactly these layouts (backend/cpu/conv.cpp), so
 // the steady state runs no reorders but the conversions. Runs after fuse-epilogue, on
 // graphs without autograd (fused_conv2d has no backward).
-#include "backend/cpu/conv.h"
 #include "ops/op_utils.h"
 #include "tessera/ops/op_table.h"
 #include "tessera/compile/passes.h"
@@ -66,7 +65,8 @@ SymShape blocked_shape(const SymShape& s, int64_t b) {
 }  // namespace
 
 int block_conv_activations(Graph& g) {
-  const int64_t b = cpu::conv_activation_block();
+  // Compiled graphs run on the CPU: its convolutions' preferred block.
+  const int64_t b = backend::get(DeviceType::CPU).kernels->conv_activation_block();
   if (b == 0) return 0;
   auto uses = g.uses();
   auto is_out = g.is_output();

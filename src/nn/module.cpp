@@ -278,10 +278,19 @@ void Module::reset_parameters() {
            "it cannot be initialized after to_empty; load a checkpoint into it instead");
 }
 
+void Module::reset_buffers() {
+  for (const auto& b : buffers_)
+    TS_CHECK(b.persistent, type_name(), " has a buffer it does not save ('", b.name, "') but no reset_buffers: ",
+             "it cannot be recomputed after to_empty or a checkpoint load");
+}
+
 void Module::materialize(Device device) {
   to_empty(device);
   NoGradGuard no_grad;
-  apply([](Module& m) { m.reset_parameters(); });
+  apply([](Module& m) {
+    m.reset_parameters();
+    m.reset_buffers();
+  });
 }
 
 void Module::zero_grad(bool set_to_none) {
@@ -349,16 +358,43 @@ Module::LoadResult Module::load_state_dict(const StateDict& sd, bool strict) {
   if (strict && !r.unexpected.empty()) problems += "\n  unexpected keys: " + join(r.unexpected);
   TS_CHECK(problems.empty(), "load_state_dict for ", type_name_, " failed:", problems);
 
+  // The registered tensors themselves (state_dict's are detached handles), so
+  // that a meta one can be given the checkpoint's memory.
+  std::map<std::string, Tensor*> registered;
+  std::function<void(Module&, const std::string&)> walk = [&](Module& m, const std::string& prefix) {
+    for (auto& p : m.params_) registered[prefix + p.name] = &p.t;
+    for (auto& b : m.buffers_) registered[prefix + b.name] = &b.t;
+    for (auto& [n, c] : m.children_) walk(*c, prefix + n + ".");
+  };
+  walk(*this, "");
   NoGradGuard no_grad;
+  // Buffers a checkpoint does not carry, still on meta: recomputed on the
+  // device the checkpoint brings (after the loop below).
+  Device loaded_on = sd.entries.empty() ? Device::cpu() : sd.entries.front().second.device();
   for (auto& [k, t] : mine.entries) {
     auto it = given.find(k);
     if (it == given.end()) continue;
     const Tensor& src = *it->second;
     TS_CHECK(is_floating(t.dtype()) == is_floating(src.dtype()) || t.dtype() == src.dtype(), "load_state_dict: '", k,
              "' has dtype ", dtype_name(src.dtype()), " but the model expects ", dtype_name(t.dtype()));
-    Tensor dst = t;  // shares the registered TensorImpl
-    dst.copy_(src);
+    Tensor dst = t;  // shares the registered tensor's storage
+    if (dst.is_meta()) {
+      // A model built on meta takes the checkpoint's memory and device (its
+      // own copy, in its own dtype): loading materializes it.
+      registered.at(k)->set_data(src.detach().to(dst.dtype()).clone());
+    } else {
+      dst.copy_(src.device() == dst.device() ? src : src.detach().to(dst.device()));
+    }
   }
+  apply([&](Module& m) {
+    bool derived = false;
+    for (auto& b : m.buffers_)
+      if (!b.persistent && b.t.is_meta()) {
+        b.t.set_data(empty(b.t.shape(), TensorOptions(b.t.dtype(), loaded_on)));
+        derived = true;
+      }
+    if (derived) m.reset_buffers();
+  });
   return r;
 }
 

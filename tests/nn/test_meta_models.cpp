@@ -106,6 +106,27 @@ TEST(MetaModels, MaterializedEqualsBuiltBitForBit) {
   }
 }
 
+// A model built on meta loads a checkpoint's tensors onto their device (the
+// CPU), without initializing anything first, and then runs as the original.
+TEST(MetaModels, LoadingAStateDictMaterializes) {
+  for (const Case& c : cases()) {
+    manual_seed(3);
+    ModulePtr built = c.build();
+    ModulePtr meta;
+    {
+      DeviceScope on_meta(Device::meta());
+      meta = c.build();
+    }
+    meta->load_state_dict(built->state_dict());
+    for (auto& [name, p] : meta->named_parameters()) EXPECT_TRUE(p.device().is_cpu()) << c.name << " " << name;
+    Tensor x = c.input();
+    manual_seed(7);
+    float want = c.loss(built->forward(x)).item<float>();
+    manual_seed(7);
+    EXPECT_EQ(c.loss(meta->forward(x)).item<float>(), want) << c.name;
+  }
+}
+
 // The peak of live bytes over one forward and backward, above what was live
 // before it, on `device`.
 int64_t step_peak(const Case& c, Device device) {

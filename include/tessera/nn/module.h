@@ -118,7 +118,11 @@ class Module : public std::enable_shared_from_this<Module> {
   // constructor does; children are not touched. A module with parameters that
   // has no initializer of its own keeps the default, which refuses.
   virtual void reset_parameters();
-  // to_empty(device), then every module's reset_parameters, children before
+  // Recomputes the buffers this module derives from its configuration and
+  // does not save (a Llama's RoPE tables): after materialize, and after a
+  // checkpoint is loaded into a model built on meta.
+  virtual void reset_buffers();
+  // to_empty(device), then every module's reset_parameters and reset_buffers, children before
   // their parent (the order constructors run in): a model built on meta with
   // a seed, materialized with the same seed, equals the model built on the
   // device directly, bit for bit (the zoo's models are tested for it).
@@ -130,9 +134,14 @@ class Module : public std::enable_shared_from_this<Module> {
   // Parameters and persistent buffers by dotted name. Tied tensors appear under
   // every name (as in PyTorch).
   StateDict state_dict() const;
-  // Copies values into the registered tensors (converting dtype). With strict,
-  // any missing key, unexpected key or shape mismatch is an error that lists
-  // them all by name; without strict, missing/unexpected keys are returned.
+  // (load_state_dict, below, copies each tensor onto its parameter's device;
+  // a parameter on meta takes the checkpoint tensor's device instead, so a
+  // model built on meta is materialized by loading its checkpoint.)
+  // Copies values into the registered tensors (converting dtype, onto each
+  // tensor's device). A tensor on meta takes the checkpoint's device instead,
+  // so a model built on meta is materialized by loading its checkpoint. With
+  // strict, any missing key, unexpected key or shape mismatch is an error that
+  // lists them all by name; without strict, missing/unexpected keys are returned.
   struct LoadResult {
     std::vector<std::string> missing, unexpected;
   };

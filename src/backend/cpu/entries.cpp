@@ -363,6 +363,7 @@ void conv2d_fused(const ConvGeometry& g, const Tensor& x, const Tensor& w, const
 }
 bool conv_epilogue_ok(DType t) { return cpu::conv_epilogue_ok(t); }
 bool native_bf16() { return has_native_bf16(); }
+int64_t conv_activation_block() { return cpu::conv_activation_block(); }
 
 void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& vmax,
                const AdamArgs& a) {

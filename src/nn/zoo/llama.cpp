@@ -86,6 +86,7 @@ Llama::Llama(LlamaConfig c) : Module("Llama"), config(c) {
   rope_cos = register_buffer("rope_cos", empty({c.max_seq_len, D}), false);
   rope_sin = register_buffer("rope_sin", empty({c.max_seq_len, D}), false);
   reset_parameters();
+  reset_buffers();
 }
 
 void Llama::reset_parameters() {
@@ -93,7 +94,10 @@ void Llama::reset_parameters() {
     if (auto* l = dynamic_cast<Linear*>(m)) init::normal_(l->weight, 0.0, 0.02);
     if (auto* e = dynamic_cast<Embedding*>(m)) init::normal_(e->weight, 0.0, 0.02);
   }
-  // The rotary tables, on the buffers' device.
+}
+
+// The rotary tables, on the buffers' device.
+void Llama::reset_buffers() {
   const int64_t D = config.dim / config.n_heads;
   DeviceScope on(rope_cos.device());
   Tensor inv_freq = ops::pow(config.rope_theta, ops::div(arange(0, D, 2, DType::F64), static_cast<double>(D)));

@@ -134,6 +134,7 @@ struct LlamaModel : Module {  // the "model." prefix of the Hugging Face layout
   LlamaModel(const LlamaConfig& c);
 };
 struct Llama : Module {
+  void reset_buffers() override;
   LlamaConfig config;
   std::shared_ptr<LlamaModel> model;
   std::shared_ptr<Linear> lm_head;  // null when tied to embed_tokens
