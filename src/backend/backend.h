@@ -148,22 +148,24 @@ using LayerNormBwdFn = void (*)(const Tensor& gy, const Tensor& x, const Tensor&
                                 int64_t n, int64_t block_rows, bool rms);
 
 // X(name, signature): every kernel entry a backend provides.
-#define TS_BACKEND_KERNELS(X)                                                                          \
-  X(index_check, IndexCheckFn) X(gather, GatherFn) X(scatter, ScatterFn) X(index_select, IndexSelectFn)  \
-  X(index_add, IndexAddFn) X(sort_rows, SortRowsFn) X(nonzero, NonzeroFn)                                                   \
-  X(copy, CopyFn) X(fill, FillFn) X(unary, UnaryFn) X(binary, BinaryFn) X(where, WhereFn)              \
-  X(random, RandomFn) X(randint, RandintFn) X(arange, ArangeFn) X(linspace, LinspaceFn)                \
-  X(cumulative, CumulativeFn) X(cumprod_backward, CumprodBackwardFn)                                  \
-  X(reduce_rows, ReduceRowsFn) X(reduce_mid, ReduceMidFn) X(arg_reduce_rows, ArgReduceRowsFn)          \
-  X(max_pool2d_fwd, MaxPoolFwdFn) X(max_pool2d_bwd, MaxPoolBwdFn) X(avg_pool2d_fwd, AvgPoolFwdFn)      \
-  X(avg_pool2d_bwd, AvgPoolBwdFn)                                                                      \
-  X(attention_fwd, AttentionFwdFn) X(attention_bwd, AttentionBwdFn) X(attention_keep_mask, AttentionKeepMaskFn) \
-  X(conv2d_fwd, Conv2dFwdFn) X(conv2d_bwd_data, Conv2dBwdDataFn) X(conv2d_bwd_weights, Conv2dBwdWeightsFn) \
-  X(conv2d_fused, Conv2dFusedFn) X(conv_epilogue_ok, DTypeQueryFn) X(native_bf16, QueryFn)              \
-  X(conv_activation_block, BlockQueryFn)                                                               \
-  X(adam_step, AdamStepFn) X(sgd_step, SgdStepFn)                                                     \
-  X(matmul, MatmulFn) X(linear_epilogue, LinearEpilogueFn) X(softmax_fwd, SoftmaxFwdFn) X(softmax_bwd, SoftmaxBwdFn)                        \
-  X(layer_norm_fwd, LayerNormFwdFn) X(layer_norm_bwd, LayerNormBwdFn)                                  \
+#define TS_BACKEND_KERNELS(X)                                                                                   \
+  X(copy, CopyFn) X(fill, FillFn) X(unary, UnaryFn) X(binary, BinaryFn) X(where, WhereFn)                       \
+  X(random, RandomFn) X(randint, RandintFn) X(arange, ArangeFn) X(linspace, LinspaceFn)                         \
+  X(index_check, IndexCheckFn) X(gather, GatherFn) X(scatter, ScatterFn) X(index_select, IndexSelectFn)         \
+  X(index_add, IndexAddFn) X(sort_rows, SortRowsFn) X(nonzero, NonzeroFn)                                       \
+  X(cumulative, CumulativeFn) X(cumprod_backward, CumprodBackwardFn)                                            \
+  X(reduce_rows, ReduceRowsFn) X(reduce_mid, ReduceMidFn) X(arg_reduce_rows, ArgReduceRowsFn)                   \
+  X(max_pool2d_fwd, MaxPoolFwdFn) X(max_pool2d_bwd, MaxPoolBwdFn)                                               \
+  X(avg_pool2d_fwd, AvgPoolFwdFn) X(avg_pool2d_bwd, AvgPoolBwdFn)                                               \
+  X(attention_fwd, AttentionFwdFn) X(attention_bwd, AttentionBwdFn)                                             \
+  X(attention_keep_mask, AttentionKeepMaskFn)                                                                   \
+  X(conv2d_fwd, Conv2dFwdFn) X(conv2d_bwd_data, Conv2dBwdDataFn) X(conv2d_bwd_weights, Conv2dBwdWeightsFn)      \
+  X(conv2d_fused, Conv2dFusedFn) X(conv_epilogue_ok, DTypeQueryFn) X(native_bf16, QueryFn)                      \
+  X(conv_activation_block, BlockQueryFn)                                                                        \
+  X(adam_step, AdamStepFn) X(sgd_step, SgdStepFn)                                                               \
+  X(matmul, MatmulFn) X(linear_epilogue, LinearEpilogueFn)                                                      \
+  X(softmax_fwd, SoftmaxFwdFn) X(softmax_bwd, SoftmaxBwdFn)                                                     \
+  X(layer_norm_fwd, LayerNormFwdFn) X(layer_norm_bwd, LayerNormBwdFn)                                           \
   X(batch_norm_stats, BatchNormStatsFn) X(batch_norm_apply, BatchNormApplyFn) X(batch_norm_bwd, BatchNormBwdFn)
 
 struct Kernels {
