@@ -1330,7 +1330,8 @@ def render_seam(d, h):
              "llm_decode_ms": f"LLM engine decode step ({d.get('model') or 'no model'})"}
     bound = target("seam", "ratio")
     out = ["", f"Before: commit `{d['base']}` (the last before the seam), built by `bench/seam_compare.py`; after: this "
-               f"commit. {d['threads']} thread, median of {d['rounds']} alternating rounds.", "", machine_line(h), ""]
+               f"commit; both {d.get('build_type', '?')} builds. {d['threads']} thread, median of {d['rounds']} "
+               f"alternating rounds.", "", machine_line(h), ""]
     out += table(["case", "before", "after", "after / before", f"within {100 * (bound - 1):.0f}%"],
                  [[names.get(r["case"], r["case"]), f"{fnum(r['before'])} {r['unit']}", f"{fnum(r['after'])} {r['unit']}",
                    f"**{r['ratio']:.3f}x**", verdict("seam", "ratio", r["ratio"])] for r in d["rows"]])

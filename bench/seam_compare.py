@@ -21,10 +21,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = "42e30b3"  # the last commit before the seam: "review: load_gen's token count in one place"
 
 
-def base_build():
-    """The library and LLM bench of BASE, built once (tests and apps off)."""
+def build_type(build_dir):
+    with open(os.path.join(build_dir, "CMakeCache.txt")) as f:
+        for line in f:
+            if line.startswith("CMAKE_BUILD_TYPE:"):
+                return line.strip().split("=", 1)[1]
+    return "?"
+
+
+def base_build(btype):
+    """The library and LLM bench of BASE, built once per build type (the one
+    measured: both sides compiled alike), tests and apps off."""
     src = os.path.join(CACHE, "seam-base", BASE)
-    build = os.path.join(src, "build")
+    build = os.path.join(src, "build-" + btype)
     lib = os.path.join(build, "src", "libtessera.so")
     if os.path.exists(lib) and os.path.exists(os.path.join(build, "bench", "tessera_llm_bench")):
         return src, build
@@ -33,7 +42,7 @@ def base_build():
         subprocess.run(["git", "-C", ROOT, "worktree", "add", "-f", "--detach", src, BASE], check=True,
                        capture_output=True)
     log(f"building {BASE} (the library before the seam) in {build}")
-    subprocess.run(["cmake", "-S", src, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=RelWithAsserts",
+    subprocess.run(["cmake", "-S", src, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=" + btype,
                     "-DTESSERA_BUILD_TESTS=OFF", "-DTESSERA_BUILD_APPS=OFF", "-DTESSERA_BUILD_BENCH=ON"],
                    check=True, capture_output=True)
     subprocess.run(["cmake", "--build", build, "-j2", "--target", "tessera", "tessera_llm_bench"], check=True,
@@ -80,7 +89,8 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     rounds = 2 if a.quick else a.rounds
-    base_src, base_bld = base_build()
+    btype = build_type(a.build_dir)
+    base_src, base_bld = base_build(btype)
     work = os.path.join(CACHE, "seam-base", "bin")
     os.makedirs(work, exist_ok=True)
     trees = {"before": (base_src, base_bld), "after": (ROOT, a.build_dir)}
@@ -104,7 +114,7 @@ def main():
     for r in rows:
         print(f"{r['case']:<20} before {r['before']:10.1f} {r['unit']}  after {r['after']:10.1f} {r['unit']}  "
               f"{r['ratio']:.3f}x")
-    out = {"base": BASE, "rounds": rounds, "rows": rows, "runs": runs, "model": os.path.basename(model) if model else None,
+    out = {"base": BASE, "build_type": btype, "rounds": rounds, "rows": rows, "runs": runs, "model": os.path.basename(model) if model else None,
            "cpu": cpu_simd()[0], "simd": cpu_simd()[1], "threads": 1}
     if a.json:
         with open(a.json, "w") as f:
