@@ -21,15 +21,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = "42e30b3"  # the last commit before the seam: "review: load_gen's token count in one place"
 
 
-def build_type(build_dir):
+def cache_value(build_dir, key):
     with open(os.path.join(build_dir, "CMakeCache.txt")) as f:
         for line in f:
-            if line.startswith("CMAKE_BUILD_TYPE:"):
-                return line.strip().split("=", 1)[1]
-    return "?"
+            if line.startswith(key + ":"):
+                return line.rstrip("\n").split("=", 1)[1]
+    return ""
 
 
-def base_build(btype):
+def build_type(build_dir):
+    return cache_value(build_dir, "CMAKE_BUILD_TYPE") or "?"
+
+
+def base_build(btype, flags):
     """The library and LLM bench of BASE, built once per build type (the one
     measured: both sides compiled alike), tests and apps off."""
     src = os.path.join(CACHE, "seam-base", BASE)
@@ -43,6 +47,7 @@ def base_build(btype):
                        capture_output=True)
     log(f"building {BASE} (the library before the seam) in {build}")
     subprocess.run(["cmake", "-S", src, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=" + btype,
+                    f"-DCMAKE_CXX_FLAGS_{btype.upper()}={flags}",
                     "-DTESSERA_BUILD_TESTS=OFF", "-DTESSERA_BUILD_APPS=OFF", "-DTESSERA_BUILD_BENCH=ON"],
                    check=True, capture_output=True)
     subprocess.run(["cmake", "--build", build, "-j2", "--target", "tessera", "tessera_llm_bench"], check=True,
@@ -90,7 +95,9 @@ def main():
     a = ap.parse_args()
     rounds = 2 if a.quick else a.rounds
     btype = build_type(a.build_dir)
-    base_src, base_bld = base_build(btype)
+    # The same compiler flags as the build measured (a custom type such as
+    # RelWithAsserts has its flags in the cache, not in CMake's defaults).
+    base_src, base_bld = base_build(btype, cache_value(a.build_dir, f"CMAKE_CXX_FLAGS_{btype.upper()}"))
     work = os.path.join(CACHE, "seam-base", "bin")
     os.makedirs(work, exist_ok=True)
     trees = {"before": (base_src, base_bld), "after": (ROOT, a.build_dir)}
