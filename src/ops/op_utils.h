@@ -31,23 +31,25 @@ enum class OpId : uint16_t {
 class OpScope {
  public:
   OpScope(OpId id, const char* name, std::initializer_list<const Tensor*> inputs)
-      : trace_(name, trace::ScopeKind::kOp, inputs), prev_device_(tessera::detail::t_current_device) {
+      : trace_(name, trace::ScopeKind::kOp, inputs) {
     for (const Tensor* t : inputs) enter_device(t, name);
+    switch_device();
     if (Recorder* r = recorder()) {
       rec_ = r;
       top_ = r->begin(id, inputs.begin(), static_cast<int>(inputs.size()));
     }
   }
   OpScope(OpId id, const char* name, const TensorList& inputs)
-      : trace_(name, trace::ScopeKind::kOp), prev_device_(tessera::detail::t_current_device) {
+      : trace_(name, trace::ScopeKind::kOp) {
     for (const Tensor& t : inputs) enter_device(&t, name);
+    switch_device();
     if (Recorder* r = recorder()) {
       rec_ = r;
       top_ = r->begin(id, inputs);
     }
   }
   ~OpScope() {
-    tessera::detail::t_current_device = prev_device_;
+    if (switched_) [[unlikely]] tessera::detail::t_current_device = prev_device_;
     if (rec_) rec_->end();
   }
   OpScope(const OpScope&) = delete;
@@ -90,23 +92,33 @@ class OpScope {
   // both; a wrapped number (a Scalar made a tensor) joins any device, as
   // PyTorch's CPU scalars do. An op without tensor inputs (a factory) uses the caller's current
   // device (a DeviceScope, or the CPU).
+  // The thread-local is touched only when the op's device differs from the
+  // caller's (rare: a meta op called from CPU code), so the common op pays
+  // one read of it and no writes.
   void enter_device(const Tensor* t, const char* name) {
     if (!t || !t->defined() || t->impl()->wrapped_number) return;  // a number joins any device
     Device d = t->device();
     if (!device_set_) {
       device_set_ = true;
-      tessera::detail::t_current_device = d;
-    } else if (d != tessera::detail::t_current_device) [[unlikely]] {
-      Device first = tessera::detail::t_current_device;
-      tessera::detail::t_current_device = prev_device_;  // the destructor will not run
-      mixed_devices(name, first, d);
+      device_ = d;
+    } else if (d != device_) [[unlikely]] {
+      mixed_devices(name, device_, d);
+    }
+  }
+  void switch_device() {
+    if (!device_set_) return;
+    Device& current = tessera::detail::t_current_device;
+    if (current != device_) [[unlikely]] {
+      prev_device_ = current;
+      current = device_;
+      switched_ = true;
     }
   }
   [[noreturn]] static void mixed_devices(const char* name, Device a, Device b);
 
   trace::ScopeGuard trace_;
-  Device prev_device_;
-  bool device_set_ = false;
+  Device device_, prev_device_;
+  bool device_set_ = false, switched_ = false;
   Recorder* rec_ = nullptr;
   bool top_ = false;
 };
