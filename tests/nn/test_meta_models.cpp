@@ -56,17 +56,27 @@ std::vector<Case> cases() {
   };
 }
 
+ModulePtr build_on_meta(const Case& c) {
+  DeviceScope on_meta(Device::meta());
+  return c.build();
+}
+
+// Both models give the same loss on one input (the same dropout masks: the same seed).
+void expect_same_loss(const Case& c, nn::Module& a, nn::Module& b) {
+  Tensor x = c.input();
+  manual_seed(7);
+  float want = c.loss(a.forward(x)).item<float>();
+  manual_seed(7);
+  EXPECT_EQ(c.loss(b.forward(x)).item<float>(), want) << c.name;
+}
+
 TEST(MetaModels, ParameterBytesEqualTheCpuAllocators) {
   for (const Case& c : cases()) {
     int64_t cpu0 = memory_allocated();
     ModulePtr on_cpu = c.build();
     int64_t cpu_bytes = memory_allocated() - cpu0;
     int64_t meta0 = memory_stats(Device::meta()).current_bytes;
-    ModulePtr on_meta;
-    {
-      DeviceScope meta(Device::meta());
-      on_meta = c.build();
-    }
+    ModulePtr on_meta = build_on_meta(c);
     int64_t meta_bytes = memory_stats(Device::meta()).current_bytes - meta0;
     EXPECT_EQ(meta_bytes, cpu_bytes) << c.name;
     EXPECT_GT(meta_bytes, 0) << c.name;
@@ -78,12 +88,8 @@ TEST(MetaModels, MaterializedEqualsBuiltBitForBit) {
   for (const Case& c : cases()) {
     manual_seed(42);
     ModulePtr built = c.build();
-    ModulePtr meta;
-    {
-      DeviceScope on_meta(Device::meta());
-      manual_seed(42);
-      meta = c.build();
-    }
+    manual_seed(42);
+    ModulePtr meta = build_on_meta(c);
     manual_seed(42);
     meta->materialize(Device::cpu());
     nn::StateDict a = built->state_dict(), b = meta->state_dict();
@@ -97,12 +103,7 @@ TEST(MetaModels, MaterializedEqualsBuiltBitForBit) {
       EXPECT_EQ(std::memcmp(x.contiguous().raw_data(), y.contiguous().raw_data(), x.nbytes()), 0)
           << c.name << ": " << name << " differs";
     }
-    // And it runs: the loss is the built model's (the same dropout masks: the same seed).
-    Tensor x = c.input();
-    manual_seed(7);
-    float want = c.loss(built->forward(x)).item<float>();
-    manual_seed(7);
-    EXPECT_EQ(c.loss(meta->forward(x)).item<float>(), want) << c.name;
+    expect_same_loss(c, *built, *meta);  // and it runs as the built one
   }
 }
 
@@ -112,18 +113,10 @@ TEST(MetaModels, LoadingAStateDictMaterializes) {
   for (const Case& c : cases()) {
     manual_seed(3);
     ModulePtr built = c.build();
-    ModulePtr meta;
-    {
-      DeviceScope on_meta(Device::meta());
-      meta = c.build();
-    }
+    ModulePtr meta = build_on_meta(c);
     meta->load_state_dict(built->state_dict());
     for (auto& [name, p] : meta->named_parameters()) EXPECT_TRUE(p.device().is_cpu()) << c.name << " " << name;
-    Tensor x = c.input();
-    manual_seed(7);
-    float want = c.loss(built->forward(x)).item<float>();
-    manual_seed(7);
-    EXPECT_EQ(c.loss(meta->forward(x)).item<float>(), want) << c.name;
+    expect_same_loss(c, *built, *meta);
   }
 }
 
