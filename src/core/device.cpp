@@ -42,7 +42,7 @@ Device parse_device(std::string_view s) {
 // ---- the current device ------------------------------------------------------
 
 namespace detail {
-thread_local Device t_current_device = Device::cpu();
+__attribute__((tls_model("initial-exec"))) constinit thread_local Device t_current_device = Device::cpu();
 }
 
 DeviceScope::DeviceScope(Device d) : prev_(detail::t_current_device) { detail::t_current_device = d; }

@@ -66,7 +66,10 @@ class TensorImpl : public RefCounted {
 // it is the op's inputs' device (ops::OpScope), so every tensor an op makes
 // lands beside its inputs.
 namespace detail {
-extern thread_local Device t_current_device;
+// Read by every empty(): constinit spares each read the TLS wrapper call, and
+// the initial-exec model spares it __tls_get_addr (libtessera.so is loaded
+// with the program, or dlopen'ed into glibc's spare static TLS).
+extern __attribute__((tls_model("initial-exec"))) constinit thread_local Device t_current_device;
 [[noreturn]] void throw_meta_data();
 }
 inline Device current_device() { return detail::t_current_device; }
