@@ -16,7 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/fused_program.h"
 #include "backend/kernel_ids.h"
+#include "backend/quant_format.h"
+#include "backend/sparse_format.h"
 #include "tessera/core/allocator.h"
 #include "tessera/core/generator.h"
 #include "tessera/core/tensor.h"
@@ -135,6 +138,11 @@ using BlockQueryFn = int64_t (*)();
 using AdamStepFn = void (*)(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
                             const AdamArgs& a);
 using SgdStepFn = void (*)(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdArgs& a);
+// grad_avg (centered) and buf (momentum) may be undefined.
+using RmspropStepFn = void (*)(const Tensor& p, const Tensor& g, const Tensor& square_avg, const Tensor& grad_avg,
+                               const Tensor& buf, const RmspropArgs& a);
+using AdagradStepFn = void (*)(const Tensor& p, const Tensor& g, const Tensor& sum, const AdagradArgs& a);
+using LionStepFn = void (*)(const Tensor& p, const Tensor& g, const Tensor& m, const LionArgs& a);
 // Over rows of the last dim of contiguous tensors.
 using SoftmaxFwdFn = void (*)(const Tensor& x, const Tensor& y, bool log);
 using SoftmaxBwdFn = void (*)(const Tensor& gy, const Tensor& y, const Tensor& gx, bool log);
@@ -146,6 +154,45 @@ using LayerNormFwdFn = void (*)(const Tensor& x, const Tensor& w, const Tensor& 
 using LayerNormBwdFn = void (*)(const Tensor& gy, const Tensor& x, const Tensor& w, const Tensor& mean,
                                 const Tensor& rstd, const Tensor& gx, const Tensor& gw_part, const Tensor& gb_part,
                                 int64_t n, int64_t block_rows, bool rms);
+
+// A quantized weight (backend/quant_format.h) as the tensors that hold it:
+// qweight u8 [rows, qrow_bytes(format, cols)]; for Int8 scales f32 [rows];
+// for Int4 scales and mins f16 [rows, cols / group]; otherwise undefined.
+// All contiguous and checked by the op.
+struct QuantWeight {
+  QFormat format = QFormat::Q8_0;
+  int64_t rows = 0, cols = 0, group = 0;
+  Tensor qweight, scales, mins;
+};
+// y [m, rows] = x [m, cols] @ w^T for contiguous f32 x and y; integer: the
+// activations rounded to int8 codes for the integer products (per 32 values,
+// or per tensor for Int8 batches), else exact f32 products of the weights.
+using QuantizedMatmulFn = void (*)(const QuantWeight& w, const Tensor& x, const Tensor& y, bool integer);
+// w back to f32 into contiguous out [rows, cols].
+using DequantizeWeightFn = void (*)(const QuantWeight& w, const Tensor& out);
+// Affine int8 codes of contiguous f32 x into contiguous out (u8 or i8, x's
+// shape): clamp(round_half_even(x * inv_scale + zero_point), lo, hi); returns
+// whether any x was NaN. And back: out (f32) = (q - zero_point) * scale.
+using QuantizeAffineFn = bool (*)(const Tensor& x, const Tensor& out, float inv_scale, float zero_point, float lo,
+                                  float hi);
+using DequantizeAffineFn = void (*)(const Tensor& q, const Tensor& out, float scale, int32_t zero_point);
+// Static int8 products (Int8Epilogue, kernel_ids.h; its pointers are into
+// tensors on the same device): x u8 or i8 [m, k], w i8 [n, k], y [m, n]
+// (u8 or f32), all contiguous; the convolution's x and y channels-last
+// ([N, H, W, C] memory), w [OC, C / groups, KH, KW] (the backend may keep a
+// packed copy of w with w's storage, as of its version).
+using Int8LinearFn = void (*)(const Tensor& x, const Tensor& w, const Int8Epilogue& e, const Tensor& y);
+using Int8Conv2dFn = void (*)(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Int8Epilogue& e,
+                              const Tensor& y);
+// y [m, rows] = x [m, cols] @ w^T (+ bias [rows]) for CSR weights given as
+// their checked tensors (backend/sparse_format.h): values f32, col_idx i32,
+// row_ptr i64; x and y contiguous f32.
+using CsrLinearFn = void (*)(const Tensor& values, const Tensor& col_idx, const Tensor& row_ptr, int64_t cols,
+                             const Tensor& x, const Tensor& bias, const Tensor& y);
+// Runs a checked program (backend/fused_program.h) over outputs (contiguous
+// f32, one shape) with inputs broadcastable to it (f32, f16, bf16, f64 or
+// bool, converted to f32 on load).
+using FusedElementwiseFn = void (*)(const FusedProgram& p, const TensorList& inputs, const TensorList& outputs);
 
 // X(name, signature): every kernel entry a backend provides.
 #define TS_BACKEND_KERNELS(X)                                                                                   \
@@ -162,11 +209,18 @@ using LayerNormBwdFn = void (*)(const Tensor& gy, const Tensor& x, const Tensor&
   X(conv2d_fwd, Conv2dFwdFn) X(conv2d_bwd_data, Conv2dBwdDataFn) X(conv2d_bwd_weights, Conv2dBwdWeightsFn)      \
   X(conv2d_fused, Conv2dFusedFn) X(conv_epilogue_ok, DTypeQueryFn) X(native_bf16, QueryFn)                      \
   X(conv_activation_block, BlockQueryFn)                                                                        \
-  X(adam_step, AdamStepFn) X(sgd_step, SgdStepFn)                                                               \
+  X(adam_step, AdamStepFn) X(sgd_step, SgdStepFn) X(rmsprop_step, RmspropStepFn)                                \
+  X(adagrad_step, AdagradStepFn) X(lion_step, LionStepFn)                                                       \
   X(matmul, MatmulFn) X(linear_epilogue, LinearEpilogueFn)                                                      \
   X(softmax_fwd, SoftmaxFwdFn) X(softmax_bwd, SoftmaxBwdFn)                                                     \
   X(layer_norm_fwd, LayerNormFwdFn) X(layer_norm_bwd, LayerNormBwdFn)                                           \
-  X(batch_norm_stats, BatchNormStatsFn) X(batch_norm_apply, BatchNormApplyFn) X(batch_norm_bwd, BatchNormBwdFn)
+  X(batch_norm_stats, BatchNormStatsFn) X(batch_norm_apply, BatchNormApplyFn) X(batch_norm_bwd, BatchNormBwdFn) \
+  X(quantized_matmul, QuantizedMatmulFn) X(dequantize_weight, DequantizeWeightFn)                               \
+  X(quantize_affine, QuantizeAffineFn) X(dequantize_affine, DequantizeAffineFn)                                 \
+  X(int8_linear, Int8LinearFn) X(int8_conv2d, Int8Conv2dFn) X(csr_linear, CsrLinearFn)                          \
+  X(fused_elementwise, FusedElementwiseFn)
+
+struct LlmKernels;
 
 struct Kernels {
 #define TS_X(name, type) type name = nullptr;
@@ -187,6 +241,9 @@ struct Backend {
   // The generator random ops draw from when the caller names none.
   Generator& (*default_generator)() = nullptr;
   const Kernels* kernels = nullptr;
+  // The LLM engine's row kernels (backend/llm_kernels.h), or null: a backend
+  // without them does not run the engine (meta does not).
+  const LlmKernels* (*llm)() = nullptr;
 };
 
 // The entries `b` lacks, by name ("allocator", "kernels.matmul", ...).
@@ -207,5 +264,7 @@ inline const Backend& get(DeviceType t) {
 }
 inline const Kernels& kernels(const Tensor& t) { return *get(t.device().type).kernels; }
 inline const Kernels& kernels(Device d) { return *get(d.type).kernels; }
+// The LLM kernels of device t's backend; an error naming the device where it has none.
+const LlmKernels& llm_kernels(DeviceType t);
 
 }  // namespace tessera::backend

@@ -35,6 +35,38 @@ enum class BinaryKernel : uint8_t {
 constexpr int kNumUnary = static_cast<int>(UnaryKernel::kCount);
 constexpr int kNumBinary = static_cast<int>(BinaryKernel::kCount);
 
+// Note [Kernel dtypes]
+// The dtypes each elementwise kernel is defined for are part of its ops'
+// dtype rule (an op on a dtype without its kernel computes in a wider one or
+// refuses), so they are the same on every backend and every backend provides
+// exactly these; Backend.KernelDtypesMatchTheCpuTable holds the CPU table to them.
+//   float kernels (transcendental, rounding, activations and their
+//     gradients, division): f16, bf16, f32, f64;
+//   numeric kernels (sign, abs, clamp, add, mul, ...): every dtype but bool;
+//   predicates, comparisons and logical kernels: every dtype;
+//   and bool arithmetic where PyTorch allows it: add (or), mul (and),
+//   maximum, minimum.
+constexpr bool unary_defined(UnaryKernel k, DType t) {
+  using U = UnaryKernel;
+  switch (k) {
+    case U::Isnan: case U::Isinf: case U::Isfinite: case U::LogicalNot: return true;
+    case U::Neg: case U::Abs: case U::Square: case U::Relu: case U::Sign: case U::Clamp: case U::Hardtanh:
+    case U::PowScalar: return t != DType::Bool;
+    default: return is_floating(t);
+  }
+}
+constexpr bool binary_defined(BinaryKernel k, DType t) {
+  using B = BinaryKernel;
+  switch (k) {
+    case B::Eq: case B::Ne: case B::Lt: case B::Le: case B::Gt: case B::Ge: case B::LogicalAnd: case B::LogicalOr:
+    case B::LogicalXor: return true;
+    case B::Add: case B::Mul: case B::Maximum: case B::Minimum: return true;
+    case B::Sub: case B::FloorDiv: case B::TruncDiv: case B::Remainder: case B::Pow: case B::ReluGrad:
+      return t != DType::Bool;
+    default: return is_floating(t);
+  }
+}
+
 enum class ReduceKernel : uint8_t { Sum, Prod, Max, Min, All, Any, kCount };
 constexpr int kNumReduce = static_cast<int>(ReduceKernel::kCount);
 
@@ -61,6 +93,34 @@ struct AdamArgs {
 struct SgdArgs {
   double lr, momentum, dampening, weight_decay;
   bool nesterov, maximize, first;  // first: the momentum buffer starts as the gradient
+};
+struct RmspropArgs {
+  double lr, alpha, eps, weight_decay, momentum;
+  bool centered, maximize;
+};
+struct AdagradArgs {
+  double lr, weight_decay, eps;  // lr: this step's, after its decay
+  bool maximize;
+};
+struct LionArgs {
+  double lr, beta1, beta2, weight_decay;
+};
+
+// Static int8 products (kernels.int8_linear, int8_conv2d): u8 (or s8)
+// activations, affine per tensor; s8 weights, symmetric per output channel;
+// int32 sums; and this epilogue inside the product:
+//   v[oc] = act(x_scale * w_scales[oc] * sum (x_q - x_zero_point) * w_q[oc] + bias[oc])
+//   y     = v (f32 output), or saturate_u8(round_half_even(v / y_scale) + y_zero_point)
+struct Int8Epilogue {
+  float x_scale = 1.0f;
+  int32_t x_zero_point = 0;
+  bool x_s8 = false;                // x holds s8 codes (else u8)
+  const float* w_scales = nullptr;  // one per output channel, all > 0
+  const float* bias = nullptr;      // f32, one per output channel; may be null
+  Epilogue act = Epilogue::None;    // None or Relu
+  bool out_u8 = true;               // else f32
+  float y_scale = 1.0f;             // u8 output only
+  int32_t y_zero_point = 0;
 };
 
 // 2-D convolution over NCHW data (conv_transpose2d swaps the roles).

@@ -41,6 +41,13 @@ std::vector<std::string> missing_entries(const Backend& b) {
   return missing;
 }
 
+const LlmKernels& llm_kernels(DeviceType t) {
+  const Backend& b = get(t);
+  const LlmKernels* l = b.llm ? b.llm() : nullptr;
+  TS_CHECK(l != nullptr, "the LLM engine needs a backend with LLM kernels; ", b.name, " has none (cpu has)");
+  return *l;
+}
+
 void register_backend(const Backend& b) {
   std::vector<std::string> missing = missing_entries(b);
   if (!missing.empty()) {

@@ -4,7 +4,7 @@
 // the CSR product beats oneDNN's dense f32 GEMM from about 90% sparsity at
 // batch 1 and from about 95-98% at batch 64, so the pass takes weights with
 // at most 5% nonzeros.
-#include "backend/cpu/sparse.h"
+#include "backend/sparse_format.h"
 #include "ops/op_utils.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/passes.h"
@@ -32,7 +32,7 @@ int sparse_weights(Graph& g) {
     Tensor wc = w->data.contiguous();
     const int64_t rows = wc.size(0), cols = wc.size(1);
     if (rows == 0 || cols == 0 || cols > INT32_MAX) continue;
-    cpu::CsrData c = cpu::csr_from_dense(wc.data_ptr<float>(), rows, cols);
+    backend::CsrData c = backend::csr_from_dense(wc.data_ptr<float>(), rows, cols);
     if (static_cast<double>(c.values.size()) > kMaxDensity * static_cast<double>(rows * cols)) continue;
     Value* vals = g.add_constant(tensor(c.values));
     Value* idx = g.add_constant(tensor(c.col_idx));

@@ -13,7 +13,8 @@
 #include <cstring>
 #include <new>
 
-#include "backend/cpu/kernel_table.h"
+#include "backend/backend.h"
+#include "backend/llm_kernels.h"
 #include "quant_view.h"
 #include "tessera/core/error.h"
 #include "tessera/core/half.h"
@@ -34,19 +35,18 @@ KvType kv_type_from_name(const std::string& name) {
 namespace {
 using detail::quant_view;
 
-using cpu::BlockQ8Act;
-using cpu::KernelTable;
-using cpu::kQBlock;
+using backend::BlockQ8Act;
+using backend::kQBlock;
+using KernelTable = backend::LlmKernels;
 using Matrix = Model::Matrix;
 
-cpu::KvFormat kv_format(KvType t) { return t == KvType::F16 ? cpu::KvFormat::F16 : cpu::KvFormat::Q8_0; }
+backend::KvFormat kv_format(KvType t) { return t == KvType::F16 ? backend::KvFormat::F16 : backend::KvFormat::Q8_0; }
 
 // Activation rows tiled so a tile stays in L2 while the weights stream past.
 constexpr int64_t kRowTile = 64;
 // Rows of a matrix product are handed to threads in groups of this many
-// (a whole number of the int8 products' row groups).
+// (a whole number of the packed products' row groups: checked at start).
 constexpr int64_t kRowGroup = 16;
-static_assert(kRowGroup % cpu::kPackRows == 0);
 
 bool quantized(GgmlType t) { return detail::qformat_of(t).has_value(); }
 
@@ -77,7 +77,7 @@ void product_rows(const KernelTable& kt, const Job& j, int64_t r0, int64_t r1) {
     switch (w.type) {
       case GgmlType::F32:
       case GgmlType::F16: {
-        const int d = cpu::idx(w.type == GgmlType::F32 ? DType::F32 : DType::F16);
+        const int d = static_cast<int>(w.type == GgmlType::F32 ? DType::F32 : DType::F16);
         if (w.packed)
           kt.skinny_rows_packed[d](w.packed, w.rows, w.cols, a.x + i0 * a.ld, a.ld, mi, y, j.ldy, r0, r1);
         else
@@ -88,21 +88,21 @@ void product_rows(const KernelTable& kt, const Job& j, int64_t r0, int64_t r1) {
         if (kt.skinny_rows_bf16)
           kt.skinny_rows_bf16(w.data, w.cols, w.cols, a.bf + i0 * a.cols, a.cols, mi, y, j.ldy, r0, r1);
         else
-          kt.skinny_rows[cpu::idx(DType::BF16)](w.data, w.cols, w.cols, a.x + i0 * a.ld, a.ld, mi, y, j.ldy, r0, r1);
+          kt.skinny_rows[static_cast<int>(DType::BF16)](w.data, w.cols, w.cols, a.x + i0 * a.ld, a.ld, mi, y, j.ldy, r0, r1);
         break;
       case GgmlType::Q8_0:
       case GgmlType::Q4_0:
       case GgmlType::Q4_K:
       case GgmlType::Q6_K: {
-        const cpu::QuantMatrix qm = quant_view(w);
-        const cpu::QFormat f = qm.format;
+        const backend::QuantMatrix qm = quant_view(w);
+        const backend::QFormat f = qm.format;
         if (w.packed) {
-          cpu::PackedQMatrix pm;
+          backend::PackedQMatrix pm;
           pm.format = f;
           pm.rows = w.rows;
           pm.cols = w.cols;
           pm.data = w.packed;
-          kt.qgemm_rows[static_cast<int>(f)](pm, a.packed + i0 * cpu::packed_act_bytes(a.cols), mi, y, j.ldy, r0, r1);
+          kt.qgemm_rows[static_cast<int>(f)](pm, a.packed + i0 * kt.packed_act_bytes(a.cols), mi, y, j.ldy, r0, r1);
           break;
         }
         kt.qdot_rows[static_cast<int>(f)](qm, a.q8 + i0 * (a.cols / kQBlock), mi, y, j.ldy, r0, r1);
@@ -140,16 +140,12 @@ void embedding_row(const KernelTable& kt, const Matrix& e, int64_t tok, float* o
   switch (e.type) {
     case GgmlType::F32: std::memcpy(out, static_cast<const float*>(e.data) + tok * n, n * sizeof(float)); break;
     case GgmlType::F16:
-    case GgmlType::BF16: {  // the cast kernel
-      const DType from = e.type == GgmlType::F16 ? DType::F16 : DType::BF16;
-      char* data[2] = {reinterpret_cast<char*>(out),
-                       const_cast<char*>(static_cast<const char*>(e.data)) + tok * n * 2};
-      const int64_t strides[2] = {4, 2};
-      kt.cast[cpu::idx(from)][cpu::idx(DType::F32)](data, strides, n, nullptr);
+    case GgmlType::BF16:
+      kt.to_f32_row(e.type == GgmlType::F16 ? DType::F16 : DType::BF16, static_cast<const char*>(e.data) + tok * n * 2,
+                    n, out);
       break;
-    }
     default: {
-      const cpu::QuantMatrix qm = quant_view(e);
+      const backend::QuantMatrix qm = quant_view(e);
       kt.qdequant_rows[static_cast<int>(qm.format)](qm, tok, tok + 1, out);
     }
   }
@@ -172,7 +168,7 @@ struct Engine::State {
   int64_t q_dim = 0, kv_dim = 0, k_row = 0, v_row = 0;
   // The cache: per layer, K rows of every block then V rows.
   HugeBuffer cache;
-  std::vector<cpu::KvLayer> layers;
+  std::vector<backend::KvLayer> layers;
   BlockPool pool;
   struct Seq {
     bool alive = false;
@@ -203,8 +199,8 @@ struct Engine::State {
   // the memory should hold numbers).
   int32_t take_block() {
     const int32_t b = pool.take();
-    for (const cpu::KvLayer& L : layers)
-      if (L.k_format == cpu::KvFormat::F16)
+    for (const backend::KvLayer& L : layers)
+      if (L.k_format == backend::KvFormat::F16)
         std::memset(L.k + b * L.block_tokens * L.kv_dim * 2, 0, static_cast<size_t>(L.block_tokens * L.kv_dim * 2));
       else
         std::memset(L.k + b * L.block_tokens * k_row, 0, static_cast<size_t>(L.block_tokens * k_row));
@@ -212,7 +208,7 @@ struct Engine::State {
   }
   // Block src's keys, values and tokens into dst (copy on write).
   void copy_block(int32_t src, int32_t dst) {
-    for (const cpu::KvLayer& L : layers) {
+    for (const backend::KvLayer& L : layers) {
       const int64_t kb = L.block_tokens * k_row, vb = L.block_tokens * v_row;
       std::memcpy(L.k + dst * kb, L.k + src * kb, static_cast<size_t>(kb));
       std::memcpy(L.v + dst * vb, L.v + src * vb, static_cast<size_t>(vb));
@@ -239,7 +235,8 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
   TS_CHECK(model_ != nullptr, "engine: no model");
   const ModelSpec& s = model_->spec();
   State& st = *st_;
-  st.kt = &cpu::kernels();
+  st.kt = &backend::llm_kernels(DeviceType::CPU);
+  TS_INTERNAL_ASSERT(st.kt->pack_rows > 0 && kRowGroup % st.kt->pack_rows == 0);
   TS_CHECK(opts_.block_tokens >= 16 && opts_.block_tokens <= 1024 && opts_.block_tokens % 16 == 0,
            "engine: block_tokens ", opts_.block_tokens, " must be a multiple of 16 from 16 to 1024");
   TS_CHECK(opts_.max_batch_tokens >= 1 && opts_.max_batch_tokens <= 65536, "engine: max_batch_tokens ",
@@ -260,8 +257,8 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
              "32 dimensions; this model's have ", s.head_dim, " (use f16)");
   st.q_dim = s.n_heads * s.head_dim;
   st.kv_dim = s.n_kv_heads * s.head_dim;
-  st.k_row = cpu::kv_row_bytes(kv_format(opts_.k_type), st.kv_dim);
-  st.v_row = cpu::kv_row_bytes(kv_format(opts_.v_type), st.kv_dim);
+  st.k_row = backend::kv_row_bytes(kv_format(opts_.k_type), st.kv_dim);
+  st.v_row = backend::kv_row_bytes(kv_format(opts_.v_type), st.kv_dim);
 
   // The cache pool: whole blocks of every layer's K and V.
   const int64_t block_bytes = opts_.block_tokens * (st.k_row + st.v_row) * s.n_layers;
@@ -279,7 +276,7 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
   st.cache = HugeBuffer(st.n_blocks * block_bytes, "the KV cache", /*populate=*/true);
   const int64_t rows = st.n_blocks * opts_.block_tokens;
   for (int64_t l = 0; l < s.n_layers; ++l) {
-    cpu::KvLayer L;
+    backend::KvLayer L;
     L.k_format = kv_format(opts_.k_type);
     L.v_format = kv_format(opts_.v_type);
     L.block_tokens = opts_.block_tokens;
@@ -312,14 +309,14 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
   st.hl = buffer<float>(opts_.max_logit_rows * s.dim, "final activations");
   st.logits = buffer<float>(opts_.max_logit_rows * s.vocab, "logits");
   st.xq = buffer<BlockQ8Act>(T * (std::max(wide, st.q_dim) / kQBlock + 1), "quantized activations");
-  st.xp = buffer<uint8_t>(T * cpu::packed_act_bytes(std::max(wide, st.q_dim)), "packed activations");
+  st.xp = buffer<uint8_t>(T * st.kt->packed_act_bytes(std::max(wide, st.q_dim)), "packed activations");
   st.xb = buffer<BFloat16>(T * std::max(wide, st.q_dim), "bf16 activations");
   st.row_seq = buffer<int64_t>(T, "row table");
   st.row_pos = buffer<int64_t>(T, "row table");
   st.row_tok = buffer<int64_t>(T, "row table");
   st.logit_row = buffer<int64_t>(opts_.max_logit_rows, "row table");
   st.threads = std::max<int64_t>(omp_get_num_procs(), get_num_threads());
-  st.scores = buffer<float>(st.threads * cpu::attention_scratch(st.context), "attention scores");
+  st.scores = buffer<float>(st.threads * st.kt->attention_scratch(st.context), "attention scores");
   st.items = buffer<State::AttnItem>(T * s.n_heads + opts_.max_sequences * s.n_kv_heads, "attention items");
   // RoPE: cos and sin per position and dimension pair, interleaved.
   st.rope = buffer<float>(st.context * s.head_dim, "RoPE table");
@@ -440,8 +437,7 @@ void Engine::hidden_states(int64_t row0, int64_t n, float* out) const {
   for (int64_t i = 0; i < n; ++i) {
     const float* x = st.x.get() + (row0 + i) * s.dim;
     if (s.arch == "gpt2")
-      st.kt->layer_norm_fwd[cpu::idx(DType::F32)](x, model_->output_norm(), model_->output_norm_bias(),
-                                                   out + i * s.dim, nullptr, nullptr, 1, s.dim, s.norm_eps, false);
+      st.kt->layer_norm_row(x, model_->output_norm(), model_->output_norm_bias(), out + i * s.dim, s.dim, s.norm_eps);
     else
       st.kt->rms_norm_row(x, model_->output_norm(), out + i * s.dim, s.dim, s.norm_eps);
   }
@@ -463,9 +459,7 @@ class Engine::StepPass {
  public:
   StepPass(const Model& model, const EngineOptions& opts, State& st, std::span<const Chunk> chunks, int64_t T)
       : m_(model), s_(model.spec()), opts_(opts), st_(st), kt_(*st.kt), chunks_(chunks), T_(T),
-        gpt_(s_.arch == "gpt2"),
-        gelu_(kt_.unary[static_cast<int>(s_.gelu_erf ? cpu::UnaryKernel::Gelu : cpu::UnaryKernel::GeluTanh)]
-                       [cpu::idx(DType::F32)]) {}
+        gpt_(s_.arch == "gpt2") {}
 
   void embed();
   void attention(int64_t l);
@@ -482,7 +476,7 @@ class Engine::StepPass {
   }
   // gpt2: LayerNorm with biases; llama: RMSNorm.
   void norm(const float* x, const float* w, const float* b, float* y) const {
-    if (gpt_) kt_.layer_norm_fwd[cpu::idx(DType::F32)](x, w, b, y, nullptr, nullptr, 1, s_.dim, s_.norm_eps, false);
+    if (gpt_) kt_.layer_norm_row(x, w, b, y, s_.dim, s_.norm_eps);
     else kt_.rms_norm_row(x, w, y, s_.dim, s_.norm_eps);
   }
   static void add_bias(float* y, const float* b, int64_t n) {
@@ -502,7 +496,6 @@ class Engine::StepPass {
   const std::span<const Chunk> chunks_;
   const int64_t T_;
   const bool gpt_;  // gpt2: biases after the products, GELU, learned positions; llama: RoPE, SwiGLU
-  const cpu::Loop1d gelu_;
 };
 
 // Quantized / bf16 forms of an input, for the types of the matrices it meets.
@@ -514,7 +507,7 @@ void Engine::StepPass::prepare(Act& a, std::initializer_list<const Matrix*> ws) 
     bf = bf || (w->type == GgmlType::BF16 && kt_.skinny_rows_bf16);
   }
   if (packed) {
-    const int64_t pb = cpu::packed_act_bytes(a.cols);
+    const int64_t pb = kt_.packed_act_bytes(a.cols);
     rows(a.m, a.cols, [&](int64_t i) { kt_.qpack_act(a.x + i * a.ld, a.cols, st_.xp.get() + i * pb); });
     a.packed = st_.xp.get();
   }
@@ -566,7 +559,7 @@ void Engine::StepPass::embed() {
 
 void Engine::StepPass::attention(int64_t l) {
   const Model::Layer& W = m_.layers()[l];
-  const cpu::KvLayer& kv = st_.layers[l];
+  const backend::KvLayer& kv = st_.layers[l];
   const int64_t D = s_.dim, hd = s_.head_dim, qd = st_.q_dim, kvd = st_.kv_dim;
   float *x = st_.x.get(), *h = st_.h.get();
   rows(T_, D, [&](int64_t i) { norm(x + i * D, W.attn_norm, W.attn_norm_b, h + i * D); });
@@ -589,8 +582,8 @@ void Engine::StepPass::attention(int64_t l) {
     const State::Seq& q = st_.seqs[st_.row_seq[i]];
     const int64_t pos = st_.row_pos[i];
     const int64_t block = q.blocks[pos / opts_.block_tokens], slot = pos % opts_.block_tokens;
-    cpu::kv_store_k(kv, st_.k.get() + i * kvd, block, slot);
-    cpu::kv_store_v(kv, st_.v.get() + i * kvd, block, slot);
+    kt_.kv_store_k(kv, st_.k.get() + i * kvd, block, slot);
+    kt_.kv_store_v(kv, st_.v.get() + i * kvd, block, slot);
   });
   attend(l);
   Act ao{st_.att.get(), qd, T_, qd};
@@ -604,13 +597,13 @@ void Engine::StepPass::attention(int64_t l) {
 // vectors of that head group in sets of up to kAttnQueries.
 void Engine::StepPass::attend(int64_t l) const {
   const int64_t hd = s_.head_dim, qd = st_.q_dim, group = s_.n_heads / s_.n_kv_heads;
-  const cpu::PagedAttention pa{st_.layers[l], hd, 1.f / std::sqrt(static_cast<float>(hd))};
+  const backend::PagedAttention pa{st_.layers[l], hd, 1.f / std::sqrt(static_cast<float>(hd))};
   int64_t n_items = 0, r0 = 0;
   for (const Chunk& c : chunks_) {
     const int64_t n = static_cast<int64_t>(c.tokens.size());
     for (int64_t kvh = 0; kvh < s_.n_kv_heads; ++kvh)
-      for (int64_t v0 = 0; v0 < n * group; v0 += cpu::kAttnQueries)
-        st_.items[n_items++] = {r0, kvh, v0, std::min<int64_t>(cpu::kAttnQueries, n * group - v0)};
+      for (int64_t v0 = 0; v0 < n * group; v0 += backend::kAttnQueries)
+        st_.items[n_items++] = {r0, kvh, v0, std::min<int64_t>(backend::kAttnQueries, n * group - v0)};
     r0 += n;
   }
   // An item's work is its queries times its keys: a long prompt's chunk
@@ -620,10 +613,10 @@ void Engine::StepPass::attend(int64_t l) const {
     return static_cast<double>(w.count * (st_.row_pos[w.row0 + (w.v0 + w.count - 1) / group] + 1) * hd);
   };
   parallel_for_balanced(n_items, 8192, work, [&](int64_t a0, int64_t a1) {
-    float* scratch = st_.scores.get() + omp_get_thread_num() * cpu::attention_scratch(st_.context);
+    float* scratch = st_.scores.get() + omp_get_thread_num() * kt_.attention_scratch(st_.context);
     for (int64_t it = a0; it < a1; ++it) {
       const State::AttnItem& w = st_.items[it];
-      cpu::AttnQuery qs[cpu::kAttnQueries];
+      backend::AttnQuery qs[backend::kAttnQueries];
       for (int64_t j = 0; j < w.count; ++j) {
         const int64_t v = w.v0 + j, row = w.row0 + v / group, head = w.kv_head * group + v % group;
         qs[j] = {st_.q.get() + row * qd + head * hd, st_.att.get() + row * qd + head * hd, st_.row_pos[row] + 1};
@@ -648,9 +641,7 @@ void Engine::StepPass::feed_forward(int64_t l) {
     rows(T_, H, [&](int64_t i) {
       float* g = st_.g.get() + i * H;
       add_bias(g, W.bup, H);
-      char* data[2] = {reinterpret_cast<char*>(g), reinterpret_cast<char*>(g)};
-      const int64_t strides[2] = {4, 4};
-      gelu_(data, strides, H, nullptr);
+      kt_.gelu_row(g, H, s_.gelu_erf);
     });
   } else {
     prepare(af, {&W.gate, &W.up});

@@ -6,7 +6,8 @@
 #include <cstring>
 #include <optional>
 
-#include "backend/cpu/kernel_table.h"
+#include "backend/backend.h"
+#include "backend/llm_kernels.h"
 #include "quant_view.h"
 #include "tessera/core/error.h"
 #include "tessera/core/parallel.h"
@@ -116,20 +117,20 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
 // TLB miss each: F16 decode of a 110M model ran 10-20% slower in
 // alternated runs (Zen 5, one thread).
 void Model::repack() {
-  const cpu::KernelTable& kt = cpu::kernels();
+  const backend::LlmKernels& kt = backend::llm_kernels(DeviceType::CPU);
   std::vector<Matrix*> order;  // the matrices placed, in step order
   auto dense = [](const Matrix& mx) { return !detail::qformat_of(mx.type); };  // F32, F16, BF16
   auto take = [&](Matrix* mx) {
     if (!mx->data) return;
-    const std::optional<cpu::QFormat> f = detail::qformat_of(mx->type);
+    const std::optional<backend::QFormat> f = detail::qformat_of(mx->type);
     if ((f && kt.qgemm_rows[static_cast<int>(*f)]) || dense(*mx)) order.push_back(mx);
   };
   // F32 and F16 interleaved for the skinny kernel where its steps divide the
   // width (Note [Interleaved weight rows]); BF16 as it is (the bf16 dot
   // kernel reads it so).
-  auto interleave = [&](const Matrix& mx) -> cpu::SkinnyPack {
-    return mx.type == GgmlType::F32   ? kt.skinny_pack[cpu::idx(DType::F32)]
-           : mx.type == GgmlType::F16 ? kt.skinny_pack[cpu::idx(DType::F16)]
+  auto interleave = [&](const Matrix& mx) -> backend::SkinnyPack {
+    return mx.type == GgmlType::F32   ? kt.skinny_pack[static_cast<int>(DType::F32)]
+           : mx.type == GgmlType::F16 ? kt.skinny_pack[static_cast<int>(DType::F16)]
                                       : nullptr;
   };
   for (Layer& L : layers_)
@@ -137,7 +138,7 @@ void Model::repack() {
   take(&output_);
   auto bytes = [&](const Matrix& mx) {
     return dense(mx) ? ggml_row_bytes(mx.type, mx.cols) * mx.rows
-                     : cpu::packed_matrix_bytes(*detail::qformat_of(mx.type), mx.rows, mx.cols);
+                     : kt.packed_matrix_bytes(*detail::qformat_of(mx.type), mx.rows, mx.cols);
   };
   std::vector<int64_t> at;  // each one's offset, a multiple of 64
   int64_t total = 0;
@@ -151,7 +152,7 @@ void Model::repack() {
     uint8_t* out = packed_.data() + at[i];
     const void* from = mx.data;
     if (dense(mx)) {
-      const cpu::SkinnyPack pack = interleave(mx);
+      const backend::SkinnyPack pack = interleave(mx);
       if (pack && pack(from, mx.rows, mx.cols, out)) {
         mx.packed = out;
       } else {
@@ -163,9 +164,9 @@ void Model::repack() {
         mx.data = out;
       }
     } else {
-      const cpu::QuantMatrix q = detail::quant_view(mx);
-      parallel_for(0, (mx.rows + cpu::kPackRows - 1) / cpu::kPackRows, 16,
-                   [&](int64_t t0, int64_t t1) { cpu::qpack_weights(q, t0, t1, out); });
+      const backend::QuantMatrix q = detail::quant_view(mx);
+      parallel_for(0, (mx.rows + kt.pack_rows - 1) / kt.pack_rows, 16,
+                   [&](int64_t t0, int64_t t1) { kt.qpack_weights(q, t0, t1, out); });
       mx.packed = out;
     }
     // The products read the packed copy only, so the file's pages of the

@@ -4,7 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/kernel_table.h"
+#include "backend/backend.h"
+#include "backend/llm_kernels.h"
 #include "tessera/core/error.h"
 
 namespace tessera::llm {
@@ -200,7 +201,7 @@ Sampled Sampler::describe(const float* logits, int32_t token) {
   // The row's log-softmax on the CPU's vector exp (a scalar exp over a
   // 32,000-token vocabulary costs more than a small model's step).
   float* lp = work_.data();
-  cpu::kernels().softmax_fwd[cpu::idx(DType::F32)](logits, lp, 1, V, /*log=*/true);
+  backend::llm_kernels(DeviceType::CPU).log_softmax_row(logits, lp, V);
   Sampled out;
   out.token = token;
   out.logprob = lp[token];

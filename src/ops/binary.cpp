@@ -7,7 +7,7 @@
 namespace tessera::ops {
 namespace {
 
-using K = cpu::BinaryKernel;
+using K = backend::BinaryKernel;
 using Kind = BinaryKind;
 
 bool needs_grad(const Tensor& a, const Tensor& b) { return autograd::any_requires_grad({&a, &b}); }

@@ -2,7 +2,6 @@
 // compiler's fusion pass), and the table of which ops can join one.
 #include <cmath>
 
-#include "backend/cpu/fused.h"
 #include "ops/op_utils.h"
 #include "tessera/core/numbers.h"
 
@@ -11,7 +10,7 @@ namespace tessera::ops {
 TensorList fused_elementwise(const TensorList& inputs, const std::string& program) {
   TS_OP_SCOPE_LIST(fused_elementwise, inputs);
   TS_OP_ATTRS({"program", program});
-  auto p = cpu::parse_fused_program(program);
+  auto p = backend::parse_fused_program(program);
   TS_CHECK(static_cast<int>(inputs.size()) == p->num_inputs, "fused_elementwise: the program reads ",
            p->num_inputs, " inputs, got ", inputs.size());
   Shape shape;
@@ -28,7 +27,7 @@ TensorList fused_elementwise(const TensorList& inputs, const std::string& progra
   }
   TensorList outs;
   for (int k = 0; k < p->num_outputs; ++k) outs.push_back(empty(shape, DType::F32));
-  cpu::run_fused(*p, inputs, outs);
+  backend::kernels(current_device()).fused_elementwise(*p, inputs, outs);
   TS_RETURN(outs);
 }
 

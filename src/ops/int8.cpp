@@ -1,16 +1,12 @@
 // Static int8: per-tensor activation quantization and the int8 convolution and
-// linear layer with requantizing epilogues (backend/cpu/int8.h). These are the
+// linear layer with requantizing epilogues (Int8Epilogue in backend/kernel_ids.h). These are the
 // ops a post-training-quantized graph runs (quant/ptq.h).
-#include <atomic>
 #include <cmath>
 #include <limits>
 
-#include "backend/cpu/int8.h"
-#include "backend/cpu/kernel_table.h"
 #include "ops/conv_params.h"
 #include "ops/op_utils.h"
 #include "tessera/autograd/node.h"
-#include "tessera/core/parallel.h"
 
 namespace tessera::ops {
 namespace {
@@ -27,8 +23,8 @@ void check_zero_point(int64_t zp, DType t, const char* op, const char* what) {
 }
 
 // The shared checks of the weight side and the epilogue; returns it (pointers
-// into the tensors, which must stay alive while it is used).
-cpu::Int8Epilogue epilogue_of(const char* op, DType x_dtype, const Tensor& w, const Tensor& w_scales, const Tensor& bias,
+// into the tensors, which must stay alive while it is used; none on meta).
+backend::Int8Epilogue epilogue_of(const char* op, DType x_dtype, const Tensor& w, const Tensor& w_scales, const Tensor& bias,
                               int64_t out_channels, double x_scale, int64_t x_zp, double y_scale, int64_t y_zp,
                               const std::string& activation, DType out_dtype) {
   check_defined(w, op, "weight");
@@ -38,8 +34,8 @@ cpu::Int8Epilogue epilogue_of(const char* op, DType x_dtype, const Tensor& w, co
                w_scales.size(0) == out_channels && w_scales.is_contiguous(),
            op, ": w_scales must be a contiguous f32 tensor [", out_channels, "] (one per output channel), got ",
            w_scales.defined() ? std::string(dtype_name(w_scales.dtype())) + " " + shape_str(w_scales.shape()) : std::string("none"));
-  const float* ws = static_cast<const float*>(w_scales.raw_data());
-  for (int64_t i = 0; i < out_channels; ++i)
+  const float* ws = has_values(w_scales) ? static_cast<const float*>(w_scales.raw_data()) : nullptr;
+  for (int64_t i = 0; ws && i < out_channels; ++i)
     TS_CHECK(std::isfinite(ws[i]) && ws[i] > 0, op, ": w_scales[", i, "] must be positive and finite, got ", ws[i]);
   if (bias.defined())
     TS_CHECK(bias.dtype() == DType::F32 && bias.dim() == 1 && bias.size(0) == out_channels && bias.is_contiguous(), op,
@@ -55,13 +51,13 @@ cpu::Int8Epilogue epilogue_of(const char* op, DType x_dtype, const Tensor& w, co
   }
   TS_CHECK(activation == "none" || activation == "relu", op, ": activation must be 'none' or 'relu', got '",
            activation, "'");
-  cpu::Int8Epilogue e;
+  backend::Int8Epilogue e;
   e.x_scale = static_cast<float>(x_scale);
   e.x_zero_point = static_cast<int32_t>(x_zp);
   e.x_s8 = x_dtype == DType::I8;
   e.w_scales = ws;
-  e.bias = bias.defined() ? static_cast<const float*>(bias.raw_data()) : nullptr;
-  e.act = activation == "relu" ? cpu::Epilogue::Relu : cpu::Epilogue::None;
+  e.bias = bias.defined() && has_values(bias) ? static_cast<const float*>(bias.raw_data()) : nullptr;
+  e.act = activation == "relu" ? backend::Epilogue::Relu : backend::Epilogue::None;
   e.out_u8 = out_dtype == DType::U8;
   e.y_scale = static_cast<float>(y_scale);
   e.y_zero_point = static_cast<int32_t>(y_zp);
@@ -81,15 +77,9 @@ Tensor quantize_per_tensor(const Tensor& x, double scale, int64_t zero_point, DT
   check_zero_point(zero_point, dtype, op, "zero_point");
   Tensor xf = cast(x.detach(), DType::F32).contiguous();
   Tensor q = empty(x.shape(), dtype);
-  const float* in = static_cast<const float*>(xf.raw_data());
   const float inv = static_cast<float>(1.0 / scale), zp = static_cast<float>(zero_point);
   const float lo = dtype == DType::U8 ? 0.0f : -128.0f, hi = dtype == DType::U8 ? 255.0f : 127.0f;
-  std::atomic<bool> nan{false};
-  auto kernel = cpu::kernels().quantize_affine;
-  char* out = static_cast<char*>(q.raw_data());
-  parallel_for(0, xf.numel(), 16384, [&](int64_t i0, int64_t i1) {
-    if (kernel(in + i0, i1 - i0, inv, zp, lo, hi, out + i0, dtype == DType::U8)) nan = true;
-  });
+  const bool nan = backend::kernels(q).quantize_affine(xf, q, inv, zp, lo, hi);
   TS_CHECK(!nan, op, ": the input has NaN values, which int8 cannot represent");
   TS_RETURN(q);
 }
@@ -105,16 +95,7 @@ Tensor dequantize_per_tensor(const Tensor& q, double scale, int64_t zero_point) 
   check_zero_point(zero_point, q.dtype(), op, "zero_point");
   Tensor qc = q.contiguous();
   Tensor y = empty(q.shape(), DType::F32);
-  float* out = static_cast<float*>(y.raw_data());
-  const float s = static_cast<float>(scale);
-  const int32_t zp = static_cast<int32_t>(zero_point);
-  parallel_for(0, qc.numel(), 16384, [&](int64_t i0, int64_t i1) {
-    auto run = [&]<typename Q>(const Q* in) {
-      for (int64_t i = i0; i < i1; ++i) out[i] = static_cast<float>(static_cast<int32_t>(in[i]) - zp) * s;
-    };
-    if (q.dtype() == DType::U8) run(static_cast<const uint8_t*>(qc.raw_data()));
-    else run(static_cast<const int8_t*>(qc.raw_data()));
-  });
+  backend::kernels(y).dequantize_affine(qc, y, static_cast<float>(scale), static_cast<int32_t>(zero_point));
   TS_RETURN(y);
 }
 
@@ -136,24 +117,17 @@ Tensor int8_conv2d(const Tensor& x, const Tensor& w, const Tensor& w_scales, con
   TS_CHECK(o.groups >= 1 && x.size(1) == w.size(1) * o.groups && w.size(0) % o.groups == 0, op, ": input ",
            shape_str(x.shape()), " with ", o.groups, " groups does not match weight ", shape_str(w.shape()));
   const int64_t OC = w.size(0);
-  cpu::Int8Epilogue e = epilogue_of(op, x.dtype(), w, w_scales, bias, OC, x_scale, x_zero_point, y_scale, y_zero_point,
+  backend::Int8Epilogue e = epilogue_of(op, x.dtype(), w, w_scales, bias, OC, x_scale, x_zero_point, y_scale, y_zero_point,
                                     activation, out_dtype);
   Conv2dParams p = conv2d_params(w, o, op);
-  cpu::ConvGeometry g = conv_geometry(x.shape(), DType::U8, w, p.stride, p.tl, p.br, p.dil, o.groups);
+  backend::ConvGeometry g = conv_geometry(x.shape(), DType::U8, w, p.stride, p.tl, p.br, p.dil, o.groups);
   TS_CHECK(g.OH > 0 && g.OW > 0, op, ": input ", shape_str(x.shape()), " is smaller than the kernel ",
            shape_str(w.shape()), " after padding");
   // [N, H, W, C] memory, read in place when it already is.
   Tensor xl = is_channels_last(x) ? x : x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
   Tensor y = empty({g.N, g.OH, g.OW, OC}, out_dtype);
   trace::add_flops(2 * g.N * OC * g.OH * g.OW * (g.C / g.groups) * g.KH * g.KW);
-  if (y.numel() > 0) {
-    // Packed once per layout and kept with the weights' storage.
-    std::string key = "int8_conv2d_weights@" + std::to_string(w.offset()) + ":" + cpu::int8_conv_weights_layout(g, e);
-    std::shared_ptr<const void> packed = w.storage()->derived(
-        key, [&] { return cpu::pack_int8_conv_weights(g, e, static_cast<const int8_t*>(w.raw_data())); });
-    cpu::int8_conv2d(g, xl.raw_data(), static_cast<const int8_t*>(w.raw_data()), e,
-                     y.raw_data(), packed.get());
-  }
+  if (y.numel() > 0) backend::kernels(y).int8_conv2d(g, xl, w, e, y);
   TS_RETURN(y.permute({0, 3, 1, 2}));
 }
 
@@ -171,7 +145,7 @@ Tensor int8_linear(const Tensor& x, const Tensor& w, const Tensor& w_scales, con
            ": the input must be u8 or i8 "
            "[..., ", w.size(1), "], got ", dtype_name(x.dtype()), " ", shape_str(x.shape()));
   const int64_t N = w.size(0), K = w.size(1);
-  cpu::Int8Epilogue e = epilogue_of(op, x.dtype(), w, w_scales, bias, N, x_scale, x_zero_point, y_scale, y_zero_point,
+  backend::Int8Epilogue e = epilogue_of(op, x.dtype(), w, w_scales, bias, N, x_scale, x_zero_point, y_scale, y_zero_point,
                                     activation, out_dtype);
   Tensor xc = x.contiguous();
   const int64_t M = K ? xc.numel() / K : 0;
@@ -179,8 +153,7 @@ Tensor int8_linear(const Tensor& x, const Tensor& w, const Tensor& w_scales, con
   out_shape.back() = N;
   Tensor y = empty(out_shape, out_dtype);
   trace::add_flops(2 * M * N * K);
-  cpu::int8_linear(M, N, K, xc.raw_data(), static_cast<const int8_t*>(w.raw_data()), e,
-                   y.raw_data());
+  backend::kernels(y).int8_linear(xc, w, e, y);
   TS_RETURN(y);
 }
 

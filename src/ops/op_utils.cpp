@@ -82,44 +82,42 @@ Tensor cast(const Tensor& x, DType t) {
   return out;
 }
 
-Tensor run_unary(const Tensor& x, cpu::UnaryKernel k, DType out_dtype, const double* params) {
-  TS_INTERNAL_ASSERT(cpu::kernels().unary[static_cast<int>(k)][cpu::idx(x.dtype())] != nullptr);
+Tensor run_unary(const Tensor& x, backend::UnaryKernel k, DType out_dtype, const double* params) {
+  TS_INTERNAL_ASSERT(backend::unary_defined(k, x.dtype()));
   Tensor out = empty(x.shape(), TensorOptions(out_dtype, x.device()));
   backend::kernels(out).unary(out, x, k, params);
   return out;
 }
 
-Tensor binary_op(const char* name, const Tensor& a, const Tensor& b, cpu::BinaryKernel k, BinaryKind kind) {
+Tensor binary_op(const char* name, const Tensor& a, const Tensor& b, backend::BinaryKernel k, BinaryKind kind) {
   check_defined(a, name, "input");
   check_defined(b, name, "other");
   check_same_device(a, b, name);
   DType ct = result_type(a, b);
   if (kind == BinaryKind::TrueDiv && !is_floating(ct)) ct = default_float_dtype();
   DType out_dtype = (kind == BinaryKind::Compare || kind == BinaryKind::Logical) ? DType::Bool : ct;
-  auto loop = cpu::kernels().binary[static_cast<int>(k)][cpu::idx(ct)];
-  TS_CHECK(loop != nullptr, name, ": not supported for ", dtype_name(ct), " tensors (inputs are ",
+  TS_CHECK(backend::binary_defined(k, ct), name, ": not supported for ", dtype_name(ct), " tensors (inputs are ",
            dtype_name(a.dtype()), " and ", dtype_name(b.dtype()), ")",
            ct == DType::Bool ? "; convert bool tensors with to() first" : "");
   if (!IntArrayRef(a.shape()).equals(b.shape())) broadcast_shapes(a.shape(), b.shape(), name);
   Tensor ac = cast(a, ct), bc = cast(b, ct);
   if (kind == BinaryKind::IntDiv && !is_floating(ct)) {
-    Tensor zero = run_binary(bc, cast(wrap_scalar(0), ct), cpu::BinaryKernel::Eq, DType::Bool);
+    Tensor zero = run_binary(bc, cast(wrap_scalar(0), ct), backend::BinaryKernel::Eq, DType::Bool);
     TS_CHECK(!any(zero).item<bool>(), name, ": integer division by zero (the divisor of dtype ", dtype_name(ct),
              " contains 0)");
   }
   return run_binary(ac, bc, k, out_dtype);
 }
 
-Tensor run_binary(const Tensor& a, const Tensor& b, cpu::BinaryKernel k, DType out_dtype) {
-  TS_INTERNAL_ASSERT(cpu::kernels().binary[static_cast<int>(k)][cpu::idx(a.dtype())] != nullptr &&
-                     a.dtype() == b.dtype());
+Tensor run_binary(const Tensor& a, const Tensor& b, backend::BinaryKernel k, DType out_dtype) {
+  TS_INTERNAL_ASSERT(backend::binary_defined(k, a.dtype()) && a.dtype() == b.dtype());
   Shape shape = IntArrayRef(a.shape()).equals(b.shape()) ? a.shape() : broadcast_shapes(a.shape(), b.shape(), "binary");
   Tensor out = empty(shape, TensorOptions(out_dtype, a.device()));
   backend::kernels(out).binary(out, a, b, k);
   return out;
 }
 
-bool binary_into(Tensor& self, const Tensor& other, cpu::BinaryKernel k) {
+bool binary_into(Tensor& self, const Tensor& other, backend::BinaryKernel k) {
   if (self.requires_grad() && GradMode::is_enabled()) return false;
   if (other.requires_grad() && GradMode::is_enabled()) return false;
   if (result_type(self, other) != self.dtype()) return false;
@@ -130,7 +128,7 @@ bool binary_into(Tensor& self, const Tensor& other, cpu::BinaryKernel k) {
       !(other.offset() == self.offset() && IntArrayRef(other.strides()).equals(self.strides()) &&
         IntArrayRef(other.shape()).equals(self.shape())))
     return false;
-  if (!cpu::kernels().binary[static_cast<int>(k)][cpu::idx(self.dtype())]) return false;
+  if (!backend::binary_defined(k, self.dtype())) return false;
   if (other.device() != self.device() && !other.impl()->wrapped_number) return false;  // the op names both
   Tensor oc = cast(other, self.dtype());
   backend::kernels(self).binary(self, self, oc, k);
@@ -145,8 +143,8 @@ bool binary_into(Tensor& self, const Tensor& other, cpu::BinaryKernel k) {
 
 namespace tessera::ops {
 
-cpu::Epilogue epilogue_of(const std::string& activation, const char* op) {
-  using E = cpu::Epilogue;
+backend::Epilogue epilogue_of(const std::string& activation, const char* op) {
+  using E = backend::Epilogue;
   if (activation == "none") return E::None;
   if (activation == "relu") return E::Relu;
   if (activation == "gelu") return E::Gelu;
@@ -156,14 +154,14 @@ cpu::Epilogue epilogue_of(const std::string& activation, const char* op) {
   TS_ERROR(op, ": activation must be none, relu, gelu, gelu_tanh, silu or tanh, got '", activation, "'");
 }
 
-Tensor apply_epilogue(const Tensor& y, cpu::Epilogue act) {
+Tensor apply_epilogue(const Tensor& y, backend::Epilogue act) {
   switch (act) {
-    case cpu::Epilogue::Relu: return relu(y);
-    case cpu::Epilogue::Gelu: return gelu(y);
-    case cpu::Epilogue::GeluTanh: return gelu(y, "tanh");
-    case cpu::Epilogue::Silu: return silu(y);
-    case cpu::Epilogue::Tanh: return tanh(y);
-    case cpu::Epilogue::None: break;
+    case backend::Epilogue::Relu: return relu(y);
+    case backend::Epilogue::Gelu: return gelu(y);
+    case backend::Epilogue::GeluTanh: return gelu(y, "tanh");
+    case backend::Epilogue::Silu: return silu(y);
+    case backend::Epilogue::Tanh: return tanh(y);
+    case backend::Epilogue::None: break;
   }
   return y;
 }

@@ -1,9 +1,7 @@
 #pragma once
 // Helpers shared by the op family files: type promotion, output allocation,
-// running CPU kernels, and recording autograd nodes.
+// running kernels through the device seam, and recording autograd nodes.
 #include "backend/backend.h"
-#include "backend/cpu/gemm.h"
-#include "backend/cpu/kernel_table.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/autograd/node.h"
 #include "tessera/core/trace.h"
@@ -195,18 +193,18 @@ inline void fill_into(const Tensor& dst, const Scalar& value) { backend::kernels
 
 // Runs a unary kernel into a new tensor of dtype `out_dtype` (input already in
 // the kernel's dtype).
-Tensor run_unary(const Tensor& x, cpu::UnaryKernel k, DType out_dtype, const double* params = nullptr);
+Tensor run_unary(const Tensor& x, backend::UnaryKernel k, DType out_dtype, const double* params = nullptr);
 // Runs a binary kernel over broadcast inputs already converted to `compute`.
-Tensor run_binary(const Tensor& a, const Tensor& b, cpu::BinaryKernel k, DType out_dtype);
+Tensor run_binary(const Tensor& a, const Tensor& b, backend::BinaryKernel k, DType out_dtype);
 // A binary elementwise op's forward: checks, broadcasting, PyTorch's type
 // promotion, then the kernel (binary.cpp's ops, and pow in unary.cpp).
 enum class BinaryKind { Arith, TrueDiv, Compare, Logical, IntDiv };
-Tensor binary_op(const char* name, const Tensor& a, const Tensor& b, cpu::BinaryKernel k, BinaryKind kind);
+Tensor binary_op(const char* name, const Tensor& a, const Tensor& b, backend::BinaryKernel k, BinaryKind kind);
 Tensor cast(const Tensor& x, DType t);  // no autograd, returns x itself if same dtype
 // self = self (op) other, written straight into self's memory. Only for the
 // no-autograd case where the result keeps self's shape and dtype and `other`
 // does not alias self differently; returns false (doing nothing) otherwise.
-bool binary_into(Tensor& self, const Tensor& other, cpu::BinaryKernel k);
+bool binary_into(Tensor& self, const Tensor& other, backend::BinaryKernel k);
 
 
 inline const char* reduction_name(const std::string& r, const char* op) {
@@ -218,8 +216,8 @@ inline const char* reduction_name(const std::string& r, const char* op) {
 // A fused op's activation attribute ("none", "relu", "gelu", "gelu_tanh",
 // "silu", "tanh") as the backend's epilogue, and that activation applied by
 // the plain ops (the fused ops' fallback).
-cpu::Epilogue epilogue_of(const std::string& activation, const char* op);
-Tensor apply_epilogue(const Tensor& y, cpu::Epilogue act);
+backend::Epilogue epilogue_of(const std::string& activation, const char* op);
+Tensor apply_epilogue(const Tensor& y, backend::Epilogue act);
 
 // Grad of a view's input: zeros of `base_shape` with `g` written through the
 // strided window (sizes, strides, offset) of a contiguous tensor of that shape.

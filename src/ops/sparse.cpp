@@ -1,5 +1,4 @@
-// Sparse weights: sparse_linear over a CSR weight (backend/cpu/sparse.h).
-#include "backend/cpu/sparse.h"
+// Sparse weights: sparse_linear over a CSR weight (backend/sparse_format.h).
 #include "ops/op_utils.h"
 
 namespace tessera::ops {
@@ -20,14 +19,16 @@ Tensor sparse_linear(const Tensor& x, const Tensor& values, const Tensor& col_id
            op, ": row_ptr must be a contiguous 1-D i64 tensor of out_features + 1 offsets");
   TS_CHECK(in_features > 0 && in_features <= INT32_MAX, op, ": in_features must be positive, got ", in_features);
   const int64_t rows = row_ptr.numel() - 1, nnz = values.numel();
-  const auto* rp = row_ptr.data_ptr<int64_t>();
-  const auto* ci = col_idx.data_ptr<int32_t>();
-  TS_CHECK(rp[0] == 0 && rp[rows] == nnz, op, ": row_ptr must start at 0 and end at the number of values ", nnz,
-           ", got ", rp[0], " and ", rp[rows]);
-  for (int64_t r = 0; r < rows; ++r) TS_CHECK(rp[r] <= rp[r + 1], op, ": row_ptr decreases at row ", r);
-  for (int64_t p = 0; p < nnz; ++p)
-    TS_CHECK(ci[p] >= 0 && ci[p] < in_features, op, ": col_idx[", p, "] = ", ci[p], " is outside [0, ", in_features,
-             ")");
+  if (has_values(row_ptr) && has_values(col_idx)) {
+    const auto* rp = row_ptr.data_ptr<int64_t>();
+    const auto* ci = col_idx.data_ptr<int32_t>();
+    TS_CHECK(rp[0] == 0 && rp[rows] == nnz, op, ": row_ptr must start at 0 and end at the number of values ", nnz,
+             ", got ", rp[0], " and ", rp[rows]);
+    for (int64_t r = 0; r < rows; ++r) TS_CHECK(rp[r] <= rp[r + 1], op, ": row_ptr decreases at row ", r);
+    for (int64_t p = 0; p < nnz; ++p)
+      TS_CHECK(ci[p] >= 0 && ci[p] < in_features, op, ": col_idx[", p, "] = ", ci[p], " is outside [0, ",
+               in_features, ")");
+  }
   check_floating(x, op, "input");
   TS_CHECK(x.dim() >= 1 && x.shape().back() == in_features, op, ": input ", shape_str(x.shape()), " must end in ",
            in_features);
@@ -40,10 +41,8 @@ Tensor sparse_linear(const Tensor& x, const Tensor& values, const Tensor& col_id
   out.back() = rows;
   Tensor y = empty(out, DType::F32);
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
-  cpu::CsrMatrix w{rows, in_features, rp, ci, values.data_ptr<float>()};
   trace::add_flops(2 * (xc.numel() / in_features) * nnz);
-  cpu::csr_linear(w, xc.data_ptr<float>(), xc.numel() / in_features, bc.defined() ? bc.data_ptr<float>() : nullptr,
-                  y.data_ptr<float>());
+  backend::kernels(y).csr_linear(values, col_idx, row_ptr, in_features, xc, bc, y);
   TS_RETURN(y);
 }
 

@@ -141,17 +141,17 @@ static bool not_recording(const Tensor& self, const Tensor& other) {
 
 Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) {
   if (not_recording(*this, o) &&
-      ops::binary_into(*this, alpha.to_double() == 1.0 ? o : ops::mul(o, alpha), cpu::BinaryKernel::Add))
+      ops::binary_into(*this, alpha.to_double() == 1.0 ? o : ops::mul(o, alpha), backend::BinaryKernel::Add))
     return *this;
   return apply_inplace(*this, "add_", {&o}, [&](const Tensor& s) { return ops::add(s, o, alpha); });
 }
 Tensor& Tensor::add_(const Scalar& o) {
-  if (ops::binary_into(*this, ops::wrap_scalar(o), cpu::BinaryKernel::Add)) return *this;
+  if (ops::binary_into(*this, ops::wrap_scalar(o), backend::BinaryKernel::Add)) return *this;
   return apply_inplace(*this, "add_", {}, [&](const Tensor& s) { return ops::add(s, o); });
 }
 Tensor& Tensor::sub_(const Tensor& o, const Scalar& alpha) {
   if (not_recording(*this, o) &&
-      ops::binary_into(*this, alpha.to_double() == 1.0 ? o : ops::mul(o, alpha), cpu::BinaryKernel::Sub))
+      ops::binary_into(*this, alpha.to_double() == 1.0 ? o : ops::mul(o, alpha), backend::BinaryKernel::Sub))
     return *this;
   return apply_inplace(*this, "sub_", {&o}, [&](const Tensor& s) { return ops::sub(s, o, alpha); });
 }
@@ -159,19 +159,19 @@ Tensor& Tensor::sub_(const Scalar& o) {
   return apply_inplace(*this, "sub_", {}, [&](const Tensor& s) { return ops::sub(s, o); });
 }
 Tensor& Tensor::mul_(const Tensor& o) {
-  if (ops::binary_into(*this, o, cpu::BinaryKernel::Mul)) return *this;
+  if (ops::binary_into(*this, o, backend::BinaryKernel::Mul)) return *this;
   return apply_inplace(*this, "mul_", {&o}, [&](const Tensor& s) { return ops::mul(s, o); });
 }
 Tensor& Tensor::mul_(const Scalar& o) {
-  if (ops::binary_into(*this, ops::wrap_scalar(o), cpu::BinaryKernel::Mul)) return *this;
+  if (ops::binary_into(*this, ops::wrap_scalar(o), backend::BinaryKernel::Mul)) return *this;
   return apply_inplace(*this, "mul_", {}, [&](const Tensor& s) { return ops::mul(s, o); });
 }
 Tensor& Tensor::div_(const Tensor& o) {
-  if (ops::binary_into(*this, o, cpu::BinaryKernel::Div)) return *this;
+  if (ops::binary_into(*this, o, backend::BinaryKernel::Div)) return *this;
   return apply_inplace(*this, "div_", {&o}, [&](const Tensor& s) { return ops::div(s, o); });
 }
 Tensor& Tensor::div_(const Scalar& o) {
-  if (ops::binary_into(*this, ops::wrap_scalar(o), cpu::BinaryKernel::Div)) return *this;
+  if (ops::binary_into(*this, ops::wrap_scalar(o), backend::BinaryKernel::Div)) return *this;
   return apply_inplace(*this, "div_", {}, [&](const Tensor& s) { return ops::div(s, o); });
 }
 Tensor& Tensor::zero_() { return fill_(0); }

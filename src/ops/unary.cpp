@@ -9,7 +9,7 @@
 namespace tessera::ops {
 namespace {
 
-using K = cpu::UnaryKernel;
+using K = backend::UnaryKernel;
 enum class Rule { Float, Numeric, Any };
 
 Tensor prepare(const Tensor& x, Rule rule, const char* name) {
@@ -353,7 +353,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
     TS_CHECK(bc.numel() == 0 || !any(lt(bc, 0)).item<bool>(),
              "pow: integers to negative integer powers are not allowed");
   }
-  Tensor y = binary_op("pow", a, b, cpu::BinaryKernel::Pow, BinaryKind::Arith);
+  Tensor y = binary_op("pow", a, b, backend::BinaryKernel::Pow, BinaryKind::Arith);
   if (autograd::any_requires_grad({&a, &b})) {
     TensorList outs{y};
     Shape sa = a.shape(), sb = b.shape();
@@ -426,7 +426,7 @@ Tensor unary_backward(const Tensor& grad, const Tensor& saved, const std::string
   const char* name = "unary_backward";
   check_defined(grad, name, "grad");
   check_defined(saved, name, "saved");
-  using B = cpu::BinaryKernel;
+  using B = backend::BinaryKernel;
   B k;
   if (function == "relu") k = B::ReluGrad;
   else if (function == "gelu") k = B::GeluGrad;

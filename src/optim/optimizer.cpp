@@ -134,21 +134,6 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
 // ---- update loops -------------------------------------------------------------------
 namespace {
 
-template <typename F>
-void dispatch(const Tensor& p, F&& f) {
-  if (p.dtype() == DType::F32)
-    f(float{});
-  else
-    f(double{});
-}
-
-template <typename F>
-void for_each(int64_t n, F&& f) {
-  parallel_for(0, n, kGrainSize / 4, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) f(i);
-  });
-}
-
 Tensor& state_tensor(std::map<std::string, Tensor>& s, const std::string& k, const Tensor& like, double init = 0) {
   auto it = s.find(k);
   if (it == s.end()) it = s.emplace(k, full(like.shape(), init, TensorOptions(like.dtype(), like.device()))).first;
@@ -250,31 +235,8 @@ void RMSprop::update(Tensor& param, const Tensor& grad, std::map<std::string, Te
   Tensor sq = state_tensor(s, "square_avg", param);
   Tensor ga = centered ? state_tensor(s, "grad_avg", param) : Tensor();
   Tensor buf = mom > 0 ? state_tensor(s, "momentum_buffer", param) : Tensor();
-  dispatch(param, [&](auto zero) {
-    using T = decltype(zero);
-    T *p = param.data_ptr<T>(), *sp = sq.data_ptr<T>();
-    T* gp = centered ? ga.data_ptr<T>() : nullptr;
-    T* bp = mom > 0 ? buf.data_ptr<T>() : nullptr;
-    const T* g = grad.data_ptr<T>();
-    for_each(param.numel(), [&](int64_t i) {
-      T d = maximize ? -g[i] : g[i];
-      if (wd != 0) d += T(wd) * p[i];
-      sp[i] = sp[i] * T(alpha) + d * d * T(1 - alpha);
-      T avg;
-      if (gp) {
-        gp[i] = gp[i] * T(alpha) + d * T(1 - alpha);
-        avg = std::sqrt(sp[i] - gp[i] * gp[i]) + T(eps);
-      } else {
-        avg = std::sqrt(sp[i]) + T(eps);
-      }
-      if (bp) {
-        bp[i] = bp[i] * T(mom) + d / avg;
-        p[i] -= T(lr) * bp[i];
-      } else {
-        p[i] -= T(lr) * (d / avg);
-      }
-    });
-  });
+  backend::kernels(param).rmsprop_step(param, grad, sq, ga, buf,
+                                       backend::RmspropArgs{lr, alpha, eps, wd, mom, centered, maximize});
 }
 
 // ---- Adagrad ----------------------------------------------------------------------------
@@ -295,17 +257,7 @@ void Adagrad::update(Tensor& param, const Tensor& grad, std::map<std::string, Te
   Tensor sum = state_tensor(s, "sum", param, o.at("initial_accumulator_value"));
   const double step = next_step(s);
   const double clr = lr / (1 + (step - 1) * o.at("lr_decay"));
-  dispatch(param, [&](auto zero) {
-    using T = decltype(zero);
-    T *p = param.data_ptr<T>(), *sp = sum.data_ptr<T>();
-    const T* g = grad.data_ptr<T>();
-    for_each(param.numel(), [&](int64_t i) {
-      T d = maximize ? -g[i] : g[i];
-      if (wd != 0) d += T(wd) * p[i];
-      sp[i] += d * d;
-      p[i] -= T(clr) * (d / (std::sqrt(sp[i]) + T(eps)));
-    });
-  });
+  backend::kernels(param).adagrad_step(param, grad, sum, backend::AdagradArgs{clr, wd, eps, maximize});
 }
 
 // ---- Lion -------------------------------------------------------------------------------
@@ -319,17 +271,7 @@ Lion::Lion(std::vector<ParamGroup> groups, Options o) : Optimizer("Lion", defaul
 void Lion::update(Tensor& param, const Tensor& grad, std::map<std::string, Tensor>& s, const Options& o) {
   const double lr = o.at("lr"), b1 = o.at("beta1"), b2 = o.at("beta2"), wd = o.at("weight_decay");
   Tensor m = state_tensor(s, "exp_avg", param);
-  dispatch(param, [&](auto zero) {
-    using T = decltype(zero);
-    T *p = param.data_ptr<T>(), *mp = m.data_ptr<T>();
-    const T* g = grad.data_ptr<T>();
-    for_each(param.numel(), [&](int64_t i) {
-      p[i] *= T(1 - lr * wd);
-      T c = mp[i] * T(b1) + g[i] * T(1 - b1);
-      p[i] -= T(lr) * T((c > 0) - (c < 0));
-      mp[i] = mp[i] * T(b2) + g[i] * T(1 - b2);
-    });
-  });
+  backend::kernels(param).lion_step(param, grad, m, backend::LionArgs{lr, b1, b2, wd});
 }
 
 // ---- by name ----------------------------------------------------------------------------

@@ -6,7 +6,6 @@
 #include <map>
 #include <sstream>
 
-#include "backend/cpu/int8.h"
 #include "ops/op_utils.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/executor.h"

@@ -6,7 +6,6 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "backend/cpu/int8.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/compile/compile.h"
 #include "tessera/core/error.h"

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "backend/cpu/quant.h"
+#include "backend/quant_format.h"
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/half.h"
 #include "tessera/nn/linear.h"
@@ -25,19 +25,19 @@ Tensor bytes_to(const std::vector<uint8_t>& bytes, DType dt, Shape shape) {
 }  // namespace
 
 QuantizedWeight quantize_weight(const Tensor& weight, const std::string& format, int64_t group) {
-  const cpu::QFormat f = cpu::qformat_from_name(format);
+  const backend::QFormat f = backend::qformat_from_name(format);
   TS_CHECK(weight.defined() && weight.dim() == 2 && is_floating(weight.dtype()), "quantize_weight: expected a 2-D "
            "float weight [out_features, in_features], got ",
            weight.defined() ? dtype_name(weight.dtype()) + (" " + shape_str(weight.shape())) : std::string("none"));
   NoGradGuard no_grad;
   Tensor w = weight.detach().to(DType::F32).contiguous();
   const int64_t rows = w.size(0), cols = w.size(1);
-  const int64_t g = f == cpu::QFormat::Int4 ? group : 0;
-  cpu::QuantizedWeights q = cpu::quantize_ref(f, static_cast<const float*>(w.raw_data()), rows, cols, g);
+  const int64_t g = f == backend::QFormat::Int4 ? group : 0;
+  backend::QuantizedWeights q = backend::quantize_ref(f, static_cast<const float*>(w.raw_data()), rows, cols, g);
   QuantizedWeight out;
-  out.qweight = bytes_to(q.data, DType::U8, {rows, cpu::qrow_bytes(f, cols)});
-  if (f == cpu::QFormat::Int8) out.scales = bytes_to(q.scales, DType::F32, {rows});
-  if (f == cpu::QFormat::Int4) {
+  out.qweight = bytes_to(q.data, DType::U8, {rows, backend::qrow_bytes(f, cols)});
+  if (f == backend::QFormat::Int8) out.scales = bytes_to(q.scales, DType::F32, {rows});
+  if (f == backend::QFormat::Int4) {
     out.scales = bytes_to(q.scales, DType::F16, {rows, cols / g});
     out.mins = bytes_to(q.mins, DType::F16, {rows, cols / g});
   }
@@ -45,10 +45,10 @@ QuantizedWeight quantize_weight(const Tensor& weight, const std::string& format,
 }
 
 WeightQuantReport quantize_weights(nn::Module& model, const WeightQuantConfig& cfg) {
-  const cpu::QFormat f = cpu::qformat_from_name(cfg.format);
+  const backend::QFormat f = backend::qformat_from_name(cfg.format);
   TS_CHECK(cfg.activations == "float" || cfg.activations == "int8", "quantize_weights: activations must be 'float' "
            "or 'int8', got '", cfg.activations, "'");
-  if (f == cpu::QFormat::Int4)
+  if (f == backend::QFormat::Int4)
     TS_CHECK(cfg.group >= 32 && cfg.group <= 256 && cfg.group % 32 == 0, "quantize_weights: int4 group must be a "
              "multiple of 32 from 32 to 256, got ", cfg.group);
   for (const auto& s : cfg.skip) {
@@ -82,7 +82,7 @@ WeightQuantReport quantize_weights(nn::Module& model, const WeightQuantConfig& c
       continue;
     }
     try {
-      cpu::check_qshape(f, lin->in_features, f == cpu::QFormat::Int4 ? cfg.group : 0);
+      backend::check_qshape(f, lin->in_features, f == backend::QFormat::Int4 ? cfg.group : 0);
     } catch (const Error& e) {
       keep(e.what());
       continue;
@@ -90,7 +90,7 @@ WeightQuantReport quantize_weights(nn::Module& model, const WeightQuantConfig& c
     QuantizedWeight q = quantize_weight(lin->weight, cfg.format, cfg.group);
     nn::Linear::Quantized lq;
     lq.format = cfg.format;
-    lq.group = f == cpu::QFormat::Int4 ? cfg.group : 0;
+    lq.group = f == backend::QFormat::Int4 ? cfg.group : 0;
     lq.activations = cfg.activations;
     lq.qweight = q.qweight;
     lq.scales = q.scales;
@@ -109,7 +109,7 @@ void check_quantized_weights(nn::Module& model) {
     auto* lin = dynamic_cast<nn::Linear*>(entry.second);
     if (!lin || !lin->quantized) continue;
     const auto& q = *lin->quantized;
-    const cpu::QFormat f = cpu::qformat_from_name(q.format);
+    const backend::QFormat f = backend::qformat_from_name(q.format);
     auto fail = [&](const char* what, int64_t row, float v) {
       TS_ERROR("quantized weights of '", path, "' (", q.format, "): ", what, " of row ", row, " is ", v,
                "; scales must be finite (the file is damaged, or was not written by quantize_weights)");
@@ -118,11 +118,11 @@ void check_quantized_weights(nn::Module& model) {
              "quantized weights of '", path, "': qweight must be a contiguous 2-D u8 tensor");
     const int64_t rows = q.qweight.size(0), rb = q.qweight.size(1);
     const auto* data = static_cast<const uint8_t*>(q.qweight.raw_data());
-    if (cpu::qformat_is_block(f)) {
+    if (backend::qformat_is_block(f)) {
       // Each block's f16 scales: d first (Q6_K: last), Q4_K's dmin after d.
-      const int64_t bs = cpu::qblock_bytes(f);
-      std::vector<int64_t> at = {f == cpu::QFormat::Q6_K ? bs - 2 : 0};
-      if (f == cpu::QFormat::Q4_K) at.push_back(2);
+      const int64_t bs = backend::qblock_bytes(f);
+      std::vector<int64_t> at = {f == backend::QFormat::Q6_K ? bs - 2 : 0};
+      if (f == backend::QFormat::Q4_K) at.push_back(2);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t b = 0; b + bs <= rb; b += bs)
           for (int64_t o : at) {
@@ -154,7 +154,7 @@ WeightQuantConfig weight_quant_config_from_json(const nlohmann::json& j) {
     if (k == "format") {
       TS_CHECK(v.is_string(), "quantization.format: expected a string (q8_0, q4_0, int8, int4), got ", v.dump());
       c.format = v.get<std::string>();
-      cpu::qformat_from_name(c.format);
+      backend::qformat_from_name(c.format);
     } else if (k == "group") {
       TS_CHECK(v.is_number_integer(), "quantization.group: expected an integer, got ", v.dump());
       c.group = v.get<int64_t>();

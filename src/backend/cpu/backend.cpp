@@ -19,6 +19,6 @@ constexpr backend::Kernels kKernels{
 }  // namespace
 
 constinit const backend::Backend kBackend{"cpu",       DeviceType::CPU, &kCpuDeviceAllocator, copy_bytes, copy_bytes,
-                                          synchronize, default_generator, &kKernels};
+                                          synchronize, default_generator, &kKernels, llm_kernels};
 
 }  // namespace tessera::cpu

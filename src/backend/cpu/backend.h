@@ -13,11 +13,17 @@ using backend::BinaryKernel;
 using backend::RandomDist;
 using backend::ReduceKernel;
 using backend::UnaryKernel;
+using backend::QuantWeight;
+using backend::Int8Epilogue;
+using backend::ConvGeometry;
+using backend::FusedProgram;
 #define TS_X(name, type) extern std::remove_pointer_t<backend::type> name;
 TS_BACKEND_KERNELS(TS_X)
 #undef TS_X
 }  // namespace entry
 
 extern const backend::Backend kBackend;
+// The LLM engine's kernels of the chosen instruction set (llm_table.cpp).
+const backend::LlmKernels* llm_kernels();
 
 }  // namespace tessera::cpu

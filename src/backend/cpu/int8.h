@@ -21,17 +21,7 @@
 
 namespace tessera::cpu {
 
-struct Int8Epilogue {
-  float x_scale = 1.0f;
-  int32_t x_zero_point = 0;
-  bool x_s8 = false;                // x holds s8 codes (else u8)
-  const float* w_scales = nullptr;  // one per output channel, all > 0
-  const float* bias = nullptr;      // f32, one per output channel; may be null
-  Epilogue act = Epilogue::None;    // None or Relu
-  bool out_u8 = true;               // else f32
-  float y_scale = 1.0f;             // u8 output only
-  int32_t y_zero_point = 0;
-};
+using backend::Int8Epilogue;
 
 // x: u8 (or s8: e.x_s8) [N, H, W, C]; w: s8 [OC, C / groups, KH, KW]; y: [N, OH, OW, OC], u8
 // or f32 as e.out_u8 says. g.dtype is ignored. `packed`: the weights already

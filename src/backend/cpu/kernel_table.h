@@ -15,6 +15,7 @@
 
 #include "backend/kernel_ids.h"
 #include "backend/cpu/llm.h"
+#include "backend/llm_kernels.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/qgemm.h"
 #include "backend/cpu/quant.h"
@@ -68,15 +69,10 @@ using MaxPoolPlanes = void (*)(const PoolGeometry& g, const void* x, void* y, in
 using AttnSoftmax = void (*)(void* s, void* lse, int64_t rows, int64_t n);
 using AttnExp = void (*)(void* s, const void* lse, int64_t rows, int64_t n);
 
-// Quantized matrices (backend/cpu/quant.h). y[i * ldy + r] for activation rows
-// i < m and weight rows r in [r0, r1).
+// Quantized matrices (backend/quant_format.h): y[i * ldy + r] for activation
+// rows i < m and weight rows r in [r0, r1).
 using QMatmulRows = void (*)(const QuantMatrix& w, const float* x, int64_t ldx, int64_t m, float* y, int64_t ldy,
                              int64_t r0, int64_t r1);
-using QDotRows = void (*)(const QuantMatrix& w, const BlockQ8Act* xq, int64_t m, float* y, int64_t ldy, int64_t r0,
-                          int64_t r1);
-// Rows [r0, r1) dequantized to out [r1 - r0, cols].
-using QDequantRows = void (*)(const QuantMatrix& w, int64_t r0, int64_t r1, float* out);
-using QuantizeAct = void (*)(const float* x, int64_t cols, BlockQ8Act* out);
 // Per-tensor affine codes (static int8): out[i] = clamp(round_half_even(x[i] *
 // inv_scale + zero_point), lo, hi) as u8 (or s8 when !u8). Returns whether any
 // x[i] was NaN (its code is then meaningless).
@@ -88,34 +84,16 @@ using QuantizeAffine = bool (*)(const float* x, int64_t n, float inv_scale, floa
 using CsrRows = void (*)(const CsrMatrix& w, const float* xt, int64_t m, const float* bias, float* y, int64_t r0,
                          int64_t r1);
 
-// Skinny products (backend/cpu/skinny.h): y[i * ldy + r] = x[i, :k] . w[r, :k]
-// for f32 activation rows i < m (stride ldx) and weight rows r in [r0, r1)
-// (stride ldw) of the table slot's dtype, summed in f32.
-using SkinnyRows = void (*)(const void* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, int64_t m, float* y,
-                            int64_t ldy, int64_t r0, int64_t r1);
-// Note [Interleaved weight rows]
-// The same products on weights packed by SkinnyPack: each group of the
-// tier's block of rows (the last group may be shorter) interleaved step by
-// step, so a block reads its rows as one linear stream with one chain of
-// multiply-adds per row. The same sums in the same order as SkinnyRows, so
-// the same bits. r0 is a multiple of skinny_group.
-using SkinnyRowsPacked = void (*)(const void* packed, int64_t rows, int64_t k, const float* x, int64_t ldx, int64_t m,
-                                  float* y, int64_t ldy, int64_t r0, int64_t r1);
-// Packs w [rows, k] (contiguous) into out (as many bytes); false, writing
-// nothing, where k is not a multiple of the tier's step (the kernel's lanes).
-using SkinnyPack = bool (*)(const void* w, int64_t rows, int64_t k, void* out);
-// The same products for bf16 weights and bf16 activation rows, on the CPU's
-// bf16 dot products (AVX512-BF16: pairs of bf16 products summed in f32).
-using SkinnyRowsBf16 = void (*)(const void* w, int64_t ldw, int64_t k, const BFloat16* x, int64_t ldx, int64_t m,
-                                float* y, int64_t ldy, int64_t r0, int64_t r1);
-
-// Repacked Q8_0/Q4_0 weights (backend/cpu/qgemm.h) against packed int8
-// activation rows: y[i * ldy + r] for tokens i < m and weight rows [r0, r1)
-// (r0 a multiple of kPackRows).
-using QGemmRows = void (*)(const PackedQMatrix& w, const uint8_t* act, int64_t m, float* y, int64_t ldy, int64_t r0,
-                           int64_t r1);
-// One activation row packed for them: qpack_act_ref's bits.
-using QPackAct = void (*)(const float* x, int64_t cols, uint8_t* out);
+// The LLM engine's products (backend/llm_kernels.h).
+using backend::SkinnyRows;
+using backend::SkinnyRowsPacked;
+using backend::SkinnyPack;
+using backend::SkinnyRowsBf16;
+using backend::QGemmRows;
+using backend::QPackAct;
+using backend::QDotRows;
+using backend::QDequantRows;
+using backend::QuantizeAct;
 
 struct KernelTable {
   const char* isa = "";

@@ -12,12 +12,6 @@
 
 namespace tessera::cpu {
 
-const char* kv_format_name(KvFormat f) { return f == KvFormat::F16 ? "f16" : "q8_0"; }
-
-int64_t kv_row_bytes(KvFormat f, int64_t n) {
-  return f == KvFormat::F16 ? n * 2 : qrow_bytes(QFormat::Q8_0, n);
-}
-
 void rms_norm_row_ref(const float* x, const float* w, float* y, int64_t n, float eps) {
   double ss = 0;
   for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];

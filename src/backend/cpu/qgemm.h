@@ -46,6 +46,7 @@
 #include <cstring>
 
 #include "backend/cpu/quant.h"
+#include "backend/llm_kernels.h"
 
 namespace tessera::cpu {
 
@@ -74,11 +75,7 @@ inline int32_t packed_act_sum(const uint8_t* row, int64_t cols, int64_t b) {
 // then sc for the super-block's 16 halves (int8 [16][16 rows]), then per
 // block 128 * (sc_lo * code sum_lo + sc_hi * code sum_hi) (int32 [8][16 rows]).
 constexpr int64_t kPackRows = 16;
-struct PackedQMatrix {
-  QFormat format = QFormat::Q8_0;  // Q8_0, Q4_0, Q4_K or Q6_K
-  int64_t rows = 0, cols = 0;
-  const uint8_t* data = nullptr;
-};
+using backend::PackedQMatrix;
 inline int64_t packed_block_code_bytes(QFormat f) {
   return f == QFormat::Q8_0 ? 512 : f == QFormat::Q6_K ? 384 : 256;
 }

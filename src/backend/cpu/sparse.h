@@ -5,22 +5,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/sparse_format.h"
+
 namespace tessera::cpu {
 
-struct CsrMatrix {
-  int64_t rows = 0, cols = 0;
-  const int64_t* row_ptr = nullptr;  // rows + 1 offsets into col_idx / values
-  const int32_t* col_idx = nullptr;  // nnz column indices, ascending within a row
-  const float* values = nullptr;     // nnz values
-};
-
-// The CSR form of a dense row-major [rows, cols] matrix (its nonzero entries).
-struct CsrData {
-  std::vector<int64_t> row_ptr;
-  std::vector<int32_t> col_idx;
-  std::vector<float> values;
-};
-CsrData csr_from_dense(const float* w, int64_t rows, int64_t cols);
+using backend::CsrData;
+using backend::CsrMatrix;
+using backend::csr_from_dense;
 
 // y [m, w.rows] = x [m, w.cols] @ w^T (+ bias [w.rows] if given). x and y are
 // row-major and contiguous.

@@ -1,5 +1,5 @@
 // The K-quant quantizers (Q4_K, Q6_K: Note [Quantized weight formats] in
-// backend/cpu/quant.h): ggml's reference algorithms (quantize_row_q4_K_ref,
+// backend/quant_format.h): ggml's reference algorithms (quantize_row_q4_K_ref,
 // quantize_row_q6_K_ref, without an importance matrix), step for step in the
 // same float operations, so a file Tessera writes holds the bytes llama.cpp's
 // quantizer would. This file is compiled for the baseline ISA: no FMA
@@ -8,10 +8,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/quant.h"
+#include "backend/quant_format.h"
 #include "tessera/core/half.h"
 
-namespace tessera::cpu {
+namespace tessera::backend {
 namespace {
 
 constexpr float kGroupMaxEps = 1e-15f;  // ggml's GROUP_MAX_EPS: a sub-block below it is zero
@@ -213,4 +213,4 @@ void quantize_q6_k(const float* x, int64_t n, BlockQ6_K* out) {
   }
 }
 
-}  // namespace tessera::cpu
+}  // namespace tessera::backend
