@@ -24,7 +24,7 @@ tiers=(
   "avx512_amx  avx512_amx AVX512_CORE_AMX avx512f avx512bw avx512vl avx512dq avx512_vnni avx512_bf16 amx_tile amx_int8"
 )
 # The suites, run in one process per tier (the full run above runs each test in its own).
-tests='OpTable.*:BackwardOps.*:Golden*.*:OptimGolden.*:NNGolden.*:MaxPool.*:ConcurrentGemm.*:Quant*.*:Int8*.*:Ptq.*:Qat.*:FakeQuantize.*:Observers.*:Autocast*.*:AmpTraining.*:Fusion.*:EpilogueFusion.*:Layout.*:Tier.*:Skinny.*:LlmKernels.*:LlmEngine.*:*OpInfoTest.*'
+tests='OpTable.*:Backend.KernelDtypesMatchTheCpuTable:Backend.LlmKernelsOnCpuNotOnMeta:BackwardOps.*:Golden*.*:OptimGolden.*:NNGolden.*:MaxPool.*:ConcurrentGemm.*:Quant*.*:Int8*.*:Ptq.*:Qat.*:FakeQuantize.*:Observers.*:Autocast*.*:AmpTraining.*:Fusion.*:EpilogueFusion.*:Layout.*:Tier.*:Skinny.*:LlmKernels.*:LlmEngine.*:*OpInfoTest.*'
 
 ran=() skipped=() failed=()
 for row in "${tiers[@]}"; do

@@ -8,7 +8,7 @@
 namespace tessera {
 
 namespace detail {
-thread_local PlannedBuffers* t_planned = nullptr;
+__attribute__((tls_model("initial-exec"))) constinit thread_local PlannedBuffers* t_planned = nullptr;
 }
 PlannedBuffersGuard::PlannedBuffersGuard(PlannedBuffers* p) : prev_(detail::t_planned) { detail::t_planned = p; }
 PlannedBuffersGuard::~PlannedBuffersGuard() { detail::t_planned = prev_; }

@@ -10,7 +10,7 @@
 namespace tessera::ops {
 namespace {
 
-thread_local Recorder* t_recorder = nullptr;
+__attribute__((tls_model("initial-exec"))) constinit thread_local Recorder* t_recorder = nullptr;
 
 using Invoker = TensorList (*)(const TensorList&, const Attrs&);
 constexpr Invoker kInvokers[] = {

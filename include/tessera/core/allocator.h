@@ -92,7 +92,7 @@ class PlannedBuffersGuard {
   PlannedBuffers* prev_;
 };
 namespace detail {
-extern thread_local PlannedBuffers* t_planned;
+extern __attribute__((tls_model("initial-exec"))) constinit thread_local PlannedBuffers* t_planned;
 }
 
 }  // namespace tessera

@@ -10,6 +10,13 @@
 
 namespace tessera {
 
+// Note [Pooled blocks' thread-locals]
+// The list a thread pops from is a constinit, trivially destructible
+// thread-local in the initial-exec model, so each allocate and release reads
+// it with one instruction: a thread-local with a destructor would carry a
+// guard read through __tls_get_addr on every use (four calls per tensor made
+// and freed). The list is emptied at thread exit by a second thread-local,
+// the Reaper, which the first allocation on a thread arms.
 template <size_t Size>
 class BlockPool {
  public:
@@ -21,13 +28,14 @@ class BlockPool {
       --l.count;
       return n;
     }
+    if (!l.armed) [[unlikely]] arm();
     void* p = std::malloc(Size < sizeof(Node) ? sizeof(Node) : Size);
     if (!p) throw std::bad_alloc();
     return p;
   }
   static void release(void* p) {
     List& l = list();
-    if (l.count >= kMaxCached) {
+    if (l.count >= kMaxCached || !l.armed) {  // unarmed: the thread is exiting, or never allocated here
       std::free(p);
       return;
     }
@@ -45,17 +53,31 @@ class BlockPool {
   struct List {
     Node* head = nullptr;
     size_t count = 0;
-    ~List() {
-      while (head) {
-        Node* n = head->next;
-        std::free(head);
-        head = n;
+    bool armed = false;   // the Reaper is registered for this thread
+    bool reaped = false;  // and has run: the thread is exiting, blocks go back to malloc
+  };
+  struct Reaper {
+    ~Reaper() {
+      List& l = list();
+      l.armed = false;
+      l.reaped = true;
+      while (l.head) {
+        Node* n = l.head->next;
+        std::free(l.head);
+        l.head = n;
       }
+      l.count = 0;
     }
   };
   static List& list() {
-    __attribute__((tls_model("initial-exec"))) thread_local List l;
+    __attribute__((tls_model("initial-exec"))) constinit thread_local List l;
     return l;
+  }
+  [[gnu::noinline]] static void arm() {
+    if (list().reaped) return;
+    thread_local Reaper reaper;
+    (void)reaper;
+    list().armed = true;
   }
 };
 
