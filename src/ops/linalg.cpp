@@ -78,7 +78,6 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
 void check_matmul_args(const Tensor& a, const Tensor& b, const char* op) {
   check_defined(a, op, "input");
   check_defined(b, op, "other");
-  check_same_device(a, b, op);
   TS_CHECK(a.dim() >= 1 && b.dim() >= 1, op, ": both arguments need at least 1 dimension, got shapes ",
            shape_str(a.shape()), " and ", shape_str(b.shape()));
   TS_CHECK(a.dtype() == b.dtype(), op, ": expected both operands to have the same dtype, got ", dtype_name(a.dtype()),

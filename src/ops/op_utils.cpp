@@ -70,12 +70,10 @@ void OpScope::mixed_devices(const char* name, Device a, Device b) {
            "; move them to one device with to() first");
 }
 
-void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
-  TS_CHECK(a.device() == b.device(), op, ": expected all tensors on the same device, got ", a.device(),
-           " and ", b.device());
-}
-
 Tensor cast(const Tensor& x, DType t) {
+  // A wrapped number made outside the op (add(meta, 1.0) wraps 1.0 on the
+  // caller's device) joins the op's device (Note [An op's device]).
+  if (x.impl()->wrapped_number && x.device() != current_device()) [[unlikely]] return cast(x.to(current_device()), t);
   if (x.dtype() == t) return x;
   Tensor out = empty(x.shape(), TensorOptions(t, x.device()));
   backend::kernels(out).copy(out, x);
@@ -92,7 +90,6 @@ Tensor run_unary(const Tensor& x, backend::UnaryKernel k, DType out_dtype, const
 Tensor binary_op(const char* name, const Tensor& a, const Tensor& b, backend::BinaryKernel k, BinaryKind kind) {
   check_defined(a, name, "input");
   check_defined(b, name, "other");
-  check_same_device(a, b, name);
   DType ct = result_type(a, b);
   if (kind == BinaryKind::TrueDiv && !is_floating(ct)) ct = default_float_dtype();
   DType out_dtype = (kind == BinaryKind::Compare || kind == BinaryKind::Logical) ? DType::Bool : ct;
@@ -129,7 +126,7 @@ bool binary_into(Tensor& self, const Tensor& other, backend::BinaryKernel k) {
         IntArrayRef(other.shape()).equals(self.shape())))
     return false;
   if (!backend::binary_defined(k, self.dtype())) return false;
-  if (other.device() != self.device() && !other.impl()->wrapped_number) return false;  // the op names both
+  if (other.device() != self.device()) return false;  // the op names both devices, or moves a wrapped number
   Tensor oc = cast(other, self.dtype());
   backend::kernels(self).binary(self, self, oc, k);
   self.storage()->bump_version();

@@ -172,7 +172,6 @@ inline void check_floating(const Tensor& t, const char* op, const char* arg) {
   TS_CHECK(is_floating(t.dtype()), op, ": argument '", arg, "' must be a floating-point tensor, got ",
            dtype_name(t.dtype()));
 }
-void check_same_device(const Tensor& a, const Tensor& b, const char* op);
 // Whether a 4-D tensor's memory is laid out [N, H, W, C] (channels-last; the
 // strides of sizes of 1 do not matter).
 inline bool is_channels_last(const Tensor& x) {
@@ -202,7 +201,9 @@ Tensor run_binary(const Tensor& a, const Tensor& b, backend::BinaryKernel k, DTy
 // promotion, then the kernel (binary.cpp's ops, and pow in unary.cpp).
 enum class BinaryKind { Arith, TrueDiv, Compare, Logical, IntDiv };
 Tensor binary_op(const char* name, const Tensor& a, const Tensor& b, backend::BinaryKernel k, BinaryKind kind);
-Tensor cast(const Tensor& x, DType t);  // no autograd, returns x itself if same dtype
+// No autograd; x itself if it has dtype t (and is not a wrapped number from
+// another device, which moves to the op's).
+Tensor cast(const Tensor& x, DType t);
 // self = self (op) other, written straight into self's memory. Only for the
 // no-autograd case where the result keeps self's shape and dtype and `other`
 // does not alias self differently; returns false (doing nothing) otherwise.

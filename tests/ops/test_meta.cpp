@@ -92,6 +92,22 @@ TEST(Meta, MixingDevicesNamesBoth) {
   EXPECT_EQ(current_device(), Device::cpu());  // the failed op left the current device as it was
 }
 
+// A number wrapped outside the op (the Scalar overloads wrap on the caller's
+// device) joins the meta tensor's device, as it joins any device.
+TEST(Meta, NumbersJoinAMetaTensor) {
+  Tensor m = empty({2, 3}, TensorOptions(DType::F32, Device::meta()));
+  for (const Tensor& y : {ops::add(m, 1.0), m * 2.0, 3.0 - m, ops::div(m, 2), ops::maximum(m, ops::wrap_scalar(0.5)),
+                          ops::where(ops::gt(m, 0.0), m, 0.0)}) {
+    EXPECT_TRUE(y.is_meta());
+    EXPECT_EQ(y.dtype(), DType::F32);
+    EXPECT_EQ(y.shape(), Shape({2, 3}));
+  }
+  m.add_(1.0);
+  m.mul_(2.0);
+  EXPECT_TRUE(m.is_meta());
+  EXPECT_EQ(current_device(), Device::cpu());
+}
+
 TEST(Meta, ViewsAndInPlaceOpsKeepTheirAliasing) {
   Tensor x = empty({4, 6}, TensorOptions(DType::F32, Device::meta()));
   Tensor v = x.transpose(0, 1).slice(0, 1, 4);
