@@ -1,13 +1,9 @@
 // GGUF tensors as f32 (dequantize_gguf_tensor, include/tessera/llm/gguf.h):
-// the float types converted, the quantized ones through the LLM kernels'
-// dequantizing rows, as the engine's own products read them.
-#include <algorithm>
-
+// the float types converted, the quantized ones through the backend's
+// dequantize_weight, the same rows the engine's own products read.
 #include "backend/backend.h"
-#include "backend/llm_kernels.h"
 #include "quant_view.h"
 #include "tessera/core/error.h"
-#include "tessera/core/parallel.h"
 #include "tessera/llm/gguf.h"
 
 namespace tessera::llm {
@@ -18,17 +14,12 @@ Tensor dequantize_gguf_tensor(const GgufFile& f, const GgufTensorInfo& t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
       return f.tensor(t.name).to(DType::F32).reshape({rows, cols});
     case GgmlType::Q8_0: case GgmlType::Q4_0: case GgmlType::Q4_K: case GgmlType::Q6_K: {
-      backend::QuantMatrix m;
-      m.format = *detail::qformat_of(t.type);
-      m.rows = rows;
-      m.cols = cols;
-      m.data = reinterpret_cast<const uint8_t*>(f.tensor_data(t));
-      Tensor w = empty({rows, cols}, TensorOptions(DType::F32, Device(DeviceType::CPU)));
-      auto* out = static_cast<float*>(w.raw_data());
-      const auto& kt = backend::llm_kernels(DeviceType::CPU);
-      parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
-        kt.qdequant_rows[static_cast<int>(m.format)](m, r0, r1, out + r0 * cols);
-      });
+      // The mapped blocks as a u8 tensor (no copy: the file outlives the call).
+      const backend::QFormat format = *detail::qformat_of(t.type);
+      const int64_t row_bytes = backend::qrow_bytes(format, cols);
+      Tensor blocks = from_blob(const_cast<char*>(f.tensor_data(t)), {rows, row_bytes}, DType::U8);
+      Tensor w = empty({rows, cols}, TensorOptions(DType::F32, Device::cpu()));
+      if (rows > 0) backend::kernels(w).dequantize_weight({format, rows, cols, 0, blocks, {}, {}}, w);
       return w;
     }
     default: TS_ERROR(f.what(), ": tensor '", t.name, "' is ", ggml_type_name(t.type), ", which Tessera does not "

@@ -37,7 +37,7 @@ using detail::quant_view;
 
 using backend::BlockQ8Act;
 using backend::kQBlock;
-using KernelTable = backend::LlmKernels;
+using backend::LlmKernels;
 using Matrix = Model::Matrix;
 
 backend::KvFormat kv_format(KvType t) { return t == KvType::F16 ? backend::KvFormat::F16 : backend::KvFormat::Q8_0; }
@@ -56,7 +56,8 @@ struct Act {
   const float* x = nullptr;
   int64_t ld = 0, m = 0, cols = 0;
   const BlockQ8Act* q8 = nullptr;  // [m, cols / 32], for quantized weights not repacked
-  const uint8_t* packed = nullptr;  // [m, packed_act_bytes(cols)], for repacked weights
+  const uint8_t* packed = nullptr;  // [m, packed_ld], for repacked weights
+  int64_t packed_ld = 0;            // packed_act_bytes(cols)
   const BFloat16* bf = nullptr;     // [m, cols], for BF16 weights on the bf16 dot kernel
 };
 
@@ -68,7 +69,7 @@ struct Job {
 };
 
 // Output rows [r0, r1) of one product, activation tile by tile.
-void product_rows(const KernelTable& kt, const Job& j, int64_t r0, int64_t r1) {
+void product_rows(const LlmKernels& kt, const Job& j, int64_t r0, int64_t r1) {
   const Matrix& w = *j.w;
   const Act& a = *j.a;
   for (int64_t i0 = 0; i0 < a.m; i0 += kRowTile) {
@@ -102,7 +103,7 @@ void product_rows(const KernelTable& kt, const Job& j, int64_t r0, int64_t r1) {
           pm.rows = w.rows;
           pm.cols = w.cols;
           pm.data = w.packed;
-          kt.qgemm_rows[static_cast<int>(f)](pm, a.packed + i0 * kt.packed_act_bytes(a.cols), mi, y, j.ldy, r0, r1);
+          kt.qgemm_rows[static_cast<int>(f)](pm, a.packed + i0 * a.packed_ld, mi, y, j.ldy, r0, r1);
           break;
         }
         kt.qdot_rows[static_cast<int>(f)](qm, a.q8 + i0 * (a.cols / kQBlock), mi, y, j.ldy, r0, r1);
@@ -116,7 +117,7 @@ void product_rows(const KernelTable& kt, const Job& j, int64_t r0, int64_t r1) {
 // Runs the products together: their output rows, in groups, split among the
 // threads (never a sum: each output is computed whole by one thread).
 template <size_t N>
-void run_products(const KernelTable& kt, const Job (&jobs)[N]) {
+void run_products(const LlmKernels& kt, const Job (&jobs)[N]) {
   int64_t groups = 0, work = 0;
   for (const Job& j : jobs) {
     groups += (j.w->rows + kRowGroup - 1) / kRowGroup;
@@ -135,7 +136,7 @@ void run_products(const KernelTable& kt, const Job (&jobs)[N]) {
 }
 
 // Row `tok` of the embedding matrix as f32.
-void embedding_row(const KernelTable& kt, const Matrix& e, int64_t tok, float* out) {
+void embedding_row(const LlmKernels& kt, const Matrix& e, int64_t tok, float* out) {
   const int64_t n = e.cols;
   switch (e.type) {
     case GgmlType::F32: std::memcpy(out, static_cast<const float*>(e.data) + tok * n, n * sizeof(float)); break;
@@ -163,7 +164,7 @@ std::unique_ptr<T[]> buffer(int64_t n, const char* what) {
 }  // namespace
 
 struct Engine::State {
-  const KernelTable* kt = nullptr;
+  const LlmKernels* kt = nullptr;
   int64_t context = 0, n_blocks = 0, max_blocks_per_seq = 0, threads = 0;
   int64_t q_dim = 0, kv_dim = 0, k_row = 0, v_row = 0;
   // The cache: per layer, K rows of every block then V rows.
@@ -492,7 +493,7 @@ class Engine::StepPass {
   const ModelSpec& s_;
   const EngineOptions& opts_;
   State& st_;
-  const KernelTable& kt_;
+  const LlmKernels& kt_;
   const std::span<const Chunk> chunks_;
   const int64_t T_;
   const bool gpt_;  // gpt2: biases after the products, GELU, learned positions; llama: RoPE, SwiGLU
@@ -510,6 +511,7 @@ void Engine::StepPass::prepare(Act& a, std::initializer_list<const Matrix*> ws) 
     const int64_t pb = kt_.packed_act_bytes(a.cols);
     rows(a.m, a.cols, [&](int64_t i) { kt_.qpack_act(a.x + i * a.ld, a.cols, st_.xp.get() + i * pb); });
     a.packed = st_.xp.get();
+    a.packed_ld = pb;
   }
   const int64_t nb = a.cols / kQBlock;
   if (q8) {

@@ -37,7 +37,7 @@ void dequantize_weight(const QuantWeight& w, const Tensor& out) {
   const cpu::QuantMatrix m = view(w);
   auto* o = static_cast<float*>(out.raw_data());
   const auto rows = kernels().qdequant_rows[static_cast<int>(m.format)];
-  parallel_for(0, m.rows, std::max<int64_t>(1, 16384 / m.cols),
+  parallel_for(0, m.rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(m.cols, 1)),
                [&](int64_t r0, int64_t r1) { rows(m, r0, r1, o + r0 * m.cols); });
 }
 
