@@ -314,17 +314,18 @@ void Module::apply(const std::function<void(Module&)>& fn) {
   fn(*this);
 }
 
+template <typename M, typename F>
+void Module::walk_tensors(M& m, const std::string& prefix, F&& fn) {
+  for (auto& p : m.params_) fn(prefix + p.name, p.t, true);
+  for (auto& b : m.buffers_) fn(prefix + b.name, b.t, b.persistent);
+  for (auto& [n, c] : m.children_) walk_tensors(*c, prefix + n + ".", fn);
+}
+
 StateDict Module::state_dict() const {
   StateDict sd;
-  std::vector<const TensorImpl*> seen;
-  // Parameters then buffers per module, depth first: PyTorch's order.
-  std::function<void(const Module&, const std::string&)> walk = [&](const Module& m, const std::string& prefix) {
-    for (const auto& p : m.params_) sd.entries.emplace_back(prefix + p.name, p.t.detach());
-    for (const auto& b : m.buffers_)
-      if (b.persistent) sd.entries.emplace_back(prefix + b.name, b.t.detach());
-    for (const auto& [n, c] : m.children_) walk(*c, prefix + n + ".");
-  };
-  walk(*this, "");
+  walk_tensors(*this, "", [&](const std::string& name, const Tensor& t, bool saved) {
+    if (saved) sd.entries.emplace_back(name, t.detach());
+  });
   return sd;
 }
 
@@ -361,12 +362,9 @@ Module::LoadResult Module::load_state_dict(const StateDict& sd, bool strict) {
   // The registered tensors themselves (state_dict's are detached handles), so
   // that a meta one can be given the checkpoint's memory.
   std::map<std::string, Tensor*> registered;
-  std::function<void(Module&, const std::string&)> walk = [&](Module& m, const std::string& prefix) {
-    for (auto& p : m.params_) registered[prefix + p.name] = &p.t;
-    for (auto& b : m.buffers_) registered[prefix + b.name] = &b.t;
-    for (auto& [n, c] : m.children_) walk(*c, prefix + n + ".");
-  };
-  walk(*this, "");
+  walk_tensors(*this, "", [&](const std::string& name, Tensor& t, bool saved) {
+    if (saved) registered[name] = &t;
+  });
   NoGradGuard no_grad;
   // Buffers a checkpoint does not carry, still on meta: recomputed on the
   // device the checkpoint brings (after the loop below).

@@ -134,9 +134,6 @@ class Module : public std::enable_shared_from_this<Module> {
   // Parameters and persistent buffers by dotted name. Tied tensors appear under
   // every name (as in PyTorch).
   StateDict state_dict() const;
-  // (load_state_dict, below, copies each tensor onto its parameter's device;
-  // a parameter on meta takes the checkpoint tensor's device instead, so a
-  // model built on meta is materialized by loading its checkpoint.)
   // Copies values into the registered tensors (converting dtype, onto each
   // tensor's device). A tensor on meta takes the checkpoint's device instead,
   // so a model built on meta is materialized by loading its checkpoint. With
@@ -173,6 +170,11 @@ class Module : public std::enable_shared_from_this<Module> {
   void collect(const std::string& prefix, NamedTensors* named, TensorList* plain, bool params,
                std::vector<const TensorImpl*>& seen) const;
   void print(std::string& out, const std::string& name, int indent) const;
+  // fn(dotted name, the registered tensor, saved) for every parameter and
+  // buffer, depth first, parameters before buffers (PyTorch's state_dict
+  // order); saved: a parameter or a persistent buffer. Defined in module.cpp.
+  template <typename M, typename F>
+  static void walk_tensors(M& m, const std::string& prefix, F&& fn);
 
   std::string type_name_;
   std::string scope_name_;  // name under its first parent ("" for a root)
