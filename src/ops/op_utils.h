@@ -28,9 +28,7 @@ enum class OpId : uint16_t {
 // listens.
 class OpScope {
  public:
-  // Inlined into every op: an op of one small tensor costs a few hundred ns,
-  // and a call here was a measurable part of it (bench/seam_overhead.cpp).
-  [[gnu::always_inline]] OpScope(OpId id, const char* name, std::initializer_list<const Tensor*> inputs)
+  OpScope(OpId id, const char* name, std::initializer_list<const Tensor*> inputs)
       : trace_(name, trace::ScopeKind::kOp, inputs) {
     for (const Tensor* t : inputs) enter_device(t, name);
     switch_device();
@@ -95,7 +93,7 @@ class OpScope {
   // The thread-local is touched only when the op's device differs from the
   // caller's (rare: a meta op called from CPU code), so the common op pays
   // one read of it and no writes.
-  [[gnu::always_inline]] void enter_device(const Tensor* t, const char* name) {
+  void enter_device(const Tensor* t, const char* name) {
     if (!t || !t->defined() || t->impl()->wrapped_number) return;  // a number joins any device
     Device d = t->device();
     if (!device_set_) {
@@ -105,7 +103,7 @@ class OpScope {
       mixed_devices(name, device_, d);
     }
   }
-  [[gnu::always_inline]] void switch_device() {
+  void switch_device() {
     if (!device_set_) return;
     Device& current = tessera::detail::t_current_device;
     if (current != device_) [[unlikely]] {
