@@ -54,7 +54,6 @@ bool act_int8(const std::string& activations, const char* op) {
   return activations == "int8";
 }
 
-
 }  // namespace
 
 Tensor dequantize_weight(const Tensor& qweight, const Tensor& scales, const Tensor& mins, const std::string& format,
