@@ -198,6 +198,34 @@ void prepare_roots(const TensorList& outputs, const TensorList& grad_outputs, co
   }
 }
 
+// Note [End-of-backward callbacks]
+// queue_callback() appends here; the outermost backward/grad on the thread runs
+// the list when its graph is done. Nested calls (a checkpoint recomputing its
+// segment inside backward) only count depth, so a hook that fires inside the
+// recompute still has its callback run after the whole backward.
+struct Callbacks {
+  int depth = 0;
+  std::vector<std::function<void()>> queued;
+};
+thread_local Callbacks t_callbacks;
+
+class BackwardScope {
+ public:
+  BackwardScope() { ++t_callbacks.depth; }
+  ~BackwardScope() {
+    if (--t_callbacks.depth == 0) t_callbacks.queued.clear();  // only left non-empty when backward failed
+  }
+  // The outermost scope runs the callbacks once its graph finished cleanly.
+  void finish() {
+    if (t_callbacks.depth != 1) return;
+    for (size_t i = 0; i < t_callbacks.queued.size(); ++i) {
+      std::function<void()> fn = std::move(t_callbacks.queued[i]);
+      fn();
+    }
+    t_callbacks.queued.clear();
+  }
+};
+
 class GradModeRestore {
  public:
   GradModeRestore() : prev_(GradMode::is_enabled()) {}
@@ -216,8 +244,17 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs, bool re
   GraphTask task;
   task.retain_graph = retain_graph || create_graph;
   task.create_graph = create_graph;
-  GradModeRestore restore;
-  run(roots, std::move(seeds), task, false);
+  BackwardScope scope;
+  {
+    GradModeRestore restore;
+    run(roots, std::move(seeds), task, false);
+  }
+  scope.finish();
+}
+
+void queue_callback(std::function<void()> fn) {
+  TS_CHECK(t_callbacks.depth > 0, "queue_callback: no backward is running on this thread; call it from a hook");
+  t_callbacks.queued.push_back(std::move(fn));
 }
 
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
@@ -235,10 +272,12 @@ TensorList grad(const TensorList& outputs, const TensorList& inputs, const Tenso
     Edge e = gradient_edge(inputs[i]);
     task.captures[e.fn.get()].push_back({e.input_nr, i});
   }
+  BackwardScope scope;
   {
     GradModeRestore restore;
     run(roots, std::move(seeds), task, true);
   }
+  scope.finish();
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!task.captured[i].defined()) {
       TS_CHECK(allow_unused, "grad: input ", i,

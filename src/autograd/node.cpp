@@ -146,6 +146,8 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   } else {
     meta.grad->add_(g);
   }
+  for (auto& hook : meta.post_accumulate_hooks)
+    if (hook) hook(variable);
   return {};
 }
 

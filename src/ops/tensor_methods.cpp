@@ -89,6 +89,20 @@ size_t Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) {
   return m.hooks.size() - 1;
 }
 
+size_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) {
+  TS_CHECK(requires_grad() && is_leaf(),
+           "register_post_accumulate_grad_hook: only a leaf that requires grad has a .grad to hook (a parameter)");
+  auto& hooks = impl_->autograd->post_accumulate_hooks;
+  hooks.push_back(std::move(hook));
+  return hooks.size() - 1;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(size_t handle) {
+  TS_CHECK(impl_ && impl_->autograd && handle < impl_->autograd->post_accumulate_hooks.size(),
+           "remove_post_accumulate_grad_hook: no hook with handle ", handle, " on this tensor");
+  impl_->autograd->post_accumulate_hooks[handle] = nullptr;
+}
+
 void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
   autograd::backward({*this}, {gradient}, retain_graph, create_graph);
 }

@@ -37,6 +37,13 @@ void Optimizer::add_param_group(ParamGroup group) {
       for (auto& q : g.params)
         TS_CHECK(q.impl() != p.impl(), name_, ": a parameter appears in more than one group");
   }
+  TS_CHECK(group.names.empty() || group.names.size() == group.params.size(), name_, ": a parameter group has ",
+           group.params.size(), " parameters but ", group.names.size(), " names (give one name each, or none)");
+  for (auto& n : group.names) {
+    TS_CHECK(!n.empty(), name_, ": a parameter name is empty");
+    TS_CHECK(name_index_.emplace(n, state_.size() + (&n - group.names.data())).second, name_,
+             ": two parameters are named '", n, "'");
+  }
   state_.resize(state_.size() + group.params.size());
   groups_.push_back(std::move(group));
 }
@@ -79,9 +86,11 @@ OptimizerState Optimizer::state_dict() const {
     std::vector<size_t> ids;
     for (size_t i = 0; i < g.params.size(); ++i, ++idx) {
       ids.push_back(idx);
-      for (auto& [k, t] : state_[idx]) s.tensors.emplace_back("state." + std::to_string(idx) + "." + k, t);
+      const std::string id = g.names.empty() ? std::to_string(idx) : g.names[i];
+      for (auto& [k, t] : state_[idx]) s.tensors.emplace_back("state." + id + "." + k, t);
     }
     jg["params"] = ids;
+    if (!g.names.empty()) jg["param_names"] = g.names;
     s.groups.push_back(std::move(jg));
   }
   return s;
@@ -110,15 +119,20 @@ void Optimizer::load_state_dict(const OptimizerState& s) {
     for (auto& p : g.params) flat.push_back(p);
   std::vector<std::map<std::string, Tensor>> state(flat.size());
   for (auto& [key, t] : s.tensors) {
-    // "state.<index>.<name>"
+    // "state.<param name or index>.<key>"; names hold dots, keys do not.
     TS_CHECK(key.rfind("state.", 0) == 0, name_, ": unexpected tensor '", key, "' in the saved state");
-    size_t dot = key.find('.', 6);
-    TS_CHECK(dot != std::string::npos, name_, ": malformed state key '", key, "'");
+    size_t dot = key.rfind('.');
+    TS_CHECK(dot > 6 && dot + 1 < key.size(), name_, ": malformed state key '", key,
+             "' (expected state.<parameter>.<key>)");
+    const std::string id = key.substr(6, dot - 6);
     size_t idx = 0;
-    try {
-      idx = std::stoul(key.substr(6, dot - 6));
-    } catch (...) {
-      TS_ERROR(name_, ": malformed state key '", key, "'");
+    if (auto it = name_index_.find(id); it != name_index_.end()) {
+      idx = it->second;
+    } else {
+      const bool numeric = id.find_first_not_of("0123456789") == std::string::npos && id.size() < 10;
+      TS_CHECK(numeric, name_, ": the saved state is for parameter '", id, "', which this optimizer does not have",
+               name_index_.empty() ? " (its parameters are unnamed)" : "");
+      idx = std::stoul(id);
     }
     TS_CHECK(idx < flat.size(), name_, ": state for parameter ", idx, " but there are only ", flat.size());
     std::string k = key.substr(dot + 1);

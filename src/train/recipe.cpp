@@ -100,11 +100,11 @@ nn::ModulePtr build_model(Config& c, std::string* name_out) {
 // ---- data ---------------------------------------------------------------------------------
 namespace {
 
-// The parameters an optimizer moves: frozen ones (a LoRA run's base) are left out.
-std::vector<Tensor> trainable(nn::Module& m) {
-  std::vector<Tensor> out;
-  for (auto& p : m.parameters())
-    if (p.requires_grad()) out.push_back(p);
+// The parameters an optimizer moves, by name: frozen ones (a LoRA run's base) are left out.
+std::vector<std::pair<std::string, Tensor>> trainable(nn::Module& m) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, p] : m.named_parameters())
+    if (p.requires_grad()) out.emplace_back(name, p);
   return out;
 }
 
@@ -416,11 +416,17 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
       if (no_decay_1d) {  // biases and norm weights without weight decay (the GPT recipe)
         optim::ParamGroup decay, no_decay;
         no_decay.options["weight_decay"] = 0;
-        for (auto& p : trainable(m)) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+        for (auto& [name, p] : trainable(m)) {
+          optim::ParamGroup& g = p.dim() >= 2 ? decay : no_decay;
+          g.params.push_back(p);
+          g.names.push_back(name);
+        }
         if (!decay.params.empty()) groups.push_back(decay);
         if (!no_decay.params.empty()) groups.push_back(no_decay);
       } else {
-        groups.push_back({trainable(m), {}});
+        optim::ParamGroup all;
+        for (auto& [name, p] : trainable(m)) all.params.push_back(p), all.names.push_back(name);
+        groups.push_back(std::move(all));
       }
       return optim::make_optimizer(opt_name, std::move(groups), opts);
     };

@@ -2,6 +2,7 @@
 // functional grad(), double backward, in-place version checks, deep graphs.
 #include <thread>
 
+#include "tessera/autograd/checkpoint.h"
 #include "tessera/core/allocator.h"
 #include "test_util.h"
 
@@ -198,6 +199,99 @@ TEST(Autograd, IntegerOutputsDoNotRequireGrad) {
   auto [v, i] = max(x, 0);
   EXPECT_TRUE(v.requires_grad());
   EXPECT_FALSE(i.requires_grad());
+}
+
+// ---- post-accumulate hooks and end-of-backward callbacks (what data parallelism builds on)
+
+TEST(Autograd, PostAccumulateHookSeesTheSummedGrad) {
+  Tensor x = tensor({1.0, 2.0}).requires_grad_();
+  std::vector<std::vector<float>> seen;
+  size_t h = x.register_post_accumulate_grad_hook([&](const Tensor& p) { seen.push_back(p.grad().to_vector<float>()); });
+  // x is used twice: the engine sums both paths before the leaf's node runs, so the hook fires once.
+  sum(add(mul(x, 3.0), mul(x, x))).backward();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], (std::vector<float>{5, 7}));
+  sum(x).backward();  // a second backward accumulates first, then calls the hook
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], (std::vector<float>{6, 8}));
+  x.remove_post_accumulate_grad_hook(h);
+  sum(x).backward();
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_THROW(x.remove_post_accumulate_grad_hook(7), Error);
+  Tensor y = mul(x, 2.0);
+  EXPECT_THROW(y.register_post_accumulate_grad_hook([](const Tensor&) {}), Error);  // not a leaf
+}
+
+TEST(Autograd, PostAccumulateHookRunsAfterPreHooks) {
+  Tensor x = tensor({1.0}).requires_grad_();
+  x.register_hook([](const Tensor& g) { return mul(g, 10.0); });
+  float at_hook = 0;
+  x.register_post_accumulate_grad_hook([&](const Tensor& p) { at_hook = p.grad().item<float>(); });
+  sum(x).backward();
+  EXPECT_FLOAT_EQ(at_hook, 10.0f);
+}
+
+TEST(Autograd, CallbacksRunAfterTheWholeBackwardInOrder) {
+  Tensor a = tensor({1.0}).requires_grad_(), b = tensor({2.0}).requires_grad_();
+  std::vector<std::string> log;
+  auto hook = [&](const char* name) {
+    return [&log, name](const Tensor&) {
+      log.push_back(std::string("hook ") + name);
+      autograd::queue_callback([&log, name] {
+        log.push_back(std::string("callback ") + name);
+        if (std::string(name) == "a") autograd::queue_callback([&log] { log.push_back("queued by a callback"); });
+      });
+    };
+  };
+  a.register_post_accumulate_grad_hook(hook("a"));
+  b.register_post_accumulate_grad_hook(hook("b"));
+  sum(add(mul(a, b), a)).backward();
+  ASSERT_EQ(log.size(), 5u);
+  EXPECT_EQ(log[0].rfind("hook", 0), 0u);
+  EXPECT_EQ(log[1].rfind("hook", 0), 0u);
+  EXPECT_EQ(log[2].rfind("callback", 0), 0u);
+  EXPECT_EQ(log[3].rfind("callback", 0), 0u);
+  EXPECT_EQ(log[4], "queued by a callback");
+  EXPECT_THROW(autograd::queue_callback([] {}), Error);  // outside backward
+}
+
+TEST(Autograd, CallbacksWaitForTheOutermostBackwardThroughACheckpoint) {
+  // The checkpoint recomputes its segment and runs a nested grad() on it; a
+  // hook that fires inside that nested pass queues a callback, which must run
+  // only after the outer backward has also reached w and v.
+  Tensor w = tensor({3.0}).requires_grad_(), v = tensor({0.5}).requires_grad_();
+  Tensor x = tensor({2.0});
+  std::vector<std::string> log;
+  w.register_post_accumulate_grad_hook([&](const Tensor&) { log.push_back("w"); });
+  v.register_post_accumulate_grad_hook([&](const Tensor&) { log.push_back("v"); });
+  Tensor h = autograd::checkpoint(
+      [&](const Tensor& a) {
+        Tensor t = mul(a, w);
+        t.register_hook([&](const Tensor&) {
+          log.push_back("inner");
+          autograd::queue_callback([&] { log.push_back("done"); });
+          return Tensor();
+        });
+        return mul(t, 1.0);
+      },
+      x);
+  log.clear();  // the first run's hook never fires; only the recompute's does
+  sum(mul(h, v)).backward();
+  EXPECT_EQ(log, (std::vector<std::string>{"v", "inner", "w", "done"}));
+  EXPECT_FLOAT_EQ(w.grad().item<float>(), 1.0f);
+}
+
+TEST(Autograd, AFailedBackwardDropsItsCallbacks) {
+  Tensor x = tensor({1.0}).requires_grad_();
+  int ran = 0;
+  x.register_post_accumulate_grad_hook([&](const Tensor&) {
+    autograd::queue_callback([&] { ++ran; });
+    TS_ERROR("hook failed");
+  });
+  EXPECT_THROW(sum(x).backward(), Error);
+  Tensor y = tensor({1.0}).requires_grad_();
+  sum(y).backward();  // a later backward does not run the stale callback
+  EXPECT_EQ(ran, 0);
 }
 
 }  // namespace

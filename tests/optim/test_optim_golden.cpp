@@ -3,6 +3,9 @@
 // on loss = mean((X @ W + b - Y)^2), parameters compared after every step.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <tuple>
+
 #include <nlohmann/json.hpp>
 
 #include "tessera/io/safetensors.h"
@@ -149,6 +152,66 @@ TEST(Optim, BadOptionsAndStateAreNamed) {
   optim::OptimizerState s;
   s.groups = json::array({{{"params", {0, 1}}, {"options", {{"lr", 0.1}}}}});
   EXPECT_THROW(a.load_state_dict(s), Error);
+}
+
+TEST(Optim, StateIsKeyedByNameAndLoadsAcrossOrders) {
+  // Two parameters stepped once; the state is saved by name, then loaded into an
+  // optimizer whose parameters come in the other order (a resharded model).
+  Tensor a = full({2}, 1.0).requires_grad_(), b = full({3}, 2.0).requires_grad_();
+  optim::ParamGroup g{{a, b}, {{"lr", 0.1}}, {"layer.weight", "layer.bias"}};
+  optim::Adam opt(std::vector<optim::ParamGroup>{g});
+  a.set_grad(full({2}, 0.5));
+  b.set_grad(full({3}, -1.0));
+  opt.step();
+  optim::OptimizerState s = opt.state_dict();
+  std::set<std::string> keys;
+  for (auto& [k, t] : s.tensors) keys.insert(k);
+  EXPECT_TRUE(keys.count("state.layer.weight.exp_avg")) << *keys.begin();
+  EXPECT_TRUE(keys.count("state.layer.bias.exp_avg_sq"));
+  EXPECT_EQ(s.groups[0]["param_names"][1], "layer.bias");
+
+  Tensor a2 = a.detach().clone().requires_grad_(), b2 = b.detach().clone().requires_grad_();
+  optim::Adam swapped(std::vector<optim::ParamGroup>{{{b2, a2}, {{"lr", 0.1}}, {"layer.bias", "layer.weight"}}});
+  swapped.load_state_dict(s);
+  for (auto [p, q, gv] : {std::tuple{a, a2, 0.5}, std::tuple{b, b2, -1.0}}) {
+    p.set_grad(full(p.shape(), gv));
+    q.set_grad(full(q.shape(), gv));
+  }
+  opt.step();
+  swapped.step();
+  EXPECT_TRUE(ops::all(ops::eq(a, a2)).item<bool>());
+  EXPECT_TRUE(ops::all(ops::eq(b, b2)).item<bool>());
+
+  // A state saved by index (before names) still loads, in the saved order.
+  optim::Adam unnamed(TensorList{a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()});
+  optim::OptimizerState by_index = unnamed.state_dict();
+  unnamed.param_groups()[0].params[0].set_grad(full({2}, 0.5));
+  unnamed.param_groups()[0].params[1].set_grad(full({3}, 0.5));
+  unnamed.step();
+  by_index = unnamed.state_dict();
+  EXPECT_EQ(by_index.tensors[0].first.rfind("state.0.", 0), 0u);
+  optim::Adam named(std::vector<optim::ParamGroup>{
+      {{a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()}, {}, {"w", "b"}}});
+  named.load_state_dict(by_index);
+  auto find = [](const optim::OptimizerState& st, const std::string& k) {
+    for (auto& [key, t] : st.tensors)
+      if (key == k) return t;
+    return Tensor();
+  };
+  optim::OptimizerState renamed = named.state_dict();
+  ASSERT_TRUE(find(renamed, "state.b.exp_avg").defined());
+  EXPECT_TRUE(ops::all(ops::eq(find(renamed, "state.b.exp_avg"), find(by_index, "state.1.exp_avg"))).item<bool>());
+
+  // Names that do not match are named in the error.
+  optim::Adam other(std::vector<optim::ParamGroup>{{{a2, b2}, {}, {"x", "y"}}});
+  try {
+    other.load_state_dict(s);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'layer.weight'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(optim::Adam(std::vector<optim::ParamGroup>{{{a2, b2}, {}, {"x", "x"}}}), Error);
+  EXPECT_THROW(optim::Adam(std::vector<optim::ParamGroup>{{{a2, b2}, {}, {"x"}}}), Error);
 }
 
 TEST(Optim, ClipGradNormReturnsTheTotalNormAndScales) {

@@ -15,4 +15,11 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs = {}, bo
 TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
                 std::optional<bool> retain_graph = {}, bool create_graph = false, bool allow_unused = false);
 
+// Runs `fn` once the outermost backward() or grad() running on this thread has
+// finished (a checkpoint's recompute runs a nested one), after every hook, in
+// the order queued; a callback may queue more. Call it from a hook while
+// backward runs: data parallelism waits for its all-reduces here. If backward
+// fails, the queued callbacks are dropped.
+void queue_callback(std::function<void()> fn);
+
 }  // namespace tessera::autograd

@@ -32,6 +32,8 @@ struct AutogradMeta {
   std::weak_ptr<autograd::Node> grad_accumulator; // for leaves: where .grad is summed
   std::unique_ptr<Tensor> grad;                  // accumulated gradient (leaves, retain_grad)
   std::vector<std::function<Tensor(const Tensor&)>> hooks;
+  // Run after .grad of a leaf has been updated; a removed hook is left empty.
+  std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
   uint32_t output_nr = 0;
   bool requires_grad = false;
   bool retains_grad = false;
@@ -184,6 +186,11 @@ class Tensor {
   // The hook sees the gradient flowing into this tensor and may return a
   // replacement (or an undefined Tensor to keep it). Returns the hook's index.
   size_t register_hook(std::function<Tensor(const Tensor&)> hook);
+  // For leaves: `hook(*this)` runs each time backward has summed a gradient
+  // into .grad (data parallelism starts a bucket's all-reduce here). Returns a
+  // handle for remove_post_accumulate_grad_hook.
+  size_t register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook);
+  void remove_post_accumulate_grad_hook(size_t handle);
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
                 bool create_graph = false) const;
 

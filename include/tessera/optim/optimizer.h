@@ -23,11 +23,17 @@ using Options = std::map<std::string, double>;
 struct ParamGroup {
   TensorList params;
   Options options;  // missing keys take the optimizer's defaults
+  // The parameters' names (Module::named_parameters), one each, or none. With
+  // names the saved state is keyed by them, so it loads into a model whose
+  // parameter order or grouping differs (sharded and resized runs).
+  std::vector<std::string> names = {};
   double lr() const { return options.at("lr"); }
 };
 
 // What state_dict() returns: the per-parameter state tensors, named
-// "state.<param index>.<name>", and the groups (options + param indices) as JSON.
+// "state.<param name>.<key>" ("state.<param index>.<key>" for unnamed
+// parameters), and the groups (options, param indices and names) as JSON.
+// load_state_dict reads both forms, so checkpoints saved by index still load.
 struct OptimizerState {
   std::vector<std::pair<std::string, Tensor>> tensors;
   nlohmann::json groups;
@@ -61,6 +67,7 @@ class Optimizer {
   Options defaults_;
   std::vector<ParamGroup> groups_;
   std::vector<std::map<std::string, Tensor>> state_;  // per parameter, in group order
+  std::map<std::string, size_t> name_index_;           // parameter name -> index into state_
 };
 
 using OptimizerPtr = std::unique_ptr<Optimizer>;
