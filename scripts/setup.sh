@@ -13,11 +13,11 @@ set -euo pipefail
 # Build: compiler, CMake, oneDNN, JSON/YAML/CLI parsing, zlib, HTTP for the
 # metrics endpoint (httplib) and the inference server (Boost.Beast's parser),
 # simdjson for its requests, the ONNX schema and checker, ICU's Unicode
-# categories for LLM tokenizers (docs/dependencies.md).
+# categories for LLM tokenizers, Open MPI for distributed training (docs/dependencies.md).
 # Data: Fashion-MNIST (the default training job) and the fortunes corpus.
 packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libdnnl-dev python3
           nlohmann-json3-dev libsimdjson-dev libsodium-dev libboost-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcpp-httplib-dev
-          libonnx-dev libprotobuf-dev libicu-dev dataset-fashion-mnist fortunes)
+          libonnx-dev libprotobuf-dev libicu-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes)
 if [ "${1:-}" = "--test" ]; then
   packages+=(prometheus locales sentencepiece)
   # Node.js and npm: the LLM compatibility references (scripts/llm_reference.sh);

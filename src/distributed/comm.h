@@ -1,0 +1,23 @@
+#pragma once
+// Inside distributed/: the backends behind ProcessGroup and the world's setup.
+#include "tessera/distributed/process_group.h"
+
+namespace tessera::distributed {
+
+ProcessGroupPtr make_self_group();
+
+// True when the environment says a launcher started this process as an MPI
+// rank (mpirun, srun --mpi=pmix) or TESSERA_DIST_BACKEND=mpi asks for MPI.
+bool mpi_launched();
+// Starts MPI on the communication thread and returns MPI_COMM_WORLD's group.
+ProcessGroupPtr make_mpi_world();
+int mpi_local_rank();
+int mpi_local_size();
+void mpi_shutdown();
+[[noreturn]] void mpi_abort(int code);
+
+// TESSERA_DIST_TIMEOUT (seconds, default 300) and TESSERA_DIST_DEBUG.
+double collective_timeout();
+bool debug_collectives();
+
+}  // namespace tessera::distributed

@@ -1,0 +1,231 @@
+// The backend-independent half of a process group: argument checks, contiguous
+// staging, sequence numbers, sub-group bookkeeping, and the world of 1.
+#include "tessera/distributed/process_group.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "distributed/comm.h"
+#include "tessera/autograd/grad_mode.h"
+
+namespace tessera::distributed {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+std::string CollectiveInfo::describe() const {
+  return std::string(op) + " " + dtype_name(dtype) + "[" + std::to_string(count) + "] #" + std::to_string(seq);
+}
+
+ProcessGroup::ProcessGroup(int rank, int size, std::vector<int> world_ranks, std::string name)
+    : rank_(rank), size_(size), world_ranks_(std::move(world_ranks)), name_(std::move(name)) {}
+
+CollectiveInfo ProcessGroup::last_issued() const {
+  CollectiveInfo i;
+  i.seq = seq_.load();
+  i.op = last_op_.load();
+  i.dtype = last_dtype_.load();
+  i.count = last_count_.load();
+  return i;
+}
+
+namespace {
+
+// A call's result staged in a contiguous buffer and copied into the caller's
+// (strided) tensor when the call is waited for.
+class CopyBackWork : public Work {
+ public:
+  CopyBackWork(WorkPtr inner, Tensor dst, Tensor src) : inner_(std::move(inner)), dst_(std::move(dst)), src_(std::move(src)) {}
+  void wait() override {
+    inner_->wait();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (src_.defined()) {
+      NoGradGuard no_grad;
+      dst_.copy_(src_);
+      src_ = Tensor();
+      dst_ = Tensor();
+    }
+  }
+  bool is_completed() const override { return inner_->is_completed(); }
+  std::string error() const override { return inner_->error(); }
+
+ private:
+  WorkPtr inner_;
+  std::mutex mu_;
+  Tensor dst_, src_;
+};
+
+void check_tensor(const Tensor& t, const char* op, const char* what) {
+  TS_CHECK(t.defined(), op, ": the ", what, " tensor is undefined");
+  TS_CHECK(t.device().is_cpu(), op, ": the ", what, " tensor is on ", device_str(t.device()),
+           "; the MPI backend moves CPU tensors (move it with .to(\"cpu\"))");
+  TS_CHECK(t.dtype() != DType::Bool, op, ": bool tensors are not supported; send them as u8");
+}
+
+Tensor staged(const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+}  // namespace
+
+WorkPtr ProcessGroup::issue(const char* op, ReduceOp rop, const Tensor& in, const Tensor& out, int peer, int tag,
+                            int64_t count) {
+  NoGradGuard no_grad;
+  Call c;
+  c.op = rop;
+  c.peer = peer;
+  c.tag = tag;
+  c.in = in.defined() ? staged(in) : Tensor();
+  c.out = out.defined() ? (out.is_same(in) ? c.in : staged(out)) : Tensor();
+  const DType dt = in.defined() ? in.dtype() : out.defined() ? out.dtype() : DType::U8;
+  const bool p2p = std::strcmp(op, "send") == 0 || std::strcmp(op, "recv") == 0;
+  if (!p2p) {  // point-to-point messages are not collectives: no sequence number
+    c.info.seq = ++seq_;
+    last_op_.store(op);
+    last_dtype_.store(dt);
+    last_count_.store(count);
+  }
+  c.info.op = op;
+  c.info.dtype = dt;
+  c.info.count = count;
+  const bool copy_back = out.defined() && !c.out.is_same(out);
+  Tensor result = c.out;
+  WorkPtr w = run(std::move(c));
+  if (copy_back) return std::make_shared<CopyBackWork>(std::move(w), out, std::move(result));
+  return w;
+}
+
+WorkPtr ProcessGroup::allreduce(const Tensor& t, ReduceOp op) {
+  check_tensor(t, "allreduce", "");
+  TS_CHECK(op != ReduceOp::kAvg || is_floating(t.dtype()), "allreduce: avg needs a floating-point tensor, got ",
+           dtype_name(t.dtype()), " (sum it and divide)");
+  return issue("allreduce", op, t, t, -1, 0, t.numel());
+}
+
+WorkPtr ProcessGroup::broadcast(const Tensor& t, int root) {
+  check_tensor(t, "broadcast", "");
+  TS_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of this group (0..", size_ - 1, ")");
+  return issue("broadcast", ReduceOp::kSum, t, t, root, 0, t.numel());
+}
+
+WorkPtr ProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
+  check_tensor(t, "reduce", "");
+  TS_CHECK(root >= 0 && root < size_, "reduce: root ", root, " is not a rank of this group (0..", size_ - 1, ")");
+  TS_CHECK(op != ReduceOp::kAvg || is_floating(t.dtype()), "reduce: avg needs a floating-point tensor, got ",
+           dtype_name(t.dtype()));
+  return issue("reduce", op, t, t, root, 0, t.numel());
+}
+
+WorkPtr ProcessGroup::allgather(const Tensor& out, const Tensor& in) {
+  check_tensor(in, "allgather", "input");
+  check_tensor(out, "allgather", "output");
+  TS_CHECK(out.dtype() == in.dtype(), "allgather: the output is ", dtype_name(out.dtype()), ", the input ",
+           dtype_name(in.dtype()), "; they must match");
+  TS_CHECK(out.numel() == in.numel() * size_, "allgather: the output holds ", out.numel(),
+           " elements; it must hold size x input = ", size_, " x ", in.numel(), " = ", in.numel() * size_);
+  TS_CHECK(!out.is_same(in), "allgather: the output must not be the input");
+  return issue("allgather", ReduceOp::kSum, in, out, -1, 0, in.numel());
+}
+
+WorkPtr ProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
+  check_tensor(in, "reduce_scatter", "input");
+  check_tensor(out, "reduce_scatter", "output");
+  TS_CHECK(out.dtype() == in.dtype(), "reduce_scatter: the output is ", dtype_name(out.dtype()), ", the input ",
+           dtype_name(in.dtype()), "; they must match");
+  TS_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: the input holds ", in.numel(),
+           " elements; it must hold size x output = ", size_, " x ", out.numel(), " = ", out.numel() * size_);
+  TS_CHECK(op != ReduceOp::kAvg || is_floating(in.dtype()), "reduce_scatter: avg needs a floating-point tensor, got ",
+           dtype_name(in.dtype()));
+  TS_CHECK(!out.is_same(in), "reduce_scatter: the output must not be the input");
+  return issue("reduce_scatter", op, in, out, -1, 0, in.numel());
+}
+
+WorkPtr ProcessGroup::all_to_all(const Tensor& out, const Tensor& in) {
+  check_tensor(in, "all_to_all", "input");
+  check_tensor(out, "all_to_all", "output");
+  TS_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel(), "all_to_all: the output (",
+           dtype_name(out.dtype()), "[", out.numel(), "]) must match the input (", dtype_name(in.dtype()), "[",
+           in.numel(), "])");
+  TS_CHECK(in.numel() % size_ == 0, "all_to_all: ", in.numel(), " elements do not split into ", size_,
+           " equal blocks");
+  TS_CHECK(!out.is_same(in), "all_to_all: the output must not be the input");
+  return issue("all_to_all", ReduceOp::kSum, in, out, -1, 0, in.numel());
+}
+
+WorkPtr ProcessGroup::send(const Tensor& t, int dst, int tag) {
+  check_tensor(t, "send", "");
+  TS_CHECK(dst >= 0 && dst < size_ && dst != rank_, "send: destination ", dst, " must be another rank of this group (0..",
+           size_ - 1, ", not ", rank_, ")");
+  TS_CHECK(tag >= 0 && tag < (1 << 15), "send: tag ", tag, " must be in [0, 32768)");
+  return issue("send", ReduceOp::kSum, t, Tensor(), dst, tag, t.numel());
+}
+
+WorkPtr ProcessGroup::recv(const Tensor& t, int src, int tag) {
+  check_tensor(t, "recv", "");
+  TS_CHECK(src >= 0 && src < size_ && src != rank_, "recv: source ", src, " must be another rank of this group (0..",
+           size_ - 1, ", not ", rank_, ")");
+  TS_CHECK(tag >= 0 && tag < (1 << 15), "recv: tag ", tag, " must be in [0, 32768)");
+  return issue("recv", ReduceOp::kSum, Tensor(), t, src, tag, t.numel());
+}
+
+WorkPtr ProcessGroup::barrier() { return issue("barrier", ReduceOp::kSum, Tensor(), Tensor(), -1, 0, 0); }
+
+ProcessGroupPtr ProcessGroup::new_group(const std::vector<int>& ranks) {
+  TS_CHECK(!ranks.empty(), "new_group: the rank list is empty");
+  std::set<int> seen;
+  for (int r : ranks) {
+    TS_CHECK(r >= 0 && r < size_, "new_group: rank ", r, " is not in this group (0..", size_ - 1, ")");
+    TS_CHECK(seen.insert(r).second, "new_group: rank ", r, " is listed twice");
+  }
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  const int color = it == ranks.end() ? -1 : 0;
+  return make_subgroup(color, static_cast<int>(it - ranks.begin()), name_ + "/" + std::to_string(subgroups_++));
+}
+
+ProcessGroupPtr ProcessGroup::split(int color, int key) {
+  return make_subgroup(color < 0 ? -1 : color, key,
+                       name_ + "/" + std::to_string(subgroups_++) + (color >= 0 ? "." + std::to_string(color) : ""));
+}
+
+// ---- the world of 1 -------------------------------------------------------------------
+
+namespace {
+
+class DoneWork : public Work {
+ public:
+  void wait() override {}
+  bool is_completed() const override { return true; }
+  std::string error() const override { return ""; }
+};
+
+// One process: every collective is its own result (gathers and scatters copy).
+class SelfGroup : public ProcessGroup {
+ public:
+  explicit SelfGroup(std::vector<int> world_ranks, std::string name)
+      : ProcessGroup(0, 1, std::move(world_ranks), std::move(name)) {}
+
+ protected:
+  WorkPtr run(Call c) override {
+    const std::string op = c.info.op;
+    TS_CHECK(op != "send" && op != "recv", op, ": a group of one process has no other rank");
+    if (c.out.defined() && !c.out.is_same(c.in) && c.in.defined())
+      std::memcpy(c.out.raw_data(), c.in.raw_data(), c.in.numel() * c.in.itemsize());
+    return std::make_shared<DoneWork>();
+  }
+  ProcessGroupPtr make_subgroup(int color, int key, const std::string& name) override {
+    if (color < 0) return nullptr;
+    return std::make_shared<SelfGroup>(world_ranks(), name);
+  }
+};
+
+}  // namespace
+
+ProcessGroupPtr make_self_group() { return std::make_shared<SelfGroup>(std::vector<int>{0}, "world"); }
+
+}  // namespace tessera::distributed
