@@ -1,0 +1,269 @@
+// Note [Gradient buckets]
+// All-reducing each gradient on its own costs one collective per parameter
+// (hundreds per step, each paying latency); all-reducing them all after
+// backward leaves the network idle while backward runs. So the gradients are
+// views into a few flat buffers ("buckets", 25 MB; the first 1 MB so that
+// communication starts early), filled in roughly the order backward produces
+// them: reverse registration order at first, then, once, the order observed in
+// the first synchronized backward (rank 0's, broadcast, so every rank agrees).
+// A leaf's post-accumulate hook marks its gradient ready; a bucket whose
+// gradients are all ready is all-reduced (averaged) on the communication
+// thread while backward goes on. Buckets are launched strictly in index order
+// so that every rank issues the same collectives in the same order even when
+// their ready orders differ. The end-of-backward callback launches what is
+// left, waits, and leaves the averages in .grad (which are the bucket views).
+#include "tessera/distributed/ddp.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "tessera/autograd/engine.h"
+#include "tessera/autograd/grad_mode.h"
+
+namespace tessera::distributed {
+
+struct DistributedDataParallel::Param {
+  std::string name;
+  Tensor tensor;
+  size_t hook = 0;
+  size_t bucket = 0;
+  int64_t offset = 0;  // elements into the bucket
+  bool ready = false;
+};
+
+struct DistributedDataParallel::Bucket {
+  DType dtype = DType::F32;
+  Tensor buffer;
+  std::vector<size_t> params;
+  size_t pending = 0;
+  WorkPtr work;
+};
+
+namespace {
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string signature(const std::string& name, const Tensor& t) {
+  return name + " " + dtype_name(t.dtype()) + shape_str(t.shape());
+}
+
+// Every rank must hold the same parameters; the first difference is named.
+void check_same_structure(ProcessGroup& g, const std::vector<std::pair<std::string, Tensor>>& named) {
+  Tensor count = full({1}, static_cast<int64_t>(named.size()), DType::I64);
+  Tensor counts = zeros({g.size()}, DType::I64);
+  g.allgather(counts, count)->wait();
+  for (int r = 0; r < g.size(); ++r)
+    TS_CHECK(counts.data_ptr<int64_t>()[r] == static_cast<int64_t>(named.size()), "DistributedDataParallel: rank ",
+             g.rank(), " has ", named.size(), " parameters, rank ", r, " has ", counts.data_ptr<int64_t>()[r],
+             "; every rank must build the same model");
+  std::vector<int64_t> mine;
+  for (auto& [n, t] : named) mine.push_back(static_cast<int64_t>(fnv1a(signature(n, t))));
+  Tensor local = from_buffer(mine.data(), {static_cast<int64_t>(mine.size())}, DType::I64);
+  Tensor all = zeros({g.size() * static_cast<int64_t>(mine.size())}, DType::I64);
+  g.allgather(all, local)->wait();
+  const int64_t* a = all.data_ptr<int64_t>();
+  for (int r = 0; r < g.size(); ++r)
+    for (size_t i = 0; i < mine.size(); ++i)
+      TS_CHECK(a[r * mine.size() + i] == mine[i], "DistributedDataParallel: parameter ", i, " differs between rank ",
+               g.rank(), " (", signature(named[i].first, named[i].second), ") and rank ", r,
+               "; every rank must build the same model");
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(nn::Module& model, ProcessGroupPtr group, DdpOptions options)
+    : model_(model), group_(std::move(group)), opt_(options) {
+  TS_CHECK(group_, "DistributedDataParallel: no process group");
+  TS_CHECK(opt_.bucket_cap_mb > 0 && opt_.first_bucket_mb > 0, "DistributedDataParallel: bucket sizes must be positive");
+  NoGradGuard no_grad;
+  auto named = model_.named_parameters();
+  check_same_structure(*group_, named);
+  // Rank 0's weights (and buffers) everywhere, frozen ones included.
+  std::vector<WorkPtr> works;
+  for (auto& [n, t] : named) works.push_back(group_->broadcast(t, 0));
+  if (opt_.broadcast_buffers)
+    for (auto& [n, t] : model_.named_buffers()) works.push_back(group_->broadcast(t, 0));
+  for (auto& w : works) w->wait();
+
+  for (auto& [n, t] : named)
+    if (t.requires_grad()) params_.push_back(Param{n, t});
+  TS_CHECK(!params_.empty(), "DistributedDataParallel: the model has no parameter that requires grad");
+  for (auto& p : params_)
+    TS_CHECK(is_floating(p.tensor.dtype()) && p.tensor.is_contiguous(), "DistributedDataParallel: parameter '", p.name,
+             "' must be a contiguous floating-point tensor");
+  std::vector<size_t> order;
+  for (size_t i = params_.size(); i-- > 0;) order.push_back(i);  // backward meets the last layers first
+  build_buckets(order);
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i].hook = params_[i].tensor.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_grad_ready(i); });
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (auto& b : buckets_)
+    if (b.work) try {
+        b.work->wait();
+      } catch (...) {
+      }
+  for (auto& p : params_) p.tensor.remove_post_accumulate_grad_hook(p.hook);
+}
+
+std::vector<std::vector<std::string>> DistributedDataParallel::buckets() const {
+  std::vector<std::vector<std::string>> out;
+  for (auto& b : buckets_) {
+    out.emplace_back();
+    for (size_t i : b.params) out.back().push_back(params_[i].name);
+  }
+  return out;
+}
+
+void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
+  NoGradGuard no_grad;
+  std::vector<Bucket> buckets;
+  // One open bucket per dtype; a bucket closes when the next gradient would overflow it.
+  std::vector<std::pair<DType, size_t>> open;  // dtype -> index into buckets
+  std::vector<int64_t> bytes;
+  for (size_t i : order) {
+    const Tensor& t = params_[i].tensor;
+    size_t bi = SIZE_MAX;
+    for (auto& [dt, idx] : open)
+      if (dt == t.dtype()) bi = idx;
+    const double cap = (bi == 0 ? opt_.first_bucket_mb : opt_.bucket_cap_mb) * 1e6;
+    const int64_t nbytes = t.numel() * static_cast<int64_t>(t.itemsize());
+    if (bi != SIZE_MAX && bytes[bi] > 0 && bytes[bi] + nbytes > cap) {
+      for (auto it = open.begin(); it != open.end(); ++it)
+        if (it->first == t.dtype()) {
+          open.erase(it);
+          break;
+        }
+      bi = SIZE_MAX;
+    }
+    if (bi == SIZE_MAX) {
+      bi = buckets.size();
+      buckets.emplace_back();
+      buckets.back().dtype = t.dtype();
+      bytes.push_back(0);
+      open.push_back({t.dtype(), bi});
+    }
+    buckets[bi].params.push_back(i);
+    bytes[bi] += nbytes;
+  }
+  for (size_t bi = 0; bi < buckets.size(); ++bi) {
+    Bucket& b = buckets[bi];
+    int64_t n = 0;
+    for (size_t i : b.params) {
+      params_[i].bucket = bi;
+      params_[i].offset = n;
+      n += params_[i].tensor.numel();
+    }
+    b.buffer = zeros({n}, b.dtype);
+    for (size_t i : b.params) {  // gradients already there move into the bucket
+      Param& p = params_[i];
+      Tensor g = p.tensor.grad();
+      if (!g.defined()) continue;
+      Tensor view = b.buffer.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape());
+      view.copy_(g);
+      p.tensor.set_grad(view);
+    }
+  }
+  buckets_ = std::move(buckets);
+}
+
+void DistributedDataParallel::on_grad_ready(size_t index) {
+  if (!sync_) return;
+  if (!in_backward_) {
+    in_backward_ = true;
+    next_launch_ = 0;
+    for (auto& p : params_) p.ready = false;
+    for (auto& b : buckets_) {
+      b.pending = b.params.size();
+      b.work = nullptr;
+    }
+    autograd::queue_callback([this] { finish_backward(); });
+  }
+  Param& p = params_[index];
+  TS_CHECK(!p.ready, "DistributedDataParallel: parameter '", p.name, "' received its gradient twice in one backward ",
+           "(rank ", group_->rank(), ", step ", step_, "); run one backward per step, or use no_sync() for the others");
+  p.ready = true;
+  if (!rebuilt_) ready_order_.push_back(index);
+  // The gradient must be the bucket's view (it is not after zero_grad(set_to_none)).
+  Bucket& b = buckets_[p.bucket];
+  Tensor view = b.buffer.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape());
+  Tensor g = p.tensor.grad();
+  if (g.raw_data() != view.raw_data()) {
+    NoGradGuard no_grad;
+    view.copy_(g);
+    p.tensor.set_grad(view);
+  }
+  if (--b.pending == 0 && opt_.overlap) launch_ready_buckets();
+}
+
+void DistributedDataParallel::launch_ready_buckets() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(buckets_[next_launch_++]);
+}
+
+void DistributedDataParallel::launch(Bucket& b) { b.work = group_->allreduce(b.buffer, ReduceOp::kAvg); }
+
+void DistributedDataParallel::finish_backward() {
+  in_backward_ = false;
+  NoGradGuard no_grad;
+  // Parameters that got no gradient on this rank.
+  std::vector<size_t> unused;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!params_[i].ready) unused.push_back(i);
+  if (!unused.empty() && !opt_.find_unused_parameters) {
+    std::string names;
+    for (size_t k = 0; k < unused.size() && k < 5; ++k) names += (k ? ", '" : "'") + params_[unused[k]].name + "'";
+    if (unused.size() > 5) names += " and " + std::to_string(unused.size() - 5) + " more";
+    TS_ERROR("DistributedDataParallel: parameter ", names, " got no gradient in the backward of step ", step_,
+             " on rank ", group_->rank(),
+             "; every rank must use every parameter in each step, or set find_unused_parameters: true");
+  }
+  for (size_t i : unused) {  // zeros in the bucket: the other ranks' gradients still average in
+    Param& p = params_[i];
+    Bucket& b = buckets_[p.bucket];
+    b.buffer.narrow(0, p.offset, p.tensor.numel()).zero_();
+    --b.pending;
+  }
+  Tensor used;
+  WorkPtr used_work;
+  if (opt_.find_unused_parameters) {
+    used = zeros({static_cast<int64_t>(params_.size())}, DType::I32);
+    for (size_t i = 0; i < params_.size(); ++i) used.data_ptr<int32_t>()[i] = params_[i].ready ? 1 : 0;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
+  if (used.defined()) used_work = group_->allreduce(used, ReduceOp::kMax);
+  for (auto& b : buckets_) b.work->wait();
+  if (used_work) used_work->wait();
+  last_wait_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (auto& p : params_) {
+    Bucket& b = buckets_[p.bucket];
+    p.tensor.set_grad(b.buffer.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape()));
+  }
+  // A parameter no rank used has no gradient, as in one process.
+  if (used.defined())
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (used.data_ptr<int32_t>()[i] == 0) params_[i].tensor.set_grad(Tensor());
+  if (!rebuilt_) {
+    rebuilt_ = true;
+    // Rank 0's observed order, completed with the parameters it did not see.
+    std::vector<int64_t> order(params_.size(), -1);
+    std::vector<bool> seen(params_.size());
+    size_t k = 0;
+    for (size_t i : ready_order_) order[k++] = static_cast<int64_t>(i), seen[i] = true;
+    for (size_t i = params_.size(); i-- > 0;)
+      if (!seen[i]) order[k++] = static_cast<int64_t>(i);
+    Tensor t = from_buffer(order.data(), {static_cast<int64_t>(order.size())}, DType::I64);
+    group_->broadcast(t, 0)->wait();
+    std::vector<size_t> rebuilt(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) rebuilt[i] = static_cast<size_t>(t.data_ptr<int64_t>()[i]);
+    build_buckets(rebuilt);
+    ready_order_.clear();
+  }
+}
+
+}  // namespace tessera::distributed
