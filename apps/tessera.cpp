@@ -12,6 +12,7 @@
 //   tessera prune runs/fashion_mnist_mlp --sparsity 0.9 --finetune-steps 500 [--rounds 3] [--method structured]
 //   tessera generate model.gguf -p "Once upon a time" [-n 128] [--temp 0.8] [--seed 1] (apps/generate.cpp)
 //   tessera perplexity model.gguf -f text.txt [-c 512] [--chunks K] (apps/generate.cpp)
+//   tessera launch -n 4 [--max-restarts 1] -- tessera train CONFIG (apps/launch.cpp)
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -33,6 +34,7 @@
 
 #include "client.h"
 #include "generate.h"
+#include "launch.h"
 #include "serve_llm.h"
 #include "latency.h"
 #include "tessera/autograd/grad_mode.h"
@@ -65,6 +67,7 @@
 #include "tessera/llm/lora.h"
 #include "tessera/train/meta_size.h"
 #include "tessera/train/trainer.h"
+#include "tessera/distributed/trainer_parallel.h"
 #include "tessera/version.h"
 
 using namespace tessera;
@@ -131,8 +134,14 @@ int cmd_train(const std::string& config_path, const std::string& resume, const s
   o.resume = resume;
   o.progress = progress;
   o.profile_steps = profile;
-  train::Trainer t(train::build_recipe(config, config_path), o);
+  // Under `tessera launch` (or mpirun, srun) every rank runs this with the same config.
+  if (distributed::is_distributed()) distributed::check_same_config(*distributed::world(), config);
+  train::Recipe recipe = train::build_recipe(config, config_path);
+  if (distributed::is_distributed() || recipe.parallel.data > 1)
+    o.parallel = distributed::trainer_parallel(recipe.parallel, distributed::world());
+  train::Trainer t(std::move(recipe), o);
   json summary = t.fit();
+  if (o.parallel && o.parallel->rank() != 0) return 0;  // rank 0 reports for the job
   const std::string ckpt = summary["checkpoint"].get<std::string>();
   if (const auto* llama = dynamic_cast<const nn::zoo::Llama*>(t.recipe().model.get()); llama && llm::has_lora(*llama)) {
     // Note [LoRA]: the adapter in PEFT's files and as a llama.cpp GGUF adapter.
@@ -905,6 +914,9 @@ int main(int argc, char** argv) {
   train->add_option("--precision", precision, "f32, bf16 or f16 (the same as --set train.precision=...)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
 
+  cli::LaunchFlags launch_flags;
+  cli::add_launch_command(app, launch_flags);
+
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on its config's evaluation data");
   std::string ckpt;
   int64_t batches = 0;
@@ -1093,6 +1105,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*train) return cmd_train(config, resume, sets, output, plain ? 0 : -1, profile, precision);
+    if (*launch_flags.cmd) return cli::cmd_launch(launch_flags, self());
     if (*eval) return cmd_eval(ckpt, batches);
     if (*info) {
       const bool file = info_ckpt.ends_with(".yaml") || info_ckpt.ends_with(".yml") || info_ckpt.ends_with(".gguf");
@@ -1126,6 +1139,8 @@ int main(int argc, char** argv) {
                        p_repeat);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    // One rank's error ends the job now: its peers would wait for it in a collective until the deadline.
+    if (tessera::distributed::running_distributed()) tessera::distributed::abort_job(1);
     return 1;
   }
   return 0;

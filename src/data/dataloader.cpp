@@ -22,12 +22,22 @@ DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options) : dataset_
            opt_.num_workers);
   TS_CHECK(opt_.prefetch_factor >= 1, "DataLoader: prefetch_factor must be at least 1");
   TS_CHECK(dataset_->size() > 0, "DataLoader: the dataset is empty");
+  TS_CHECK(opt_.shard_count >= 1 && opt_.shard_rank >= 0 && opt_.shard_rank < opt_.shard_count,
+           "DataLoader: shard_rank ", opt_.shard_rank, " is not in [0, shard_count ", opt_.shard_count, ")");
+  TS_CHECK(!opt_.pad_last_batch || opt_.batch_size % opt_.shard_count == 0, "DataLoader: the batch of ",
+           opt_.batch_size, " does not divide among ", opt_.shard_count, " ranks; make it a multiple of ",
+           opt_.shard_count);
 }
 
 DataLoader::DataLoader(IterableDatasetPtr dataset, DataLoaderOptions options)
     : iterable_(std::move(dataset)), opt_(options) {
   TS_CHECK(iterable_, "DataLoader: the dataset is null");
   TS_CHECK(opt_.batch_size > 0, "DataLoader: batch_size must be positive, got ", opt_.batch_size);
+  TS_CHECK(opt_.shard_count >= 1 && opt_.shard_rank >= 0 && opt_.shard_rank < opt_.shard_count,
+           "DataLoader: shard_rank ", opt_.shard_rank, " is not in [0, shard_count ", opt_.shard_count, ")");
+  TS_CHECK(opt_.batch_size % opt_.shard_count == 0, "DataLoader: the batch of ", opt_.batch_size,
+           " does not divide among ", opt_.shard_count, " ranks; make it a multiple of ", opt_.shard_count);
+  opt_.batch_size /= opt_.shard_count;  // a stream has no global batches: each rank collates its own
   TS_CHECK(!opt_.shuffle, "DataLoader: shuffle applies to map-style datasets; an IterableDataset shuffles itself "
            "(e.g. a shard shuffle buffer)");
   TS_CHECK(opt_.num_workers >= 0 && opt_.num_workers <= 256, "DataLoader: num_workers must be in [0, 256]");
@@ -43,12 +53,23 @@ int64_t DataLoader::batches_per_epoch() const {
 
 std::vector<int64_t> DataLoader::batch_indices(int64_t b) const {
   int64_t begin = b * opt_.batch_size, end = std::min<int64_t>(begin + opt_.batch_size, order_.size());
-  return std::vector<int64_t>(order_.begin() + begin, order_.begin() + end);
+  std::vector<int64_t> global(order_.begin() + begin, order_.begin() + end);
+  if (opt_.shard_count == 1) return global;
+  const int64_t n = opt_.shard_count, r = opt_.shard_rank;
+  if (opt_.pad_last_batch) {  // as PyTorch's DistributedSampler: repeat rows from the start
+    for (size_t i = 0; static_cast<int64_t>(global.size()) < opt_.batch_size; ++i)
+      global.push_back(order_[i % order_.size()]);
+    const int64_t per = opt_.batch_size / n;
+    return std::vector<int64_t>(global.begin() + r * per, global.begin() + (r + 1) * per);
+  }
+  const int64_t m = static_cast<int64_t>(global.size());
+  return std::vector<int64_t>(global.begin() + r * m / n, global.begin() + (r + 1) * m / n);
 }
 
 Example DataLoader::build_batch(int64_t b) {
   NoGradGuard no_grad;
   std::vector<int64_t> idx = batch_indices(b);
+  if (idx.empty()) return Example{};  // this rank's share of a short, unpadded last batch
   std::vector<Example> samples;
   if (!opt_.collate) {
     // Seed per sample even on the fast path: get_batch may call get().
@@ -80,7 +101,9 @@ void DataLoader::start_epoch() {
   } else {
     const int w = std::max(1, opt_.num_workers);
     streams_.clear();
-    for (int i = 0; i < w; ++i) streams_.push_back(iterable_->open(i, w, epoch_, opt_.seed));
+    // With ranks, each rank's workers read their own part of the stream (its shards).
+    const int r = opt_.shard_rank, n = opt_.shard_count;
+    for (int i = 0; i < w; ++i) streams_.push_back(iterable_->open(r * w + i, n * w, epoch_, opt_.seed));
     queues_.assign(w, {});
     done_.assign(w, false);
     errors_.assign(w, nullptr);

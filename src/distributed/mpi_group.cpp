@@ -27,7 +27,7 @@
 #include <thread>
 
 #include "distributed/comm.h"
-#include "distributed/status.h"
+#include "tessera/distributed/status.h"
 
 namespace tessera::distributed {
 

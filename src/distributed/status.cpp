@@ -8,7 +8,7 @@
 // written under a counter that is odd while a write is in progress (a
 // seqlock), so a reader in another process retries rather than reading half.
 // Ranks on other hosts are readable only if the directory is shared.
-#include "distributed/status.h"
+#include "tessera/distributed/status.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -4,7 +4,7 @@
 #include <mutex>
 
 #include "distributed/comm.h"
-#include "distributed/status.h"
+#include "tessera/distributed/status.h"
 
 namespace tessera::distributed {
 
@@ -50,6 +50,11 @@ ProcessGroupPtr world() {
 }
 
 bool is_distributed() { return world()->size() > 1; }
+
+bool running_distributed() {
+  std::lock_guard<std::mutex> lock(g_world_mu);
+  return g_world && g_world->size() > 1;
+}
 
 int local_rank() {
   world();

@@ -338,6 +338,24 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
                "' must be a TCP port (0 for any free one, -1 for off), got ", ms.port);
       TS_CHECK(ms.layer_stats_every >= 0, "config: monitor.layer_stats_every must be >= 0");
     }
+    {
+      Config pc = root.section("parallel");
+      ParallelSettings& ps = r.parallel;
+      ps.data = pc.get<int64_t>("data", ps.data);
+      ps.zero = pc.get<int64_t>("zero", ps.zero);
+      ps.find_unused_parameters = pc.get<bool>("find_unused_parameters", ps.find_unused_parameters);
+      ps.bucket_mb = pc.get<double>("bucket_mb", ps.bucket_mb);
+      ps.first_bucket_mb = pc.get<double>("first_bucket_mb", ps.first_bucket_mb);
+      ps.overlap = pc.get<bool>("overlap", ps.overlap);
+      pc.finish();
+      TS_CHECK(ps.data >= 0 && ps.data <= 65536, "config: '", pc.key_path("data"),
+               "' must be the number of data-parallel ranks (0: as many as launched), got ", ps.data);
+      TS_CHECK(ps.zero == 0, "config: '", pc.key_path("zero"), "' is ", ps.zero,
+               "; this build trains with zero: 0 (plain data parallelism) only");
+      TS_CHECK(ps.bucket_mb > 0 && ps.first_bucket_mb > 0, "config: parallel.bucket_mb and first_bucket_mb must be positive");
+      TS_CHECK(ps.data <= 1 || s.batch_size % ps.data == 0, "config: train.batch_size ", s.batch_size,
+               " does not divide among parallel.data = ", ps.data, " ranks; make it a multiple of ", ps.data);
+    }
     TS_CHECK(s.epochs > 0 || s.steps > 0, "config: set train.epochs or train.steps to a positive number");
     TS_CHECK(s.batch_size > 0 && s.eval_batch_size > 0, "config: train.batch_size must be positive");
     TS_CHECK(s.grad_accum >= 1, "config: train.grad_accum must be at least 1, got ", s.grad_accum);

@@ -58,17 +58,31 @@ json EvalMetrics::to_json() const {
 
 void Trainer::request_stop() { g_stop.store(true); }
 
+// A stop request (Ctrl-C, SIGTERM) reaches some ranks, maybe not all: any one stops the job.
+bool Trainer::stop_requested() {
+  if (parallel_->size() == 1) return g_stop.load();
+  std::vector<double> v{g_stop.load() ? 1.0 : 0.0};
+  parallel_->max(v);
+  if (v[0] > 0) g_stop.store(true);
+  return v[0] > 0;
+}
+
 Trainer::Trainer(Recipe recipe, TrainerOptions options)
     : recipe_(std::move(recipe)), opt_(std::move(options)), scaler_(recipe_.train.grad_scaler) {
   TS_CHECK(recipe_.model && recipe_.train_data, "Trainer: the recipe needs a model and training data");
   const TrainSettings& s = recipe_.train;
   if (s.threads > 0) set_num_threads(s.threads);
+  parallel_ = opt_.parallel ? opt_.parallel : std::make_shared<Parallel>();
+  if (!main_rank()) opt_.quiet = true;  // rank 0 speaks for the job
   optimizer_ = recipe_.make_optimizer(*recipe_.model);
+  parallel_->attach(*recipe_.model, *optimizer_);
   data::DataLoaderOptions lo;
-  lo.batch_size = s.batch_size;
+  lo.batch_size = s.batch_size;  // the global batch: each rank loads its rows of it
   lo.shuffle = true;
   lo.seed = s.seed;
   lo.num_workers = s.num_workers;
+  lo.shard_rank = parallel_->rank();
+  lo.shard_count = parallel_->size();
   loader_ = std::make_unique<data::DataLoader>(recipe_.train_data, lo);
   const int64_t per_epoch = loader_->batches_per_epoch() / s.grad_accum;
   total_steps_ = s.steps > 0 ? s.steps : std::max<int64_t>(1, per_epoch) * s.epochs;
@@ -99,10 +113,17 @@ EvalMetrics Trainer::evaluate(int64_t max_batches) {
   data::DataLoaderOptions lo;
   lo.batch_size = recipe_.train.eval_batch_size;
   lo.num_workers = std::min(recipe_.train.num_workers, 2);
+  lo.shard_rank = parallel_->rank();  // each rank evaluates its rows; the sums are reduced
+  lo.shard_count = parallel_->size();
+  lo.pad_last_batch = false;
   data::DataLoader loader(recipe_.eval_data, lo);
   double loss_sum = 0;
   int64_t correct = 0, count = 0, batches = 0;
   while (auto batch = loader.next()) {
+    if (batch->empty()) {  // this rank's share of the short last batch is empty
+      if (max_batches > 0 && ++batches >= max_batches) break;
+      continue;
+    }
     Tensor out = model((*batch)[0]);
     const Tensor& y = (*batch)[1];
     const int64_t n = y.numel();
@@ -114,6 +135,15 @@ EvalMetrics Trainer::evaluate(int64_t max_batches) {
     if (max_batches > 0 && ++batches >= max_batches) break;
   }
   model.train(was_training);
+  if (parallel_->size() > 1) {  // true totals over every rank's rows
+    std::vector<double> v{loss_sum, static_cast<double>(correct), static_cast<double>(count),
+                          static_cast<double>(m.samples)};
+    parallel_->sum(v);
+    loss_sum = v[0];
+    correct = static_cast<int64_t>(v[1]);
+    count = static_cast<int64_t>(v[2]);
+    m.samples = static_cast<int64_t>(v[3]);
+  }
   m.loss = count ? loss_sum / static_cast<double>(count) : 0;
   if (recipe_.task == Task::Classification)
     m.accuracy = count ? static_cast<double>(correct) / static_cast<double>(count) : 0;
@@ -155,10 +185,16 @@ std::string Trainer::save_checkpoint() {
              {"metrics", {{"train_loss", smooth_loss_}, {"eval", last_eval_}}}};
   if (scaler_.enabled()) c.state["grad_scaler"] = scaler_.state_dict();
   if (!recipe_.vocab.empty()) c.state["vocab"] = recipe_.vocab;
+  c.state["world_size"] = parallel_->size();
   char name[32];
   std::snprintf(name, sizeof name, "step-%09lld", static_cast<long long>(step_));
   last_checkpoint_step_ = step_;
-  last_checkpoint_ = io::save_checkpoint(checkpoint_root(), name, c, static_cast<int>(recipe_.train.keep_checkpoints));
+  // Replicas are equal: rank 0 writes, the others wait until it is complete.
+  if (main_rank())
+    last_checkpoint_ = io::save_checkpoint(checkpoint_root(), name, c, static_cast<int>(recipe_.train.keep_checkpoints));
+  else
+    last_checkpoint_ = checkpoint_root() + "/" + name;
+  parallel_->barrier();
   return last_checkpoint_;
 }
 
@@ -351,28 +387,31 @@ json Trainer::fit() {
   ClassicLocale c_locale;  // printf below writes "0.5" whatever the process locale
   const TrainSettings& s = recipe_.train;
   namespace fs = std::filesystem;
-  fs::create_directories(recipe_.output_dir);
-  {  // the config next to the results, for `tessera eval` and for people
+  if (main_rank()) {
+    fs::create_directories(recipe_.output_dir);
+    // the config next to the results, for `tessera eval` and for people
     std::ofstream(recipe_.output_dir + "/config.json") << recipe_.config.dump(2) << "\n";
+    metrics_.open(recipe_.output_dir + "/metrics.jsonl", std::ios::app);
   }
-  metrics_.open(recipe_.output_dir + "/metrics.jsonl", std::ios::app);
   g_stop.store(false);
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {}, old_term {}, old_usr2 {};
   if (opt_.handle_signals) {
     struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGUSR2, &sa, &old_usr2);  // tessera launch's stop request, forwarded by mpirun
   }
   nn::Module& model = *recipe_.model;
   model.train();
   optimizer_->zero_grad();
   if (!opt_.quiet)
-    std::printf("training %s (%.2fM parameters) on %lld samples, %lld steps, batch %lld x %lld, %d threads%s\n",
+    std::printf("training %s (%.2fM parameters) on %lld samples, %lld steps, batch %lld x %lld, %d threads%s%s\n",
                 recipe_.model_name.c_str(), model.num_parameters() / 1e6,
                 static_cast<long long>(recipe_.train_data->size()), static_cast<long long>(total_steps_),
                 static_cast<long long>(s.batch_size), static_cast<long long>(s.grad_accum), get_num_threads(),
+                parallel_->size() > 1 ? (" per rank, " + parallel_->describe()).c_str() : "",
                 step_ > 0 ? (" (resumed at step " + std::to_string(step_) + ")").c_str() : "");
 
   const int64_t profile_steps = opt_.profile_steps >= 0 ? opt_.profile_steps : s.profile_steps;
@@ -381,7 +420,9 @@ json Trainer::fit() {
     profile_to_ = profile_from_ + profile_steps;
   }
   if (recipe_.monitor.port >= 0) {
-    metrics_server_ = std::make_unique<monitor::MetricsServer>(registry_, recipe_.monitor.host, recipe_.monitor.port);
+    // Each rank of a host serves its own metrics, on port + its local rank.
+    const int port = recipe_.monitor.port > 0 ? recipe_.monitor.port + parallel_->local_rank() : recipe_.monitor.port;
+    metrics_server_ = std::make_unique<monitor::MetricsServer>(registry_, recipe_.monitor.host, port);
     monitor_port_ = metrics_server_->port();
     if (recipe_.monitor.layer_stats) install_layer_stats();
     if (!opt_.quiet) std::printf("metrics for Prometheus at %s\n", metrics_server_->url().c_str());
@@ -397,8 +438,24 @@ json Trainer::fit() {
   auto window_start = Clock::now();
   bool checkpoint_due = false, eval_due = false;
   while (step_ < total_steps_) {
-    if (micro == 0 && g_stop.load()) break;  // stop only between optimizer steps
+    if (micro == 0) {
+      if (stop_requested()) break;  // stop only between optimizer steps
+      parallel_->set_step(step_ + 1);
+      if (parallel_->size() > 1) {
+        // Each rank draws its own random numbers (dropout), from (seed, step, rank) alone, so that
+        // a run resumed at another world size continues well defined.
+        const uint64_t key = recipe_.train.seed * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(step_) * 0xBF58476D1CE4E5B9ull ^
+                             static_cast<uint64_t>(parallel_->rank()) * 0x94D049BB133111EBull;
+        default_generator().set_state(key, 0);
+      }
+    }
     auto batch = loader_->next();
+    if (parallel_->size() > 1 && loader_->batches_per_epoch() < 0) {
+      // A stream ends at a different batch on each rank: the first to run out ends the epoch for all.
+      std::vector<double> out{batch ? 0.0 : 1.0};
+      parallel_->max(out);
+      if (out[0] > 0) batch.reset();
+    }
     if (!batch) {  // an epoch ended
       if (s.eval_every == 0) eval_due = true;
       if (s.checkpoint_every == 0) checkpoint_due = true;
@@ -419,15 +476,27 @@ json Trainer::fit() {
         loss = loss_of(out, (*batch)[1]);
       }
       last_loss_ = loss.item<double>();
+      std::string where;
+      if (parallel_->size() > 1) {
+        // The loss of the global batch (the mean of the ranks' means), and which rank diverged.
+        const bool bad = !std::isfinite(last_loss_);
+        std::vector<double> v{bad ? 0.0 : last_loss_ / parallel_->size(), bad ? 1.0 : 0.0,
+                              bad ? parallel_->rank() : 0.0};
+        const double mine = last_loss_;
+        parallel_->sum(v);
+        last_loss_ = v[1] > 0 ? (std::isfinite(mine) ? NAN : mine) : v[0];
+        if (v[1] > 0) where = v[1] == 1 ? " on rank " + std::to_string(static_cast<int>(v[2])) : " on " + std::to_string(static_cast<int>(v[1])) + " ranks";
+      }
       // With loss scaling a non-finite loss (f16 overflow) makes a skipped step.
-      TS_CHECK(std::isfinite(last_loss_) || scaler_.enabled(), "training diverged: the loss is ", last_loss_,
+      TS_CHECK(std::isfinite(last_loss_) || scaler_.enabled(), "training diverged: the loss is ", last_loss_, where,
                " at step ", step_ + 1, " (lower the learning rate or enable clip_grad_norm)");
       {
         profiler::PhaseScope phase(profiler::Phase::kBackward);
+        parallel_->set_sync(micro + 1 == s.grad_accum);
         Tensor l = s.grad_accum > 1 ? ops::div(loss, static_cast<double>(s.grad_accum)) : loss;
         scaler_.scale(l).backward();
       }
-      window_samples += (*batch)[0].size(0);
+      window_samples += (*batch)[0].size(0) * parallel_->size();  // the global batch
       if (++micro < s.grad_accum) continue;
       micro = 0;
       optimizer_step();
@@ -475,6 +544,7 @@ json Trainer::fit() {
   if (opt_.handle_signals) {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGUSR2, &old_usr2, nullptr);
   }
   finish_line();
   if (stopped_) {

@@ -63,6 +63,44 @@ TEST(DataLoader, SameBatchesForAnyNumberOfWorkers) {
   for (int64_t i = 0; i < 103; ++i) EXPECT_EQ(seen[i], i);
 }
 
+TEST(DataLoader, RanksTakeTheirRowsOfEachGlobalBatch) {
+  // 22 samples, global batch 8: every rank's batch b is its quarter of the one-process batch b.
+  auto ds = std::make_shared<TensorDataset>(TensorList{arange(22, DType::I64)});
+  DataLoader alone(ds, {.batch_size = 8, .shuffle = true, .seed = 3});
+  auto whole = epoch_of(alone);
+  ASSERT_EQ(whole.size(), 3u);
+  std::vector<std::vector<TensorList>> ranks;
+  for (int r = 0; r < 4; ++r) {
+    DataLoader dl(ds, {.batch_size = 8, .shuffle = true, .seed = 3, .shard_rank = r, .shard_count = 4});
+    EXPECT_EQ(dl.batches_per_epoch(), 3);  // the position does not depend on the ranks
+    ranks.push_back(epoch_of(dl));
+  }
+  for (size_t b = 0; b < 2; ++b)
+    for (int r = 0; r < 4; ++r)
+      EXPECT_EQ(ranks[r][b][0].to_vector<int64_t>(), whole[b][0].narrow(0, 2 * r, 2).to_vector<int64_t>());
+  // The short last batch (6 rows) is filled up with the epoch's first rows, as DistributedSampler does.
+  std::vector<int64_t> last;
+  for (int r = 0; r < 4; ++r)
+    for (int64_t v : ranks[r][2][0].to_vector<int64_t>()) last.push_back(v);
+  auto expect = whole[2][0].to_vector<int64_t>();
+  auto first = whole[0][0].to_vector<int64_t>();
+  expect.insert(expect.end(), first.begin(), first.begin() + 2);
+  EXPECT_EQ(last, expect);
+  // Evaluation: not padded, the short batch split as it is (true counts; a rank may get nothing).
+  int64_t rows = 0;
+  for (int r = 0; r < 4; ++r) {
+    DataLoader dl(ds, {.batch_size = 8, .seed = 3, .shard_rank = r, .shard_count = 4, .pad_last_batch = false});
+    for (auto& b : epoch_of(dl))
+      if (!b.empty()) rows += b[0].size(0);
+  }
+  EXPECT_EQ(rows, 22);
+  EXPECT_NE(error_of([&] { DataLoader(ds, {.batch_size = 9, .shard_rank = 0, .shard_count = 4}); })
+                .find("does not divide among 4 ranks"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { DataLoader(ds, {.batch_size = 8, .shard_rank = 4, .shard_count = 4}); }).find("shard_rank 4"),
+            std::string::npos);
+}
+
 TEST(DataLoader, ResumesMidEpochAtTheSameBatch) {
   auto ds = augmented_dataset(50);
   DataLoader ref(ds, {.batch_size = 4, .shuffle = true, .seed = 3, .num_workers = 2});

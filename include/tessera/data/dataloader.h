@@ -25,6 +25,16 @@ struct DataLoaderOptions {
   bool drop_last = false;
   int num_workers = 0;     // 0: batches are built on the calling thread
   int prefetch_factor = 2; // batches each worker may build ahead
+  // Data parallelism: the loader yields rank shard_rank's rows of each global
+  // batch of batch_size (batch_size / shard_count rows each, a contiguous run
+  // of the epoch's permutation), so the position and the samples do not depend
+  // on the number of ranks. A short last batch is filled up by repeating rows
+  // from the epoch's start (pad_last_batch: training, where every rank must
+  // step together) or split as it is (evaluation, whose counts stay true; a
+  // rank may then get an empty Example).
+  int shard_rank = 0;
+  int shard_count = 1;
+  bool pad_last_batch = true;
   // Custom collate; when set, samples are fetched one by one with get().
   std::function<Example(const std::vector<Example>&)> collate;
 };

@@ -49,6 +49,8 @@ class DistributedDataParallel {
     bool prev_;
   };
   NoSync no_sync() { return NoSync(*this); }
+  // The same as a switch: false until set back, for loops that know ahead.
+  void require_sync(bool on) { sync_ = on; }
 
   // The training step, for error messages ("... at step 12").
   void set_step(int64_t step) { step_ = step; }

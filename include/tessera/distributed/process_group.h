@@ -121,6 +121,8 @@ class ProcessGroup {
 // without one, a world of 1 in which every collective is a local no-op.
 ProcessGroupPtr world();
 bool is_distributed();  // true when world() spans more than one process
+// Like is_distributed(), but false when world() has not been made yet (for error paths).
+bool running_distributed();
 // The rank among the processes on this host, and their number.
 int local_rank();
 int local_size();

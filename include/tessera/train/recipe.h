@@ -61,6 +61,17 @@ struct MonitorSettings {
   int64_t layer_stats_every = 0;  // steps; 0 = train.log_every
 };
 
+// Training across processes (docs/distributed.md): `parallel: {data: 4}`,
+// started by `tessera launch -n 4 -- tessera train CONFIG`.
+struct ParallelSettings {
+  int64_t data = 0;   // ranks of data parallelism; 0: as many as the launcher started
+  int64_t zero = 0;   // ZeRO stage 0..3
+  bool find_unused_parameters = false;
+  double bucket_mb = 25;
+  double first_bucket_mb = 1;
+  bool overlap = true;  // all-reduce during backward (false: after it, for measuring)
+};
+
 struct Recipe {
   nlohmann::json config;  // the full config as given (saved in checkpoints)
   std::string model_name;
@@ -72,6 +83,7 @@ struct Recipe {
   std::shared_ptr<const llm::Tokenizer> tokenizer;  // "tokens": data.tokenizer's (SentencePiece or GGUF)
   TrainSettings train;
   MonitorSettings monitor;
+  ParallelSettings parallel;
   std::string output_dir;
   std::function<optim::OptimizerPtr(nn::Module&)> make_optimizer;
   std::function<optim::SchedulerPtr(optim::Optimizer&, int64_t total_steps)> make_scheduler;  // may return null

@@ -17,6 +17,7 @@
 
 #include "tessera/monitor/metrics.h"
 #include "tessera/train/grad_scaler.h"
+#include "tessera/train/parallel.h"
 #include "tessera/train/recipe.h"
 
 namespace tessera::profiler {
@@ -42,6 +43,9 @@ struct TrainerOptions {
   int progress = -1;       // -1: a live bar when stdout is a terminal; 0: plain lines; 1: bar
   bool handle_signals = true;  // Ctrl-C / SIGTERM: checkpoint, then stop
   bool quiet = false;      // no output at all (tests)
+  // Across processes (distributed::trainer_parallel); null: this process alone.
+  // Rank 0 prints, writes metrics.jsonl and checkpoints; the others are quiet.
+  std::shared_ptr<Parallel> parallel;
 };
 
 class Trainer {
@@ -80,9 +84,12 @@ class Trainer {
   void install_layer_stats();
   void collect_grad_stats();
   void check_finite_parameters() const;
+  bool main_rank() const { return parallel_->rank() == 0; }
+  bool stop_requested();
 
   Recipe recipe_;
   TrainerOptions opt_;
+  std::shared_ptr<Parallel> parallel_;
   optim::OptimizerPtr optimizer_;
   optim::SchedulerPtr scheduler_;
   std::unique_ptr<data::DataLoader> loader_;

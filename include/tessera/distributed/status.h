@@ -1,7 +1,7 @@
 #pragma once
 // Status records: what each rank last did, in a small file per rank that the
 // other ranks' watchdogs and the launcher read when a job fails (Note [Status
-// records] in status.cpp).
+// records] in src/distributed/status.cpp); `tessera launch` reads them too.
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -1,0 +1,45 @@
+#pragma once
+// How a Trainer runs across processes. The Trainer calls this interface at
+// fixed points of its loop; distributed/ implements it (data parallelism and
+// ZeRO, docs/distributed.md) and `tessera train` picks it from the config's
+// `parallel` section. Alone (the default) every call is the identity, so the
+// loop has one shape for one process and for many.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/nn/module.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::train {
+
+class Parallel {
+ public:
+  virtual ~Parallel() = default;
+  virtual int rank() const { return 0; }
+  virtual int size() const { return 1; }
+  virtual int local_rank() const { return 0; }  // among the ranks on this host
+  // Once the model and optimizer exist, before a checkpoint is loaded: wraps
+  // the model (hooks, buckets) and makes every rank start from rank 0's weights.
+  virtual void attach(nn::Module& model, optim::Optimizer& optimizer) {}
+  // Whether the coming backward ends an optimizer step; false accumulates
+  // without communicating (every micro-batch but the last).
+  virtual void set_sync(bool sync) {}
+  virtual void set_step(int64_t step) {}
+
+  // The decisions every rank must share, reduced across ranks: element-wise
+  // sums (losses, eval counts) and maxima (flags: a stop request, a
+  // non-finite loss, the end of a stream).
+  virtual void sum(std::vector<double>& values) {}
+  virtual void max(std::vector<double>& values) {}
+  // Waits until every rank reaches this point (around checkpoint writes).
+  virtual void barrier() {}
+  // Ends the whole job after an error on this rank, so that the others do not
+  // wait for it until their deadline. Alone: returns and the error goes on.
+  virtual void abort(int code) {}
+  // What the run is, for the start line ("data parallel over 4 ranks").
+  virtual std::string describe() const { return ""; }
+};
+
+}  // namespace tessera::train

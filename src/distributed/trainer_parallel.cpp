@@ -1,0 +1,104 @@
+// The Trainer's parallel strategy over a process group (train/parallel.h).
+#include "tessera/distributed/trainer_parallel.h"
+
+#include <cstring>
+
+#include "tessera/distributed/ddp.h"
+
+namespace tessera::distributed {
+
+namespace {
+
+class DataParallelRun : public train::Parallel {
+ public:
+  DataParallelRun(const train::ParallelSettings& s, ProcessGroupPtr g) : s_(s), g_(std::move(g)) {}
+  int rank() const override { return g_->rank(); }
+  int size() const override { return g_->size(); }
+  int local_rank() const override { return distributed::local_rank(); }
+
+  void attach(nn::Module& model, optim::Optimizer& optimizer) override {
+    DdpOptions o;
+    o.bucket_cap_mb = s_.bucket_mb;
+    o.first_bucket_mb = s_.first_bucket_mb;
+    o.find_unused_parameters = s_.find_unused_parameters;
+    o.overlap = s_.overlap;
+    ddp_ = std::make_unique<DistributedDataParallel>(model, g_, o);
+  }
+  void set_sync(bool sync) override {
+    if (ddp_) ddp_->require_sync(sync);
+  }
+  void set_step(int64_t step) override {
+    if (ddp_) ddp_->set_step(step);
+    distributed::set_step(step);
+  }
+  void sum(std::vector<double>& v) override { reduce(v, ReduceOp::kSum); }
+  void max(std::vector<double>& v) override { reduce(v, ReduceOp::kMax); }
+  void barrier() override { g_->barrier()->wait(); }
+  void abort(int code) override { abort_job(code); }
+  std::string describe() const override { return "data parallel over " + std::to_string(g_->size()) + " ranks"; }
+
+ private:
+  void reduce(std::vector<double>& v, ReduceOp op) {
+    if (v.empty()) return;
+    Tensor t = from_buffer(v.data(), {static_cast<int64_t>(v.size())}, DType::F64);
+    g_->allreduce(t, op)->wait();
+    std::copy(t.data_ptr<double>(), t.data_ptr<double>() + v.size(), v.begin());
+  }
+  train::ParallelSettings s_;
+  ProcessGroupPtr g_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+};
+
+// The first key path where two JSON values differ ("" when equal).
+std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, const std::string& path) {
+  if (a.is_number() && b.is_number()) return a == b ? "" : path;  // 3 read from YAML or JSON is the same
+  if (a.type() != b.type()) return path.empty() ? "(the whole config)" : path;
+  if (a.is_object()) {
+    for (auto& [k, v] : a.items()) {
+      const std::string p = path.empty() ? k : path + "." + k;
+      if (!b.contains(k)) return p;
+      if (auto d = first_difference(v, b[k], p); !d.empty()) return d;
+    }
+    for (auto& [k, v] : b.items())
+      if (!a.contains(k)) return path.empty() ? k : path + "." + k;
+    return "";
+  }
+  if (a.is_array()) {
+    if (a.size() != b.size()) return path;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (auto d = first_difference(a[i], b[i], path + "[" + std::to_string(i) + "]"); !d.empty()) return d;
+    return "";
+  }
+  return a == b ? "" : path;
+}
+
+}  // namespace
+
+std::shared_ptr<train::Parallel> trainer_parallel(const train::ParallelSettings& s, ProcessGroupPtr g) {
+  TS_CHECK(g, "trainer_parallel: no process group");
+  if (s.data > 1 && g->size() == 1)
+    TS_ERROR("config: parallel.data is ", s.data, " but this is one process; start it with `tessera launch -n ",
+             s.data, " -- tessera train ...`");
+  TS_CHECK(s.data == 0 || s.data == g->size(), "config: parallel.data is ", s.data, " but the launcher started ",
+           g->size(), " ranks; set parallel.data to ", g->size(), " (or 0: as many as launched), or launch -n ", s.data);
+  return std::make_shared<DataParallelRun>(s, std::move(g));
+}
+
+void check_same_config(ProcessGroup& g, const nlohmann::json& config) {
+  std::string text = config.dump();
+  Tensor len = full({1}, static_cast<int64_t>(text.size()), DType::I64);
+  g.broadcast(len, 0)->wait();
+  Tensor bytes = zeros({len.item<int64_t>()}, DType::U8);
+  if (g.rank() == 0) std::memcpy(bytes.raw_data(), text.data(), text.size());
+  g.broadcast(bytes, 0)->wait();
+  const std::string root_text(static_cast<const char*>(bytes.raw_data()), static_cast<size_t>(bytes.numel()));
+  const nlohmann::json root = nlohmann::json::parse(root_text);
+  const std::string diff = first_difference(config, root, "");
+  Tensor bad = full({1}, diff.empty() ? 0.0 : 1.0 + g.rank(), DType::F64);
+  g.allreduce(bad, ReduceOp::kMax)->wait();
+  TS_CHECK(diff.empty(), "config: '", diff, "' differs between rank ", g.rank(), " and rank 0; every rank must run the same config");
+  TS_CHECK(bad.item<double>() == 0, "config: rank ", static_cast<int>(bad.item<double>()) - 1,
+           "'s config differs from rank 0's (it names the key)");
+}
+
+}  // namespace tessera::distributed

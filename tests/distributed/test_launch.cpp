@@ -1,0 +1,177 @@
+// `tessera launch` end to end: `tessera train` at N ranks with data
+// parallelism equals one process (final weights and the loss curve), a rank
+// killed mid-run is restarted from the newest checkpoint and ends where an
+// uninterrupted run ends, a run resumes at another world size, and bad
+// parallel configs are named.
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/distributed/status.h"
+#include "tessera/io/safetensors.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kMlp = std::string(TESSERA_SOURCE_DIR) + "/examples/configs/fashion_mnist_mlp.yaml";
+const std::string kCnn = std::string(TESSERA_SOURCE_DIR) + "/examples/configs/fashion_mnist_cnn.yaml";
+
+// A short run: `steps` steps, checkpoints every 5, a small evaluation.
+std::vector<std::string> train_args(const std::string& config, const std::string& out, int steps) {
+  return {"train", config, "--output", out, "--plain", "--set", "train.steps=" + std::to_string(steps),
+          "--set", "train.checkpoint_every=5", "--set", "train.eval_batches=2", "--set", "train.num_workers=0",
+          "--set", "train.log_every=1", "--set", "train.keep_checkpoints=10"};
+}
+
+testing::CliRun launch(int n, std::vector<std::string> train, std::vector<std::string> flags = {},
+                       std::vector<std::string> env = {}) {
+  std::vector<std::string> args = {"launch", "-n", std::to_string(n)};
+  args.insert(args.end(), flags.begin(), flags.end());
+  args.push_back("--");
+  args.push_back("tessera");
+  args.insert(args.end(), train.begin(), train.end());
+  env.push_back("OMPI_MCA_btl_vader_single_copy_mechanism=none");
+  env.push_back("TESSERA_DIST_TIMEOUT=60");
+  return testing::run_cli(args, env);
+}
+
+std::vector<double> losses(const std::string& run) {
+  std::vector<double> out;
+  std::ifstream in(run + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    json j = json::parse(line);
+    if (j.contains("loss") && j.contains("step")) out.push_back(j["loss"].get<double>());
+  }
+  return out;
+}
+
+// The largest relative difference between two runs' final weights.
+double weight_difference(const std::string& a, const std::string& b, int step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "/checkpoints/step-%09d/model.safetensors", step);
+  auto wa = io::load_safetensors(a + name), wb = io::load_safetensors(b + name);
+  EXPECT_EQ(wa.size(), wb.size());
+  double worst = 0;
+  for (size_t i = 0; i < wa.size() && i < wb.size(); ++i) {
+    EXPECT_EQ(wa[i].first, wb[i].first);
+    if (!is_floating(wa[i].second.dtype())) continue;
+    const double d = ops::max(ops::abs(ops::sub(wa[i].second, wb[i].second))).to(DType::F64).item<double>();
+    const double s = ops::max(ops::abs(wa[i].second)).to(DType::F64).item<double>() + 1e-12;
+    worst = std::max(worst, d / s);
+  }
+  return worst;
+}
+
+void expect_same_curve(const std::string& a, const std::string& b) {
+  auto la = losses(a), lb = losses(b);
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-4 * std::max(1.0, std::abs(la[i]))) << "step " << i + 1;
+}
+
+class Launch : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::scratch_dir("launch"); }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(Launch, DataParallelMlpEqualsOneProcess) {
+  auto one = testing::run_cli(train_args(kMlp, dir_ + "/one", 20));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  for (int n : {2, 4}) {
+    const std::string run = dir_ + "/n" + std::to_string(n);
+    auto r = launch(n, train_args(kMlp, run, 20));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("[rank 0] training mlp"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("data parallel over " + std::to_string(n) + " ranks"), std::string::npos);
+    EXPECT_EQ(r.output.find("[rank 1] training"), std::string::npos);  // rank 0 speaks for the job
+    EXPECT_LT(weight_difference(dir_ + "/one", run, 20), 1e-5) << n << " ranks";
+    expect_same_curve(dir_ + "/one", run);
+  }
+}
+
+TEST_F(Launch, DataParallelCnnEqualsOneProcess) {
+  auto args = [&](const std::string& out) {
+    auto a = train_args(kCnn, out, 5);
+    a.insert(a.end(), {"--set", "model.dropout=0"});  // dropout draws per rank: not one process's masks
+    return a;
+  };
+  auto one = testing::run_cli(args(dir_ + "/one"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto r = launch(2, args(dir_ + "/two"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_LT(weight_difference(dir_ + "/one", dir_ + "/two", 5), 1e-5);
+  expect_same_curve(dir_ + "/one", dir_ + "/two");
+}
+
+TEST_F(Launch, KilledRankRestartsFromTheNewestCheckpointAndEndsTheSame) {
+  auto one = testing::run_cli(train_args(kMlp, dir_ + "/one", 20));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  // Rank 1 is killed from outside once its status record shows step 12.
+  const std::string status = dir_ + "/status";
+  std::atomic<bool> killed{false}, done{false};
+  std::thread killer([&] {
+    while (!done && !killed) {
+      auto rec = distributed::StatusBoard::read_file(distributed::StatusBoard::path_of(status, 1));
+      if (rec && rec->step >= 12 && rec->pid > 0) {
+        kill(rec->pid, SIGKILL);
+        killed = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  auto r = launch(2, train_args(kMlp, dir_ + "/two", 20), {"--max-restarts", "1", "--kill-timeout", "10"},
+                  {"TESSERA_DIST_STATUS_DIR=" + status});
+  done = true;
+  killer.join();
+  ASSERT_TRUE(killed) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("died"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("restart 1 of 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resumed at step 10"), std::string::npos) << r.output;
+  EXPECT_LT(weight_difference(dir_ + "/one", dir_ + "/two", 20), 1e-5);
+}
+
+TEST_F(Launch, ResumesAtAnotherWorldSize) {
+  auto one = testing::run_cli(train_args(kMlp, dir_ + "/one", 20));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto first = launch(4, train_args(kMlp, dir_ + "/run", 10));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto args = train_args(kMlp, dir_ + "/run", 20);
+  args.insert(args.end(), {"--resume", "latest"});
+  auto second = launch(2, args);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed at step 10"), std::string::npos) << second.output;
+  EXPECT_LT(weight_difference(dir_ + "/one", dir_ + "/run", 20), 1e-5);
+}
+
+TEST_F(Launch, BadParallelConfigsAreNamed) {
+  auto a = train_args(kMlp, dir_ + "/a", 2);
+  a.insert(a.end(), {"--set", "parallel.data=4"});
+  auto r = launch(2, a);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("parallel.data is 4 but the launcher started 2 ranks"), std::string::npos) << r.output;
+  auto b = train_args(kMlp, dir_ + "/b", 2);
+  b.insert(b.end(), {"--set", "train.batch_size=127"});
+  r = launch(2, b);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("does not divide among 2 ranks"), std::string::npos) << r.output;
+  auto c = train_args(kMlp, dir_ + "/c", 2);
+  c.insert(c.end(), {"--set", "parallel.data=2"});
+  auto alone = testing::run_cli(c);
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_NE(alone.output.find("tessera launch -n 2"), std::string::npos) << alone.output;
+}
+
+}  // namespace
+}  // namespace tessera
