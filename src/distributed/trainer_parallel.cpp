@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tessera/distributed/ddp.h"
+#include "tessera/distributed/sync_batch_norm.h"
 
 namespace tessera::distributed {
 
@@ -22,6 +23,7 @@ class DataParallelRun : public train::Parallel {
     o.first_bucket_mb = s_.first_bucket_mb;
     o.find_unused_parameters = s_.find_unused_parameters;
     o.overlap = s_.overlap;
+    if (s_.sync_batch_norm) convert_sync_batch_norm(model, g_);
     ddp_ = std::make_unique<DistributedDataParallel>(model, g_, o);
   }
   void set_sync(bool sync) override {

@@ -42,12 +42,42 @@ Tensor BatchNorm::forward(const Tensor& x) {
     if (!momentum) factor = 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
   }
   const bool batch_stats = training_ || !track_running_stats;
+  if (batch_stats && replica_sum) return forward_across_replicas(x, factor);
   return ops::batch_norm(x, running_mean, running_var, weight, bias, batch_stats, factor, eps);
+}
+
+// The statistics of every replica's batch together, in two passes as one
+// process computes them: the mean, then the mean squared deviation from it
+// (not E[x^2] - E[x]^2, which cancels when the mean is large). Two small
+// sums across replicas per call; autograd differentiates through them.
+Tensor BatchNorm::forward_across_replicas(const Tensor& x, double factor) {
+  std::vector<int64_t> dims{0};
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  Shape bshape(static_cast<size_t>(x.dim()), 1);
+  bshape[1] = num_features;
+  Tensor count = full({1}, static_cast<double>(x.numel() / num_features), TensorOptions(x.dtype(), x.device()));
+  Tensor sums = replica_sum(ops::cat({ops::sum(x, dims), count}));
+  Tensor n = sums.narrow(0, num_features, 1);
+  Tensor mean = ops::div(sums.narrow(0, 0, num_features), n);
+  Tensor centered = ops::sub(x, mean.reshape(bshape));
+  Tensor var = ops::div(replica_sum(ops::sum(ops::mul(centered, centered), dims)), n);  // biased
+  Tensor y = ops::mul(centered, ops::rsqrt(ops::add(var, eps)).reshape(bshape));
+  if (weight.defined()) y = ops::add(ops::mul(y, weight.reshape(bshape)), bias.reshape(bshape));
+  if (training_ && track_running_stats) {
+    NoGradGuard no_grad;
+    const double total = n.item<double>();
+    TS_CHECK(total > 1, type_name(), ": the replicas' batches hold ", total,
+             " value per channel together; the variance needs at least 2");
+    running_mean.mul_(1 - factor).add_(ops::mul(mean.detach().to(running_mean.dtype()), factor));
+    running_var.mul_(1 - factor).add_(ops::mul(var.detach().to(running_var.dtype()), factor * total / (total - 1)));
+  }
+  return y;
 }
 
 std::string BatchNorm::extra_repr() const {
   return detail::str(num_features, ", eps=", eps, ", momentum=", momentum ? detail::str(*momentum) : std::string("None"),
-             ", affine=", affine ? "True" : "False", ", track_running_stats=", track_running_stats ? "True" : "False");
+             ", affine=", affine ? "True" : "False", ", track_running_stats=", track_running_stats ? "True" : "False",
+             replica_sum ? ", synchronized across replicas" : "");
 }
 
 void BatchNorm1d::check_input(const Tensor& x) const {

@@ -344,6 +344,7 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
       ps.data = pc.get<int64_t>("data", ps.data);
       ps.zero = pc.get<int64_t>("zero", ps.zero);
       ps.find_unused_parameters = pc.get<bool>("find_unused_parameters", ps.find_unused_parameters);
+      ps.sync_batch_norm = pc.get<bool>("sync_batch_norm", ps.sync_batch_norm);
       ps.bucket_mb = pc.get<double>("bucket_mb", ps.bucket_mb);
       ps.first_bucket_mb = pc.get<double>("first_bucket_mb", ps.first_bucket_mb);
       ps.overlap = pc.get<bool>("overlap", ps.overlap);

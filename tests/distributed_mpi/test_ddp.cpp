@@ -6,6 +6,8 @@
 
 #include "tessera/autograd/checkpoint.h"
 #include "tessera/distributed/ddp.h"
+#include "tessera/distributed/functional.h"
+#include "tessera/distributed/sync_batch_norm.h"
 #include "tessera/nn/nn.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/optimizer.h"
@@ -213,6 +215,100 @@ TEST(Ddp, Rank0WeightsAreBroadcast) {
   Tensor w = m.weight.detach().clone();
   world->broadcast(w, 0)->wait();
   EXPECT_TRUE(ops::all(ops::eq(w, m.weight)).item<bool>());
+}
+
+// ---- differentiable collectives and SyncBatchNorm -------------------------------------------
+
+// Rank r's coefficients c_r: the gradient of sum over ranks of sum(y * c_r) is known in closed form.
+Tensor coeffs(int r, int64_t n) { return ops::add(ops::mul(arange(n, DType::F64), 0.25), static_cast<double>(r + 1)); }
+
+Tensor sum_over_ranks(int size, int64_t n, int64_t first = 0) {
+  Tensor s = zeros({n}, DType::F64);
+  for (int q = 0; q < size; ++q) s = ops::add(s, coeffs(q, first + n).narrow(0, first, n));
+  return s;
+}
+
+TEST(DistFunctional, GradientsAreThoseOfTheSumOfEveryRanksLoss) {
+  auto w = distributed::world();
+  const int r = w->rank(), s = w->size();
+  const int64_t n = 5;
+  auto grad_of = [&](const std::function<Tensor(const Tensor&)>& f, Tensor x, int64_t out_n) {
+    x.requires_grad_();
+    ops::sum(ops::mul(f(x), coeffs(r, out_n))).backward();
+    return x.grad();
+  };
+  // all_reduce: d/dx_r sum_q <S, c_q> = sum_q c_q; nonlinear: cos(S) * sum_q c_q.
+  Tensor x = ops::add(arange(n, DType::F64), 0.1 * r);
+  Tensor g = grad_of([&](const Tensor& t) { return distributed::all_reduce(t, w); }, x.clone(), n);
+  EXPECT_TRUE(testing::all_close(g, sum_over_ranks(s, n), 1e-12, 1e-12));
+  Tensor S = x.clone();
+  w->allreduce(S)->wait();
+  g = grad_of([&](const Tensor& t) { return ops::sin(distributed::all_reduce(t, w)); }, x.clone(), n);
+  EXPECT_TRUE(testing::all_close(g, ops::mul(ops::cos(S), sum_over_ranks(s, n)), 1e-12, 1e-12));
+  // all_gather: rank r's block of every rank's coefficients.
+  g = grad_of([&](const Tensor& t) { return distributed::all_gather(t, w); }, x.clone(), s * n);
+  EXPECT_TRUE(testing::all_close(g, sum_over_ranks(s, n, r * n), 1e-12, 1e-12));
+  // reduce_scatter: block q of the input meets rank q's coefficients.
+  Tensor X = ops::mul(arange(s * n, DType::F64), 1.0 + r);
+  g = grad_of([&](const Tensor& t) { return distributed::reduce_scatter(t, w); }, X.clone(), n);
+  for (int q = 0; q < s; ++q) EXPECT_TRUE(testing::all_close(g.narrow(0, q * n, n), coeffs(q, n), 1e-12, 1e-12)) << q;
+  // copy_to_group: a replicated x used by every rank.
+  g = grad_of([&](const Tensor& t) { return distributed::copy_to_group(t, w); }, arange(n, DType::F64), n);
+  EXPECT_TRUE(testing::all_close(g, sum_over_ranks(s, n), 1e-12, 1e-12));
+}
+
+// A conv net with batch norm: data parallel with SyncBatchNorm equals one process.
+struct BnNet : nn::Module {
+  std::shared_ptr<nn::Conv2d> conv;
+  std::shared_ptr<nn::BatchNorm2d> bn;
+  std::shared_ptr<nn::Linear> head;
+  BnNet() : nn::Module("BnNet") {
+    conv = register_module("conv", std::make_shared<nn::Conv2d>(2, 3, 3));
+    bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(3));
+    head = register_module("head", std::make_shared<nn::Linear>(3 * 4 * 4, 2));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = ops::relu((*bn)((*conv)(x)));
+    return (*head)(h.reshape({h.size(0), -1}));
+  }
+};
+
+TEST(DistFunctional, SyncBatchNormEqualsOneProcess) {
+  auto world = distributed::world();
+  const int n = world->size(), r = world->rank();
+  auto make = [] {
+    manual_seed(5);
+    auto m = std::make_shared<BnNet>();
+    m->to(DType::F64);
+    return m;
+  };
+  auto ref = make(), dist = make();
+  EXPECT_EQ(distributed::convert_sync_batch_norm(*dist, world), 1);
+  EXPECT_NE(dist->bn->extra_repr().find("synchronized across replicas"), std::string::npos);
+  DistributedDataParallel ddp(*dist, world);
+  auto ref_opt = make_opt("sgd", *ref), dist_opt = make_opt("sgd", *dist);
+  Generator gen(2);
+  const int64_t batch = 8, per = batch / n;
+  for (int step = 0; step < 5; ++step) {
+    Tensor x = ops::add(ops::mul(ops::randn({batch, 2, 6, 6}, DType::F64, &gen), 2.0), 3.0);  // a mean far from 0
+    Tensor y = ops::randn({batch, 2}, DType::F64, &gen);
+    ops::mse_loss((*ref)(x), y).backward();
+    ops::mse_loss((*dist)(x.narrow(0, r * per, per)), y.narrow(0, r * per, per)).backward();
+    ref_opt->step(), dist_opt->step();
+    ref_opt->zero_grad(), dist_opt->zero_grad();
+  }
+  auto rp = ref->named_parameters(), dp = dist->named_parameters();
+  for (size_t i = 0; i < rp.size(); ++i)
+    EXPECT_TRUE(testing::all_close(rp[i].second, dp[i].second, 1e-10, 1e-12)) << rp[i].first;
+  auto rb = ref->named_buffers(), db = dist->named_buffers();
+  for (size_t i = 0; i < rb.size(); ++i)
+    if (is_floating(rb[i].second.dtype()))
+      EXPECT_TRUE(testing::all_close(rb[i].second, db[i].second, 1e-10, 1e-12)) << rb[i].first;
+  // Evaluation uses the running statistics, as BatchNorm does.
+  ref->eval(), dist->eval();
+  Tensor x = ops::randn({3, 2, 6, 6}, DType::F64, &gen);
+  NoGradGuard no_grad;
+  EXPECT_TRUE(testing::all_close((*ref)(x), (*dist)(x), 1e-10, 1e-12));
 }
 
 }  // namespace

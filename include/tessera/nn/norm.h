@@ -1,6 +1,7 @@
 #pragma once
 // Normalisation layers. BatchNorm keeps running statistics as buffers
 // (running_mean, running_var, num_batches_tracked) and uses them in eval().
+#include <functional>
 #include <optional>
 
 #include "tessera/nn/module.h"
@@ -16,6 +17,11 @@ struct BatchNorm : Module {
   std::optional<double> momentum;
   bool affine, track_running_stats;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  // Statistics across replicas (data parallelism): when set, training-mode
+  // statistics are those of every replica's batch together. It sums a tensor
+  // over the replicas and is differentiable (distributed::convert_sync_batch_norm
+  // sets an all-reduce); nn knows nothing of process groups.
+  std::function<Tensor(const Tensor&)> replica_sum;
   void reset_parameters() override;
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
@@ -24,6 +30,9 @@ struct BatchNorm : Module {
   BatchNorm(const char* type, int64_t num_features, double eps, std::optional<double> momentum, bool affine,
             bool track_running_stats);
   virtual void check_input(const Tensor& x) const = 0;
+
+ private:
+  Tensor forward_across_replicas(const Tensor& x, double factor);
 };
 
 struct BatchNorm1d : BatchNorm {

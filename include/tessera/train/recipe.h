@@ -67,6 +67,7 @@ struct ParallelSettings {
   int64_t data = 0;   // ranks of data parallelism; 0: as many as the launcher started
   int64_t zero = 0;   // ZeRO stage 0..3
   bool find_unused_parameters = false;
+  bool sync_batch_norm = false;  // batch-norm statistics over the global batch (distributed::SyncBatchNorm)
   double bucket_mb = 25;
   double first_bucket_mb = 1;
   bool overlap = true;  // all-reduce during backward (false: after it, for measuring)
