@@ -66,6 +66,7 @@ FULL = {
     "llm_spec": ["--speculative"],
     "llm_structured": ["--structured"],
     "seam": ["--rounds", "5"],
+    "distributed": ["--rounds", "3", "--steps", "20"],
 }
 QUICK = {
     "ops": ["--rounds", "1", "--threads", "1", "--quick", "--skip-default",
@@ -89,6 +90,7 @@ QUICK = {
     "llm_spec": ["--speculative", "--quick"],
     "llm_structured": ["--structured", "--quick"],
     "seam": ["--quick"],
+    "distributed": ["--quick"],
 }
 # The trained models: config, overrides (full, quick).
 RUNS = {
@@ -416,6 +418,10 @@ def json_script(ctx, name, script):
 
 def sec_seam(ctx):
     return json_script(ctx, "seam", "seam_compare.py")
+
+
+def sec_distributed(ctx):
+    return json_script(ctx, "distributed", "dist_compare.py")
 
 
 def sec_llm(ctx):
@@ -1338,6 +1344,46 @@ def render_seam(d, h):
     return out
 
 
+def render_distributed(d, h):
+    out = ["", "**Allreduce bus bandwidth**, f32, ProcessGroup against a raw `MPI_Allreduce` in one binary "
+               "(median of the slowest rank's times; bus bandwidth = 2 (n-1)/n x bytes / time)", "", machine_line(h), ""]
+    rows, worst = [], None
+    for r in d["allreduce"]:
+        ratio = r["tessera_busbw_gbs"] / r["mpi_busbw_gbs"]
+        if r["bytes"] >= 1 << 20:
+            worst = ratio if worst is None else min(worst, ratio)
+        size = f"{r['bytes'] >> 20} MB" if r["bytes"] >= 1 << 20 else f"{r['bytes'] >> 10} KB"
+        rows.append([r["ranks"], size, f"{fnum(r['tessera_busbw_gbs'])} GB/s", f"{fnum(r['mpi_busbw_gbs'])} GB/s",
+                     f"**{ratio:.2f}x**", f"{fnum((r['tessera_s'] - r['mpi_s']) * 1e6)} us"])
+    out += table(["ranks", "size", "Tessera", "raw MPI", "Tessera / MPI", "time added"], rows)
+    if worst is not None:
+        out += ["", f"From 1 MB the lowest ratio is {worst:.2f}x: {verdict('distributed', 'allreduce_ratio', worst)} "
+                    f"(target at least {target('distributed', 'allreduce_ratio')}x)."]
+    g = {(r.get("impl", "tessera"), r["ranks"], r.get("overlap", True), r.get("zero", 0)): r for r in d["gpt"]}
+    t1, p1 = g.get(("tessera", 1, True, 0)), g.get(("pytorch", 1, True, 0))
+    out += ["", f"**Data-parallel training step**, the tiny GPT of the training section with 2 layers "
+                f"({fnum(t1['params'] / 1e6) if t1 else '?'}M parameters), batch 4 x 256 tokens per rank, AdamW, "
+                "1 thread per rank; the step at 2 ranks over one process at the same per-rank batch (the cost of "
+                "communication; 1.0 is free)", "", machine_line(h), ""]
+    rows = []
+    for (impl, ranks, overlap, zero), r in sorted(g.items(), key=lambda kv: (kv[0][0] != "tessera", kv[0][1], not kv[0][2], kv[0][3])):
+        base = t1 if impl == "tessera" else p1
+        what = "one process" if ranks == 1 else (
+            ("DDP, overlap on" if overlap else "DDP, overlap off") if impl == "tessera"
+            else ("DDP (gloo) + ZeroRedundancyOptimizer" if zero else "DDP (gloo)"))
+        exposed = f"{fnum(r['exposed_comm_s'] * 1e3)} ms" if impl == "tessera" and ranks > 1 else ""
+        rows.append(["Tessera" if impl == "tessera" else f"PyTorch {r.get('torch', '')}", what, ranks,
+                     f"{fnum(r['step_s'] * 1e3)} ms", f"**{r['step_s'] / base['step_s']:.2f}x**" if base else "n/a", exposed])
+    out += table(["", "run", "ranks", "step", "over one process", "waited for communication"], rows,
+                 ["---", "---", "---:", "---:", "---:", "---:"])
+    t2, p2 = g.get(("tessera", 2, True, 0)), g.get(("pytorch", 2, True, 0))
+    if t1 and p1 and t2 and p2:
+        rel = (t2["step_s"] / t1["step_s"]) / (p2["step_s"] / p1["step_s"])
+        out += ["", f"Tessera's DDP ratio over PyTorch's: {rel:.2f}: {verdict('distributed', 'ddp_overhead', rel)} "
+                    f"(target at most {target('distributed', 'ddp_overhead')})."]
+    return out
+
+
 def render_serve(d, h):
     recs = d["records"]
     out = []
@@ -1418,6 +1464,7 @@ RUNNERS = {
     "llm_structured": (sec_llm_structured, render_llm_structured),
     "serve": (sec_serve, render_serve),
     "seam": (sec_seam, render_seam),
+    "distributed": (sec_distributed, render_distributed),
 }
 
 
