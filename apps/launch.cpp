@@ -5,7 +5,8 @@
 // wiring processes; the launcher adds what a training job needs around it:
 //   - one thread pool per rank sized to its share of the host's cores, and
 //     MPI's yielding wait when ranks outnumber cores (a busy-polling rank on a
-//     shared core makes a 1 K-float allreduce ~1000x slower);
+//     shared core makes a 1 K-float allreduce ~1000x slower); malloc settings
+//     that keep large message buffers mapped;
 //   - each output line prefixed with its rank;
 //   - Ctrl-C / SIGTERM forwarded as a stop request (SIGUSR2: every rank
 //     checkpoints and stops together); a second one ends the job;
@@ -133,8 +134,8 @@ class Job {
       if (!f_.hostfile.empty()) v.insert(v.end(), {"--hostfile", f_.hostfile});
       if (oversubscribed()) v.push_back("--oversubscribe");
       if (getuid() == 0) v.push_back("--allow-run-as-root");  // containers run as root
-      for (const char* var : {"OMP_NUM_THREADS", "OMPI_MCA_mpi_yield_when_idle", "TESSERA_DIST_STATUS_DIR",
-                              "TESSERA_DIST_TIMEOUT", "TESSERA_DIST_DEBUG"})
+      for (const char* var : {"OMP_NUM_THREADS", "OMPI_MCA_mpi_yield_when_idle", "GLIBC_TUNABLES",
+                              "TESSERA_DIST_STATUS_DIR", "TESSERA_DIST_TIMEOUT", "TESSERA_DIST_DEBUG"})
         if (std::getenv(var)) v.insert(v.end(), {"-x", var});
     }
     v.insert(v.end(), a_.command.begin(), a_.command.end());
@@ -340,6 +341,11 @@ int cmd_launch(const LaunchFlags& f, const std::string& self) {
       setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
     }
     if (job.oversubscribed() || job.ranks_per_host() >= cores) setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
+    // Open MPI allocates a message-sized buffer per large collective; glibc maps it fresh each time
+    // (the communication thread has an arena of its own), and faulting its pages in made a 64 MB
+    // allreduce 16x slower than with the memory kept (docs/distributed.md). A caller's setting wins.
+    if (!std::getenv("GLIBC_TUNABLES"))
+      setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295:glibc.malloc.arena_max=1", 1);
     std::printf("launch: %d ranks%s, %s threads each%s\n", a.ranks,
                 f.hostfile.empty() ? " on this host" : (" from " + f.hostfile).c_str(), std::getenv("OMP_NUM_THREADS"),
                 attempt > 0 ? (" (restart " + std::to_string(attempt) + " of " + std::to_string(f.max_restarts) + ")").c_str() : "");
