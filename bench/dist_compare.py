@@ -46,7 +46,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3, help="GPT runs per configuration; the median is kept")
+    ap.add_argument("--rounds", type=int, default=5, help="GPT runs per configuration, alternating; the median is kept")
     args = ap.parse_args()
     bench = os.path.join(args.build_dir, "bench", "tessera_dist_bench")
     if not os.path.exists(bench):
@@ -66,20 +66,26 @@ def main():
         runs = sorted(runs, key=lambda r: r["step_s"])
         return runs[len(runs) // 2]
 
+    # The six runs alternate, round after round, so that a change in the host's speed meets them all alike.
     common = ["--batch", "4", "--layers", "2", "--steps", str(steps), "--warmup", "2"]
-    for ranks, overlap in ((1, 1), (2, 1), (2, 0)):
-        runs = [lines(["mpirun", "-np", str(ranks), "--bind-to", "none", bench, "gpt", *common, "--overlap",
-                       str(overlap)], env)[0] for _ in range(rounds)]
-        r = median_of(runs)
-        r["impl"] = "tessera"
+    configs = [("tessera", 1, 1), ("tessera", 2, 1), ("tessera", 2, 0), ("pytorch", 1, 0), ("pytorch", 2, 0),
+               ("pytorch", 2, 1)]
+    runs = {c: [] for c in configs}
+    for rnd in range(rounds):
+        for impl, ranks, flag in configs:
+            if impl == "tessera":
+                r = lines(["mpirun", "-np", str(ranks), "--bind-to", "none", bench, "gpt", *common, "--overlap",
+                           str(flag)], env)[0]
+                r["impl"] = "tessera"
+            else:
+                r = lines(["/usr/bin/python3", os.path.join(HERE, "dist_torch.py"), "--ranks", str(ranks), *common,
+                           "--zero", str(flag)], dict(os.environ, OMP_NUM_THREADS="1"))[0]
+            runs[(impl, ranks, flag)].append(r)
+            print(f"round {rnd + 1}: {impl} ranks {ranks} {flag}: {r['step_s']:.4f} s", file=sys.stderr)
+    for c in configs:
+        r = median_of(runs[c])
+        r["rounds"] = [x["step_s"] for x in runs[c]]
         res["gpt"].append(r)
-        print(f"tessera gpt ranks {ranks} overlap {overlap}: {r['step_s']:.4f} s", file=sys.stderr)
-    for ranks, zero in ((1, 0), (2, 0), (2, 1)):
-        runs = [lines(["/usr/bin/python3", os.path.join(HERE, "dist_torch.py"), "--ranks", str(ranks), *common, "--zero",
-                       str(zero)], dict(os.environ, OMP_NUM_THREADS="1"))[0] for _ in range(rounds)]
-        r = median_of(runs)
-        res["gpt"].append(r)
-        print(f"pytorch gpt ranks {ranks} zero {zero}: {r['step_s']:.4f} s", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -1380,11 +1380,22 @@ def render_distributed(d, h):
     if t1 and p1 and t2 and p2:
         added_t, added_p = t2["step_s"] - t1["step_s"], p2["step_s"] - p1["step_s"]
         rel = (t2["step_s"] / t1["step_s"]) / (p2["step_s"] / p1["step_s"])
-        out += ["", f"Time DDP adds to a step: Tessera {fnum(added_t * 1e3)} ms, PyTorch {fnum(added_p * 1e3)} ms; "
-                    f"Tessera's over PyTorch's {added_t / added_p:.2f}: "
-                    f"{verdict('distributed', 'ddp_overhead', added_t / added_p)}. As ratios to one process, Tessera's "
-                    f"over PyTorch's is {rel:.2f}: {verdict('distributed', 'ddp_ratio', rel)} (a ratio counts against "
-                    "the faster single-process step: the same milliseconds are a larger share of a shorter step)."]
+        if added_p <= 0:
+            out += ["", f"Time DDP adds to a step: Tessera {fnum(added_t * 1e3)} ms; PyTorch's 2-rank step was not "
+                        "slower than its one-process step in this run (the host's noise exceeded its DDP cost), so "
+                        "there is no comparison of added time."]
+        else:
+            out += ["", f"Time DDP adds to a step: Tessera {fnum(added_t * 1e3)} ms, PyTorch {fnum(added_p * 1e3)} ms; "
+                        f"Tessera's over PyTorch's {added_t / added_p:.2f}: "
+                        f"{verdict('distributed', 'ddp_overhead', added_t / added_p)}."]
+        out += [f"As ratios to one process, Tessera's over PyTorch's is {rel:.2f}: {verdict('distributed', 'ddp_ratio', rel)} "
+                "(a ratio counts against the faster single-process step: the same milliseconds are a larger share of a "
+                "shorter step). Each configuration's rounds: " +
+                "; ".join(f"{'Tessera' if k[0] == 'tessera' else 'PyTorch'} {k[1]} rank{'s' if k[1] > 1 else ''}"
+                          f"{' overlap off' if k[0] == 'tessera' and not k[2] else ''}"
+                          f"{' ZeRO' if k[0] != 'tessera' and k[3] else ''}: "
+                          + ", ".join(f"{x * 1e3:.0f}" for x in r.get("rounds", [])) + " ms"
+                          for k, r in sorted(g.items(), key=lambda kv: (kv[0][0] != "tessera", kv[0][1])))]
     return out
 
 
