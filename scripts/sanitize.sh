@@ -28,7 +28,9 @@ memory='Memory|MemoryLimit|MemoryStats|Tensor|DType|Random|Threads|Errors|Locale
 if [ "$want" = all ] || [ "$want" = --asan ] || [ "$want" = --asan-ci ]; then
   cmake -S . -B build-asan -G Ninja -DTESSERA_SANITIZE=address -DCMAKE_BUILD_TYPE=RelWithAsserts \
     -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCH=OFF >/dev/null
-  cmake --build build-asan --target tessera_tests tessera_core_tests tessera_cli
+  targets=(tessera_tests tessera_core_tests tessera_cli)
+  [ "$want" = --asan-ci ] || targets+=(tessera_dist_tests)  # the MPI tests run in the whole-suite run only
+  cmake --build build-asan --target "${targets[@]}"
   # oneDNN's JIT kernels and libgomp are not instrumented; leaks in them are not ours.
   # The fortunes model's three-minute training is left out: the training loop
   # runs under the sanitizers in the other training tests.
