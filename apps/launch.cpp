@@ -126,8 +126,7 @@ class Job {
  private:
   std::vector<std::string> launcher_argv() const {
     std::vector<std::string> v;
-    const bool slurm = f_.launcher == "srun" || (f_.launcher == "auto" && std::getenv("SLURM_JOB_ID") && f_.hostfile.empty());
-    if (slurm) {
+    if (uses_srun()) {
       v = {"srun", "--mpi=pmix", "-n", std::to_string(a_.ranks), "--label", "--kill-on-bad-exit=1"};
     } else {
       v = {"mpirun", "-np", std::to_string(a_.ranks), "--bind-to", "none", "--tag-output"};
@@ -143,6 +142,9 @@ class Job {
   }
 
  public:
+  bool uses_srun() const {
+    return f_.launcher == "srun" || (f_.launcher == "auto" && std::getenv("SLURM_JOB_ID") && f_.hostfile.empty());
+  }
   int ranks_per_host() const {
     const int hosts = f_.hostfile.empty() ? 1 : count_hosts(f_.hostfile);
     return (a_.ranks + hosts - 1) / hosts;
@@ -159,7 +161,9 @@ class Job {
     pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
     int open_fds = 2, seen_signals = 0;
     double last_check = 0;
-    while (open_fds > 0) {
+    // After the kill, processes on other hosts (or cut off from them) may still hold the pipes: stop
+    // reading a little later rather than wait for them.
+    while (open_fds > 0 && !(killed_ && now() - killed_at_ > 2)) {
       poll(fds, 2, 200);
       for (int i = 0; i < 2; ++i) {
         if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
@@ -198,9 +202,10 @@ class Job {
                      f_.kill_timeout);
         snapshot();
         kill(-pid_, SIGKILL);
-        for (auto& [r, rec] : records_)
-          if (alive(rec)) kill(rec.pid, SIGKILL);
+        for (auto& [r, rec] : records_)  // ranks of this host only: a pid elsewhere means another process here
+          if (on_this_host(rec) && alive(rec)) kill(rec.pid, SIGKILL);
         killed_ = true;
+        killed_at_ = now();
       }
     }
   }
@@ -218,10 +223,13 @@ class Job {
     snapshot();
   }
 
-  static bool alive(const distributed::StatusRecord& r) {
+  static bool on_this_host(const distributed::StatusRecord& r) {
     char host[64] = {};
     gethostname(host, sizeof host - 1);
-    if (std::strncmp(host, r.host, sizeof host) != 0) return true;  // another host: unknown, assume so
+    return std::strncmp(host, r.host, sizeof host) == 0;
+  }
+  static bool alive(const distributed::StatusRecord& r) {
+    if (!on_this_host(r)) return true;  // another host: unknown, assume so
     return kill(r.pid, 0) == 0 || errno != ESRCH;
   }
 
@@ -260,6 +268,7 @@ class Job {
   pid_t pid_ = -1;
   double failed_at_ = 0;
   bool killed_ = false;
+  double killed_at_ = 0;
   std::map<int, distributed::StatusRecord> records_;
   std::set<int> died_;
 };
@@ -289,6 +298,8 @@ void add_launch_command(CLI::App& app, LaunchFlags& f) {
       ->check(CLI::Range(0, 65536));
   c->add_option("--kill-timeout", f.kill_timeout, "seconds from the first failure to the end of the whole job")
       ->check(CLI::Range(1.0, 3600.0));
+  c->add_option("--restart-delay", f.restart_delay, "seconds to wait before a restart (a host coming back)")
+      ->check(CLI::Range(0.0, 86400.0));
   c->add_option("--threads", f.threads, "OMP_NUM_THREADS per rank (0: the host's cores divided among its ranks; "
                 "an OMP_NUM_THREADS already set wins)")
       ->check(CLI::Range(0, 4096));
@@ -346,14 +357,19 @@ int cmd_launch(const LaunchFlags& f, const std::string& self) {
     // allreduce 16x slower than with the memory kept (docs/distributed.md). A caller's setting wins.
     if (!std::getenv("GLIBC_TUNABLES"))
       setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295:glibc.malloc.arena_max=1", 1);
-    std::printf("launch: %d ranks%s, %s threads each%s\n", a.ranks,
-                f.hostfile.empty() ? " on this host" : (" from " + f.hostfile).c_str(), std::getenv("OMP_NUM_THREADS"),
+    std::printf("launch: %d ranks%s with %s, %s threads each%s\n", a.ranks,
+                f.hostfile.empty() ? (job.uses_srun() ? " in the Slurm allocation" : " on this host")
+                                   : (" from " + f.hostfile).c_str(),
+                job.uses_srun() ? "srun" : "mpirun", std::getenv("OMP_NUM_THREADS"),
                 attempt > 0 ? (" (restart " + std::to_string(attempt) + " of " + std::to_string(f.max_restarts) + ")").c_str() : "");
     std::fflush(stdout);
     rc = job.run();
     if (rc == 0 || g_signals > 0 || attempt >= f.max_restarts) break;
-    std::fprintf(stderr, "launch: restarting from the newest checkpoint (%d of %d restarts left)\n",
-                 f.max_restarts - attempt - 1, f.max_restarts);
+    std::fprintf(stderr, "launch: restarting from the newest checkpoint in %g s (%d of %d restarts left)\n",
+                 f.restart_delay, f.max_restarts - attempt - 1, f.max_restarts);
+    for (double waited = 0; waited < f.restart_delay && g_signals == 0; waited += 0.1)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (g_signals > 0) break;
   }
   if (!(given && *given)) {
     std::error_code ec;

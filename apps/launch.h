@@ -16,6 +16,7 @@ struct LaunchFlags {
   int max_restarts = 0;
   int restart_n = 0;         // ranks after a restart; 0: n
   double kill_timeout = 30;  // seconds from the first failure to the end of the job
+  double restart_delay = 0;  // seconds between a failed attempt and the next
   int threads = 0;           // OMP_NUM_THREADS per rank; 0: the host's cores / its ranks
   std::string launcher = "auto";
   std::vector<std::string> command;

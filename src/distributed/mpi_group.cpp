@@ -256,7 +256,10 @@ class CommThread {
       watch_cv_.wait_for(lock, tick);
       if (watch_stop_) continue;
       std::string line;
-      if (current_ && now_seconds() - current_since_ >= timeout) line = report(*current_, timeout);
+      // MPI's start-up is bounded by the launcher, not by the collective deadline (a slow host
+      // starting many ranks is not a hang).
+      if (current_ && current_->what != "init" && now_seconds() - current_since_ >= timeout)
+        line = report(*current_, timeout);
       for (auto& p : pending_)
         if (line.empty() && now_seconds() - p.since >= timeout)
           line = "tessera: rank " + std::to_string(my_world_rank) + ": " + p.what + " did not complete within " +
@@ -291,7 +294,10 @@ class CommThread {
       const bool gone = std::strncmp(host, rec->host, sizeof host) == 0 && kill(rec->pid, 0) != 0 && errno == ESRCH;
       missing += (missing.empty() ? "" : "; ") + who + (gone ? " (exited, " : " (") + rec->describe() + ")";
     }
-    return line + "; ranks that did not arrive: " + (missing.empty() ? "none found" : missing);
+    if (missing.empty())
+      return line + "; every rank's status record shows it in this collective, so it is stuck in the transport "
+                    "(a link down, a host cut off?)";
+    return line + "; ranks that did not arrive: " + missing;
   }
 
   std::thread thread_, watchdog_;
