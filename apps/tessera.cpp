@@ -154,7 +154,9 @@ int cmd_train(const std::string& config_path, const std::string& resume, const s
                 config["lora"]["base"].get<std::string>().c_str(), out.c_str());
   }
   if (t.stopped_early()) {
-    std::printf("\nstopped; continue with:\n  %s train %s --resume latest\n", self(), config_path.c_str());
+    const std::string launch = o.parallel ? "launch -n " + std::to_string(o.parallel->size()) + " -- tessera " : "";
+    std::printf("\nstopped; continue with:\n  %s %strain %s --resume latest\n", self(), launch.c_str(),
+                config_path.c_str());
     return 0;
   }
   std::printf("\nwhat next:\n");
