@@ -84,6 +84,7 @@ struct Task {
   std::vector<int> world_ranks;  // of the group, for the watchdog's report
   CollectiveInfo info;
   std::string what;  // "allreduce f32[1024] #41 on world"
+  bool deadline = true;  // false: MPI's start-up, which the launcher bounds
 };
 
 // A send or receive in flight: posted non-blocking, completed by the loop (a
@@ -122,10 +123,11 @@ class CommThread {
     return work;
   }
   // Posts and waits: for setup calls that return values.
-  void call(const char* what, std::function<void()> fn) {
+  void call(const char* what, std::function<void()> fn, bool deadline = true) {
     Task t;
     t.fn = std::move(fn);
     t.what = what;
+    t.deadline = deadline;
     t.info.op = what;
     post(std::move(t))->wait();
   }
@@ -258,7 +260,7 @@ class CommThread {
       std::string line;
       // MPI's start-up is bounded by the launcher, not by the collective deadline (a slow host
       // starting many ranks is not a hang).
-      if (current_ && current_->what != "init" && now_seconds() - current_since_ >= timeout)
+      if (current_ && current_->deadline && now_seconds() - current_since_ >= timeout)
         line = report(*current_, timeout);
       for (auto& p : pending_)
         if (line.empty() && now_seconds() - p.since >= timeout)
@@ -623,7 +625,7 @@ ProcessGroupPtr make_mpi_world() {
     check_mpi(MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD), "status directory");
     status_dir = dir;
     if (std::getenv("TESSERA_DIST_STATUS_DIR") == nullptr) g_owned_status_dir = dir;
-  });
+  }, /*deadline=*/false);
   ct.my_world_rank = world->rank;
   for (int r = 0; r < world->size; ++r) ranks.push_back(r);
   StatusBoard::get().open(status_dir, world->rank);

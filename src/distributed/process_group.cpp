@@ -70,6 +70,20 @@ void check_tensor(const Tensor& t, const char* op, const char* what) {
   TS_CHECK(t.dtype() != DType::Bool, op, ": bool tensors are not supported; send them as u8");
 }
 
+// The output/input pair of allgather, reduce_scatter and all_to_all: CPU, one dtype, two tensors.
+void check_out_in(const Tensor& out, const Tensor& in, const char* op) {
+  check_tensor(in, op, "input");
+  check_tensor(out, op, "output");
+  TS_CHECK(out.dtype() == in.dtype(), op, ": the output is ", dtype_name(out.dtype()), ", the input ",
+           dtype_name(in.dtype()), "; they must match");
+  TS_CHECK(!out.is_same(in), op, ": the output must not be the input");
+}
+
+void check_avg(ReduceOp rop, const Tensor& t, const char* op) {
+  TS_CHECK(rop != ReduceOp::kAvg || is_floating(t.dtype()), op, ": avg needs a floating-point tensor, got ",
+           dtype_name(t.dtype()), " (sum it and divide)");
+}
+
 Tensor staged(const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
 
 }  // namespace
@@ -103,8 +117,7 @@ WorkPtr ProcessGroup::issue(const char* op, ReduceOp rop, const Tensor& in, cons
 
 WorkPtr ProcessGroup::allreduce(const Tensor& t, ReduceOp op) {
   check_tensor(t, "allreduce", "");
-  TS_CHECK(op != ReduceOp::kAvg || is_floating(t.dtype()), "allreduce: avg needs a floating-point tensor, got ",
-           dtype_name(t.dtype()), " (sum it and divide)");
+  check_avg(op, t, "allreduce");
   return issue("allreduce", op, t, t, -1, 0, t.numel());
 }
 
@@ -117,44 +130,31 @@ WorkPtr ProcessGroup::broadcast(const Tensor& t, int root) {
 WorkPtr ProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
   check_tensor(t, "reduce", "");
   TS_CHECK(root >= 0 && root < size_, "reduce: root ", root, " is not a rank of this group (0..", size_ - 1, ")");
-  TS_CHECK(op != ReduceOp::kAvg || is_floating(t.dtype()), "reduce: avg needs a floating-point tensor, got ",
-           dtype_name(t.dtype()));
+  check_avg(op, t, "reduce");
   return issue("reduce", op, t, t, root, 0, t.numel());
 }
 
 WorkPtr ProcessGroup::allgather(const Tensor& out, const Tensor& in) {
-  check_tensor(in, "allgather", "input");
-  check_tensor(out, "allgather", "output");
-  TS_CHECK(out.dtype() == in.dtype(), "allgather: the output is ", dtype_name(out.dtype()), ", the input ",
-           dtype_name(in.dtype()), "; they must match");
+  check_out_in(out, in, "allgather");
   TS_CHECK(out.numel() == in.numel() * size_, "allgather: the output holds ", out.numel(),
            " elements; it must hold size x input = ", size_, " x ", in.numel(), " = ", in.numel() * size_);
-  TS_CHECK(!out.is_same(in), "allgather: the output must not be the input");
   return issue("allgather", ReduceOp::kSum, in, out, -1, 0, in.numel());
 }
 
 WorkPtr ProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
-  check_tensor(in, "reduce_scatter", "input");
-  check_tensor(out, "reduce_scatter", "output");
-  TS_CHECK(out.dtype() == in.dtype(), "reduce_scatter: the output is ", dtype_name(out.dtype()), ", the input ",
-           dtype_name(in.dtype()), "; they must match");
+  check_out_in(out, in, "reduce_scatter");
   TS_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: the input holds ", in.numel(),
            " elements; it must hold size x output = ", size_, " x ", out.numel(), " = ", out.numel() * size_);
-  TS_CHECK(op != ReduceOp::kAvg || is_floating(in.dtype()), "reduce_scatter: avg needs a floating-point tensor, got ",
-           dtype_name(in.dtype()));
-  TS_CHECK(!out.is_same(in), "reduce_scatter: the output must not be the input");
+  check_avg(op, in, "reduce_scatter");
   return issue("reduce_scatter", op, in, out, -1, 0, in.numel());
 }
 
 WorkPtr ProcessGroup::all_to_all(const Tensor& out, const Tensor& in) {
-  check_tensor(in, "all_to_all", "input");
-  check_tensor(out, "all_to_all", "output");
-  TS_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel(), "all_to_all: the output (",
-           dtype_name(out.dtype()), "[", out.numel(), "]) must match the input (", dtype_name(in.dtype()), "[",
-           in.numel(), "])");
+  check_out_in(out, in, "all_to_all");
+  TS_CHECK(out.numel() == in.numel(), "all_to_all: the output holds ", out.numel(), " elements, the input ",
+           in.numel(), "; they must match");
   TS_CHECK(in.numel() % size_ == 0, "all_to_all: ", in.numel(), " elements do not split into ", size_,
            " equal blocks");
-  TS_CHECK(!out.is_same(in), "all_to_all: the output must not be the input");
   return issue("all_to_all", ReduceOp::kSum, in, out, -1, 0, in.numel());
 }
 
