@@ -66,25 +66,36 @@ def main():
         runs = sorted(runs, key=lambda r: r["step_s"])
         return runs[len(runs) // 2]
 
-    # The six runs alternate, round after round, so that a change in the host's speed meets them all alike.
+    # Memory per rank: DDP and ZeRO-1/2 at 2 and 4 ranks (one run each; the bytes do not drift).
+    res["memory"] = []
+    for n in (2, 4):
+        for zero in (0, 1, 2):
+            res["memory"] += lines(["mpirun", "-np", str(n), "--bind-to", "none", bench, "memory", "--batch", "4",
+                                    "--layers", "2", "--zero", str(zero)], env)
+    print("memory done", file=sys.stderr)
+
+    # The runs alternate, round after round, so that a change in the host's speed meets them all alike.
+    # A configuration: (implementation, ranks, mode): mode is ddp, ddp-sync (no overlap), zero1 or zero2.
     common = ["--batch", "4", "--layers", "2", "--steps", str(steps), "--warmup", "2"]
-    configs = [("tessera", 1, 1), ("tessera", 2, 1), ("tessera", 2, 0), ("pytorch", 1, 0), ("pytorch", 2, 0),
-               ("pytorch", 2, 1)]
+    configs = [("tessera", 1, "ddp"), ("tessera", 2, "ddp"), ("tessera", 2, "ddp-sync"), ("tessera", 2, "zero1"),
+               ("tessera", 2, "zero2"), ("pytorch", 1, "ddp"), ("pytorch", 2, "ddp"), ("pytorch", 2, "zero1")]
     runs = {c: [] for c in configs}
     for rnd in range(rounds):
-        for impl, ranks, flag in configs:
+        for impl, ranks, mode in configs:
+            zero = mode[4:] if mode.startswith("zero") else "0"
             if impl == "tessera":
                 r = lines(["mpirun", "-np", str(ranks), "--bind-to", "none", bench, "gpt", *common, "--overlap",
-                           str(flag)], env)[0]
+                           "0" if mode == "ddp-sync" else "1", "--zero", zero], env)[0]
                 r["impl"] = "tessera"
             else:
                 r = lines(["/usr/bin/python3", os.path.join(HERE, "dist_torch.py"), "--ranks", str(ranks), *common,
-                           "--zero", str(flag)], dict(os.environ, OMP_NUM_THREADS="1"))[0]
-            runs[(impl, ranks, flag)].append(r)
-            print(f"round {rnd + 1}: {impl} ranks {ranks} {flag}: {r['step_s']:.4f} s", file=sys.stderr)
+                           "--zero", zero], dict(os.environ, OMP_NUM_THREADS="1"))[0]
+            runs[(impl, ranks, mode)].append(r)
+            print(f"round {rnd + 1}: {impl} ranks {ranks} {mode}: {r['step_s']:.4f} s", file=sys.stderr)
     for c in configs:
         r = median_of(runs[c])
         r["rounds"] = [x["step_s"] for x in runs[c]]
+        r["mode"] = c[2]
         res["gpt"].append(r)
     if args.json:
         with open(args.json, "w") as f:

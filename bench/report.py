@@ -1369,7 +1369,7 @@ def render_distributed(d, h):
     for (impl, ranks, overlap, zero), r in sorted(g.items(), key=lambda kv: (kv[0][0] != "tessera", kv[0][1], not kv[0][2], kv[0][3])):
         base = t1 if impl == "tessera" else p1
         what = "one process" if ranks == 1 else (
-            ("DDP, overlap on" if overlap else "DDP, overlap off") if impl == "tessera"
+            (f"ZeRO-{zero}" if zero else "DDP, overlap on" if overlap else "DDP, overlap off") if impl == "tessera"
             else ("DDP (gloo) + ZeroRedundancyOptimizer" if zero else "DDP (gloo)"))
         exposed = f"{fnum(r['exposed_comm_s'] * 1e3)} ms" if impl == "tessera" and ranks > 1 else ""
         rows.append(["Tessera" if impl == "tessera" else f"PyTorch {r.get('torch', '')}", what, ranks,
@@ -1393,9 +1393,32 @@ def render_distributed(d, h):
                 "shorter step). Each configuration's rounds: " +
                 "; ".join(f"{'Tessera' if k[0] == 'tessera' else 'PyTorch'} {k[1]} rank{'s' if k[1] > 1 else ''}"
                           f"{' overlap off' if k[0] == 'tessera' and not k[2] else ''}"
-                          f"{' ZeRO' if k[0] != 'tessera' and k[3] else ''}: "
+                          f"{' ZeRO-' + str(k[3]) if k[3] else ''}: "
                           + ", ".join(f"{x * 1e3:.0f}" for x in r.get("rounds", [])) + " ms"
                           for k, r in sorted(g.items(), key=lambda kv: (kv[0][0] != "tessera", kv[0][1])))]
+    tz, pz = g.get(("tessera", 2, True, 1)), g.get(("pytorch", 2, True, 1))
+    if tz and pz:
+        ratio = tz["step_s"] / pz["step_s"]
+        out += ["", f"ZeRO-1 at 2 ranks: Tessera {fnum(tz['step_s'] * 1e3)} ms a step, PyTorch's DDP + "
+                    f"ZeroRedundancyOptimizer {fnum(pz['step_s'] * 1e3)} ms: {ratio:.2f}x, "
+                    f"{verdict('distributed', 'zero1_step', ratio)} (target at most {target('distributed', 'zero1_step')}x)."]
+    mem = d.get("memory", [])
+    if mem:
+        out += ["", "**Memory per rank** of the same GPT under AdamW: the allocator's live bytes after backward of "
+                    "the third step (parameters, gradients, optimizer state; the batch subtracted) against ZeRO's "
+                    "expected bytes for Ψ f32 parameters (DDP 16Ψ, ZeRO-1 8Ψ + 8Ψ/N, ZeRO-2 4Ψ + 12Ψ/N; "
+                    "ZeRO-2's gradient shards live from the end of backward to the step), and the step's peak, "
+                    "which adds the activations (the slowest-growing rank's figures)", "", machine_line(h), ""]
+        rows, worst = [], 0.0
+        for r in sorted(mem, key=lambda r: (r["ranks"], r["zero"])):
+            ratio = r["model_states_bytes"] / r["expected_bytes"]
+            worst = max(worst, ratio)
+            rows.append([r["ranks"], f"ZeRO-{r['zero']}" if r["zero"] else "DDP", f"{r['model_states_bytes'] / 1e6:.1f} MB",
+                         f"{r['expected_bytes'] / 1e6:.1f} MB", f"**{ratio:.3f}**", f"{r['peak_bytes'] / 1e6:.1f} MB",
+                         f"{r['activations_bytes'] / 1e6:.1f} MB"])
+        out += table(["ranks", "run", "model states", "expected", "states / expected", "peak", "peak - states"], rows)
+        out += ["", f"The worst ratio is {worst:.3f}: {verdict('distributed', 'zero_memory', worst)} "
+                    f"(target at most {target('distributed', 'zero_memory')})."]
     return out
 
 

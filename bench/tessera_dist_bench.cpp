@@ -5,10 +5,14 @@
 //       MPI_COMM_WORLD, in one binary, alternating, per size. Rank 0 prints one
 //       JSON line per size: median seconds of each and bus bandwidth
 //       (2 (n-1)/n bytes / time, the bytes each link carries in a ring).
-//   tessera_dist_bench gpt --batch 4 --layers 2 --steps 10 --warmup 2 --overlap 1
-//       Training steps of the tiny GPT (bench/train_torch.py's) under DDP at the
-//       per-rank batch, or alone when started as one process. Rank 0 prints the
-//       median step time and the time backward's end waited for communication.
+//   tessera_dist_bench gpt --batch 4 --layers 2 --steps 10 --warmup 2 --overlap 1 --zero 0
+//       Training steps of the tiny GPT (bench/train_torch.py's) under DDP (or
+//       ZeRO-1/2 with --zero) at the per-rank batch, or alone when started as
+//       one process. Rank 0 prints the median step time and the time
+//       backward's end waited for communication.
+//   tessera_dist_bench memory --zero 0|1|2
+//       Bytes per rank of the GPT's parameters, gradients and AdamW state, and
+//       the peak with activations, against ZeRO's expected bytes.
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 
@@ -22,7 +26,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/core/allocator.h"
 #include "tessera/distributed/ddp.h"
+#include "tessera/distributed/zero.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/optimizer.h"
@@ -89,50 +95,125 @@ int bench_allreduce(int argc, char** argv) {
   return 0;
 }
 
+// The tiny GPT, its AdamW, and this rank's batch; under DDP or ZeRO (--zero
+// 1|2) when started as several ranks.
+struct GptRun {
+  std::shared_ptr<nn::zoo::GPT> model;
+  std::unique_ptr<optim::AdamW> opt;
+  std::unique_ptr<distributed::DistributedDataParallel> ddp;
+  std::unique_ptr<distributed::ZeroRedundancy> zero;
+  Tensor x, y;
+
+  GptRun(int argc, char** argv) {
+    auto world = distributed::world();
+    const int64_t batch = std::stoll(arg(argc, argv, "--batch", "4"));
+    const int layers = std::stoi(arg(argc, argv, "--layers", "2"));
+    const int zero_stage = std::stoi(arg(argc, argv, "--zero", "0"));
+    manual_seed(0);
+    nn::zoo::GPTConfig c;  // vocab 256, block 256, 6 heads, 384 wide, as bench/train_torch.py's
+    c.n_layer = layers;
+    model = std::make_shared<nn::zoo::GPT>(c);
+    model->train();
+    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::Options{{"lr", 3e-4}, {"weight_decay", 0.1}});
+    if (world->size() > 1 && zero_stage > 0) {
+      distributed::ZeroOptions o;
+      o.stage = zero_stage;
+      o.overlap = arg(argc, argv, "--overlap", "1") == "1";
+      zero = std::make_unique<distributed::ZeroRedundancy>(*model, *opt, world, o);
+    } else if (world->size() > 1) {
+      distributed::DdpOptions o;
+      o.overlap = arg(argc, argv, "--overlap", "1") == "1";
+      ddp = std::make_unique<distributed::DistributedDataParallel>(*model, world, o);
+    }
+    Generator g(1 + world->rank());
+    Tensor tokens = ops::randint(0, 256, {batch, 257}, DType::I64, &g);
+    x = tokens.slice(1, 0, 256).contiguous();
+    y = tokens.slice(1, 1, 257).contiguous();
+  }
+  void backward() {
+    Tensor out = (*model)(x);
+    ops::cross_entropy(out.reshape({-1, out.size(-1)}), y.reshape({-1})).backward();
+  }
+  void step() {
+    if (zero) {
+      zero->step();
+    } else {
+      opt->step();
+      opt->zero_grad();
+    }
+  }
+  double wait_seconds() const { return ddp ? ddp->last_wait_seconds() : zero ? zero->last_wait_seconds() : 0.0; }
+};
+
+// The largest of every rank's values, element-wise.
+std::vector<double> max_over_ranks(std::vector<double> v) {
+  auto world = distributed::world();
+  if (world->size() > 1) {
+    Tensor m = from_buffer(v.data(), {static_cast<int64_t>(v.size())}, DType::F64);
+    world->allreduce(m, distributed::ReduceOp::kMax)->wait();
+  }
+  return v;
+}
+
 int bench_gpt(int argc, char** argv) {
   auto world = distributed::world();
-  const int64_t batch = std::stoll(arg(argc, argv, "--batch", "4"));
-  const int layers = std::stoi(arg(argc, argv, "--layers", "2"));
   const int steps = std::stoi(arg(argc, argv, "--steps", "10"));
   const int warmup = std::stoi(arg(argc, argv, "--warmup", "2"));
-  const bool overlap = arg(argc, argv, "--overlap", "1") == "1";
-  manual_seed(0);
-  nn::zoo::GPTConfig c;  // vocab 256, block 256, 6 heads, 384 wide, as bench/train_torch.py's
-  c.n_layer = layers;
-  auto model = std::make_shared<nn::zoo::GPT>(c);
-  model->train();
-  std::unique_ptr<distributed::DistributedDataParallel> ddp;
-  if (world->size() > 1) {
-    distributed::DdpOptions o;
-    o.overlap = overlap;
-    ddp = std::make_unique<distributed::DistributedDataParallel>(*model, world, o);
-  }
-  optim::AdamW opt(model->parameters(), {{"lr", 3e-4}, {"weight_decay", 0.1}});
-  Generator g(1 + world->rank());
-  Tensor tokens = ops::randint(0, 256, {batch, 257}, DType::I64, &g);
-  Tensor x = tokens.slice(1, 0, 256).contiguous(), y = tokens.slice(1, 1, 257).contiguous();
+  GptRun run(argc, argv);
   std::vector<double> times, waits;
   for (int s = 0; s < warmup + steps; ++s) {
     if (world->size() > 1) world->barrier()->wait();
     auto t0 = Clock::now();
-    opt.zero_grad();
-    Tensor out = (*model)(x);
-    ops::cross_entropy(out.reshape({-1, out.size(-1)}), y.reshape({-1})).backward();
-    opt.step();
+    run.backward();
+    run.step();
     const double t = seconds_since(t0);
-    if (s >= warmup) times.push_back(t), waits.push_back(ddp ? ddp->last_wait_seconds() : 0.0);
+    if (s >= warmup) times.push_back(t), waits.push_back(run.wait_seconds());
   }
-  double med[2] = {median(times), median(waits)}, slowest[2] = {med[0], med[1]};
-  if (world->size() > 1) {
-    Tensor m = from_buffer(med, {2}, DType::F64);
-    world->allreduce(m, distributed::ReduceOp::kMax)->wait();
-    slowest[0] = m.data_ptr<double>()[0];
-    slowest[1] = m.data_ptr<double>()[1];
-  }
+  auto slowest = max_over_ranks({median(times), median(waits)});
   if (world->rank() == 0) {
-    nlohmann::json j = {{"bench", "gpt"}, {"ranks", world->size()}, {"batch_per_rank", batch}, {"layers", layers},
-                        {"overlap", overlap}, {"step_s", slowest[0]}, {"exposed_comm_s", slowest[1]},
-                        {"params", model->num_parameters()}, {"steps", steps}};
+    nlohmann::json j = {{"bench", "gpt"},
+                        {"ranks", world->size()},
+                        {"batch_per_rank", run.x.size(0)},
+                        {"layers", arg(argc, argv, "--layers", "2")},
+                        {"overlap", arg(argc, argv, "--overlap", "1") == "1"},
+                        {"zero", std::stoi(arg(argc, argv, "--zero", "0"))},
+                        {"step_s", slowest[0]},
+                        {"exposed_comm_s", slowest[1]},
+                        {"params", run.model->num_parameters()},
+                        {"steps", steps}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+// Memory per rank: after backward, once the optimizer has state (step 3),
+// the allocator's live bytes are the model states -- parameters, gradients,
+// optimizer state -- plus the batch; the peak over the step adds the
+// activations. Rank 0 prints both with the bytes ZeRO's paper expects for Ψ
+// f32 parameters under Adam: DDP 16Ψ, ZeRO-1 4Ψ + 4Ψ + 8Ψ/N, ZeRO-2 4Ψ + 12Ψ/N.
+int bench_memory(int argc, char** argv) {
+  auto world = distributed::world();
+  GptRun run(argc, argv);
+  const int n = world->size(), stage = run.zero ? run.zero->stage() : 0;
+  double states = 0, peak = 0;
+  for (int s = 0; s < 3; ++s) {
+    reset_peak_memory();
+    run.backward();
+    if (s == 2) {
+      // Stage 2 holds this step's gradient shards only from the end of backward to the step.
+      states = static_cast<double>(memory_allocated() - static_cast<int64_t>(allocation_size(run.x.nbytes()) +
+                                                                            allocation_size(run.y.nbytes())));
+    }
+    run.step();
+    peak = static_cast<double>(max_memory_allocated());
+  }
+  const double psi = static_cast<double>(run.model->num_parameters());
+  const double expected = stage == 0 ? 16 * psi : stage == 1 ? 8 * psi + 8 * psi / n : 4 * psi + 12 * psi / n;
+  auto worst = max_over_ranks({states, peak});
+  if (world->rank() == 0) {
+    nlohmann::json j = {{"bench", "memory"}, {"ranks", n}, {"zero", stage}, {"params", psi},
+                        {"model_states_bytes", worst[0]}, {"expected_bytes", expected},
+                        {"peak_bytes", worst[1]}, {"activations_bytes", worst[1] - worst[0]}};
     std::printf("%s\n", j.dump().c_str());
   }
   return 0;
@@ -145,10 +226,11 @@ int main(int argc, char** argv) {
   try {
     if (mode == "allreduce") return bench_allreduce(argc, argv);
     if (mode == "gpt") return bench_gpt(argc, argv);
+    if (mode == "memory") return bench_memory(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tessera_dist_bench: %s\n", e.what());
     distributed::abort_job(1);
   }
-  std::fprintf(stderr, "usage: tessera_dist_bench allreduce|gpt [options] (see the file's comment)\n");
+  std::fprintf(stderr, "usage: tessera_dist_bench allreduce|gpt|memory [options] (see the file's comment)\n");
   return 2;
 }

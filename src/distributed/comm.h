@@ -1,5 +1,9 @@
 #pragma once
 // Inside distributed/: the backends behind ProcessGroup and the world's setup.
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "tessera/distributed/process_group.h"
 
 namespace tessera::distributed {
@@ -19,5 +23,9 @@ void mpi_shutdown();
 // TESSERA_DIST_TIMEOUT (seconds, default 300) and TESSERA_DIST_DEBUG.
 double collective_timeout();
 bool debug_collectives();
+
+// Every rank must hold the same parameters (names, dtypes, shapes, order);
+// the first difference is an error on every rank. `who` names the caller.
+void check_same_parameters(ProcessGroup& g, const std::vector<std::pair<std::string, Tensor>>& named, const char* who);
 
 }  // namespace tessera::distributed

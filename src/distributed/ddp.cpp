@@ -19,6 +19,7 @@
 
 #include "tessera/autograd/engine.h"
 #include "tessera/autograd/grad_mode.h"
+#include "distributed/comm.h"
 
 namespace tessera::distributed {
 
@@ -39,49 +40,13 @@ struct DistributedDataParallel::Bucket {
   WorkPtr work;
 };
 
-namespace {
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-std::string signature(const std::string& name, const Tensor& t) {
-  return name + " " + dtype_name(t.dtype()) + shape_str(t.shape());
-}
-
-// Every rank must hold the same parameters; the first difference is named.
-void check_same_structure(ProcessGroup& g, const std::vector<std::pair<std::string, Tensor>>& named) {
-  Tensor count = full({1}, static_cast<int64_t>(named.size()), DType::I64);
-  Tensor counts = zeros({g.size()}, DType::I64);
-  g.allgather(counts, count)->wait();
-  for (int r = 0; r < g.size(); ++r)
-    TS_CHECK(counts.data_ptr<int64_t>()[r] == static_cast<int64_t>(named.size()), "DistributedDataParallel: rank ",
-             g.rank(), " has ", named.size(), " parameters, rank ", r, " has ", counts.data_ptr<int64_t>()[r],
-             "; every rank must build the same model");
-  std::vector<int64_t> mine;
-  for (auto& [n, t] : named) mine.push_back(static_cast<int64_t>(fnv1a(signature(n, t))));
-  Tensor local = from_buffer(mine.data(), {static_cast<int64_t>(mine.size())}, DType::I64);
-  Tensor all = zeros({g.size() * static_cast<int64_t>(mine.size())}, DType::I64);
-  g.allgather(all, local)->wait();
-  const int64_t* a = all.data_ptr<int64_t>();
-  for (int r = 0; r < g.size(); ++r)
-    for (size_t i = 0; i < mine.size(); ++i)
-      TS_CHECK(a[r * mine.size() + i] == mine[i], "DistributedDataParallel: parameter ", i, " differs between rank ",
-               g.rank(), " (", signature(named[i].first, named[i].second), ") and rank ", r,
-               "; every rank must build the same model");
-}
-
-}  // namespace
-
 DistributedDataParallel::DistributedDataParallel(nn::Module& model, ProcessGroupPtr group, DdpOptions options)
     : model_(model), group_(std::move(group)), opt_(options) {
   TS_CHECK(group_, "DistributedDataParallel: no process group");
   TS_CHECK(opt_.bucket_cap_mb > 0 && opt_.first_bucket_mb > 0, "DistributedDataParallel: bucket sizes must be positive");
   NoGradGuard no_grad;
   auto named = model_.named_parameters();
-  check_same_structure(*group_, named);
+  check_same_parameters(*group_, named, "DistributedDataParallel");
   // Rank 0's weights (and buffers) everywhere, frozen ones included.
   std::vector<WorkPtr> works;
   for (auto& [n, t] : named) works.push_back(group_->broadcast(t, 0));

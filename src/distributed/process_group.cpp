@@ -228,4 +228,41 @@ class SelfGroup : public ProcessGroup {
 
 ProcessGroupPtr make_self_group() { return std::make_shared<SelfGroup>(std::vector<int>{0}, "world"); }
 
+// ---- shared checks ---------------------------------------------------------------
+namespace {
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string signature(const std::string& name, const Tensor& t) {
+  return name + " " + dtype_name(t.dtype()) + shape_str(t.shape());
+}
+
+}  // namespace
+
+void check_same_parameters(ProcessGroup& g, const std::vector<std::pair<std::string, Tensor>>& named, const char* who) {
+  Tensor count = full({1}, static_cast<int64_t>(named.size()), DType::I64);
+  Tensor counts = zeros({g.size()}, DType::I64);
+  g.allgather(counts, count)->wait();
+  for (int r = 0; r < g.size(); ++r)
+    TS_CHECK(counts.data_ptr<int64_t>()[r] == static_cast<int64_t>(named.size()), who, ": rank ",
+             g.rank(), " has ", named.size(), " parameters, rank ", r, " has ", counts.data_ptr<int64_t>()[r],
+             "; every rank must build the same model");
+  std::vector<int64_t> mine;
+  for (auto& [n, t] : named) mine.push_back(static_cast<int64_t>(fnv1a(signature(n, t))));
+  Tensor local = from_buffer(mine.data(), {static_cast<int64_t>(mine.size())}, DType::I64);
+  Tensor all = zeros({g.size() * static_cast<int64_t>(mine.size())}, DType::I64);
+  g.allgather(all, local)->wait();
+  const int64_t* a = all.data_ptr<int64_t>();
+  for (int r = 0; r < g.size(); ++r)
+    for (size_t i = 0; i < mine.size(); ++i)
+      TS_CHECK(a[r * mine.size() + i] == mine[i], who, ": parameter ", i, " differs between rank ",
+               g.rank(), " (", signature(named[i].first, named[i].second), ") and rank ", r,
+               "; every rank must build the same model");
+}
+
+
 }  // namespace tessera::distributed

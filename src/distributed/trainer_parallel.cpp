@@ -5,6 +5,7 @@
 
 #include "tessera/distributed/ddp.h"
 #include "tessera/distributed/sync_batch_norm.h"
+#include "tessera/distributed/zero.h"
 
 namespace tessera::distributed {
 
@@ -18,26 +19,56 @@ class DataParallelRun : public train::Parallel {
   int local_rank() const override { return distributed::local_rank(); }
 
   void attach(nn::Module& model, optim::Optimizer& optimizer) override {
+    if (s_.sync_batch_norm) convert_sync_batch_norm(model, g_);
+    if (s_.zero > 0) {
+      ZeroOptions o;
+      o.stage = static_cast<int>(s_.zero);
+      o.bucket_cap_mb = s_.bucket_mb;
+      o.first_bucket_mb = s_.first_bucket_mb;
+      o.find_unused_parameters = s_.find_unused_parameters;
+      o.overlap = s_.overlap;
+      zero_ = std::make_unique<ZeroRedundancy>(model, optimizer, g_, o);
+      return;
+    }
     DdpOptions o;
     o.bucket_cap_mb = s_.bucket_mb;
     o.first_bucket_mb = s_.first_bucket_mb;
     o.find_unused_parameters = s_.find_unused_parameters;
     o.overlap = s_.overlap;
-    if (s_.sync_batch_norm) convert_sync_batch_norm(model, g_);
     ddp_ = std::make_unique<DistributedDataParallel>(model, g_, o);
   }
   void set_sync(bool sync) override {
     if (ddp_) ddp_->require_sync(sync);
+    if (zero_) zero_->require_sync(sync);
   }
   void set_step(int64_t step) override {
     if (ddp_) ddp_->set_step(step);
+    if (zero_) zero_->set_step(step);
     distributed::set_step(step);
+  }
+  bool shards_optimizer() const override { return zero_ != nullptr; }
+  void after_step() override {
+    if (!zero_) return;
+    zero_->gather_parameters();
+    zero_->clear_gradients();
+  }
+  optim::OptimizerState optimizer_state(optim::Optimizer& o) override {
+    return zero_ ? zero_->consolidated_state() : o.state_dict();
+  }
+  void load_optimizer_state(optim::Optimizer& o, const optim::OptimizerState& s) override {
+    if (zero_)
+      zero_->load_consolidated_state(s);
+    else
+      o.load_state_dict(s);
   }
   void sum(std::vector<double>& v) override { reduce(v, ReduceOp::kSum); }
   void max(std::vector<double>& v) override { reduce(v, ReduceOp::kMax); }
   void barrier() override { g_->barrier()->wait(); }
   void abort(int code) override { abort_job(code); }
-  std::string describe() const override { return "data parallel over " + std::to_string(g_->size()) + " ranks"; }
+  std::string describe() const override {
+    return (zero_ ? "ZeRO-" + std::to_string(s_.zero) + " data parallel" : std::string("data parallel")) + " over " +
+           std::to_string(g_->size()) + " ranks";
+  }
 
  private:
   void reduce(std::vector<double>& v, ReduceOp op) {
@@ -48,7 +79,8 @@ class DataParallelRun : public train::Parallel {
   }
   train::ParallelSettings s_;
   ProcessGroupPtr g_;
-  std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<DistributedDataParallel> ddp_;  // one of the two
+  std::unique_ptr<ZeroRedundancy> zero_;
 };
 
 // The first key path where two JSON values differ ("" when equal).

@@ -48,6 +48,28 @@ void Optimizer::add_param_group(ParamGroup group) {
   groups_.push_back(std::move(group));
 }
 
+void Optimizer::set_params(std::vector<TensorList> params, std::vector<std::vector<std::string>> names) {
+  TS_CHECK(params.size() == groups_.size() && names.size() == groups_.size(), name_, ".set_params: got ",
+           params.size(), " parameter lists and ", names.size(), " name lists for ", groups_.size(), " groups");
+  std::vector<ParamGroup> groups = std::move(groups_);
+  groups_.clear();
+  state_.clear();
+  name_index_.clear();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    TS_CHECK(names[i].size() == params[i].size(), name_, ".set_params: group ", i, " has ", params[i].size(),
+             " parameters but ", names[i].size(), " names");
+    for (size_t j = 0; j < params[i].size(); ++j) {
+      const Tensor& p = params[i][j];
+      TS_CHECK(p.defined() && p.is_leaf() && p.is_contiguous() && (p.dtype() == DType::F32 || p.dtype() == DType::F64),
+               name_, ".set_params: parameter '", names[i][j], "' must be a contiguous f32 or f64 leaf");
+      TS_CHECK(name_index_.emplace(names[i][j], state_.size() + j).second, name_, ": two parameters are named '",
+               names[i][j], "'");
+    }
+    state_.resize(state_.size() + params[i].size());
+    groups_.push_back(ParamGroup{std::move(params[i]), std::move(groups[i].options), std::move(names[i])});
+  }
+}
+
 void Optimizer::step() {
   NoGradGuard no_grad;
   size_t idx = 0;

@@ -23,7 +23,7 @@ Tensor GradScaler::scale(const Tensor& loss) {
   return ops::mul(loss, full({}, scale_, DType::F32));
 }
 
-void GradScaler::unscale_(optim::Optimizer& opt) {
+void GradScaler::unscale_(optim::Optimizer& opt, const std::function<bool(bool)>& agree) {
   if (!options_.enabled) return;
   PerOptimizer& st = per_opt_[&opt];
   TS_CHECK(st.stage != Stage::kUnscaled,
@@ -41,7 +41,7 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
       if (!found && !ops::all(ops::isfinite(g)).item<bool>()) found = true;
       g.mul_(static_cast<double>(inv));
     }
-  st.found_inf = found;
+  st.found_inf = agree ? agree(found) : found;
   st.stage = Stage::kUnscaled;
 }
 

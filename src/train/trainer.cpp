@@ -169,7 +169,7 @@ std::string Trainer::save_checkpoint() {
   check_finite_parameters();
   io::Checkpoint c;
   c.model = recipe_.model->state_dict().entries;
-  optim::OptimizerState os = optimizer_->state_dict();
+  optim::OptimizerState os = parallel_->optimizer_state(*optimizer_);  // ZeRO: gathered from every rank
   c.optimizer = os.tensors;
   c.optimizer_groups = os.groups;
   Generator& g = default_generator();
@@ -206,7 +206,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
   } catch (const Error& e) {
     TS_ERROR("checkpoint ", dir, " does not fit this model: ", e.what());
   }
-  optimizer_->load_state_dict({c.optimizer, c.optimizer_groups});
+  parallel_->load_optimizer_state(*optimizer_, {c.optimizer, c.optimizer_groups});
   const json& s = c.state;
   try {
     step_ = s.at("step").get<int64_t>();
@@ -273,14 +273,37 @@ void Trainer::optimizer_step() {
   const TrainSettings& s = recipe_.train;
   nn::Module& model = *recipe_.model;
   profiler::PhaseScope phase(profiler::Phase::kOptimizer);
-  scaler_.unscale_(*optimizer_);  // true gradients from here on (no-op without scaling)
+  // Under ZeRO each rank holds its shards of the gradients (the optimizer's
+  // parameters): the inf check and the norm join every rank's part.
+  const bool shards = parallel_->shards_optimizer();
+  TensorList params = model.parameters();
+  std::function<bool(bool)> any_rank;
+  std::function<double(double)> norm_over_ranks;
+  if (shards) {
+    params.clear();
+    for (auto& g : optimizer_->param_groups()) params.insert(params.end(), g.params.begin(), g.params.end());
+    any_rank = [this](bool found) {
+      std::vector<double> v{found ? 1.0 : 0.0};
+      parallel_->max(v);
+      return v[0] > 0;
+    };
+    norm_over_ranks = [this](double partial) {  // the sums of squares of the ranks' shards
+      std::vector<double> v{partial};
+      parallel_->sum(v);
+      return v[0];
+    };
+  }
+  // The L2 norm; max_norm inf measures it for the metrics without clipping.
+  auto clip_norm = [&](double max_norm) { return optim::clip_grad_norm_(params, max_norm, 2.0, false, norm_over_ranks); };
+  scaler_.unscale_(*optimizer_, any_rank);  // true gradients from here on (no-op without scaling)
   if (stats_due_) collect_grad_stats();
-  if (s.clip_grad_norm > 0) last_grad_norm_ = optim::clip_grad_norm_(model.parameters(), s.clip_grad_norm);
-  else if (metrics_server_) last_grad_norm_ = optim::clip_grad_norm_(model.parameters(), INFINITY);
-  if (s.clip_grad_value > 0) optim::clip_grad_value_(model.parameters(), s.clip_grad_value);
+  if (s.clip_grad_norm > 0) last_grad_norm_ = clip_norm(s.clip_grad_norm);
+  else if (metrics_server_) last_grad_norm_ = clip_norm(INFINITY);
+  if (s.clip_grad_value > 0) optim::clip_grad_value_(params, s.clip_grad_value);
   last_step_skipped_ = !scaler_.step(*optimizer_);
   scaler_.update();
   optimizer_->zero_grad();
+  parallel_->after_step();
 }
 
 // Starts and stops the profiler at step boundaries: train.profile_steps steps

@@ -1,7 +1,8 @@
 // `tessera launch` end to end: `tessera train` at N ranks with data
 // parallelism equals one process (final weights and the loss curve), a rank
 // killed mid-run is restarted from the newest checkpoint and ends where an
-// uninterrupted run ends, a run resumes at another world size, and bad
+// uninterrupted run ends, a run resumes at another world size and ZeRO
+// stage, ZeRO-1 and -2 equal one process, and bad
 // parallel configs are named.
 #include <signal.h>
 
@@ -147,17 +148,48 @@ TEST_F(Launch, KilledRankRestartsFromTheNewestCheckpointAndEndsTheSame) {
   EXPECT_LT(weight_difference(dir_ + "/one", dir_ + "/two", 20), 1e-5);
 }
 
-TEST_F(Launch, ResumesAtAnotherWorldSize) {
+// ZeRO-2 at 4 ranks for 10 steps (its optimizer state gathered into the
+// checkpoint), then plain data parallelism at 2: the same run as one process.
+TEST_F(Launch, ResumesAtAnotherWorldSizeAndZeroStage) {
   auto one = testing::run_cli(train_args(kMlp, dir_ + "/one", 20));
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  auto first = launch(4, train_args(kMlp, dir_ + "/run", 10));
+  auto a = train_args(kMlp, dir_ + "/run", 10);
+  a.insert(a.end(), {"--set", "parallel.zero=2"});
+  auto first = launch(4, a);
   ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("ZeRO-2 data parallel over 4 ranks"), std::string::npos) << first.output;
   auto args = train_args(kMlp, dir_ + "/run", 20);
   args.insert(args.end(), {"--resume", "latest"});
   auto second = launch(2, args);
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("resumed at step 10"), std::string::npos) << second.output;
   EXPECT_LT(weight_difference(dir_ + "/one", dir_ + "/run", 20), 1e-5);
+}
+
+// ZeRO-1 and -2 through the Trainer, with gradient clipping (a norm over
+// every rank's shards) and accumulation, equal one process.
+TEST_F(Launch, ZeroStagesEqualOneProcess) {
+  auto args = [&](const std::string& out, int zero) {
+    auto a = train_args(kMlp, out, 12);
+    a.insert(a.end(), {"--set", "train.clip_grad_norm=0.5", "--set", "train.grad_accum=2", "--set",
+                       "train.batch_size=64"});
+    if (zero >= 0) a.insert(a.end(), {"--set", "parallel.zero=" + std::to_string(zero)});
+    return a;
+  };
+  auto one = testing::run_cli(args(dir_ + "/one", -1));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  for (auto [n, zero] : {std::pair{2, 1}, std::pair{4, 2}}) {
+    const std::string run = dir_ + "/z" + std::to_string(zero);
+    auto r = launch(n, args(run, zero));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("ZeRO-" + std::to_string(zero) + " data parallel over " + std::to_string(n) + " ranks"),
+              std::string::npos)
+        << r.output;
+    const double d = weight_difference(dir_ + "/one", run, 12);
+    std::printf("[Launch] MLP, 12 steps, ZeRO-%d at %d ranks vs one process: weights within %.2g\n", zero, n, d);
+    EXPECT_LT(d, 1e-5) << "ZeRO-" << zero;
+    expect_same_curve(dir_ + "/one", run);
+  }
 }
 
 TEST_F(Launch, BadParallelConfigsAreNamed) {
@@ -176,6 +208,11 @@ TEST_F(Launch, BadParallelConfigsAreNamed) {
   auto alone = testing::run_cli(c);
   EXPECT_NE(alone.exit_code, 0);
   EXPECT_NE(alone.output.find("tessera launch -n 2"), std::string::npos) << alone.output;
+  auto d = train_args(kMlp, dir_ + "/d", 2);
+  d.insert(d.end(), {"--set", "parallel.zero=3"});
+  r = launch(2, d);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("ZeRO-3 (sharded parameters) is not in this build yet"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -12,48 +12,15 @@
 #include "tessera/ops/ops.h"
 #include "tessera/optim/optimizer.h"
 #include "test_util.h"
+#include "nets.h"
 
 namespace tessera {
 namespace {
 
 using distributed::DdpOptions;
 using distributed::DistributedDataParallel;
-
-// Odd shapes, a frozen parameter, one used only on request, and an optional
-// checkpointed middle layer.
-struct Net : nn::Module {
-  std::shared_ptr<nn::Linear> a, b, c;
-  Tensor frozen, sometimes;
-  bool checkpointed = false, use_sometimes = true;
-  Net() : nn::Module("Net") {
-    a = register_module("a", std::make_shared<nn::Linear>(5, 7));
-    b = register_module("b", std::make_shared<nn::Linear>(7, 3));
-    c = register_module("c", std::make_shared<nn::Linear>(3, 2, false));
-    frozen = register_parameter("frozen", ops::rand({7}), false);
-    sometimes = register_parameter("sometimes", ops::randn({3}));
-  }
-  Tensor forward(const Tensor& x) override {
-    Tensor h = ops::mul(ops::tanh((*a)(x)), ops::add(frozen, 0.5));
-    h = checkpointed ? autograd::checkpoint([&](const Tensor& t) { return (*b)(t); }, h) : (*b)(h);
-    h = ops::tanh(h);
-    if (use_sometimes) h = ops::add(h, sometimes);
-    return (*c)(h);
-  }
-};
-
-std::shared_ptr<Net> make_net(DType dt) {
-  manual_seed(7);  // the same initial weights everywhere
-  auto n = std::make_shared<Net>();
-  n->to(dt);
-  return n;
-}
-
-optim::OptimizerPtr make_opt(const std::string& name, nn::Module& m) {
-  TensorList ps;
-  for (auto& p : m.parameters())
-    if (p.requires_grad()) ps.push_back(p);
-  return optim::make_optimizer(name, {optim::ParamGroup{ps, {}}}, {{"lr", 0.05}});
-}
+using testing::make_net;
+using testing::make_opt;
 
 struct Case {
   std::string optimizer = "adamw";

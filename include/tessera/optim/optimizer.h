@@ -8,6 +8,7 @@
 //
 //   optim::Adam opt(model->parameters(), {{"lr", 1e-3}, {"weight_decay", 0.01}});
 //   opt.add_param_group({head->parameters(), {{"lr", 1e-2}}});
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,6 +48,11 @@ class Optimizer {
   void step();  // skips parameters without a gradient
   void zero_grad(bool set_to_none = true);
   void add_param_group(ParamGroup group);
+  // Replaces the parameters of every group, keeping the groups' options (the
+  // scheduler's handles stay valid); the state is dropped. ZeRO hands the
+  // optimizer this rank's shards of its parameters: one list per group, with
+  // names, and a list may be empty on a rank that holds no shard of it.
+  void set_params(std::vector<TensorList> params, std::vector<std::vector<std::string>> names);
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   const Options& defaults() const { return defaults_; }
@@ -142,9 +148,11 @@ std::vector<std::string> optimizer_names();
 // ---- gradient utilities ----------------------------------------------------------
 // Scales all gradients so that their joint norm is at most max_norm; returns the
 // norm before clipping. norm_type inf = the largest absolute value. A non-finite
-// norm is an error when error_if_nonfinite.
+// norm is an error when error_if_nonfinite. When the gradients are split across
+// processes (ZeRO's shards), `combine` joins this process's partial total (the
+// sum of |g|^norm_type, or the largest |g| for inf) with the others'.
 double clip_grad_norm_(const TensorList& params, double max_norm, double norm_type = 2.0,
-                       bool error_if_nonfinite = false);
+                       bool error_if_nonfinite = false, const std::function<double(double)>& combine = {});
 void clip_grad_value_(const TensorList& params, double clip_value);
 
 }  // namespace tessera::optim

@@ -12,6 +12,7 @@
 //   optim::clip_grad_norm_(params, 1.0);
 //   scaler.step(opt);                      // skipped if a gradient is inf/NaN
 //   scaler.update();
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -36,7 +37,9 @@ class GradScaler {
   Tensor scale(const Tensor& loss);
   // Divides the optimizer's gradients by the scale, in place, and records
   // whether any is inf or NaN. At most once per optimizer between updates.
-  void unscale_(optim::Optimizer& opt);
+  // When the optimizer holds only this process's shards of the gradients
+  // (ZeRO), `agree` joins its finding with the other processes' (any of them).
+  void unscale_(optim::Optimizer& opt, const std::function<bool(bool)>& agree = {});
   // unscale_ (if not done) and, unless a gradient was inf/NaN, opt.step().
   // Returns whether the optimizer stepped.
   bool step(optim::Optimizer& opt);

@@ -28,6 +28,17 @@ class Parallel {
   virtual void set_sync(bool sync) {}
   virtual void set_step(int64_t step) {}
 
+  // ZeRO: the optimizer holds only this rank's shards of the parameters. The
+  // gradient norm and the inf check then join every rank's part (sum, max),
+  // and after the optimizer's step after_step() gathers the parameters and
+  // drops the gradients. Data parallelism: every rank steps the whole replica.
+  virtual bool shards_optimizer() const { return false; }
+  virtual void after_step() {}
+  // The optimizer's state as one process saves it, and its inverse, so that a
+  // checkpoint loads at any world size and ZeRO stage. Every rank calls them.
+  virtual optim::OptimizerState optimizer_state(optim::Optimizer& o) { return o.state_dict(); }
+  virtual void load_optimizer_state(optim::Optimizer& o, const optim::OptimizerState& s) { o.load_state_dict(s); }
+
   // The decisions every rank must share, reduced across ranks: element-wise
   // sums (losses, eval counts) and maxima (flags: a stop request, a
   // non-finite loss, the end of a stream).

@@ -1,0 +1,103 @@
+#pragma once
+// ZeRO (Rajbhandari et al., 2020): data parallelism without replicating what
+// only the optimizer needs. Every rank runs the whole model on its share of
+// each batch, as under DistributedDataParallel, but the optimizer state
+// (stage 1) and the gradients (stage 2) are split into one shard per rank:
+// each rank steps its shard, and the updated parameters are all-gathered.
+// Adam's state (8 bytes per f32 parameter) shrinks to 8/N; at stage 2 the
+// gradients (4 bytes) to 4/N.
+//
+//   distributed::ZeroRedundancy zero(*model, *opt, world, {.stage = 2});
+//   loss_fn((*model)(x_shard), y_shard).backward();  // reduce-scatters while backward runs
+//   zero.step();                                     // opt.step() on this rank's shard, then all-gather
+//
+// The optimizer runs unchanged: it is handed 1-D views of its parameters'
+// shards (Optimizer::set_params), which is exact for every optimizer of
+// optim/ because their updates are element-wise. Its state is this rank's
+// shard; consolidated_state() gathers it into the form one process saves, so
+// checkpoints load at any world size and stage. Note [ZeRO layout] in zero.cpp.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/distributed/process_group.h"
+#include "tessera/nn/module.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::distributed {
+
+struct ZeroOptions {
+  int stage = 1;                 // 1: optimizer state sharded; 2: gradients too
+  double bucket_cap_mb = 25;     // the size of a segment (the unit of communication)
+  double first_bucket_mb = 1;    // the first segment (the last layers) is small, to start early
+  bool find_unused_parameters = false;  // else a parameter without a gradient is an error
+  bool overlap = true;           // false: communicate after backward (for measuring)
+};
+
+class ZeroRedundancy {
+ public:
+  // Broadcasts rank 0's parameters and buffers, moves the parameters into the
+  // flat segments (they become views of them) and hands `optimizer` this
+  // rank's shards. The optimizer's state is dropped (load it afterwards with
+  // load_consolidated_state). `model` and `optimizer` must outlive this.
+  ZeroRedundancy(nn::Module& model, optim::Optimizer& optimizer, ProcessGroupPtr group, ZeroOptions options = {});
+  ~ZeroRedundancy();
+  ZeroRedundancy(const ZeroRedundancy&) = delete;
+  ZeroRedundancy& operator=(const ZeroRedundancy&) = delete;
+
+  // Stage 1: false makes the coming backwards accumulate into .grad without
+  // communicating (gradient accumulation), as DDP's no_sync. Stage 2 reduces
+  // every backward into the shard (the full gradients never accumulate), so
+  // the switch changes nothing there.
+  void require_sync(bool on) { sync_ = on; }
+  void set_step(int64_t step) { step_ = step; }
+
+  // optimizer.step() on this rank's shards, gather_parameters(), clear_gradients().
+  void step();
+  // The parts of step(), for a loop that unscales, clips or skips in between:
+  // every rank's updated shard into the parameters (all ranks call it).
+  void gather_parameters();
+  // Drops this step's gradients (the parameters' and the shards').
+  void clear_gradients();
+
+  // The optimizer's state as one process holds it: full tensors keyed by
+  // parameter name, the groups with their options. Every rank calls it and
+  // gets the whole state.
+  optim::OptimizerState consolidated_state();
+  // Its inverse: each rank keeps its shard of a state saved by one process,
+  // by DDP or by ZeRO at any world size (keyed by name or, older, by index).
+  void load_consolidated_state(const optim::OptimizerState& state);
+
+  int stage() const { return opt_.stage; }
+  const ProcessGroupPtr& group() const { return group_; }
+  // Segment layout, for tests: parameter names per segment.
+  std::vector<std::vector<std::string>> segments() const;
+  // Elements of parameters this rank steps (its shards, without padding).
+  int64_t shard_numel() const;
+  // Seconds the end of backward spent waiting for communication in the last step.
+  double last_wait_seconds() const { return last_wait_; }
+
+ private:
+  struct Param;
+  struct Segment;
+  void build_segments();
+  void on_grad_ready(size_t index);
+  void launch(Segment& s);
+  void finish_backward();
+  int64_t chunk_begin(const Segment& s, int rank) const;
+
+  nn::Module& model_;
+  optim::Optimizer& optimizer_;
+  ProcessGroupPtr group_;
+  ZeroOptions opt_;
+  std::vector<Param> params_;
+  std::vector<Segment> segments_;
+  std::vector<std::vector<size_t>> groups_;  // the optimizer's groups, as indices into params_
+  std::vector<int32_t> used_;                // this step: whether some backward used each parameter
+  size_t next_launch_ = 0;
+  bool in_backward_ = false, sync_ = true;
+  int64_t step_ = 0;
+  double last_wait_ = 0;
+};
+
+}  // namespace tessera::distributed

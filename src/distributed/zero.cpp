@@ -1,0 +1,455 @@
+// Note [ZeRO layout]
+// The trainable parameters are laid out, in reverse registration order (the
+// order backward meets them), in flat "segments" of about bucket_cap_mb (the
+// first one first_bucket_mb), one dtype each. A segment of n elements is padded
+// to N * c elements, c = ceil(n / N), and rank r owns elements [r c, (r+1) c):
+// its chunk. The model's parameters become views of their segment, so the
+// optimizer's shards -- for each parameter, its part inside this rank's chunk,
+// a 1-D view -- update the model in place, and one all-gather per segment
+// (every rank's chunk) completes the parameters after the step.
+//
+// Gradients follow the same layout. Stage 1 keeps a full gradient buffer per
+// segment (the parameters' .grad are views of it) and all-reduces it once
+// backward has filled it, as DDP's buckets; the optimizer reads the chunk.
+// Stage 2 copies each gradient into a segment buffer that lives only while
+// its segment's reduce-scatter runs, frees the parameter's .grad at once, and
+// keeps only the averaged chunk, summed over the backwards of a step. Either
+// way the communication starts from the post-accumulate hooks while backward
+// goes on, in segment order on every rank, and the end-of-backward callback
+// waits for it.
+#include "tessera/distributed/zero.h"
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "distributed/comm.h"
+#include "tessera/autograd/engine.h"
+#include "tessera/autograd/grad_mode.h"
+
+namespace tessera::distributed {
+
+struct ZeroRedundancy::Param {
+  std::string name;
+  Tensor tensor;
+  size_t hook = 0;
+  size_t segment = 0;
+  int64_t offset = 0;  // elements into the segment
+  bool ready = false;
+  // This rank's part of the parameter: elements [piece_begin, piece_begin +
+  // piece.numel()) of the flattened parameter, a view of the segment.
+  Tensor piece;
+  int64_t piece_begin = 0;
+};
+
+struct ZeroRedundancy::Segment {
+  DType dtype = DType::F32;
+  std::vector<size_t> params;
+  int64_t numel = 0, chunk = 0;  // chunk * group size >= numel
+  Tensor flat;                   // the parameters (chunk * N elements)
+  Tensor grad;                   // stage 1: the gradients; stage 2: this backward's, until reduced
+  Tensor received;               // stage 2: the reduce-scatter's output (this rank's chunk)
+  Tensor shard_grad;             // stage 2: this step's averaged chunk
+  size_t pending = 0;
+  WorkPtr work;
+};
+
+ZeroRedundancy::ZeroRedundancy(nn::Module& model, optim::Optimizer& optimizer, ProcessGroupPtr group,
+                               ZeroOptions options)
+    : model_(model), optimizer_(optimizer), group_(std::move(group)), opt_(options) {
+  TS_CHECK(group_, "ZeroRedundancy: no process group");
+  TS_CHECK(opt_.stage == 1 || opt_.stage == 2, "ZeroRedundancy: stage must be 1 or 2, got ", opt_.stage);
+  TS_CHECK(opt_.bucket_cap_mb > 0 && opt_.first_bucket_mb > 0, "ZeroRedundancy: segment sizes must be positive");
+  NoGradGuard no_grad;
+  auto named = model_.named_parameters();
+  check_same_parameters(*group_, named, "ZeroRedundancy");
+  std::vector<WorkPtr> works;
+  for (auto& [n, t] : named) works.push_back(group_->broadcast(t, 0));
+  for (auto& [n, t] : model_.named_buffers()) works.push_back(group_->broadcast(t, 0));
+  for (auto& w : works) w->wait();
+
+  // The optimizer's parameters, by group, found among the model's by identity.
+  std::map<const void*, std::string> name_of;
+  for (auto& [n, t] : named) name_of.emplace(t.impl(), n);
+  std::map<const void*, size_t> index_of;
+  for (auto& g : optimizer_.param_groups()) {
+    groups_.emplace_back();
+    for (auto& p : g.params) {
+      auto it = name_of.find(p.impl());
+      TS_CHECK(it != name_of.end(), "ZeroRedundancy: the optimizer holds a parameter that is not the model's");
+      TS_CHECK(p.requires_grad(), "ZeroRedundancy: the optimizer holds '", it->second, "', which does not require grad");
+      index_of.emplace(p.impl(), params_.size());
+      groups_.back().push_back(params_.size());
+      params_.emplace_back();
+      params_.back().name = it->second;
+      params_.back().tensor = p;
+    }
+  }
+  TS_CHECK(!params_.empty(), "ZeroRedundancy: the optimizer has no parameters");
+  for (auto& [n, t] : named)
+    TS_CHECK(!t.requires_grad() || index_of.count(t.impl()), "ZeroRedundancy: parameter '", n,
+             "' requires grad but is not in the optimizer; freeze it (requires_grad false) or add it");
+  build_segments();
+
+  std::vector<TensorList> pieces(groups_.size());
+  std::vector<std::vector<std::string>> names(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i : groups_[g])
+      if (params_[i].piece.defined()) {
+        pieces[g].push_back(params_[i].piece);
+        names[g].push_back(params_[i].name);
+      }
+  optimizer_.set_params(std::move(pieces), std::move(names));
+  used_.assign(params_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i].hook = params_[i].tensor.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_grad_ready(i); });
+}
+
+ZeroRedundancy::~ZeroRedundancy() {
+  for (auto& s : segments_)
+    if (s.work) try {
+        s.work->wait();
+      } catch (...) {
+      }
+  for (auto& p : params_) p.tensor.remove_post_accumulate_grad_hook(p.hook);
+}
+
+int64_t ZeroRedundancy::chunk_begin(const Segment& s, int rank) const { return s.chunk * rank; }
+
+void ZeroRedundancy::build_segments() {
+  const int n = group_->size(), r = group_->rank();
+  int64_t bytes = 0;
+  for (size_t k = params_.size(); k-- > 0;) {  // backward meets the last layers first
+    const Tensor& t = params_[k].tensor;
+    TS_CHECK(t.is_contiguous() && (t.dtype() == DType::F32 || t.dtype() == DType::F64), "ZeroRedundancy: parameter '",
+             params_[k].name, "' must be a contiguous f32 or f64 tensor (keep f32 master weights; autocast computes in bf16)");
+    const int64_t nbytes = t.numel() * static_cast<int64_t>(t.itemsize());
+    const double cap = (segments_.size() <= 1 ? opt_.first_bucket_mb : opt_.bucket_cap_mb) * 1e6;
+    if (segments_.empty() || segments_.back().dtype != t.dtype() ||
+        (bytes > 0 && static_cast<double>(bytes + nbytes) > cap)) {
+      segments_.emplace_back();
+      segments_.back().dtype = t.dtype();
+      bytes = 0;
+    }
+    Segment& s = segments_.back();
+    params_[k].segment = segments_.size() - 1;
+    params_[k].offset = s.numel;
+    s.params.push_back(k);
+    s.numel += t.numel();
+    bytes += nbytes;
+  }
+  for (auto& s : segments_) {
+    s.chunk = std::max<int64_t>(1, (s.numel + n - 1) / n);
+    s.flat = zeros({s.chunk * n}, s.dtype);
+    if (opt_.stage == 1) s.grad = zeros({s.chunk * n}, s.dtype);
+    const int64_t lo = chunk_begin(s, r), hi = lo + s.chunk;
+    for (size_t k : s.params) {
+      Param& p = params_[k];
+      const int64_t numel = p.tensor.numel();
+      Tensor view = s.flat.narrow(0, p.offset, numel).view(p.tensor.shape());
+      view.copy_(p.tensor);
+      p.tensor.set_data(view);
+      const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + numel);
+      if (a < b) {
+        p.piece = s.flat.narrow(0, a, b - a);
+        p.piece.requires_grad_(true);
+        p.piece_begin = a - p.offset;
+      }
+    }
+  }
+}
+
+std::vector<std::vector<std::string>> ZeroRedundancy::segments() const {
+  std::vector<std::vector<std::string>> out;
+  for (auto& s : segments_) {
+    out.emplace_back();
+    for (size_t i : s.params) out.back().push_back(params_[i].name);
+  }
+  return out;
+}
+
+int64_t ZeroRedundancy::shard_numel() const {
+  int64_t n = 0;
+  for (auto& p : params_)
+    if (p.piece.defined()) n += p.piece.numel();
+  return n;
+}
+
+void ZeroRedundancy::on_grad_ready(size_t index) {
+  if (opt_.stage == 1 && !sync_) return;
+  if (!in_backward_) {
+    in_backward_ = true;
+    next_launch_ = 0;
+    for (auto& p : params_) p.ready = false;
+    for (auto& s : segments_) {
+      s.pending = s.params.size();
+      s.work = nullptr;
+    }
+    autograd::queue_callback([this] { finish_backward(); });
+  }
+  Param& p = params_[index];
+  TS_CHECK(!p.ready, "ZeroRedundancy: parameter '", p.name, "' received its gradient twice in one backward (rank ",
+           group_->rank(), ", step ", step_, "); run one backward per micro-batch");
+  p.ready = true;
+  Segment& s = segments_[p.segment];
+  NoGradGuard no_grad;
+  Tensor g = p.tensor.grad();
+  if (opt_.stage == 1) {
+    Tensor view = s.grad.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape());
+    if (g.raw_data() != view.raw_data()) {
+      view.copy_(g);
+      p.tensor.set_grad(view);
+    }
+  } else {
+    if (!s.grad.defined()) s.grad = zeros({s.chunk * group_->size()}, s.dtype);
+    s.grad.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape()).copy_(g);
+    p.tensor.set_grad(Tensor());  // the full gradient is not kept
+  }
+  if (--s.pending == 0 && opt_.overlap)
+    while (next_launch_ < segments_.size() && segments_[next_launch_].pending == 0) launch(segments_[next_launch_++]);
+}
+
+void ZeroRedundancy::launch(Segment& s) {
+  if (opt_.stage == 1) {
+    s.work = group_->allreduce(s.grad, ReduceOp::kAvg);
+  } else {
+    if (!s.grad.defined()) s.grad = zeros({s.chunk * group_->size()}, s.dtype);  // nothing used here
+    s.received = empty({s.chunk}, s.dtype);
+    s.work = group_->reduce_scatter(s.received, s.grad, ReduceOp::kAvg);
+  }
+}
+
+void ZeroRedundancy::finish_backward() {
+  in_backward_ = false;
+  NoGradGuard no_grad;
+  std::vector<size_t> unused;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!params_[i].ready) unused.push_back(i);
+    else used_[i] = 1;
+  if (!unused.empty() && !opt_.find_unused_parameters) {
+    std::string names;
+    for (size_t k = 0; k < unused.size() && k < 5; ++k) names += (k ? ", '" : "'") + params_[unused[k]].name + "'";
+    if (unused.size() > 5) names += " and " + std::to_string(unused.size() - 5) + " more";
+    TS_ERROR("ZeroRedundancy: parameter ", names, " got no gradient in the backward of step ", step_, " on rank ",
+             group_->rank(), "; every rank must use every parameter in each step, or set find_unused_parameters: true");
+  }
+  for (size_t i : unused) {  // zeros: the other ranks' gradients still average in
+    Param& p = params_[i];
+    Segment& s = segments_[p.segment];
+    if (s.grad.defined()) s.grad.narrow(0, p.offset, p.tensor.numel()).zero_();
+    --s.pending;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (next_launch_ < segments_.size()) launch(segments_[next_launch_++]);
+  for (auto& s : segments_) s.work->wait();
+  last_wait_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int r = group_->rank();
+  for (auto& s : segments_) {
+    s.work = nullptr;
+    if (opt_.stage == 2) {
+      if (s.shard_grad.defined())
+        s.shard_grad.add_(s.received);
+      else
+        s.shard_grad = s.received;
+      s.received = Tensor();
+      s.grad = Tensor();  // the full gradients are freed
+    }
+    for (size_t k : s.params) {
+      Param& p = params_[k];
+      if (opt_.stage == 1) p.tensor.set_grad(s.grad.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape()));
+      if (!p.piece.defined()) continue;
+      const int64_t at = p.offset + p.piece_begin;  // the piece's place in the segment
+      p.piece.set_grad(opt_.stage == 1 ? s.grad.narrow(0, at, p.piece.numel())
+                                       : s.shard_grad.narrow(0, at - chunk_begin(s, r), p.piece.numel()));
+    }
+  }
+  if (opt_.find_unused_parameters) {
+    // A parameter no rank used in any backward of this step has no gradient,
+    // as in one process (the optimizer skips it).
+    Tensor used = from_buffer(used_.data(), {static_cast<int64_t>(used_.size())}, DType::I32).clone();
+    group_->allreduce(used, ReduceOp::kMax)->wait();
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (used.data_ptr<int32_t>()[i] == 0) {
+        params_[i].tensor.set_grad(Tensor());
+        if (params_[i].piece.defined()) params_[i].piece.set_grad(Tensor());
+      }
+  }
+}
+
+void ZeroRedundancy::step() {
+  optimizer_.step();
+  gather_parameters();
+  clear_gradients();
+}
+
+void ZeroRedundancy::gather_parameters() {
+  NoGradGuard no_grad;
+  std::vector<Tensor> mine;
+  std::vector<WorkPtr> works;
+  for (auto& s : segments_) {
+    mine.push_back(s.flat.narrow(0, chunk_begin(s, group_->rank()), s.chunk).clone());
+    works.push_back(group_->allgather(s.flat, mine.back()));
+  }
+  for (auto& w : works) w->wait();
+}
+
+void ZeroRedundancy::clear_gradients() {
+  for (auto& p : params_) {
+    p.tensor.set_grad(Tensor());
+    if (p.piece.defined()) p.piece.set_grad(Tensor());
+  }
+  for (auto& s : segments_) s.shard_grad = Tensor();
+  std::fill(used_.begin(), used_.end(), 0);
+}
+
+// ---- consolidated optimizer state ------------------------------------------------------
+namespace {
+
+// A list of named tensors as bytes (a JSON header, then the data), to send one
+// rank's state to the others.
+Tensor pack(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  nlohmann::json header = nlohmann::json::array();
+  int64_t bytes = 0;
+  for (auto& [k, t] : tensors) {
+    header.push_back({k, dtype_name(t.dtype()), std::vector<int64_t>(t.shape().begin(), t.shape().end()), bytes});
+    bytes += t.numel() * static_cast<int64_t>(t.itemsize());
+  }
+  const std::string h = header.dump();
+  Tensor out = zeros({8 + static_cast<int64_t>(h.size()) + bytes}, DType::U8);
+  auto* p = static_cast<char*>(out.raw_data());
+  const uint64_t hn = h.size();
+  std::memcpy(p, &hn, 8);
+  std::memcpy(p + 8, h.data(), h.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    Tensor t = tensors[i].second.contiguous();
+    std::memcpy(p + 8 + h.size() + header[i][3].get<int64_t>(), t.raw_data(), t.numel() * t.itemsize());
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> unpack(const Tensor& bytes) {
+  const auto* p = static_cast<const char*>(bytes.raw_data());
+  uint64_t hn = 0;
+  std::memcpy(&hn, p, 8);
+  const nlohmann::json header = nlohmann::json::parse(std::string(p + 8, hn));
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& e : header) {
+    const DType dt = *dtype_from_name(e[1].get<std::string>());
+    const std::vector<int64_t> shape = e[2].get<std::vector<int64_t>>();
+    Tensor t = from_buffer(const_cast<char*>(p + 8 + hn + e[3].get<int64_t>()), shape, dt).clone();
+    out.emplace_back(e[0].get<std::string>(), t);
+  }
+  return out;
+}
+
+// "state.<name>.<key>" -> {name, key}; names hold dots, keys do not.
+std::pair<std::string, std::string> split_key(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  TS_CHECK(key.rfind("state.", 0) == 0 && dot != std::string::npos && dot > 6 && dot + 1 < key.size(),
+           "ZeroRedundancy: malformed optimizer state key '", key, "' (expected state.<parameter>.<key>)");
+  return {key.substr(6, dot - 6), key.substr(dot + 1)};
+}
+
+}  // namespace
+
+optim::OptimizerState ZeroRedundancy::consolidated_state() {
+  NoGradGuard no_grad;
+  const optim::OptimizerState local = optimizer_.state_dict();
+  // Every rank's pieces to every rank.
+  Tensor mine = pack(local.tensors);
+  Tensor sizes = zeros({group_->size()}, DType::I64);
+  group_->allgather(sizes, full({1}, mine.numel(), DType::I64))->wait();
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index.emplace(params_[i].name, i);
+  std::map<std::string, Tensor> whole;  // "state.<name>.<key>" -> the full tensor
+  for (int q = 0; q < group_->size(); ++q) {
+    Tensor bytes = q == group_->rank() ? mine : zeros({sizes.data_ptr<int64_t>()[q]}, DType::U8);
+    group_->broadcast(bytes, q)->wait();
+    for (auto& [key, t] : unpack(bytes)) {
+      auto [name, k] = split_key(key);
+      auto it = index.find(name);
+      TS_CHECK(it != index.end(), "ZeroRedundancy: rank ", q, " holds optimizer state for '", name,
+               "', which is not a parameter of the optimizer");
+      const Param& p = params_[it->second];
+      if (t.dim() == 0) {  // a per-parameter scalar (Adam's step): the same on every piece
+        whole.emplace(key, t);
+        continue;
+      }
+      const Segment& s = segments_[p.segment];
+      const int64_t a = std::max(chunk_begin(s, q), p.offset);
+      const int64_t b = std::min(chunk_begin(s, q) + s.chunk, p.offset + p.tensor.numel());
+      TS_CHECK(t.numel() == b - a, "ZeroRedundancy: optimizer state '", key, "' of rank ", q, " has ", t.numel(),
+               " elements, its shard of the parameter ", b - a,
+               "; ZeRO shards only element-wise optimizers (sgd, adam, adamw, rmsprop, adagrad, lion)");
+      auto [w, fresh] = whole.emplace(key, Tensor());
+      if (fresh) w->second = zeros(p.tensor.shape(), t.dtype());
+      w->second.reshape({-1}).narrow(0, a - p.offset, b - a).copy_(t);
+    }
+  }
+  optim::OptimizerState out;
+  out.groups = nlohmann::json::array();
+  size_t idx = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    nlohmann::json jg;
+    jg["options"] = optimizer_.param_groups()[g].options;
+    std::vector<size_t> ids;
+    std::vector<std::string> names;
+    for (size_t i : groups_[g]) {
+      ids.push_back(idx++);
+      names.push_back(params_[i].name);
+      for (auto& [key, t] : whole)
+        if (split_key(key).first == params_[i].name) out.tensors.emplace_back(key, t);
+    }
+    jg["params"] = ids;
+    jg["param_names"] = names;
+    out.groups.push_back(std::move(jg));
+  }
+  return out;
+}
+
+void ZeroRedundancy::load_consolidated_state(const optim::OptimizerState& state) {
+  NoGradGuard no_grad;
+  TS_CHECK(state.groups.is_array() && state.groups.size() == groups_.size(), "ZeroRedundancy: the saved optimizer has ",
+           state.groups.is_array() ? state.groups.size() : 0, " parameter groups, this one has ", groups_.size());
+  std::vector<std::string> by_index;  // an older checkpoint keys its state by index in group order
+  std::map<std::string, size_t> index;
+  for (auto& g : groups_)
+    for (size_t i : g) {
+      by_index.push_back(params_[i].name);
+      index.emplace(params_[i].name, i);
+    }
+  optim::OptimizerState local;
+  for (auto& [key, t] : state.tensors) {
+    auto [id, k] = split_key(key);
+    if (!index.count(id)) {
+      const bool numeric = !id.empty() && id.find_first_not_of("0123456789") == std::string::npos && id.size() < 10;
+      TS_CHECK(numeric && std::stoul(id) < by_index.size(), "ZeroRedundancy: the saved optimizer state is for '", id,
+               "', which this optimizer does not have");
+      id = by_index[std::stoul(id)];
+    }
+    const Param& p = params_[index.at(id)];
+    if (!p.piece.defined()) continue;  // another rank's
+    if (t.dim() == 0) {
+      local.tensors.emplace_back("state." + id + "." + k, t);
+      continue;
+    }
+    TS_CHECK(t.numel() == p.tensor.numel(), "ZeroRedundancy: saved optimizer state '", key, "' has ", t.numel(),
+             " elements, the parameter '", id, "' has ", p.tensor.numel());
+    local.tensors.emplace_back("state." + id + "." + k,
+                               t.contiguous().reshape({-1}).narrow(0, p.piece_begin, p.piece.numel()).clone());
+  }
+  local.groups = nlohmann::json::array();
+  const auto& mine = optimizer_.param_groups();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    nlohmann::json jg = state.groups[g];
+    TS_CHECK(jg.is_object() && jg.contains("options"), "ZeroRedundancy: saved group ", g, " has no options");
+    std::vector<size_t> ids(mine[g].params.size());
+    jg["params"] = ids;
+    jg["param_names"] = mine[g].names;
+    local.groups.push_back(std::move(jg));
+  }
+  optimizer_.load_state_dict(local);
+}
+
+}  // namespace tessera::distributed
