@@ -1404,19 +1404,22 @@ def render_distributed(d, h):
                     f"{verdict('distributed', 'zero1_step', ratio)} (target at most {target('distributed', 'zero1_step')}x)."]
     mem = d.get("memory", [])
     if mem:
-        out += ["", "**Memory per rank** of the same GPT under AdamW: the allocator's live bytes after backward of "
-                    "the third step (parameters, gradients, optimizer state; the batch subtracted) against ZeRO's "
-                    "expected bytes for Ψ f32 parameters (DDP 16Ψ, ZeRO-1 8Ψ + 8Ψ/N, ZeRO-2 4Ψ + 12Ψ/N; "
-                    "ZeRO-2's gradient shards live from the end of backward to the step), and the step's peak, "
-                    "which adds the activations (the slowest-growing rank's figures)", "", machine_line(h), ""]
+        out += ["", "**Memory per rank** of the same GPT under AdamW, after backward of the third step: the bytes of "
+                    "the parameters, gradients and optimizer state (distinct buffers, as requested) against ZeRO's "
+                    "expected bytes for Ψ f32 parameters (DDP 16Ψ, ZeRO-1 8Ψ + 8Ψ/N, ZeRO-2 4Ψ + 12Ψ/N; ZeRO-2's "
+                    "gradient shards live from the end of backward to the step); the allocator's live bytes at that "
+                    "moment (the same buffers in its size classes, the batch subtracted) and the step's peak, which "
+                    "adds the activations (each the largest over the ranks)", "", machine_line(h), ""]
         rows, worst = [], 0.0
         for r in sorted(mem, key=lambda r: (r["ranks"], r["zero"])):
             ratio = r["model_states_bytes"] / r["expected_bytes"]
             worst = max(worst, ratio)
-            rows.append([r["ranks"], f"ZeRO-{r['zero']}" if r["zero"] else "DDP", f"{r['model_states_bytes'] / 1e6:.1f} MB",
-                         f"{r['expected_bytes'] / 1e6:.1f} MB", f"**{ratio:.3f}**", f"{r['peak_bytes'] / 1e6:.1f} MB",
-                         f"{r['activations_bytes'] / 1e6:.1f} MB"])
-        out += table(["ranks", "run", "model states", "expected", "states / expected", "peak", "peak - states"], rows)
+            mb = lambda k: f"{r[k] / 1e6:.1f}"
+            rows.append([r["ranks"], f"ZeRO-{r['zero']}" if r["zero"] else "DDP", mb("param_bytes"), mb("grad_bytes"),
+                         mb("optimizer_bytes"), f"{mb('model_states_bytes')} MB", f"{mb('expected_bytes')} MB",
+                         f"**{ratio:.3f}**", f"{mb('live_bytes')} MB", f"{mb('peak_bytes')} MB"])
+        out += table(["ranks", "run", "parameters", "gradients", "optimizer", "states", "expected", "states / expected",
+                      "allocator live", "peak"], rows)
         out += ["", f"The worst ratio is {worst:.3f}: {verdict('distributed', 'zero_memory', worst)} "
                     f"(target at most {target('distributed', 'zero_memory')})."]
     return out

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -187,33 +188,55 @@ int bench_gpt(int argc, char** argv) {
 }
 
 // Memory per rank: after backward, once the optimizer has state (step 3),
-// the allocator's live bytes are the model states -- parameters, gradients,
-// optimizer state -- plus the batch; the peak over the step adds the
-// activations. Rank 0 prints both with the bytes ZeRO's paper expects for Ψ
-// f32 parameters under Adam: DDP 16Ψ, ZeRO-1 4Ψ + 4Ψ + 8Ψ/N, ZeRO-2 4Ψ + 12Ψ/N.
+// the bytes of the parameters, gradients and optimizer state, against what
+// ZeRO's paper expects for Ψ f32 parameters under Adam (DDP 16Ψ, ZeRO-1 4Ψ +
+// 4Ψ + 8Ψ/N, ZeRO-2 4Ψ + 12Ψ/N); beside them the allocator's live bytes then
+// (the same, in its size classes, without the batch) and the step's peak,
+// which adds the activations.
+// Bytes of the distinct storages behind `tensors` (views of one buffer count
+// once), as requested: the allocator's size classes add up to 25% on top.
+double storage_bytes(const TensorList& tensors) {
+  std::set<const void*> seen;
+  double bytes = 0;
+  for (auto& t : tensors)
+    if (t.defined() && seen.insert(t.impl()->storage.get()).second)
+      bytes += static_cast<double>(t.impl()->storage->nbytes());
+  return bytes;
+}
+
 int bench_memory(int argc, char** argv) {
   auto world = distributed::world();
   GptRun run(argc, argv);
   const int n = world->size(), stage = run.zero ? run.zero->stage() : 0;
-  double states = 0, peak = 0;
+  double live = 0, params = 0, grads = 0, state = 0, peak = 0;
   for (int s = 0; s < 3; ++s) {
     reset_peak_memory();
     run.backward();
     if (s == 2) {
-      // Stage 2 holds this step's gradient shards only from the end of backward to the step.
-      states = static_cast<double>(memory_allocated() - static_cast<int64_t>(allocation_size(run.x.nbytes()) +
-                                                                            allocation_size(run.y.nbytes())));
+      // After backward of the third step: the optimizer has state, and stage 2
+      // holds this step's gradient shards (from the end of backward to the step).
+      live = static_cast<double>(memory_allocated() - static_cast<int64_t>(allocation_size(run.x.nbytes()) +
+                                                                           allocation_size(run.y.nbytes())));
+      TensorList ps = run.model->parameters(), gs, st;
+      params = storage_bytes(ps);
+      for (auto& p : ps) gs.push_back(p.grad());
+      for (auto& g : run.opt->param_groups())
+        for (auto& p : g.params) gs.push_back(p.grad());
+      grads = storage_bytes(gs);
+      for (auto& [k, t] : run.opt->state_dict().tensors) st.push_back(t);
+      state = storage_bytes(st);
     }
     run.step();
     peak = static_cast<double>(max_memory_allocated());
   }
   const double psi = static_cast<double>(run.model->num_parameters());
   const double expected = stage == 0 ? 16 * psi : stage == 1 ? 8 * psi + 8 * psi / n : 4 * psi + 12 * psi / n;
-  auto worst = max_over_ranks({states, peak});
+  auto worst = max_over_ranks({params + grads + state, peak, params, grads, state, live});
   if (world->rank() == 0) {
     nlohmann::json j = {{"bench", "memory"}, {"ranks", n}, {"zero", stage}, {"params", psi},
                         {"model_states_bytes", worst[0]}, {"expected_bytes", expected},
-                        {"peak_bytes", worst[1]}, {"activations_bytes", worst[1] - worst[0]}};
+                        {"param_bytes", worst[2]}, {"grad_bytes", worst[3]}, {"optimizer_bytes", worst[4]},
+                        {"live_bytes", worst[5]}, {"peak_bytes", worst[1]}, {"activations_bytes", worst[1] - worst[5]}};
     std::printf("%s\n", j.dump().c_str());
   }
   return 0;

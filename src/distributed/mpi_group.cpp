@@ -228,6 +228,9 @@ class CommThread {
         std::lock_guard<std::mutex> lock(watch_mu_);
         current_ = nullptr;
       }
+      // The call's buffers go before its waiters wake, so that a tensor the
+      // caller drops after wait() is freed then (ZeRO-2's gradient segments).
+      task.fn = nullptr;
       if (tracked) StatusBoard::get().end();
       if (!staged_.empty()) {  // the task posted a send or receive: it completes later
         std::lock_guard<std::mutex> lock(watch_mu_);
