@@ -55,6 +55,9 @@ class DataParallelRun : public train::Parallel {
   optim::OptimizerState optimizer_state(optim::Optimizer& o) override {
     return zero_ ? zero_->consolidated_state() : o.state_dict();
   }
+  void whole_parameters(bool whole) override {
+    if (zero_) zero_->set_whole_parameters(whole);
+  }
   void load_optimizer_state(optim::Optimizer& o, const optim::OptimizerState& s) override {
     if (zero_)
       zero_->load_consolidated_state(s);

@@ -17,16 +17,36 @@
 // way the communication starts from the post-accumulate hooks while backward
 // goes on, in segment order on every rank, and the end-of-backward callback
 // waits for it.
+
+// Note [ZeRO-3 units]
+// Stage 3 shards the parameters too: a segment is a unit of the model, each
+// element of a ModuleList (a transformer block, a ResNet stage), plus one
+// root segment for every other parameter (embeddings, the final norm, a head
+// tied to an embedding: parameters used outside any one block). Between uses
+// each rank keeps only its chunk, and the model's parameters are meta tensors
+// (shape without data). A unit's forward pre-hook all-gathers it (and starts
+// the next unit's gather, the prefetch); its forward hook drops the data again
+// and hooks the unit's output, whose gradient arrives just before the unit's
+// backward: that hook gathers it once more (and prefetches the unit before
+// it). Autograd saved the parameters themselves, so the gathered data is
+// seen through them; a gather makes a fresh buffer, whose version counter
+// (0) is the one saved in forward. When the unit's last gradient is in, it
+// is dropped and its gradients reduce-scattered, as at stage 2. The root is
+// gathered from the model's forward until the end of backward. All-gathers
+// are issued from hooks, so every rank must run the same forward (and may
+// not skip parameters: find_unused_parameters is refused at stage 3).
 #include "tessera/distributed/zero.h"
 
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "distributed/comm.h"
 #include "tessera/autograd/engine.h"
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/nn/container.h"
 
 namespace tessera::distributed {
 
@@ -47,7 +67,12 @@ struct ZeroRedundancy::Segment {
   DType dtype = DType::F32;
   std::vector<size_t> params;
   int64_t numel = 0, chunk = 0;  // chunk * group size >= numel
-  Tensor flat;                   // the parameters (chunk * N elements)
+  nn::Module* unit = nullptr;    // stage 3: the module whose forward gathers it (null: the root)
+  Tensor flat;                   // the parameters (chunk * N elements); stage 3: only while gathered
+  Tensor shard;                  // stage 3: this rank's chunk, the only lasting copy
+  Tensor gathering;              // stage 3: the all-gather's output while it runs
+  WorkPtr gather;
+  bool resident = false;         // stage 3: the parameters are views of flat
   Tensor grad;                   // stage 1: the gradients; stage 2: this backward's, until reduced
   Tensor received;               // stage 2: the reduce-scatter's output (this rank's chunk)
   Tensor shard_grad;             // stage 2: this step's averaged chunk
@@ -59,7 +84,9 @@ ZeroRedundancy::ZeroRedundancy(nn::Module& model, optim::Optimizer& optimizer, P
                                ZeroOptions options)
     : model_(model), optimizer_(optimizer), group_(std::move(group)), opt_(options) {
   TS_CHECK(group_, "ZeroRedundancy: no process group");
-  TS_CHECK(opt_.stage == 1 || opt_.stage == 2, "ZeroRedundancy: stage must be 1 or 2, got ", opt_.stage);
+  TS_CHECK(opt_.stage >= 1 && opt_.stage <= 3, "ZeroRedundancy: stage must be 1, 2 or 3, got ", opt_.stage);
+  TS_CHECK(opt_.stage < 3 || !opt_.find_unused_parameters, "ZeroRedundancy: find_unused_parameters is not supported "
+           "at stage 3 (every rank must gather the same units in the same order); use stage 2");
   TS_CHECK(opt_.bucket_cap_mb > 0 && opt_.first_bucket_mb > 0, "ZeroRedundancy: segment sizes must be positive");
   NoGradGuard no_grad;
   auto named = model_.named_parameters();
@@ -104,42 +131,60 @@ ZeroRedundancy::ZeroRedundancy(nn::Module& model, optim::Optimizer& optimizer, P
   used_.assign(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i)
     params_[i].hook = params_[i].tensor.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_grad_ready(i); });
+  if (opt_.stage == 3) install_unit_hooks();
 }
 
 ZeroRedundancy::~ZeroRedundancy() {
   for (auto& s : segments_)
-    if (s.work) try {
-        s.work->wait();
-      } catch (...) {
-      }
+    for (WorkPtr* w : {&s.work, &s.gather})
+      if (*w) try {
+          (*w)->wait();
+        } catch (...) {
+        }
   for (auto& p : params_) p.tensor.remove_post_accumulate_grad_hook(p.hook);
+  for (auto& [m, h] : module_hooks_) m->remove_hook(h);
 }
 
 int64_t ZeroRedundancy::chunk_begin(const Segment& s, int rank) const { return s.chunk * rank; }
 
 void ZeroRedundancy::build_segments() {
   const int n = group_->size(), r = group_->rank();
-  int64_t bytes = 0;
-  for (size_t k = params_.size(); k-- > 0;) {  // backward meets the last layers first
-    const Tensor& t = params_[k].tensor;
-    TS_CHECK(t.is_contiguous() && (t.dtype() == DType::F32 || t.dtype() == DType::F64), "ZeroRedundancy: parameter '",
-             params_[k].name, "' must be a contiguous f32 or f64 tensor (keep f32 master weights; autocast computes in bf16)");
-    const int64_t nbytes = t.numel() * static_cast<int64_t>(t.itemsize());
-    const double cap = (segments_.size() <= 1 ? opt_.first_bucket_mb : opt_.bucket_cap_mb) * 1e6;
-    if (segments_.empty() || segments_.back().dtype != t.dtype() ||
-        (bytes > 0 && static_cast<double>(bytes + nbytes) > cap)) {
-      segments_.emplace_back();
-      segments_.back().dtype = t.dtype();
-      bytes = 0;
+  for (auto& p : params_)
+    TS_CHECK(p.tensor.is_contiguous() && (p.tensor.dtype() == DType::F32 || p.tensor.dtype() == DType::F64),
+             "ZeroRedundancy: parameter '", p.name,
+             "' must be a contiguous f32 or f64 tensor (keep f32 master weights; autocast computes in bf16)");
+  std::vector<std::vector<size_t>> members;  // parameters per segment
+  if (opt_.stage == 3) {
+    build_units(members);
+  } else {
+    // Buckets, last layers first; a new one when the dtype changes or the cap is reached.
+    int64_t bytes = 0;
+    for (size_t k = params_.size(); k-- > 0;) {
+      const Tensor& t = params_[k].tensor;
+      const int64_t nbytes = t.numel() * static_cast<int64_t>(t.itemsize());
+      const double cap = (segments_.size() <= 1 ? opt_.first_bucket_mb : opt_.bucket_cap_mb) * 1e6;
+      if (segments_.empty() || segments_.back().dtype != t.dtype() ||
+          (bytes > 0 && static_cast<double>(bytes + nbytes) > cap)) {
+        segments_.emplace_back();
+        segments_.back().dtype = t.dtype();
+        members.emplace_back();
+        bytes = 0;
+      }
+      members.back().push_back(k);
+      bytes += nbytes;
     }
-    Segment& s = segments_.back();
-    params_[k].segment = segments_.size() - 1;
-    params_[k].offset = s.numel;
-    s.params.push_back(k);
-    s.numel += t.numel();
-    bytes += nbytes;
+    for (size_t i = 0; i < segments_.size(); ++i) launch_order_.push_back(i);
   }
-  for (auto& s : segments_) {
+  for (size_t si = 0; si < segments_.size(); ++si) {
+    Segment& s = segments_[si];
+    for (size_t k : members[si]) {
+      TS_CHECK(params_[k].tensor.dtype() == s.dtype, "ZeroRedundancy: the parameters of one unit must share a dtype; '",
+               params_[k].name, "' is ", dtype_name(params_[k].tensor.dtype()));
+      params_[k].segment = si;
+      params_[k].offset = s.numel;
+      s.params.push_back(k);
+      s.numel += params_[k].tensor.numel();
+    }
     s.chunk = std::max<int64_t>(1, (s.numel + n - 1) / n);
     s.flat = zeros({s.chunk * n}, s.dtype);
     if (opt_.stage == 1) s.grad = zeros({s.chunk * n}, s.dtype);
@@ -150,13 +195,157 @@ void ZeroRedundancy::build_segments() {
       Tensor view = s.flat.narrow(0, p.offset, numel).view(p.tensor.shape());
       view.copy_(p.tensor);
       p.tensor.set_data(view);
-      const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + numel);
+    }
+    if (opt_.stage == 3) {
+      s.shard = s.flat.narrow(0, lo, s.chunk).clone();
+      s.resident = true;
+    }
+    for (size_t k : s.params) {
+      Param& p = params_[k];
+      const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.tensor.numel());
       if (a < b) {
-        p.piece = s.flat.narrow(0, a, b - a);
+        p.piece = opt_.stage == 3 ? s.shard.narrow(0, a - lo, b - a) : s.flat.narrow(0, a, b - a);
         p.piece.requires_grad_(true);
         p.piece_begin = a - p.offset;
       }
     }
+    if (opt_.stage == 3) release(si);  // from now on only the shard
+  }
+}
+
+// Note [ZeRO-3 units]: each element of an outermost ModuleList is a unit, in
+// registration (forward) order; a parameter of no unit, or of two, is the root's.
+void ZeroRedundancy::build_units(std::vector<std::vector<size_t>>& members) {
+  std::map<const void*, size_t> index_of;
+  for (size_t i = 0; i < params_.size(); ++i) index_of.emplace(params_[i].tensor.impl(), i);
+  std::vector<nn::Module*> units;
+  std::set<nn::Module*> inside;
+  for (auto& [name, m] : model_.named_modules()) {
+    auto* list = dynamic_cast<nn::ModuleList*>(m);
+    if (!list || inside.count(m)) continue;
+    for (auto& child : *list) {
+      units.push_back(child.get());
+      for (auto& [n2, m2] : child->named_modules()) inside.insert(m2);
+    }
+  }
+  constexpr size_t kRoot = SIZE_MAX;
+  std::vector<size_t> owner(params_.size(), SIZE_MAX - 1);  // SIZE_MAX - 1: none yet
+  for (size_t u = 0; u < units.size(); ++u)
+    for (auto& [n, t] : units[u]->named_parameters()) {
+      auto it = index_of.find(t.impl());
+      if (it == index_of.end()) continue;  // frozen: stays whole
+      size_t& o = owner[it->second];
+      o = o == SIZE_MAX - 1 || o == u ? u : kRoot;
+    }
+  for (size_t u = 0; u < units.size(); ++u) {
+    std::vector<size_t> mine;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (owner[i] == u) mine.push_back(i);
+    if (mine.empty()) continue;
+    segments_.emplace_back();
+    segments_.back().unit = units[u];
+    segments_.back().dtype = params_[mine[0]].tensor.dtype();
+    members.push_back(std::move(mine));
+  }
+  // Backward completes the units last to first; the root (embeddings) last of all.
+  for (size_t k = segments_.size(); k-- > 0;) launch_order_.push_back(k);
+  std::vector<size_t> root;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (owner[i] >= SIZE_MAX - 1) root.push_back(i);
+  if (!root.empty()) {
+    launch_order_.push_back(segments_.size());
+    segments_.emplace_back();
+    segments_.back().dtype = params_[root[0]].tensor.dtype();
+    members.push_back(std::move(root));
+  }
+}
+
+void ZeroRedundancy::install_unit_hooks() {
+  NoGradGuard no_grad;
+  size_t root = SIZE_MAX, first_unit = SIZE_MAX;
+  for (size_t k = 0; k < segments_.size(); ++k) {
+    if (!segments_[k].unit) {
+      root = k;
+      continue;
+    }
+    if (first_unit == SIZE_MAX) first_unit = k;
+    nn::Module* m = segments_[k].unit;
+    const bool has_next = k + 1 < segments_.size() && segments_[k + 1].unit;
+    module_hooks_.emplace_back(m, m->register_forward_pre_hook([this, k, has_next](nn::Module&, Tensor&) {
+      materialize(k);
+      if (has_next && !in_backward_) prefetch(k + 1);
+    }));
+    module_hooks_.emplace_back(m, m->register_forward_hook([this, k](nn::Module&, const Tensor&, Tensor& out) {
+      if (GradMode::is_enabled() && out.defined() && out.requires_grad() && !out.is_leaf())
+        out.register_hook([this, k](const Tensor&) {
+          begin_backward();
+          materialize(k);
+          if (k > 0 && segments_[k - 1].unit) prefetch(k - 1);
+          return Tensor();
+        });
+      release(k);
+    }));
+  }
+  module_hooks_.emplace_back(&model_, model_.register_forward_pre_hook([this, root, first_unit](nn::Module&, Tensor&) {
+    if (root != SIZE_MAX) materialize(root);
+    if (first_unit != SIZE_MAX) prefetch(first_unit);
+  }));
+  module_hooks_.emplace_back(&model_, model_.register_forward_hook([this, root](nn::Module&, const Tensor&, Tensor& out) {
+    // Without a backward to come, nothing needs the root until the next forward.
+    if (root != SIZE_MAX && !(GradMode::is_enabled() && out.defined() && out.requires_grad())) release(root);
+  }));
+}
+
+void ZeroRedundancy::prefetch(size_t k) {
+  Segment& s = segments_[k];
+  if (s.resident || s.gather) return;
+  s.gathering = empty({s.chunk * group_->size()}, s.dtype);  // a fresh buffer: see Note [ZeRO-3 units]
+  s.gather = group_->allgather(s.gathering, s.shard);
+}
+
+void ZeroRedundancy::materialize(size_t k) {
+  Segment& s = segments_[k];
+  if (s.resident) return;
+  prefetch(k);
+  s.gather->wait();
+  s.gather = nullptr;
+  s.flat = std::move(s.gathering);
+  s.gathering = Tensor();
+  for (size_t i : s.params) {
+    Param& p = params_[i];
+    p.tensor.set_data(s.flat.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape()));
+  }
+  s.resident = true;
+}
+
+void ZeroRedundancy::release(size_t k) {
+  Segment& s = segments_[k];
+  if (s.gather) {  // a prefetch nobody used
+    s.gather->wait();
+    s.gather = nullptr;
+    s.gathering = Tensor();
+  }
+  if (!s.resident) return;
+  for (size_t i : s.params) {
+    Param& p = params_[i];
+    p.tensor.set_data(empty(p.tensor.shape(), TensorOptions(p.tensor.dtype(), Device::meta())));
+  }
+  s.flat = Tensor();
+  s.resident = false;
+}
+
+void ZeroRedundancy::set_whole_parameters(bool whole) {
+  if (opt_.stage != 3) return;
+  NoGradGuard no_grad;
+  if (whole) {
+    for (size_t k = 0; k < segments_.size(); ++k) prefetch(k);
+    for (size_t k = 0; k < segments_.size(); ++k) materialize(k);
+    return;
+  }
+  for (size_t k = 0; k < segments_.size(); ++k) {
+    Segment& s = segments_[k];
+    if (s.resident) s.shard.copy_(s.flat.narrow(0, chunk_begin(s, group_->rank()), s.chunk));
+    release(k);
   }
 }
 
@@ -176,18 +365,21 @@ int64_t ZeroRedundancy::shard_numel() const {
   return n;
 }
 
+void ZeroRedundancy::begin_backward() {
+  if (in_backward_) return;
+  in_backward_ = true;
+  next_launch_ = 0;
+  for (auto& p : params_) p.ready = false;
+  for (auto& s : segments_) {
+    s.pending = s.params.size();
+    s.work = nullptr;
+  }
+  autograd::queue_callback([this] { finish_backward(); });
+}
+
 void ZeroRedundancy::on_grad_ready(size_t index) {
   if (opt_.stage == 1 && !sync_) return;
-  if (!in_backward_) {
-    in_backward_ = true;
-    next_launch_ = 0;
-    for (auto& p : params_) p.ready = false;
-    for (auto& s : segments_) {
-      s.pending = s.params.size();
-      s.work = nullptr;
-    }
-    autograd::queue_callback([this] { finish_backward(); });
-  }
+  begin_backward();
   Param& p = params_[index];
   TS_CHECK(!p.ready, "ZeroRedundancy: parameter '", p.name, "' received its gradient twice in one backward (rank ",
            group_->rank(), ", step ", step_, "); run one backward per micro-batch");
@@ -206,8 +398,11 @@ void ZeroRedundancy::on_grad_ready(size_t index) {
     s.grad.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape()).copy_(g);
     p.tensor.set_grad(Tensor());  // the full gradient is not kept
   }
-  if (--s.pending == 0 && opt_.overlap)
-    while (next_launch_ < segments_.size() && segments_[next_launch_].pending == 0) launch(segments_[next_launch_++]);
+  if (--s.pending > 0) return;
+  if (opt_.stage == 3 && s.unit) release(p.segment);  // its backward is over
+  if (opt_.overlap)
+    while (next_launch_ < launch_order_.size() && segments_[launch_order_[next_launch_]].pending == 0)
+      launch(segments_[launch_order_[next_launch_++]]);
 }
 
 void ZeroRedundancy::launch(Segment& s) {
@@ -241,13 +436,13 @@ void ZeroRedundancy::finish_backward() {
     --s.pending;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  while (next_launch_ < segments_.size()) launch(segments_[next_launch_++]);
+  while (next_launch_ < launch_order_.size()) launch(segments_[launch_order_[next_launch_++]]);
   for (auto& s : segments_) s.work->wait();
   last_wait_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int r = group_->rank();
   for (auto& s : segments_) {
     s.work = nullptr;
-    if (opt_.stage == 2) {
+    if (opt_.stage >= 2) {
       if (s.shard_grad.defined())
         s.shard_grad.add_(s.received);
       else
@@ -264,6 +459,8 @@ void ZeroRedundancy::finish_backward() {
                                        : s.shard_grad.narrow(0, at - chunk_begin(s, r), p.piece.numel()));
     }
   }
+  if (opt_.stage == 3)
+    for (size_t k = 0; k < segments_.size(); ++k) release(k);  // the root, and units a backward skipped
   if (opt_.find_unused_parameters) {
     // A parameter no rank used in any backward of this step has no gradient,
     // as in one process (the optimizer skips it).
@@ -284,6 +481,7 @@ void ZeroRedundancy::step() {
 }
 
 void ZeroRedundancy::gather_parameters() {
+  if (opt_.stage == 3) return;  // each unit is gathered by its forward
   NoGradGuard no_grad;
   std::vector<Tensor> mine;
   std::vector<WorkPtr> works;

@@ -352,9 +352,10 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
       TS_CHECK(ps.data >= 0 && ps.data <= 65536, "config: '", pc.key_path("data"),
                "' must be the number of data-parallel ranks (0: as many as launched), got ", ps.data);
       TS_CHECK(ps.zero >= 0 && ps.zero <= 3, "config: '", pc.key_path("zero"), "' is ", ps.zero,
-               "; ZeRO stages are 0 (plain data parallelism), 1 (optimizer state sharded), 2 (gradients too)");
-      TS_CHECK(ps.zero <= 2, "config: '", pc.key_path("zero"), "' is 3, but ZeRO-3 (sharded parameters) is not in "
-               "this build yet; use zero: 2, which shards the optimizer state and the gradients");
+               "; ZeRO stages are 0 (plain data parallelism), 1 (optimizer state sharded), 2 (gradients too), "
+               "3 (parameters too)");
+      TS_CHECK(ps.zero < 3 || !ps.find_unused_parameters, "config: parallel.find_unused_parameters is not supported "
+               "with zero: 3 (every rank must gather the same units in the same order); use zero: 2");
       TS_CHECK(ps.bucket_mb > 0 && ps.first_bucket_mb > 0, "config: parallel.bucket_mb and first_bucket_mb must be positive");
       TS_CHECK(ps.data <= 1 || s.batch_size % ps.data == 0, "config: train.batch_size ", s.batch_size,
                " does not divide among parallel.data = ", ps.data, " ranks; make it a multiple of ", ps.data);

@@ -166,9 +166,18 @@ void Trainer::check_finite_parameters() const {
 }
 
 std::string Trainer::save_checkpoint() {
-  check_finite_parameters();
   io::Checkpoint c;
-  c.model = recipe_.model->state_dict().entries;
+  parallel_->whole_parameters(true);  // ZeRO-3: gathered from every rank's shards
+  try {
+    check_finite_parameters();
+    // Copies: under ZeRO-3 the parameters' data goes again on leaving.
+    for (auto& [name, t] : recipe_.model->state_dict().entries)
+      c.model.emplace_back(name, parallel_->shards_optimizer() ? t.clone() : t);
+  } catch (...) {
+    parallel_->whole_parameters(false);
+    throw;
+  }
+  parallel_->whole_parameters(false);
   optim::OptimizerState os = parallel_->optimizer_state(*optimizer_);  // ZeRO: gathered from every rank
   c.optimizer = os.tensors;
   c.optimizer_groups = os.groups;
@@ -201,11 +210,14 @@ std::string Trainer::save_checkpoint() {
 void Trainer::load_checkpoint(const std::string& dir) {
   io::Checkpoint c = io::load_checkpoint(dir);
   nn::StateDict sd{c.model};
+  parallel_->whole_parameters(true);  // ZeRO-3: each rank keeps its shards of what is loaded
   try {
     recipe_.model->load_state_dict(sd, true);
   } catch (const Error& e) {
+    parallel_->whole_parameters(false);
     TS_ERROR("checkpoint ", dir, " does not fit this model: ", e.what());
   }
+  parallel_->whole_parameters(false);
   parallel_->load_optimizer_state(*optimizer_, {c.optimizer, c.optimizer_groups});
   const json& s = c.state;
   try {

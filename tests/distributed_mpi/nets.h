@@ -29,6 +29,43 @@ struct Net : nn::Module {
   }
 };
 
+// Units for ZeRO-3: blocks in a ModuleList (42 parameters each, not a
+// multiple of 4), an input layer and a head, and the input layer's weight
+// used again at the end (tied, as a GPT's embedding and head).
+struct Block : nn::Module {
+  std::shared_ptr<nn::Linear> fc;
+  explicit Block(int64_t w) : nn::Module("Block") { fc = register_module("fc", std::make_shared<nn::Linear>(w, w)); }
+  Tensor forward(const Tensor& x) override { return ops::add(x, ops::tanh((*fc)(x))); }
+};
+
+struct DeepNet : nn::Module {
+  std::shared_ptr<nn::Linear> inp, head;
+  std::shared_ptr<nn::ModuleList> blocks;
+  bool checkpointed = false;  // the middle block
+  DeepNet() : nn::Module("DeepNet") {
+    inp = register_module("inp", std::make_shared<nn::Linear>(5, 6));
+    blocks = register_module("blocks", std::make_shared<nn::ModuleList>());
+    for (int i = 0; i < 3; ++i) blocks->push_back(std::make_shared<Block>(6));
+    head = register_module("head", std::make_shared<nn::Linear>(6, 2));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = (*inp)(x);
+    for (size_t i = 0; i < blocks->size(); ++i) {
+      auto b = (*blocks)[i];
+      h = checkpointed && i == 1 ? autograd::checkpoint([b](const Tensor& t) { return (*b)(t); }, h) : (*b)(h);
+    }
+    Tensor tied = ops::linear(h, inp->weight.t()).narrow(1, 0, 2);
+    return ops::add((*head)(h), ops::mul(tied, 0.1));
+  }
+};
+
+inline std::shared_ptr<DeepNet> make_deep_net(DType dt) {
+  manual_seed(9);
+  auto n = std::make_shared<DeepNet>();
+  n->to(dt);
+  return n;
+}
+
 inline std::shared_ptr<Net> make_net(DType dt) {
   manual_seed(7);  // the same initial weights everywhere
   auto n = std::make_shared<Net>();

@@ -1,9 +1,10 @@
 // ZeRO equals one process: each rank trains on its rows of every global batch
-// with its shard of the optimizer state (stage 1) and of the gradients (stage
-// 2), and also trains a reference model alone on the whole batch; after every
-// step the two must agree (f64: 1e-10 relative, f32: 1e-5) and the replicas
-// must be bitwise equal across ranks. The optimizer state gathered from the
-// shards must equal the reference optimizer's, and load at another stage.
+// with its shard of the optimizer state (stage 1), of the gradients (stage 2)
+// and of the parameters (stage 3), and also trains a reference model alone on
+// the whole batch; after every step the two must agree (f64: 1e-10 relative,
+// f32: 1e-5) and the replicas must be bitwise equal across ranks. The
+// optimizer state gathered from the shards must equal the reference
+// optimizer's, and load at another stage.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -31,6 +32,7 @@ struct Case {
   bool checkpointed = false;
   bool sometimes_unused = false;  // "sometimes" unused on odd steps (find_unused_parameters)
   bool delays = false;            // one rank late before the last reduce-scatter and the optimizer step
+  bool deep = false;              // DeepNet (units for stage 3) instead of Net
   int steps = 5;
   int64_t batch = 12;
 };
@@ -56,17 +58,38 @@ void expect_replicas_equal(nn::Module& m, distributed::ProcessGroup& world) {
 }
 
 struct ZeroRun {
-  std::shared_ptr<testing::Net> ref, dist;
+  std::shared_ptr<nn::Module> ref, dist;
   optim::OptimizerPtr ref_opt, dist_opt;
   std::unique_ptr<ZeroRedundancy> zero;
+  void use_sometimes(bool on) {  // Net's optional parameter
+    if (auto* n = dynamic_cast<testing::Net*>(ref.get())) n->use_sometimes = on;
+    if (auto* n = dynamic_cast<testing::Net*>(dist.get())) n->use_sometimes = on;
+  }
+  nn::Linear& first_layer(nn::Module& m) {
+    if (auto* n = dynamic_cast<testing::Net*>(&m)) return *n->a;
+    return *dynamic_cast<testing::DeepNet&>(m).inp;
+  }
+  // Compares under whole parameters (stage 3 keeps only shards between steps).
+  template <typename F>
+  void whole(F&& f) {
+    zero->set_whole_parameters(true);
+    f();
+    zero->set_whole_parameters(false);
+  }
 };
 
 ZeroRun make_run(const Case& k) {
   auto world = distributed::world();
   ZeroRun run;
-  run.ref = make_net(k.dtype);
-  run.dist = make_net(k.dtype);
-  run.ref->checkpointed = run.dist->checkpointed = k.checkpointed;
+  if (k.deep) {
+    auto r = testing::make_deep_net(k.dtype), d = testing::make_deep_net(k.dtype);
+    r->checkpointed = d->checkpointed = k.checkpointed;
+    run.ref = r, run.dist = d;
+  } else {
+    auto r = make_net(k.dtype), d = make_net(k.dtype);
+    r->checkpointed = d->checkpointed = k.checkpointed;
+    run.ref = r, run.dist = d;
+  }
   run.ref_opt = make_opt(k.optimizer, *run.ref, k.options);
   run.dist_opt = make_opt(k.optimizer, *run.dist, k.options);
   ZeroOptions o;
@@ -86,7 +109,7 @@ double train(ZeroRun& run, const Case& k, int first_step = 0) {
   // reduce-scatter starts late), and before the optimizer step and the all-gather.
   size_t hook = 0;
   if (k.delays && r == 1)
-    hook = run.dist->a->weight.register_post_accumulate_grad_hook(
+    hook = run.first_layer(*run.dist).weight.register_post_accumulate_grad_hook(
         [](const Tensor&) { std::this_thread::sleep_for(std::chrono::milliseconds(15)); });
   Generator g(11 + first_step);
   const int64_t per = k.batch / n;
@@ -94,7 +117,7 @@ double train(ZeroRun& run, const Case& k, int first_step = 0) {
   for (int step = first_step; step < first_step + k.steps; ++step) {
     run.zero->set_step(step);
     const bool use = !(k.sometimes_unused && step % 2 == 1);
-    run.ref->use_sometimes = run.dist->use_sometimes = use;
+    run.use_sometimes(use);
     for (int m = 0; m < k.accum; ++m) {
       Tensor x = ops::randn({k.batch, 5}, k.dtype, &g), y = ops::randn({k.batch, 2}, k.dtype, &g);
       ops::div(ops::mse_loss((*run.ref)(x), y), static_cast<double>(k.accum)).backward();
@@ -116,10 +139,10 @@ double train(ZeroRun& run, const Case& k, int first_step = 0) {
     run.ref_opt->zero_grad();
     if (k.delays && world->rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     run.zero->step();
-    worst = std::max(worst, relative_difference(*run.ref, *run.dist));
+    run.whole([&] { worst = std::max(worst, relative_difference(*run.ref, *run.dist)); });
   }
-  if (hook) run.dist->a->weight.remove_post_accumulate_grad_hook(hook);
-  expect_replicas_equal(*run.dist, *world);
+  if (hook) run.first_layer(*run.dist).weight.remove_post_accumulate_grad_hook(hook);
+  run.whole([&] { expect_replicas_equal(*run.dist, *world); });
   return worst;
 }
 
@@ -136,9 +159,59 @@ Case stage(int s) {
 
 TEST(Zero, Stage1EqualsOneProcessF64AdamW) { EXPECT_LT(train_and_compare(stage(1)), 1e-10); }
 TEST(Zero, Stage2EqualsOneProcessF64AdamW) { EXPECT_LT(train_and_compare(stage(2)), 1e-10); }
+TEST(Zero, Stage3EqualsOneProcessF64AdamW) { EXPECT_LT(train_and_compare(stage(3)), 1e-10); }
+
+// Units: blocks of a ModuleList, gathered one at a time, a checkpointed one,
+// and a tied weight used outside any block (the root's).
+TEST(Zero, Stage3UnitsEqualOneProcess) {
+  for (int s : {1, 2, 3}) {
+    Case k = stage(s);
+    k.deep = true;
+    k.accum = 2;
+    k.checkpointed = true;
+    k.clip = 0.5;
+    EXPECT_LT(train_and_compare(k), 1e-10) << "stage " << s;
+    k.delays = true;
+    EXPECT_LT(train_and_compare(k), 1e-10) << "stage " << s << ", a late rank";
+  }
+}
+
+// Between steps a stage-3 rank holds only its shards; units are whole only while used.
+TEST(Zero, Stage3KeepsOnlyShardsBetweenSteps) {
+  auto world = distributed::world();
+  Case k = stage(3);
+  k.deep = true;
+  ZeroRun run = make_run(k);
+  ASSERT_EQ(run.zero->segments().size(), 4u);  // three blocks and the root
+  EXPECT_EQ(run.zero->segments()[0], (std::vector<std::string>{"blocks.0.fc.weight", "blocks.0.fc.bias"}));
+  for (auto& p : run.dist->parameters()) EXPECT_TRUE(p.is_meta());
+  auto& d = dynamic_cast<testing::DeepNet&>(*run.dist);
+  std::vector<int> whole_blocks;  // how many blocks hold data while each block runs
+  for (size_t i = 0; i < d.blocks->size(); ++i)
+    (*d.blocks)[i]->register_forward_pre_hook([&](nn::Module&, Tensor&) {
+      int n = 0;
+      for (auto& b : *d.blocks) n += b->parameters()[0].is_meta() ? 0 : 1;
+      whole_blocks.push_back(n);
+    });
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = (*run.dist)(ones({2, 5}, DType::F64));
+  }
+  EXPECT_EQ(out.size(1), 2);
+  for (int n : whole_blocks) EXPECT_LE(n, 2);  // this block and the prefetched next one
+  for (auto& p : run.dist->parameters()) EXPECT_TRUE(p.is_meta());
+  run.whole([&] {
+    for (auto& p : run.dist->parameters()) EXPECT_FALSE(p.is_meta());
+    auto fresh = testing::make_deep_net(DType::F64);  // untrained: the initial weights, whole again
+    auto want = fresh->named_parameters(), got = run.dist->named_parameters();
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_TRUE(ops::all(ops::eq(got[i].second, want[i].second)).item<bool>()) << got[i].first;
+  });
+}
 
 TEST(Zero, SgdWithMomentum) {
-  for (int s : {1, 2}) {
+  for (int s : {1, 2, 3}) {
     Case k = stage(s);
     k.optimizer = "sgd";
     k.options = {{"momentum", 0.9}, {"weight_decay", 0.01}};
@@ -147,7 +220,7 @@ TEST(Zero, SgdWithMomentum) {
 }
 
 TEST(Zero, F32) {
-  for (int s : {1, 2}) {
+  for (int s : {1, 2, 3}) {
     Case k = stage(s);
     k.dtype = DType::F32;
     EXPECT_LT(train_and_compare(k), 1e-5) << "stage " << s;
@@ -155,7 +228,7 @@ TEST(Zero, F32) {
 }
 
 TEST(Zero, GradientAccumulation) {
-  for (int s : {1, 2}) {
+  for (int s : {1, 2, 3}) {
     Case k = stage(s);
     k.accum = 3;
     EXPECT_LT(train_and_compare(k), 1e-10) << "stage " << s;
@@ -163,7 +236,7 @@ TEST(Zero, GradientAccumulation) {
 }
 
 TEST(Zero, ClippingOverShardsAndCheckpointing) {
-  for (int s : {1, 2}) {
+  for (int s : {1, 2, 3}) {
     Case k = stage(s);
     k.clip = 0.05;
     k.checkpointed = true;
@@ -180,7 +253,7 @@ TEST(Zero, UnusedParameterWithFindUnused) {
 }
 
 TEST(Zero, ALateRankChangesNothing) {
-  for (int s : {1, 2}) {
+  for (int s : {1, 2, 3}) {
     Case k = stage(s);
     k.delays = true;
     k.accum = 2;
@@ -206,34 +279,38 @@ TEST(Zero, ShardsSplitTheParameters) {
 // The gathered state equals one process's, and loads at the other stage:
 // training on from it stays equal to the reference.
 TEST(Zero, ConsolidatedStateEqualsOneProcessAndLoadsAtAnotherStage) {
-  Case k = stage(2);
-  k.steps = 3;
-  ZeroRun run = make_run(k);
-  train(run, k);
-  optim::OptimizerState got = run.zero->consolidated_state(), want = run.ref_opt->state_dict();
-  ASSERT_EQ(got.tensors.size(), want.tensors.size());
-  std::map<std::string, Tensor> by_key(want.tensors.begin(), want.tensors.end());
-  for (auto& [key, t] : got.tensors) {
-    ASSERT_TRUE(by_key.count(key)) << key;
-    EXPECT_TRUE(testing::all_close(t, by_key[key], 1e-9, 1e-12)) << key;
-  }
-  EXPECT_EQ(got.groups[1]["options"]["lr"], want.groups[1]["options"]["lr"]);
+  for (auto [from, to] : {std::pair{2, 1}, std::pair{3, 2}, std::pair{1, 3}}) {
+    Case k = stage(from);
+    k.steps = 3;
+    k.deep = from == 3 || to == 3;
+    ZeroRun run = make_run(k);
+    train(run, k);
+    optim::OptimizerState got = run.zero->consolidated_state(), want = run.ref_opt->state_dict();
+    ASSERT_EQ(got.tensors.size(), want.tensors.size());
+    std::map<std::string, Tensor> by_key(want.tensors.begin(), want.tensors.end());
+    for (auto& [key, t] : got.tensors) {
+      ASSERT_TRUE(by_key.count(key)) << key;
+      EXPECT_TRUE(testing::all_close(t, by_key[key], 1e-9, 1e-12)) << key << ", stage " << from;
+    }
+    EXPECT_EQ(got.groups.size(), want.groups.size());
+    EXPECT_EQ(got.groups[0]["options"]["lr"], want.groups[0]["options"]["lr"]);
 
-  // A fresh stage-1 run from the reference's weights and the gathered state.
-  Case k1 = stage(1);
-  k1.steps = 3;
-  ZeroRun next = make_run(k1);
-  next.ref->load_state_dict(run.ref->state_dict());
-  next.dist->load_state_dict(run.ref->state_dict());
-  next.ref_opt->load_state_dict(want);
-  next.zero->load_consolidated_state(got);
-  EXPECT_LT(train(next, k1, 3), 1e-9);
+    // A fresh run at the other stage from the reference's weights and the gathered state.
+    Case next_case = k;
+    next_case.stage = to;
+    ZeroRun next = make_run(next_case);
+    next.ref->load_state_dict(run.ref->state_dict());
+    next.whole([&] { next.dist->load_state_dict(run.ref->state_dict()); });
+    next.ref_opt->load_state_dict(want);
+    next.zero->load_consolidated_state(got);
+    EXPECT_LT(train(next, next_case, 3), 1e-9) << "stage " << from << " to " << to;
+  }
 }
 
 TEST(Zero, UnusedParameterWithoutFindUnusedIsNamed) {
   auto world = distributed::world();
   ZeroRun run = make_run(stage(2));
-  run.dist->use_sometimes = false;
+  run.use_sometimes(false);
   run.zero->set_step(4);
   std::string err = testing::error_of([&] { ops::sum((*run.dist)(ones({2, 5}, DType::F64))).backward(); });
   EXPECT_NE(err.find("parameter 'sometimes' got no gradient in the backward of step 4 on rank " +

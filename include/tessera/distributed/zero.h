@@ -2,10 +2,10 @@
 // ZeRO (Rajbhandari et al., 2020): data parallelism without replicating what
 // only the optimizer needs. Every rank runs the whole model on its share of
 // each batch, as under DistributedDataParallel, but the optimizer state
-// (stage 1) and the gradients (stage 2) are split into one shard per rank:
-// each rank steps its shard, and the updated parameters are all-gathered.
-// Adam's state (8 bytes per f32 parameter) shrinks to 8/N; at stage 2 the
-// gradients (4 bytes) to 4/N.
+// (stage 1), the gradients (stage 2) and the parameters (stage 3) are split
+// into one shard per rank: each rank steps its shard. Adam's state (8 bytes
+// per f32 parameter) shrinks to 8/N; at stage 2 the gradients (4 bytes) to
+// 4/N; at stage 3 the parameters (4 bytes) too, gathered a unit at a time.
 //
 //   distributed::ZeroRedundancy zero(*model, *opt, world, {.stage = 2});
 //   loss_fn((*model)(x_shard), y_shard).backward();  // reduce-scatters while backward runs
@@ -15,7 +15,8 @@
 // shards (Optimizer::set_params), which is exact for every optimizer of
 // optim/ because their updates are element-wise. Its state is this rank's
 // shard; consolidated_state() gathers it into the form one process saves, so
-// checkpoints load at any world size and stage. Note [ZeRO layout] in zero.cpp.
+// checkpoints load at any world size and stage. Note [ZeRO layout] and Note
+// [ZeRO-3 units] in zero.cpp.
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,7 +28,7 @@
 namespace tessera::distributed {
 
 struct ZeroOptions {
-  int stage = 1;                 // 1: optimizer state sharded; 2: gradients too
+  int stage = 1;                 // 1: optimizer state sharded; 2: gradients too; 3: parameters too
   double bucket_cap_mb = 25;     // the size of a segment (the unit of communication)
   double first_bucket_mb = 1;    // the first segment (the last layers) is small, to start early
   bool find_unused_parameters = false;  // else a parameter without a gradient is an error
@@ -55,7 +56,8 @@ class ZeroRedundancy {
   // optimizer.step() on this rank's shards, gather_parameters(), clear_gradients().
   void step();
   // The parts of step(), for a loop that unscales, clips or skips in between:
-  // every rank's updated shard into the parameters (all ranks call it).
+  // every rank's updated shard into the parameters (all ranks call it; stage
+  // 3 gathers each unit when its forward needs it instead).
   void gather_parameters();
   // Drops this step's gradients (the parameters' and the shards').
   void clear_gradients();
@@ -67,6 +69,13 @@ class ZeroRedundancy {
   // Its inverse: each rank keeps its shard of a state saved by one process,
   // by DDP or by ZeRO at any world size (keyed by name or, older, by index).
   void load_consolidated_state(const optim::OptimizerState& state);
+
+  // Stage 3: between steps the model's parameters hold no data (they are on
+  // the meta device, keeping their shapes). While whole, they are complete on
+  // every rank (to save, load or inspect them); leaving the state writes each
+  // rank's chunk back into its shard (what was loaded is kept). Every rank
+  // calls both. Other stages: no-ops.
+  void set_whole_parameters(bool whole);
 
   int stage() const { return opt_.stage; }
   const ProcessGroupPtr& group() const { return group_; }
@@ -81,10 +90,18 @@ class ZeroRedundancy {
   struct Param;
   struct Segment;
   void build_segments();
+  void build_units(std::vector<std::vector<size_t>>& members);
   void on_grad_ready(size_t index);
+  void begin_backward();
   void launch(Segment& s);
   void finish_backward();
   int64_t chunk_begin(const Segment& s, int rank) const;
+  // Stage 3: starts a segment's all-gather; makes its parameters whole (waits);
+  // drops their data.
+  void prefetch(size_t segment);
+  void materialize(size_t segment);
+  void release(size_t segment);
+  void install_unit_hooks();
 
   nn::Module& model_;
   optim::Optimizer& optimizer_;
@@ -94,6 +111,8 @@ class ZeroRedundancy {
   std::vector<Segment> segments_;
   std::vector<std::vector<size_t>> groups_;  // the optimizer's groups, as indices into params_
   std::vector<int32_t> used_;                // this step: whether some backward used each parameter
+  std::vector<size_t> launch_order_;         // segments in the order backward completes them
+  std::vector<std::pair<nn::Module*, size_t>> module_hooks_;  // stage 3: (module, hook handle)
   size_t next_launch_ = 0;
   bool in_backward_ = false, sync_ = true;
   int64_t step_ = 0;

@@ -37,6 +37,10 @@ class Parallel {
   // The optimizer's state as one process saves it, and its inverse, so that a
   // checkpoint loads at any world size and ZeRO stage. Every rank calls them.
   virtual optim::OptimizerState optimizer_state(optim::Optimizer& o) { return o.state_dict(); }
+  // ZeRO-3 keeps only shards of the parameters between steps: while whole,
+  // they are complete on every rank (to save, load or check them); leaving
+  // keeps what was loaded. Every rank calls both.
+  virtual void whole_parameters(bool whole) {}
   virtual void load_optimizer_state(optim::Optimizer& o, const optim::OptimizerState& s) { o.load_state_dict(s); }
 
   // The decisions every rank must share, reduced across ranks: element-wise
