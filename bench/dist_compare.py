@@ -7,8 +7,10 @@
    in one binary (bench/tessera_dist_bench.cpp), 4 KB to 64 MB, at 2 and 4 ranks.
 2. Data-parallel step time of the tiny GPT (bench/train_torch.py's, 2 layers)
    at 2 ranks and the per-rank batch, against one process at that batch, with
-   overlap on and off, and the same ratio for PyTorch 1.13's DDP on gloo; and
-   PyTorch's ZeroRedundancyOptimizer at 2 ranks.
+   overlap on and off and ZeRO-1/2/3, and the same ratio for PyTorch 1.13's
+   DDP on gloo; and PyTorch's ZeroRedundancyOptimizer at 2 ranks.
+3. Memory per rank of that GPT under DDP and ZeRO-1/2/3 at 2 and 4 ranks:
+   parameters, gradients and AdamW state against ZeRO's expected bytes.
 Ranks run with one thread each, started as `tessera launch` starts them
 (mpirun, oversubscription allowed, yielding waits, the launcher's malloc settings).
 """
@@ -66,10 +68,10 @@ def main():
         runs = sorted(runs, key=lambda r: r["step_s"])
         return runs[len(runs) // 2]
 
-    # Memory per rank: DDP and ZeRO-1/2 at 2 and 4 ranks (one run each; the bytes do not drift).
+    # Memory per rank: DDP and ZeRO-1/2/3 at 2 and 4 ranks (one run each; the bytes do not drift).
     res["memory"] = []
     for n in (2, 4):
-        for zero in (0, 1, 2):
+        for zero in (0, 1, 2, 3):
             res["memory"] += lines(["mpirun", "-np", str(n), "--bind-to", "none", bench, "memory", "--batch", "4",
                                     "--layers", "2", "--zero", str(zero)], env)
     print("memory done", file=sys.stderr)
@@ -78,7 +80,8 @@ def main():
     # A configuration: (implementation, ranks, mode): mode is ddp, ddp-sync (no overlap), zero1 or zero2.
     common = ["--batch", "4", "--layers", "2", "--steps", str(steps), "--warmup", "2"]
     configs = [("tessera", 1, "ddp"), ("tessera", 2, "ddp"), ("tessera", 2, "ddp-sync"), ("tessera", 2, "zero1"),
-               ("tessera", 2, "zero2"), ("pytorch", 1, "ddp"), ("pytorch", 2, "ddp"), ("pytorch", 2, "zero1")]
+               ("tessera", 2, "zero2"), ("tessera", 2, "zero3"), ("pytorch", 1, "ddp"), ("pytorch", 2, "ddp"),
+               ("pytorch", 2, "zero1")]
     runs = {c: [] for c in configs}
     for rnd in range(rounds):
         for impl, ranks, mode in configs:

@@ -1406,8 +1406,9 @@ def render_distributed(d, h):
     if mem:
         out += ["", "**Memory per rank** of the same GPT under AdamW, after backward of the third step: the bytes of "
                     "the parameters, gradients and optimizer state (distinct buffers, as requested) against ZeRO's "
-                    "expected bytes for Ψ f32 parameters (DDP 16Ψ, ZeRO-1 8Ψ + 8Ψ/N, ZeRO-2 4Ψ + 12Ψ/N; ZeRO-2's "
-                    "gradient shards live from the end of backward to the step); the allocator's live bytes at that "
+                    "expected bytes for Ψ f32 parameters (DDP 16Ψ, ZeRO-1 8Ψ + 8Ψ/N, ZeRO-2 4Ψ + 12Ψ/N, ZeRO-3 "
+                    "16Ψ/N; gradient shards live from the end of backward to the step; ZeRO-3's gathered units "
+                    "show in the peak); the allocator's live bytes at that "
                     "moment (the same buffers in its size classes, the batch subtracted) and the step's peak, which "
                     "adds the activations (each the largest over the ranks)", "", machine_line(h), ""]
         rows, worst = [], 0.0

@@ -10,7 +10,7 @@
 //       ZeRO-1/2 with --zero) at the per-rank batch, or alone when started as
 //       one process. Rank 0 prints the median step time and the time
 //       backward's end waited for communication.
-//   tessera_dist_bench memory --zero 0|1|2
+//   tessera_dist_bench memory --zero 0|1|2|3
 //       Bytes per rank of the GPT's parameters, gradients and AdamW state, and
 //       the peak with activations, against ZeRO's expected bytes.
 #define OMPI_SKIP_MPICXX 1
@@ -97,7 +97,7 @@ int bench_allreduce(int argc, char** argv) {
 }
 
 // The tiny GPT, its AdamW, and this rank's batch; under DDP or ZeRO (--zero
-// 1|2) when started as several ranks.
+// 1|2|3) when started as several ranks.
 struct GptRun {
   std::shared_ptr<nn::zoo::GPT> model;
   std::unique_ptr<optim::AdamW> opt;
@@ -190,7 +190,7 @@ int bench_gpt(int argc, char** argv) {
 // Memory per rank: after backward, once the optimizer has state (step 3),
 // the bytes of the parameters, gradients and optimizer state, against what
 // ZeRO's paper expects for Ψ f32 parameters under Adam (DDP 16Ψ, ZeRO-1 4Ψ +
-// 4Ψ + 8Ψ/N, ZeRO-2 4Ψ + 12Ψ/N); beside them the allocator's live bytes then
+// 4Ψ + 8Ψ/N, ZeRO-2 4Ψ + 12Ψ/N, ZeRO-3 16Ψ/N); beside them the allocator's live bytes then
 // (the same, in its size classes, without the batch) and the step's peak,
 // which adds the activations.
 // Bytes of the distinct storages behind `tensors` (views of one buffer count
@@ -199,7 +199,7 @@ double storage_bytes(const TensorList& tensors) {
   std::set<const void*> seen;
   double bytes = 0;
   for (auto& t : tensors)
-    if (t.defined() && seen.insert(t.impl()->storage.get()).second)
+    if (t.defined() && !t.is_meta() && seen.insert(t.impl()->storage.get()).second)
       bytes += static_cast<double>(t.impl()->storage->nbytes());
   return bytes;
 }
@@ -218,10 +218,10 @@ int bench_memory(int argc, char** argv) {
       live = static_cast<double>(memory_allocated() - static_cast<int64_t>(allocation_size(run.x.nbytes()) +
                                                                            allocation_size(run.y.nbytes())));
       TensorList ps = run.model->parameters(), gs, st;
-      params = storage_bytes(ps);
       for (auto& p : ps) gs.push_back(p.grad());
-      for (auto& g : run.opt->param_groups())
-        for (auto& p : g.params) gs.push_back(p.grad());
+      for (auto& g : run.opt->param_groups())  // ZeRO's shards (stage 3: the only copy)
+        for (auto& p : g.params) ps.push_back(p), gs.push_back(p.grad());
+      params = storage_bytes(ps);
       grads = storage_bytes(gs);
       for (auto& [k, t] : run.opt->state_dict().tensors) st.push_back(t);
       state = storage_bytes(st);
@@ -230,7 +230,10 @@ int bench_memory(int argc, char** argv) {
     peak = static_cast<double>(max_memory_allocated());
   }
   const double psi = static_cast<double>(run.model->num_parameters());
-  const double expected = stage == 0 ? 16 * psi : stage == 1 ? 8 * psi + 8 * psi / n : 4 * psi + 12 * psi / n;
+  const double expected = stage == 0   ? 16 * psi
+                          : stage == 1 ? 8 * psi + 8 * psi / n
+                          : stage == 2 ? 4 * psi + 12 * psi / n
+                                       : 16 * psi / n;
   auto worst = max_over_ranks({params + grads + state, peak, params, grads, state, live});
   if (world->rank() == 0) {
     nlohmann::json j = {{"bench", "memory"}, {"ranks", n}, {"zero", stage}, {"params", psi},
