@@ -326,6 +326,32 @@ int cmd_meta_info(const std::string& arg, int64_t batch, int64_t seq, const std:
 }
 
 // A GGUF file's header, metadata and tensors.
+// A checkpoint (a sharded one from ZeRO, every shard's CRC32 checked) as one
+// model.safetensors, and, with --checkpoint, as a whole checkpoint directory
+// that any world size and every tool loads.
+int cmd_ckpt_consolidate(const std::string& arg, std::string output, bool as_checkpoint) {
+  namespace fs = std::filesystem;
+  const std::string dir = checkpoint_dir(arg);
+  io::Checkpoint c = io::load_checkpoint(dir);
+  if (as_checkpoint) {
+    if (output.empty()) output = dir + "-consolidated";
+    c.state.erase("sharded");
+    const fs::path out(output);
+    const std::string saved = io::save_checkpoint(out.parent_path().empty() ? "." : out.parent_path().string(),
+                                                  out.filename().string(), c);
+    std::printf("%s: %zu model and %zu optimizer tensors -> %s (a whole checkpoint)\n", dir.c_str(), c.model.size(),
+                c.optimizer.size(), saved.c_str());
+    return 0;
+  }
+  if (output.empty()) output = (fs::path(dir) / "model.safetensors").string();
+  io::save_safetensors(output, c.model, {{"format", "pt"}});
+  int64_t bytes = 0;
+  for (auto& [n, t] : c.model) bytes += static_cast<int64_t>(t.nbytes());
+  std::printf("%s: %zu tensors, %s -> %s\n", dir.c_str(), c.model.size(), human_bytes(static_cast<uintmax_t>(bytes)).c_str(),
+              output.c_str());
+  return 0;
+}
+
 int cmd_gguf_info(const std::string& path, size_t max_chars) {
   llm::GgufFile f = llm::GgufFile::open(path);
   std::printf("%s: GGUF version %u, %s, alignment %llu, data section at byte %llu\n", path.c_str(), f.version(),
@@ -1057,6 +1083,19 @@ int main(int argc, char** argv) {
   client->add_option("--repeat", cf.repeat, "send the request this many times and print the latency (p50/p90/p99)")
       ->check(CLI::Range(1, 1000000));
 
+  auto* ckpt_cmd = app.add_subcommand("ckpt", "training checkpoints");
+  ckpt_cmd->require_subcommand(1);
+  auto* consolidate = ckpt_cmd->add_subcommand("consolidate", "write a checkpoint's model as one model.safetensors (a "
+                                           "sharded ZeRO checkpoint is assembled from its shards, each CRC-checked)");
+  std::string ck_arg, ck_out;
+  bool ck_whole = false;
+  consolidate->add_option("checkpoint", ck_arg, "a checkpoint directory, or a run directory (its latest checkpoint)")
+      ->required();
+  consolidate->add_option("-o,--output", ck_out, "where to write (default: model.safetensors in the checkpoint "
+                          "directory; with --checkpoint, CHECKPOINT-consolidated)");
+  consolidate->add_flag("--checkpoint", ck_whole, "write a whole checkpoint directory (model, optimizer state, "
+                        "training state) instead of the model alone");
+
   auto* gguf = app.add_subcommand("gguf", "GGUF model files (llama.cpp's format)");
   gguf->require_subcommand(1);
   auto* gguf_info = gguf->add_subcommand("info", "show a GGUF file's version, metadata and tensors");
@@ -1123,6 +1162,7 @@ int main(int argc, char** argv) {
     if (*run) return cmd_run(run_model, run_inputs, run_out, run_repeat, run_size);
     if (*inspect) return cmd_inspect(insp_model, insp_dump, insp_size);
     if (*gguf_info) return cmd_gguf_info(gguf_path, gguf_chars);
+    if (*consolidate) return cmd_ckpt_consolidate(ck_arg, ck_out, ck_whole);
     if (*qgguf) return cmd_quantize_gguf(qg_in, qg_out, qg_type);
     if (*gen.cmd) return cmd_generate(gen, false);
     if (*chat.cmd) return cmd_generate(chat, true);

@@ -52,8 +52,10 @@ class DataParallelRun : public train::Parallel {
     zero_->gather_parameters();
     zero_->clear_gradients();
   }
-  optim::OptimizerState optimizer_state(optim::Optimizer& o) override {
-    return zero_ ? zero_->consolidated_state() : o.state_dict();
+  bool checkpoint_shard(io::CheckpointShard& out) override {
+    if (!zero_) return false;
+    out = zero_->checkpoint_shard();
+    return true;
   }
   void whole_parameters(bool whole) override {
     if (zero_) zero_->set_whole_parameters(whole);

@@ -551,6 +551,53 @@ std::pair<std::string, std::string> split_key(const std::string& key) {
 
 }  // namespace
 
+// The whole optimizer's groups, as one process's Optimizer::state_dict() gives them.
+nlohmann::json ZeroRedundancy::whole_groups() const {
+  nlohmann::json out = nlohmann::json::array();
+  size_t idx = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    nlohmann::json jg;
+    jg["options"] = optimizer_.param_groups()[g].options;
+    std::vector<size_t> ids;
+    std::vector<std::string> names;
+    for (size_t i : groups_[g]) {
+      ids.push_back(idx++);
+      names.push_back(params_[i].name);
+    }
+    jg["params"] = ids;
+    jg["param_names"] = names;
+    out.push_back(std::move(jg));
+  }
+  return out;
+}
+
+io::CheckpointShard ZeroRedundancy::checkpoint_shard() {
+  NoGradGuard no_grad;
+  io::CheckpointShard out;
+  const int r = group_->rank();
+  std::map<std::string, const Param*> sharded;
+  for (auto& p : params_) {
+    sharded.emplace(p.name, &p);
+    if (p.piece.defined()) out.model.push_back({p.name, p.piece, p.tensor.shape(), p.piece_begin});
+  }
+  if (r == 0)  // buffers and frozen parameters are whole on every rank
+    for (auto& [name, t] : model_.state_dict().entries)
+      if (!sharded.count(name)) out.model.push_back({name, t, t.shape(), -1});
+  for (auto& [key, t] : optimizer_.state_dict().tensors) {
+    auto [name, k] = split_key(key);
+    const Param& p = *sharded.at(name);
+    if (t.dim() == 0) {
+      // A per-parameter scalar (Adam's step): written once, by the rank holding the parameter's first element.
+      const Segment& s = segments_[p.segment];
+      if (p.offset / s.chunk == r) out.optimizer.push_back({key, t, t.shape(), -1});
+    } else {
+      out.optimizer.push_back({key, t, p.tensor.shape(), p.piece_begin});
+    }
+  }
+  out.optimizer_groups = whole_groups();
+  return out;
+}
+
 optim::OptimizerState ZeroRedundancy::consolidated_state() {
   NoGradGuard no_grad;
   const optim::OptimizerState local = optimizer_.state_dict();
@@ -586,23 +633,11 @@ optim::OptimizerState ZeroRedundancy::consolidated_state() {
     }
   }
   optim::OptimizerState out;
-  out.groups = nlohmann::json::array();
-  size_t idx = 0;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    nlohmann::json jg;
-    jg["options"] = optimizer_.param_groups()[g].options;
-    std::vector<size_t> ids;
-    std::vector<std::string> names;
-    for (size_t i : groups_[g]) {
-      ids.push_back(idx++);
-      names.push_back(params_[i].name);
+  out.groups = whole_groups();
+  for (auto& g : groups_)
+    for (size_t i : g)
       for (auto& [key, t] : whole)
         if (split_key(key).first == params_[i].name) out.tensors.emplace_back(key, t);
-    }
-    jg["params"] = ids;
-    jg["param_names"] = names;
-    out.groups.push_back(std::move(jg));
-  }
   return out;
 }
 

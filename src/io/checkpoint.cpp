@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <map>
 #include <filesystem>
 #include <system_error>
 
@@ -11,10 +13,19 @@ namespace tessera::io {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+namespace detail {  // sharded_checkpoint.cpp
+nlohmann::json read_index(const std::string& dir);
+NamedTensors assemble(const std::string& dir, const nlohmann::json& index, const char* kind,
+                      std::map<std::string, SafetensorsFile>& files);
+}  // namespace detail
+
+// Whole (model and optimizer files) or sharded (an index); the shards
+// themselves are checked when it is loaded.
 static bool is_complete(const fs::path& dir) {
   std::error_code ec;
-  return fs::is_directory(dir, ec) && fs::exists(dir / "state.json", ec) && fs::exists(dir / "model.safetensors", ec) &&
-         fs::exists(dir / "optimizer.safetensors", ec);
+  if (!fs::is_directory(dir, ec) || !fs::exists(dir / "state.json", ec)) return false;
+  return fs::exists(dir / "index.json", ec) ||
+         (fs::exists(dir / "model.safetensors", ec) && fs::exists(dir / "optimizer.safetensors", ec));
 }
 
 std::vector<std::string> list_checkpoints(const std::string& root) {
@@ -82,10 +93,9 @@ std::string save_checkpoint(const std::string& root, const std::string& name, co
 Checkpoint load_checkpoint(const std::string& dir) {
   std::error_code ec;
   TS_CHECK(fs::is_directory(dir, ec), "checkpoint ", dir, " does not exist or is not a directory");
-  for (const char* f : {"state.json", "model.safetensors", "optimizer.safetensors"})
-    TS_CHECK(fs::exists(fs::path(dir) / f, ec), "checkpoint ", dir, " is incomplete: ", f, " is missing");
   Checkpoint c;
   const std::string state_path = (fs::path(dir) / "state.json").string();
+  TS_CHECK(fs::exists(state_path, ec), "checkpoint ", dir, " is incomplete: state.json is missing");
   std::vector<char> text = read_file(state_path, 64u << 20);
   c.state = json::parse(text.begin(), text.end(), nullptr, false);
   TS_CHECK(!c.state.is_discarded() && c.state.is_object(), state_path, " is not a valid JSON object (corrupted?)");
@@ -94,6 +104,19 @@ Checkpoint load_checkpoint(const std::string& dir) {
   int version = c.state["format_version"].get<int>();
   TS_CHECK(version == kCheckpointFormatVersion, state_path, " has format_version ", version, "; this Tessera reads ",
            kCheckpointFormatVersion);
+  if (c.state.contains("sharded")) {
+    TS_CHECK(fs::exists(fs::path(dir) / "index.json", ec), "checkpoint ", dir,
+             " is incomplete: it is sharded but index.json is missing");
+    json index = detail::read_index(dir);  // every shard's size and CRC32 checked
+    std::map<std::string, SafetensorsFile> files;
+    c.model = detail::assemble(dir, index, "model", files);
+    c.optimizer = detail::assemble(dir, index, "optimizer", files);
+    c.optimizer_groups = index.value("optimizer_groups", json());
+    TS_CHECK(c.optimizer_groups.is_array(), dir, "/index.json: optimizer_groups is not a JSON list");
+    return c;
+  }
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+    TS_CHECK(fs::exists(fs::path(dir) / f, ec), "checkpoint ", dir, " is incomplete: ", f, " is missing");
   Metadata meta;
   c.model = load_safetensors((fs::path(dir) / "model.safetensors").string());
   c.optimizer = load_safetensors((fs::path(dir) / "optimizer.safetensors").string(), &meta);
@@ -105,10 +128,29 @@ Checkpoint load_checkpoint(const std::string& dir) {
   return c;
 }
 
+std::pair<std::string, Checkpoint> load_newest_valid_checkpoint(const std::string& root) {
+  const std::string newest = resolve_checkpoint("latest", root);
+  std::vector<std::string> order{newest};
+  auto all = list_checkpoints(root);
+  for (auto it = all.rbegin(); it != all.rend(); ++it)
+    if (*it != newest) order.push_back(*it);
+  std::string why;
+  for (const std::string& dir : order) {
+    try {
+      return {dir, load_checkpoint(dir)};
+    } catch (const Error& e) {
+      std::fprintf(stderr, "tessera: checkpoint %s does not load: %s; trying the one before it\n", dir.c_str(),
+                   e.what());
+      why += (why.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  TS_ERROR("no checkpoint under ", root, " loads: ", why);
+}
+
 std::string resolve_checkpoint(const std::string& spec, const std::string& root) {
   if (spec != "latest" && spec != "last") {
     TS_CHECK(is_complete(spec), "checkpoint '", spec, "' is not a complete checkpoint directory (it needs ",
-             "state.json, model.safetensors and optimizer.safetensors)");
+             "state.json and model.safetensors with optimizer.safetensors, or a sharded checkpoint's index.json)");
     return spec;
   }
   std::error_code ec;

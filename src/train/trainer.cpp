@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "tessera/core/numbers.h"
@@ -88,7 +89,13 @@ Trainer::Trainer(Recipe recipe, TrainerOptions options)
   total_steps_ = s.steps > 0 ? s.steps : std::max<int64_t>(1, per_epoch) * s.epochs;
   scheduler_ = recipe_.make_scheduler(*optimizer_, total_steps_);
   bar_ = opt_.progress == 1 || (opt_.progress == -1 && ::isatty(STDOUT_FILENO));
-  if (!opt_.resume.empty()) load_checkpoint(io::resolve_checkpoint(opt_.resume, checkpoint_root()));
+  if (opt_.resume == "latest" || opt_.resume == "last") {
+    // A newest checkpoint with a missing or corrupt shard is skipped for the one before it.
+    auto [dir, c] = io::load_newest_valid_checkpoint(checkpoint_root());
+    load_checkpoint(dir, c);
+  } else if (!opt_.resume.empty()) {
+    load_checkpoint(io::resolve_checkpoint(opt_.resume, checkpoint_root()));
+  }
 }
 
 Trainer::~Trainer() {
@@ -165,22 +172,42 @@ void Trainer::check_finite_parameters() const {
                ". Lower the learning rate, enable clip_grad_norm, or use precision bf16/f32");
 }
 
+// Under ZeRO the parameters are checked in this rank's pieces, and every rank
+// names the first bad one any rank found.
+void Trainer::check_finite_pieces(const io::CheckpointShard& shard) const {
+  NoGradGuard no_grad;
+  auto named = recipe_.model->named_parameters();
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < named.size(); ++i) index.emplace(named[i].first, i);
+  std::vector<double> bad{-1};
+  for (auto& p : shard.model) {
+    auto it = index.find(p.name);
+    if (it != index.end() && !ops::all(ops::isfinite(p.data)).item<bool>()) {
+      bad[0] = static_cast<double>(it->second);
+      break;
+    }
+  }
+  parallel_->max(bad);
+  if (bad[0] >= 0)
+    TS_ERROR("training diverged: parameter '", named[static_cast<size_t>(bad[0])].first, "' holds NaN or Inf at step ",
+             step_, "; no checkpoint was written", last_checkpoint_.empty() ? "" : " (the last good one is ",
+             last_checkpoint_, last_checkpoint_.empty() ? "" : ")",
+             ". Lower the learning rate, enable clip_grad_norm, or use precision bf16/f32");
+}
+
 std::string Trainer::save_checkpoint() {
   io::Checkpoint c;
-  parallel_->whole_parameters(true);  // ZeRO-3: gathered from every rank's shards
-  try {
+  io::CheckpointShard shard;
+  const bool sharded = parallel_->checkpoint_shard(shard);  // ZeRO: each rank writes its pieces
+  if (sharded) {
+    check_finite_pieces(shard);
+  } else {
     check_finite_parameters();
-    // Copies: under ZeRO-3 the parameters' data goes again on leaving.
-    for (auto& [name, t] : recipe_.model->state_dict().entries)
-      c.model.emplace_back(name, parallel_->shards_optimizer() ? t.clone() : t);
-  } catch (...) {
-    parallel_->whole_parameters(false);
-    throw;
+    c.model = recipe_.model->state_dict().entries;
+    optim::OptimizerState os = optimizer_->state_dict();
+    c.optimizer = os.tensors;
+    c.optimizer_groups = os.groups;
   }
-  parallel_->whole_parameters(false);
-  optim::OptimizerState os = parallel_->optimizer_state(*optimizer_);  // ZeRO: gathered from every rank
-  c.optimizer = os.tensors;
-  c.optimizer_groups = os.groups;
   Generator& g = default_generator();
   c.state = {{"step", step_},
              {"epoch", loader_->epoch()},
@@ -198,17 +225,24 @@ std::string Trainer::save_checkpoint() {
   char name[32];
   std::snprintf(name, sizeof name, "step-%09lld", static_cast<long long>(step_));
   last_checkpoint_step_ = step_;
-  // Replicas are equal: rank 0 writes, the others wait until it is complete.
-  if (main_rank())
-    last_checkpoint_ = io::save_checkpoint(checkpoint_root(), name, c, static_cast<int>(recipe_.train.keep_checkpoints));
-  else
-    last_checkpoint_ = checkpoint_root() + "/" + name;
-  parallel_->barrier();
+  const int keep = static_cast<int>(recipe_.train.keep_checkpoints);
+  if (sharded) {
+    last_checkpoint_ = io::save_sharded_checkpoint(checkpoint_root(), name, parallel_->rank(), parallel_->size(), shard,
+                                                   c, keep, [this] { parallel_->barrier(); });
+  } else {
+    // Replicas are equal: rank 0 writes, the others wait until it is complete.
+    if (main_rank())
+      last_checkpoint_ = io::save_checkpoint(checkpoint_root(), name, c, keep);
+    else
+      last_checkpoint_ = checkpoint_root() + "/" + name;
+    parallel_->barrier();
+  }
   return last_checkpoint_;
 }
 
-void Trainer::load_checkpoint(const std::string& dir) {
-  io::Checkpoint c = io::load_checkpoint(dir);
+void Trainer::load_checkpoint(const std::string& dir) { load_checkpoint(dir, io::load_checkpoint(dir)); }
+
+void Trainer::load_checkpoint(const std::string& dir, const io::Checkpoint& c) {
   nn::StateDict sd{c.model};
   parallel_->whole_parameters(true);  // ZeRO-3: each rank keeps its shards of what is loaded
   try {

@@ -9,11 +9,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "tessera/distributed/status.h"
+#include "tessera/io/checkpoint.h"
 #include "tessera/io/safetensors.h"
 #include "test_util.h"
 
@@ -55,18 +57,28 @@ std::vector<double> losses(const std::string& run) {
   return out;
 }
 
-// How far two runs' final weights are apart, as the smallest tolerance t with
-// |a - b| <= t (1 + |a|) element-wise (allclose with rtol = atol = t).
+// How far two runs' weights at a step are apart, as the smallest tolerance t
+// with |a - b| <= t (1 + |a|) element-wise (allclose with rtol = atol = t). A
+// sharded checkpoint (ZeRO) is assembled from its shards; a consolidated
+// model.safetensors is read as written.
 double weight_difference(const std::string& a, const std::string& b, int step) {
   char name[64];
-  std::snprintf(name, sizeof name, "/checkpoints/step-%09d/model.safetensors", step);
-  auto wa = io::load_safetensors(a + name), wb = io::load_safetensors(b + name);
+  std::snprintf(name, sizeof name, "/checkpoints/step-%09d", step);
+  auto model_of = [&](const std::string& run) {
+    const std::string dir = run + name;
+    io::NamedTensors t = fs::exists(dir + "/index.json") && fs::exists(dir + "/model.safetensors")
+                             ? io::load_safetensors(dir + "/model.safetensors")
+                             : io::load_checkpoint(dir).model;
+    return std::map<std::string, Tensor>(t.begin(), t.end());
+  };
+  auto wa = model_of(a), wb = model_of(b);
   EXPECT_EQ(wa.size(), wb.size());
   double worst = 0;
-  for (size_t i = 0; i < wa.size() && i < wb.size(); ++i) {
-    EXPECT_EQ(wa[i].first, wb[i].first);
-    if (!is_floating(wa[i].second.dtype())) continue;
-    Tensor x = wa[i].second.to(DType::F64), y = wb[i].second.to(DType::F64);
+  for (auto& [n, ta] : wa) {
+    auto it = wb.find(n);
+    EXPECT_TRUE(it != wb.end()) << n;
+    if (it == wb.end() || !is_floating(ta.dtype())) continue;
+    Tensor x = ta.to(DType::F64), y = it->second.to(DType::F64);
     const double d = ops::max(ops::div(ops::abs(ops::sub(x, y)), ops::add(ops::abs(x), 1.0))).item<double>();
     worst = std::max(worst, d);
   }
@@ -148,8 +160,10 @@ TEST_F(Launch, KilledRankRestartsFromTheNewestCheckpointAndEndsTheSame) {
   EXPECT_LT(weight_difference(dir_ + "/one", dir_ + "/two", 20), 1e-5);
 }
 
-// ZeRO-2 at 4 ranks for 10 steps (its optimizer state gathered into the
-// checkpoint), then plain data parallelism at 2: the same run as one process.
+// ZeRO-2 at 4 ranks for 10 steps (sharded checkpoints: each rank writes its
+// pieces), then plain data parallelism at 2: the same run as one process. A
+// damaged shard of the newest checkpoint is named, and the resume falls back
+// to the one before it; `tessera ckpt consolidate` assembles a model file.
 TEST_F(Launch, ResumesAtAnotherWorldSizeAndZeroStage) {
   auto one = testing::run_cli(train_args(kMlp, dir_ + "/one", 20));
   ASSERT_EQ(one.exit_code, 0) << one.output;
@@ -158,11 +172,29 @@ TEST_F(Launch, ResumesAtAnotherWorldSizeAndZeroStage) {
   auto first = launch(4, a);
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_NE(first.output.find("ZeRO-2 data parallel over 4 ranks"), std::string::npos) << first.output;
+  // Sharded: each rank wrote its pieces; step 10's rank-2 model shard is then damaged.
+  const std::string step10 = dir_ + "/run/checkpoints/step-000000010";
+  ASSERT_TRUE(fs::exists(step10 + "/index.json"));
+  ASSERT_TRUE(fs::exists(step10 + "/optimizer-rank00003.safetensors"));
+  {
+    std::fstream f(step10 + "/model-rank00002.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x7f');
+  }
+  // `tessera ckpt consolidate` assembles step 5's model: one process's weights at step 5.
+  auto consolidated = testing::run_cli({"ckpt", "consolidate", dir_ + "/run/checkpoints/step-000000005"});
+  ASSERT_EQ(consolidated.exit_code, 0) << consolidated.output;
+  EXPECT_LT(weight_difference(dir_ + "/one", dir_ + "/run", 5), 1e-5);
+  auto damaged = testing::run_cli({"ckpt", "consolidate", step10});
+  EXPECT_NE(damaged.exit_code, 0);
+  EXPECT_NE(damaged.output.find("model-rank00002.safetensors is corrupt"), std::string::npos) << damaged.output;
+  // Resuming skips the damaged checkpoint for step 5's, and ends as one process does.
   auto args = train_args(kMlp, dir_ + "/run", 20);
   args.insert(args.end(), {"--resume", "latest"});
   auto second = launch(2, args);
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  EXPECT_NE(second.output.find("resumed at step 10"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("step-000000010 does not load"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("resumed at step 5"), std::string::npos) << second.output;
   EXPECT_LT(weight_difference(dir_ + "/one", dir_ + "/run", 20), 1e-5);
 }
 

@@ -1,5 +1,7 @@
 // Checkpoints: round trip, keep-last-K, and the guarantees: a process killed in
 // the middle of a save, or a disk that fills up, never loses the previous one.
+// Sharded checkpoints: pieces from every rank assemble, a corrupt or missing
+// shard is named and resuming falls back, a bad index is an error.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -7,8 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <barrier>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <thread>
 
 #include "tessera/io/checkpoint.h"
 #include "tessera/ops/ops.h"
@@ -127,5 +132,144 @@ TEST(Checkpoint, FullDiskLeavesThePreviousCheckpointAndSaysSo) {
   EXPECT_EQ(fs::path(resolve_checkpoint("latest", root)).filename(), name_of(1));
   EXPECT_EQ(load_checkpoint(resolve_checkpoint("latest", root)).state["step"], 1);
   EXPECT_EQ(list_checkpoints(root).size(), 1u);
+  fs::remove_all(root);
+}
+
+// ---- sharded checkpoints: N ranks as N threads, a std::barrier between phases ----
+namespace {
+
+// Rank r of n holds elements [r c, (r+1) c) of the flattened "w" (c = ceil(numel / n)),
+// its exp_avg alike and, on rank 0, the whole "b" and the scalar step.
+CheckpointShard shard_of(int r, int n, const Tensor& w, const Tensor& m) {
+  CheckpointShard s;
+  const int64_t c = (w.numel() + n - 1) / n, a = std::min(w.numel(), r * c), b = std::min(w.numel(), a + c);
+  if (b > a) {
+    s.model.push_back({"w", w.reshape({-1}).narrow(0, a, b - a), w.shape(), a});
+    s.optimizer.push_back({"state.w.exp_avg", m.reshape({-1}).narrow(0, a, b - a), m.shape(), a});
+  }
+  if (r == 0) {
+    s.model.push_back({"b", arange(3), {3}, -1});
+    s.optimizer.push_back({"state.w.step", full({}, 4.0, DType::F64), {}, -1});
+  }
+  s.optimizer_groups = nlohmann::json::array({{{"params", {0}}, {"options", {{"lr", 0.1}}}, {"param_names", {"w"}}}});
+  return s;
+}
+
+void save_sharded(const std::string& root, const std::string& name, int n, const Tensor& w, const Tensor& m) {
+  std::barrier sync(n);
+  std::vector<std::thread> ranks;
+  std::vector<std::string> errors(n);
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        Checkpoint c;
+        c.state = {{"step", 4}};
+        save_sharded_checkpoint(root, name, r, n, shard_of(r, n, w, m), c, 0, [&] { sync.arrive_and_wait(); });
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (auto& e : errors) EXPECT_EQ(e, "");
+}
+
+}  // namespace
+
+TEST(ShardedCheckpoint, PiecesOfEveryRankAssembleTheWholeTensors) {
+  for (int n : {1, 3, 4}) {
+    std::string root = fresh_dir("sharded" + std::to_string(n));
+    Tensor w = ops::randn({5, 7}), m = ops::randn({5, 7});  // 35 elements: chunks of 12 or 9, the last shorter
+    save_sharded(root, "step-000004", n, w, m);
+    const std::string dir = resolve_checkpoint("latest", root);
+    EXPECT_TRUE(fs::exists(dir + "/index.json"));
+    EXPECT_TRUE(fs::exists(dir + "/model-rank00000.safetensors"));
+    EXPECT_FALSE(fs::exists(dir + "/rank0.json"));  // the ranks' descriptions are merged into the index
+    Checkpoint c = load_checkpoint(dir);
+    EXPECT_EQ(c.state["sharded"]["world_size"], n);
+    std::map<std::string, Tensor> model(c.model.begin(), c.model.end()), opt(c.optimizer.begin(), c.optimizer.end());
+    ASSERT_TRUE(model.count("w") && model.count("b") && opt.count("state.w.exp_avg") && opt.count("state.w.step"));
+    EXPECT_TRUE(ops::all(ops::eq(model["w"], w)).item<bool>()) << n << " ranks";
+    EXPECT_TRUE(ops::all(ops::eq(model["b"], arange(3))).item<bool>());
+    EXPECT_TRUE(ops::all(ops::eq(opt["state.w.exp_avg"], m)).item<bool>());
+    EXPECT_EQ(opt["state.w.step"].item<double>(), 4.0);
+    EXPECT_EQ(c.optimizer_groups[0]["param_names"][0], "w");
+    fs::remove_all(root);
+  }
+}
+
+TEST(ShardedCheckpoint, CorruptOrMissingShardIsNamedAndResumeFallsBack) {
+  std::string root = fresh_dir("sharded_bad");
+  Tensor w = ops::randn({40}), m = ops::randn({40});
+  save_sharded(root, "step-000004", 4, w, m);
+  save_sharded(root, "step-000008", 4, ops::add(w, 1.0), m);
+  const std::string newest = root + "/step-000008";
+  // One flipped byte in rank 2's data.
+  {
+    std::fstream f(newest + "/model-rank00002.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-3, std::ios::end);
+    char ch = 0;
+    f.get(ch);
+    f.seekp(-3, std::ios::end);
+    f.put(static_cast<char>(ch ^ 0x5a));
+  }
+  std::string err = tessera::testing::error_of([&] { load_checkpoint(newest); });
+  EXPECT_NE(err.find("shard model-rank00002.safetensors is corrupt (CRC32"), std::string::npos) << err;
+  auto [dir, c] = load_newest_valid_checkpoint(root);  // falls back to step 4
+  EXPECT_EQ(fs::path(dir).filename(), "step-000004");
+  EXPECT_TRUE(ops::all(ops::eq(c.model[1].first == "w" ? c.model[1].second : c.model[0].second, w)).item<bool>());
+  // A missing shard.
+  fs::remove(root + "/step-000004/optimizer-rank00001.safetensors");
+  err = tessera::testing::error_of([&] { load_checkpoint(root + "/step-000004"); });
+  EXPECT_NE(err.find("shard optimizer-rank00001.safetensors is missing"), std::string::npos) << err;
+  err = tessera::testing::error_of([&] { load_newest_valid_checkpoint(root); });
+  EXPECT_NE(err.find("no checkpoint under"), std::string::npos) << err;
+  fs::remove_all(root);
+}
+
+TEST(ShardedCheckpoint, PiecesThatDoNotCoverATensorAreRefused) {
+  std::string root = fresh_dir("sharded_gap");
+  std::barrier sync(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      CheckpointShard s;
+      // Rank 1's piece starts at 6: elements 4 and 5 are nobody's.
+      s.model.push_back({"w", full({4}, 1.0), {10}, r == 0 ? 0 : 6});
+      s.optimizer_groups = nlohmann::json::array();
+      Checkpoint c;
+      c.state = {{"step", 1}};
+      try {
+        save_sharded_checkpoint(root, "step-000001", r, 2, s, c, 0, [&] { sync.arrive_and_wait(); });
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        if (r == 0) sync.arrive_and_wait();  // the last barrier, which rank 0 did not reach
+      }
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_NE(errors[0].find("the pieces of model tensor 'w' leave a gap at element 4"), std::string::npos) << errors[0];
+  EXPECT_TRUE(list_checkpoints(root).empty());  // nothing half-written is taken for a checkpoint
+  fs::remove_all(root);
+}
+
+TEST(ShardedCheckpoint, BadIndexIsAClearError) {
+  std::string root = fresh_dir("sharded_index");
+  save_sharded(root, "step-000004", 2, ops::randn({6}), ops::randn({6}));
+  const std::string dir = root + "/step-000004";
+  auto rewrite = [&](const std::function<void(nlohmann::json&)>& edit) {
+    std::ifstream in(dir + "/index.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    edit(j);
+    std::ofstream(dir + "/index.json") << j.dump();
+  };
+  rewrite([](nlohmann::json& j) { j["model"]["w"]["pieces"][0]["end"] = 1000; });
+  std::string err = tessera::testing::error_of([&] { load_checkpoint(dir); });
+  EXPECT_NE(err.find("gives 'w' a piece outside it"), std::string::npos) << err;
+  rewrite([](nlohmann::json& j) { j["files"]["../../etc/passwd"] = {{"bytes", 1}, {"crc32", 1}}; });
+  err = tessera::testing::error_of([&] { load_checkpoint(dir); });
+  EXPECT_NE(err.find("names a file outside it"), std::string::npos) << err;
+  std::ofstream(dir + "/index.json") << "{not json";
+  err = tessera::testing::error_of([&] { load_checkpoint(dir); });
+  EXPECT_NE(err.find("index.json is not a JSON object"), std::string::npos) << err;
   fs::remove_all(root);
 }

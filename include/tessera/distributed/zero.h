@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tessera/distributed/process_group.h"
+#include "tessera/io/checkpoint.h"
 #include "tessera/nn/module.h"
 #include "tessera/optim/optimizer.h"
 
@@ -66,6 +67,11 @@ class ZeroRedundancy {
   // parameter name, the groups with their options. Every rank calls it and
   // gets the whole state.
   optim::OptimizerState consolidated_state();
+  // This rank's pieces of the model and of the optimizer state, for a sharded
+  // checkpoint (io::save_sharded_checkpoint): each parameter's and state's
+  // element range in this rank's chunks; rank 0 adds the tensors that are
+  // not sharded (buffers, frozen parameters) whole. No communication.
+  io::CheckpointShard checkpoint_shard();
   // Its inverse: each rank keeps its shard of a state saved by one process,
   // by DDP or by ZeRO at any world size (keyed by name or, older, by index).
   void load_consolidated_state(const optim::OptimizerState& state);
@@ -96,6 +102,7 @@ class ZeroRedundancy {
   void launch(Segment& s);
   void finish_backward();
   int64_t chunk_begin(const Segment& s, int rank) const;
+  nlohmann::json whole_groups() const;
   // Stage 3: starts a segment's all-gather; makes its parameters whole (waits);
   // drops their data.
   void prefetch(size_t segment);

@@ -8,6 +8,19 @@
 // save_checkpoint() writes it under a temporary name, fsyncs every file and the
 // directory, then renames it into place and points root/latest at it. A crash,
 // a kill or a full disk at any moment leaves the previous checkpoint intact.
+//
+// A sharded checkpoint (ZeRO: each rank holds pieces of the parameters and of
+// the optimizer state) is written by every rank at once:
+//   state.json                       as above, with "sharded": {"world_size": N}
+//   model-rank00003.safetensors      rank 3's pieces of the model's tensors
+//   optimizer-rank00003.safetensors  and of the optimizer's state
+//   index.json                       every tensor's dtype, shape and pieces
+//                                    (file, element range); every file's bytes and CRC32
+// A piece is a whole tensor or elements [begin, end) of the flattened tensor.
+// load_checkpoint() checks every file's size and CRC32, then assembles the
+// whole tensors, so a sharded checkpoint loads at any world size and stage,
+// and in every tool that reads checkpoints.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,8 +42,32 @@ struct Checkpoint {
 // Writes root/name and returns its path; keeps the newest `keep_last`
 // checkpoints under root (0 = keep all).
 std::string save_checkpoint(const std::string& root, const std::string& name, const Checkpoint& c, int keep_last = 0);
-// Loads a checkpoint directory; errors name the missing or invalid file.
+
+struct CheckpointPiece {
+  std::string name;
+  Tensor data;         // the whole tensor, or a 1-D range of its elements
+  Shape shape;         // the whole tensor's shape
+  int64_t begin = -1;  // the range's first element; -1: data is the whole tensor
+};
+struct CheckpointShard {
+  std::vector<CheckpointPiece> model, optimizer;
+  nlohmann::json optimizer_groups;  // the whole optimizer's groups (as Optimizer::state_dict's)
+};
+// Collective over the job: every rank calls it with its pieces, `barrier`
+// waits for all of them (the directory must be shared). Ranks write their
+// files in parallel; then rank 0 checks that the pieces cover every tensor,
+// writes index.json and state.json (c.state; c's tensors are ignored) and
+// switches root/latest. Returns the directory.
+std::string save_sharded_checkpoint(const std::string& root, const std::string& name, int rank, int world,
+                                    const CheckpointShard& mine, const Checkpoint& c, int keep_last,
+                                    const std::function<void()>& barrier);
+// Loads a checkpoint directory, whole or sharded; errors name the missing,
+// truncated or corrupt (CRC32) file.
 Checkpoint load_checkpoint(const std::string& dir);
+// The newest checkpoint under root that loads, and its contents; a newer one
+// that does not (a missing or corrupt shard) is skipped with a line on stderr
+// naming it and why. Errors when none loads.
+std::pair<std::string, Checkpoint> load_newest_valid_checkpoint(const std::string& root);
 // "latest" (or "last") -> the newest complete checkpoint under root; a
 // directory path -> itself. Errors say where it looked.
 std::string resolve_checkpoint(const std::string& spec, const std::string& root);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/io/checkpoint.h"
 #include "tessera/nn/module.h"
 #include "tessera/optim/optimizer.h"
 
@@ -34,13 +35,17 @@ class Parallel {
   // drops the gradients. Data parallelism: every rank steps the whole replica.
   virtual bool shards_optimizer() const { return false; }
   virtual void after_step() {}
-  // The optimizer's state as one process saves it, and its inverse, so that a
-  // checkpoint loads at any world size and ZeRO stage. Every rank calls them.
-  virtual optim::OptimizerState optimizer_state(optim::Optimizer& o) { return o.state_dict(); }
   // ZeRO-3 keeps only shards of the parameters between steps: while whole,
-  // they are complete on every rank (to save, load or check them); leaving
-  // keeps what was loaded. Every rank calls both.
+  // they are complete on every rank (to load or check them); leaving keeps
+  // each rank's shard of what they hold. Every rank calls both.
   virtual void whole_parameters(bool whole) {}
+  // ZeRO: this rank's pieces of the model and optimizer state, for a sharded
+  // checkpoint that every rank writes at once (io::save_sharded_checkpoint).
+  // False: the replicas are equal, and rank 0 writes the checkpoint whole.
+  virtual bool checkpoint_shard(io::CheckpointShard& out) { return false; }
+  // Loads the optimizer's state as one process saved it (a sharded checkpoint
+  // is assembled so), so that a checkpoint loads at any world size and ZeRO
+  // stage: ZeRO keeps this rank's shard. Every rank calls it.
   virtual void load_optimizer_state(optim::Optimizer& o, const optim::OptimizerState& s) { o.load_state_dict(s); }
 
   // The decisions every rank must share, reduced across ranks: element-wise

@@ -59,6 +59,7 @@ class Trainer {
   EvalMetrics evaluate(int64_t max_batches = 0);
   std::string save_checkpoint();
   void load_checkpoint(const std::string& dir);
+  void load_checkpoint(const std::string& dir, const io::Checkpoint& c);
 
   int64_t step() const { return step_; }
   int64_t epoch() const { return loader_->epoch(); }
@@ -84,6 +85,7 @@ class Trainer {
   void install_layer_stats();
   void collect_grad_stats();
   void check_finite_parameters() const;
+  void check_finite_pieces(const io::CheckpointShard& shard) const;
   bool main_rank() const { return parallel_->rank() == 0; }
   bool stop_requested();
 
