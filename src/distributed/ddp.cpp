@@ -12,13 +12,33 @@
 // so that every rank issues the same collectives in the same order even when
 // their ready orders differ. The end-of-backward callback launches what is
 // left, waits, and leaves the averages in .grad (which are the bucket views).
+
+// Note [Gradient compression]
+// Both compressors keep, per bucket, the error feedback of Seide et al. and
+// Karimireddy et al.: what compression dropped from this rank's gradient is
+// added to its next one, so that nothing is lost, only delayed.
+//  - bf16: the f32 bucket plus its error is rounded to bf16 and all-reduced
+//    (summed in f32 by the backend), the error keeps the rounding. Half the
+//    bytes; launched from the hooks like an uncompressed bucket.
+//  - PowerSGD, as PyTorch's powerSGD_hook: each matrix gradient M (n x m,
+//    a parameter's leading dimension by the rest; only where the factors are
+//    smaller, (n + m) r < n m) is sent as P = M Q (all-reduced, then
+//    orthonormalized) and Q = M^T P (all-reduced), and replaced by P Q^T / N,
+//    the projection of the ranks' average onto P's columns; Q is kept for the
+//    next step (warm start), and starts from the same seed on every rank.
+//    Vectors and incompressible matrices are all-reduced as they are. It
+//    runs at the end of backward (its two rounds depend on each other).
 #include "tessera/distributed/ddp.h"
 
 #include <chrono>
+#include <cmath>
+#include <array>
 #include <cstring>
+#include <map>
 
 #include "tessera/autograd/engine.h"
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/ops/ops.h"
 #include "distributed/comm.h"
 
 namespace tessera::distributed {
@@ -38,12 +58,19 @@ struct DistributedDataParallel::Bucket {
   std::vector<size_t> params;
   size_t pending = 0;
   WorkPtr work;
+  Tensor error;            // compression: what it dropped from this rank's gradients (error feedback)
+  Tensor wire;             // bf16: the compressed bucket being all-reduced
+  std::map<size_t, Tensor> qs;  // PowerSGD: per compressed parameter, its Q (m x r)
 };
 
 DistributedDataParallel::DistributedDataParallel(nn::Module& model, ProcessGroupPtr group, DdpOptions options)
     : model_(model), group_(std::move(group)), opt_(options) {
   TS_CHECK(group_, "DistributedDataParallel: no process group");
   TS_CHECK(opt_.bucket_cap_mb > 0 && opt_.first_bucket_mb > 0, "DistributedDataParallel: bucket sizes must be positive");
+  TS_CHECK(opt_.compression == "none" || opt_.compression == "bf16" || opt_.compression == "powersgd",
+           "DistributedDataParallel: compression '", opt_.compression, "' is not one of none, bf16, powersgd");
+  TS_CHECK(opt_.powersgd_rank >= 1 && opt_.powersgd_start_step >= 0,
+           "DistributedDataParallel: powersgd_rank must be >= 1 and powersgd_start_step >= 0");
   NoGradGuard no_grad;
   auto named = model_.named_parameters();
   check_same_parameters(*group_, named, "DistributedDataParallel");
@@ -170,7 +197,110 @@ void DistributedDataParallel::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(buckets_[next_launch_++]);
 }
 
-void DistributedDataParallel::launch(Bucket& b) { b.work = group_->allreduce(b.buffer, ReduceOp::kAvg); }
+void DistributedDataParallel::launch(Bucket& b) {
+  if (opt_.compression == "powersgd" && synced_ >= opt_.powersgd_start_step) {
+    b.work = nullptr;  // at the end of backward
+    return;
+  }
+  if (opt_.compression == "bf16" && b.dtype == DType::F32) {
+    NoGradGuard no_grad;
+    if (!b.error.defined()) b.error = zeros({b.buffer.numel()}, DType::F32);
+    Tensor x = ops::add(b.buffer, b.error);
+    b.wire = x.to(DType::BF16);
+    b.error = ops::sub(x, b.wire.to(DType::F32));
+    b.work = group_->allreduce(b.wire, ReduceOp::kAvg);
+    return;
+  }
+  b.work = group_->allreduce(b.buffer, ReduceOp::kAvg);
+}
+
+namespace {
+
+// Gram-Schmidt on the columns of p (n x r, contiguous), as PyTorch's
+// _orthogonalize: each column made orthogonal to the ones before and divided
+// by its norm plus 1e-8.
+void orthonormalize_columns(Tensor& p) {
+  const int64_t n = p.size(0), r = p.size(1);
+  Tensor t = p.to(DType::F64).contiguous();
+  double* d = t.data_ptr<double>();
+  for (int64_t j = 0; j < r; ++j) {
+    for (int64_t k = 0; k < j; ++k) {
+      double dot = 0;
+      for (int64_t i = 0; i < n; ++i) dot += d[i * r + k] * d[i * r + j];
+      for (int64_t i = 0; i < n; ++i) d[i * r + j] -= dot * d[i * r + k];
+    }
+    double norm = 0;
+    for (int64_t i = 0; i < n; ++i) norm += d[i * r + j] * d[i * r + j];
+    norm = std::sqrt(norm) + 1e-8;
+    for (int64_t i = 0; i < n; ++i) d[i * r + j] /= norm;
+  }
+  p.copy_(t);
+}
+
+}  // namespace
+
+void DistributedDataParallel::powersgd(Bucket& b) {
+  NoGradGuard no_grad;
+  const int world = group_->size();
+  std::vector<size_t> mats;  // compressed, and the rest all-reduced as they are
+  std::vector<Tensor> rest;
+  auto region = [&](size_t i) { return b.buffer.narrow(0, params_[i].offset, params_[i].tensor.numel()); };
+  auto dims = [&](size_t i) {
+    const Tensor& t = params_[i].tensor;
+    const int64_t n = t.dim() >= 2 ? t.size(0) : 0, m = n > 0 ? t.numel() / n : 0;
+    return std::array<int64_t, 3>{n, m, std::min<int64_t>({opt_.powersgd_rank, n, m})};
+  };
+  for (size_t i : b.params) {
+    auto [n, m, r] = dims(i);
+    if (n > 0 && (n + m) * r < n * m) mats.push_back(i);
+    else rest.push_back(region(i));
+  }
+  if (!rest.empty()) {
+    Tensor flat = ops::cat(rest, 0);
+    group_->allreduce(flat, ReduceOp::kAvg)->wait();
+    int64_t at = 0;
+    for (auto& t : rest) t.copy_(flat.narrow(0, at, t.numel())), at += t.numel();
+  }
+  if (mats.empty()) return;
+  if (!b.error.defined()) b.error = zeros({b.buffer.numel()}, b.dtype);
+  std::vector<Tensor> ms, ps, compensated;
+  for (size_t i : mats) {
+    auto [n, m, r] = dims(i);
+    Tensor reg = region(i);
+    reg.add_(b.error.narrow(0, params_[i].offset, reg.numel()));  // error feedback
+    compensated.push_back(reg.clone());
+    ms.push_back(reg.view({n, m}));
+    auto it = b.qs.find(i);
+    if (it == b.qs.end()) {  // the same on every rank: a seed of the parameter's index
+      Generator g(0x505753ull + i);
+      it = b.qs.emplace(i, ops::randn({m, r}, b.dtype, &g)).first;
+    }
+    ps.push_back(ops::matmul(ms.back(), it->second));
+  }
+  auto allreduce_all = [&](std::vector<Tensor>& parts) {
+    std::vector<Tensor> flat_parts;
+    for (auto& t : parts) flat_parts.push_back(t.reshape({-1}));
+    Tensor flat = ops::cat(flat_parts, 0);
+    group_->allreduce(flat, ReduceOp::kSum)->wait();
+    int64_t at = 0;
+    for (auto& t : parts) t = flat.narrow(0, at, t.numel()).view(t.shape()).contiguous(), at += t.numel();
+  };
+  allreduce_all(ps);
+  std::vector<Tensor> qs;
+  for (size_t k = 0; k < mats.size(); ++k) {
+    orthonormalize_columns(ps[k]);
+    qs.push_back(ops::matmul(ms[k].t(), ps[k]));
+  }
+  allreduce_all(qs);
+  for (size_t k = 0; k < mats.size(); ++k) {
+    const size_t i = mats[k];
+    b.qs[i] = qs[k];
+    Tensor approx = ops::div(ops::matmul(ps[k], qs[k].t()), static_cast<double>(world));
+    ms[k].copy_(approx);
+    // What this rank's compensated gradient lost: carried into its next one.
+    b.error.narrow(0, params_[i].offset, approx.numel()).copy_(ops::sub(compensated[k], approx.reshape({-1})));
+  }
+}
 
 void DistributedDataParallel::finish_backward() {
   in_backward_ = false;
@@ -202,8 +332,15 @@ void DistributedDataParallel::finish_backward() {
   const auto t0 = std::chrono::steady_clock::now();
   while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
   if (used.defined()) used_work = group_->allreduce(used, ReduceOp::kMax);
-  for (auto& b : buckets_) b.work->wait();
+  for (auto& b : buckets_)
+    if (b.work) b.work->wait();
   if (used_work) used_work->wait();
+  for (auto& b : buckets_) {
+    if (b.wire.defined()) b.buffer.copy_(b.wire.to(b.dtype));  // bf16 compression: back to f32
+    b.wire = Tensor();
+    if (!b.work && opt_.compression == "powersgd") powersgd(b);
+  }
+  ++synced_;
   last_wait_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (auto& p : params_) {
     Bucket& b = buckets_[p.bucket];

@@ -35,6 +35,9 @@ class DataParallelRun : public train::Parallel {
     o.first_bucket_mb = s_.first_bucket_mb;
     o.find_unused_parameters = s_.find_unused_parameters;
     o.overlap = s_.overlap;
+    o.compression = s_.compression;
+    o.powersgd_rank = static_cast<int>(s_.powersgd_rank);
+    o.powersgd_start_step = s_.powersgd_start_step;
     ddp_ = std::make_unique<DistributedDataParallel>(model, g_, o);
   }
   void set_sync(bool sync) override {

@@ -348,7 +348,16 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
       ps.bucket_mb = pc.get<double>("bucket_mb", ps.bucket_mb);
       ps.first_bucket_mb = pc.get<double>("first_bucket_mb", ps.first_bucket_mb);
       ps.overlap = pc.get<bool>("overlap", ps.overlap);
+      ps.compression = pc.get<std::string>("compression", ps.compression);
+      ps.powersgd_rank = pc.get<int64_t>("powersgd_rank", ps.powersgd_rank);
+      ps.powersgd_start_step = pc.get<int64_t>("powersgd_start_step", ps.powersgd_start_step);
       pc.finish();
+      TS_CHECK(ps.compression == "none" || ps.compression == "bf16" || ps.compression == "powersgd", "config: '",
+               pc.key_path("compression"), "' is '", ps.compression, "'; expected none, bf16 or powersgd");
+      TS_CHECK(ps.compression == "none" || ps.zero == 0, "config: parallel.compression applies to plain data "
+               "parallelism (zero: 0); ZeRO's reduce-scatters are not compressed");
+      TS_CHECK(ps.powersgd_rank >= 1 && ps.powersgd_rank <= 1024 && ps.powersgd_start_step >= 0, "config: "
+               "parallel.powersgd_rank must be in 1..1024 and powersgd_start_step >= 0");
       TS_CHECK(ps.data >= 0 && ps.data <= 65536, "config: '", pc.key_path("data"),
                "' must be the number of data-parallel ranks (0: as many as launched), got ", ps.data);
       TS_CHECK(ps.zero >= 0 && ps.zero <= 3, "config: '", pc.key_path("zero"), "' is ", ps.zero,

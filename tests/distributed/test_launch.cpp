@@ -280,6 +280,11 @@ TEST_F(Launch, BadParallelConfigsAreNamed) {
   r = launch(2, d);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("find_unused_parameters is not supported with zero: 3"), std::string::npos) << r.output;
+  auto e = train_args(kMlp, dir_ + "/e", 2);
+  e.insert(e.end(), {"--set", "parallel.zero=1", "--set", "parallel.compression=bf16"});
+  r = launch(2, e);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("parallel.compression applies to plain data parallelism"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -27,6 +27,14 @@ struct DdpOptions {
   bool find_unused_parameters = false;  // else a parameter without a gradient is an error
   bool broadcast_buffers = true;  // rank 0's buffers (batch-norm statistics) at the start
   bool overlap = true;            // false: all-reduce every bucket at the end of backward (for measuring)
+  // Gradient compression (Note [Gradient compression] in ddp.cpp), with error
+  // feedback: "none"; "bf16" (f32 buckets sent as bf16, half the bytes);
+  // "powersgd" (Vogels et al. 2019: each matrix gradient sent as two rank-r
+  // factors, from powersgd_start_step on; plain all-reduce before, as PyTorch's
+  // start_powerSGD_iter).
+  std::string compression = "none";
+  int powersgd_rank = 1;
+  int64_t powersgd_start_step = 1000;
 };
 
 class DistributedDataParallel {
@@ -69,6 +77,7 @@ class DistributedDataParallel {
   void launch_ready_buckets();
   void launch(Bucket& b);
   void finish_backward();
+  void powersgd(Bucket& b);
 
   nn::Module& model_;
   ProcessGroupPtr group_;
@@ -79,6 +88,7 @@ class DistributedDataParallel {
   bool in_backward_ = false, sync_ = true, rebuilt_ = false;
   std::vector<size_t> ready_order_;  // the first synchronized backward's order, for the rebuild
   int64_t step_ = 0;
+  int64_t synced_ = 0;  // synchronized backwards so far (PowerSGD's start)
   double last_wait_ = 0;
 };
 

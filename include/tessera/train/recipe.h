@@ -71,6 +71,9 @@ struct ParallelSettings {
   double bucket_mb = 25;
   double first_bucket_mb = 1;
   bool overlap = true;  // all-reduce during backward (false: after it, for measuring)
+  std::string compression = "none";  // none | bf16 | powersgd (plain data parallelism)
+  int64_t powersgd_rank = 1;
+  int64_t powersgd_start_step = 1000;
 };
 
 struct Recipe {
