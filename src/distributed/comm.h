@@ -20,6 +20,9 @@ int mpi_local_size();
 void mpi_shutdown();
 [[noreturn]] void mpi_abort(int code);
 
+// Adds one finished collective to collective_stats().
+void record_collective(const CollectiveInfo& info, double seconds);
+
 // TESSERA_DIST_TIMEOUT (seconds, default 300) and TESSERA_DIST_DEBUG.
 double collective_timeout();
 bool debug_collectives();

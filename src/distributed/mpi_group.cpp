@@ -23,11 +23,13 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "distributed/comm.h"
+#include "tessera/core/trace.h"
 #include "tessera/distributed/status.h"
 
 namespace tessera::distributed {
@@ -98,6 +100,16 @@ struct Pending {
   double since;
 };
 thread_local std::vector<Pending>* t_pending = nullptr;  // set on the communication thread
+
+// "comm allreduce": the profiler keeps scope names by pointer, so they live as long as the process.
+const char* comm_scope_name(const char* op) {
+  static std::mutex mu;
+  static auto* names = new std::map<std::string, std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = names->find(op);
+  if (it == names->end()) it = names->emplace(op, std::string("comm ") + op).first;
+  return it->second.c_str();
+}
 
 class CommThread {
  public:
@@ -219,11 +231,15 @@ class CommThread {
         current_since_ = now_seconds();
       }
       std::string err;
+      const double began = now_seconds();
       try {
+        // On the profiler's timeline, this thread's track is the communication track.
+        trace::ScopeGuard scope(comm_scope_name(task.info.op), trace::ScopeKind::kUser);
         task.fn();
       } catch (const std::exception& e) {
         err = e.what();
       }
+      if (tracked) record_collective(task.info, now_seconds() - began);
       {
         std::lock_guard<std::mutex> lock(watch_mu_);
         current_ = nullptr;

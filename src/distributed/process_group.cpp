@@ -3,6 +3,8 @@
 #include "tessera/distributed/process_group.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <cstring>
 #include <set>
 
@@ -227,6 +229,31 @@ class SelfGroup : public ProcessGroup {
 }  // namespace
 
 ProcessGroupPtr make_self_group() { return std::make_shared<SelfGroup>(std::vector<int>{0}, "world"); }
+
+// ---- statistics --------------------------------------------------------------------------
+namespace {
+std::mutex g_stats_mu;
+std::map<std::string, CollectiveStats>& stats_table() {
+  static auto* t = new std::map<std::string, CollectiveStats>();  // used at exit by the communication thread
+  return *t;
+}
+}  // namespace
+
+void record_collective(const CollectiveInfo& info, double seconds) {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  CollectiveStats& st = stats_table()[info.op];
+  st.op = info.op;
+  st.calls++;
+  st.bytes += static_cast<double>(info.count) * static_cast<double>(dtype_size(info.dtype));
+  st.seconds += seconds;
+}
+
+std::vector<CollectiveStats> collective_stats() {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  std::vector<CollectiveStats> out;
+  for (auto& [op, st] : stats_table()) out.push_back(st);
+  return out;
+}
 
 // ---- shared checks ---------------------------------------------------------------
 namespace {

@@ -73,6 +73,24 @@ class DataParallelRun : public train::Parallel {
   void max(std::vector<double>& v) override { reduce(v, ReduceOp::kMax); }
   void barrier() override { g_->barrier()->wait(); }
   void abort(int code) override { abort_job(code); }
+  void publish_metrics(monitor::Registry& r) override {
+    using monitor::MetricType;
+    r.set("tessera_dist_world_size", "Ranks in the job.", g_->size());
+    r.set("tessera_dist_rank", "This process's rank.", g_->rank());
+    for (auto& st : collective_stats()) {
+      const monitor::Labels op{{"op", st.op}};
+      r.set("tessera_dist_collectives_total", "Collectives and sends this rank issued, by operation.",
+            static_cast<double>(st.calls), op, MetricType::kCounter);
+      r.set("tessera_dist_bytes_total", "Bytes this rank contributed to them, by operation.", st.bytes, op,
+            MetricType::kCounter);
+      r.set("tessera_dist_comm_seconds_total", "Seconds the communication thread spent in them, by operation.",
+            st.seconds, op, MetricType::kCounter);
+    }
+    const double wait = ddp_ ? ddp_->last_wait_seconds() : zero_ ? zero_->last_wait_seconds() : 0.0;
+    r.set("tessera_dist_backward_wait_seconds",
+          "Time the end of the last backward waited for its gradients' communication (what overlap did not hide).",
+          wait);
+  }
   std::string describe() const override {
     return (zero_ ? "ZeRO-" + std::to_string(s_.zero) + " data parallel" : std::string("data parallel")) + " over " +
            std::to_string(g_->size()) + " ranks";

@@ -3,6 +3,7 @@
 // memory read on one timeline.
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -55,12 +56,46 @@ void Profiler::export_chrome_trace(const std::string& path) const {
                           {"pid", 1},
                           {"args", {{"allocated MiB", static_cast<double>(pt.bytes) / (1 << 20)}}}});
   }
-  nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+  nlohmann::json doc = {{"traceEvents", std::move(events)},
+                        {"displayTimeUnit", "ms"},
+                        {"otherData", {{"start_unix_us", s_->wall_start_us}}}};
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   TS_CHECK(f, "export_chrome_trace: cannot open '", path, "' for writing: ", std::strerror(errno));
   f << doc.dump();
   f.flush();
   TS_CHECK(f, "export_chrome_trace: writing '", path, "' failed: ", std::strerror(errno));
+}
+
+void merge_chrome_traces(const std::vector<std::string>& rank_files, const std::string& out) {
+  std::vector<nlohmann::json> docs;
+  double first = 0;
+  for (size_t r = 0; r < rank_files.size(); ++r) {
+    std::ifstream in(rank_files[r], std::ios::binary);
+    TS_CHECK(in, "merge_chrome_traces: cannot read '", rank_files[r], "'");
+    nlohmann::json d = nlohmann::json::parse(in, nullptr, false);
+    TS_CHECK(!d.is_discarded() && d.contains("traceEvents") && d["traceEvents"].is_array(), "merge_chrome_traces: '",
+             rank_files[r], "' is not a Chrome trace");
+    const double start = d.contains("otherData") ? d["otherData"].value("start_unix_us", 0.0) : 0.0;
+    first = r == 0 ? start : std::min(first, start);
+    docs.push_back(std::move(d));
+  }
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t r = 0; r < docs.size(); ++r) {
+    const double shift = docs[r]["otherData"].value("start_unix_us", 0.0) - first;
+    const int pid = static_cast<int>(r);
+    for (auto& e : docs[r]["traceEvents"]) {
+      if (e.value("name", "") == "process_name") e["args"]["name"] = "rank " + std::to_string(r);
+      e["pid"] = pid;
+      if (e.contains("ts") && e["ts"].is_number()) e["ts"] = e["ts"].get<double>() + shift;
+      events.push_back(std::move(e));
+    }
+  }
+  nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+  std::ofstream f(out, std::ios::binary | std::ios::trunc);
+  TS_CHECK(f, "merge_chrome_traces: cannot open '", out, "' for writing: ", std::strerror(errno));
+  f << doc.dump();
+  f.flush();
+  TS_CHECK(f, "merge_chrome_traces: writing '", out, "' failed: ", std::strerror(errno));
 }
 
 }  // namespace tessera::profiler

@@ -245,6 +245,7 @@ void Profiler::start() {
     s_->reset();
     s_->generation = g_next_generation.fetch_add(1);
     s_->t_start = now_ns();
+    s_->wall_start_us = std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch()).count();
     s_->start_bytes = memory_allocated();
     s_->current = s_->peak = s_->start_bytes;
     s_->timeline.push_back({0, s_->current});

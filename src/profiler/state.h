@@ -59,6 +59,7 @@ struct Profiler::State : trace::Listener {
   bool recording = false;
   uint64_t generation = 0;
   int64_t t_start = 0, t_stop = 0;
+  double wall_start_us = 0;  // system clock at start, to line up the traces of several processes
   std::vector<Event> events;
   // memory
   std::vector<Block> blocks;

@@ -366,7 +366,9 @@ void Trainer::profile_boundary() {
   if (profiler_ && step_ >= profile_to_) {
     profiler_->stop();
     namespace fs = std::filesystem;
-    const std::string dir = recipe_.output_dir + "/profile";
+    // Several ranks: each writes its own reports, and rank 0 merges the traces (one process per rank).
+    const std::string top = recipe_.output_dir + "/profile";
+    const std::string dir = parallel_->size() > 1 ? top + "/rank" + std::to_string(parallel_->rank()) : top;
     fs::create_directories(dir);
     const std::string ops = profiler_->table(profiler::GroupBy::kOp, 60);
     const std::string modules = profiler_->table(profiler::GroupBy::kModule, 60);
@@ -375,12 +377,20 @@ void Trainer::profile_boundary() {
     std::ofstream(dir + "/modules.txt") << modules;
     std::ofstream(dir + "/memory.txt") << memory;
     profiler_->export_chrome_trace(dir + "/trace.json");
+    if (parallel_->size() > 1) {
+      parallel_->barrier();
+      if (main_rank()) {
+        std::vector<std::string> files;
+        for (int r = 0; r < parallel_->size(); ++r) files.push_back(top + "/rank" + std::to_string(r) + "/trace.json");
+        profiler::merge_chrome_traces(files, top + "/trace.json");
+      }
+    }
     if (!opt_.quiet) {
       finish_line();
       std::printf("\n== profile of steps %lld-%lld ==\n%s\n%s\nwritten: %s/{ops,modules,memory}.txt and %s/trace.json "
                   "(open in https://ui.perfetto.dev)\n\n",
                   static_cast<long long>(profile_from_ + 1), static_cast<long long>(profile_to_),
-                  profiler_->table(profiler::GroupBy::kOp, 15).c_str(), memory.c_str(), dir.c_str(), dir.c_str());
+                  profiler_->table(profiler::GroupBy::kOp, 15).c_str(), memory.c_str(), dir.c_str(), top.c_str());
     }
     profiler_.reset();
     profile_from_ = -1;
@@ -450,6 +460,7 @@ void Trainer::publish_metrics(double seconds, int64_t samples, double data_wait)
   r.set("tessera_amp_skipped_steps_total", "Optimizer steps skipped because gradients held inf/NaN.",
         static_cast<double>(scaler_.skipped_steps()), {}, monitor::MetricType::kCounter);
   r.set("tessera_amp_loss_scale", "Current dynamic loss scale (1 without loss scaling).", scaler_.get_scale());
+  parallel_->publish_metrics(r);
 }
 
 json Trainer::fit() {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -257,6 +258,29 @@ TEST_F(Launch, GptWithDdpAndZero3EqualsOneProcess) {
     EXPECT_LT(d, 1e-5) << run;
     expect_same_curve(dir_ + "/one", dir_ + run);
   }
+}
+
+// A profiled data-parallel run: each rank's reports, and one trace with a
+// process per rank, each with its communication track.
+TEST_F(Launch, ProfileMergesEveryRanksTraceWithItsCommunication) {
+  auto a = train_args(kMlp, dir_ + "/prof", 4);
+  a.insert(a.end(), {"--set", "train.profile_steps=2", "--set", "train.profile_warmup=1"});
+  auto r = launch(2, a);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f : {"/prof/profile/rank0/ops.txt", "/prof/profile/rank1/trace.json", "/prof/profile/trace.json"})
+    EXPECT_TRUE(fs::exists(dir_ + f)) << f;
+  std::ifstream in(dir_ + "/prof/profile/trace.json");
+  json trace = json::parse(in);
+  std::set<int> comm_ranks, ranks;
+  std::set<std::string> names;
+  for (auto& e : trace["traceEvents"]) {
+    ranks.insert(e["pid"].get<int>());
+    if (e.value("name", "") == "comm allreduce") comm_ranks.insert(e["pid"].get<int>());
+    if (e.value("name", "") == "process_name") names.insert(e["args"]["name"].get<std::string>());
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+  EXPECT_EQ(comm_ranks, (std::set<int>{0, 1}));  // the gradients' all-reduces on both ranks' tracks
+  EXPECT_EQ(names, (std::set<std::string>{"rank 0", "rank 1"}));
 }
 
 TEST_F(Launch, BadParallelConfigsAreNamed) {

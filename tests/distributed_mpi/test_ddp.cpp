@@ -10,6 +10,7 @@
 #include "tessera/distributed/ddp.h"
 #include "tessera/distributed/functional.h"
 #include "tessera/distributed/sync_batch_norm.h"
+#include "tessera/distributed/trainer_parallel.h"
 #include "tessera/nn/nn.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/optimizer.h"
@@ -292,6 +293,37 @@ TEST(DdpCompression, PowerSgdRank1Converges) {
   std::printf("[DdpCompression] PowerSGD rank 1: loss %.3g -> %.3g (plain DDP: %.3g -> %.3g)\n", f1, l1, f0, l0);
   EXPECT_FALSE(testing::all_close(w0, w1, 1e-6, 1e-6));  // it was compressed
   EXPECT_LT(l1, 0.05 * f1);
+}
+
+// ---- what communication cost: collective_stats and the Trainer's tessera_dist_* metrics ----------
+
+TEST(DistMetrics, CollectivesAreCountedAndPublished) {
+  auto world = distributed::world();
+  auto before = distributed::collective_stats();
+  auto calls_of = [](const std::vector<distributed::CollectiveStats>& v, const std::string& op) {
+    for (auto& s : v)
+      if (s.op == op) return std::pair{s.calls, s.bytes};
+    return std::pair{int64_t{0}, 0.0};
+  };
+  for (int i = 0; i < 3; ++i) world->allreduce(zeros({1000}))->wait();
+  auto after = distributed::collective_stats();
+  EXPECT_EQ(calls_of(after, "allreduce").first - calls_of(before, "allreduce").first, 3);
+  EXPECT_EQ(calls_of(after, "allreduce").second - calls_of(before, "allreduce").second, 3 * 4000.0);
+
+  train::ParallelSettings ps;
+  auto run = distributed::trainer_parallel(ps, world);
+  auto net = make_net(DType::F64);
+  auto opt = make_opt("sgd", *net);
+  run->attach(*net, *opt);
+  ops::sum((*net)(ones({2, 5}, DType::F64))).backward();
+  monitor::Registry reg;
+  run->publish_metrics(reg);
+  const std::string text = reg.render();
+  EXPECT_NE(text.find("tessera_dist_collectives_total{op=\"allreduce\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("tessera_dist_bytes_total{op=\"broadcast\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("tessera_dist_comm_seconds_total"), std::string::npos) << text;
+  EXPECT_NE(text.find("tessera_dist_backward_wait_seconds"), std::string::npos) << text;
+  EXPECT_NE(text.find("tessera_dist_world_size " + std::to_string(world->size())), std::string::npos) << text;
 }
 
 // ---- differentiable collectives and SyncBatchNorm -------------------------------------------

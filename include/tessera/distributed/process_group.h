@@ -116,6 +116,18 @@ class ProcessGroup {
   int subgroups_ = 0;
 };
 
+// What this process's collectives have cost since it started, per operation:
+// calls, bytes it contributed, and seconds the communication thread spent in
+// them (the tessera_dist_* metrics; the profiler also shows each call on the
+// communication thread's track).
+struct CollectiveStats {
+  std::string op;
+  int64_t calls = 0;
+  double bytes = 0;
+  double seconds = 0;
+};
+std::vector<CollectiveStats> collective_stats();
+
 // The world: initialized on first use from the launcher's environment
 // (Open MPI's mpirun, Slurm's srun --mpi=pmix, or TESSERA_DIST_BACKEND=mpi);
 // without one, a world of 1 in which every collective is a local no-op.

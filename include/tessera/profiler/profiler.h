@@ -101,7 +101,8 @@ class Profiler {
   // The peak and its attribution by module and by kind.
   std::string memory_table(int max_rows = 20) const;
   // Chrome trace / Perfetto JSON: one slice per op, backward node, module and
-  // phase on each thread, plus a "memory" counter track.
+  // phase on each thread (a distributed run's communication thread is its
+  // "comm ..." track), plus a "memory" counter track.
   void export_chrome_trace(const std::string& path) const;
 
   struct State;
@@ -112,6 +113,11 @@ class Profiler {
 
 // Marks a phase (forward, backward, optimizer) for the profiler's attribution
 // and the trace's timeline; the Trainer opens one around each part of a step.
+// The traces of a distributed run's ranks (export_chrome_trace's files, rank
+// by rank) as one: rank r is process r ("rank r"), its timeline shifted by
+// when its profiler started relative to the others' (wall clock).
+void merge_chrome_traces(const std::vector<std::string>& rank_files, const std::string& out);
+
 class PhaseScope {
  public:
   explicit PhaseScope(Phase p) : guard_(phase_name(p), trace::ScopeKind::kPhase) {}

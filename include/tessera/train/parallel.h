@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tessera/io/checkpoint.h"
+#include "tessera/monitor/metrics.h"
 #include "tessera/nn/module.h"
 #include "tessera/optim/optimizer.h"
 
@@ -58,6 +59,9 @@ class Parallel {
   // Ends the whole job after an error on this rank, so that the others do not
   // wait for it until their deadline. Alone: returns and the error goes on.
   virtual void abort(int code) {}
+  // Adds the strategy's metrics (tessera_dist_*: collectives, bytes, time in
+  // communication, the wait at the end of backward) to the rank's registry.
+  virtual void publish_metrics(monitor::Registry& registry) {}
   // What the run is, for the start line ("data parallel over 4 ranks").
   virtual std::string describe() const { return ""; }
 };
