@@ -18,6 +18,8 @@
 #include "tessera/distributed/status.h"
 #include "tessera/io/checkpoint.h"
 #include "tessera/io/safetensors.h"
+#include "tessera/llm/llama_gguf.h"
+#include "../llm/llm_fixture.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -257,6 +259,44 @@ TEST_F(Launch, GptWithDdpAndZero3EqualsOneProcess) {
     std::printf("[Launch] GPT, 10 steps, %s vs one process: weights within %.2g\n", run + 1, d);
     EXPECT_LT(d, 1e-5) << run;
     expect_same_curve(dir_ + "/one", dir_ + run);
+  }
+}
+
+// The Llama LoRA recipe: the base (a GGUF) frozen, only the adapters trained
+// and reduced. At 2 ranks with DDP and with ZeRO-2 it equals one process,
+// and writes the adapter files as one process does.
+TEST_F(Launch, LoraRecipeEqualsOneProcess) {
+  fs::create_directories(dir_);
+  nn::zoo::Llama* m = nullptr;
+  const testing::Fixture f = testing::fixture(&m, 2, 64);
+  llm::GgufExportOptions o;
+  o.tokenizer = &f.tok;
+  llm::save_llama_gguf(*m, dir_ + "/base.gguf", o);
+  std::string text;
+  for (int i = 0; i < 80; ++i) text += "abc cab bca ";
+  std::ofstream(dir_ + "/text.txt") << text;
+  std::ofstream(dir_ + "/lora.yaml")
+      << "lora: {base: " << dir_ << "/base.gguf, rank: 4, alpha: 8, targets: [q_proj, v_proj, down_proj]}\n"
+      << "data: {dataset: text, path: " << dir_ << "/text.txt, tokenizer: " << dir_ << "/base.gguf, block_size: 32}\n"
+      << "optimizer: {name: adamw, lr: 0.01}\n"
+      << "train: {batch_size: 4, eval_batches: 2, num_workers: 0}\n";  // 20 windows: 5 whole global batches
+  auto args = [&](const std::string& out, int zero) {
+    auto a = train_args(dir_ + "/lora.yaml", out, 10);
+    if (zero >= 0) a.insert(a.end(), {"--set", "parallel.zero=" + std::to_string(zero)});
+    return a;
+  };
+  auto one = testing::run_cli(args(dir_ + "/one", -1));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  for (int zero : {0, 2}) {
+    const std::string run = dir_ + "/z" + std::to_string(zero);
+    auto r = launch(2, args(run, zero));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(fs::exists(run + "/adapter.gguf")) << r.output;
+    const double d = weight_difference(dir_ + "/one", run, 10);
+    std::printf("[Launch] Llama LoRA, 10 steps, 2 ranks %s vs one process: weights within %.2g\n",
+                zero ? "ZeRO-2" : "DDP", d);
+    EXPECT_LT(d, 1e-5) << "zero " << zero;
+    expect_same_curve(dir_ + "/one", run);
   }
 }
 
