@@ -1,0 +1,196 @@
+// ZeroRedundancy's optimizer state in the form one process holds it
+// (consolidated_state, load_consolidated_state) and its pieces for a sharded
+// checkpoint (checkpoint_shard). Note [ZeRO layout] in zero.cpp.
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "distributed/zero_parts.h"
+#include "tessera/autograd/grad_mode.h"
+
+namespace tessera::distributed {
+
+namespace {
+
+// A list of named tensors as bytes (a JSON header, then the data), to send one
+// rank's state to the others.
+Tensor pack(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  nlohmann::json header = nlohmann::json::array();
+  int64_t bytes = 0;
+  for (auto& [k, t] : tensors) {
+    header.push_back({k, dtype_name(t.dtype()), std::vector<int64_t>(t.shape().begin(), t.shape().end()), bytes});
+    bytes += t.numel() * static_cast<int64_t>(t.itemsize());
+  }
+  const std::string h = header.dump();
+  Tensor out = zeros({8 + static_cast<int64_t>(h.size()) + bytes}, DType::U8);
+  auto* p = static_cast<char*>(out.raw_data());
+  const uint64_t hn = h.size();
+  std::memcpy(p, &hn, 8);
+  std::memcpy(p + 8, h.data(), h.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    Tensor t = tensors[i].second.contiguous();
+    std::memcpy(p + 8 + h.size() + header[i][3].get<int64_t>(), t.raw_data(), t.numel() * t.itemsize());
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> unpack(const Tensor& bytes) {
+  const auto* p = static_cast<const char*>(bytes.raw_data());
+  uint64_t hn = 0;
+  std::memcpy(&hn, p, 8);
+  const nlohmann::json header = nlohmann::json::parse(std::string(p + 8, hn));
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& e : header) {
+    const DType dt = *dtype_from_name(e[1].get<std::string>());
+    const std::vector<int64_t> shape = e[2].get<std::vector<int64_t>>();
+    Tensor t = from_buffer(const_cast<char*>(p + 8 + hn + e[3].get<int64_t>()), shape, dt).clone();
+    out.emplace_back(e[0].get<std::string>(), t);
+  }
+  return out;
+}
+
+// "state.<name>.<key>" -> {name, key}; names hold dots, keys do not.
+std::pair<std::string, std::string> split_key(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  TS_CHECK(key.rfind("state.", 0) == 0 && dot != std::string::npos && dot > 6 && dot + 1 < key.size(),
+           "ZeroRedundancy: malformed optimizer state key '", key, "' (expected state.<parameter>.<key>)");
+  return {key.substr(6, dot - 6), key.substr(dot + 1)};
+}
+
+}  // namespace
+
+// The whole optimizer's groups, as one process's Optimizer::state_dict() gives them.
+nlohmann::json ZeroRedundancy::whole_groups() const {
+  nlohmann::json out = nlohmann::json::array();
+  size_t idx = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    nlohmann::json jg;
+    jg["options"] = optimizer_.param_groups()[g].options;
+    std::vector<size_t> ids;
+    std::vector<std::string> names;
+    for (size_t i : groups_[g]) {
+      ids.push_back(idx++);
+      names.push_back(params_[i].name);
+    }
+    jg["params"] = ids;
+    jg["param_names"] = names;
+    out.push_back(std::move(jg));
+  }
+  return out;
+}
+
+io::CheckpointShard ZeroRedundancy::checkpoint_shard() {
+  NoGradGuard no_grad;
+  io::CheckpointShard out;
+  const int r = group_->rank();
+  std::map<std::string, const Param*> sharded;
+  for (auto& p : params_) {
+    sharded.emplace(p.name, &p);
+    if (p.piece.defined()) out.model.push_back({p.name, p.piece, p.tensor.shape(), p.piece_begin});
+  }
+  if (r == 0)  // buffers and frozen parameters are whole on every rank
+    for (auto& [name, t] : model_.state_dict().entries)
+      if (!sharded.count(name)) out.model.push_back({name, t, t.shape(), -1});
+  for (auto& [key, t] : optimizer_.state_dict().tensors) {
+    auto [name, k] = split_key(key);
+    const Param& p = *sharded.at(name);
+    if (t.dim() == 0) {
+      // A per-parameter scalar (Adam's step): written once, by the rank holding the parameter's first element.
+      const Segment& s = segments_[p.segment];
+      if (p.offset / s.chunk == r) out.optimizer.push_back({key, t, t.shape(), -1});
+    } else {
+      out.optimizer.push_back({key, t, p.tensor.shape(), p.piece_begin});
+    }
+  }
+  out.optimizer_groups = whole_groups();
+  return out;
+}
+
+optim::OptimizerState ZeroRedundancy::consolidated_state() {
+  NoGradGuard no_grad;
+  const optim::OptimizerState local = optimizer_.state_dict();
+  // Every rank's pieces to every rank.
+  Tensor mine = pack(local.tensors);
+  Tensor sizes = zeros({group_->size()}, DType::I64);
+  group_->allgather(sizes, full({1}, mine.numel(), DType::I64))->wait();
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index.emplace(params_[i].name, i);
+  std::map<std::string, Tensor> whole;  // "state.<name>.<key>" -> the full tensor
+  for (int q = 0; q < group_->size(); ++q) {
+    Tensor bytes = q == group_->rank() ? mine : zeros({sizes.data_ptr<int64_t>()[q]}, DType::U8);
+    group_->broadcast(bytes, q)->wait();
+    for (auto& [key, t] : unpack(bytes)) {
+      auto [name, k] = split_key(key);
+      auto it = index.find(name);
+      TS_CHECK(it != index.end(), "ZeroRedundancy: rank ", q, " holds optimizer state for '", name,
+               "', which is not a parameter of the optimizer");
+      const Param& p = params_[it->second];
+      if (t.dim() == 0) {  // a per-parameter scalar (Adam's step): the same on every piece
+        whole.emplace(key, t);
+        continue;
+      }
+      const Segment& s = segments_[p.segment];
+      const int64_t a = std::max(chunk_begin(s, q), p.offset);
+      const int64_t b = std::min(chunk_begin(s, q) + s.chunk, p.offset + p.tensor.numel());
+      TS_CHECK(t.numel() == b - a, "ZeroRedundancy: optimizer state '", key, "' of rank ", q, " has ", t.numel(),
+               " elements, its shard of the parameter ", b - a,
+               "; ZeRO shards only element-wise optimizers (sgd, adam, adamw, rmsprop, adagrad, lion)");
+      auto [w, fresh] = whole.emplace(key, Tensor());
+      if (fresh) w->second = zeros(p.tensor.shape(), t.dtype());
+      w->second.reshape({-1}).narrow(0, a - p.offset, b - a).copy_(t);
+    }
+  }
+  optim::OptimizerState out;
+  out.groups = whole_groups();
+  for (auto& g : groups_)
+    for (size_t i : g)
+      for (auto& [key, t] : whole)
+        if (split_key(key).first == params_[i].name) out.tensors.emplace_back(key, t);
+  return out;
+}
+
+void ZeroRedundancy::load_consolidated_state(const optim::OptimizerState& state) {
+  NoGradGuard no_grad;
+  TS_CHECK(state.groups.is_array() && state.groups.size() == groups_.size(), "ZeroRedundancy: the saved optimizer has ",
+           state.groups.is_array() ? state.groups.size() : 0, " parameter groups, this one has ", groups_.size());
+  std::vector<std::string> by_index;  // an older checkpoint keys its state by index in group order
+  std::map<std::string, size_t> index;
+  for (auto& g : groups_)
+    for (size_t i : g) {
+      by_index.push_back(params_[i].name);
+      index.emplace(params_[i].name, i);
+    }
+  optim::OptimizerState local;
+  for (auto& [key, t] : state.tensors) {
+    auto [id, k] = split_key(key);
+    if (!index.count(id)) {
+      const bool numeric = !id.empty() && id.find_first_not_of("0123456789") == std::string::npos && id.size() < 10;
+      TS_CHECK(numeric && std::stoul(id) < by_index.size(), "ZeroRedundancy: the saved optimizer state is for '", id,
+               "', which this optimizer does not have");
+      id = by_index[std::stoul(id)];
+    }
+    const Param& p = params_[index.at(id)];
+    if (!p.piece.defined()) continue;  // another rank's
+    if (t.dim() == 0) {
+      local.tensors.emplace_back("state." + id + "." + k, t);
+      continue;
+    }
+    TS_CHECK(t.numel() == p.tensor.numel(), "ZeroRedundancy: saved optimizer state '", key, "' has ", t.numel(),
+             " elements, the parameter '", id, "' has ", p.tensor.numel());
+    local.tensors.emplace_back("state." + id + "." + k,
+                               t.contiguous().reshape({-1}).narrow(0, p.piece_begin, p.piece.numel()).clone());
+  }
+  local.groups = nlohmann::json::array();
+  const auto& mine = optimizer_.param_groups();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    nlohmann::json jg = state.groups[g];
+    TS_CHECK(jg.is_object() && jg.contains("options"), "ZeroRedundancy: saved group ", g, " has no options");
+    std::vector<size_t> ids(mine[g].params.size());
+    jg["params"] = ids;
+    jg["param_names"] = mine[g].names;
+    local.groups.push_back(std::move(jg));
+  }
+  optimizer_.load_state_dict(local);
+}
+
+}  // namespace tessera::distributed
