@@ -20,7 +20,7 @@ scripts/setup.sh
 want=${1:-all}
 
 # --asan-ci's tests, by suite.
-parsers='Gguf|LlamaGguf|Safetensors|Npy|Config|OnnxImport|Serialize|Checkpoint|HostileModels|Inspect|Tokenizer|BpeTokenizer|PreTokenizer|ChatTemplate|Grammar|JsonSchema|ToolCalls|ServeProtocol|Lora|Datasets|Shards|DataLoader|Targets/FuzzCorpus'
+parsers='Gguf|LlamaGguf|Safetensors|Npy|Config|OnnxImport|Serialize|Checkpoint|ShardedCheckpoint|HostileModels|Inspect|Tokenizer|BpeTokenizer|PreTokenizer|ChatTemplate|Grammar|JsonSchema|ToolCalls|ServeProtocol|Lora|Datasets|Shards|DataLoader|Targets/FuzzCorpus'
 servers='ServeHttp|ServeService|ServeBatcher|ServeRepository|ServePrometheus|LlmService|LlmServiceCli|Metrics|Monitoring|Scheduler|Sampler|Generate'
 kernels='LlmKernels|LlmEngine|Perplexity|QuantKernels|QuantFormats|Int8Kernels|Int8Ops|Skinny|Tier|ConcurrentGemm|Golden[A-Za-z]*|OpTable|MaxPool|Meta|MetaModels|Backend'
 memory='Memory|MemoryLimit|MemoryStats|Tensor|DType|Random|Threads|Errors|Locale|CoreAlone'
