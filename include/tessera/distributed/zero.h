@@ -41,7 +41,9 @@ class ZeroRedundancy {
   // Broadcasts rank 0's parameters and buffers, moves the parameters into the
   // flat segments (they become views of them) and hands `optimizer` this
   // rank's shards. The optimizer's state is dropped (load it afterwards with
-  // load_consolidated_state). `model` and `optimizer` must outlive this.
+  // load_consolidated_state). `model` and `optimizer` must outlive this. At
+  // stage 3, call set_whole_parameters(true) before destroying it to keep a
+  // whole model (else the parameters stay meta tensors).
   ZeroRedundancy(nn::Module& model, optim::Optimizer& optimizer, ProcessGroupPtr group, ZeroOptions options = {});
   ~ZeroRedundancy();
   ZeroRedundancy(const ZeroRedundancy&) = delete;
