@@ -304,6 +304,7 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
     s.keep_checkpoints = t.get<int64_t>("keep_checkpoints", s.keep_checkpoints);
     s.log_every = t.get<int64_t>("log_every", s.log_every);
     s.num_workers = static_cast<int>(t.get<int64_t>("num_workers", s.num_workers));
+    s.drop_last = t.get<bool>("drop_last", s.drop_last);
     s.threads = static_cast<int>(t.get<int64_t>("threads", s.threads));
     const std::string precision = t.get<std::string>("precision", "f32");
     TS_CHECK(precision == "f32" || precision == "bf16" || precision == "f16", "config: '", t.key_path("precision"),

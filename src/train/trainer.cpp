@@ -82,6 +82,7 @@ Trainer::Trainer(Recipe recipe, TrainerOptions options)
   lo.shuffle = true;
   lo.seed = s.seed;
   lo.num_workers = s.num_workers;
+  lo.drop_last = s.drop_last;
   lo.shard_rank = parallel_->rank();
   lo.shard_count = parallel_->size();
   loader_ = std::make_unique<data::DataLoader>(recipe_.train_data, lo);

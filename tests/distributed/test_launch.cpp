@@ -333,6 +333,19 @@ TEST_F(Launch, LoraRecipeEqualsOneProcess) {
     EXPECT_LT(d, 1e-5) << "zero " << zero;
     expect_same_curve(dir_ + "/one", run);
   }
+  // Batches of 8 leave a short last batch of 4 each epoch: with drop_last it is
+  // cut, on one process as at 2 ranks (without, the ranks would pad it).
+  auto cut = [&](const std::string& out) {
+    auto a = args(out, -1);
+    a.insert(a.end(), {"--set", "train.batch_size=8", "--set", "train.drop_last=true"});
+    return a;
+  };
+  auto one_cut = testing::run_cli(cut(dir_ + "/one_cut"));
+  ASSERT_EQ(one_cut.exit_code, 0) << one_cut.output;
+  auto two_cut = launch(2, cut(dir_ + "/two_cut"));
+  ASSERT_EQ(two_cut.exit_code, 0) << two_cut.output;
+  EXPECT_LT(weight_difference(dir_ + "/one_cut", dir_ + "/two_cut", 10), 1e-5);
+  expect_same_curve(dir_ + "/one_cut", dir_ + "/two_cut");
 }
 
 // A profiled data-parallel run: each rank's reports, and one trace with a

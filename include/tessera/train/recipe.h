@@ -32,6 +32,10 @@ struct TrainSettings {
   int64_t batch_size = 64;
   int64_t eval_batch_size = 256;
   int64_t grad_accum = 1;     // micro-batches per optimizer step
+  // A short last batch of an epoch is dropped; else it is trained on (across
+  // ranks, filled up by repeating rows from the epoch's start, as PyTorch's
+  // DistributedSampler, so a run at N ranks differs from one process there).
+  bool drop_last = false;
   double clip_grad_norm = 0;  // 0 = off
   double clip_grad_value = 0;
   uint64_t seed = 0;
