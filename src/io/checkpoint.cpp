@@ -13,6 +13,14 @@ namespace tessera::io {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+namespace detail {
+// The last step of both writers: a complete directory `tmp` (its files
+// fsynced) becomes root/name, replacing one of that name, and root/latest
+// points at it; then only the newest `keep_last` checkpoints stay.
+void publish_checkpoint(const std::string& root, const std::string& name, const std::string& tmp);
+void keep_newest(const std::string& root, int keep_last, const std::string& newest);
+}  // namespace detail
+
 namespace detail {  // sharded_checkpoint.cpp
 nlohmann::json read_index(const std::string& dir);
 NamedTensors assemble(const std::string& dir, const nlohmann::json& index, const char* kind,
@@ -41,6 +49,34 @@ std::vector<std::string> list_checkpoints(const std::string& root) {
   return out;
 }
 
+namespace detail {
+
+void publish_checkpoint(const std::string& root, const std::string& name, const std::string& tmp) {
+  std::error_code ec;
+  const fs::path final_dir = fs::path(root) / name;
+  fsync_dir(tmp);
+  if (fs::exists(final_dir, ec)) {  // re-saving the same step: replace it
+    const fs::path old = fs::path(root) / (".tmp-old-" + name + "-" + std::to_string(::getpid()));
+    fs::rename(final_dir, old);
+    fs::rename(tmp, final_dir);
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(tmp, final_dir);
+  }
+  fsync_dir(root);
+  write_file_atomic((fs::path(root) / "latest").string(), [&](Writer& w) { w.write(name + "\n"); });
+}
+
+void keep_newest(const std::string& root, int keep_last, const std::string& newest) {
+  if (keep_last <= 0) return;
+  std::error_code ec;
+  auto all = list_checkpoints(root);
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i)
+    if (fs::path(all[i]) != fs::path(newest)) fs::remove_all(all[i], ec);
+}
+
+}  // namespace detail
+
 std::string save_checkpoint(const std::string& root, const std::string& name, const Checkpoint& c, int keep_last) {
   TS_CHECK(!name.empty() && name.find('/') == std::string::npos && name[0] != '.', "save_checkpoint: invalid name '",
            name, "'");
@@ -64,29 +100,12 @@ std::string save_checkpoint(const std::string& root, const std::string& name, co
     state["format_version"] = kCheckpointFormatVersion;
     std::string text = state.dump(2) + "\n";
     write_file_atomic((tmp / "state.json").string(), [&](Writer& w) { w.write(text); });
-    fsync_dir(tmp.string());
-    if (fs::exists(final_dir, ec)) {  // re-saving the same step: replace it
-      fs::path old = fs::path(root) / (".tmp-old-" + name + "-" + std::to_string(::getpid()));
-      fs::rename(final_dir, old);
-      fs::rename(tmp, final_dir);
-      fs::remove_all(old, ec);
-    } else {
-      fs::rename(tmp, final_dir);
-    }
-    fsync_dir(root);
-    write_file_atomic((fs::path(root) / "latest").string(), [&](Writer& w) { w.write(name + "\n"); });
-  } catch (const fs::filesystem_error& e) {
-    fs::remove_all(tmp, ec);
-    TS_ERROR("saving checkpoint ", final_dir.string(), " failed: ", e.what(), "; the previous checkpoint is intact");
-  } catch (const std::exception& e) {
+    detail::publish_checkpoint(root, name, tmp.string());
+  } catch (const std::exception& e) {  // filesystem errors included
     fs::remove_all(tmp, ec);
     TS_ERROR("saving checkpoint ", final_dir.string(), " failed: ", e.what(), "; the previous checkpoint is intact");
   }
-  if (keep_last > 0) {
-    auto all = list_checkpoints(root);
-    for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i)
-      if (fs::path(all[i]) != final_dir) fs::remove_all(all[i], ec);
-  }
+  detail::keep_newest(root, keep_last, final_dir.string());
   return final_dir.string();
 }
 

@@ -1,7 +1,6 @@
 // Sharded checkpoints (io/checkpoint.h): every rank writes its pieces, rank 0
 // the index; loading checks each file's size and CRC32, then assembles the
 // whole tensors from their pieces.
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -19,6 +18,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace detail {
+
+void publish_checkpoint(const std::string& root, const std::string& name, const std::string& tmp);  // checkpoint.cpp
+void keep_newest(const std::string& root, int keep_last, const std::string& newest);
 
 std::string rank_file(const char* kind, int rank) {
   char buf[64];
@@ -232,26 +234,12 @@ std::string save_sharded_checkpoint(const std::string& root, const std::string& 
       const std::string text = state.dump(2) + "\n";
       write_file_atomic((tmp / "state.json").string(), [&](Writer& w) { w.write(text); });
       for (int r = 0; r < world; ++r) fs::remove(tmp / ("rank" + std::to_string(r) + ".json"), ec);
-      fsync_dir(tmp.string());
-      if (fs::exists(final_dir, ec)) {  // re-saving the same step: replace it
-        const fs::path old = fs::path(root) / (".tmp-old-" + name + "-" + std::to_string(::getpid()));
-        fs::rename(final_dir, old);
-        fs::rename(tmp, final_dir);
-        fs::remove_all(old, ec);
-      } else {
-        fs::rename(tmp, final_dir);
-      }
-      fsync_dir(root);
-      write_file_atomic((fs::path(root) / "latest").string(), [&](Writer& w) { w.write(name + "\n"); });
+      detail::publish_checkpoint(root, name, tmp.string());
     } catch (const std::exception& e) {
       fs::remove_all(tmp, ec);
       TS_ERROR("saving checkpoint ", final_dir.string(), " failed: ", e.what(), "; the previous checkpoint is intact");
     }
-    if (keep_last > 0) {
-      auto all = list_checkpoints(root);
-      for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i)
-        if (fs::path(all[i]) != final_dir) fs::remove_all(all[i], ec);
-    }
+    detail::keep_newest(root, keep_last, final_dir.string());
   }
   barrier();  // the checkpoint is complete for every rank
   return final_dir.string();
