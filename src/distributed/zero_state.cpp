@@ -1,53 +1,16 @@
 // ZeroRedundancy's optimizer state in the form one process holds it
 // (consolidated_state, load_consolidated_state) and its pieces for a sharded
 // checkpoint (checkpoint_shard). Note [ZeRO layout] in zero.cpp.
-#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "distributed/zero_parts.h"
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/io/safetensors.h"
 
 namespace tessera::distributed {
 
 namespace {
-
-// A list of named tensors as bytes (a JSON header, then the data), to send one
-// rank's state to the others.
-Tensor pack(const std::vector<std::pair<std::string, Tensor>>& tensors) {
-  nlohmann::json header = nlohmann::json::array();
-  int64_t bytes = 0;
-  for (auto& [k, t] : tensors) {
-    header.push_back({k, dtype_name(t.dtype()), std::vector<int64_t>(t.shape().begin(), t.shape().end()), bytes});
-    bytes += t.numel() * static_cast<int64_t>(t.itemsize());
-  }
-  const std::string h = header.dump();
-  Tensor out = zeros({8 + static_cast<int64_t>(h.size()) + bytes}, DType::U8);
-  auto* p = static_cast<char*>(out.raw_data());
-  const uint64_t hn = h.size();
-  std::memcpy(p, &hn, 8);
-  std::memcpy(p + 8, h.data(), h.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    Tensor t = tensors[i].second.contiguous();
-    std::memcpy(p + 8 + h.size() + header[i][3].get<int64_t>(), t.raw_data(), t.numel() * t.itemsize());
-  }
-  return out;
-}
-
-std::vector<std::pair<std::string, Tensor>> unpack(const Tensor& bytes) {
-  const auto* p = static_cast<const char*>(bytes.raw_data());
-  uint64_t hn = 0;
-  std::memcpy(&hn, p, 8);
-  const nlohmann::json header = nlohmann::json::parse(std::string(p + 8, hn));
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (auto& e : header) {
-    const DType dt = *dtype_from_name(e[1].get<std::string>());
-    const std::vector<int64_t> shape = e[2].get<std::vector<int64_t>>();
-    Tensor t = from_buffer(const_cast<char*>(p + 8 + hn + e[3].get<int64_t>()), shape, dt).clone();
-    out.emplace_back(e[0].get<std::string>(), t);
-  }
-  return out;
-}
 
 // "state.<name>.<key>" -> {name, key}; names hold dots, keys do not.
 std::pair<std::string, std::string> split_key(const std::string& key) {
@@ -109,8 +72,9 @@ io::CheckpointShard ZeroRedundancy::checkpoint_shard() {
 optim::OptimizerState ZeroRedundancy::consolidated_state() {
   NoGradGuard no_grad;
   const optim::OptimizerState local = optimizer_.state_dict();
-  // Every rank's pieces to every rank.
-  Tensor mine = pack(local.tensors);
+  // Every rank's pieces to every rank, as safetensors bytes.
+  const std::string packed = io::safetensors_bytes(local.tensors);
+  Tensor mine = from_buffer(const_cast<char*>(packed.data()), {static_cast<int64_t>(packed.size())}, DType::U8).clone();
   Tensor sizes = zeros({group_->size()}, DType::I64);
   group_->allgather(sizes, full({1}, mine.numel(), DType::I64))->wait();
   std::map<std::string, size_t> index;
@@ -119,14 +83,17 @@ optim::OptimizerState ZeroRedundancy::consolidated_state() {
   for (int q = 0; q < group_->size(); ++q) {
     Tensor bytes = q == group_->rank() ? mine : zeros({sizes.data_ptr<int64_t>()[q]}, DType::U8);
     group_->broadcast(bytes, q)->wait();
-    for (auto& [key, t] : unpack(bytes)) {
+    const io::SafetensorsFile received = io::SafetensorsFile::parse(static_cast<const char*>(bytes.raw_data()),
+                                                                     static_cast<size_t>(bytes.numel()),
+                                                                     "rank " + std::to_string(q) + "'s optimizer state");
+    for (auto& [key, t] : received.all()) {
       auto [name, k] = split_key(key);
       auto it = index.find(name);
       TS_CHECK(it != index.end(), "ZeroRedundancy: rank ", q, " holds optimizer state for '", name,
                "', which is not a parameter of the optimizer");
       const Param& p = params_[it->second];
       if (t.dim() == 0) {  // a per-parameter scalar (Adam's step): the same on every piece
-        whole.emplace(key, t);
+        whole.emplace(key, t.clone());
         continue;
       }
       const Segment& s = segments_[p.segment];
