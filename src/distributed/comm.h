@@ -20,6 +20,11 @@ int mpi_local_size();
 void mpi_shutdown();
 [[noreturn]] void mpi_abort(int code);
 
+// The error for parameters that got no gradient in a backward (DDP, ZeRO),
+// naming up to five of them, the step and the rank.
+[[noreturn]] void unused_parameters_error(const char* who, const std::vector<std::string>& names, int64_t step,
+                                          int rank);
+
 // Adds one finished collective to collective_stats().
 void record_collective(const CollectiveInfo& info, double seconds);
 

@@ -310,12 +310,9 @@ void DistributedDataParallel::finish_backward() {
   for (size_t i = 0; i < params_.size(); ++i)
     if (!params_[i].ready) unused.push_back(i);
   if (!unused.empty() && !opt_.find_unused_parameters) {
-    std::string names;
-    for (size_t k = 0; k < unused.size() && k < 5; ++k) names += (k ? ", '" : "'") + params_[unused[k]].name + "'";
-    if (unused.size() > 5) names += " and " + std::to_string(unused.size() - 5) + " more";
-    TS_ERROR("DistributedDataParallel: parameter ", names, " got no gradient in the backward of step ", step_,
-             " on rank ", group_->rank(),
-             "; every rank must use every parameter in each step, or set find_unused_parameters: true");
+    std::vector<std::string> names;
+    for (size_t i : unused) names.push_back(params_[i].name);
+    unused_parameters_error("DistributedDataParallel", names, step_, group_->rank());
   }
   for (size_t i : unused) {  // zeros in the bucket: the other ranks' gradients still average in
     Param& p = params_[i];

@@ -292,4 +292,12 @@ void check_same_parameters(ProcessGroup& g, const std::vector<std::pair<std::str
 }
 
 
+void unused_parameters_error(const char* who, const std::vector<std::string>& names, int64_t step, int rank) {
+  std::string list;
+  for (size_t k = 0; k < names.size() && k < 5; ++k) list += (k ? ", '" : "'") + names[k] + "'";
+  if (names.size() > 5) list += " and " + std::to_string(names.size() - 5) + " more";
+  TS_ERROR(who, ": parameter ", list, " got no gradient in the backward of step ", step, " on rank ", rank,
+           "; every rank must use every parameter in each step, or set find_unused_parameters: true");
+}
+
 }  // namespace tessera::distributed

@@ -394,11 +394,9 @@ void ZeroRedundancy::finish_backward() {
     if (!params_[i].ready) unused.push_back(i);
     else used_[i] = 1;
   if (!unused.empty() && !opt_.find_unused_parameters) {
-    std::string names;
-    for (size_t k = 0; k < unused.size() && k < 5; ++k) names += (k ? ", '" : "'") + params_[unused[k]].name + "'";
-    if (unused.size() > 5) names += " and " + std::to_string(unused.size() - 5) + " more";
-    TS_ERROR("ZeroRedundancy: parameter ", names, " got no gradient in the backward of step ", step_, " on rank ",
-             group_->rank(), "; every rank must use every parameter in each step, or set find_unused_parameters: true");
+    std::vector<std::string> names;
+    for (size_t i : unused) names.push_back(params_[i].name);
+    unused_parameters_error("ZeroRedundancy", names, step_, group_->rank());
   }
   for (size_t i : unused) {  // zeros: the other ranks' gradients still average in
     Param& p = params_[i];
