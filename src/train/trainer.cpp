@@ -163,32 +163,25 @@ EvalMetrics Trainer::evaluate(int64_t max_batches) {
 // Note [No NaN checkpoints]
 // A diverged run must not overwrite good checkpoints with NaN weights: a
 // checkpoint is written only if every parameter is finite.
-void Trainer::check_finite_parameters() const {
-  NoGradGuard no_grad;
-  for (auto& [name, p] : recipe_.model->named_parameters())
-    if (!ops::all(ops::isfinite(p)).item<bool>())
-      TS_ERROR("training diverged: parameter '", name, "' holds NaN or Inf at step ", step_,
-               "; no checkpoint was written", last_checkpoint_.empty() ? "" : " (the last good one is ",
-               last_checkpoint_, last_checkpoint_.empty() ? "" : ")",
-               ". Lower the learning rate, enable clip_grad_norm, or use precision bf16/f32");
-}
-
-// Under ZeRO the parameters are checked in this rank's pieces, and every rank
-// names the first bad one any rank found.
-void Trainer::check_finite_pieces(const io::CheckpointShard& shard) const {
+void Trainer::check_finite_parameters(const io::CheckpointShard* shard) const {
   NoGradGuard no_grad;
   auto named = recipe_.model->named_parameters();
-  std::map<std::string, size_t> index;
-  for (size_t i = 0; i < named.size(); ++i) index.emplace(named[i].first, i);
-  std::vector<double> bad{-1};
-  for (auto& p : shard.model) {
-    auto it = index.find(p.name);
-    if (it != index.end() && !ops::all(ops::isfinite(p.data)).item<bool>()) {
-      bad[0] = static_cast<double>(it->second);
-      break;
+  std::vector<double> bad{-1};  // the first parameter holding NaN or Inf
+  if (shard) {  // ZeRO: this rank's pieces; every rank names the first bad one any rank found
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < named.size(); ++i) index.emplace(named[i].first, i);
+    for (auto& p : shard->model) {
+      auto it = index.find(p.name);
+      if (it != index.end() && !ops::all(ops::isfinite(p.data)).item<bool>()) {
+        bad[0] = static_cast<double>(it->second);
+        break;
+      }
     }
+    parallel_->max(bad);
+  } else {
+    for (size_t i = 0; i < named.size() && bad[0] < 0; ++i)
+      if (!ops::all(ops::isfinite(named[i].second)).item<bool>()) bad[0] = static_cast<double>(i);
   }
-  parallel_->max(bad);
   if (bad[0] >= 0)
     TS_ERROR("training diverged: parameter '", named[static_cast<size_t>(bad[0])].first, "' holds NaN or Inf at step ",
              step_, "; no checkpoint was written", last_checkpoint_.empty() ? "" : " (the last good one is ",
@@ -201,7 +194,7 @@ std::string Trainer::save_checkpoint() {
   io::CheckpointShard shard;
   const bool sharded = parallel_->checkpoint_shard(shard);  // ZeRO: each rank writes its pieces
   if (sharded) {
-    check_finite_pieces(shard);
+    check_finite_parameters(&shard);
   } else {
     check_finite_parameters();
     c.model = recipe_.model->state_dict().entries;

@@ -84,8 +84,8 @@ class Trainer {
   void publish_metrics(double seconds, int64_t samples, double data_wait);
   void install_layer_stats();
   void collect_grad_stats();
-  void check_finite_parameters() const;
-  void check_finite_pieces(const io::CheckpointShard& shard) const;
+  // Under ZeRO (shard given) each rank checks its pieces and the ranks agree.
+  void check_finite_parameters(const io::CheckpointShard* shard = nullptr) const;
   bool main_rank() const { return parallel_->rank() == 0; }
   bool stop_requested();
 
