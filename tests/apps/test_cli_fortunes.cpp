@@ -1,8 +1,9 @@
 // The fortunes model CI trains (issue 21): the SentencePiece tokenizer of
 // scripts/fortunes_tokenizer.sh, `tessera train` on subword tokens with
-// examples/configs/fortunes_llama_2m.yaml as written (600 steps: 3.5 minutes
-// alone on 2 cores, 9 beside the other tests in ctest -j2), then the run and
-// its GGUF export in the LLM engine.
+// examples/configs/fortunes_llama_2m.yaml as written (600 steps: 3.3 minutes
+// alone on 2 cores of Zen 5, 5.8 beside the other tests in ctest -j2 with the
+// passive OpenMP waits of tests/CMakeLists.txt), then the run and its GGUF
+// export in the LLM engine.
 // Long: scripts/sanitize.sh leaves it out of the sanitizer pass.
 #include <gtest/gtest.h>
 
