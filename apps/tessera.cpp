@@ -136,7 +136,7 @@ int cmd_train(const std::string& config_path, const std::string& resume, const s
   o.profile_steps = profile;
   // Under `tessera launch` (or mpirun, srun) every rank runs this with the same config.
   if (distributed::is_distributed()) distributed::check_same_config(*distributed::world(), config);
-  train::Recipe recipe = train::build_recipe(config, config_path);
+  train::Recipe recipe = train::build_recipe(config, config_path, false, true);
   if (distributed::is_distributed() || recipe.parallel.data > 1)
     o.parallel = distributed::trainer_parallel(recipe.parallel, distributed::world());
   train::Trainer t(std::move(recipe), o);

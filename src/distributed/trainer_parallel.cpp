@@ -50,6 +50,7 @@ class DataParallelRun : public train::Parallel {
     distributed::set_step(step);
   }
   bool shards_optimizer() const override { return zero_ != nullptr; }
+  bool shards_parameters() const override { return zero_ && zero_->stage() == 3; }
   void after_step() override {
     if (!zero_) return;
     zero_->gather_parameters();
@@ -93,7 +94,8 @@ class DataParallelRun : public train::Parallel {
   }
   std::string describe() const override {
     return (zero_ ? "ZeRO-" + std::to_string(s_.zero) + " data parallel" : std::string("data parallel")) + " over " +
-           std::to_string(g_->size()) + " ranks";
+           std::to_string(g_->size()) + " ranks" +
+           (zero_ && zero_->materialized_from_meta() ? ", the model materialized shard by shard" : "");
   }
 
  private:

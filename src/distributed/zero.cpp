@@ -47,6 +47,7 @@
 #include "distributed/zero_parts.h"
 #include "tessera/autograd/engine.h"
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/core/generator.h"
 #include "tessera/nn/container.h"
 
 namespace tessera::distributed {
@@ -62,10 +63,12 @@ ZeroRedundancy::ZeroRedundancy(nn::Module& model, optim::Optimizer& optimizer, P
   NoGradGuard no_grad;
   auto named = model_.named_parameters();
   check_same_parameters(*group_, named, "ZeroRedundancy");
-  std::vector<WorkPtr> works;
-  for (auto& [n, t] : named) works.push_back(group_->broadcast(t, 0));
-  for (auto& [n, t] : model_.named_buffers()) works.push_back(group_->broadcast(t, 0));
-  for (auto& w : works) w->wait();
+  bool on_meta = false;
+  for (auto& [n, t] : named) on_meta = on_meta || t.device().is_meta();
+  for (auto& [n, t] : model_.named_buffers()) on_meta = on_meta || t.device().is_meta();
+  TS_CHECK(!on_meta || opt_.stage == 3, "ZeroRedundancy: the model is on the meta device; stage 3 materializes it "
+           "shard by shard, stage ", opt_.stage, " needs it whole (Module::materialize first)");
+  if (!on_meta) broadcast_unsharded(true);
 
   // The optimizer's parameters, by group, found among the model's by identity.
   std::map<const void*, std::string> name_of;
@@ -88,7 +91,21 @@ ZeroRedundancy::ZeroRedundancy(nn::Module& model, optim::Optimizer& optimizer, P
   for (auto& [n, t] : named)
     TS_CHECK(!t.requires_grad() || index_of.count(t.impl()), "ZeroRedundancy: parameter '", n,
              "' requires grad but is not in the optimizer; freeze it (requires_grad false) or add it");
+  if (on_meta) {
+    // Note [Materializing shard by shard]: what is not sharded (buffers,
+    // frozen parameters) gets its memory now and is initialized by every
+    // pass of build_segments; the sharded parameters a segment at a time.
+    init_generator_ = {default_generator().seed(), default_generator().offset()};
+    std::set<const void*> sharded;
+    for (auto& p : params_) sharded.insert(p.tensor.impl());
+    auto give_memory = [&](Tensor t) {
+      if (t.device().is_meta() && !sharded.count(t.impl())) t.set_data(empty(t.shape(), t.dtype()));
+    };
+    for (auto& [n, t] : named) give_memory(t);
+    for (auto& [n, t] : model_.named_buffers()) give_memory(t);
+  }
   build_segments();
+  if (on_meta) broadcast_unsharded(false);
 
   std::vector<TensorList> pieces(groups_.size());
   std::vector<std::vector<std::string>> names(groups_.size());
@@ -117,6 +134,43 @@ ZeroRedundancy::~ZeroRedundancy() {
 }
 
 int64_t ZeroRedundancy::chunk_begin(const Segment& s, int rank) const { return s.chunk * rank; }
+
+// Every rank starts from rank 0's values: all parameters and buffers, or
+// (after a model on meta was materialized segment by segment, each segment
+// broadcast on its own) the buffers and the parameters that are not sharded.
+void ZeroRedundancy::broadcast_unsharded(bool parameters_too) {
+  std::set<const void*> sharded;
+  if (!parameters_too)
+    for (auto& p : params_) sharded.insert(p.tensor.impl());
+  std::vector<WorkPtr> works;
+  for (auto& [n, t] : model_.named_parameters())
+    if (!sharded.count(t.impl())) works.push_back(group_->broadcast(t, 0));
+  for (auto& [n, t] : model_.named_buffers()) works.push_back(group_->broadcast(t, 0));
+  for (auto& w : works) w->wait();
+}
+
+// Note [Materializing shard by shard]
+// A model built on the meta device (shapes, no data) is materialized at stage
+// 3 without ever holding all of it: for each segment, its parameters get the
+// segment's flat buffer, and every module's reset_parameters and
+// reset_buffers run from the generator state the model was built from. The
+// initializers draw into meta tensors too, which allocates nothing but moves
+// the counter-based generator on exactly as a real draw does (nn/init.cpp), so
+// each segment receives the very numbers a model built on the CPU from the
+// same seed holds, whatever order the initializers run in and even when a
+// parent re-initializes its children (GPT, Llama, ResNet do). Rank 0's
+// segment is broadcast and each rank keeps its chunk; the peak is the largest
+// segment plus what is not sharded. The generator ends where building the
+// model on the CPU would have left it.
+void ZeroRedundancy::initialize_segment(size_t k) {
+  Segment& s = segments_[k];
+  default_generator().set_state(init_generator_->first, init_generator_->second);
+  model_.apply([](nn::Module& m) {
+    m.reset_parameters();
+    m.reset_buffers();
+  });
+  group_->broadcast(s.flat, 0)->wait();
+}
 
 void ZeroRedundancy::build_segments() {
   const int n = group_->size(), r = group_->rank();
@@ -164,9 +218,10 @@ void ZeroRedundancy::build_segments() {
       Param& p = params_[k];
       const int64_t numel = p.tensor.numel();
       Tensor view = s.flat.narrow(0, p.offset, numel).view(p.tensor.shape());
-      view.copy_(p.tensor);
+      if (!init_generator_) view.copy_(p.tensor);
       p.tensor.set_data(view);
     }
+    if (init_generator_) initialize_segment(si);
     if (opt_.stage == 3) {
       s.shard = s.flat.narrow(0, lo, s.chunk).clone();
       s.resident = true;

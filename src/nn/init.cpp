@@ -44,14 +44,17 @@ double calculate_gain(const std::string& nl, double param) {
            "' (expected linear, conv1d, conv2d, sigmoid, tanh, relu, leaky_relu or selu)");
 }
 
+// Draws are made on the tensor's own device: on meta they allocate nothing
+// but advance the generator exactly as on the CPU, which is how a model on
+// meta is materialized a piece at a time (distributed::ZeroRedundancy).
 Tensor& uniform_(Tensor& t, double a, double b, Generator* gen) {
   check_floating(t, "uniform_");
-  return fill_from(t, ops::uniform(t.shape(), a, b, t.dtype(), gen));
+  return fill_from(t, ops::uniform(t.shape(), a, b, TensorOptions(t.dtype(), t.device()), gen));
 }
 
 Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
   check_floating(t, "normal_");
-  return fill_from(t, ops::normal(t.shape(), mean, std, t.dtype(), gen));
+  return fill_from(t, ops::normal(t.shape(), mean, std, TensorOptions(t.dtype(), t.device()), gen));
 }
 
 Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Generator* gen) {
@@ -59,6 +62,8 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Ge
   TS_CHECK(a < b, "init::trunc_normal_: needs a < b, got a=", a, ", b=", b);
   TS_CHECK(b > mean - 6 * std && a < mean + 6 * std, "init::trunc_normal_: [a, b] = [", a, ", ", b,
            "] is too far from the mean for redrawing to terminate");
+  TS_CHECK(!t.device().is_meta(), "init::trunc_normal_: cannot draw into a meta tensor (how many numbers it "
+           "takes depends on their values); give the tensor memory first, or use normal_");
   NoGradGuard no_grad;
   Tensor v = ops::normal(t.shape(), mean, std, DType::F64, gen);
   for (;;) {
@@ -105,6 +110,10 @@ Tensor& orthogonal_(Tensor& t, double gain, Generator* gen) {
   const int64_t rows = t.size(0), cols = t.numel() / rows;
   const bool flip = rows < cols;
   const int64_t m = flip ? cols : rows, n = flip ? rows : cols;  // m >= n
+  if (t.device().is_meta()) {  // the same draw, so the generator moves on as it would
+    ops::normal({m, n}, 0.0, 1.0, TensorOptions(DType::F64, t.device()), gen);
+    return t;
+  }
   std::vector<double> a = ops::normal({m, n}, 0.0, 1.0, DType::F64, gen).to_vector<double>();
   std::vector<double> q(m * n, 0.0), v(m);
   std::vector<std::vector<double>> hs;  // Householder vectors

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include "tessera/data/datasets.h"
 #include "tessera/data/shards.h"
@@ -280,7 +281,7 @@ optim::Options optimizer_options(Config& c, const std::string& name) {
 }  // namespace
 
 // ---- the whole recipe ------------------------------------------------------------------------
-Recipe build_recipe(const json& config, const std::string& what, bool model_only) {
+Recipe build_recipe(const json& config, const std::string& what, bool model_only, bool shard_model) {
   Recipe r;
   r.config = config;
   Config root(config);
@@ -403,7 +404,17 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
         r.config["model"]["vocab_size"] = vocab;  // saved with checkpoints, so eval/info rebuild this model
       }
     }
-    r.model = build_model(model_cfg, &r.model_name);
+    // ZeRO-3 of a plain model: built on meta, materialized by the Trainer's
+    // ZeRO from the seed (LoRA, pruning, QAT and SyncBatchNorm read or
+    // replace the weights as they are set up, so they get it whole).
+    const bool on_meta = shard_model && !model_only && r.parallel.zero == 3 && !lora_base && !root.has("prune") &&
+                         !root.has("qat") && !r.parallel.sync_batch_norm;
+    {
+      std::optional<DeviceScope> meta;
+      if (on_meta) meta.emplace(Device::meta());
+      r.model = build_model(model_cfg, &r.model_name);
+    }
+    if (on_meta) manual_seed(s.seed);  // materializing draws the numbers again from here
     if (lora_base) {
       Config lc = root.section("lora");
       (void)lc.require<std::string>("base");

@@ -77,6 +77,11 @@ Trainer::Trainer(Recipe recipe, TrainerOptions options)
   if (!main_rank()) opt_.quiet = true;  // rank 0 speaks for the job
   optimizer_ = recipe_.make_optimizer(*recipe_.model);
   parallel_->attach(*recipe_.model, *optimizer_);
+  // A model built on meta that no ZeRO-3 materialized shard by shard (one
+  // process, or another strategy): whole, from the seed (build_recipe).
+  bool on_meta = false;
+  for (auto& [n, t] : recipe_.model->named_parameters()) on_meta = on_meta || t.device().is_meta();
+  if (on_meta && !parallel_->shards_parameters()) recipe_.model->materialize(Device::cpu());
   data::DataLoaderOptions lo;
   lo.batch_size = s.batch_size;  // the global batch: each rank loads its rows of it
   lo.shuffle = true;

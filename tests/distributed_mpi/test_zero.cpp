@@ -11,7 +11,9 @@
 #include <thread>
 
 #include "nets.h"
+#include "tessera/core/allocator.h"
 #include "tessera/distributed/zero.h"
+#include "tessera/nn/zoo/zoo.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -325,6 +327,84 @@ TEST(Zero, AParameterOutsideTheOptimizerIsNamed) {
   auto opt = optim::make_optimizer("sgd", {optim::ParamGroup{{net->a->weight}, {}, {"a.weight"}}}, {{"lr", 0.1}});
   std::string err = testing::error_of([&] { ZeroRedundancy z(*net, *opt, world); });
   EXPECT_NE(err.find("requires grad but is not in the optimizer"), std::string::npos) << err;
+}
+
+// A model bigger than one process: built on meta, materialized a segment at a
+// time. The GPT's reset_parameters re-draws its children's weights, so the
+// numbers come right only if every initializer, on meta too, moves the
+// generator as it does on the CPU. Bit for bit the model built on the CPU from
+// the same seed; the generator ends where building it left it; the peak is one
+// block and the root whole, never the model; and it trains.
+TEST(Zero, Stage3MaterializesAModelBuiltOnMetaShardByShard) {
+  auto world = distributed::world();
+  nn::zoo::GPTConfig c;
+  c.vocab_size = 40;
+  c.block_size = 16;
+  c.n_layer = 8;
+  c.n_head = 4;
+  c.n_embd = 32;
+  manual_seed(11);
+  nn::zoo::GPT ref(c);
+  const uint64_t after_build = default_generator().offset();
+  manual_seed(11);
+  std::unique_ptr<nn::zoo::GPT> gpt;
+  {
+    DeviceScope meta(Device::meta());
+    gpt = std::make_unique<nn::zoo::GPT>(c);
+  }
+  for (auto& p : gpt->parameters()) ASSERT_TRUE(p.is_meta());
+  manual_seed(11);  // as before building it
+  auto opt = optim::make_optimizer("adamw", {optim::ParamGroup{gpt->parameters(), {}, {}}}, {{"lr", 0.002}});
+  int64_t whole_bytes = 0, block_bytes = 0;
+  for (auto& p : ref.parameters()) whole_bytes += p.numel() * 4;
+  for (auto& p : (*ref.h)[0]->parameters()) block_bytes += p.numel() * 4;
+  const int64_t before = memory_allocated();
+  reset_peak_memory();
+  ZeroOptions o;
+  o.stage = 3;
+  ZeroRedundancy zero(*gpt, *opt, world, o);
+  const int64_t peak = max_memory_allocated() - before;
+  EXPECT_EQ(default_generator().offset(), after_build);
+  // This rank's shards (1/N of the model), one segment whole and the draw for its largest tensor.
+  const int64_t root_bytes = whole_bytes - c.n_layer * block_bytes;
+  EXPECT_LE(peak, whole_bytes / world->size() + std::max(block_bytes, root_bytes) + block_bytes)
+      << "materializing held " << peak << " bytes; the model has " << whole_bytes;
+  EXPECT_LT(peak, whole_bytes);
+  if (world->rank() == 0)
+    std::printf("[Zero] materializing a GPT of %lld bytes from meta at %d ranks held at most %lld bytes\n",
+                static_cast<long long>(whole_bytes), world->size(), static_cast<long long>(peak));
+  for (auto& p : gpt->parameters()) EXPECT_TRUE(p.is_meta());
+  zero.set_whole_parameters(true);
+  auto want = ref.named_parameters(), got = gpt->named_parameters();
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(ops::all(ops::eq(got[i].second, want[i].second)).item<bool>()) << got[i].first;
+  zero.set_whole_parameters(false);
+  Tensor ids = ops::remainder(ops::add(arange(2 * 16, DType::I64), world->rank()), 40).reshape({2, 16});
+  double first = 0, last = 0;
+  for (int step = 0; step < 3; ++step) {
+    Tensor out = (*gpt)(ids);
+    Tensor loss = ops::cross_entropy(out.reshape({-1, 40}), ids.reshape({-1}));
+    loss.backward();
+    zero.step();
+    (step == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_LT(last, first);
+  zero.set_whole_parameters(true);
+  expect_replicas_equal(*gpt, *world);
+}
+
+// The stages that keep whole parameters need the model whole.
+TEST(Zero, AModelOnMetaNeedsStage3) {
+  auto world = distributed::world();
+  std::unique_ptr<nn::Linear> lin;
+  {
+    DeviceScope meta(Device::meta());
+    lin = std::make_unique<nn::Linear>(4, 3);
+  }
+  auto opt = optim::make_optimizer("sgd", {optim::ParamGroup{lin->parameters(), {}, {}}}, {{"lr", 0.1}});
+  std::string err = testing::error_of([&] { ZeroRedundancy z(*lin, *opt, world); });
+  EXPECT_NE(err.find("the model is on the meta device"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 // checkpoints load at any world size and stage. Note [ZeRO layout] and Note
 // [ZeRO-3 units] in zero.cpp.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,12 @@ class ZeroRedundancy {
   // load_consolidated_state). `model` and `optimizer` must outlive this. At
   // stage 3, call set_whole_parameters(true) before destroying it to keep a
   // whole model (else the parameters stay meta tensors).
+  //
+  // Stage 3 also takes a model built on the meta device (a model bigger than
+  // one process): it is materialized a segment at a time from the default
+  // generator's current state -- seed it as before building the model, as for
+  // Module::materialize -- and equals the model built on the CPU from that
+  // seed, bit for bit (Note [Materializing shard by shard] in zero.cpp).
   ZeroRedundancy(nn::Module& model, optim::Optimizer& optimizer, ProcessGroupPtr group, ZeroOptions options = {});
   ~ZeroRedundancy();
   ZeroRedundancy(const ZeroRedundancy&) = delete;
@@ -86,6 +93,8 @@ class ZeroRedundancy {
   void set_whole_parameters(bool whole);
 
   int stage() const { return opt_.stage; }
+  // Whether the model came on meta and was materialized shard by shard.
+  bool materialized_from_meta() const { return init_generator_.has_value(); }
   const ProcessGroupPtr& group() const { return group_; }
   // Segment layout, for tests: parameter names per segment.
   std::vector<std::vector<std::string>> segments() const;
@@ -97,7 +106,9 @@ class ZeroRedundancy {
  private:
   struct Param;
   struct Segment;
+  void broadcast_unsharded(bool parameters_too);
   void build_segments();
+  void initialize_segment(size_t segment);
   void build_units(std::vector<std::vector<size_t>>& members);
   void on_grad_ready(size_t index);
   void begin_backward();
@@ -118,6 +129,7 @@ class ZeroRedundancy {
   ZeroOptions opt_;
   std::vector<Param> params_;
   std::vector<Segment> segments_;
+  std::optional<std::pair<uint64_t, uint64_t>> init_generator_;  // a model on meta: the generator's (seed, offset)
   std::vector<std::vector<size_t>> groups_;  // the optimizer's groups, as indices into params_
   std::vector<int32_t> used_;                // this step: whether some backward used each parameter
   std::vector<size_t> launch_order_;         // segments in the order backward completes them

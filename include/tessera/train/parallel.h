@@ -35,6 +35,8 @@ class Parallel {
   // and after the optimizer's step after_step() gathers the parameters and
   // drops the gradients. Data parallelism: every rank steps the whole replica.
   virtual bool shards_optimizer() const { return false; }
+  // ZeRO-3: the parameters too (between steps each rank holds only its shards).
+  virtual bool shards_parameters() const { return false; }
   virtual void after_step() {}
   // ZeRO-3 keeps only shards of the parameters between steps: while whole,
   // they are complete on every rank (to load or check them); leaving keeps
