@@ -61,14 +61,10 @@ class DataParallelRun : public train::Parallel {
     out = zero_->checkpoint_shard();
     return true;
   }
-  void whole_parameters(bool whole) override {
-    if (zero_) zero_->set_whole_parameters(whole);
-  }
-  void load_optimizer_state(optim::Optimizer& o, const optim::OptimizerState& s) override {
-    if (zero_)
-      zero_->load_consolidated_state(s);
-    else
-      o.load_state_dict(s);
+  bool load_checkpoint(const io::CheckpointReader& reader) override {
+    if (!zero_) return false;
+    zero_->load_checkpoint(reader);
+    return true;
   }
   void sum(std::vector<double>& v) override { reduce(v, ReduceOp::kSum); }
   void max(std::vector<double>& v) override { reduce(v, ReduceOp::kMax); }

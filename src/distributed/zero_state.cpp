@@ -1,7 +1,9 @@
 // ZeroRedundancy's optimizer state in the form one process holds it
 // (consolidated_state, load_consolidated_state) and its pieces for a sharded
 // checkpoint (checkpoint_shard). Note [ZeRO layout] in zero.cpp.
+#include <functional>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "distributed/zero_parts.h"
@@ -117,9 +119,82 @@ optim::OptimizerState ZeroRedundancy::consolidated_state() {
 }
 
 void ZeroRedundancy::load_consolidated_state(const optim::OptimizerState& state) {
+  std::map<std::string, Tensor> by_key(state.tensors.begin(), state.tensors.end());
+  std::vector<std::pair<std::string, int64_t>> keys;
+  for (auto& [key, t] : state.tensors) keys.emplace_back(key, t.dim() == 0 ? -1 : t.numel());
+  load_state(state.groups, keys, [&](const std::string& key, int64_t begin, int64_t count) {
+    const Tensor& t = by_key.at(key);
+    return count < 0 ? t : t.contiguous().reshape({-1}).narrow(0, begin, count).clone();
+  });
+}
+
+// Note [Reading only this rank's ranges]: the model's tensors and the
+// optimizer's state are read from the checkpoint a range at a time (mapped
+// files), each rank only what it holds: at stage 3 its shards of the
+// parameters, otherwise the whole parameters (every rank holds them); always
+// only its shards of the optimizer state. No communication.
+void ZeroRedundancy::load_checkpoint(const io::CheckpointReader& r) {
   NoGradGuard no_grad;
-  TS_CHECK(state.groups.is_array() && state.groups.size() == groups_.size(), "ZeroRedundancy: the saved optimizer has ",
-           state.groups.is_array() ? state.groups.size() : 0, " parameter groups, this one has ", groups_.size());
+  using Part = io::CheckpointReader::Part;
+  std::map<std::string, const Param*> sharded;
+  for (auto& p : params_) sharded.emplace(p.name, &p);
+  std::vector<std::string> missing, mismatched;
+  std::set<std::string> mine;
+  for (auto& [name, t] : model_.state_dict().entries) {
+    mine.insert(name);
+    if (!r.contains(Part::kModel, name)) {
+      missing.push_back(name);
+      continue;
+    }
+    if (!IntArrayRef(r.shape(Part::kModel, name)).equals(t.shape())) {
+      mismatched.push_back(name + " (checkpoint " + shape_str(r.shape(Part::kModel, name)) + ", model " +
+                           shape_str(t.shape()) + ")");
+      continue;
+    }
+    auto it = sharded.find(name);
+    if (it != sharded.end() && opt_.stage == 3) {  // this rank's shard only
+      const Param& p = *it->second;
+      Tensor piece = p.piece;  // a view of the shard
+      if (piece.defined()) piece.copy_(r.read(Part::kModel, name, p.piece_begin, piece.numel()));
+    } else {
+      Tensor dst = t;  // a view of the parameter or buffer
+      dst.copy_(r.read(Part::kModel, name));
+    }
+  }
+  std::vector<std::string> unexpected;
+  for (const std::string& name : r.names(Part::kModel))
+    if (!mine.count(name)) unexpected.push_back(name);
+  auto list = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size() && i < 5; ++i) out += (i ? ", " : "") + v[i];
+    return v.size() > 5 ? out + " and " + std::to_string(v.size() - 5) + " more" : out;
+  };
+  TS_CHECK(missing.empty() && unexpected.empty() && mismatched.empty(), "checkpoint ", r.dir(),
+           " does not fit this model: ",
+           missing.empty() ? "" : "missing " + list(missing) + "; ",
+           unexpected.empty() ? "" : "unexpected " + list(unexpected) + "; ",
+           mismatched.empty() ? "" : "shapes differ for " + list(mismatched));
+  std::vector<std::pair<std::string, int64_t>> keys;
+  for (const std::string& key : r.names(Part::kOptimizer)) {
+    const Shape& shape = r.shape(Part::kOptimizer, key);
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    keys.emplace_back(key, shape.empty() ? -1 : numel);
+  }
+  load_state(r.optimizer_groups(), keys, [&](const std::string& key, int64_t begin, int64_t count) {
+    return count < 0 ? r.read(Part::kOptimizer, key) : r.read(Part::kOptimizer, key, begin, count).clone();
+  });
+}
+
+// The optimizer state one process saved (keys "state.<name or index>.<key>",
+// each with its element count, -1 for a scalar), of which this rank loads its
+// shards: read(key, begin, count) gives elements of the flattened tensor, or
+// with count -1 the whole scalar.
+void ZeroRedundancy::load_state(const nlohmann::json& groups, const std::vector<std::pair<std::string, int64_t>>& keys,
+                                const std::function<Tensor(const std::string&, int64_t, int64_t)>& read) {
+  NoGradGuard no_grad;
+  TS_CHECK(groups.is_array() && groups.size() == groups_.size(), "ZeroRedundancy: the saved optimizer has ",
+           groups.is_array() ? groups.size() : 0, " parameter groups, this one has ", groups_.size());
   std::vector<std::string> by_index;  // an older checkpoint keys its state by index in group order
   std::map<std::string, size_t> index;
   for (auto& g : groups_)
@@ -128,7 +203,7 @@ void ZeroRedundancy::load_consolidated_state(const optim::OptimizerState& state)
       index.emplace(params_[i].name, i);
     }
   optim::OptimizerState local;
-  for (auto& [key, t] : state.tensors) {
+  for (auto& [key, numel] : keys) {
     auto [id, k] = split_key(key);
     if (!index.count(id)) {
       const bool numeric = !id.empty() && id.find_first_not_of("0123456789") == std::string::npos && id.size() < 10;
@@ -138,19 +213,18 @@ void ZeroRedundancy::load_consolidated_state(const optim::OptimizerState& state)
     }
     const Param& p = params_[index.at(id)];
     if (!p.piece.defined()) continue;  // another rank's
-    if (t.dim() == 0) {
-      local.tensors.emplace_back("state." + id + "." + k, t);
+    if (numel < 0) {
+      local.tensors.emplace_back("state." + id + "." + k, read(key, 0, -1));
       continue;
     }
-    TS_CHECK(t.numel() == p.tensor.numel(), "ZeroRedundancy: saved optimizer state '", key, "' has ", t.numel(),
+    TS_CHECK(numel == p.tensor.numel(), "ZeroRedundancy: saved optimizer state '", key, "' has ", numel,
              " elements, the parameter '", id, "' has ", p.tensor.numel());
-    local.tensors.emplace_back("state." + id + "." + k,
-                               t.contiguous().reshape({-1}).narrow(0, p.piece_begin, p.piece.numel()).clone());
+    local.tensors.emplace_back("state." + id + "." + k, read(key, p.piece_begin, p.piece.numel()));
   }
   local.groups = nlohmann::json::array();
   const auto& mine = optimizer_.param_groups();
   for (size_t g = 0; g < groups_.size(); ++g) {
-    nlohmann::json jg = state.groups[g];
+    nlohmann::json jg = groups[g];
     TS_CHECK(jg.is_object() && jg.contains("options"), "ZeroRedundancy: saved group ", g, " has no options");
     std::vector<size_t> ids(mine[g].params.size());
     jg["params"] = ids;

@@ -21,12 +21,6 @@ void publish_checkpoint(const std::string& root, const std::string& name, const 
 void keep_newest(const std::string& root, int keep_last, const std::string& newest);
 }  // namespace detail
 
-namespace detail {  // sharded_checkpoint.cpp
-nlohmann::json read_index(const std::string& dir);
-NamedTensors assemble(const std::string& dir, const nlohmann::json& index, const char* kind,
-                      std::map<std::string, SafetensorsFile>& files);
-}  // namespace detail
-
 // Whole (model and optimizer files) or sharded (an index); the shards
 // themselves are checked when it is loaded.
 static bool is_complete(const fs::path& dir) {
@@ -109,52 +103,18 @@ std::string save_checkpoint(const std::string& root, const std::string& name, co
   return final_dir.string();
 }
 
-Checkpoint load_checkpoint(const std::string& dir) {
-  std::error_code ec;
-  TS_CHECK(fs::is_directory(dir, ec), "checkpoint ", dir, " does not exist or is not a directory");
-  Checkpoint c;
-  const std::string state_path = (fs::path(dir) / "state.json").string();
-  TS_CHECK(fs::exists(state_path, ec), "checkpoint ", dir, " is incomplete: state.json is missing");
-  std::vector<char> text = read_file(state_path, 64u << 20);
-  c.state = json::parse(text.begin(), text.end(), nullptr, false);
-  TS_CHECK(!c.state.is_discarded() && c.state.is_object(), state_path, " is not a valid JSON object (corrupted?)");
-  TS_CHECK(c.state.contains("format_version") && c.state["format_version"].is_number_integer(), state_path,
-           " has no format_version: not a Tessera checkpoint");
-  int version = c.state["format_version"].get<int>();
-  TS_CHECK(version == kCheckpointFormatVersion, state_path, " has format_version ", version, "; this Tessera reads ",
-           kCheckpointFormatVersion);
-  if (c.state.contains("sharded")) {
-    TS_CHECK(fs::exists(fs::path(dir) / "index.json", ec), "checkpoint ", dir,
-             " is incomplete: it is sharded but index.json is missing");
-    json index = detail::read_index(dir);  // every shard's size and CRC32 checked
-    std::map<std::string, SafetensorsFile> files;
-    c.model = detail::assemble(dir, index, "model", files);
-    c.optimizer = detail::assemble(dir, index, "optimizer", files);
-    c.optimizer_groups = index.value("optimizer_groups", json());
-    TS_CHECK(c.optimizer_groups.is_array(), dir, "/index.json: optimizer_groups is not a JSON list");
-    return c;
-  }
-  for (const char* f : {"model.safetensors", "optimizer.safetensors"})
-    TS_CHECK(fs::exists(fs::path(dir) / f, ec), "checkpoint ", dir, " is incomplete: ", f, " is missing");
-  Metadata meta;
-  c.model = load_safetensors((fs::path(dir) / "model.safetensors").string());
-  c.optimizer = load_safetensors((fs::path(dir) / "optimizer.safetensors").string(), &meta);
-  auto it = meta.find("param_groups");
-  TS_CHECK(it != meta.end(), dir, "/optimizer.safetensors has no param_groups metadata");
-  c.optimizer_groups = json::parse(it->second, nullptr, false);
-  TS_CHECK(!c.optimizer_groups.is_discarded() && c.optimizer_groups.is_array(), dir,
-           "/optimizer.safetensors: param_groups metadata is not a JSON list");
-  return c;
-}
-
-std::pair<std::string, Checkpoint> load_newest_valid_checkpoint(const std::string& root) {
+std::vector<std::string> resume_candidates(const std::string& root) {
   const std::string newest = resolve_checkpoint("latest", root);
   std::vector<std::string> order{newest};
   auto all = list_checkpoints(root);
   for (auto it = all.rbegin(); it != all.rend(); ++it)
     if (*it != newest) order.push_back(*it);
+  return order;
+}
+
+std::pair<std::string, Checkpoint> load_newest_valid_checkpoint(const std::string& root) {
   std::string why;
-  for (const std::string& dir : order) {
+  for (const std::string& dir : resume_candidates(root)) {
     try {
       return {dir, load_checkpoint(dir)};
     } catch (const Error& e) {

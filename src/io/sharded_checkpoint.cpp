@@ -1,6 +1,5 @@
 // Sharded checkpoints (io/checkpoint.h): every rank writes its pieces, rank 0
-// the index; loading checks each file's size and CRC32, then assembles the
-// whole tensors from their pieces.
+// the index (checked here; CheckpointReader reads the pieces).
 #include <zlib.h>
 
 #include <algorithm>
@@ -111,9 +110,22 @@ json build_index(const fs::path& dir, int world) {
   return index;
 }
 
+// A shard file: present, with the size and CRC32 the index gives it.
+void check_shard(const std::string& dir, const std::string& file, const json& f) {
+  const std::string p = (fs::path(dir) / file).string();
+  std::error_code ec;
+  TS_CHECK(fs::exists(p, ec), "checkpoint ", dir, " is incomplete: shard ", file, " is missing");
+  auto [bytes, crc] = file_crc32(p);
+  TS_CHECK(bytes == f["bytes"].get<uint64_t>(), "checkpoint ", dir, ": shard ", file, " has ", bytes,
+           " bytes, the index says ", f["bytes"].get<uint64_t>(), " (truncated or replaced)");
+  TS_CHECK(crc == f["crc32"].get<uint32_t>(), "checkpoint ", dir, ": shard ", file, " is corrupt (CRC32 ", crc,
+           ", the index says ", f["crc32"].get<uint32_t>(), ")");
+}
+
 // Reads and checks index.json: every field's type, every piece inside its
-// tensor and listed file, every file present with its size and CRC32.
-json read_index(const std::string& dir) {
+// tensor and listed file; with check_files, every file present with its size
+// and CRC32 (else check_shard when a file is first read).
+json read_index(const std::string& dir, bool check_files) {
   const std::string path = (fs::path(dir) / "index.json").string();
   std::vector<char> text = read_file(path, 256u << 20);
   json index = json::parse(text.begin(), text.end(), nullptr, false);
@@ -125,14 +137,7 @@ json read_index(const std::string& dir) {
     if (!f.is_object() || !f.contains("bytes") || !f.contains("crc32") || !f["bytes"].is_number_unsigned() ||
         !f["crc32"].is_number_unsigned())
       bad("gives file '" + file + "' no bytes or crc32");
-    const std::string p = (fs::path(dir) / file).string();
-    std::error_code ec;
-    TS_CHECK(fs::exists(p, ec), "checkpoint ", dir, " is incomplete: shard ", file, " is missing");
-    auto [bytes, crc] = file_crc32(p);
-    TS_CHECK(bytes == f["bytes"].get<uint64_t>(), "checkpoint ", dir, ": shard ", file, " has ", bytes,
-             " bytes, the index says ", f["bytes"].get<uint64_t>(), " (truncated or replaced)");
-    TS_CHECK(crc == f["crc32"].get<uint32_t>(), "checkpoint ", dir, ": shard ", file, " is corrupt (CRC32 ", crc,
-             ", the index says ", f["crc32"].get<uint32_t>(), ")");
+    if (check_files) check_shard(dir, file, f);
   }
   for (const char* kind : {"model", "optimizer"}) {
     if (!index.contains(kind) || !index[kind].is_object()) bad(std::string("has no '") + kind + "' object");
@@ -156,37 +161,6 @@ json read_index(const std::string& dir) {
     }
   }
   return index;
-}
-
-NamedTensors assemble(const std::string& dir, const json& index, const char* kind,
-                      std::map<std::string, SafetensorsFile>& files) {
-  NamedTensors out;
-  for (auto& [name, t] : index[kind].items()) {
-    Shape shape;
-    for (auto& d : t["shape"]) shape.push_back(d.get<int64_t>());
-    const DType dt = *dtype_from_name(t["dtype"].get<std::string>());
-    Tensor whole = zeros(shape, dt);
-    Tensor flat = whole.reshape({-1});
-    int64_t covered = 0;
-    for (auto& p : t["pieces"]) {
-      const std::string file = p["file"].get<std::string>();
-      auto it = files.find(file);
-      if (it == files.end()) it = files.emplace(file, SafetensorsFile::open((fs::path(dir) / file).string())).first;
-      TS_CHECK(it->second.contains(name), "checkpoint ", dir, ": shard ", file, " has no tensor '", name,
-               "' though the index says so");
-      Tensor piece = it->second.get(name);
-      const int64_t b = p["begin"].get<int64_t>(), e = p["end"].get<int64_t>();
-      TS_CHECK(piece.dtype() == dt && piece.numel() == e - b, "checkpoint ", dir, ": '", name, "' in ", file, " is ",
-               dtype_name(piece.dtype()), " with ", piece.numel(), " elements, the index says ", dtype_name(dt),
-               " elements [", b, ", ", e, ")");
-      flat.narrow(0, b, e - b).copy_(piece.reshape({-1}));
-      covered += e - b;
-    }
-    TS_CHECK(covered == whole.numel(), "checkpoint ", dir, ": the pieces of '", name, "' cover ", covered, " of ",
-             whole.numel(), " elements");
-    out.emplace_back(name, whole);
-  }
-  return out;
 }
 
 }  // namespace detail

@@ -96,9 +96,7 @@ Trainer::Trainer(Recipe recipe, TrainerOptions options)
   scheduler_ = recipe_.make_scheduler(*optimizer_, total_steps_);
   bar_ = opt_.progress == 1 || (opt_.progress == -1 && ::isatty(STDOUT_FILENO));
   if (opt_.resume == "latest" || opt_.resume == "last") {
-    // A newest checkpoint with a missing or corrupt shard is skipped for the one before it.
-    auto [dir, c] = io::load_newest_valid_checkpoint(checkpoint_root());
-    load_checkpoint(dir, c);
+    resume_newest();
   } else if (!opt_.resume.empty()) {
     load_checkpoint(io::resolve_checkpoint(opt_.resume, checkpoint_root()));
   }
@@ -239,20 +237,50 @@ std::string Trainer::save_checkpoint() {
   return last_checkpoint_;
 }
 
-void Trainer::load_checkpoint(const std::string& dir) { load_checkpoint(dir, io::load_checkpoint(dir)); }
-
-void Trainer::load_checkpoint(const std::string& dir, const io::Checkpoint& c) {
-  nn::StateDict sd{c.model};
-  parallel_->whole_parameters(true);  // ZeRO-3: each rank keeps its shards of what is loaded
-  try {
-    recipe_.model->load_state_dict(sd, true);
-  } catch (const Error& e) {
-    parallel_->whole_parameters(false);
-    TS_ERROR("checkpoint ", dir, " does not fit this model: ", e.what());
+// The newest checkpoint that loads on every rank: one with a missing or
+// corrupt shard (which only the ranks reading it see) is skipped by all of
+// them for the one before it.
+void Trainer::resume_newest() {
+  const std::string root = checkpoint_root();
+  std::string why;
+  for (const std::string& dir : io::resume_candidates(root)) {
+    std::string err;
+    try {
+      load_checkpoint(dir);
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    std::vector<double> failed{err.empty() ? 0.0 : 1.0};
+    parallel_->max(failed);
+    if (failed[0] == 0) return;
+    if (!err.empty())
+      std::fprintf(stderr, "tessera: checkpoint %s does not load: %s; trying the one before it\n", dir.c_str(),
+                   err.c_str());
+    why += (why.empty() ? "" : "; ") + (err.empty() ? dir + " does not load on another rank" : err);
   }
-  parallel_->whole_parameters(false);
-  parallel_->load_optimizer_state(*optimizer_, {c.optimizer, c.optimizer_groups});
-  const json& s = c.state;
+  TS_ERROR("no checkpoint under ", root, " loads: ", why);
+}
+
+void Trainer::load_checkpoint(const std::string& dir) {
+  io::CheckpointReader r(dir);
+  // ZeRO reads only this rank's parts; otherwise every rank loads it whole.
+  if (!parallel_->load_checkpoint(r)) {
+    r.check_files();
+    nn::StateDict sd;
+    for (const std::string& name : r.names(io::CheckpointReader::kModel))
+      sd.entries.emplace_back(name, r.read(io::CheckpointReader::kModel, name));
+    try {
+      recipe_.model->load_state_dict(sd, true);
+    } catch (const Error& e) {
+      TS_ERROR("checkpoint ", dir, " does not fit this model: ", e.what());
+    }
+    optim::OptimizerState o;
+    for (const std::string& name : r.names(io::CheckpointReader::kOptimizer))
+      o.tensors.emplace_back(name, r.read(io::CheckpointReader::kOptimizer, name));
+    o.groups = r.optimizer_groups();
+    optimizer_->load_state_dict(o);
+  }
+  const json& s = r.state();
   try {
     step_ = s.at("step").get<int64_t>();
     loader_->load_state(s.at("data"));

@@ -226,6 +226,48 @@ TEST(ShardedCheckpoint, CorruptOrMissingShardIsNamedAndResumeFallsBack) {
   fs::remove_all(root);
 }
 
+// A reader takes ranges of a tensor: inside one rank's piece it is a view of
+// that shard's mapped file, across pieces it reads only the shards it needs,
+// so a corrupt shard stops only a read that touches it.
+TEST(ShardedCheckpoint, ReaderReadsOnlyTheShardsOfTheRangesAsked) {
+  std::string root = fresh_dir("sharded_reader");
+  Tensor w = ops::randn({5, 8}), m = ops::randn({5, 8});  // 40 elements: pieces of 10 at 4 ranks
+  save_sharded(root, "step-000004", 4, w, m);
+  const std::string dir = root + "/step-000004";
+  {  // One flipped byte in rank 3's model shard.
+    std::fstream f(dir + "/model-rank00003.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-3, std::ios::end);
+    char ch = 0;
+    f.get(ch);
+    f.seekp(-3, std::ios::end);
+    f.put(static_cast<char>(ch ^ 0x5a));
+  }
+  CheckpointReader r(dir);
+  EXPECT_EQ(r.state()["step"], 4);
+  EXPECT_EQ(r.shape(CheckpointReader::kModel, "w"), (Shape{5, 8}));
+  EXPECT_EQ(r.dtype(CheckpointReader::kModel, "w"), DType::F32);
+  Tensor flat = w.reshape({-1});
+  Tensor inside = r.read(CheckpointReader::kModel, "w", 12, 6);  // rank 1's piece
+  EXPECT_TRUE(ops::all(ops::eq(inside, flat.narrow(0, 12, 6))).item<bool>());
+  Tensor across = r.read(CheckpointReader::kModel, "w", 5, 22);  // ranks 0, 1 and 2
+  EXPECT_TRUE(ops::all(ops::eq(across, flat.narrow(0, 5, 22))).item<bool>());
+  Tensor state = r.read(CheckpointReader::kOptimizer, "state.w.exp_avg", 25, 15);  // the optimizer's shards 2 and 3
+  EXPECT_TRUE(ops::all(ops::eq(state, m.reshape({-1}).narrow(0, 25, 15))).item<bool>());
+  EXPECT_EQ(r.read(CheckpointReader::kOptimizer, "state.w.step").item<double>(), 4.0);
+  // Rank 3's model shard is read only now, and its damage is named.
+  std::string err = tessera::testing::error_of([&] { r.read(CheckpointReader::kModel, "w", 28, 4); });
+  EXPECT_NE(err.find("shard model-rank00003.safetensors is corrupt (CRC32"), std::string::npos) << err;
+  err = tessera::testing::error_of([&] { r.read(CheckpointReader::kModel, "w", 38, 3); });
+  EXPECT_NE(err.find("elements [38, 41) of 'w' are outside its 40"), std::string::npos) << err;
+  err = tessera::testing::error_of([&] { r.read(CheckpointReader::kModel, "v"); });
+  EXPECT_NE(err.find("has no model tensor 'v'"), std::string::npos) << err;
+  // A whole checkpoint reads the same way.
+  const std::string whole = save_checkpoint(root, "whole", make(3, 10));
+  CheckpointReader rw(whole);
+  EXPECT_EQ(rw.read(CheckpointReader::kModel, "w", 2, 3).to_vector<float>(), (std::vector<float>{3, 3, 3}));
+  fs::remove_all(root);
+}
+
 TEST(ShardedCheckpoint, PiecesThatDoNotCoverATensorAreRefused) {
   std::string root = fresh_dir("sharded_gap");
   std::barrier sync(2);
@@ -262,6 +304,9 @@ TEST(ShardedCheckpoint, BadIndexIsAClearError) {
     edit(j);
     std::ofstream(dir + "/index.json") << j.dump();
   };
+  rewrite([](nlohmann::json& j) { j["model"]["w"]["pieces"][1]["begin"] = 1; });  // [0, 3) and [1, 6)
+  std::string overlap = tessera::testing::error_of([&] { load_checkpoint(dir); });
+  EXPECT_NE(overlap.find("index.json's pieces of 'w' overlap at element 3"), std::string::npos) << overlap;
   rewrite([](nlohmann::json& j) { j["model"]["w"]["pieces"][0]["end"] = 1000; });
   std::string err = tessera::testing::error_of([&] { load_checkpoint(dir); });
   EXPECT_NE(err.find("gives 'w' a piece outside it"), std::string::npos) << err;

@@ -17,6 +17,7 @@
 // shard; consolidated_state() gathers it into the form one process saves, so
 // checkpoints load at any world size and stage. Note [ZeRO layout] and Note
 // [ZeRO-3 units] in zero.cpp.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +85,12 @@ class ZeroRedundancy {
   // Its inverse: each rank keeps its shard of a state saved by one process,
   // by DDP or by ZeRO at any world size (keyed by name or, older, by index).
   void load_consolidated_state(const optim::OptimizerState& state);
+  // A checkpoint of any world size and stage (whole or sharded) into this
+  // rank's parts, reading only them: its shards of the optimizer state, and
+  // its shards of the parameters at stage 3 (the whole parameters else) --
+  // never the whole checkpoint. Every name and shape must fit, as
+  // load_state_dict(strict). No communication.
+  void load_checkpoint(const io::CheckpointReader& reader);
 
   // Stage 3: between steps the model's parameters hold no data (they are on
   // the meta device, keeping their shapes). While whole, they are complete on
@@ -109,6 +116,8 @@ class ZeroRedundancy {
   void broadcast_unsharded(bool parameters_too);
   void build_segments();
   void initialize_segment(size_t segment);
+  void load_state(const nlohmann::json& groups, const std::vector<std::pair<std::string, int64_t>>& keys,
+                  const std::function<Tensor(const std::string&, int64_t, int64_t)>& read);
   void build_units(std::vector<std::vector<size_t>>& members);
   void on_grad_ready(size_t index);
   void begin_backward();

@@ -19,8 +19,10 @@
 // A piece is a whole tensor or elements [begin, end) of the flattened tensor.
 // load_checkpoint() checks every file's size and CRC32, then assembles the
 // whole tensors, so a sharded checkpoint loads at any world size and stage,
-// and in every tool that reads checkpoints.
+// and in every tool that reads checkpoints; CheckpointReader reads ranges of
+// tensors without the rest (a ZeRO rank resuming).
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -64,10 +66,58 @@ std::string save_sharded_checkpoint(const std::string& root, const std::string& 
 // Loads a checkpoint directory, whole or sharded; errors name the missing,
 // truncated or corrupt (CRC32) file.
 Checkpoint load_checkpoint(const std::string& dir);
+
+// A checkpoint's tensors by name, whole or a range of elements of the
+// flattened tensor at a time, without assembling the rest: the safetensors
+// files are memory-mapped and a read touches only the pieces that overlap it.
+// A sharded checkpoint's shard file is checked (size, CRC32) when a read first
+// needs it, so a ZeRO rank resuming at the world size it saved at reads only
+// its own shards. Not thread-safe (files are opened on first use).
+class CheckpointReader {
+ public:
+  enum Part { kModel = 0, kOptimizer = 1 };
+  // Reads state.json and, for a sharded checkpoint, checks index.json.
+  explicit CheckpointReader(const std::string& dir);
+  const std::string& dir() const { return dir_; }
+  const nlohmann::json& state() const { return state_; }
+  const nlohmann::json& optimizer_groups() const { return groups_; }
+  // Tensor names in the order load_checkpoint lists them.
+  const std::vector<std::string>& names(Part part) const { return names_[part]; }
+  bool contains(Part part, const std::string& name) const { return entries_[part].count(name) != 0; }
+  const Shape& shape(Part part, const std::string& name) const { return entry(part, name).shape; }
+  DType dtype(Part part, const std::string& name) const { return entry(part, name).dtype; }
+  // The whole tensor, in its shape.
+  Tensor read(Part part, const std::string& name) const;
+  // Elements [begin, begin + count) of the flattened tensor, 1-D.
+  Tensor read(Part part, const std::string& name, int64_t begin, int64_t count) const;
+  // Checks every shard file now (load_checkpoint does; a resume does not need to).
+  void check_files() const;
+
+ private:
+  struct Piece {
+    std::string file;
+    int64_t begin, end;  // elements of the flattened tensor
+  };
+  struct Entry {
+    DType dtype;
+    Shape shape;
+    std::vector<Piece> pieces;
+  };
+  const Entry& entry(Part part, const std::string& name) const;
+  const SafetensorsFile& open(const std::string& file) const;
+  std::string dir_;
+  nlohmann::json state_, groups_, files_json_;  // files_json_: a sharded index's "files"
+  std::vector<std::string> names_[2];
+  std::map<std::string, Entry> entries_[2];
+  mutable std::map<std::string, SafetensorsFile> files_;
+};
 // The newest checkpoint under root that loads, and its contents; a newer one
 // that does not (a missing or corrupt shard) is skipped with a line on stderr
 // naming it and why. Errors when none loads.
 std::pair<std::string, Checkpoint> load_newest_valid_checkpoint(const std::string& root);
+// The checkpoints a resume from "latest" tries, in order: the newest complete
+// one, then the others newest first. Errors when there is none.
+std::vector<std::string> resume_candidates(const std::string& root);
 // "latest" (or "last") -> the newest complete checkpoint under root; a
 // directory path -> itself. Errors say where it looked.
 std::string resolve_checkpoint(const std::string& spec, const std::string& root);

@@ -38,18 +38,14 @@ class Parallel {
   // ZeRO-3: the parameters too (between steps each rank holds only its shards).
   virtual bool shards_parameters() const { return false; }
   virtual void after_step() {}
-  // ZeRO-3 keeps only shards of the parameters between steps: while whole,
-  // they are complete on every rank (to load or check them); leaving keeps
-  // each rank's shard of what they hold. Every rank calls both.
-  virtual void whole_parameters(bool whole) {}
   // ZeRO: this rank's pieces of the model and optimizer state, for a sharded
   // checkpoint that every rank writes at once (io::save_sharded_checkpoint).
   // False: the replicas are equal, and rank 0 writes the checkpoint whole.
   virtual bool checkpoint_shard(io::CheckpointShard& out) { return false; }
-  // Loads the optimizer's state as one process saved it (a sharded checkpoint
-  // is assembled so), so that a checkpoint loads at any world size and ZeRO
-  // stage: ZeRO keeps this rank's shard. Every rank calls it.
-  virtual void load_optimizer_state(optim::Optimizer& o, const optim::OptimizerState& s) { o.load_state_dict(s); }
+  // ZeRO: loads a checkpoint of any world size and stage into this rank's
+  // parts, reading only them (the model's tensors and optimizer state a range
+  // at a time). False: every rank loads it whole.
+  virtual bool load_checkpoint(const io::CheckpointReader& reader) { return false; }
 
   // The decisions every rank must share, reduced across ranks: element-wise
   // sums (losses, eval counts) and maxima (flags: a stop request, a

@@ -59,7 +59,6 @@ class Trainer {
   EvalMetrics evaluate(int64_t max_batches = 0);
   std::string save_checkpoint();
   void load_checkpoint(const std::string& dir);
-  void load_checkpoint(const std::string& dir, const io::Checkpoint& c);
 
   int64_t step() const { return step_; }
   int64_t epoch() const { return loader_->epoch(); }
@@ -76,6 +75,7 @@ class Trainer {
   std::string checkpoint_root() const { return recipe_.output_dir + "/checkpoints"; }
 
  private:
+  void resume_newest();
   Tensor loss_of(const Tensor& output, const Tensor& target) const;
   void log_step(double loss, double seconds, int64_t samples);
   void finish_line();

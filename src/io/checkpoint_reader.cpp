@@ -1,0 +1,152 @@
+// CheckpointReader (io/checkpoint.h): a checkpoint's tensors by name, whole or
+// a range of elements at a time, from whole and sharded checkpoints alike.
+#include <algorithm>
+#include <filesystem>
+
+#include "tessera/io/checkpoint.h"
+
+namespace tessera::io {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace detail {  // sharded_checkpoint.cpp
+json read_index(const std::string& dir, bool check_files);
+void check_shard(const std::string& dir, const std::string& file, const json& f);
+}  // namespace detail
+
+CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
+  std::error_code ec;
+  TS_CHECK(fs::is_directory(dir, ec), "checkpoint ", dir, " does not exist or is not a directory");
+  const std::string state_path = (fs::path(dir) / "state.json").string();
+  TS_CHECK(fs::exists(state_path, ec), "checkpoint ", dir, " is incomplete: state.json is missing");
+  std::vector<char> text = read_file(state_path, 64u << 20);
+  state_ = json::parse(text.begin(), text.end(), nullptr, false);
+  TS_CHECK(!state_.is_discarded() && state_.is_object(), state_path, " is not a valid JSON object (corrupted?)");
+  TS_CHECK(state_.contains("format_version") && state_["format_version"].is_number_integer(), state_path,
+           " has no format_version: not a Tessera checkpoint");
+  const int version = state_["format_version"].get<int>();
+  TS_CHECK(version == kCheckpointFormatVersion, state_path, " has format_version ", version, "; this Tessera reads ",
+           kCheckpointFormatVersion);
+
+  if (state_.contains("sharded")) {
+    TS_CHECK(fs::exists(fs::path(dir) / "index.json", ec), "checkpoint ", dir,
+             " is incomplete: it is sharded but index.json is missing");
+    json index = detail::read_index(dir, false);  // each shard is checked when first read
+    files_json_ = index["files"];
+    groups_ = index.value("optimizer_groups", json());
+    TS_CHECK(groups_.is_array(), dir, "/index.json: optimizer_groups is not a JSON list");
+    for (Part part : {kModel, kOptimizer})
+      for (auto& [name, t] : index[part == kModel ? "model" : "optimizer"].items()) {
+        Entry e;
+        e.dtype = *dtype_from_name(t["dtype"].get<std::string>());
+        for (auto& d : t["shape"]) e.shape.push_back(d.get<int64_t>());
+        for (auto& p : t["pieces"])
+          e.pieces.push_back({p["file"].get<std::string>(), p["begin"].get<int64_t>(), p["end"].get<int64_t>()});
+        // The pieces tile the tensor: each element in exactly one.
+        std::sort(e.pieces.begin(), e.pieces.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+        int64_t at = 0, numel = 1;
+        for (int64_t d : e.shape) numel *= d;
+        for (const Piece& p : e.pieces) {
+          TS_CHECK(p.begin == at, "checkpoint ", dir, ": index.json's pieces of '", name, "' ",
+                   p.begin < at ? "overlap" : "leave a gap", " at element ", at, " (corrupted?)");
+          at = p.end;
+        }
+        TS_CHECK(at == numel, "checkpoint ", dir, ": index.json's pieces of '", name, "' cover ", at, " of its ", numel,
+                 " elements (corrupted?)");
+        names_[part].push_back(name);
+        entries_[part].emplace(name, std::move(e));
+      }
+    return;
+  }
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+    TS_CHECK(fs::exists(fs::path(dir) / f, ec), "checkpoint ", dir, " is incomplete: ", f, " is missing");
+  for (Part part : {kModel, kOptimizer}) {
+    const std::string file = part == kModel ? "model.safetensors" : "optimizer.safetensors";
+    const SafetensorsFile& f = open(file);
+    for (const std::string& name : f.names()) {
+      Tensor t = f.get(name);
+      names_[part].push_back(name);
+      entries_[part].emplace(name, Entry{t.dtype(), t.shape(), {{file, 0, t.numel()}}});
+    }
+  }
+  const Metadata& meta = files_.at("optimizer.safetensors").metadata();
+  auto it = meta.find("param_groups");
+  TS_CHECK(it != meta.end(), dir, "/optimizer.safetensors has no param_groups metadata");
+  groups_ = json::parse(it->second, nullptr, false);
+  TS_CHECK(!groups_.is_discarded() && groups_.is_array(), dir,
+           "/optimizer.safetensors: param_groups metadata is not a JSON list");
+}
+
+const SafetensorsFile& CheckpointReader::open(const std::string& file) const {
+  auto it = files_.find(file);
+  if (it != files_.end()) return it->second;
+  if (files_json_.is_object()) detail::check_shard(dir_, file, files_json_.at(file));
+  return files_.emplace(file, SafetensorsFile::open((fs::path(dir_) / file).string())).first->second;
+}
+
+void CheckpointReader::check_files() const {
+  if (files_json_.is_object())
+    for (auto& [file, f] : files_json_.items()) open(file);
+}
+
+const CheckpointReader::Entry& CheckpointReader::entry(Part part, const std::string& name) const {
+  auto it = entries_[part].find(name);
+  TS_CHECK(it != entries_[part].end(), "checkpoint ", dir_, " has no ", part == kModel ? "model" : "optimizer",
+           " tensor '", name, "'");
+  return it->second;
+}
+
+Tensor CheckpointReader::read(Part part, const std::string& name) const {
+  const Entry& e = entry(part, name);
+  int64_t numel = 1;
+  for (int64_t d : e.shape) numel *= d;
+  return read(part, name, 0, numel).view(e.shape);
+}
+
+Tensor CheckpointReader::read(Part part, const std::string& name, int64_t begin, int64_t count) const {
+  const Entry& e = entry(part, name);
+  int64_t numel = 1;
+  for (int64_t d : e.shape) numel *= d;
+  TS_CHECK(begin >= 0 && count >= 0 && begin + count <= numel, "checkpoint ", dir_, ": elements [", begin, ", ",
+           begin + count, ") of '", name, "' are outside its ", numel);
+  // The piece of a file, flattened, after checking it is what the index says.
+  auto piece_data = [&](const Piece& p) {
+    const SafetensorsFile& f = open(p.file);
+    TS_CHECK(f.contains(name), "checkpoint ", dir_, ": ", p.file, " has no tensor '", name,
+             "' though the index says so");
+    Tensor t = f.get(name);
+    TS_CHECK(t.dtype() == e.dtype && t.numel() == p.end - p.begin, "checkpoint ", dir_, ": '", name, "' in ", p.file,
+             " is ", dtype_name(t.dtype()), " with ", t.numel(), " elements, the index says ", dtype_name(e.dtype),
+             " elements [", p.begin, ", ", p.end, ")");
+    return t.reshape({-1});
+  };
+  for (const Piece& p : e.pieces)  // one piece holds it all: a view of the mapped file
+    if (p.begin <= begin && begin + count <= p.end) return piece_data(p).narrow(0, begin - p.begin, count);
+  Tensor out = empty({count}, e.dtype);
+  int64_t covered = 0;
+  for (const Piece& p : e.pieces) {
+    const int64_t a = std::max(begin, p.begin), b = std::min(begin + count, p.end);
+    if (a >= b) continue;
+    out.narrow(0, a - begin, b - a).copy_(piece_data(p).narrow(0, a - p.begin, b - a));
+    covered += b - a;
+  }
+  TS_CHECK(covered == count, "checkpoint ", dir_, ": the pieces of '", name, "' cover ", covered, " of elements [",
+           begin, ", ", begin + count, ")");
+  return out;
+}
+
+Checkpoint load_checkpoint(const std::string& dir) {
+  CheckpointReader r(dir);
+  r.check_files();
+  Checkpoint c;
+  c.state = r.state();
+  c.optimizer_groups = r.optimizer_groups();
+  for (const std::string& name : r.names(CheckpointReader::kModel))
+    c.model.emplace_back(name, r.read(CheckpointReader::kModel, name));
+  for (const std::string& name : r.names(CheckpointReader::kOptimizer))
+    c.optimizer.emplace_back(name, r.read(CheckpointReader::kOptimizer, name));
+  return c;
+}
+
+}  // namespace tessera::io
