@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes the parsers of outside input (safetensors, .npy, tar shards, YAML
 # configs, ONNX models, compiled graph.json, KServe infer requests, GGUF files,
-# chat templates) with libFuzzer under ASan + UBSan.
+# chat templates, OpenAI requests, grammars, sharded checkpoints' index.json)
+# with libFuzzer under ASan + UBSan.
 # Not part of CI: run by hand.
 #   scripts/fuzz.sh [seconds per target, default 180] [targets...]
 # Seeds: tests/fuzz/<target>/ (committed). New inputs go to build-fuzz/corpus/<target>;
@@ -12,7 +13,8 @@ scripts/setup.sh --fuzz
 secs=${1:-180}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors npy tar yaml onnx graph infer_request gguf chat_template openai_request grammar)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors npy tar yaml onnx graph infer_request gguf chat_template openai_request grammar
+  checkpoint_index)
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DTESSERA_FUZZ=ON -DTESSERA_SANITIZE=ON \
   -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithAsserts >/dev/null
 cmake --build build-fuzz --target $(printf 'fuzz_%s ' "${targets[@]}")

@@ -1,17 +1,24 @@
 #pragma once
 // The fuzz targets: every parser of outside input (safetensors, .npy, tar
 // shards, YAML, ONNX models, compiled graph.json, KServe infer requests, GGUF,
-// chat templates, OpenAI requests and the tool calls in replies) and
+// chat templates, OpenAI requests and the tool calls in replies, a sharded
+// checkpoint's index.json) and
 // the model loader that imports *and runs* ONNX and compiled graphs. One
 // libFuzzer binary per target (fuzz_targets.cpp, scripts/fuzz.sh); the test
 // suite replays each target's committed corpus (tests/fuzz/<target>/) through
 // the same function. A target may reject its input only with tessera::Error
 // (serve::RequestError or serve::openai::ApiError for requests); anything else — a crash, a sanitizer
 // report, another exception type, a hang — is a finding.
+#include <unistd.h>
+
+#include <barrier>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "tessera/compile/model.h"
 #include "tessera/compile/onnx.h"
@@ -19,6 +26,7 @@
 #include "tessera/core/allocator.h"
 #include "tessera/core/error.h"
 #include "tessera/data/shards.h"
+#include "tessera/io/checkpoint.h"
 #include "tessera/io/config.h"
 #include "tessera/io/npy.h"
 #include "tessera/io/safetensors.h"
@@ -34,7 +42,7 @@ namespace tessera::fuzz {
 
 inline constexpr const char* kTargets[] = {"safetensors", "npy",   "tar",           "yaml", "onnx",
                                            "graph",       "infer_request", "model", "gguf",
-                                           "chat_template", "openai_request", "grammar"};
+                                           "chat_template", "openai_request", "grammar", "checkpoint_index"};
 
 // The largest single tensor a fuzzed model may allocate (peak RSS stays small).
 inline constexpr int64_t kModelMaxAllocation = int64_t{64} << 20;
@@ -63,6 +71,41 @@ inline void load_and_run(const char* p, size_t n) {
   } cap;
   Model m(model_graph(p, n));
   for (int64_t dynamic : {1, 3}) (void)m.run(m.example_inputs(dynamic, true));
+}
+
+// A sharded checkpoint of two ranks (a 3x4 "w" in two pieces, "b" whole, a
+// state tensor in two pieces), written once per process by two threads;
+// checkpoint_index replaces its index.json with each input.
+// tests/fuzz/checkpoint_index/valid.json is the index this writes.
+inline std::string checkpoint_fixture() {
+  struct Fixture {
+    std::filesystem::path root =
+        std::filesystem::temp_directory_path() / ("tessera_fuzz_ckpt_" + std::to_string(::getpid()));
+    Fixture() {
+      std::filesystem::remove_all(root);
+      Tensor w = arange(12, DType::F32).reshape({3, 4}), m = full({12}, 0.5);
+      io::Checkpoint c;
+      c.state = {{"step", 1}};
+      std::barrier sync(2);
+      auto rank = [&](int r) {
+        io::CheckpointShard s;
+        s.model.push_back({"w", w.reshape({-1}).narrow(0, 6 * r, 6), {3, 4}, 6 * r});
+        s.optimizer.push_back({"state.w.exp_avg", m.narrow(0, 6 * r, 6), {12}, 6 * r});
+        if (r == 0) s.model.push_back({"b", arange(3, DType::F32), {3}, -1});
+        s.optimizer_groups = nlohmann::json::array({{{"params", {0}}, {"options", {{"lr", 0.1}}}}});
+        io::save_sharded_checkpoint(root.string(), "step-1", r, 2, s, c, 0, [&] { sync.arrive_and_wait(); });
+      };
+      std::thread other(rank, 1);
+      rank(0);
+      other.join();
+    }
+    ~Fixture() {
+      std::error_code ec;
+      std::filesystem::remove_all(root, ec);
+    }
+  };
+  static const Fixture f;
+  return (f.root / "step-1").string();
 }
 
 inline void run_target(std::string_view target, const char* p, size_t n) {
@@ -161,6 +204,17 @@ inline void run_target(std::string_view target, const char* p, size_t n) {
       if (!m.accept(std::string_view(p + i, 1))) break;
     }
     (void)m.can_end();
+  } else if (target == "checkpoint_index") {
+    // The input is index.json; every tensor it lists is read whole and in a
+    // range (only the fixture's files exist, so the rest must be refused).
+    const std::string dir = checkpoint_fixture();
+    std::ofstream(dir + "/index.json", std::ios::binary | std::ios::trunc).write(p, static_cast<std::streamsize>(n));
+    io::CheckpointReader r(dir);
+    for (auto part : {io::CheckpointReader::kModel, io::CheckpointReader::kOptimizer})
+      for (const std::string& name : r.names(part)) {
+        Tensor t = r.read(part, name);
+        if (t.numel() > 1) (void)r.read(part, name, 1, t.numel() - 1).contiguous();
+      }
   } else {
     throw std::logic_error("fuzz: unknown target " + std::string(target));
   }
