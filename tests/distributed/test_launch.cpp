@@ -306,6 +306,30 @@ TEST_F(Launch, GptWithDdpAndEveryZeroStageEqualsOneProcess) {
 // The Llama LoRA recipe: the base (a GGUF) frozen, only the adapters trained
 // and reduced. At 2 ranks with DDP and with ZeRO-2 it equals one process,
 // and writes the adapter files as one process does.
+// The Llama's layers run through operator() (their rotary tables are the
+// model's), so ZeRO-3 gathers each one; built on meta and materialized shard
+// by shard, with an untied head, it equals one process.
+TEST_F(Launch, LlamaWithZero3EqualsOneProcess) {
+  const std::string cfg = std::string(TESSERA_SOURCE_DIR) + "/examples/configs/char_llama.yaml";
+  auto args = [&](const std::string& out, int zero) {
+    auto a = train_args(cfg, out, 6);
+    a.insert(a.end(), {"--set", "model.n_layers=2", "--set", "model.dim=64", "--set", "model.tie_embeddings=false",
+                       "--set", "train.batch_size=8", "--set", "scheduler.warmup_steps=2"});
+    if (zero >= 0) a.insert(a.end(), {"--set", "parallel.zero=" + std::to_string(zero)});
+    return a;
+  };
+  auto one = testing::run_cli(args(dir_ + "/one", -1));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto z3 = launch(2, args(dir_ + "/z3", 3));
+  ASSERT_EQ(z3.exit_code, 0) << z3.output;
+  EXPECT_NE(z3.output.find("ZeRO-3 data parallel over 2 ranks, the model materialized shard by shard"),
+            std::string::npos) << z3.output;
+  const double d = weight_difference(dir_ + "/one", dir_ + "/z3", 5);
+  std::printf("[Launch] Llama, ZeRO-3 at 2 ranks vs one process: weights within %.2g\n", d);
+  EXPECT_LT(d, 1e-5);
+  expect_same_curve(dir_ + "/one", dir_ + "/z3");
+}
+
 TEST_F(Launch, LoraRecipeEqualsOneProcess) {
   fs::create_directories(dir_);
   nn::zoo::Llama* m = nullptr;

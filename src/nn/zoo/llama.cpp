@@ -85,6 +85,11 @@ Llama::Llama(LlamaConfig c) : Module("Llama"), config(c) {
   const int64_t D = c.dim / c.n_heads;
   rope_cos = register_buffer("rope_cos", empty({c.max_seq_len, D}), false);
   rope_sin = register_buffer("rope_sin", empty({c.max_seq_len, D}), false);
+  for (size_t i = 0; i < model->layers->size(); ++i) {
+    auto& layer = model->layers->at<LlamaLayer>(i);
+    layer.rope_cos = rope_cos;
+    layer.rope_sin = rope_sin;
+  }
   reset_parameters();
   reset_buffers();
 }
@@ -116,7 +121,7 @@ Tensor Llama::forward(const Tensor& ids) {
   Tensor x = (*model->embed_tokens)(ids);
   x = run_blocks(static_cast<int64_t>(model->layers->size()), config.gradient_checkpointing,
                  config.checkpoint_segments, x, [this](int64_t i, const Tensor& in) {
-                   return model->layers->at<LlamaLayer>(i).forward(in, rope_cos, rope_sin);
+                   return (*(*model->layers)[i])(in);  // through operator(): its hooks run
                  });
   x = (*model->norm)(x);
   return lm_head ? (*lm_head)(x) : ops::linear(x, model->embed_tokens->weight);

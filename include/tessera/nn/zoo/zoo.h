@@ -124,7 +124,12 @@ struct LlamaLayer : Module {
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<LlamaAttention> self_attn;
   std::shared_ptr<LlamaMLP> mlp;
+  // The model's rotary tables (handles to Llama's buffers, not registered
+  // here), so the layer runs through operator() with one input, and its
+  // hooks run (ZeRO-3 gathers a layer from them).
+  Tensor rope_cos, rope_sin;
   LlamaLayer(const LlamaConfig& c);
+  Tensor forward(const Tensor& x) override { return forward(x, rope_cos, rope_sin); }
   Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin);
 };
 struct LlamaModel : Module {  // the "model." prefix of the Hugging Face layout
