@@ -19,10 +19,11 @@
 // waits for it.
 
 // Note [ZeRO-3 units]
-// Stage 3 shards the parameters too: a segment is a unit of the model, each
-// element of a ModuleList (a transformer block, a ResNet stage), plus one
-// root segment for every other parameter (embeddings, the final norm, a head
-// tied to an embedding: parameters used outside any one block). Between uses
+// Stage 3 shards the parameters too: a segment is a unit of the model
+// (Module::shard_units: each element of a ModuleList, a transformer block;
+// the embeddings and head a model names), plus one root segment for every
+// other parameter (the final norm, an embedding tied to the head: parameters
+// used outside any one unit). Between uses
 // each rank keeps only its chunk, and the model's parameters are meta tensors
 // (shape without data). A unit's forward pre-hook all-gathers it (and starts
 // the next unit's gather, the prefetch); its forward hook drops the data again
@@ -239,21 +240,13 @@ void ZeroRedundancy::build_segments() {
   }
 }
 
-// Note [ZeRO-3 units]: each element of an outermost ModuleList is a unit, in
-// registration (forward) order; a parameter of no unit, or of two, is the root's.
+// Note [ZeRO-3 units]: the model's shard_units (the elements of its
+// ModuleLists, and the embeddings and head a model names), in forward order;
+// a parameter of no unit, or of two, is the root's.
 void ZeroRedundancy::build_units(std::vector<std::vector<size_t>>& members) {
   std::map<const void*, size_t> index_of;
   for (size_t i = 0; i < params_.size(); ++i) index_of.emplace(params_[i].tensor.impl(), i);
-  std::vector<nn::Module*> units;
-  std::set<nn::Module*> inside;
-  for (auto& [name, m] : model_.named_modules()) {
-    auto* list = dynamic_cast<nn::ModuleList*>(m);
-    if (!list || inside.count(m)) continue;
-    for (auto& child : *list) {
-      units.push_back(child.get());
-      for (auto& [n2, m2] : child->named_modules()) inside.insert(m2);
-    }
-  }
+  std::vector<nn::Module*> units = model_.shard_units();
   constexpr size_t kRoot = SIZE_MAX;
   std::vector<size_t> owner(params_.size(), SIZE_MAX - 1);  // SIZE_MAX - 1: none yet
   for (size_t u = 0; u < units.size(); ++u)

@@ -6,6 +6,7 @@
 
 #include "tessera/core/numbers.h"
 #include "tessera/autograd/grad_mode.h"
+#include "tessera/nn/container.h"
 
 namespace tessera::nn {
 
@@ -282,6 +283,20 @@ void Module::reset_buffers() {
   for (const auto& b : buffers_)
     TS_CHECK(b.persistent, type_name(), " has a buffer it does not save ('", b.name, "') but no reset_buffers: ",
              "it cannot be recomputed after to_empty or a checkpoint load");
+}
+
+std::vector<Module*> Module::shard_units() {
+  std::vector<Module*> units;
+  std::vector<Module*> inside;  // modules within a list already taken
+  for (auto& [name, m] : named_modules()) {
+    auto* list = dynamic_cast<ModuleList*>(m);
+    if (!list || std::find(inside.begin(), inside.end(), m) != inside.end()) continue;
+    for (auto& child : *list) {
+      units.push_back(child.get());
+      for (Module* d : child->modules()) inside.push_back(d);
+    }
+  }
+  return units;
 }
 
 void Module::materialize(Device device) {

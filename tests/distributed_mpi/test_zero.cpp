@@ -451,6 +451,47 @@ TEST(Zero, Stage3MaterializesAModelBuiltOnMetaShardByShard) {
   expect_replicas_equal(*gpt, *world);
 }
 
+// An untied GPT's embeddings and head are units of their own (gathered only
+// around their forward and backward); the root keeps the final norm. Every
+// rank trains on the same batch, so the model equals one process's.
+TEST(Zero, Stage3UnitsIncludeTheEmbeddingsAndAnUntiedHead) {
+  auto world = distributed::world();
+  nn::zoo::GPTConfig c;
+  c.vocab_size = 30;
+  c.block_size = 8;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.weight_tying = false;
+  manual_seed(5);
+  nn::zoo::GPT ref(c);
+  manual_seed(5);
+  nn::zoo::GPT gpt(c);
+  auto ref_opt = optim::make_optimizer("adamw", {optim::ParamGroup{ref.parameters(), {}, {}}}, {{"lr", 0.01}});
+  auto opt = optim::make_optimizer("adamw", {optim::ParamGroup{gpt.parameters(), {}, {}}}, {{"lr", 0.01}});
+  ZeroOptions o;
+  o.stage = 3;
+  ZeroRedundancy zero(gpt, *opt, world, o);
+  auto seg = zero.segments();
+  ASSERT_EQ(seg.size(), 6u);  // wte, wpe, two blocks, lm_head, the root
+  EXPECT_EQ(seg[0], (std::vector<std::string>{"transformer.wte.weight"}));
+  EXPECT_EQ(seg[1], (std::vector<std::string>{"transformer.wpe.weight"}));
+  EXPECT_EQ(seg[4], (std::vector<std::string>{"lm_head.weight"}));
+  EXPECT_EQ(seg[5], (std::vector<std::string>{"transformer.ln_f.weight", "transformer.ln_f.bias"}));
+  Tensor ids = ops::remainder(arange(2 * 8, DType::I64), 30).reshape({2, 8});
+  for (int step = 0; step < 3; ++step) {
+    for (nn::Module* m : {static_cast<nn::Module*>(&ref), static_cast<nn::Module*>(&gpt)})
+      ops::cross_entropy((*m)(ids).reshape({-1, 30}), ids.reshape({-1})).backward();
+    ref_opt->step();
+    ref_opt->zero_grad();
+    zero.step();
+  }
+  zero.set_whole_parameters(true);
+  auto want = ref.named_parameters(), got = gpt.named_parameters();
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(testing::all_close(got[i].second, want[i].second, 1e-5, 1e-6)) << got[i].first;
+}
+
 // The stages that keep whole parameters need the model whole.
 TEST(Zero, AModelOnMetaNeedsStage3) {
   auto world = distributed::world();

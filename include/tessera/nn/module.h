@@ -98,6 +98,12 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<Module*> modules();
   // The child at a dotted path ("layer1.0"); error when there is none.
   Module& submodule(const std::string& path);
+  // The pieces ZeRO-3 gathers one at a time (distributed/zero.h), in the
+  // order forward runs them: by default the elements of every outermost
+  // ModuleList (transformer blocks). A model adds its embeddings and head
+  // where each is used only inside its own forward (not tied to another).
+  // Each must be called through operator(), whose hooks gather it.
+  virtual std::vector<Module*> shard_units();
   int64_t num_parameters(bool trainable_only = false) const;
 
   // ---- state ----------------------------------------------------------------

@@ -39,6 +39,16 @@ void GPT::reset_parameters() {
   }
 }
 
+// A tied wte is used again by the head, outside its own forward: the root's.
+std::vector<Module*> GPT::shard_units() {
+  std::vector<Module*> units;
+  if (lm_head) units.push_back(wte.get());
+  units.push_back(wpe.get());
+  for (Module* b : Module::shard_units()) units.push_back(b);
+  if (lm_head) units.push_back(lm_head.get());
+  return units;
+}
+
 Tensor GPT::forward(const Tensor& ids) {
   TS_CHECK(ids.dim() == 2 && !is_floating(ids.dtype()), "GPT: expected integer token ids [batch, seq], got ",
            dtype_name(ids.dtype()), " ", shape_str(ids.shape()));

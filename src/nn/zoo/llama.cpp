@@ -113,6 +113,15 @@ void Llama::reset_buffers() {
   rope_sin.copy_(ops::sin(emb));
 }
 
+// A tied embed_tokens is used again by the head, outside its own forward: the root's.
+std::vector<Module*> Llama::shard_units() {
+  std::vector<Module*> units;
+  if (lm_head) units.push_back(model->embed_tokens.get());
+  for (Module* l : Module::shard_units()) units.push_back(l);
+  if (lm_head) units.push_back(lm_head.get());
+  return units;
+}
+
 Tensor Llama::forward(const Tensor& ids) {
   TS_CHECK(ids.dim() == 2 && !is_floating(ids.dtype()), "Llama: expected integer token ids [batch, seq], got ",
            dtype_name(ids.dtype()), " ", shape_str(ids.shape()));

@@ -88,6 +88,7 @@ struct GPT : Module {
   std::shared_ptr<LayerNorm> ln_f;
   std::shared_ptr<Linear> lm_head;  // null when the head is tied to wte
   explicit GPT(GPTConfig c);
+  std::vector<Module*> shard_units() override;  // wte (untied), wpe, the blocks, lm_head
   void reset_parameters() override;
   Tensor forward(const Tensor& ids) override;  // [B, T] int64 -> logits [B, T, vocab]
 };
@@ -145,6 +146,7 @@ struct Llama : Module {
   std::shared_ptr<Linear> lm_head;  // null when tied to embed_tokens
   Tensor rope_cos, rope_sin;        // [max_seq_len, head_dim], not saved
   explicit Llama(LlamaConfig c);
+  std::vector<Module*> shard_units() override;  // embed_tokens (untied), the layers, lm_head
   void reset_parameters() override;
   Tensor forward(const Tensor& ids) override;  // [B, T] int64 -> logits [B, T, vocab]
 };
