@@ -69,6 +69,26 @@ class DataParallelRun : public train::Parallel {
   void sum(std::vector<double>& v) override { reduce(v, ReduceOp::kSum); }
   void max(std::vector<double>& v) override { reduce(v, ReduceOp::kMax); }
   void barrier() override { g_->barrier()->wait(); }
+  std::vector<std::string> gather_text(const std::string& mine) override {
+    const int n = g_->size(), r = g_->rank();
+    Tensor len = full({1}, static_cast<int64_t>(mine.size()), DType::I64), lens = empty({n}, DType::I64);
+    g_->allgather(lens, len)->wait();
+    const std::vector<int64_t> sizes = lens.to_vector<int64_t>();
+    auto bytes = [](int64_t size) { return empty({size}, DType::U8); };
+    if (r != 0) {
+      Tensor b = bytes(static_cast<int64_t>(mine.size()));
+      if (!mine.empty()) std::memcpy(b.data_ptr<uint8_t>(), mine.data(), mine.size());
+      g_->send(b, 0)->wait();
+      return {};
+    }
+    std::vector<std::string> out{mine};
+    for (int s = 1; s < n; ++s) {
+      Tensor b = bytes(sizes[s]);
+      g_->recv(b, s)->wait();
+      out.emplace_back(reinterpret_cast<const char*>(b.data_ptr<uint8_t>()), static_cast<size_t>(sizes[s]));
+    }
+    return out;
+  }
   void abort(int code) override { abort_job(code); }
   void publish_metrics(monitor::Registry& r) override {
     using monitor::MetricType;

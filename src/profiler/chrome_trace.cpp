@@ -13,6 +13,15 @@
 namespace tessera::profiler {
 
 void Profiler::export_chrome_trace(const std::string& path) const {
+  const std::string text = chrome_trace();
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  TS_CHECK(f, "export_chrome_trace: cannot open '", path, "' for writing: ", std::strerror(errno));
+  f << text;
+  f.flush();
+  TS_CHECK(f, "export_chrome_trace: writing '", path, "' failed: ", std::strerror(errno));
+}
+
+std::string Profiler::chrome_trace() const {
   nlohmann::json events = nlohmann::json::array();
   {
     std::lock_guard<std::mutex> lock(s_->mu);
@@ -59,22 +68,16 @@ void Profiler::export_chrome_trace(const std::string& path) const {
   nlohmann::json doc = {{"traceEvents", std::move(events)},
                         {"displayTimeUnit", "ms"},
                         {"otherData", {{"start_unix_us", s_->wall_start_us}}}};
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  TS_CHECK(f, "export_chrome_trace: cannot open '", path, "' for writing: ", std::strerror(errno));
-  f << doc.dump();
-  f.flush();
-  TS_CHECK(f, "export_chrome_trace: writing '", path, "' failed: ", std::strerror(errno));
+  return doc.dump();
 }
 
-void merge_chrome_traces(const std::vector<std::string>& rank_files, const std::string& out) {
+void merge_chrome_traces(const std::vector<std::string>& rank_traces, const std::string& out) {
   std::vector<nlohmann::json> docs;
   double first = 0;
-  for (size_t r = 0; r < rank_files.size(); ++r) {
-    std::ifstream in(rank_files[r], std::ios::binary);
-    TS_CHECK(in, "merge_chrome_traces: cannot read '", rank_files[r], "'");
-    nlohmann::json d = nlohmann::json::parse(in, nullptr, false);
-    TS_CHECK(!d.is_discarded() && d.contains("traceEvents") && d["traceEvents"].is_array(), "merge_chrome_traces: '",
-             rank_files[r], "' is not a Chrome trace");
+  for (size_t r = 0; r < rank_traces.size(); ++r) {
+    nlohmann::json d = nlohmann::json::parse(rank_traces[r], nullptr, false);
+    TS_CHECK(!d.is_discarded() && d.contains("traceEvents") && d["traceEvents"].is_array(), "merge_chrome_traces: "
+             "rank ", r, "'s trace is not a Chrome trace");
     const double start = d.contains("otherData") ? d["otherData"].value("start_unix_us", 0.0) : 0.0;
     first = r == 0 ? start : std::min(first, start);
     docs.push_back(std::move(d));

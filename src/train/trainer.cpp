@@ -404,13 +404,9 @@ void Trainer::profile_boundary() {
     std::ofstream(dir + "/modules.txt") << modules;
     std::ofstream(dir + "/memory.txt") << memory;
     profiler_->export_chrome_trace(dir + "/trace.json");
-    if (parallel_->size() > 1) {
-      parallel_->barrier();
-      if (main_rank()) {
-        std::vector<std::string> files;
-        for (int r = 0; r < parallel_->size(); ++r) files.push_back(top + "/rank" + std::to_string(r) + "/trace.json");
-        profiler::merge_chrome_traces(files, top + "/trace.json");
-      }
+    if (parallel_->size() > 1) {  // rank 0 merges every rank's trace, sent over the process group
+      std::vector<std::string> traces = parallel_->gather_text(profiler_->chrome_trace());
+      if (main_rank()) profiler::merge_chrome_traces(traces, top + "/trace.json");
     }
     if (!opt_.quiet) {
       finish_line();

@@ -104,6 +104,7 @@ class Profiler {
   // phase on each thread (a distributed run's communication thread is its
   // "comm ..." track), plus a "memory" counter track.
   void export_chrome_trace(const std::string& path) const;
+  std::string chrome_trace() const;  // the same JSON, as text
 
   struct State;
 
@@ -113,10 +114,11 @@ class Profiler {
 
 // Marks a phase (forward, backward, optimizer) for the profiler's attribution
 // and the trace's timeline; the Trainer opens one around each part of a step.
-// The traces of a distributed run's ranks (export_chrome_trace's files, rank
-// by rank) as one: rank r is process r ("rank r"), its timeline shifted by
-// when its profiler started relative to the others' (wall clock).
-void merge_chrome_traces(const std::vector<std::string>& rank_files, const std::string& out);
+// The traces of a distributed run's ranks (chrome_trace's texts, rank by
+// rank, gathered to one rank over the process group: no shared file system
+// needed) written as one: rank r is process r ("rank r"), its timeline
+// shifted by when its profiler started relative to the others' (wall clock).
+void merge_chrome_traces(const std::vector<std::string>& rank_traces, const std::string& out);
 
 class PhaseScope {
  public:

@@ -54,6 +54,9 @@ class Parallel {
   virtual void max(std::vector<double>& values) {}
   // Waits until every rank reaches this point (around checkpoint writes).
   virtual void barrier() {}
+  // Every rank's text on rank 0, in rank order (empty on the others): the
+  // profiler's traces, which need no shared file system so.
+  virtual std::vector<std::string> gather_text(const std::string& mine) { return {mine}; }
   // Ends the whole job after an error on this rank, so that the others do not
   // wait for it until their deadline. Alone: returns and the error goes on.
   virtual void abort(int code) {}
