@@ -13,7 +13,55 @@ using nlohmann::json;
 namespace detail {  // sharded_checkpoint.cpp
 json read_index(const std::string& dir, bool check_files);
 void check_shard(const std::string& dir, const std::string& file, const json& f);
+CheckpointReader::Piece piece_of(const json& p);
 }  // namespace detail
+
+namespace {
+int64_t volume(IntArrayRef shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+// The box [offset, offset + shape) of t.
+Tensor box_of(Tensor t, IntArrayRef offset, IntArrayRef shape) {
+  for (size_t d = 0; d < offset.size(); ++d) t = t.narrow(static_cast<int64_t>(d), offset[d], shape[d]);
+  return t;
+}
+}  // namespace
+
+std::string CheckpointReader::tiling_error(std::vector<Piece> pieces, const Shape& shape) {
+  const int64_t numel = volume(shape);
+  size_t boxes = 0;
+  for (const Piece& p : pieces) boxes += p.box.empty() ? 0 : 1;
+  if (boxes != 0 && boxes != pieces.size()) return "mix element ranges and boxes";
+  if (boxes == 0) {
+    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+    int64_t at = 0;
+    for (const Piece& p : pieces) {
+      if (p.begin != at) return (p.begin < at ? "overlap at element " : "leave a gap at element ") + std::to_string(at);
+      at = p.end;
+    }
+    if (at != numel) return "end at element " + std::to_string(at) + " of " + std::to_string(numel);
+    return "";
+  }
+  // Boxes inside the tensor (checked with the index) that do not overlap and
+  // whose volumes add up to the tensor's cover it exactly once.
+  int64_t total = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& a = pieces[i];
+    if (a.offset.size() != shape.size() || a.box.size() != shape.size()) return "have a box of another rank";
+    total += volume(a.box);
+    for (size_t j = 0; j < i; ++j) {
+      const Piece& b = pieces[j];
+      bool meet = volume(a.box) > 0 && volume(b.box) > 0;
+      for (size_t d = 0; d < shape.size() && meet; ++d)
+        meet = std::max(a.offset[d], b.offset[d]) < std::min(a.offset[d] + a.box[d], b.offset[d] + b.box[d]);
+      if (meet) return "overlap (boxes " + std::to_string(j) + " and " + std::to_string(i) + ")";
+    }
+  }
+  if (total != numel) return "cover " + std::to_string(total) + " of its " + std::to_string(numel) + " elements";
+  return "";
+}
 
 CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
   std::error_code ec;
@@ -41,19 +89,10 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
         Entry e;
         e.dtype = *dtype_from_name(t["dtype"].get<std::string>());
         for (auto& d : t["shape"]) e.shape.push_back(d.get<int64_t>());
-        for (auto& p : t["pieces"])
-          e.pieces.push_back({p["file"].get<std::string>(), p["begin"].get<int64_t>(), p["end"].get<int64_t>()});
-        // The pieces tile the tensor: each element in exactly one.
-        std::sort(e.pieces.begin(), e.pieces.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
-        int64_t at = 0, numel = 1;
-        for (int64_t d : e.shape) numel *= d;
-        for (const Piece& p : e.pieces) {
-          TS_CHECK(p.begin == at, "checkpoint ", dir, ": index.json's pieces of '", name, "' ",
-                   p.begin < at ? "overlap" : "leave a gap", " at element ", at, " (corrupted?)");
-          at = p.end;
-        }
-        TS_CHECK(at == numel, "checkpoint ", dir, ": index.json's pieces of '", name, "' cover ", at, " of its ", numel,
-                 " elements (corrupted?)");
+        for (auto& p : t["pieces"]) e.pieces.push_back(detail::piece_of(p));
+        const std::string err = tiling_error(e.pieces, e.shape);  // each element in exactly one piece
+        TS_CHECK(err.empty(), "checkpoint ", dir, ": index.json's pieces of '", name, "' ", err, " (corrupted?)");
+        e.boxes = !e.pieces.empty() && !e.pieces[0].box.empty();
         names_[part].push_back(name);
         entries_[part].emplace(name, std::move(e));
       }
@@ -67,7 +106,10 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
     for (const std::string& name : f.names()) {
       Tensor t = f.get(name);
       names_[part].push_back(name);
-      entries_[part].emplace(name, Entry{t.dtype(), t.shape(), {{file, 0, t.numel()}}});
+      Piece whole;
+      whole.file = file;
+      whole.end = t.numel();
+      entries_[part].emplace(name, Entry{t.dtype(), t.shape(), {whole}, false});
     }
   }
   const Metadata& meta = files_.at("optimizer.safetensors").metadata();
@@ -97,30 +139,67 @@ const CheckpointReader::Entry& CheckpointReader::entry(Part part, const std::str
   return it->second;
 }
 
+// A piece's data in its file, after checking it is what the index says: a
+// range flattened, a box in its shape.
+Tensor CheckpointReader::piece_data(const Entry& e, const std::string& name, const Piece& p) const {
+  const SafetensorsFile& f = open(p.file);
+  TS_CHECK(f.contains(name), "checkpoint ", dir_, ": ", p.file, " has no tensor '", name, "' though the index says so");
+  Tensor t = f.get(name);
+  if (!p.box.empty()) {
+    TS_CHECK(t.dtype() == e.dtype && IntArrayRef(t.shape()).equals(p.box), "checkpoint ", dir_, ": '", name, "' in ",
+             p.file, " is ", dtype_name(t.dtype()), " ", shape_str(t.shape()), ", the index says a ",
+             dtype_name(e.dtype), " box of shape ", shape_str(p.box));
+    return t;
+  }
+  TS_CHECK(t.dtype() == e.dtype && t.numel() == p.end - p.begin, "checkpoint ", dir_, ": '", name, "' in ", p.file,
+           " is ", dtype_name(t.dtype()), " with ", t.numel(), " elements, the index says ", dtype_name(e.dtype),
+           " elements [", p.begin, ", ", p.end, ")");
+  return t.reshape({-1});
+}
+
 Tensor CheckpointReader::read(Part part, const std::string& name) const {
   const Entry& e = entry(part, name);
-  int64_t numel = 1;
-  for (int64_t d : e.shape) numel *= d;
-  return read(part, name, 0, numel).view(e.shape);
+  if (e.boxes) return read_box(part, name, std::vector<int64_t>(e.shape.size(), 0), e.shape);
+  return read(part, name, 0, volume(e.shape)).view(e.shape);
+}
+
+Tensor CheckpointReader::read_box(Part part, const std::string& name, IntArrayRef offset, IntArrayRef shape) const {
+  const Entry& e = entry(part, name);
+  bool inside = offset.size() == e.shape.size() && shape.size() == e.shape.size();
+  for (size_t d = 0; inside && d < e.shape.size(); ++d)
+    inside = offset[d] >= 0 && shape[d] >= 0 && offset[d] <= e.shape[d] - shape[d];
+  TS_CHECK(inside, "checkpoint ", dir_, ": the box at ", shape_str(offset), " of shape ", shape_str(shape), " is not "
+           "inside '", name, "' of shape ", shape_str(e.shape));
+  if (!e.boxes) return box_of(read(part, name), offset, shape).contiguous();
+  // Every box it overlaps, checked before anything is allocated.
+  std::vector<std::pair<const Piece*, Tensor>> parts;
+  for (const Piece& p : e.pieces) {
+    bool meet = volume(p.box) > 0 && volume(shape) > 0;
+    for (size_t d = 0; d < shape.size() && meet; ++d)
+      meet = std::max(offset[d], p.offset[d]) < std::min(offset[d] + shape[d], p.offset[d] + p.box[d]);
+    if (meet) parts.emplace_back(&p, piece_data(e, name, p));
+  }
+  Tensor out = empty(shape, e.dtype);
+  for (auto& [p, data] : parts) {
+    std::vector<int64_t> at(shape.size()), in(shape.size()), n(shape.size());
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const int64_t lo = std::max(offset[d], p->offset[d]);
+      n[d] = std::min(offset[d] + shape[d], p->offset[d] + p->box[d]) - lo;
+      at[d] = lo - offset[d];
+      in[d] = lo - p->offset[d];
+    }
+    box_of(out, at, n).copy_(box_of(data, in, n));
+  }
+  return out;
 }
 
 Tensor CheckpointReader::read(Part part, const std::string& name, int64_t begin, int64_t count) const {
   const Entry& e = entry(part, name);
-  int64_t numel = 1;
-  for (int64_t d : e.shape) numel *= d;
+  const int64_t numel = volume(e.shape);
   TS_CHECK(begin >= 0 && count >= 0 && begin + count <= numel, "checkpoint ", dir_, ": elements [", begin, ", ",
            begin + count, ") of '", name, "' are outside its ", numel);
-  // The piece of a file, flattened, after checking it is what the index says.
-  auto piece_data = [&](const Piece& p) {
-    const SafetensorsFile& f = open(p.file);
-    TS_CHECK(f.contains(name), "checkpoint ", dir_, ": ", p.file, " has no tensor '", name,
-             "' though the index says so");
-    Tensor t = f.get(name);
-    TS_CHECK(t.dtype() == e.dtype && t.numel() == p.end - p.begin, "checkpoint ", dir_, ": '", name, "' in ", p.file,
-             " is ", dtype_name(t.dtype()), " with ", t.numel(), " elements, the index says ", dtype_name(e.dtype),
-             " elements [", p.begin, ", ", p.end, ")");
-    return t.reshape({-1});
-  };
+  if (e.boxes) return read(part, name).reshape({-1}).narrow(0, begin, count);  // every box
+  auto piece_data = [&](const Piece& p) { return this->piece_data(e, name, p); };
   for (const Piece& p : e.pieces)  // one piece holds it all: a view of the mapped file
     if (p.begin <= begin && begin + count <= p.end) return piece_data(p).narrow(0, begin - p.begin, count);
   // Every piece it overlaps, checked before anything is allocated (the pieces

@@ -47,13 +47,32 @@ std::pair<uint64_t, uint32_t> file_crc32(const std::string& path) {
 json describe(const std::vector<CheckpointPiece>& pieces, const std::string& file) {
   json out = json::array();
   for (auto& p : pieces) {
-    const int64_t numel = p.begin < 0 ? p.data.numel() : p.begin + p.data.numel();
-    out.push_back({{"name", p.name},
-                   {"dtype", dtype_name(p.data.dtype())},
-                   {"shape", std::vector<int64_t>(p.shape.begin(), p.shape.end())},
-                   {"file", file},
-                   {"begin", std::max<int64_t>(0, p.begin)},
-                   {"end", numel}});
+    json e = {{"name", p.name},
+              {"dtype", dtype_name(p.data.dtype())},
+              {"shape", std::vector<int64_t>(p.shape.begin(), p.shape.end())},
+              {"file", file}};
+    if (!p.offset.empty()) {
+      e["offset"] = p.offset;
+      e["box"] = std::vector<int64_t>(p.data.shape().begin(), p.data.shape().end());
+    } else {
+      e["begin"] = std::max<int64_t>(0, p.begin);
+      e["end"] = p.begin < 0 ? p.data.numel() : p.begin + p.data.numel();
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// An index piece as the reader holds it.
+CheckpointReader::Piece piece_of(const json& p) {
+  CheckpointReader::Piece out;
+  out.file = p["file"].get<std::string>();
+  if (p.contains("offset")) {
+    out.offset = p["offset"].get<std::vector<int64_t>>();
+    out.box = p["shape"].get<std::vector<int64_t>>();
+  } else {
+    out.begin = p["begin"].get<int64_t>();
+    out.end = p["end"].get<int64_t>();
   }
   return out;
 }
@@ -61,9 +80,14 @@ json describe(const std::vector<CheckpointPiece>& pieces, const std::string& fil
 NamedTensors tensors_of(const std::vector<CheckpointPiece>& pieces) {
   NamedTensors out;
   for (auto& p : pieces) {
-    TS_CHECK(p.begin >= 0 || IntArrayRef(p.data.shape()).equals(p.shape), "save_sharded_checkpoint: the whole tensor '",
+    TS_CHECK(p.begin >= 0 || !p.offset.empty() || IntArrayRef(p.data.shape()).equals(p.shape),
+             "save_sharded_checkpoint: the whole tensor '",
              p.name, "' has shape ", shape_str(p.data.shape()), ", its piece says ", shape_str(p.shape));
     TS_CHECK(p.begin < 0 || p.data.dim() == 1, "save_sharded_checkpoint: piece '", p.name, "' must be 1-D");
+    TS_CHECK(p.offset.empty() || (p.begin < 0 && p.offset.size() == p.shape.size() &&
+                                  p.data.dim() == static_cast<int64_t>(p.shape.size())),
+             "save_sharded_checkpoint: the box of '", p.name, "' needs an offset and a shape per dimension of ",
+             shape_str(p.shape));
     out.emplace_back(p.name, p.data.contiguous());
   }
   return out;
@@ -85,24 +109,20 @@ json build_index(const fs::path& dir, int world) {
         if (t.is_null()) t = {{"dtype", e["dtype"]}, {"shape", e["shape"]}, {"pieces", json::array()}};
         TS_CHECK(t["dtype"] == e["dtype"] && t["shape"] == e["shape"], "save_sharded_checkpoint: ranks disagree on ",
                  kind, " tensor '", e["name"].get<std::string>(), "'s dtype or shape");
-        t["pieces"].push_back({{"file", e["file"]}, {"begin", e["begin"]}, {"end", e["end"]}});
+        if (e.contains("offset"))
+          t["pieces"].push_back({{"file", e["file"]}, {"offset", e["offset"]}, {"shape", e["box"]}});
+        else
+          t["pieces"].push_back({{"file", e["file"]}, {"begin", e["begin"]}, {"end", e["end"]}});
       }
     }
     json out = json::object();
     for (auto& [name, t] : tensors) {
-      int64_t numel = 1;
-      for (auto& d : t["shape"]) numel *= d.get<int64_t>();
-      std::vector<std::pair<int64_t, int64_t>> ranges;
-      for (auto& p : t["pieces"]) ranges.push_back({p["begin"].get<int64_t>(), p["end"].get<int64_t>()});
-      std::sort(ranges.begin(), ranges.end());
-      int64_t at = 0;
-      for (auto [b, e] : ranges) {
-        TS_CHECK(b == at, "save_sharded_checkpoint: the pieces of ", kind, " tensor '", name, "' ",
-                 b < at ? "overlap" : "leave a gap", " at element ", at);
-        at = e;
-      }
-      TS_CHECK(at == numel, "save_sharded_checkpoint: the pieces of ", kind, " tensor '", name, "' end at element ",
-               at, " of ", numel);
+      std::vector<CheckpointReader::Piece> pieces;
+      for (auto& p : t["pieces"]) pieces.push_back(piece_of(p));
+      Shape shape;
+      for (auto& d : t["shape"]) shape.push_back(d.get<int64_t>());
+      const std::string err = CheckpointReader::tiling_error(pieces, shape);
+      TS_CHECK(err.empty(), "save_sharded_checkpoint: the pieces of ", kind, " tensor '", name, "' ", err);
       out[name] = t;
     }
     index[kind] = out;
@@ -152,12 +172,29 @@ json read_index(const std::string& dir, bool check_files) {
         numel *= d.get<int64_t>();
         if (numel > (int64_t(1) << 40)) bad("gives '" + name + "' too many elements");
       }
-      for (auto& p : t["pieces"])
-        if (!p.is_object() || !p.contains("file") || !p["file"].is_string() || !index["files"].contains(p["file"].get<std::string>()) ||
-            !p.contains("begin") || !p.contains("end") || !p["begin"].is_number_integer() || !p["end"].is_number_integer() ||
+      for (auto& p : t["pieces"]) {
+        if (!p.is_object() || !p.contains("file") || !p["file"].is_string() ||
+            !index["files"].contains(p["file"].get<std::string>()))
+          bad("gives '" + name + "' a piece in an unlisted file");
+        if (p.contains("offset")) {  // a box: an offset and a shape per dimension, inside the tensor
+          auto ints = [&](const char* key) {
+            if (!p.contains(key) || !p[key].is_array() || p[key].size() != t["shape"].size()) return false;
+            for (auto& v : p[key])
+              if (!v.is_number_integer()) return false;
+            return true;
+          };
+          if (!ints("offset") || !ints("shape")) bad("gives '" + name + "' a box without an offset and shape per dimension");
+          for (size_t d = 0; d < t["shape"].size(); ++d) {
+            const int64_t o = p["offset"][d].get<int64_t>(), n = p["shape"][d].get<int64_t>();
+            if (o < 0 || n < 0 || o > t["shape"][d].get<int64_t>() - n) bad("gives '" + name + "' a piece outside it");
+          }
+          continue;
+        }
+        if (!p.contains("begin") || !p.contains("end") || !p["begin"].is_number_integer() || !p["end"].is_number_integer() ||
             p["begin"].get<int64_t>() < 0 || p["begin"].get<int64_t>() > p["end"].get<int64_t>() ||
             p["end"].get<int64_t>() > numel)
-          bad("gives '" + name + "' a piece outside it or in an unlisted file");
+          bad("gives '" + name + "' a piece outside it");
+      }
     }
   }
   return index;

@@ -268,6 +268,53 @@ TEST(ShardedCheckpoint, ReaderReadsOnlyTheShardsOfTheRangesAsked) {
   fs::remove_all(root);
 }
 
+// Tensor-parallel pieces are N-d boxes: rows of one matrix, columns of
+// another. They assemble, and a box that crosses pieces reads only those.
+TEST(ShardedCheckpoint, BoxesOfRowsAndColumnsAssembleAndReadInPart) {
+  std::string root = fresh_dir("sharded_boxes");
+  Tensor w = ops::randn({4, 6}), v = ops::randn({4, 6});
+  auto save = [&](std::vector<int64_t> v_offset_rank1) {
+    std::barrier sync(2);
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.emplace_back([&, r] {
+        CheckpointShard s;
+        s.model.push_back({"w", w.narrow(0, 2 * r, 2), {4, 6}, -1, {2 * r, 0}});  // row-parallel
+        s.model.push_back({"v", v.narrow(1, 3 * r, 3), {4, 6}, -1, r == 0 ? std::vector<int64_t>{0, 0} : v_offset_rank1});
+        s.optimizer_groups = nlohmann::json::array();
+        Checkpoint c;
+        c.state = {{"step", 2}};
+        try {
+          save_sharded_checkpoint(root, "step-000002", r, 2, s, c, 0, [&] { sync.arrive_and_wait(); });
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+          if (r == 0) sync.arrive_and_wait();
+        }
+      });
+    for (auto& t : ranks) t.join();
+    return errors[0];
+  };
+  ASSERT_EQ(save({0, 3}), "");  // column-parallel
+  const std::string dir = root + "/step-000002";
+  Checkpoint c = load_checkpoint(dir);
+  std::map<std::string, Tensor> model(c.model.begin(), c.model.end());
+  EXPECT_TRUE(ops::all(ops::eq(model["w"], w)).item<bool>());
+  EXPECT_TRUE(ops::all(ops::eq(model["v"], v)).item<bool>());
+  CheckpointReader r(dir);
+  Tensor mid = r.read_box(CheckpointReader::kModel, "v", {1, 2}, {2, 3});  // columns 2-4: both ranks' boxes
+  EXPECT_TRUE(ops::all(ops::eq(mid, v.narrow(0, 1, 2).narrow(1, 2, 3))).item<bool>());
+  Tensor rows = r.read(CheckpointReader::kModel, "w", 10, 6);  // a range of a tensor kept in boxes
+  EXPECT_TRUE(ops::all(ops::eq(rows, w.reshape({-1}).narrow(0, 10, 6))).item<bool>());
+  std::string err = tessera::testing::error_of([&] { r.read_box(CheckpointReader::kModel, "v", {3, 0}, {2, 6}); });
+  EXPECT_NE(err.find("is not inside 'v'"), std::string::npos) << err;
+  // Rank 1's columns start at 2: they overlap rank 0's.
+  fs::remove_all(root);
+  err = save({0, 2});
+  EXPECT_NE(err.find("the pieces of model tensor 'v' overlap (boxes 0 and 1)"), std::string::npos) << err;
+  fs::remove_all(root);
+}
+
 TEST(ShardedCheckpoint, PiecesThatDoNotCoverATensorAreRefused) {
   std::string root = fresh_dir("sharded_gap");
   std::barrier sync(2);

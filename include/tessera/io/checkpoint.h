@@ -15,8 +15,11 @@
 //   model-rank00003.safetensors      rank 3's pieces of the model's tensors
 //   optimizer-rank00003.safetensors  and of the optimizer's state
 //   index.json                       every tensor's dtype, shape and pieces
-//                                    (file, element range); every file's bytes and CRC32
-// A piece is a whole tensor or elements [begin, end) of the flattened tensor.
+//                                    (file and place); every file's bytes and CRC32
+// A piece is a whole tensor, elements [begin, end) of the flattened tensor
+// (ZeRO's flat chunks), or an N-d box: an offset and a shape per dimension
+// (tensor-parallel rows or columns). A tensor's pieces are ranges or boxes,
+// and cover it exactly once.
 // load_checkpoint() checks every file's size and CRC32, then assembles the
 // whole tensors, so a sharded checkpoint loads at any world size and stage,
 // and in every tool that reads checkpoints; CheckpointReader reads ranges of
@@ -47,9 +50,12 @@ std::string save_checkpoint(const std::string& root, const std::string& name, co
 
 struct CheckpointPiece {
   std::string name;
-  Tensor data;         // the whole tensor, or a 1-D range of its elements
+  Tensor data;         // the whole tensor, a 1-D range of its elements, or a box of it
   Shape shape;         // the whole tensor's shape
-  int64_t begin = -1;  // the range's first element; -1: data is the whole tensor
+  int64_t begin = -1;  // the range's first element; -1: data is the whole tensor (or a box)
+  // A box (a row- or column-parallel piece): where data's corner sits in the
+  // whole tensor, one offset per dimension; data's shape is the box's.
+  std::vector<int64_t> offset = {};
 };
 struct CheckpointShard {
   std::vector<CheckpointPiece> model, optimizer;
@@ -90,20 +96,32 @@ class CheckpointReader {
   Tensor read(Part part, const std::string& name) const;
   // Elements [begin, begin + count) of the flattened tensor, 1-D.
   Tensor read(Part part, const std::string& name, int64_t begin, int64_t count) const;
+  // The box at `offset` of shape `shape` (one per dimension), reading only
+  // the pieces it overlaps when the tensor is stored in boxes.
+  Tensor read_box(Part part, const std::string& name, IntArrayRef offset, IntArrayRef shape) const;
   // Checks every shard file now (load_checkpoint does; a resume does not need to).
   void check_files() const;
 
- private:
+  // Where a piece of a tensor is stored: elements [begin, end) of the
+  // flattened tensor, or, with a non-empty box, the box at `offset`.
   struct Piece {
     std::string file;
-    int64_t begin, end;  // elements of the flattened tensor
+    int64_t begin = 0, end = 0;
+    std::vector<int64_t> offset = {}, box = {};
   };
+  // Empty when the pieces cover a tensor of `shape` exactly once (all ranges
+  // or all boxes, each inside it); else what is wrong.
+  static std::string tiling_error(std::vector<Piece> pieces, const Shape& shape);
+
+ private:
   struct Entry {
     DType dtype;
     Shape shape;
     std::vector<Piece> pieces;
+    bool boxes = false;  // stored in boxes (else in element ranges)
   };
   const Entry& entry(Part part, const std::string& name) const;
+  Tensor piece_data(const Entry& e, const std::string& name, const Piece& p) const;
   const SafetensorsFile& open(const std::string& file) const;
   std::string dir_;
   nlohmann::json state_, groups_, files_json_;  // files_json_: a sharded index's "files"
