@@ -17,11 +17,6 @@ CheckpointReader::Piece piece_of(const json& p);
 }  // namespace detail
 
 namespace {
-int64_t volume(IntArrayRef shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
 // The box [offset, offset + shape) of t.
 Tensor box_of(Tensor t, IntArrayRef offset, IntArrayRef shape) {
   for (size_t d = 0; d < offset.size(); ++d) t = t.narrow(static_cast<int64_t>(d), offset[d], shape[d]);
@@ -30,7 +25,7 @@ Tensor box_of(Tensor t, IntArrayRef offset, IntArrayRef shape) {
 }  // namespace
 
 std::string CheckpointReader::tiling_error(std::vector<Piece> pieces, const Shape& shape) {
-  const int64_t numel = volume(shape);
+  const int64_t numel = numel_of(shape);
   size_t boxes = 0;
   for (const Piece& p : pieces) boxes += p.box.empty() ? 0 : 1;
   if (boxes != 0 && boxes != pieces.size()) return "mix element ranges and boxes";
@@ -44,16 +39,19 @@ std::string CheckpointReader::tiling_error(std::vector<Piece> pieces, const Shap
     if (at != numel) return "end at element " + std::to_string(at) + " of " + std::to_string(numel);
     return "";
   }
-  // Boxes inside the tensor (checked with the index) that do not overlap and
-  // whose volumes add up to the tensor's cover it exactly once.
+  // Boxes inside the tensor that do not overlap and whose volumes add up to
+  // the tensor's cover it exactly once.
   int64_t total = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& a = pieces[i];
     if (a.offset.size() != shape.size() || a.box.size() != shape.size()) return "have a box of another rank";
-    total += volume(a.box);
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (a.offset[d] < 0 || a.box[d] < 0 || a.offset[d] > shape[d] - a.box[d])
+        return "have a box outside the tensor (box " + std::to_string(i) + ")";
+    total += numel_of(a.box);
     for (size_t j = 0; j < i; ++j) {
       const Piece& b = pieces[j];
-      bool meet = volume(a.box) > 0 && volume(b.box) > 0;
+      bool meet = numel_of(a.box) > 0 && numel_of(b.box) > 0;
       for (size_t d = 0; d < shape.size() && meet; ++d)
         meet = std::max(a.offset[d], b.offset[d]) < std::min(a.offset[d] + a.box[d], b.offset[d] + b.box[d]);
       if (meet) return "overlap (boxes " + std::to_string(j) + " and " + std::to_string(i) + ")";
@@ -160,7 +158,7 @@ Tensor CheckpointReader::piece_data(const Entry& e, const std::string& name, con
 Tensor CheckpointReader::read(Part part, const std::string& name) const {
   const Entry& e = entry(part, name);
   if (e.boxes) return read_box(part, name, std::vector<int64_t>(e.shape.size(), 0), e.shape);
-  return read(part, name, 0, volume(e.shape)).view(e.shape);
+  return read(part, name, 0, numel_of(e.shape)).view(e.shape);
 }
 
 Tensor CheckpointReader::read_box(Part part, const std::string& name, IntArrayRef offset, IntArrayRef shape) const {
@@ -174,7 +172,7 @@ Tensor CheckpointReader::read_box(Part part, const std::string& name, IntArrayRe
   // Every box it overlaps, checked before anything is allocated.
   std::vector<std::pair<const Piece*, Tensor>> parts;
   for (const Piece& p : e.pieces) {
-    bool meet = volume(p.box) > 0 && volume(shape) > 0;
+    bool meet = numel_of(p.box) > 0 && numel_of(shape) > 0;
     for (size_t d = 0; d < shape.size() && meet; ++d)
       meet = std::max(offset[d], p.offset[d]) < std::min(offset[d] + shape[d], p.offset[d] + p.box[d]);
     if (meet) parts.emplace_back(&p, piece_data(e, name, p));
@@ -195,7 +193,7 @@ Tensor CheckpointReader::read_box(Part part, const std::string& name, IntArrayRe
 
 Tensor CheckpointReader::read(Part part, const std::string& name, int64_t begin, int64_t count) const {
   const Entry& e = entry(part, name);
-  const int64_t numel = volume(e.shape);
+  const int64_t numel = numel_of(e.shape);
   TS_CHECK(begin >= 0 && count >= 0 && begin + count <= numel, "checkpoint ", dir_, ": elements [", begin, ", ",
            begin + count, ") of '", name, "' are outside its ", numel);
   if (e.boxes) return read(part, name).reshape({-1}).narrow(0, begin, count);  // every box
@@ -215,17 +213,16 @@ Tensor CheckpointReader::read(Part part, const std::string& name, int64_t begin,
   return out;
 }
 
-Checkpoint load_checkpoint(const std::string& dir) {
-  CheckpointReader r(dir);
-  r.check_files();
+Checkpoint CheckpointReader::read_all() const {
+  check_files();
   Checkpoint c;
-  c.state = r.state();
-  c.optimizer_groups = r.optimizer_groups();
-  for (const std::string& name : r.names(CheckpointReader::kModel))
-    c.model.emplace_back(name, r.read(CheckpointReader::kModel, name));
-  for (const std::string& name : r.names(CheckpointReader::kOptimizer))
-    c.optimizer.emplace_back(name, r.read(CheckpointReader::kOptimizer, name));
+  c.state = state_;
+  c.optimizer_groups = groups_;
+  for (const std::string& name : names(kModel)) c.model.emplace_back(name, read(kModel, name));
+  for (const std::string& name : names(kOptimizer)) c.optimizer.emplace_back(name, read(kOptimizer, name));
   return c;
 }
+
+Checkpoint load_checkpoint(const std::string& dir) { return CheckpointReader(dir).read_all(); }
 
 }  // namespace tessera::io

@@ -265,20 +265,13 @@ void Trainer::load_checkpoint(const std::string& dir) {
   io::CheckpointReader r(dir);
   // ZeRO reads only this rank's parts; otherwise every rank loads it whole.
   if (!parallel_->load_checkpoint(r)) {
-    r.check_files();
-    nn::StateDict sd;
-    for (const std::string& name : r.names(io::CheckpointReader::kModel))
-      sd.entries.emplace_back(name, r.read(io::CheckpointReader::kModel, name));
+    io::Checkpoint c = r.read_all();
     try {
-      recipe_.model->load_state_dict(sd, true);
+      recipe_.model->load_state_dict(nn::StateDict{c.model}, true);
     } catch (const Error& e) {
       TS_ERROR("checkpoint ", dir, " does not fit this model: ", e.what());
     }
-    optim::OptimizerState o;
-    for (const std::string& name : r.names(io::CheckpointReader::kOptimizer))
-      o.tensors.emplace_back(name, r.read(io::CheckpointReader::kOptimizer, name));
-    o.groups = r.optimizer_groups();
-    optimizer_->load_state_dict(o);
+    optimizer_->load_state_dict({c.optimizer, c.optimizer_groups});
   }
   const json& s = r.state();
   try {

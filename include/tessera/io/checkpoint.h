@@ -99,8 +99,10 @@ class CheckpointReader {
   // The box at `offset` of shape `shape` (one per dimension), reading only
   // the pieces it overlaps when the tensor is stored in boxes.
   Tensor read_box(Part part, const std::string& name, IntArrayRef offset, IntArrayRef shape) const;
-  // Checks every shard file now (load_checkpoint does; a resume does not need to).
+  // Checks every shard file now (read_all does; a ZeRO resume does not need to).
   void check_files() const;
+  // Every file checked, every tensor whole: what load_checkpoint returns.
+  Checkpoint read_all() const;
 
   // Where a piece of a tensor is stored: elements [begin, end) of the
   // flattened tensor, or, with a non-empty box, the box at `offset`.
