@@ -3,6 +3,7 @@
 // central finite differences in f64.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -25,6 +26,18 @@ using Fn = std::function<Tensor(const TensorList&)>;
 // A fresh, empty directory under the system temp dir, unique to this process
 // and `name` (tests that write files clean it up themselves).
 std::string scratch_dir(const std::string& name);
+
+// Flips the bits of the byte 3 bytes before the end of a file (a tensor's
+// data in a safetensors file): a damaged shard for the CRC32 to find.
+inline void damage_file(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f) << "cannot open " << path;
+  f.seekg(-3, std::ios::end);
+  char ch = 0;
+  f.get(ch);
+  f.seekp(-3, std::ios::end);
+  f.put(static_cast<char>(ch ^ 0x5a));
+}
 
 // The message of the tessera::Error that `f` throws ("" if it throws none).
 inline std::string error_of(const std::function<void()>& f) {

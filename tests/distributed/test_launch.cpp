@@ -200,11 +200,7 @@ TEST_F(Launch, ResumesAtAnotherWorldSizeAndZeroStage) {
   const std::string step10 = dir_ + "/run/checkpoints/step-000000010";
   ASSERT_TRUE(fs::exists(step10 + "/index.json"));
   ASSERT_TRUE(fs::exists(step10 + "/optimizer-rank00003.safetensors"));
-  {
-    std::fstream f(step10 + "/model-rank00002.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(-1, std::ios::end);
-    f.put('\x7f');
-  }
+  testing::damage_file(step10 + "/model-rank00002.safetensors");
   // `tessera ckpt consolidate` assembles step 5's model: one process's weights at step 5.
   auto consolidated = testing::run_cli({"ckpt", "consolidate", dir_ + "/run/checkpoints/step-000000005"});
   ASSERT_EQ(consolidated.exit_code, 0) << consolidated.output;

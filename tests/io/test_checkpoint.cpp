@@ -155,22 +155,29 @@ CheckpointShard shard_of(int r, int n, const Tensor& w, const Tensor& m) {
   return s;
 }
 
-void save_sharded(const std::string& root, const std::string& name, int n, const Tensor& w, const Tensor& m) {
+// n ranks as threads save `pieces(r)` at `step`; returns each rank's error ("" when saved).
+std::vector<std::string> save_ranks(const std::string& root, const std::string& name, int n, int64_t step,
+                       const std::function<CheckpointShard(int)>& pieces) {
   std::barrier sync(n);
   std::vector<std::thread> ranks;
   std::vector<std::string> errors(n);
   for (int r = 0; r < n; ++r)
     ranks.emplace_back([&, r] {
+      Checkpoint c;
+      c.state = {{"step", step}};
       try {
-        Checkpoint c;
-        c.state = {{"step", 4}};
-        save_sharded_checkpoint(root, name, r, n, shard_of(r, n, w, m), c, 0, [&] { sync.arrive_and_wait(); });
+        save_sharded_checkpoint(root, name, r, n, pieces(r), c, 0, [&] { sync.arrive_and_wait(); });
       } catch (const std::exception& e) {
         errors[r] = e.what();
+        if (r == 0) sync.arrive_and_wait();  // rank 0 failed before the last barrier, which the others wait at
       }
     });
   for (auto& t : ranks) t.join();
-  for (auto& e : errors) EXPECT_EQ(e, "");
+  return errors;
+}
+
+void save_sharded(const std::string& root, const std::string& name, int n, const Tensor& w, const Tensor& m) {
+  for (auto& e : save_ranks(root, name, n, 4, [&](int r) { return shard_of(r, n, w, m); })) EXPECT_EQ(e, "");
 }
 
 }  // namespace
@@ -204,14 +211,7 @@ TEST(ShardedCheckpoint, CorruptOrMissingShardIsNamedAndResumeFallsBack) {
   save_sharded(root, "step-000008", 4, ops::add(w, 1.0), m);
   const std::string newest = root + "/step-000008";
   // One flipped byte in rank 2's data.
-  {
-    std::fstream f(newest + "/model-rank00002.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(-3, std::ios::end);
-    char ch = 0;
-    f.get(ch);
-    f.seekp(-3, std::ios::end);
-    f.put(static_cast<char>(ch ^ 0x5a));
-  }
+  tessera::testing::damage_file(newest + "/model-rank00002.safetensors");
   std::string err = tessera::testing::error_of([&] { load_checkpoint(newest); });
   EXPECT_NE(err.find("shard model-rank00002.safetensors is corrupt (CRC32"), std::string::npos) << err;
   auto [dir, c] = load_newest_valid_checkpoint(root);  // falls back to step 4
@@ -234,14 +234,8 @@ TEST(ShardedCheckpoint, ReaderReadsOnlyTheShardsOfTheRangesAsked) {
   Tensor w = ops::randn({5, 8}), m = ops::randn({5, 8});  // 40 elements: pieces of 10 at 4 ranks
   save_sharded(root, "step-000004", 4, w, m);
   const std::string dir = root + "/step-000004";
-  {  // One flipped byte in rank 3's model shard.
-    std::fstream f(dir + "/model-rank00003.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(-3, std::ios::end);
-    char ch = 0;
-    f.get(ch);
-    f.seekp(-3, std::ios::end);
-    f.put(static_cast<char>(ch ^ 0x5a));
-  }
+  // One flipped byte in rank 3's model shard.
+  tessera::testing::damage_file(dir + "/model-rank00003.safetensors");
   CheckpointReader r(dir);
   EXPECT_EQ(r.state()["step"], 4);
   EXPECT_EQ(r.shape(CheckpointReader::kModel, "w"), (Shape{5, 8}));
@@ -274,26 +268,13 @@ TEST(ShardedCheckpoint, BoxesOfRowsAndColumnsAssembleAndReadInPart) {
   std::string root = fresh_dir("sharded_boxes");
   Tensor w = ops::randn({4, 6}), v = ops::randn({4, 6});
   auto save = [&](std::vector<int64_t> v_offset_rank1) {
-    std::barrier sync(2);
-    std::vector<std::string> errors(2);
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < 2; ++r)
-      ranks.emplace_back([&, r] {
-        CheckpointShard s;
-        s.model.push_back({"w", w.narrow(0, 2 * r, 2), {4, 6}, -1, {2 * r, 0}});  // row-parallel
-        s.model.push_back({"v", v.narrow(1, 3 * r, 3), {4, 6}, -1, r == 0 ? std::vector<int64_t>{0, 0} : v_offset_rank1});
-        s.optimizer_groups = nlohmann::json::array();
-        Checkpoint c;
-        c.state = {{"step", 2}};
-        try {
-          save_sharded_checkpoint(root, "step-000002", r, 2, s, c, 0, [&] { sync.arrive_and_wait(); });
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-          if (r == 0) sync.arrive_and_wait();
-        }
-      });
-    for (auto& t : ranks) t.join();
-    return errors[0];
+    return save_ranks(root, "step-000002", 2, 2, [&](int r) {
+      CheckpointShard s;
+      s.model.push_back({"w", w.narrow(0, 2 * r, 2), {4, 6}, -1, {2 * r, 0}});  // row-parallel
+      s.model.push_back({"v", v.narrow(1, 3 * r, 3), {4, 6}, -1, r == 0 ? std::vector<int64_t>{0, 0} : v_offset_rank1});
+      s.optimizer_groups = nlohmann::json::array();
+      return s;
+    })[0];
   };
   ASSERT_EQ(save({0, 3}), "");  // column-parallel
   const std::string dir = root + "/step-000002";
@@ -313,29 +294,21 @@ TEST(ShardedCheckpoint, BoxesOfRowsAndColumnsAssembleAndReadInPart) {
   err = save({0, 2});
   EXPECT_NE(err.find("the pieces of model tensor 'v' overlap (boxes 0 and 1)"), std::string::npos) << err;
   fs::remove_all(root);
+  // Rank 1's columns 4-6 of a 6-column matrix: refused when saving, not only when loading.
+  err = save({0, 4});
+  EXPECT_NE(err.find("the pieces of model tensor 'v' have a box outside the tensor (box 1)"), std::string::npos) << err;
+  fs::remove_all(root);
 }
 
 TEST(ShardedCheckpoint, PiecesThatDoNotCoverATensorAreRefused) {
   std::string root = fresh_dir("sharded_gap");
-  std::barrier sync(2);
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r)
-    ranks.emplace_back([&, r] {
-      CheckpointShard s;
-      // Rank 1's piece starts at 6: elements 4 and 5 are nobody's.
-      s.model.push_back({"w", full({4}, 1.0), {10}, r == 0 ? 0 : 6});
-      s.optimizer_groups = nlohmann::json::array();
-      Checkpoint c;
-      c.state = {{"step", 1}};
-      try {
-        save_sharded_checkpoint(root, "step-000001", r, 2, s, c, 0, [&] { sync.arrive_and_wait(); });
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        if (r == 0) sync.arrive_and_wait();  // the last barrier, which rank 0 did not reach
-      }
-    });
-  for (auto& t : ranks) t.join();
+  std::vector<std::string> errors = save_ranks(root, "step-000001", 2, 1, [](int r) {
+    CheckpointShard s;
+    // Rank 1's piece starts at 6: elements 4 and 5 are nobody's.
+    s.model.push_back({"w", full({4}, 1.0), {10}, r == 0 ? 0 : 6});
+    s.optimizer_groups = nlohmann::json::array();
+    return s;
+  });
   EXPECT_NE(errors[0].find("the pieces of model tensor 'w' leave a gap at element 4"), std::string::npos) << errors[0];
   EXPECT_TRUE(list_checkpoints(root).empty());  // nothing half-written is taken for a checkpoint
   fs::remove_all(root);
