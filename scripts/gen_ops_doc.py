@@ -66,6 +66,8 @@ def dtypes(n, f):
         return "f32, f64 (f16/bf16 computed in f32)"
     if f == "sparse":
         return "x: floats (computed in f32); weight: f32 CSR"
+    if f == "collective":
+        return NUM + " (bool: send as u8; sums of f16/bf16 taken in f32)"
     if f == "quant":
         return {"quantized_linear": "x: f32 (f16/bf16/f64 computed in f32); weight: q8_0, q4_0, int8 (per row), int4 "
                 "(groups of 32-256)", "dequantize_weight": "q8_0, q4_0, int8, int4 → f32",
@@ -123,7 +125,10 @@ NOTES = {
     "convolution_backward": "conv2d and conv_transpose2d (transposed=true); returns grads of input, weight, bias",
     "max_pool2d_backward": "from the indices max_pool2d returned (checked against the input plane)",
     "avg_pool2d_backward": "the adjoint of avg_pool2d",
-    "attention_backward": "recomputes the log-sum-exp; no dropout",
+    "attention_with_lse": "`scaled_dot_product_attention` without dropout that also returns each query row's "
+                          "log-sum-exp ([..., L], f32 or f64); gradient-recording attention calls go through it, so "
+                          "that a captured training step's backward reads it",
+    "attention_backward": "takes the forward's output and log-sum-exp, or recomputes them; no dropout",
     "quantized_linear": "weight-only quantized linear; activations \"float\" (decoded in registers) or \"int8\" "
                         "(int8 dot products, or oneDNN's int8 GEMM); docs/quantization.md",
     "dequantize_weight": "the f32 weight a quantized one stands for",
@@ -136,6 +141,11 @@ NOTES = {
                      "quant/qat.h",
     "int8_linear": "static int8 linear layer (oneDNN) with bias, ReLU and requantization in its epilogue; inference "
                    "only; made by quant::quantize_static",
+    "all_reduce": "sum over the group's ranks; gradient all_reduce(dy) (every rank's loss counts: SyncBatchNorm)",
+    "all_gather": "the ranks' tensors joined along `dim` in rank order; gradient reduce_scatter(dy)",
+    "reduce_scatter": "block `rank` along `dim` of the sum; gradient all_gather(dy)",
+    "copy_to_group": "x itself; gradient all_reduce(dy) (Megatron's f: the input of a split computation)",
+    "reduce_from_group": "sum over the group's ranks; gradient dy (Megatron's g: a result every rank uses alike)",
     "fused_elementwise": "made by the compiler's fusion pass: a register program over pointwise kernels, run in tiles", "matmul": "1-D promotion and batch broadcasting as PyTorch",
 }
 TITLES = {"unary": "Unary elementwise", "binary": "Binary elementwise (broadcasting, PyTorch type promotion, Scalar forms)",
@@ -146,6 +156,8 @@ TITLES = {"unary": "Unary elementwise", "binary": "Binary elementwise (broadcast
           "pooling": "Pooling and resizing", "attention": "Attention",
           "quant": "Quantization: weight-only, static int8, fake quantization (docs/quantization.md)",
           "sparse": "Sparse weights (pruned layers)",
+          "collective": "Communication (a process group by name; never folded or dropped by the compiler; "
+                        "docs/distributed.md)",
           "fused": "Fused kernels (made by the graph compiler)",
           "factory": "Factories (ops so that a captured graph rebuilds them at a new dynamic size)"}
 

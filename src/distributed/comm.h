@@ -9,6 +9,9 @@
 namespace tessera::distributed {
 
 ProcessGroupPtr make_self_group();
+// Registers a new group (if any) with the communication ops under its name
+// (tessera/ops/communicator.h) and returns it.
+ProcessGroupPtr registered(ProcessGroupPtr g);
 
 // True when the environment says a launcher started this process as an MPI
 // rank (mpirun, srun --mpi=pmix) or TESSERA_DIST_BACKEND=mpi asks for MPI.

@@ -28,7 +28,7 @@ std::string CollectiveInfo::describe() const {
 }
 
 ProcessGroup::ProcessGroup(int rank, int size, std::vector<int> world_ranks, std::string name)
-    : rank_(rank), size_(size), world_ranks_(std::move(world_ranks)), name_(std::move(name)) {}
+    : ops::Communicator(rank, size, std::move(name)), world_ranks_(std::move(world_ranks)) {}
 
 CollectiveInfo ProcessGroup::last_issued() const {
   CollectiveInfo i;
@@ -125,28 +125,28 @@ WorkPtr ProcessGroup::allreduce(const Tensor& t, ReduceOp op) {
 
 WorkPtr ProcessGroup::broadcast(const Tensor& t, int root) {
   check_tensor(t, "broadcast", "");
-  TS_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of this group (0..", size_ - 1, ")");
+  TS_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is not a rank of this group (0..", size() - 1, ")");
   return issue("broadcast", ReduceOp::kSum, t, t, root, 0, t.numel());
 }
 
 WorkPtr ProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) {
   check_tensor(t, "reduce", "");
-  TS_CHECK(root >= 0 && root < size_, "reduce: root ", root, " is not a rank of this group (0..", size_ - 1, ")");
+  TS_CHECK(root >= 0 && root < size(), "reduce: root ", root, " is not a rank of this group (0..", size() - 1, ")");
   check_avg(op, t, "reduce");
   return issue("reduce", op, t, t, root, 0, t.numel());
 }
 
 WorkPtr ProcessGroup::allgather(const Tensor& out, const Tensor& in) {
   check_out_in(out, in, "allgather");
-  TS_CHECK(out.numel() == in.numel() * size_, "allgather: the output holds ", out.numel(),
-           " elements; it must hold size x input = ", size_, " x ", in.numel(), " = ", in.numel() * size_);
+  TS_CHECK(out.numel() == in.numel() * size(), "allgather: the output holds ", out.numel(),
+           " elements; it must hold size x input = ", size(), " x ", in.numel(), " = ", in.numel() * size());
   return issue("allgather", ReduceOp::kSum, in, out, -1, 0, in.numel());
 }
 
 WorkPtr ProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
   check_out_in(out, in, "reduce_scatter");
-  TS_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: the input holds ", in.numel(),
-           " elements; it must hold size x output = ", size_, " x ", out.numel(), " = ", out.numel() * size_);
+  TS_CHECK(in.numel() == out.numel() * size(), "reduce_scatter: the input holds ", in.numel(),
+           " elements; it must hold size x output = ", size(), " x ", out.numel(), " = ", out.numel() * size());
   check_avg(op, in, "reduce_scatter");
   return issue("reduce_scatter", op, in, out, -1, 0, in.numel());
 }
@@ -155,44 +155,49 @@ WorkPtr ProcessGroup::all_to_all(const Tensor& out, const Tensor& in) {
   check_out_in(out, in, "all_to_all");
   TS_CHECK(out.numel() == in.numel(), "all_to_all: the output holds ", out.numel(), " elements, the input ",
            in.numel(), "; they must match");
-  TS_CHECK(in.numel() % size_ == 0, "all_to_all: ", in.numel(), " elements do not split into ", size_,
+  TS_CHECK(in.numel() % size() == 0, "all_to_all: ", in.numel(), " elements do not split into ", size(),
            " equal blocks");
   return issue("all_to_all", ReduceOp::kSum, in, out, -1, 0, in.numel());
 }
 
 WorkPtr ProcessGroup::send(const Tensor& t, int dst, int tag) {
   check_tensor(t, "send", "");
-  TS_CHECK(dst >= 0 && dst < size_ && dst != rank_, "send: destination ", dst, " must be another rank of this group (0..",
-           size_ - 1, ", not ", rank_, ")");
+  TS_CHECK(dst >= 0 && dst < size() && dst != rank(), "send: destination ", dst, " must be another rank of this group (0..",
+           size() - 1, ", not ", rank(), ")");
   TS_CHECK(tag >= 0 && tag < (1 << 15), "send: tag ", tag, " must be in [0, 32768)");
   return issue("send", ReduceOp::kSum, t, Tensor(), dst, tag, t.numel());
 }
 
 WorkPtr ProcessGroup::recv(const Tensor& t, int src, int tag) {
   check_tensor(t, "recv", "");
-  TS_CHECK(src >= 0 && src < size_ && src != rank_, "recv: source ", src, " must be another rank of this group (0..",
-           size_ - 1, ", not ", rank_, ")");
+  TS_CHECK(src >= 0 && src < size() && src != rank(), "recv: source ", src, " must be another rank of this group (0..",
+           size() - 1, ", not ", rank(), ")");
   TS_CHECK(tag >= 0 && tag < (1 << 15), "recv: tag ", tag, " must be in [0, 32768)");
   return issue("recv", ReduceOp::kSum, Tensor(), t, src, tag, t.numel());
 }
 
 WorkPtr ProcessGroup::barrier() { return issue("barrier", ReduceOp::kSum, Tensor(), Tensor(), -1, 0, 0); }
 
+ProcessGroupPtr registered(ProcessGroupPtr g) {
+  if (g) ops::register_communicator(g);
+  return g;
+}
+
 ProcessGroupPtr ProcessGroup::new_group(const std::vector<int>& ranks) {
   TS_CHECK(!ranks.empty(), "new_group: the rank list is empty");
   std::set<int> seen;
   for (int r : ranks) {
-    TS_CHECK(r >= 0 && r < size_, "new_group: rank ", r, " is not in this group (0..", size_ - 1, ")");
+    TS_CHECK(r >= 0 && r < size(), "new_group: rank ", r, " is not in this group (0..", size() - 1, ")");
     TS_CHECK(seen.insert(r).second, "new_group: rank ", r, " is listed twice");
   }
-  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  auto it = std::find(ranks.begin(), ranks.end(), rank());
   const int color = it == ranks.end() ? -1 : 0;
-  return make_subgroup(color, static_cast<int>(it - ranks.begin()), name_ + "/" + std::to_string(subgroups_++));
+  return registered(make_subgroup(color, static_cast<int>(it - ranks.begin()), name() + "/" + std::to_string(subgroups_++)));
 }
 
 ProcessGroupPtr ProcessGroup::split(int color, int key) {
-  return make_subgroup(color < 0 ? -1 : color, key,
-                       name_ + "/" + std::to_string(subgroups_++) + (color >= 0 ? "." + std::to_string(color) : ""));
+  return registered(make_subgroup(color < 0 ? -1 : color, key,
+                                  name() + "/" + std::to_string(subgroups_++) + (color >= 0 ? "." + std::to_string(color) : "")));
 }
 
 // ---- the world of 1 -------------------------------------------------------------------

@@ -12,6 +12,8 @@ namespace {
 std::mutex g_world_mu;
 ProcessGroupPtr g_world;
 bool g_mpi = false;
+// The communication ops make the world on first use, as world() does.
+const bool g_world_maker_set = (ops::detail::set_world_maker([] { world(); }), true);
 }  // namespace
 
 double collective_timeout() {
@@ -45,6 +47,7 @@ ProcessGroupPtr world() {
       g_world = make_self_group();
       StatusBoard::get().open("", 0);
     }
+    registered(g_world);
   }
   return g_world;
 }

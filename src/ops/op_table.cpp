@@ -47,7 +47,8 @@ bool is_random(OpId op, const Attrs& a) {
 }
 
 bool has_side_effects(OpId op, const Attrs& a) {
-  return op_entry(op).has(kStatefulWhenTraining) && a.b("training");
+  const OpEntry& e = op_entry(op);
+  return e.has(kCollective) || (e.has(kStatefulWhenTraining) && a.b("training"));
 }
 
 bool data_dependent_shape(OpId op, const Attrs& a) {

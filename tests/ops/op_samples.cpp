@@ -464,6 +464,13 @@ OpSample sample_sparse_linear() {
           {{"in_features", int64_t{4}}}};
 }
 
+// ---- communication: on this process's world (of one, outside mpirun) ----
+OpSample sample_all_reduce() { return {{rn({2, 3}, 320)}, {{"group", "world"s}}}; }
+OpSample sample_all_gather() { return {{rn({2, 3}, 321)}, {{"group", "world"s}, {"dim", int64_t{1}}}}; }
+OpSample sample_reduce_scatter() { return {{rn({2, 4}, 322)}, {{"group", "world"s}, {"dim", int64_t{1}}}}; }
+OpSample sample_copy_to_group() { return {{rn({2, 3}, 323)}, {{"group", "world"s}}}; }
+OpSample sample_reduce_from_group() { return {{rn({2, 3}, 324)}, {{"group", "world"s}}}; }
+
 // ---- made by the compiler ----
 OpSample sample_fused_elementwise() {
   return {{rn({2, 3}, 300)}, {{"program", "r0 = in0; r1 = Relu r0; out0 = r1"s}}};

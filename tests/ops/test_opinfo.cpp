@@ -203,6 +203,13 @@ std::vector<OpInfo> op_table() {
     Tensor m = tensor(std::vector<double>{0, -1, 0.5, 0, -INFINITY, 0.2, 0, 0, 0, 0.3, -0.4, 0}, {3, 4}).to(DType::F64);
     return scaled_dot_product_attention(t[0], t[1], t[2], m, 0, false, 0.7);
   }, {{S{Shape{2, 3, 2}, Shape{2, 4, 2}, Shape{1, 4, 2}}}});
+  // Communication on this process's world of one (the rows across ranks are
+  // in tests/distributed_mpi/test_ddp.cpp): the rules that hold at any size.
+  add_row("all_reduce", [](auto& t) { return all_reduce(t[0]); }, {{S{Shape{3, 4}}}, {S{Shape{}}}});
+  add_row("all_gather_dim1", [](auto& t) { return all_gather(t[0], "world", 1); }, {{S{Shape{3, 4}}}, {S{Shape{2, 3, 2}}}});
+  add_row("reduce_scatter_dim_last", [](auto& t) { return reduce_scatter(t[0], "world", -1); }, {{S{Shape{3, 4}}}});
+  add_row("copy_to_group", [](auto& t) { return copy_to_group(t[0]); }, {{S{Shape{3, 4}}}});
+  add_row("reduce_from_group", [](auto& t) { return reduce_from_group(t[0]); }, {{S{Shape{3, 4}}}});
   return rows;
 }
 

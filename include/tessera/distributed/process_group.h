@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "tessera/core/tensor.h"
+#include "tessera/ops/communicator.h"
 
 namespace tessera::distributed {
 
@@ -55,14 +56,13 @@ struct CollectiveInfo {
   std::string describe() const;  // "allreduce f32[1024] #41"
 };
 
-class ProcessGroup {
+// A group is also the ops' Communicator (tessera/ops/communicator.h): made by
+// world(), new_group() or split(), it is registered under its name(), which
+// the communication ops (ops::all_reduce(x, "world/0"), ...) take.
+class ProcessGroup : public ops::Communicator {
  public:
-  virtual ~ProcessGroup() = default;
-  int rank() const { return rank_; }
-  int size() const { return size_; }
   // The ranks of this group in the world, by group rank.
   const std::vector<int>& world_ranks() const { return world_ranks_; }
-  const std::string& name() const { return name_; }
 
   // In place on `t`. kAvg is for floating types; bf16/f16 sums are taken in f32.
   WorkPtr allreduce(const Tensor& t, ReduceOp op = ReduceOp::kSum);
@@ -90,6 +90,11 @@ class ProcessGroup {
   // The last collective issued on this group (sequence 0: none yet).
   CollectiveInfo last_issued() const;
 
+  // ops::Communicator: the blocking forms the communication ops call.
+  void all_reduce_sum(const Tensor& t) final { allreduce(t)->wait(); }
+  void all_gather_into(const Tensor& out, const Tensor& in) final { allgather(out, in)->wait(); }
+  void reduce_scatter_sum(const Tensor& out, const Tensor& in) final { reduce_scatter(out, in)->wait(); }
+
  protected:
   // What a backend is handed: contiguous buffers, checked shapes and dtypes.
   struct Call {
@@ -106,9 +111,7 @@ class ProcessGroup {
  private:
   WorkPtr issue(const char* op, ReduceOp rop, const Tensor& in, const Tensor& out, int peer, int tag,
                 int64_t count);
-  int rank_, size_;
   std::vector<int> world_ranks_;
-  std::string name_;
   std::atomic<uint64_t> seq_{0};
   std::atomic<const char*> last_op_{""};
   std::atomic<int64_t> last_count_{0};

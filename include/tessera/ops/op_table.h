@@ -87,6 +87,7 @@ enum Tag : uint32_t {
   kChannelProducer = 1u << 5,       // a layer whose pruned output channels can be removed
   kFoldsBatchNorm = 1u << 6,        // a layer a following batch_norm folds into
   kSparseLinear = 1u << 7,          // becomes sparse_linear when its weight is sparse enough
+  kCollective = 1u << 8,            // communicates: every rank runs it, in order (never folded or dropped)
 };
 
 // A tensor signature parsed from its ops.def text ("x weight bias?", "parts*").
@@ -147,7 +148,7 @@ const OpEntry& op_entry(OpId op);
 // rows say (a graph node's op and attributes):
 // its result is not a function of its inputs and attributes (rng column);
 bool is_random(OpId op, const Attrs& attrs);
-// it must run even when its outputs are unused (kStatefulWhenTraining);
+// it must run even when its outputs are unused (kStatefulWhenTraining, kCollective);
 bool has_side_effects(OpId op, const Attrs& attrs);
 // its output sizes depend on its input values (shape column).
 bool data_dependent_shape(OpId op, const Attrs& attrs);

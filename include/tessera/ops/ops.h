@@ -277,6 +277,22 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 TensorList attention_with_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask = Tensor(),
                               bool is_causal = false, std::optional<double> scale = {});
 
+// ---- communication (Note [Collectives as ops] in tessera/ops/communicator.h) -----------
+// `group` names a process group ("world", or a sub-group's name()); every rank
+// of it must make the same calls in the same order. distributed/functional.h
+// takes a ProcessGroupPtr instead.
+// The sum over the group's ranks; gradient all_reduce(dy): every rank's loss counts.
+Tensor all_reduce(const Tensor& x, const std::string& group = "world");
+// The ranks' x joined along dim in rank order; gradient reduce_scatter(dy).
+Tensor all_gather(const Tensor& x, const std::string& group = "world", int64_t dim = 0);
+// Block `rank` (along dim, which must divide by the group's size) of the sum;
+// gradient all_gather(dy).
+Tensor reduce_scatter(const Tensor& x, const std::string& group = "world", int64_t dim = 0);
+// x itself forward; gradient all_reduce(dy) (a replicated input of a split computation).
+Tensor copy_to_group(const Tensor& x, const std::string& group = "world");
+// The sum over the ranks; gradient dy itself (a result every rank then uses alike).
+Tensor reduce_from_group(const Tensor& x, const std::string& group = "world");
+
 // ---- backward kernels -------------------------------------------------------------------
 // The gradients of the fused ops above, as ops of their own, so that a backward
 // pass can be recorded into a graph (compile_train_step) and replayed. Each
