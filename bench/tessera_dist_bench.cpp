@@ -1,8 +1,10 @@
 // Distributed benchmarks, run as N ranks by bench/dist_compare.py (mpirun):
 //
 //   tessera_dist_bench allreduce --sizes 4096,1048576 --iters 20
-//       ProcessGroup::allreduce against a raw MPI_Allreduce on a duplicate of
-//       MPI_COMM_WORLD, in one binary, alternating, per size. Rank 0 prints one
+//       ProcessGroup::allreduce (asynchronous, then waited for) and its
+//       blocking form (all_reduce_sum, which the communication ops call)
+//       against a raw MPI_Allreduce on a duplicate of MPI_COMM_WORLD, in one
+//       binary, alternating, per size. Rank 0 prints one
 //       JSON line per size: median seconds of each and bus bandwidth
 //       (2 (n-1)/n bytes / time, the bytes each link carries in a ring).
 //   tessera_dist_bench gpt --batch 4 --layers 2 --steps 10 --warmup 2 --overlap 1 --zero 0
@@ -68,26 +70,37 @@ int bench_allreduce(int argc, char** argv) {
     const int64_t count = bytes / 4;
     Tensor t = full({count}, 1.0);
     std::vector<float> buf(static_cast<size_t>(count), 1.0f);
-    std::vector<double> ours, theirs;
+    std::vector<double> ours, blocking, theirs;
     for (int i = 0; i < iters + 2; ++i) {  // two warm-up rounds
       world->barrier()->wait();
       auto t0 = Clock::now();
-      world->allreduce(t)->wait();
+      world->allreduce(t)->wait();  // asynchronous, then waited for (DDP's and ZeRO's path)
       const double a = seconds_since(t0);
+      world->barrier()->wait();
+      t0 = Clock::now();
+      world->all_reduce_sum(t);  // blocking (the communication ops' path)
+      const double c = seconds_since(t0);
       MPI_Barrier(raw);
       t0 = Clock::now();
       MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, raw);
       const double b = seconds_since(t0);
-      if (i >= 2) ours.push_back(a), theirs.push_back(b);
+      if (i >= 2) ours.push_back(a), blocking.push_back(c), theirs.push_back(b);
     }
     // The slowest rank's time is the collective's time.
-    double med[2] = {median(ours), median(theirs)}, slowest[2];
-    MPI_Allreduce(med, slowest, 2, MPI_DOUBLE, MPI_MAX, raw);
+    double med[3] = {median(ours), median(theirs), median(blocking)}, slowest[3];
+    MPI_Allreduce(med, slowest, 3, MPI_DOUBLE, MPI_MAX, raw);
     if (world->rank() == 0) {
       const double link = 2.0 * (n - 1) / n * static_cast<double>(bytes);
-      nlohmann::json j = {{"bench", "allreduce"}, {"ranks", n},           {"bytes", bytes},
-                          {"tessera_s", slowest[0]}, {"mpi_s", slowest[1]}, {"tessera_busbw_gbs", link / slowest[0] / 1e9},
-                          {"mpi_busbw_gbs", link / slowest[1] / 1e9}, {"iters", iters}};
+      nlohmann::json j = {{"bench", "allreduce"},
+                          {"ranks", n},
+                          {"bytes", bytes},
+                          {"tessera_s", slowest[0]},
+                          {"blocking_s", slowest[2]},
+                          {"mpi_s", slowest[1]},
+                          {"tessera_busbw_gbs", link / slowest[0] / 1e9},
+                          {"blocking_busbw_gbs", link / slowest[2] / 1e9},
+                          {"mpi_busbw_gbs", link / slowest[1] / 1e9},
+                          {"iters", iters}};
       std::printf("%s\n", j.dump().c_str());
       std::fflush(stdout);
     }

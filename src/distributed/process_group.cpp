@@ -88,7 +88,41 @@ void check_avg(ReduceOp rop, const Tensor& t, const char* op) {
 
 Tensor staged(const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
 
+// Set while a Communicator call issues its collective (Call::caller_waits).
+thread_local bool t_caller_waits = false;
+struct CallerWaits {
+  CallerWaits() { t_caller_waits = true; }
+  ~CallerWaits() { t_caller_waits = false; }
+};
+
 }  // namespace
+
+void ProcessGroup::all_reduce_sum(const Tensor& t) {
+  WorkPtr w;
+  {
+    CallerWaits waits;
+    w = allreduce(t);
+  }
+  w->wait();
+}
+
+void ProcessGroup::all_gather_into(const Tensor& out, const Tensor& in) {
+  WorkPtr w;
+  {
+    CallerWaits waits;
+    w = allgather(out, in);
+  }
+  w->wait();
+}
+
+void ProcessGroup::reduce_scatter_sum(const Tensor& out, const Tensor& in) {
+  WorkPtr w;
+  {
+    CallerWaits waits;
+    w = reduce_scatter(out, in);
+  }
+  w->wait();
+}
 
 WorkPtr ProcessGroup::issue(const char* op, ReduceOp rop, const Tensor& in, const Tensor& out, int peer, int tag,
                             int64_t count) {
@@ -110,6 +144,7 @@ WorkPtr ProcessGroup::issue(const char* op, ReduceOp rop, const Tensor& in, cons
   c.info.op = op;
   c.info.dtype = dt;
   c.info.count = count;
+  c.caller_waits = t_caller_waits && !p2p;
   const bool copy_back = out.defined() && !c.out.is_same(out);
   Tensor result = c.out;
   WorkPtr w = run(std::move(c));

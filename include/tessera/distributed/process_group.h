@@ -90,10 +90,12 @@ class ProcessGroup : public ops::Communicator {
   // The last collective issued on this group (sequence 0: none yet).
   CollectiveInfo last_issued() const;
 
-  // ops::Communicator: the blocking forms the communication ops call.
-  void all_reduce_sum(const Tensor& t) final { allreduce(t)->wait(); }
-  void all_gather_into(const Tensor& out, const Tensor& in) final { allgather(out, in)->wait(); }
-  void reduce_scatter_sum(const Tensor& out, const Tensor& in) final { reduce_scatter(out, in)->wait(); }
+  // ops::Communicator: the blocking forms the communication ops call. The
+  // caller waits at once, so a backend may run the call on the caller's
+  // thread when nothing is queued before it (Call::caller_waits).
+  void all_reduce_sum(const Tensor& t) final;
+  void all_gather_into(const Tensor& out, const Tensor& in) final;
+  void reduce_scatter_sum(const Tensor& out, const Tensor& in) final;
 
  protected:
   // What a backend is handed: contiguous buffers, checked shapes and dtypes.
@@ -103,6 +105,7 @@ class ProcessGroup : public ops::Communicator {
     Tensor in, out;  // for in-place calls, both are the buffer
     int peer = -1;   // root, source or destination (a group rank)
     int tag = 0;
+    bool caller_waits = false;  // waited for as soon as it is issued
   };
   ProcessGroup(int rank, int size, std::vector<int> world_ranks, std::string name);
   virtual WorkPtr run(Call call) = 0;
