@@ -71,20 +71,26 @@ int bench_allreduce(int argc, char** argv) {
     Tensor t = full({count}, 1.0);
     std::vector<float> buf(static_cast<size_t>(count), 1.0f);
     std::vector<double> ours, blocking, theirs;
-    for (int i = 0; i < iters + 2; ++i) {  // two warm-up rounds
-      world->barrier()->wait();
-      auto t0 = Clock::now();
-      world->allreduce(t)->wait();  // asynchronous, then waited for (DDP's and ZeRO's path)
-      const double a = seconds_since(t0);
-      world->barrier()->wait();
-      t0 = Clock::now();
-      world->all_reduce_sum(t);  // blocking (the communication ops' path)
-      const double c = seconds_since(t0);
-      MPI_Barrier(raw);
-      t0 = Clock::now();
-      MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, raw);
-      const double b = seconds_since(t0);
-      if (i >= 2) ours.push_back(a), blocking.push_back(c), theirs.push_back(b);
+    // Each way runs a stretch of calls of its own, as a training loop would
+    // (alternating them call by call would leave the communication thread
+    // asleep or awake for the next one by turns), in two rounds; each call
+    // starts from the same raw barrier, so that every rank enters it at once.
+    for (int round = 0; round < 2; ++round) {
+      for (int way = 0; way < 3; ++way) {
+        std::vector<double>& times = way == 0 ? ours : way == 1 ? blocking : theirs;
+        for (int i = 0; i < iters / 2 + 2; ++i) {  // two warm-up calls
+          MPI_Barrier(raw);
+          const auto t0 = Clock::now();
+          if (way == 0)
+            world->allreduce(t)->wait();  // issued, then waited for (DDP's and ZeRO's path)
+          else if (way == 1)
+            world->all_reduce_sum(t);  // blocking (the communication ops' path)
+          else
+            MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, raw);
+          const double s = seconds_since(t0);
+          if (i >= 2) times.push_back(s);
+        }
+      }
     }
     // The slowest rank's time is the collective's time.
     double med[3] = {median(ours), median(theirs), median(blocking)}, slowest[3];

@@ -67,8 +67,13 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& model, ProcessGroup
     : model_(model), group_(std::move(group)), opt_(options) {
   TS_CHECK(group_, "DistributedDataParallel: no process group");
   TS_CHECK(opt_.bucket_cap_mb > 0 && opt_.first_bucket_mb > 0, "DistributedDataParallel: bucket sizes must be positive");
-  TS_CHECK(opt_.compression == "none" || opt_.compression == "bf16" || opt_.compression == "powersgd",
-           "DistributedDataParallel: compression '", opt_.compression, "' is not one of none, bf16, powersgd");
+  if (opt_.compression == "bf16")
+    compression_ = Compression::kBf16;
+  else if (opt_.compression == "powersgd")
+    compression_ = Compression::kPowerSgd;
+  else
+    TS_CHECK(opt_.compression == "none", "DistributedDataParallel: compression '", opt_.compression,
+             "' is not one of none, bf16, powersgd");
   TS_CHECK(opt_.powersgd_rank >= 1 && opt_.powersgd_start_step >= 0,
            "DistributedDataParallel: powersgd_rank must be >= 1 and powersgd_start_step >= 0");
   NoGradGuard no_grad;
@@ -198,11 +203,11 @@ void DistributedDataParallel::launch_ready_buckets() {
 }
 
 void DistributedDataParallel::launch(Bucket& b) {
-  if (opt_.compression == "powersgd" && synced_ >= opt_.powersgd_start_step) {
+  if (compression_ == Compression::kPowerSgd && synced_ >= opt_.powersgd_start_step) {
     b.work = nullptr;  // at the end of backward
     return;
   }
-  if (opt_.compression == "bf16" && b.dtype == DType::F32) {
+  if (compression_ == Compression::kBf16 && b.dtype == DType::F32) {
     NoGradGuard no_grad;
     if (!b.error.defined()) b.error = zeros({b.buffer.numel()}, DType::F32);
     Tensor x = ops::add(b.buffer, b.error);
@@ -335,7 +340,7 @@ void DistributedDataParallel::finish_backward() {
   for (auto& b : buckets_) {
     if (b.wire.defined()) b.buffer.copy_(b.wire.to(b.dtype));  // bf16 compression: back to f32
     b.wire = Tensor();
-    if (!b.work && opt_.compression == "powersgd") powersgd(b);
+    if (!b.work && compression_ == Compression::kPowerSgd) powersgd(b);
   }
   ++synced_;
   last_wait_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

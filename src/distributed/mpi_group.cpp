@@ -265,12 +265,16 @@ class CommThread {
       caller_running_.store(true, std::memory_order_relaxed);
     }
     const std::string err = run_task(task);
+    bool queued;
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
       caller_running_.store(false, std::memory_order_relaxed);
+      queued = !queue_.empty();
     }
-    cv_.notify_one();  // calls queued meanwhile
+    // Calls queued meanwhile were held back by busy_: wake the thread for them
+    // (only then: a needless wake-up takes a core from the other ranks).
+    if (queued) cv_.notify_one();
     task.work->complete(err);
     return true;
   }

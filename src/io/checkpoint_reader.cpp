@@ -39,25 +39,71 @@ std::string CheckpointReader::tiling_error(std::vector<Piece> pieces, const Shap
     if (at != numel) return "end at element " + std::to_string(at) + " of " + std::to_string(numel);
     return "";
   }
-  // Boxes inside the tensor that do not overlap and whose volumes add up to
-  // the tensor's cover it exactly once.
-  int64_t total = 0;
+  // Note [Checking a tiling of boxes]
+  // The boxes' edges cut each dimension into intervals, and so the tensor
+  // into a grid of cells, each wholly inside or outside every box. The boxes
+  // tile the tensor when every cell has exactly one owner. Marking them costs
+  // the number of cells (as many as the boxes for the grid-shaped tilings
+  // tensor parallelism writes) plus a sort, never a comparison of every pair,
+  // which a hostile index of a million boxes would turn into a hang; a tiling
+  // cut into more than kMaxCells cells is refused as too irregular.
+  const size_t rank = shape.size();
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& a = pieces[i];
-    if (a.offset.size() != shape.size() || a.box.size() != shape.size()) return "have a box of another rank";
-    for (size_t d = 0; d < shape.size(); ++d)
+    if (a.offset.size() != rank || a.box.size() != rank) return "have a box of another rank";
+    for (size_t d = 0; d < rank; ++d)
       if (a.offset[d] < 0 || a.box[d] < 0 || a.offset[d] > shape[d] - a.box[d])
         return "have a box outside the tensor (box " + std::to_string(i) + ")";
-    total += numel_of(a.box);
-    for (size_t j = 0; j < i; ++j) {
-      const Piece& b = pieces[j];
-      bool meet = numel_of(a.box) > 0 && numel_of(b.box) > 0;
-      for (size_t d = 0; d < shape.size() && meet; ++d)
-        meet = std::max(a.offset[d], b.offset[d]) < std::min(a.offset[d] + a.box[d], b.offset[d] + b.box[d]);
-      if (meet) return "overlap (boxes " + std::to_string(j) + " and " + std::to_string(i) + ")";
+  }
+  if (numel == 0) return "";
+  std::vector<std::vector<int64_t>> cuts(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    cuts[d] = {0, shape[d]};
+    for (const Piece& a : pieces)
+      if (numel_of(a.box) > 0) cuts[d].insert(cuts[d].end(), {a.offset[d], a.offset[d] + a.box[d]});
+    std::sort(cuts[d].begin(), cuts[d].end());
+    cuts[d].erase(std::unique(cuts[d].begin(), cuts[d].end()), cuts[d].end());
+  }
+  constexpr int64_t kMaxCells = int64_t{1} << 22;
+  int64_t cells = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    cells *= static_cast<int64_t>(cuts[d].size()) - 1;
+    if (cells > kMaxCells) return "cut the tensor into more than " + std::to_string(kMaxCells) + " cells (too irregular a tiling)";
+  }
+  auto cell_of = [&](size_t d, int64_t at) {
+    return static_cast<int64_t>(std::lower_bound(cuts[d].begin(), cuts[d].end(), at) - cuts[d].begin());
+  };
+  std::vector<int32_t> owner(static_cast<size_t>(cells), -1);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& a = pieces[i];
+    if (numel_of(a.box) == 0) continue;
+    // The box's cells [lo, hi) per dimension, visited as an odometer.
+    std::vector<int64_t> lo(rank), hi(rank), at(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      lo[d] = at[d] = cell_of(d, a.offset[d]);
+      hi[d] = cell_of(d, a.offset[d] + a.box[d]);
+    }
+    for (;;) {
+      int64_t flat = 0;
+      for (size_t d = 0; d < rank; ++d) flat = flat * (static_cast<int64_t>(cuts[d].size()) - 1) + at[d];
+      int32_t& o = owner[static_cast<size_t>(flat)];
+      if (o >= 0) return "overlap (boxes " + std::to_string(o) + " and " + std::to_string(i) + ")";
+      o = static_cast<int32_t>(i);
+      size_t d = rank;
+      while (d > 0 && ++at[d - 1] == hi[d - 1]) at[d - 1] = lo[d - 1], --d;
+      if (d == 0) break;
     }
   }
-  if (total != numel) return "cover " + std::to_string(total) + " of its " + std::to_string(numel) + " elements";
+  for (int64_t c = 0; c < cells; ++c) {
+    if (owner[static_cast<size_t>(c)] >= 0) continue;
+    std::string where;
+    for (size_t d = rank, rest = static_cast<size_t>(c); d-- > 0;) {  // the cell's first element
+      const size_t n = cuts[d].size() - 1;
+      where = std::to_string(cuts[d][rest % n]) + (where.empty() ? "" : ", ") + where;
+      rest /= n;
+    }
+    return "leave a gap at [" + where + "]";
+  }
   return "";
 }
 

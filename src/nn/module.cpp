@@ -344,35 +344,49 @@ StateDict Module::state_dict() const {
   return sd;
 }
 
-Module::LoadResult Module::load_state_dict(const StateDict& sd, bool strict) {
+Module::Fit Module::fit(const std::vector<std::pair<std::string, Shape>>& given) const {
   StateDict mine = state_dict();
-  LoadResult r;
-  std::vector<std::string> mismatched;
-  std::map<std::string, const Tensor*> given;
-  for (const auto& [k, t] : sd.entries) given[k] = &t;
+  std::map<std::string, const Shape*> by_name;
+  for (const auto& [k, shape] : given) by_name[k] = &shape;
+  Fit f;
   for (const auto& [k, t] : mine.entries) {
-    auto it = given.find(k);
-    if (it == given.end()) {
-      r.missing.push_back(k);
-      continue;
-    }
-    const Tensor& src = *it->second;
-    if (!IntArrayRef(src.shape()).equals(t.shape()))
-      mismatched.push_back(k + " (checkpoint " + shape_str(src.shape()) + ", model " + shape_str(t.shape()) + ")");
+    auto it = by_name.find(k);
+    if (it == by_name.end())
+      f.missing.push_back(k);
+    else if (!IntArrayRef(*it->second).equals(t.shape()))
+      f.mismatched.push_back(k + " (checkpoint " + shape_str(*it->second) + ", model " + shape_str(t.shape()) + ")");
   }
-  for (const auto& [k, t] : sd.entries)
-    if (!mine.find(k)) r.unexpected.push_back(k);
+  for (const auto& [k, shape] : given)
+    if (!mine.find(k)) f.unexpected.push_back(k);
+  return f;
+}
 
-  auto join = [](const std::vector<std::string>& v) {
+std::string Module::Fit::problems(bool strict) const {
+  auto list = [](const std::vector<std::string>& v) {
+    constexpr size_t kShown = 10;
     std::string s;
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
-    return s;
+    for (size_t i = 0; i < v.size() && i < kShown; ++i) s += (i ? ", " : "") + v[i];
+    return v.size() > kShown ? s + " and " + std::to_string(v.size() - kShown) + " more" : s;
   };
-  std::string problems;
-  if (!mismatched.empty()) problems += "\n  shape mismatch: " + join(mismatched);
-  if (strict && !r.missing.empty()) problems += "\n  missing keys: " + join(r.missing);
-  if (strict && !r.unexpected.empty()) problems += "\n  unexpected keys: " + join(r.unexpected);
+  std::string p;
+  if (!mismatched.empty()) p += "\n  shape mismatch: " + list(mismatched);
+  if (strict && !missing.empty()) p += "\n  missing keys: " + list(missing);
+  if (strict && !unexpected.empty()) p += "\n  unexpected keys: " + list(unexpected);
+  return p;
+}
+
+Module::LoadResult Module::load_state_dict(const StateDict& sd, bool strict) {
+  std::vector<std::pair<std::string, Shape>> shapes;
+  std::map<std::string, const Tensor*> given;
+  for (const auto& [k, t] : sd.entries) {
+    shapes.emplace_back(k, t.shape());
+    given[k] = &t;
+  }
+  const Fit f = fit(shapes);
+  const std::string problems = f.problems(strict);
   TS_CHECK(problems.empty(), "load_state_dict for ", type_name_, " failed:", problems);
+  LoadResult r{f.missing, f.unexpected};
+  StateDict mine = state_dict();
 
   // The registered tensors themselves (state_dict's are detached handles), so
   // that a meta one can be given the checkpoint's memory.

@@ -265,12 +265,10 @@ void Trainer::load_checkpoint(const std::string& dir) {
   io::CheckpointReader r(dir);
   // ZeRO reads only this rank's parts; otherwise every rank loads it whole.
   if (!parallel_->load_checkpoint(r)) {
+    const std::string problems = recipe_.model->fit(r.shapes(io::CheckpointReader::Part::kModel)).problems();
+    TS_CHECK(problems.empty(), "checkpoint ", dir, " does not fit this model:", problems);
     io::Checkpoint c = r.read_all();
-    try {
-      recipe_.model->load_state_dict(nn::StateDict{c.model}, true);
-    } catch (const Error& e) {
-      TS_ERROR("checkpoint ", dir, " does not fit this model: ", e.what());
-    }
+    recipe_.model->load_state_dict(nn::StateDict{c.model}, true);
     optimizer_->load_state_dict({c.optimizer, c.optimizer_groups});
   }
   const json& s = r.state();

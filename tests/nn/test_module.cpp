@@ -67,6 +67,23 @@ TEST(Module, LoadStateDictErrorsListEveryProblemByName) {
   EXPECT_EQ(r.unexpected, std::vector<std::string>{"net.9.weight"});
 }
 
+// Module::fit, which the loaders that read a piece at a time share: names and
+// shapes only, and long lists cut after ten names.
+TEST(Module, FitNamesWhatDiffersAndCutsLongLists) {
+  auto m = std::make_shared<zoo::MLP>(zoo::MLPConfig{6, {5}, 3});
+  std::vector<std::pair<std::string, Shape>> given = {{"net.0.weight", {5, 7}}, {"net.0.bias", {5}}};
+  for (int i = 0; i < 12; ++i) given.emplace_back("extra." + std::to_string(i), Shape{1});
+  const auto f = m->fit(given);
+  EXPECT_EQ(f.mismatched, std::vector<std::string>{"net.0.weight (checkpoint [5, 7], model [5, 6])"});
+  EXPECT_EQ(f.missing, (std::vector<std::string>{"net.2.weight", "net.2.bias"}));
+  EXPECT_EQ(f.unexpected.size(), 12u);
+  const std::string p = f.problems();
+  EXPECT_NE(p.find("unexpected keys: extra.0, extra.1"), std::string::npos) << p;
+  EXPECT_NE(p.find("extra.9 and 2 more"), std::string::npos) << p;
+  EXPECT_EQ(f.problems(false).find("missing"), std::string::npos);
+  EXPECT_NE(f.problems(false).find("shape mismatch"), std::string::npos);
+}
+
 TEST(Module, TrainEvalToDtypeZeroGradApplyRequiresGrad) {
   auto m = std::make_shared<Sequential>(std::initializer_list<ModulePtr>{std::make_shared<Linear>(3, 3),
                                                                          std::make_shared<Dropout>(0.5)});

@@ -82,6 +82,7 @@ class DistributedDataParallel {
   nn::Module& model_;
   ProcessGroupPtr group_;
   DdpOptions opt_;
+  enum class Compression { kNone, kBf16, kPowerSgd } compression_ = Compression::kNone;  // opt_.compression, parsed
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
   size_t next_launch_ = 0;

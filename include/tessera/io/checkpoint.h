@@ -91,6 +91,12 @@ class CheckpointReader {
   const std::vector<std::string>& names(Part part) const { return names_[part]; }
   bool contains(Part part, const std::string& name) const { return entries_[part].count(name) != 0; }
   const Shape& shape(Part part, const std::string& name) const { return entry(part, name).shape; }
+  // Every tensor's name and shape, in names() order (what Module::fit takes).
+  std::vector<std::pair<std::string, Shape>> shapes(Part part) const {
+    std::vector<std::pair<std::string, Shape>> out;
+    for (const std::string& n : names_[part]) out.emplace_back(n, shape(part, n));
+    return out;
+  }
   DType dtype(Part part, const std::string& name) const { return entry(part, name).dtype; }
   // The whole tensor, in its shape.
   Tensor read(Part part, const std::string& name) const;

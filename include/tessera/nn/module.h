@@ -150,6 +150,19 @@ class Module : public std::enable_shared_from_this<Module> {
   };
   LoadResult load_state_dict(const StateDict& sd, bool strict = true);
 
+  // How tensors of these names and shapes (a checkpoint's) fit state_dict():
+  // what they lack, names the module does not have, and shapes that differ.
+  // load_state_dict checks with it, and so do the loaders that read a
+  // checkpoint a piece at a time (ZeRO's).
+  struct Fit {
+    std::vector<std::string> missing, unexpected;
+    std::vector<std::string> mismatched;  // "name (checkpoint [2, 3], model [3, 2])"
+    // "" when it fits (without strict, missing and unexpected names are
+    // allowed); else a line per kind of problem, naming up to 10 each.
+    std::string problems(bool strict = true) const;
+  };
+  Fit fit(const std::vector<std::pair<std::string, Shape>>& given) const;
+
   // ---- printing -------------------------------------------------------------
   const std::string& type_name() const { return type_name_; }
   // One line of hyper-parameters, e.g. "in_features=784, out_features=256".
