@@ -21,9 +21,9 @@
 // Note [ZeRO-3 units]
 // Stage 3 shards the parameters too: a segment is a unit of the model
 // (Module::shard_units: each element of a ModuleList, a transformer block;
-// the embeddings and head a model names), plus one root segment for every
-// other parameter (the final norm, an embedding tied to the head: parameters
-// used outside any one unit). Between uses
+// the embeddings and head a model names; an embedding and the head tied to
+// it are one unit used twice), plus one root segment for every other
+// parameter (the final norm: parameters used outside any unit). Between uses
 // each rank keeps only its chunk, and the model's parameters are meta tensors
 // (shape without data). A unit's forward pre-hook all-gathers it (and starts
 // the next unit's gather, the prefetch); its forward hook drops the data again
@@ -50,6 +50,7 @@
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/generator.h"
 #include "tessera/nn/container.h"
+#include "tessera/nn/linear.h"
 
 namespace tessera::distributed {
 
@@ -241,36 +242,66 @@ void ZeroRedundancy::build_segments() {
 }
 
 // Note [ZeRO-3 units]: the model's shard_units (the elements of its
-// ModuleLists, and the embeddings and head a model names), in forward order;
-// a parameter of no unit, or of two, is the root's.
+// ModuleLists, and the embeddings and head a model names), in forward order.
+// Units that share a parameter (an embedding and the head tied to it, which
+// lists the weight among its shared_parameters) are one segment, gathered
+// around each of their uses; a parameter of no unit is the root's.
 void ZeroRedundancy::build_units(std::vector<std::vector<size_t>>& members) {
   std::map<const void*, size_t> index_of;
   for (size_t i = 0; i < params_.size(); ++i) index_of.emplace(params_[i].tensor.impl(), i);
   std::vector<nn::Module*> units = model_.shard_units();
-  constexpr size_t kRoot = SIZE_MAX;
-  std::vector<size_t> owner(params_.size(), SIZE_MAX - 1);  // SIZE_MAX - 1: none yet
-  for (size_t u = 0; u < units.size(); ++u)
-    for (auto& [n, t] : units[u]->named_parameters()) {
-      auto it = index_of.find(t.impl());
-      if (it == index_of.end()) continue;  // frozen: stays whole
-      size_t& o = owner[it->second];
-      o = o == SIZE_MAX - 1 || o == u ? u : kRoot;
-    }
+  // Each unit's trainable parameters: its own, and those it uses of another's.
+  std::vector<std::vector<size_t>> used(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
-    std::vector<size_t> mine;
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (owner[i] == u) mine.push_back(i);
-    if (mine.empty()) continue;
-    segments_.emplace_back();
-    segments_.back().unit = units[u];
-    segments_.back().dtype = params_[mine[0]].tensor.dtype();
-    members.push_back(std::move(mine));
+    std::vector<Tensor> ts;
+    for (auto& [n, t] : units[u]->named_parameters()) ts.push_back(t);
+    for (const Tensor& t : units[u]->shared_parameters()) ts.push_back(t);
+    for (const Tensor& t : ts)
+      if (auto it = index_of.find(t.impl()); it != index_of.end()) used[u].push_back(it->second);  // else frozen
   }
-  // Backward completes the units last to first; the root (embeddings) last of all.
+  // Units joined through a shared parameter: each unit points at the first
+  // unit of its group (union-find by the smaller index).
+  std::vector<size_t> first(units.size());
+  for (size_t u = 0; u < units.size(); ++u) first[u] = u;
+  auto find = [&](size_t u) {
+    while (first[u] != u) u = first[u] = first[first[u]];
+    return u;
+  };
+  constexpr size_t kNone = SIZE_MAX;
+  std::vector<size_t> unit_of(params_.size(), kNone);  // the first unit using each parameter
+  for (size_t u = 0; u < units.size(); ++u)
+    for (size_t i : used[u]) {
+      if (unit_of[i] == kNone) {
+        unit_of[i] = u;
+        continue;
+      }
+      const size_t a = find(unit_of[i]), b = find(u);
+      if (a != b) first[std::max(a, b)] = std::min(a, b);
+    }
+  // Segments in the order of their first use; uses in forward order.
+  std::map<size_t, size_t> segment_of;  // a group's first unit -> its segment
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (used[u].empty()) continue;
+    const size_t g = find(u);
+    auto [it, fresh] = segment_of.emplace(g, segments_.size());
+    if (fresh) {
+      std::vector<size_t> mine;
+      for (size_t i = 0; i < params_.size(); ++i)
+        if (unit_of[i] != kNone && find(unit_of[i]) == g) mine.push_back(i);
+      segments_.emplace_back();
+      segments_.back().unit = units[u];
+      segments_.back().dtype = params_[mine[0]].tensor.dtype();
+      members.push_back(std::move(mine));
+    }
+    ++segments_[it->second].uses;
+    uses_.push_back({units[u], it->second});
+  }
+  // Backward completes a segment at its first use, so the segments last to
+  // first; the root (the final norm, ...) last of all.
   for (size_t k = segments_.size(); k-- > 0;) launch_order_.push_back(k);
   std::vector<size_t> root;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (owner[i] >= SIZE_MAX - 1) root.push_back(i);
+    if (unit_of[i] == kNone) root.push_back(i);
   if (!root.empty()) {
     launch_order_.push_back(segments_.size());
     segments_.emplace_back();
@@ -279,39 +310,55 @@ void ZeroRedundancy::build_units(std::vector<std::vector<size_t>>& members) {
   }
 }
 
+// Each use of a unit: its forward pre-hook gathers the unit (and starts the
+// next use's gather); its forward hook drops it and hooks the output, whose
+// gradient arriving means the use's backward is next: gather again (an
+// Embedding's backward reads no weights: not for it) and start the previous
+// use's gather. A segment used more than once is dropped again after each
+// use's backward (a hook on the use's input), since the next use backward
+// gathers it anew.
 void ZeroRedundancy::install_unit_hooks() {
   NoGradGuard no_grad;
-  size_t root = SIZE_MAX, first_unit = SIZE_MAX;
-  for (size_t k = 0; k < segments_.size(); ++k) {
-    if (!segments_[k].unit) {
-      root = k;
-      continue;
-    }
-    if (first_unit == SIZE_MAX) first_unit = k;
-    nn::Module* m = segments_[k].unit;
-    const bool has_next = k + 1 < segments_.size() && segments_[k + 1].unit;
-    module_hooks_.emplace_back(m, m->register_forward_pre_hook([this, k, has_next](nn::Module&, Tensor&) {
+  constexpr size_t kNone = SIZE_MAX;
+  size_t root = kNone;
+  for (size_t k = 0; k < segments_.size(); ++k)
+    if (!segments_[k].unit) root = k;
+  for (size_t u = 0; u < uses_.size(); ++u) {
+    nn::Module* m = uses_[u].module;
+    const size_t k = uses_[u].segment;
+    const size_t next = u + 1 < uses_.size() ? uses_[u + 1].segment : kNone;
+    const size_t prev = u > 0 ? uses_[u - 1].segment : kNone;
+    const bool shared = segments_[k].uses > 1;
+    const bool backward_reads_weights = dynamic_cast<nn::Embedding*>(m) == nullptr;
+    module_hooks_.emplace_back(m, m->register_forward_pre_hook([this, k, next, shared](nn::Module&, Tensor& in) {
       materialize(k);
-      if (has_next && !in_backward_) prefetch(k + 1);
+      if (next != kNone && !in_backward_) prefetch(next);
+      if (shared && GradMode::is_enabled() && in.defined() && in.requires_grad())
+        in.register_hook([this, k](const Tensor&) {
+          release(k);  // this use's backward is over
+          return Tensor();
+        });
     }));
-    module_hooks_.emplace_back(m, m->register_forward_hook([this, k](nn::Module&, const Tensor&, Tensor& out) {
+    module_hooks_.emplace_back(m, m->register_forward_hook([this, k, prev, backward_reads_weights](
+                                                                nn::Module&, const Tensor&, Tensor& out) {
       if (GradMode::is_enabled() && out.defined() && out.requires_grad() && !out.is_leaf())
-        out.register_hook([this, k](const Tensor&) {
+        out.register_hook([this, k, prev, backward_reads_weights](const Tensor&) {
           begin_backward();
-          materialize(k);
-          if (k > 0 && segments_[k - 1].unit) prefetch(k - 1);
+          if (backward_reads_weights) materialize(k);
+          if (prev != kNone) prefetch(prev);
           return Tensor();
         });
       release(k);
     }));
   }
-  module_hooks_.emplace_back(&model_, model_.register_forward_pre_hook([this, root, first_unit](nn::Module&, Tensor&) {
-    if (root != SIZE_MAX) materialize(root);
-    if (first_unit != SIZE_MAX) prefetch(first_unit);
+  const size_t first_use = uses_.empty() ? kNone : uses_[0].segment;
+  module_hooks_.emplace_back(&model_, model_.register_forward_pre_hook([this, root, first_use](nn::Module&, Tensor&) {
+    if (root != kNone) materialize(root);
+    if (first_use != kNone) prefetch(first_use);
   }));
   module_hooks_.emplace_back(&model_, model_.register_forward_hook([this, root](nn::Module&, const Tensor&, Tensor& out) {
     // Without a backward to come, nothing needs the root until the next forward.
-    if (root != SIZE_MAX && !(GradMode::is_enabled() && out.defined() && out.requires_grad())) release(root);
+    if (root != kNone && !(GradMode::is_enabled() && out.defined() && out.requires_grad())) release(root);
   }));
 }
 

@@ -23,7 +23,8 @@ struct ZeroRedundancy::Segment {
   DType dtype = DType::F32;
   std::vector<size_t> params;
   int64_t numel = 0, chunk = 0;  // chunk * group size >= numel
-  nn::Module* unit = nullptr;    // stage 3: the module whose forward gathers it (null: the root)
+  nn::Module* unit = nullptr;    // stage 3: the first module whose forward gathers it (null: the root)
+  int uses = 0;                  // stage 3: the modules whose forwards gather it (a tied embedding: 2)
   Tensor flat;                   // the parameters (chunk * N elements); stage 3: only while gathered
   Tensor shard;                  // stage 3: this rank's chunk, the only lasting copy
   Tensor gathering;              // stage 3: the all-gather's output while it runs

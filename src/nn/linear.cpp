@@ -152,6 +152,16 @@ std::string Embedding::extra_repr() const {
   return s;
 }
 
+TiedLinear::TiedLinear(std::shared_ptr<Embedding> e) : Module("TiedLinear"), embedding(std::move(e)) {
+  TS_CHECK(embedding, "TiedLinear: no embedding to tie to");
+}
+
+Tensor TiedLinear::forward(const Tensor& x) { return ops::linear(x, embedding->weight); }
+
+std::string TiedLinear::extra_repr() const {
+  return detail::str(embedding->embedding_dim, ", ", embedding->num_embeddings, ", tied to an embedding");
+}
+
 std::string Flatten::extra_repr() const { return detail::str("start_dim=", start_dim, ", end_dim=", end_dim); }
 std::string Unflatten::extra_repr() const { return detail::str("dim=", dim, ", unflattened_size=", shape_str(sizes)); }
 

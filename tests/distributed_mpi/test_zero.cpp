@@ -486,6 +486,62 @@ TEST(Zero, Stage3UnitsIncludeTheEmbeddingsAndAnUntiedHead) {
     EXPECT_TRUE(testing::all_close(got[i].second, want[i].second, 1e-5, 1e-6)) << got[i].first;
 }
 
+// A GPT's head tied to wte shares its weight: one segment, gathered around
+// the embedding's forward and again around the head's, holding no data in
+// between (the blocks run without it), and the model still equals one
+// process's.
+TEST(Zero, Stage3GathersATiedEmbeddingAroundEachOfItsUses) {
+  auto world = distributed::world();
+  nn::zoo::GPTConfig c;
+  c.vocab_size = 30;
+  c.block_size = 8;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  ASSERT_TRUE(c.weight_tying);
+  manual_seed(6);
+  nn::zoo::GPT ref(c);
+  manual_seed(6);
+  nn::zoo::GPT gpt(c);
+  auto ref_opt = optim::make_optimizer("adamw", {optim::ParamGroup{ref.parameters(), {}, {}}}, {{"lr", 0.01}});
+  auto opt = optim::make_optimizer("adamw", {optim::ParamGroup{gpt.parameters(), {}, {}}}, {{"lr", 0.01}});
+  ZeroOptions o;
+  o.stage = 3;
+  ZeroRedundancy zero(gpt, *opt, world, o);
+  auto seg = zero.segments();
+  ASSERT_EQ(seg.size(), 5u);  // wte with the tied head, wpe, two blocks, the root
+  EXPECT_EQ(seg[0], (std::vector<std::string>{"transformer.wte.weight"}));
+  EXPECT_EQ(seg[1], (std::vector<std::string>{"transformer.wpe.weight"}));
+  EXPECT_EQ(seg[4], (std::vector<std::string>{"transformer.ln_f.weight", "transformer.ln_f.bias"}));
+  // Whether the tied weight held data while each block ran, forward and backward.
+  std::vector<bool> held;
+  nn::Module& block = *(*gpt.h)[1];
+  auto pre = block.register_forward_pre_hook([&](nn::Module&, Tensor& in) {
+    held.push_back(!gpt.wte->weight.is_meta());
+    if (in.requires_grad())
+      in.register_hook([&](const Tensor&) {  // after the block's backward
+        held.push_back(!gpt.wte->weight.is_meta());
+        return Tensor();
+      });
+  });
+  Tensor ids = ops::remainder(arange(2 * 8, DType::I64), 30).reshape({2, 8});
+  for (int step = 0; step < 3; ++step) {
+    for (nn::Module* m : {static_cast<nn::Module*>(&ref), static_cast<nn::Module*>(&gpt)})
+      ops::cross_entropy((*m)(ids).reshape({-1, 30}), ids.reshape({-1})).backward();
+    ref_opt->step();
+    ref_opt->zero_grad();
+    zero.step();
+  }
+  block.remove_hook(pre);
+  ASSERT_EQ(held.size(), 6u);
+  for (bool h : held) EXPECT_FALSE(h) << "the tied weight was whole while a block ran";
+  zero.set_whole_parameters(true);
+  auto want = ref.named_parameters(), got = gpt.named_parameters();
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(testing::all_close(got[i].second, want[i].second, 1e-5, 1e-6)) << got[i].first;
+}
+
 // The stages that keep whole parameters need the model whole.
 TEST(Zero, AModelOnMetaNeedsStage3) {
   auto world = distributed::world();

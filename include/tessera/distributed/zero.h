@@ -142,6 +142,11 @@ class ZeroRedundancy {
   std::vector<std::vector<size_t>> groups_;  // the optimizer's groups, as indices into params_
   std::vector<int32_t> used_;                // this step: whether some backward used each parameter
   std::vector<size_t> launch_order_;         // segments in the order backward completes them
+  struct Use {
+    nn::Module* module;
+    size_t segment;
+  };
+  std::vector<Use> uses_;  // stage 3: the units' forwards in order, each with the segment it gathers
   std::vector<std::pair<nn::Module*, size_t>> module_hooks_;  // stage 3: (module, hook handle)
   size_t next_launch_ = 0;
   bool in_backward_ = false, sync_ = true;

@@ -69,6 +69,19 @@ struct Embedding : Module {
   std::string extra_repr() const override;
 };
 
+// y = x W^T with W an Embedding's weight [num_embeddings, embedding_dim]: an
+// output layer tied to the input embedding (GPT-2, tied Llamas). The weight
+// stays the embedding's (one parameter, one state-dict entry); this module
+// only uses it, through its own forward, so that hooks see the use.
+struct TiedLinear : Module {
+  explicit TiedLinear(std::shared_ptr<Embedding> embedding);
+  Tensor forward(const Tensor& x) override;
+  std::vector<Tensor> shared_parameters() const override { return {embedding->weight}; }
+  std::string extra_repr() const override;
+
+  std::shared_ptr<Embedding> embedding;  // not a child: its weight is not this module's
+};
+
 struct Flatten : Module {
   int64_t start_dim, end_dim;
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)

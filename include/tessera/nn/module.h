@@ -104,6 +104,10 @@ class Module : public std::enable_shared_from_this<Module> {
   // where each is used only inside its own forward (not tied to another).
   // Each must be called through operator(), whose hooks gather it.
   virtual std::vector<Module*> shard_units();
+  // Parameters of other modules this one uses in its forward (a head tied to
+  // an embedding uses the embedding's weight): not its own, so not in
+  // named_parameters, but a unit that lists them is gathered with their owner.
+  virtual std::vector<Tensor> shared_parameters() const { return {}; }
   int64_t num_parameters(bool trainable_only = false) const;
 
   // ---- state ----------------------------------------------------------------

@@ -21,7 +21,10 @@ GPT::GPT(GPTConfig c) : Module("GPT"), config(c) {
   for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(std::make_shared<DecoderBlock>(c.n_embd, c.n_head, c.bias, c.dropout));
   ln_f = std::make_shared<LayerNorm>(IntArrayRef{c.n_embd}, 1e-5, true, c.bias);
   transformer->insert("wte", wte).insert("wpe", wpe).insert("drop", drop).insert("h", h).insert("ln_f", ln_f);
-  if (!c.weight_tying) lm_head = register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
+  if (c.weight_tying)
+    tied_head = register_module("lm_head", std::make_shared<TiedLinear>(wte));
+  else
+    lm_head = register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
   reset_parameters();
 }
 
@@ -39,13 +42,12 @@ void GPT::reset_parameters() {
   }
 }
 
-// A tied wte is used again by the head, outside its own forward: the root's.
+// In forward order; a tied head shares wte's weight, so the two are one
+// segment, gathered around each use (Note [ZeRO-3 units]).
 std::vector<Module*> GPT::shard_units() {
-  std::vector<Module*> units;
-  if (lm_head) units.push_back(wte.get());
-  units.push_back(wpe.get());
+  std::vector<Module*> units{wte.get(), wpe.get()};
   for (Module* b : Module::shard_units()) units.push_back(b);
-  if (lm_head) units.push_back(lm_head.get());
+  units.push_back(lm_head ? static_cast<Module*>(lm_head.get()) : tied_head.get());
   return units;
 }
 
@@ -59,7 +61,7 @@ Tensor GPT::forward(const Tensor& ids) {
   x = run_blocks(static_cast<int64_t>(h->size()), config.gradient_checkpointing, config.checkpoint_segments, x,
                  [this](int64_t i, const Tensor& in) { return (*(*h)[i])(in); });
   x = (*ln_f)(x);
-  return lm_head ? (*lm_head)(x) : ops::linear(x, wte->weight);
+  return lm_head ? (*lm_head)(x) : (*tied_head)(x);
 }
 
 }  // namespace tessera::nn::zoo

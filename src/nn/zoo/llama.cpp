@@ -81,7 +81,10 @@ Llama::Llama(LlamaConfig c) : Module("Llama"), config(c) {
   TS_CHECK(c.vocab_size > 0 && c.dim > 0 && c.n_layers > 0 && c.hidden_dim > 0 && c.max_seq_len > 0,
            "Llama: vocab_size, dim, n_layers, hidden_dim and max_seq_len must be positive");
   model = register_module("model", std::make_shared<LlamaModel>(c));
-  if (!c.tie_embeddings) lm_head = register_module("lm_head", std::make_shared<Linear>(c.dim, c.vocab_size, false));
+  if (c.tie_embeddings)
+    tied_head = register_module("lm_head", std::make_shared<TiedLinear>(model->embed_tokens));
+  else
+    lm_head = register_module("lm_head", std::make_shared<Linear>(c.dim, c.vocab_size, false));
   const int64_t D = c.dim / c.n_heads;
   rope_cos = register_buffer("rope_cos", empty({c.max_seq_len, D}), false);
   rope_sin = register_buffer("rope_sin", empty({c.max_seq_len, D}), false);
@@ -113,12 +116,12 @@ void Llama::reset_buffers() {
   rope_sin.copy_(ops::sin(emb));
 }
 
-// A tied embed_tokens is used again by the head, outside its own forward: the root's.
+// In forward order; a tied head shares embed_tokens' weight, so the two are
+// one segment, gathered around each use (Note [ZeRO-3 units]).
 std::vector<Module*> Llama::shard_units() {
-  std::vector<Module*> units;
-  if (lm_head) units.push_back(model->embed_tokens.get());
+  std::vector<Module*> units{model->embed_tokens.get()};
   for (Module* l : Module::shard_units()) units.push_back(l);
-  if (lm_head) units.push_back(lm_head.get());
+  units.push_back(lm_head ? static_cast<Module*>(lm_head.get()) : tied_head.get());
   return units;
 }
 
@@ -133,7 +136,7 @@ Tensor Llama::forward(const Tensor& ids) {
                    return (*(*model->layers)[i])(in);  // through operator(): its hooks run
                  });
   x = (*model->norm)(x);
-  return lm_head ? (*lm_head)(x) : ops::linear(x, model->embed_tokens->weight);
+  return lm_head ? (*lm_head)(x) : (*tied_head)(x);
 }
 
 }  // namespace tessera::nn::zoo

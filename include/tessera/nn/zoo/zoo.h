@@ -86,9 +86,10 @@ struct GPT : Module {
   std::shared_ptr<Dropout> drop;
   std::shared_ptr<ModuleList> h;
   std::shared_ptr<LayerNorm> ln_f;
-  std::shared_ptr<Linear> lm_head;  // null when the head is tied to wte
+  std::shared_ptr<Linear> lm_head;        // null when the head is tied to wte
+  std::shared_ptr<TiedLinear> tied_head;  // the head tied to wte (registered as lm_head), else null
   explicit GPT(GPTConfig c);
-  std::vector<Module*> shard_units() override;  // wte (untied), wpe, the blocks, lm_head
+  std::vector<Module*> shard_units() override;  // wte, wpe, the blocks, the head
   void reset_parameters() override;
   Tensor forward(const Tensor& ids) override;  // [B, T] int64 -> logits [B, T, vocab]
 };
@@ -143,10 +144,11 @@ struct Llama : Module {
   void reset_buffers() override;
   LlamaConfig config;
   std::shared_ptr<LlamaModel> model;
-  std::shared_ptr<Linear> lm_head;  // null when tied to embed_tokens
-  Tensor rope_cos, rope_sin;        // [max_seq_len, head_dim], not saved
+  std::shared_ptr<Linear> lm_head;        // null when tied to embed_tokens
+  std::shared_ptr<TiedLinear> tied_head;  // the head tied to embed_tokens (registered as lm_head), else null
+  Tensor rope_cos, rope_sin;              // [max_seq_len, head_dim], not saved
   explicit Llama(LlamaConfig c);
-  std::vector<Module*> shard_units() override;  // embed_tokens (untied), the layers, lm_head
+  std::vector<Module*> shard_units() override;  // embed_tokens, the layers, the head
   void reset_parameters() override;
   Tensor forward(const Tensor& ids) override;  // [B, T] int64 -> logits [B, T, vocab]
 };
