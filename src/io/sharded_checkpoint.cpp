@@ -177,8 +177,9 @@ json read_index(const std::string& dir, bool check_files) {
             !index["files"].contains(p["file"].get<std::string>()))
           bad("gives '" + name + "' a piece in an unlisted file");
         if (p.contains("offset")) {  // a box: an offset and a shape per dimension, inside the tensor
-          auto ints = [&](const char* key) {
-            if (!p.contains(key) || !p[key].is_array() || p[key].size() != t["shape"].size()) return false;
+          const size_t rank = t["shape"].size();  // a plain copy: clang 14 cannot capture the binding t
+          auto ints = [&p, rank](const char* key) {
+            if (!p.contains(key) || !p[key].is_array() || p[key].size() != rank) return false;
             for (auto& v : p[key])
               if (!v.is_number_integer()) return false;
             return true;

@@ -81,7 +81,9 @@ void bn_backward(const T* g, const T* x, int64_t N, int64_t C, int64_t HW, const
   });
 }
 
-// [N, C, HW] of a contiguous [N, C, *] tensor.
+// [N, C, HW] of a contiguous [N, C, *] tensor. Held as a struct, not as
+// structured bindings: the lambdas below capture it, which clang before 16
+// (Debian 12's, scripts/fuzz.sh) refuses for bindings.
 struct NCHW {
   int64_t N, C, HW;
 };
@@ -93,27 +95,27 @@ NCHW dims_of(const Tensor& x) {
 }  // namespace
 
 void batch_norm_stats(const Tensor& x, const Tensor& mean, const Tensor& var) {
-  auto [N, C, HW] = dims_of(x);
+  const NCHW d = dims_of(x);
   visit_floating(x.dtype(), [&]<typename T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      bn_stats<T>(x.data_ptr<T>(), N, C, HW, mean.data_ptr<double>(), var.data_ptr<double>());
+      bn_stats<T>(x.data_ptr<T>(), d.N, d.C, d.HW, mean.data_ptr<double>(), var.data_ptr<double>());
   });
 }
 
 void batch_norm_apply(const Tensor& x, const Tensor& y, const Tensor& scale, const Tensor& shift) {
-  auto [N, C, HW] = dims_of(x);
+  const NCHW d = dims_of(x);
   visit_floating(x.dtype(), [&]<typename T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      bn_apply<T>(x.data_ptr<T>(), y.data_ptr<T>(), N, C, HW, scale.data_ptr<double>(), shift.data_ptr<double>());
+      bn_apply<T>(x.data_ptr<T>(), y.data_ptr<T>(), d.N, d.C, d.HW, scale.data_ptr<double>(), shift.data_ptr<double>());
   });
 }
 
 void batch_norm_bwd(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w,
                     bool training, const Tensor& gx, const Tensor& gw, const Tensor& gb) {
-  auto [N, C, HW] = dims_of(x);
+  const NCHW d = dims_of(x);
   visit_floating(x.dtype(), [&]<typename T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      bn_backward<T>(g.data_ptr<T>(), x.data_ptr<T>(), N, C, HW, mean.data_ptr<double>(), rstd.data_ptr<double>(),
+      bn_backward<T>(g.data_ptr<T>(), x.data_ptr<T>(), d.N, d.C, d.HW, mean.data_ptr<double>(), rstd.data_ptr<double>(),
                      w.defined() ? w.data_ptr<double>() : nullptr, training, gx.defined() ? gx.data_ptr<T>() : nullptr,
                      gw.defined() ? gw.data_ptr<double>() : nullptr, gb.defined() ? gb.data_ptr<double>() : nullptr);
   });
