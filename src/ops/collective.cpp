@@ -101,15 +101,22 @@ void record_if_needed(const char* op, const Tensor& x, Tensor& out, autograd::Vj
   out = outs[0];
 }
 
+
+// The sum over the group's ranks, in fresh memory (all_reduce and
+// reduce_from_group differ only in their gradient).
+Tensor summed(const Tensor& x, const std::string& group, const char* op) {
+  check_defined(x, op, "x");
+  std::shared_ptr<Communicator> comm = find_communicator(group, op);
+  Tensor y = fresh_copy(x);
+  if (has_values(y)) comm->all_reduce_sum(y);
+  return y;
+}
 }  // namespace
 
 Tensor all_reduce(const Tensor& x, const std::string& group) {
   TS_OP_SCOPE(all_reduce, &x);
   TS_OP_ATTRS({"group", group});
-  check_defined(x, "all_reduce", "x");
-  std::shared_ptr<Communicator> comm = find_communicator(group, "all_reduce");
-  Tensor y = fresh_copy(x);
-  if (has_values(y)) comm->all_reduce_sum(y);
+  Tensor y = summed(x, group, "all_reduce");
   record_if_needed("all_reduce", x, y, [group](const VjpArgs& a) -> TensorList { return {all_reduce(a.grads[0], group)}; });
   TS_RETURN(y);
 }
@@ -117,10 +124,7 @@ Tensor all_reduce(const Tensor& x, const std::string& group) {
 Tensor reduce_from_group(const Tensor& x, const std::string& group) {
   TS_OP_SCOPE(reduce_from_group, &x);
   TS_OP_ATTRS({"group", group});
-  check_defined(x, "reduce_from_group", "x");
-  std::shared_ptr<Communicator> comm = find_communicator(group, "reduce_from_group");
-  Tensor y = fresh_copy(x);
-  if (has_values(y)) comm->all_reduce_sum(y);
+  Tensor y = summed(x, group, "reduce_from_group");
   record_if_needed("reduce_from_group", x, y, [](const VjpArgs& a) -> TensorList { return {a.grads[0]}; });
   TS_RETURN(y);
 }

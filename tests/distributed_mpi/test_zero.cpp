@@ -445,18 +445,24 @@ TEST(Zero, Stage3MaterializesAModelBuiltOnMetaShardByShard) {
   expect_replicas_equal(*gpt, *world);
 }
 
-// An untied GPT's embeddings and head are units of their own (gathered only
-// around their forward and backward); the root keeps the final norm. Every
-// rank trains on the same batch, so the model equals one process's.
-TEST(Zero, Stage3UnitsIncludeTheEmbeddingsAndAnUntiedHead) {
-  auto world = distributed::world();
+// The two-block GPT of the unit tests below.
+nn::zoo::GPTConfig tiny_gpt(bool tied) {
   nn::zoo::GPTConfig c;
   c.vocab_size = 30;
   c.block_size = 8;
   c.n_layer = 2;
   c.n_head = 2;
   c.n_embd = 16;
-  c.weight_tying = false;
+  c.weight_tying = tied;
+  return c;
+}
+
+// An untied GPT's embeddings and head are units of their own (gathered only
+// around their forward and backward); the root keeps the final norm. Every
+// rank trains on the same batch, so the model equals one process's.
+TEST(Zero, Stage3UnitsIncludeTheEmbeddingsAndAnUntiedHead) {
+  auto world = distributed::world();
+  nn::zoo::GPTConfig c = tiny_gpt(/*tied=*/false);
   manual_seed(5);
   nn::zoo::GPT ref(c);
   manual_seed(5);
@@ -492,13 +498,7 @@ TEST(Zero, Stage3UnitsIncludeTheEmbeddingsAndAnUntiedHead) {
 // process's.
 TEST(Zero, Stage3GathersATiedEmbeddingAroundEachOfItsUses) {
   auto world = distributed::world();
-  nn::zoo::GPTConfig c;
-  c.vocab_size = 30;
-  c.block_size = 8;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  ASSERT_TRUE(c.weight_tying);
+  nn::zoo::GPTConfig c = tiny_gpt(/*tied=*/true);
   manual_seed(6);
   nn::zoo::GPT ref(c);
   manual_seed(6);
