@@ -146,6 +146,8 @@ NOTES = {
     "reduce_scatter": "block `rank` along `dim` of the sum; gradient all_gather(dy)",
     "copy_to_group": "x itself; gradient all_reduce(dy) (Megatron's f: the input of a split computation)",
     "reduce_from_group": "sum over the group's ranks; gradient dy (Megatron's g: a result every rank uses alike)",
+    "gather_from_group": "the ranks' tensors joined along `dim`; gradient block `rank` of dy (a split result every rank uses whole)",
+    "scatter_to_group": "block `rank` along `dim`; gradient the ranks' dy joined along `dim` (a replicated input split across the ranks)",
     "fused_elementwise": "made by the compiler's fusion pass: a register program over pointwise kernels, run in tiles", "matmul": "1-D promotion and batch broadcasting as PyTorch",
 }
 TITLES = {"unary": "Unary elementwise", "binary": "Binary elementwise (broadcasting, PyTorch type promotion, Scalar forms)",

@@ -7,12 +7,17 @@
 //   reduce_scatter      y = block `rank` of the sum       dx = all_gather(dy)
 //   copy_to_group       y = x                             dx = all_reduce(dy)
 //   reduce_from_group   y = sum over ranks of x           dx = dy
+//   gather_from_group   y = ranks' x joined along dim     dx = block `rank` of dy
+//   scatter_to_group    y = block `rank` of x along dim   dx = ranks' dy joined
 //
 // The first four are exact adjoints: the gradient a rank gets is that of the
 // sum of every rank's loss, which is what data parallelism averages
 // (SyncBatchNorm's statistics). reduce_from_group is copy_to_group's partner
 // for a result every rank then uses alike (Megatron's "g"): the loss after it
 // is one loss computed on every rank, so each rank's gradient is dy itself.
+// gather_from_group and scatter_to_group are the same pair for a result, or
+// an input, split along a dim (a vocabulary-split head's logits, a
+// sequence-split activation): each is the other's gradient.
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -88,7 +93,8 @@ Tensor fresh_copy(const Tensor& x) {
 
 // The dim a gather joins or a scatter splits.
 int64_t block_dim(const Tensor& x, int64_t dim, const char* op) {
-  TS_CHECK(x.dim() >= 1, op, ": the tensor needs a dimension to ", std::string_view(op) == "all_gather" ? "join" : "split",
+  check_defined(x, op, "x");
+  TS_CHECK(x.dim() >= 1, op, ": the tensor needs a dimension to ", std::string_view(op).find("gather") != std::string_view::npos ? "join" : "split",
            " along, got a scalar");
   return wrap_dim(dim, x.dim(), op);
 }
@@ -110,6 +116,28 @@ Tensor summed(const Tensor& x, const std::string& group, const char* op) {
   Tensor y = fresh_copy(x);
   if (has_values(y)) comm->all_reduce_sum(y);
   return y;
+}
+
+// The ranks' x joined along dim d, in fresh memory (all_gather and
+// gather_from_group differ only in their gradient).
+Tensor gathered(const Tensor& x, const std::string& group, int64_t d, const char* op) {
+  std::shared_ptr<Communicator> comm = find_communicator(group, op);
+  const int64_t n = comm->size();
+  // The ranks' tensors stacked on a new leading dim, which then moves next to
+  // `d` and merges with it.
+  Shape stacked{n};
+  for (int64_t s : x.shape()) stacked.push_back(s);
+  Shape joined(x.shape().begin(), x.shape().end());
+  joined[d] *= n;
+  NoGradGuard no_grad;
+  Tensor blocks = empty(stacked, x.dtype());
+  if (has_values(blocks)) comm->all_gather_into(blocks, x.contiguous());
+  if (d == 0) return blocks.reshape(joined);
+  std::vector<int64_t> order;
+  for (int64_t k = 1; k <= d; ++k) order.push_back(k);
+  order.push_back(0);
+  for (int64_t k = d + 1; k <= x.dim(); ++k) order.push_back(k);
+  return blocks.permute(order).contiguous().reshape(joined);
 }
 }  // namespace
 
@@ -144,32 +172,36 @@ Tensor copy_to_group(const Tensor& x, const std::string& group) {
 Tensor all_gather(const Tensor& x, const std::string& group, int64_t dim) {
   TS_OP_SCOPE(all_gather, &x);
   TS_OP_ATTRS({"group", group}, {"dim", dim});
-  check_defined(x, "all_gather", "x");
   const int64_t d = block_dim(x, dim, "all_gather");
-  std::shared_ptr<Communicator> comm = find_communicator(group, "all_gather");
+  Tensor y = gathered(x, group, d, "all_gather");
+  record_if_needed("all_gather", x, y, [group, d](const VjpArgs& a) -> TensorList { return {reduce_scatter(a.grads[0], group, d)}; });
+  TS_RETURN(y);
+}
+
+Tensor gather_from_group(const Tensor& x, const std::string& group, int64_t dim) {
+  TS_OP_SCOPE(gather_from_group, &x);
+  TS_OP_ATTRS({"group", group}, {"dim", dim});
+  const int64_t d = block_dim(x, dim, "gather_from_group");
+  Tensor y = gathered(x, group, d, "gather_from_group");
+  record_if_needed("gather_from_group", x, y, [group, d](const VjpArgs& a) -> TensorList { return {scatter_to_group(a.grads[0], group, d)}; });
+  TS_RETURN(y);
+}
+
+Tensor scatter_to_group(const Tensor& x, const std::string& group, int64_t dim) {
+  TS_OP_SCOPE(scatter_to_group, &x);
+  TS_OP_ATTRS({"group", group}, {"dim", dim});
+  const int64_t d = block_dim(x, dim, "scatter_to_group");
+  std::shared_ptr<Communicator> comm = find_communicator(group, "scatter_to_group");
   const int64_t n = comm->size();
-  // The ranks' tensors stacked on a new leading dim, which then moves next to
-  // `d` and merges with it.
-  Shape stacked{n};
-  for (int64_t s : x.shape()) stacked.push_back(s);
-  Shape joined(x.shape().begin(), x.shape().end());
-  joined[d] *= n;
+  TS_CHECK(x.size(d) % n == 0, "scatter_to_group: dim ", d, " of size ", x.size(d), " must split into ", n,
+           " equal blocks, one per rank of group '", group, "'");
+  const int64_t part = x.size(d) / n;
   Tensor y;
   {
     NoGradGuard no_grad;
-    Tensor blocks = empty(stacked, x.dtype());
-    if (has_values(blocks)) comm->all_gather_into(blocks, x.contiguous());
-    if (d == 0) {
-      y = blocks.reshape(joined);
-    } else {
-      std::vector<int64_t> order;
-      for (int64_t k = 1; k <= d; ++k) order.push_back(k);
-      order.push_back(0);
-      for (int64_t k = d + 1; k <= x.dim(); ++k) order.push_back(k);
-      y = blocks.permute(order).contiguous().reshape(joined);
-    }
+    y = fresh_copy(x.narrow(d, comm->rank() * part, part));
   }
-  record_if_needed("all_gather", x, y, [group, d](const VjpArgs& a) -> TensorList { return {reduce_scatter(a.grads[0], group, d)}; });
+  record_if_needed("scatter_to_group", x, y, [group, d](const VjpArgs& a) -> TensorList { return {gather_from_group(a.grads[0], group, d)}; });
   TS_RETURN(y);
 }
 
@@ -212,5 +244,7 @@ TS_OP_INVOKER(reduce_from_group) { return {reduce_from_group(in[0], a.s("group")
 TS_OP_INVOKER(copy_to_group) { return {copy_to_group(in[0], a.s("group"))}; }
 TS_OP_INVOKER(all_gather) { return {all_gather(in[0], a.s("group"), a.i("dim"))}; }
 TS_OP_INVOKER(reduce_scatter) { return {reduce_scatter(in[0], a.s("group"), a.i("dim"))}; }
+TS_OP_INVOKER(gather_from_group) { return {gather_from_group(in[0], a.s("group"), a.i("dim"))}; }
+TS_OP_INVOKER(scatter_to_group) { return {scatter_to_group(in[0], a.s("group"), a.i("dim"))}; }
 
 }  // namespace tessera::ops

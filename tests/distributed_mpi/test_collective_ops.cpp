@@ -78,6 +78,38 @@ TEST(CollectiveOps, ReduceFromGroupPassesTheGradientThrough) {
   EXPECT_TRUE(testing::all_close(x.grad(), ops::mul(ops::cos(want), c), 1e-12, 1e-12));
 }
 
+// Megatron's gather_from and scatter_to: a split result every rank then uses
+// whole, and a replicated input each rank takes a block of. One loss,
+// computed alike on every rank, so the gradients are blocks and joins of dy.
+TEST(CollectiveOps, GatherFromAndScatterToAreEachOthersGradient) {
+  auto w = distributed::world();
+  const int r = w->rank(), s = w->size();
+  const Shape part{2, 3, 4};
+  for (int64_t dim : {0, 1, -1}) {
+    SCOPED_TRACE("dim " + std::to_string(dim));
+    const int64_t d = dim < 0 ? dim + 3 : dim, n = part[d];
+    Shape whole = part;
+    whole[d] *= s;
+    Tensor c = draws(60, whole);  // the same coefficients on every rank
+    Tensor x = draws(r, part).requires_grad_();
+    Tensor y = ops::gather_from_group(x, w->name(), dim);
+    for (int q = 0; q < s; ++q) EXPECT_TRUE(testing::all_close(y.narrow(d, q * n, n), draws(q, part), 0, 0));
+    ops::sum(ops::mul(y, c)).backward();
+    EXPECT_TRUE(testing::all_close(x.grad(), c.narrow(d, r * n, n), 0, 0));
+
+    // scatter_to_group then gather_from_group is the identity, gradient included.
+    Tensor X = draws(70, whole).requires_grad_();
+    Tensor z = ops::scatter_to_group(X, w->name(), dim);
+    EXPECT_TRUE(testing::all_close(z, X.narrow(d, r * n, n), 0, 0));
+    Tensor back = ops::gather_from_group(ops::mul(z, z), w->name(), dim);
+    EXPECT_TRUE(testing::all_close(back, ops::mul(X, X), 0, 0));
+    ops::sum(ops::mul(back, c)).backward();
+    EXPECT_TRUE(testing::all_close(X.grad(), ops::mul(ops::mul(X, c), 2.0), 1e-12, 1e-12));
+  }
+  Tensor odd = draws(0, {2 * s + 1, 2});
+  if (s > 1) EXPECT_THROW(ops::scatter_to_group(odd, w->name(), 0), Error);
+}
+
 TEST(CollectiveOps, SubGroupsAreFoundByName) {
   auto w = distributed::world();
   const int r = w->rank();

@@ -470,6 +470,8 @@ OpSample sample_all_gather() { return {{rn({2, 3}, 321)}, {{"group", "world"s}, 
 OpSample sample_reduce_scatter() { return {{rn({2, 4}, 322)}, {{"group", "world"s}, {"dim", int64_t{1}}}}; }
 OpSample sample_copy_to_group() { return {{rn({2, 3}, 323)}, {{"group", "world"s}}}; }
 OpSample sample_reduce_from_group() { return {{rn({2, 3}, 324)}, {{"group", "world"s}}}; }
+OpSample sample_gather_from_group() { return {{rn({2, 3}, 325)}, {{"group", "world"s}, {"dim", int64_t{-1}}}}; }
+OpSample sample_scatter_to_group() { return {{rn({2, 3}, 326)}, {{"group", "world"s}, {"dim", int64_t{0}}}}; }
 
 // ---- made by the compiler ----
 OpSample sample_fused_elementwise() {

@@ -210,6 +210,8 @@ std::vector<OpInfo> op_table() {
   add_row("reduce_scatter_dim_last", [](auto& t) { return reduce_scatter(t[0], "world", -1); }, {{S{Shape{3, 4}}}});
   add_row("copy_to_group", [](auto& t) { return copy_to_group(t[0]); }, {{S{Shape{3, 4}}}});
   add_row("reduce_from_group", [](auto& t) { return reduce_from_group(t[0]); }, {{S{Shape{3, 4}}}});
+  add_row("gather_from_group_dim1", [](auto& t) { return gather_from_group(t[0], "world", 1); }, {{S{Shape{3, 4}}}});
+  add_row("scatter_to_group", [](auto& t) { return scatter_to_group(t[0]); }, {{S{Shape{3, 4}}}, {S{Shape{2, 3, 2}}}});
   return rows;
 }
 

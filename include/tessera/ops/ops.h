@@ -292,6 +292,12 @@ Tensor reduce_scatter(const Tensor& x, const std::string& group = "world", int64
 Tensor copy_to_group(const Tensor& x, const std::string& group = "world");
 // The sum over the ranks; gradient dy itself (a result every rank then uses alike).
 Tensor reduce_from_group(const Tensor& x, const std::string& group = "world");
+// The ranks' x joined along dim forward; gradient block `rank` of dy (a
+// split result every rank then uses whole: Megatron's gather_from).
+Tensor gather_from_group(const Tensor& x, const std::string& group = "world", int64_t dim = 0);
+// Block `rank` along dim forward; gradient the ranks' dy joined along dim (a
+// replicated input each rank uses a block of: Megatron's scatter_to).
+Tensor scatter_to_group(const Tensor& x, const std::string& group = "world", int64_t dim = 0);
 
 // ---- backward kernels -------------------------------------------------------------------
 // The gradients of the fused ops above, as ops of their own, so that a backward

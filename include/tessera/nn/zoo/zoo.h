@@ -115,7 +115,8 @@ struct LlamaAttention : Module {
   int64_t n_heads, n_kv_heads, head_dim;
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
   LlamaAttention(const LlamaConfig& c);
-  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin);
+  // Virtual: tensor parallelism's attention (distributed/tensor_parallel.h) splits the heads.
+  virtual Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin);
 };
 struct LlamaMLP : Module {
   std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
