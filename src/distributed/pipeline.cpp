@@ -246,6 +246,13 @@ std::vector<int> Pipeline::local_stages() const {
   return out;
 }
 
+bool Pipeline::is_tied_copy(const Tensor& t) const {
+  const int last = schedule_.rank_of(schedule_.stages() - 1);
+  // By memory, not handle: a state_dict's tensors are detached views.
+  return tied_.defined() && !t.device().is_meta() && t.raw_data() == tied_.raw_data() && group_->rank() == last &&
+         last != schedule_.rank_of(0);
+}
+
 nn::NamedTensors Pipeline::parameters() const {
   nn::NamedTensors out;
   for (auto& [name, p] : model_->named_parameters())

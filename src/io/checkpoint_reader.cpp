@@ -187,8 +187,9 @@ const CheckpointReader::Entry& CheckpointReader::entry(Part part, const std::str
 // range flattened, a box in its shape.
 Tensor CheckpointReader::piece_data(const Entry& e, const std::string& name, const Piece& p) const {
   const SafetensorsFile& f = open(p.file);
-  TS_CHECK(f.contains(name), "checkpoint ", dir_, ": ", p.file, " has no tensor '", name, "' though the index says so");
-  Tensor t = f.get(name);
+  const std::string& key = p.key.empty() ? name : p.key;
+  TS_CHECK(f.contains(key), "checkpoint ", dir_, ": ", p.file, " has no tensor '", key, "' though the index says so");
+  Tensor t = f.get(key);
   if (!p.box.empty()) {
     TS_CHECK(t.dtype() == e.dtype && IntArrayRef(t.shape()).equals(p.box), "checkpoint ", dir_, ": '", name, "' in ",
              p.file, " is ", dtype_name(t.dtype()), " ", shape_str(t.shape()), ", the index says a ",

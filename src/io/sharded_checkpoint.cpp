@@ -44,9 +44,24 @@ std::pair<uint64_t, uint32_t> file_crc32(const std::string& path) {
   return {bytes, static_cast<uint32_t>(crc)};
 }
 
+// The name each piece has in its rank's file: the tensor's, and for a
+// rank's second and later piece of one tensor (the fused QKV projection's
+// three row ranges) the tensor's with "#k" after it.
+std::vector<std::string> piece_keys(const std::vector<CheckpointPiece>& pieces) {
+  std::map<std::string, int> seen;
+  std::vector<std::string> keys;
+  for (auto& p : pieces) {
+    const int k = seen[p.name]++;
+    keys.push_back(k == 0 ? p.name : p.name + "#" + std::to_string(k));
+  }
+  return keys;
+}
+
 json describe(const std::vector<CheckpointPiece>& pieces, const std::string& file) {
   json out = json::array();
-  for (auto& p : pieces) {
+  const std::vector<std::string> keys = piece_keys(pieces);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const CheckpointPiece& p = pieces[i];
     json e = {{"name", p.name},
               {"dtype", dtype_name(p.data.dtype())},
               {"shape", std::vector<int64_t>(p.shape.begin(), p.shape.end())},
@@ -58,6 +73,7 @@ json describe(const std::vector<CheckpointPiece>& pieces, const std::string& fil
       e["begin"] = std::max<int64_t>(0, p.begin);
       e["end"] = p.begin < 0 ? p.data.numel() : p.begin + p.data.numel();
     }
+    if (keys[i] != p.name) e["key"] = keys[i];
     out.push_back(std::move(e));
   }
   return out;
@@ -67,6 +83,7 @@ json describe(const std::vector<CheckpointPiece>& pieces, const std::string& fil
 CheckpointReader::Piece piece_of(const json& p) {
   CheckpointReader::Piece out;
   out.file = p["file"].get<std::string>();
+  if (p.contains("key")) out.key = p["key"].get<std::string>();
   if (p.contains("offset")) {
     out.offset = p["offset"].get<std::vector<int64_t>>();
     out.box = p["shape"].get<std::vector<int64_t>>();
@@ -79,7 +96,9 @@ CheckpointReader::Piece piece_of(const json& p) {
 
 NamedTensors tensors_of(const std::vector<CheckpointPiece>& pieces) {
   NamedTensors out;
-  for (auto& p : pieces) {
+  const std::vector<std::string> keys = piece_keys(pieces);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const CheckpointPiece& p = pieces[i];
     TS_CHECK(p.begin >= 0 || !p.offset.empty() || IntArrayRef(p.data.shape()).equals(p.shape),
              "save_sharded_checkpoint: the whole tensor '",
              p.name, "' has shape ", shape_str(p.data.shape()), ", its piece says ", shape_str(p.shape));
@@ -88,7 +107,7 @@ NamedTensors tensors_of(const std::vector<CheckpointPiece>& pieces) {
                                   p.data.dim() == static_cast<int64_t>(p.shape.size())),
              "save_sharded_checkpoint: the box of '", p.name, "' needs an offset and a shape per dimension of ",
              shape_str(p.shape));
-    out.emplace_back(p.name, p.data.contiguous());
+    out.emplace_back(keys[i], p.data.contiguous());
   }
   return out;
 }
@@ -113,6 +132,7 @@ json build_index(const fs::path& dir, int world) {
           t["pieces"].push_back({{"file", e["file"]}, {"offset", e["offset"]}, {"shape", e["box"]}});
         else
           t["pieces"].push_back({{"file", e["file"]}, {"begin", e["begin"]}, {"end", e["end"]}});
+        if (e.contains("key")) t["pieces"].back()["key"] = e["key"];
       }
     }
     json out = json::object();
@@ -176,6 +196,8 @@ json read_index(const std::string& dir, bool check_files) {
         if (!p.is_object() || !p.contains("file") || !p["file"].is_string() ||
             !index["files"].contains(p["file"].get<std::string>()))
           bad("gives '" + name + "' a piece in an unlisted file");
+        if (p.contains("key") && (!p["key"].is_string() || p["key"].get<std::string>().empty()))
+          bad("gives '" + name + "' a piece whose key is not a name");
         if (p.contains("offset")) {  // a box: an offset and a shape per dimension, inside the tensor
           const size_t rank = t["shape"].size();  // a plain copy: clang 14 cannot capture the binding t
           auto ints = [&p, rank](const char* key) {

@@ -80,6 +80,11 @@ class Pipeline {
   // This rank's stages.
   std::vector<int> local_stages() const;
   nn::Module& model() { return *model_; }
+  // A weight of the first stage the last stage uses again (a tied head's),
+  // or undefined; is_tied_copy: `t` (that weight, or a view of all of it)
+  // is held by this rank only for the last stage.
+  const Tensor& tied_weight() const { return tied_; }
+  bool is_tied_copy(const Tensor& t) const;
 
  private:
   Tensor run_stage(int stage, const Tensor& input);

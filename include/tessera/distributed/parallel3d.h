@@ -1,0 +1,91 @@
+#pragma once
+// 3D parallelism: data x tensor x pipeline, as Megatron-LM composes them.
+//
+//   distributed::Parallel3D job(gpt, distributed::world(), {.layout = {.data = 2, .tensor = 2, .pipeline = 2}});
+//   auto opt = optim::make_optimizer("adamw", {job.param_group()}, {{"lr", 3e-4}});
+//   for (...) {
+//     Tensor loss = job.step(ids, targets);  // the global batch, on every rank
+//     opt->step();
+//     opt->zero_grad();
+//   }
+//
+// The world's ranks form a D x T x P grid, tensor fastest (rank = (p D + d) T
+// + t, Megatron's order): the T ranks of a tensor group are neighbours, each
+// pipeline's P stages hold the same tensor block, and the D ranks of a data
+// group hold the same part of the model. The model is split across the
+// tensor group (tensor_parallel.h), cut into stages along the pipeline group
+// (pipeline.h), and each data rank runs its rows of the global batch, the
+// gradients then averaged over the data group.
+//
+// Checkpoints are sharded (io/checkpoint.h): every tensor's pieces are the
+// boxes its tensor-parallel split gives it (rows or columns; the fused QKV
+// projection's three row ranges), written once each (by data rank 0, and a
+// tensor held whole on every tensor rank by tensor rank 0), so a checkpoint
+// saved at one (D, T, P) resumes at any other, each rank reading only its
+// boxes.
+#include <memory>
+
+#include "tessera/distributed/pipeline.h"
+#include "tessera/distributed/tensor_parallel.h"
+#include "tessera/io/checkpoint.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::distributed {
+
+struct Layout {
+  int data = 1, tensor = 1, pipeline = 1;
+  std::string str() const;  // "2 x 2 x 2 (data x tensor x pipeline)"
+};
+
+struct Mesh {
+  Layout layout;
+  int data_rank = 0, tensor_rank = 0, pipeline_rank = 0;
+  ProcessGroupPtr data, tensor, pipeline;
+};
+// Collective over `world`: the three groups of this rank. An error on every
+// rank unless data * tensor * pipeline equals the world's size.
+Mesh make_mesh(const ProcessGroupPtr& world, Layout layout);
+
+struct Parallel3DOptions {
+  Layout layout;
+  PipelineOptions pipeline;        // schedule, micro-batches, split, checkpointing
+  bool sequence_parallel = false;  // tensor parallelism's option
+};
+
+class Parallel3D {
+ public:
+  // Collective over `world`. `model` is the zoo's GPT or Llama, the same on
+  // every rank (built from one seed); each rank keeps its part. The loss is
+  // the language-model cross-entropy of the logits against the targets.
+  Parallel3D(std::shared_ptr<nn::Module> model, const ProcessGroupPtr& world, Parallel3DOptions options);
+
+  // Forward and backward of the global batch (every rank passes all of it;
+  // each data rank takes its rows, which must divide by the data size), then
+  // the gradients averaged over the data group. Returns the batch's loss.
+  Tensor step(const Tensor& inputs, const Tensor& targets);
+
+  // This rank's parameters (its tensor block of its stages), for its optimizer.
+  nn::NamedTensors parameters() const { return pipeline_->parameters(); }
+  optim::ParamGroup param_group() const;
+  const Mesh& mesh() const { return mesh_; }
+  Pipeline& pipeline() { return *pipeline_; }
+
+  // Collective: this rank's pieces of the model and of `optimizer`'s state
+  // for io::save_sharded_checkpoint (each piece written by one rank only).
+  io::CheckpointShard checkpoint_shard(const optim::Optimizer& optimizer) const;
+  // Loads a checkpoint saved at any layout (or by one process) into this
+  // rank's parameters and `optimizer`'s state, reading only its boxes.
+  void load_checkpoint(const io::CheckpointReader& reader, optim::Optimizer& optimizer);
+
+ private:
+  // How this rank's part of `name` sits in the whole tensor; replicated when absent.
+  const ShardSpec* spec_of(const std::string& name) const;
+  // Whether this rank writes `name` (one writer per piece).
+  bool writes(const std::string& name, const Tensor& t) const;
+  Mesh mesh_;
+  std::shared_ptr<nn::Module> model_;
+  std::unique_ptr<Pipeline> pipeline_;
+  std::map<std::string, ShardSpec> specs_;
+};
+
+}  // namespace tessera::distributed

@@ -1,0 +1,215 @@
+// Data x tensor x pipeline parallelism (tessera/distributed/parallel3d.h).
+#include "tessera/distributed/parallel3d.h"
+
+#include "tessera/autograd/grad_mode.h"
+#include "tessera/core/error.h"
+#include "tessera/ops/ops.h"
+
+namespace tessera::distributed {
+
+std::string Layout::str() const {
+  return std::to_string(data) + " x " + std::to_string(tensor) + " x " + std::to_string(pipeline) +
+         " (data x tensor x pipeline)";
+}
+
+Mesh make_mesh(const ProcessGroupPtr& world, Layout l) {
+  TS_CHECK(world, "make_mesh: the group is null");
+  TS_CHECK(l.data >= 1 && l.tensor >= 1 && l.pipeline >= 1, "parallel: data, tensor and pipeline must be at least 1, "
+           "got ", l.str());
+  TS_CHECK(static_cast<int64_t>(l.data) * l.tensor * l.pipeline == world->size(), "parallel: ", l.str(), " makes ",
+           static_cast<int64_t>(l.data) * l.tensor * l.pipeline, " ranks, but the job has ", world->size(),
+           "; data * tensor * pipeline must equal the world's size");
+  Mesh m;
+  m.layout = l;
+  const int r = world->rank(), T = l.tensor, D = l.data;
+  m.tensor_rank = r % T;
+  m.data_rank = (r / T) % D;
+  m.pipeline_rank = r / (T * D);
+  // Collective, in one order on every rank.
+  m.tensor = world->split(r / T, m.tensor_rank);
+  m.data = world->split(m.pipeline_rank * T + m.tensor_rank, m.data_rank);
+  m.pipeline = world->split(m.data_rank * T + m.tensor_rank, m.pipeline_rank);
+  return m;
+}
+
+Parallel3D::Parallel3D(std::shared_ptr<nn::Module> model, const ProcessGroupPtr& world, Parallel3DOptions o)
+    : mesh_(make_mesh(world, o.layout)), model_(std::move(model)) {
+  if (o.layout.tensor > 1) tensor_parallelize(*model_, mesh_.tensor, {.sequence_parallel = o.sequence_parallel});
+  for (auto& [name, spec] : tensor_parallel_shards(*model_)) specs_[name] = spec;
+  ProcessGroupPtr tp = mesh_.tensor;
+  Pipeline::LossFn loss;
+  if (o.layout.tensor > 1)
+    loss = [tp](const Tensor& logits, const Tensor& t) { return vocab_parallel_cross_entropy(logits, t, tp); };
+  else
+    loss = [](const Tensor& logits, const Tensor& t) {
+      return ops::cross_entropy(logits.reshape({-1, logits.size(-1)}), t.reshape({-1}));
+    };
+  pipeline_ = std::make_unique<Pipeline>(model_, mesh_.pipeline, o.pipeline, loss);
+}
+
+optim::ParamGroup Parallel3D::param_group() const {
+  optim::ParamGroup g;
+  for (auto& [name, p] : parameters())
+    if (p.requires_grad()) {
+      g.params.push_back(p);
+      g.names.push_back(name);
+    }
+  return g;
+}
+
+Tensor Parallel3D::step(const Tensor& inputs, const Tensor& targets) {
+  const int D = mesh_.layout.data;
+  TS_CHECK(inputs.defined() && inputs.dim() >= 1 && inputs.size(0) % D == 0, "Parallel3D::step: the global batch's ",
+           inputs.defined() && inputs.dim() >= 1 ? inputs.size(0) : 0, " rows must divide by the data-parallel size ",
+           D, " (each data rank runs an equal share)");
+  const int64_t rows = inputs.size(0) / D;
+  Tensor loss = pipeline_->step(inputs.narrow(0, mesh_.data_rank * rows, rows),
+                                targets.narrow(0, mesh_.data_rank * rows, rows));
+  if (D == 1) return loss;
+  // The data ranks' gradients averaged, one all-reduce per dtype.
+  NoGradGuard no_grad;
+  std::map<DType, TensorList> by_dtype;
+  for (auto& [name, p] : parameters())
+    if (p.grad().defined()) by_dtype[p.grad().dtype()].push_back(p.grad());
+  for (auto& [dtype, grads] : by_dtype) {
+    TensorList flat;
+    for (const Tensor& g : grads) flat.push_back(g.reshape({-1}));
+    Tensor buffer = ops::cat(flat, 0);
+    mesh_.data->allreduce(buffer, ReduceOp::kAvg)->wait();
+    int64_t at = 0;
+    for (Tensor g : grads) {  // a handle: copy_ writes the gradient itself
+      g.copy_(buffer.narrow(0, at, g.numel()).reshape(g.shape()));
+      at += g.numel();
+    }
+  }
+  Tensor mean = loss.reshape({1}).clone();
+  mesh_.data->allreduce(mean, ReduceOp::kAvg)->wait();
+  return mean.reshape({});
+}
+
+// ---- checkpoints -----------------------------------------------------------------------------
+
+const ShardSpec* Parallel3D::spec_of(const std::string& name) const {
+  auto it = specs_.find(name);
+  return it == specs_.end() ? nullptr : &it->second;
+}
+
+bool Parallel3D::writes(const std::string& name, const Tensor& t) const {
+  if (mesh_.data_rank != 0 || t.device().is_meta() || pipeline_->is_tied_copy(t)) return false;
+  return spec_of(name) || mesh_.tensor_rank == 0;
+}
+
+namespace {
+
+// `local`'s pieces of a whole tensor split as `spec` says, as checkpoint boxes.
+void add_pieces(std::vector<io::CheckpointPiece>& out, const std::string& name, const Tensor& local,
+                const ShardSpec* spec) {
+  io::CheckpointPiece p;
+  p.name = name;
+  if (!spec || spec->replicated()) {
+    p.data = local.detach().contiguous();
+    p.shape = Shape(local.shape().begin(), local.shape().end());
+    out.push_back(p);
+    return;
+  }
+  p.shape = spec->dense_shape;
+  int64_t at = 0;
+  for (auto [begin, end] : spec->ranges) {
+    p.data = local.detach().narrow(spec->dim, at, end - begin).contiguous();
+    p.offset.assign(local.dim(), 0);
+    p.offset[spec->dim] = begin;
+    out.push_back(p);
+    at += end - begin;
+  }
+}
+
+// Reads `name`'s part as `spec` says (whole when null) and checks its shape against `like`.
+Tensor read_part(const io::CheckpointReader& reader, io::CheckpointReader::Part part, const std::string& name,
+                 const ShardSpec* spec, const Tensor& like) {
+  TS_CHECK(reader.contains(part, name), "Parallel3D: the checkpoint in ", reader.dir(), " has no ",
+           part == io::CheckpointReader::kModel ? "tensor" : "optimizer state", " '", name, "'");
+  const Shape& whole = reader.shape(part, name);
+  if (!spec || spec->replicated()) {
+    TS_CHECK(whole == like.shape(), "Parallel3D: '", name, "' is ", shape_str(whole), " in the checkpoint but ",
+             shape_str(like.shape()), " in the model");
+    return reader.read(part, name);
+  }
+  TS_CHECK(whole == spec->dense_shape, "Parallel3D: '", name, "' is ", shape_str(whole), " in the checkpoint but ",
+           shape_str(spec->dense_shape), " in the model");
+  TensorList parts;
+  for (auto [begin, end] : spec->ranges) {
+    std::vector<int64_t> offset(whole.size(), 0), box(whole.begin(), whole.end());
+    offset[spec->dim] = begin;
+    box[spec->dim] = end - begin;
+    parts.push_back(reader.read_box(part, name, offset, box));
+  }
+  return parts.size() == 1 ? parts[0] : ops::cat(parts, spec->dim);
+}
+
+// "state.<param>.<key>" of a state tensor, or "" when `name` is not one of `param`'s.
+std::string state_key(const std::string& name, const std::string& param) {
+  const std::string prefix = "state." + param + ".";
+  if (name.rfind(prefix, 0) != 0) return "";
+  std::string key = name.substr(prefix.size());
+  return key.find('.') == std::string::npos ? key : "";
+}
+
+}  // namespace
+
+io::CheckpointShard Parallel3D::checkpoint_shard(const optim::Optimizer& optimizer) const {
+  io::CheckpointShard shard;
+  std::map<std::string, Tensor> mine;
+  for (auto& [name, t] : model_->state_dict().entries) {
+    if (!writes(name, t)) continue;
+    mine[name] = t;
+    add_pieces(shard.model, name, t, spec_of(name));
+  }
+  // A state tensor shaped as its parameter splits as it does; others (a step
+  // count) are written whole by the parameter's writer.
+  optim::OptimizerState state = optimizer.state_dict();
+  for (auto& [sname, t] : state.tensors)
+    for (auto& [pname, p] : mine) {
+      if (state_key(sname, pname).empty()) continue;
+      const ShardSpec* spec = spec_of(pname);
+      const bool split = spec && t.shape() == p.shape();
+      if (split)
+        add_pieces(shard.optimizer, sname, t, spec);
+      else if (mesh_.tensor_rank == 0)
+        add_pieces(shard.optimizer, sname, t, nullptr);
+    }
+  shard.optimizer_groups = state.groups;
+  return shard;
+}
+
+void Parallel3D::load_checkpoint(const io::CheckpointReader& reader, optim::Optimizer& optimizer) {
+  NoGradGuard no_grad;
+  for (auto& [name, t] : model_->state_dict().entries) {
+    if (t.device().is_meta()) continue;
+    t.copy_(read_part(reader, io::CheckpointReader::kModel, name, spec_of(name), t));
+  }
+  // This rank's optimizer state: its parameters' entries, each read as the
+  // parameter is split (or whole, for a step count).
+  optim::OptimizerState state = optimizer.state_dict();
+  state.tensors.clear();
+  std::map<std::string, Tensor> params;
+  for (auto& [name, p] : parameters()) params[name] = p;
+  for (const std::string& sname : reader.names(io::CheckpointReader::kOptimizer)) {
+    if (sname.rfind("state.", 0) != 0) continue;
+    for (auto& [pname, p] : params) {
+      if (state_key(sname, pname).empty()) continue;
+      const ShardSpec* spec = spec_of(pname);
+      const bool split = spec && reader.shape(io::CheckpointReader::kOptimizer, sname) == spec->dense_shape;
+      Tensor like = split ? p : empty(reader.shape(io::CheckpointReader::kOptimizer, sname), p.dtype());
+      Tensor v = read_part(reader, io::CheckpointReader::kOptimizer, sname, split ? spec : nullptr, like);
+      state.tensors.emplace_back(sname, v);
+    }
+  }
+  // The options (learning rate, betas) as saved, for groups this rank has too.
+  const nlohmann::json& saved = reader.optimizer_groups();
+  if (saved.is_array() && state.groups.is_array())
+    for (size_t g = 0; g < state.groups.size() && g < saved.size(); ++g)
+      if (saved[g].contains("options")) state.groups[g]["options"] = saved[g]["options"];
+  optimizer.load_state_dict(state);
+}
+
+}  // namespace tessera::distributed
