@@ -67,6 +67,7 @@ FULL = {
     "llm_structured": ["--structured"],
     "seam": ["--rounds", "5"],
     "distributed": ["--rounds", "3", "--steps", "20"],
+    "model_parallel": ["--steps", "5"],
 }
 QUICK = {
     "ops": ["--rounds", "1", "--threads", "1", "--quick", "--skip-default",
@@ -91,6 +92,7 @@ QUICK = {
     "llm_structured": ["--structured", "--quick"],
     "seam": ["--quick"],
     "distributed": ["--quick"],
+    "model_parallel": ["--quick"],
 }
 # The trained models: config, overrides (full, quick).
 RUNS = {
@@ -422,6 +424,10 @@ def sec_seam(ctx):
 
 def sec_distributed(ctx):
     return json_script(ctx, "distributed", "dist_compare.py")
+
+
+def sec_model_parallel(ctx):
+    return json_script(ctx, "model_parallel", "model_parallel_compare.py")
 
 
 def sec_llm(ctx):
@@ -1435,6 +1441,93 @@ def render_distributed(d, h):
     return out
 
 
+def render_model_parallel(d, h):
+    out = ["", "**Pipeline bubble** with unit-cost stages: each stage sleeps the same time in its forward and in its "
+               "backward (20 ms per rank, split over its v stages), so ranks sharing cores do not slow each other; "
+               "bubble = 1 - time the stages slept / (ranks x step time), the median of 3 steps, against (p - 1) / "
+               "(v m + p - 1) and against the schedule's simulation (sends free)", "", machine_line(h), ""]
+    rows, worst = [], 0.0
+    for r in d["bubble"]:
+        ratio = r["bubble"] / r["ideal"]
+        worst = max(worst, ratio)
+        rows.append([r["schedule"] + (f" (v = {r['v']})" if r["v"] > 1 else ""), r["ranks"], r["m"],
+                     f"{fnum(r['step_s'] * 1e3)} ms", f"{r['bubble']:.3f}", f"{r['ideal']:.3f}",
+                     f"{r['simulated']:.3f}", f"**{ratio:.3f}**"])
+    out += table(["schedule", "p", "m", "step", "bubble", "(p-1)/(vm+p-1)", "simulated", "measured / ideal"], rows)
+    if rows:
+        out += ["", f"The largest measured / ideal is {worst:.3f}: {verdict('model_parallel', 'bubble', worst)} "
+                    f"(target at most {target('model_parallel', 'bubble')}: within 10%)."]
+    acts = d.get("activations", [])
+    if acts:
+        out += ["", "**Activation memory per stage**, a GPT (2 layers per rank, 128 wide, 128 tokens, 2 rows per "
+                    "micro-batch, 8 micro-batches): each rank's peak of live bytes during a step above its live bytes "
+                    "before it (the activations it holds for backward, plus its gradients' temporaries)", "",
+                machine_line(h), ""]
+        by = {(r["ranks"], r["schedule"]): r for r in acts}
+        rows = []
+        for (p, sched), r in sorted(by.items()):
+            if sched != "gpipe" or (p, "1f1b") not in by:
+                continue
+            g, f = r["peak_above_bytes"], by[(p, "1f1b")]["peak_above_bytes"]
+            for rank in range(p):
+                rows.append([p, rank, f"{g[rank] / 1e6:.1f} MB", f"{f[rank] / 1e6:.1f} MB", f"**{f[rank] / g[rank]:.2f}**",
+                             f"{(p - rank) / r['m']:.2f}"])
+        out += table(["p", "rank", "GPipe", "1F1B", "1F1B / GPipe", "micro-batches held (p - r) / m"], rows)
+    tp = d.get("tensor", [])
+    if tp:
+        out += ["", "**Tensor-parallel communication per layer**, one training step of a GPT (128 wide, batch 4 x 128 "
+                    "tokens) split over T ranks: the collectives of 8 layers less those of 4, over 4, by operation "
+                    "(bytes this rank contributed), against the analytic count (without sequence parallelism 2 "
+                    "all-reduces of the activation forward and 2 backward; with it 4 all-gathers of a 1/T block, 4 "
+                    "reduce-scatters of the activation, and 6 all-reduces of [C] for the norms' and biases' "
+                    "gradients)", "", machine_line(h), ""]
+        rows, worst = [], 0.0
+        for r in tp:
+            got = sum(v["bytes"] for v in r["per_layer"].values())
+            want = sum(v["bytes"] for v in r["analytic_per_layer"].values())
+            ratio = got / want
+            worst = max(worst, abs(ratio - 1))
+            ops_str = "; ".join(f"{op} {v['calls']:g} x, {v['bytes'] / 1e3:.0f} KB" for op, v in sorted(r["per_layer"].items()))
+            want_str = "; ".join(f"{op} {v['calls']:g} x, {v['bytes'] / 1e3:.0f} KB"
+                                 for op, v in sorted(r["analytic_per_layer"].items()))
+            rows.append([r["ranks"], "yes" if r["sp"] else "no", ops_str, want_str, f"**{ratio:.3f}**"])
+        out += table(["T", "sequence parallel", "measured per layer", "analytic per layer", "bytes measured / analytic"],
+                     rows, ["---:", "---", "---", "---", "---:"])
+        out += ["", f"The largest difference is {100 * worst:.1f}%: {verdict('model_parallel', 'tensor_bytes', 1 + worst)} "
+                    "(target: within 10%)."]
+        rows, worst = [], 0.0
+        for r in tp:
+            ratio = r["param_bytes"] / r["expected_param_bytes"]
+            worst = max(worst, abs(ratio - 1))
+            rows.append([r["ranks"], "yes" if r["sp"] else "no", f"{r['dense_param_bytes'] / 1e6:.2f} MB",
+                         f"{r['param_bytes'] / 1e6:.2f} MB", f"{r['expected_param_bytes'] / 1e6:.2f} MB", f"**{ratio:.3f}**"])
+        out += ["", "**Parameters per rank** of the 8-layer GPT under tensor parallelism against 1/T of the split "
+                    "parameters plus the whole ones (norms, position embedding, row-parallel biases)", ""]
+        out += table(["T", "sequence parallel", "one process", "per rank", "expected", "per rank / expected"], rows,
+                     ["---:", "---", "---:", "---:", "---:", "---:"])
+        out += ["", f"The largest difference is {100 * worst:.1f}%: {verdict('model_parallel', 'tensor_memory', 1 + worst)} "
+                    "(target: within 10%)."]
+    steps = d.get("step", [])
+    if steps:
+        base = next((r for r in steps if r["ranks"] == 1), None)
+        out += ["", "**Step time by layout** (data x tensor x pipeline), a 4-layer GPT (128 wide, 0.9M parameters), "
+                    "global batch 8 x 128 tokens, AdamW, 1F1B with max(2, P) micro-batches, one thread per rank; the "
+                    "slowest rank's step, median of 5, and its seconds in collectives (communication, and waiting "
+                    "for the other ranks). The ranks share 2 cores, so more ranks cannot be faster here: scaling "
+                    "efficiency = one process's step / (the step x ranks / 2 cores)", "", machine_line(h), ""]
+        rows = []
+        for r in steps:
+            l = r["layout"]
+            eff = base["step_s"] / (r["step_s"] * max(1, r["ranks"]) / 2) if base and r["ranks"] > 1 else None
+            rows.append([f"{l[0]} x {l[1]} x {l[2]}", r["ranks"], f"{fnum(r['step_s'] * 1e3)} ms",
+                         f"{r['step_s'] / base['step_s']:.2f}x" if base else "",
+                         f"{fnum(r['comm_s'] * 1e3)} ms", f"{100 * r['comm_s'] / r['step_s']:.0f}%",
+                         f"{eff:.2f}" if eff is not None else ""])
+        out += table(["layout", "ranks", "step", "over one process", "in collectives", "share", "efficiency on 2 cores"],
+                     rows, ["---", "---:", "---:", "---:", "---:", "---:", "---:"])
+    return out
+
+
 def render_serve(d, h):
     recs = d["records"]
     out = []
@@ -1516,6 +1609,7 @@ RUNNERS = {
     "serve": (sec_serve, render_serve),
     "seam": (sec_seam, render_seam),
     "distributed": (sec_distributed, render_distributed),
+    "model_parallel": (sec_model_parallel, render_model_parallel),
 }
 
 

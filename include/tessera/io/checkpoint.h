@@ -114,9 +114,9 @@ class CheckpointReader {
   // flattened tensor, or, with a non-empty box, the box at `offset`.
   struct Piece {
     std::string file;
-    std::string key;  // its name in the file when not the tensor's ("name#1": a rank's second piece of it)
     int64_t begin = 0, end = 0;
     std::vector<int64_t> offset = {}, box = {};
+    std::string key = {};  // its name in the file when not the tensor's ("name#1": a rank's second piece of it)
   };
   // Empty when the pieces cover a tensor of `shape` exactly once (all ranges
   // or all boxes, each inside it); else what is wrong.

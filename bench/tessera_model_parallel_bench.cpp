@@ -1,0 +1,322 @@
+// Model-parallel benchmarks, run as N ranks by bench/model_parallel_compare.py
+// (mpirun). Rank 0 prints one JSON line per measurement.
+//
+//   tessera_model_parallel_bench bubble --schedule 1f1b --m 8 --v 1 --stage-ms 10
+//       The pipeline's bubble with unit-cost stages: each of the world's
+//       ranks * v stages sleeps stage-ms / v in its forward and again in its
+//       backward (so the ranks' cost does not depend on how many cores they
+//       share), run by distributed::Pipeline. Bubble = 1 - busy / (ranks x
+//       step time), busy being the time the stages slept; against (p - 1) /
+//       (v m + p - 1) and against the schedule's simulation.
+//   tessera_model_parallel_bench activations --schedule gpipe --m 8
+//       Each rank's peak of live bytes during a GPT pipeline step above its
+//       live bytes before it (the activations held for backward, plus one
+//       stage's gradients), per rank.
+//   tessera_model_parallel_bench tensor --sp 0
+//       One training step of the GPT split over the world (tensor
+//       parallelism): the bytes each collective carried against the analytic
+//       count, and the parameter bytes per rank against 1/T of the split
+//       parameters plus the whole ones.
+//   tessera_model_parallel_bench step --layout 2,2,2 --steps 5
+//       Parallel3D step time of the GPT at a layout (1,1,1 started as one
+//       process: the baseline), and the seconds spent in collectives.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/core/allocator.h"
+#include "tessera/distributed/parallel3d.h"
+#include "tessera/nn/nn.h"
+#include "tessera/nn/zoo/zoo.h"
+#include "tessera/ops/ops.h"
+
+using namespace tessera;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::string arg(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 2; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  return fallback;
+}
+
+// The largest value over the ranks, on every rank.
+double max_over(const distributed::ProcessGroupPtr& g, double v) {
+  Tensor t = tensor(std::vector<double>{v}, {1});
+  g->allreduce(t, distributed::ReduceOp::kMax)->wait();
+  return t.item<double>();
+}
+double sum_over(const distributed::ProcessGroupPtr& g, double v) {
+  Tensor t = tensor(std::vector<double>{v}, {1});
+  g->allreduce(t)->wait();
+  return t.item<double>();
+}
+
+// ---- bubble ------------------------------------------------------------------------------
+
+std::atomic<int64_t> g_slept_us{0};
+
+void sleep_for(double ms) {
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(ms * 1000)));
+  g_slept_us += static_cast<int64_t>(seconds_since(t0) * 1e6);
+}
+
+// A stage of unit cost: sleeps in forward, and in backward through a hook on its output.
+struct SleepStage : nn::Module {
+  double ms;
+  Tensor w;
+  explicit SleepStage(double ms) : nn::Module("SleepStage"), ms(ms) { w = register_parameter("w", ones({1})); }
+  Tensor forward(const Tensor& x) override {
+    sleep_for(ms);
+    Tensor y = ops::mul(x, w);
+    const double back = ms;
+    y.register_hook([back](const Tensor& g) {
+      sleep_for(back);
+      return g;
+    });
+    return y;
+  }
+};
+
+int bench_bubble(int argc, char** argv) {
+  auto world = distributed::world();
+  const std::string schedule = arg(argc, argv, "--schedule", "1f1b");
+  const int m = std::stoi(arg(argc, argv, "--m", "8")), v = std::stoi(arg(argc, argv, "--v", "1"));
+  const double stage_ms = std::stod(arg(argc, argv, "--stage-ms", "10"));
+  const int steps = std::stoi(arg(argc, argv, "--steps", "3"));
+  const int p = world->size();
+  auto seq = std::make_shared<nn::Sequential>();
+  for (int s = 0; s < p * v; ++s) seq->push_back(std::make_shared<SleepStage>(stage_ms / v));
+  distributed::Pipeline pipe(seq, world, {.schedule = schedule, .micro_batches = m, .virtual_stages = v},
+                             [](const Tensor& y, const Tensor&) { return ops::mean(y); });
+  Tensor x = ones({m, 4}), t = zeros({m});
+  pipe.step(x, t);  // warm-up
+  std::vector<double> bubbles, times;
+  for (int i = 0; i < steps; ++i) {
+    world->barrier()->wait();
+    g_slept_us = 0;
+    const auto t0 = Clock::now();
+    pipe.step(x, t);
+    const double mine = seconds_since(t0);
+    const double step = max_over(world, mine);
+    const double busy = sum_over(world, static_cast<double>(g_slept_us.load()) * 1e-6);
+    times.push_back(step);
+    bubbles.push_back(1 - busy / (p * step));
+  }
+  const distributed::Simulation sim = distributed::simulate(pipe.schedule(), 1.0 / v, 1.0 / v);
+  if (world->rank() == 0) {
+    nlohmann::json j = {{"bench", "bubble"}, {"schedule", schedule}, {"ranks", p}, {"m", m}, {"v", v},
+                        {"stage_ms", stage_ms}, {"step_s", median(times)}, {"bubble", median(bubbles)},
+                        {"ideal", distributed::ideal_bubble(p, m, v)}, {"simulated", sim.bubble}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+// ---- activations ---------------------------------------------------------------------------
+
+nn::zoo::GPTConfig bench_gpt(int layers) {
+  nn::zoo::GPTConfig c;
+  c.vocab_size = 256;
+  c.block_size = 128;
+  c.n_layer = layers;
+  c.n_head = 4;
+  c.n_embd = 128;
+  return c;
+}
+
+Tensor lm_loss(const Tensor& logits, const Tensor& t) {
+  return ops::cross_entropy(logits.reshape({-1, logits.size(-1)}), t.reshape({-1}));
+}
+
+int bench_activations(int argc, char** argv) {
+  auto world = distributed::world();
+  const std::string schedule = arg(argc, argv, "--schedule", "1f1b");
+  const int m = std::stoi(arg(argc, argv, "--m", "8"));
+  manual_seed(1);
+  auto gpt = std::make_shared<nn::zoo::GPT>(bench_gpt(2 * world->size()));
+  distributed::Pipeline pipe(gpt, world, {.schedule = schedule, .micro_batches = m}, lm_loss);
+  Generator gen(2);
+  Tensor x = ops::randint(0, 256, {2 * m, 128}, DType::I64, &gen), y = ops::randint(0, 256, {2 * m, 128}, DType::I64, &gen);
+  pipe.step(x, y);  // the gradients exist from here on
+  const int64_t before = memory_allocated();
+  reset_peak_memory();
+  pipe.step(x, y);
+  const double held = static_cast<double>(max_memory_allocated() - before);
+  Tensor all = empty({world->size()}, DType::F64);
+  world->allgather(all, tensor(std::vector<double>{held}, {1}))->wait();
+  if (world->rank() == 0) {
+    std::vector<double> per;
+    for (int r = 0; r < world->size(); ++r) per.push_back(all[r].item<double>());
+    nlohmann::json j = {{"bench", "activations"}, {"schedule", schedule}, {"ranks", world->size()}, {"m", m},
+                        {"peak_above_bytes", per}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+// ---- tensor parallelism ----------------------------------------------------------------------
+
+std::map<std::string, distributed::CollectiveStats> stats_now() {
+  std::map<std::string, distributed::CollectiveStats> out;
+  for (auto& s : distributed::collective_stats()) out[s.op] = s;
+  return out;
+}
+
+// One training step's collectives of the GPT with `layers` layers split
+// over the world: calls and bytes this rank contributed, by operation.
+struct Traffic {
+  std::map<std::string, std::pair<double, double>> ops;  // op -> (calls, bytes)
+  double param_bytes = 0, expected_param_bytes = 0, dense_param_bytes = 0, step_s = 0;
+};
+
+Traffic measure_tensor(int layers, bool sp) {
+  auto world = distributed::world();
+  const int T = world->size();
+  manual_seed(1);
+  auto gpt = std::make_shared<nn::zoo::GPT>(bench_gpt(layers));
+  Traffic out;
+  for (auto& [n, p] : gpt->named_parameters()) out.dense_param_bytes += static_cast<double>(p.nbytes());
+  distributed::tensor_parallelize(*gpt, world, {.sequence_parallel = sp});
+  // Expected: the split parameters' dense bytes / T plus the whole ones.
+  std::map<std::string, distributed::ShardSpec> specs;
+  for (auto& [n, s] : distributed::tensor_parallel_shards(*gpt)) specs[n] = s;
+  for (auto& [n, p] : gpt->named_parameters()) {
+    out.param_bytes += static_cast<double>(p.nbytes());
+    auto it = specs.find(n);
+    double dense = static_cast<double>(p.nbytes());
+    if (it != specs.end()) {
+      dense = static_cast<double>(dtype_size(p.dtype()));
+      for (int64_t s : it->second.dense_shape) dense *= static_cast<double>(s);
+      dense /= T;
+    }
+    out.expected_param_bytes += dense;
+  }
+  Generator gen(2);
+  Tensor x = ops::randint(0, 256, {4, 128}, DType::I64, &gen), y = ops::randint(0, 256, {4, 128}, DType::I64, &gen);
+  auto step = [&] {
+    distributed::vocab_parallel_cross_entropy((*gpt)(x), y, world).backward();
+    gpt->zero_grad();
+  };
+  step();  // warm-up
+  auto s0 = stats_now();
+  const auto t0 = Clock::now();
+  step();
+  out.step_s = seconds_since(t0);
+  for (auto& [op, st] : stats_now()) {
+    const double calls = st.calls - s0[op].calls, bytes = st.bytes - s0[op].bytes;
+    if (calls > 0) out.ops[op] = {calls, bytes};
+  }
+  return out;
+}
+
+// Per layer: the traffic of 8 layers less that of 4, over 4 (the rest of
+// the model, its embedding, head and loss, cancels), against the analytic
+// count: without sequence parallelism 2 all-reduces of the activation
+// [B, L, C] forward and 2 backward; with it, 4 all-gathers (each rank
+// contributing its 1/T block) and 4 reduce-scatters (each the whole
+// activation), and one all-reduce of [C] per norm weight and bias and per
+// row-parallel bias (their gradients, 6 a layer).
+int bench_tensor(int argc, char** argv) {
+  auto world = distributed::world();
+  const bool sp = arg(argc, argv, "--sp", "0") == "1";
+  const int T = world->size();
+  const Traffic small = measure_tensor(4, sp), big = measure_tensor(8, sp);
+  nlohmann::json per_layer = nlohmann::json::object();
+  for (auto& [op, cb] : big.ops) {
+    auto it = small.ops.find(op);
+    const double calls = (cb.first - (it == small.ops.end() ? 0 : it->second.first)) / 4;
+    const double bytes = (cb.second - (it == small.ops.end() ? 0 : it->second.second)) / 4;
+    if (calls > 0) per_layer[op] = {{"calls", calls}, {"bytes", bytes}};
+  }
+  const nn::zoo::GPTConfig c = bench_gpt(8);
+  const double act = 4.0 * 128 * static_cast<double>(c.n_embd) * 4;
+  nlohmann::json analytic =
+      sp ? nlohmann::json{{"allgather", {{"calls", 4}, {"bytes", 4 * act / T}}},
+                          {"reduce_scatter", {{"calls", 4}, {"bytes", 4 * act}}},
+                          {"allreduce", {{"calls", 6}, {"bytes", 6.0 * static_cast<double>(c.n_embd) * 4}}}}
+         : nlohmann::json{{"allreduce", {{"calls", 4}, {"bytes", 4 * act}}}};
+  if (world->rank() == 0) {
+    nlohmann::json j = {{"bench", "tensor"}, {"ranks", T}, {"sp", sp}, {"per_layer", per_layer},
+                        {"analytic_per_layer", analytic}, {"activation_bytes", act}, {"step_s", big.step_s},
+                        {"param_bytes", big.param_bytes}, {"expected_param_bytes", big.expected_param_bytes},
+                        {"dense_param_bytes", big.dense_param_bytes}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+// ---- 3D step time ------------------------------------------------------------------------------
+
+int bench_step(int argc, char** argv) {
+  auto world = distributed::world();
+  const std::string layout = arg(argc, argv, "--layout", "1,1,1");
+  const int steps = std::stoi(arg(argc, argv, "--steps", "5"));
+  distributed::Layout l;
+  std::sscanf(layout.c_str(), "%d,%d,%d", &l.data, &l.tensor, &l.pipeline);
+  manual_seed(1);
+  distributed::Parallel3D job(std::make_shared<nn::zoo::GPT>(bench_gpt(4)), world,
+                              {.layout = l, .pipeline = {.schedule = "1f1b", .micro_batches = std::max(2, l.pipeline)}});
+  auto opt = optim::make_optimizer("adamw", {job.param_group()}, {{"lr", 1e-3}});
+  Generator gen(2);
+  Tensor x = ops::randint(0, 256, {8, 128}, DType::I64, &gen), y = ops::randint(0, 256, {8, 128}, DType::I64, &gen);
+  auto one = [&] {
+    opt->zero_grad();
+    job.step(x, y);
+    opt->step();
+  };
+  one();
+  std::vector<double> times, comm;
+  for (int i = 0; i < steps; ++i) {
+    world->barrier()->wait();
+    double c0 = 0;
+    for (auto& s : distributed::collective_stats()) c0 += s.seconds;
+    const auto t0 = Clock::now();
+    one();
+    const double mine = seconds_since(t0);
+    double c1 = 0;
+    for (auto& s : distributed::collective_stats()) c1 += s.seconds;
+    times.push_back(max_over(world, mine));
+    comm.push_back(max_over(world, c1 - c0));
+  }
+  if (world->rank() == 0) {
+    nlohmann::json j = {{"bench", "step"}, {"layout", {l.data, l.tensor, l.pipeline}}, {"ranks", world->size()},
+                        {"step_s", median(times)}, {"comm_s", median(comm)}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::string mode = argc > 1 ? argv[1] : "";
+    if (mode == "bubble") return bench_bubble(argc, argv);
+    if (mode == "activations") return bench_activations(argc, argv);
+    if (mode == "tensor") return bench_tensor(argc, argv);
+    if (mode == "step") return bench_step(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tessera_model_parallel_bench: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "usage: tessera_model_parallel_bench bubble|activations|tensor|step [options] (see the file's comment)\n");
+  return 2;
+}
