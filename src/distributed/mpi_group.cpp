@@ -562,6 +562,14 @@ void execute(Comm& c, const MpiCall& k) {
   } else if (op == "all_to_all") {
     const int n = int_count(k.in.numel() / c.size, what);
     check_mpi(MPI_Alltoall(k.in.raw_data(), n, type, k.out.raw_data(), n, type, c.comm), what);
+  } else if (op == "recv" && t_pending == nullptr) {  // on its caller's thread (recv_now): wait here
+    const int n = int_count(buf.numel(), what);
+    MPI_Status st;
+    check_mpi(MPI_Recv(k.out.raw_data(), n, type, k.peer, k.tag, c.comm, &st), what);
+    int got = 0;
+    MPI_Get_count(&st, type, &got);
+    TS_CHECK(got == n, what, ": received ", got, " elements from rank ", k.peer, ", expected ", n,
+             " (the sender's tensor has another size)");
   } else if (op == "send" || op == "recv") {
     const int n = int_count(buf.numel(), what);
     Pending p;

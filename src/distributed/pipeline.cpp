@@ -313,7 +313,7 @@ struct Transfers {
       return t;
     }
     Tensor header = empty({2 + kMaxDims}, DType::I64);
-    group.recv(header, peer, tag)->wait();
+    group.recv_now(header, peer, tag);
     const int64_t code = header[0].item<int64_t>(), dims = header[1].item<int64_t>();
     TS_CHECK(code >= 0 && code < kNumDTypes && dims >= 0 && dims <= kMaxDims, "pipeline: rank ", peer,
              " sent a malformed header (dtype ", code, ", ", dims, " dims)");
@@ -327,7 +327,7 @@ struct Transfers {
       numel *= s;
     }
     Tensor t = empty(shape, static_cast<DType>(code));
-    group.recv(t, peer, tag)->wait();
+    group.recv_now(t, peer, tag);
     return t;
   }
 };

@@ -124,6 +124,15 @@ void ProcessGroup::reduce_scatter_sum(const Tensor& out, const Tensor& in) {
   w->wait();
 }
 
+void ProcessGroup::recv_now(const Tensor& t, int src, int tag) {
+  WorkPtr w;
+  {
+    CallerWaits waits;
+    w = recv(t, src, tag);
+  }
+  w->wait();
+}
+
 WorkPtr ProcessGroup::issue(const char* op, ReduceOp rop, const Tensor& in, const Tensor& out, int peer, int tag,
                             int64_t count) {
   NoGradGuard no_grad;
@@ -144,7 +153,9 @@ WorkPtr ProcessGroup::issue(const char* op, ReduceOp rop, const Tensor& in, cons
   c.info.op = op;
   c.info.dtype = dt;
   c.info.count = count;
-  c.caller_waits = t_caller_waits && !p2p;
+  // A receive its caller waits for may run on the caller's thread; a send
+  // completes later, so it always goes to the communication thread.
+  c.caller_waits = t_caller_waits && std::strcmp(op, "send") != 0;
   const bool copy_back = out.defined() && !c.out.is_same(out);
   Tensor result = c.out;
   WorkPtr w = run(std::move(c));

@@ -78,6 +78,10 @@ class ProcessGroup : public ops::Communicator {
   WorkPtr all_to_all(const Tensor& out, const Tensor& in);
   WorkPtr send(const Tensor& t, int dst, int tag = 0);
   WorkPtr recv(const Tensor& t, int src, int tag = 0);
+  // recv(t, src, tag)->wait(), run on the calling thread when nothing is
+  // queued before it (a pipeline stage waiting for its input: the hand-off
+  // to the communication thread and back would add its polling interval).
+  void recv_now(const Tensor& t, int src, int tag = 0);
   WorkPtr barrier();
 
   // Collective over this group: every rank calls it with the same list. Members
