@@ -1513,12 +1513,12 @@ def render_model_parallel(d, h):
         out += ["", "**Step time by layout** (data x tensor x pipeline), a 4-layer GPT (128 wide, 0.9M parameters), "
                     "global batch 8 x 128 tokens, AdamW, 1F1B with max(2, P) micro-batches, one thread per rank; the "
                     "slowest rank's step, median of 5, and its seconds in collectives (communication, and waiting "
-                    "for the other ranks). The ranks share 2 cores, so more ranks cannot be faster here: scaling "
-                    "efficiency = one process's step / (the step x ranks / 2 cores)", "", machine_line(h), ""]
+                    "for the other ranks). The ranks share 2 cores, so no layout can be more than 2x faster than one "
+                    "process (one thread) here: scaling efficiency = (one process's step / the step) / min(ranks, 2)", "", machine_line(h), ""]
         rows = []
         for r in steps:
             l = r["layout"]
-            eff = base["step_s"] / (r["step_s"] * max(1, r["ranks"]) / 2) if base and r["ranks"] > 1 else None
+            eff = base["step_s"] / r["step_s"] / min(r["ranks"], 2) if base and r["ranks"] > 1 else None
             rows.append([f"{l[0]} x {l[1]} x {l[2]}", r["ranks"], f"{fnum(r['step_s'] * 1e3)} ms",
                          f"{r['step_s'] / base['step_s']:.2f}x" if base else "",
                          f"{fnum(r['comm_s'] * 1e3)} ms", f"{100 * r['comm_s'] / r['step_s']:.0f}%",
