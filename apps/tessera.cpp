@@ -137,7 +137,10 @@ int cmd_train(const std::string& config_path, const std::string& resume, const s
   // Under `tessera launch` (or mpirun, srun) every rank runs this with the same config.
   if (distributed::is_distributed()) distributed::check_same_config(*distributed::world(), config);
   train::Recipe recipe = train::build_recipe(config, config_path, false, true);
-  if (distributed::is_distributed() || recipe.parallel.data > 1)
+  TS_CHECK(!recipe.parallel.splits_model() || !config.contains("lora"), "config: parallel.tensor and "
+           "parallel.pipeline do not run a LoRA recipe yet (its adapter files are written from the whole model); "
+           "use data parallelism (parallel.data)");
+  if (distributed::is_distributed() || recipe.parallel.data > 1 || recipe.parallel.splits_model())
     o.parallel = distributed::trainer_parallel(recipe.parallel, distributed::world());
   train::Trainer t(std::move(recipe), o);
   json summary = t.fit();

@@ -1,6 +1,10 @@
 // Data x tensor x pipeline parallelism (tessera/distributed/parallel3d.h).
 #include "tessera/distributed/parallel3d.h"
 
+#include <algorithm>
+#include <iterator>
+#include <set>
+
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
 #include "tessera/ops/ops.h"
@@ -63,28 +67,44 @@ Tensor Parallel3D::step(const Tensor& inputs, const Tensor& targets) {
            inputs.defined() && inputs.dim() >= 1 ? inputs.size(0) : 0, " rows must divide by the data-parallel size ",
            D, " (each data rank runs an equal share)");
   const int64_t rows = inputs.size(0) / D;
-  Tensor loss = pipeline_->step(inputs.narrow(0, mesh_.data_rank * rows, rows),
-                                targets.narrow(0, mesh_.data_rank * rows, rows));
-  if (D == 1) return loss;
-  // The data ranks' gradients averaged, one all-reduce per dtype.
-  NoGradGuard no_grad;
-  std::map<DType, TensorList> by_dtype;
-  for (auto& [name, p] : parameters())
-    if (p.grad().defined()) by_dtype[p.grad().dtype()].push_back(p.grad());
-  for (auto& [dtype, grads] : by_dtype) {
-    TensorList flat;
-    for (const Tensor& g : grads) flat.push_back(g.reshape({-1}));
-    Tensor buffer = ops::cat(flat, 0);
-    mesh_.data->allreduce(buffer, ReduceOp::kAvg)->wait();
-    int64_t at = 0;
-    for (Tensor g : grads) {  // a handle: copy_ writes the gradient itself
-      g.copy_(buffer.narrow(0, at, g.numel()).reshape(g.shape()));
-      at += g.numel();
+  return step_rows(inputs.narrow(0, mesh_.data_rank * rows, rows), targets.narrow(0, mesh_.data_rank * rows, rows));
+}
+
+Tensor Parallel3D::step_rows(const Tensor& inputs, const Tensor& targets, double scale, bool sync) {
+  Tensor loss = pipeline_->step(inputs, targets, scale);
+  if (mesh_.layout.data == 1) return loss;
+  if (sync) {  // the data ranks' gradients averaged, one all-reduce per dtype
+    NoGradGuard no_grad;
+    std::map<DType, TensorList> by_dtype;
+    for (auto& [name, p] : parameters())
+      if (p.grad().defined()) by_dtype[p.grad().dtype()].push_back(p.grad());
+    for (auto& [dtype, grads] : by_dtype) {
+      TensorList flat;
+      for (const Tensor& g : grads) flat.push_back(g.reshape({-1}));
+      Tensor buffer = ops::cat(flat, 0);
+      mesh_.data->allreduce(buffer, ReduceOp::kAvg)->wait();
+      int64_t at = 0;
+      for (Tensor g : grads) {  // a handle: copy_ writes the gradient itself
+        g.copy_(buffer.narrow(0, at, g.numel()).reshape(g.shape()));
+        at += g.numel();
+      }
     }
   }
   Tensor mean = loss.reshape({1}).clone();
   mesh_.data->allreduce(mean, ReduceOp::kAvg)->wait();
   return mean.reshape({});
+}
+
+Tensor Parallel3D::evaluate_rows(const Tensor& inputs, const Tensor& targets) {
+  return pipeline_->evaluate(inputs, targets);
+}
+
+TensorList Parallel3D::norm_parameters() const {
+  TensorList out;
+  if (mesh_.data_rank != 0) return out;
+  for (auto& [name, p] : parameters())
+    if (!pipeline_->is_tied_copy(p) && (spec_of(name) || mesh_.tensor_rank == 0)) out.push_back(p);
+  return out;
 }
 
 // ---- checkpoints -----------------------------------------------------------------------------
@@ -183,6 +203,21 @@ io::CheckpointShard Parallel3D::checkpoint_shard(const optim::Optimizer& optimiz
 
 void Parallel3D::load_checkpoint(const io::CheckpointReader& reader, optim::Optimizer& optimizer) {
   NoGradGuard no_grad;
+  // The names first, the same on every rank (each rank's shapes are checked as it reads its part).
+  std::set<std::string> in_model, in_file;
+  for (auto& [name, t] : model_->state_dict().entries) in_model.insert(name);
+  for (const std::string& n : reader.names(io::CheckpointReader::kModel)) in_file.insert(n);
+  std::vector<std::string> missing, unexpected;
+  std::set_difference(in_model.begin(), in_model.end(), in_file.begin(), in_file.end(), std::back_inserter(missing));
+  std::set_difference(in_file.begin(), in_file.end(), in_model.begin(), in_model.end(), std::back_inserter(unexpected));
+  auto list = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size() && i < 5; ++i) out += (i ? ", " : "") + v[i];
+    return v.size() > 5 ? out + " and " + std::to_string(v.size() - 5) + " more" : out;
+  };
+  TS_CHECK(missing.empty() && unexpected.empty(), "checkpoint ", reader.dir(), " does not fit this model:",
+           missing.empty() ? "" : " missing " + list(missing) + ";",
+           unexpected.empty() ? "" : " not in the model " + list(unexpected));
   for (auto& [name, t] : model_->state_dict().entries) {
     if (t.device().is_meta()) continue;
     t.copy_(read_part(reader, io::CheckpointReader::kModel, name, spec_of(name), t));

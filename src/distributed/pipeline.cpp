@@ -334,22 +334,58 @@ struct Transfers {
 
 }  // namespace
 
-Tensor Pipeline::step(const Tensor& inputs, const Tensor& targets) {
-  const int m = schedule_.micro_batches, S = schedule_.stages(), me = group_->rank();
-  TS_CHECK(inputs.defined() && targets.defined() && inputs.dim() >= 1 && targets.dim() >= 1,
-           "Pipeline::step: inputs and targets must be tensors with a batch dim");
+struct Pipeline::MicroBatches {
+  std::vector<Tensor> in, targets;
+  std::vector<double> weight;  // rows / the batch's rows
+};
+
+Pipeline::MicroBatches Pipeline::split_batch(const Tensor& inputs, const Tensor& targets, const char* what) const {
+  const int m = schedule_.micro_batches;
+  TS_CHECK(inputs.defined() && targets.defined() && inputs.dim() >= 1 && targets.dim() >= 1, what,
+           ": inputs and targets must be tensors with a batch dim");
   const int64_t N = inputs.size(0);
-  TS_CHECK(targets.size(0) == N, "Pipeline::step: inputs have ", N, " rows but targets ", targets.size(0));
-  TS_CHECK(N >= m, "Pipeline::step: a batch of ", N, " rows cannot make ", m, " micro-batches");
-  std::vector<Tensor> micro_in(m), micro_t(m);
-  std::vector<double> weight(m);
+  TS_CHECK(targets.size(0) == N, what, ": inputs have ", N, " rows but targets ", targets.size(0));
+  TS_CHECK(N >= m, what, ": a batch of ", N, " rows cannot make ", m, " micro-batches");
+  MicroBatches mb;
   for (int64_t i = 0, start = 0; i < m; ++i) {
     const int64_t rows = N / m + (i < N % m);
-    micro_in[i] = inputs.narrow(0, start, rows);
-    micro_t[i] = targets.narrow(0, start, rows);
-    weight[i] = static_cast<double>(rows) / static_cast<double>(N);
+    mb.in.push_back(inputs.narrow(0, start, rows));
+    mb.targets.push_back(targets.narrow(0, start, rows));
+    mb.weight.push_back(static_cast<double>(rows) / static_cast<double>(N));
     start += rows;
   }
+  return mb;
+}
+
+Tensor Pipeline::evaluate(const Tensor& inputs, const Tensor& targets) {
+  const int S = schedule_.stages();
+  MicroBatches mb = split_batch(inputs, targets, "Pipeline::evaluate");
+  NoGradGuard no_grad;
+  Transfers io{*group_, {}, {}, {}};
+  double loss_sum = 0;
+  // Micro-batch by micro-batch, each rank's stages in order: every stage's
+  // input comes from a lower stage, so the ranks never wait in a circle.
+  for (int i = 0; i < schedule_.micro_batches; ++i)
+    for (int s : local_stages()) {
+      Tensor x = s == 0 ? mb.in[i] : io.recv(schedule_.rank_of(s - 1), 2 * (s - 1));
+      Tensor y = run_stage(s, x);
+      if (s == S - 1)
+        loss_sum += loss_(y, mb.targets[i]).to(DType::F64).item<double>() * mb.weight[i];
+      else
+        io.send(y, schedule_.rank_of(s + 1), 2 * s);
+    }
+  for (const WorkPtr& w : io.works) w->wait();
+  Tensor loss = tensor(std::vector<double>{loss_sum}, {1});
+  group_->broadcast(loss, schedule_.rank_of(S - 1))->wait();
+  return loss.reshape({});
+}
+
+Tensor Pipeline::step(const Tensor& inputs, const Tensor& targets, double scale) {
+  const int S = schedule_.stages(), me = group_->rank();
+  MicroBatches mb = split_batch(inputs, targets, "Pipeline::step");
+  const std::vector<Tensor>& micro_in = mb.in;
+  const std::vector<Tensor>& micro_t = mb.targets;
+  const std::vector<double>& weight = mb.weight;
 
   Transfers io{*group_, {}, {}, {}};
   std::map<std::pair<int, int>, Tensor> in, out, grad_out;
@@ -366,8 +402,9 @@ Tensor Pipeline::step(const Tensor& inputs, const Tensor& targets) {
       case PipeOp::kForward: {
         Tensor y = run_stage(a.stage, a.stage == 0 ? micro_in[a.micro] : in.at(key));
         if (a.stage == S - 1) {
-          y = ops::mul(loss_(y, micro_t[a.micro]), weight[a.micro]);
-          loss_sum += y.detach().to(DType::F64).item<double>();
+          Tensor l = ops::mul(loss_(y, micro_t[a.micro]), weight[a.micro]);
+          loss_sum += l.detach().to(DType::F64).item<double>();
+          y = scale == 1.0 ? l : ops::mul(l, scale);
         }
         out[key] = y;
         break;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tessera/distributed/ddp.h"
+#include "tessera/distributed/parallel3d.h"
 #include "tessera/distributed/sync_batch_norm.h"
 #include "tessera/distributed/zero.h"
 
@@ -114,7 +115,7 @@ class DataParallelRun : public train::Parallel {
            (zero_ && zero_->materialized_from_meta() ? ", the model materialized shard by shard" : "");
   }
 
- private:
+ protected:
   void reduce(std::vector<double>& v, ReduceOp op) {
     if (v.empty()) return;
     Tensor t = from_buffer(v.data(), {static_cast<int64_t>(v.size())}, DType::F64);
@@ -123,8 +124,86 @@ class DataParallelRun : public train::Parallel {
   }
   train::ParallelSettings s_;
   ProcessGroupPtr g_;
+
+ private:
   std::unique_ptr<DistributedDataParallel> ddp_;  // one of the two
   std::unique_ptr<ZeroRedundancy> zero_;
+};
+
+// Data x tensor x pipeline (distributed/parallel3d.h): the model split across
+// the ranks, each batch run through the pipeline by Parallel3D, the data
+// ranks' gradients averaged, checkpoints sharded by the tensor split.
+class ModelParallelRun : public DataParallelRun {
+ public:
+  ModelParallelRun(const train::ParallelSettings& s, ProcessGroupPtr g, Layout layout)
+      : DataParallelRun(s, std::move(g)), layout_(layout) {}
+  void attach(nn::Module& model, optim::Optimizer& optimizer) override {
+    Parallel3DOptions o;
+    o.layout = layout_;
+    o.sequence_parallel = s_.sequence_parallel;
+    o.pipeline.schedule = s_.schedule;
+    o.pipeline.micro_batches = static_cast<int>(s_.micro_batches > 0 ? s_.micro_batches : 2 * s_.pipeline);
+    o.pipeline.virtual_stages = static_cast<int>(s_.virtual_stages);
+    o.pipeline.split = s_.pipeline_split;
+    // The whole model's groups, for the checkpoints' optimizer_groups: a run
+    // resumed at another layout, or by one process, finds every name there.
+    whole_groups_ = optimizer.state_dict().groups;
+    job_ = std::make_unique<Parallel3D>(model.shared_from_this(), g_, o);
+    optimizer_ = &optimizer;
+    // The optimizer's groups keep their options; their parameters become
+    // this rank's parts, found by name.
+    std::map<std::string, Tensor> mine;
+    for (auto& [name, p] : job_->parameters()) mine[name] = p;
+    std::vector<TensorList> params;
+    std::vector<std::vector<std::string>> names;
+    for (const optim::ParamGroup& group : optimizer.param_groups()) {
+      TS_CHECK(group.names.size() == group.params.size(), "parallel: the optimizer's parameters need names to be "
+               "split across ranks");
+      params.emplace_back();
+      names.emplace_back();
+      for (const std::string& n : group.names)
+        if (auto it = mine.find(n); it != mine.end() && it->second.requires_grad()) {
+          params.back().push_back(it->second);
+          names.back().push_back(n);
+        }
+    }
+    optimizer.set_params(std::move(params), std::move(names));
+  }
+  bool runs_batches() const override { return true; }
+  double train_batch(const Tensor& inputs, const Tensor& targets, double scale, bool sync) override {
+    return job_->step_rows(inputs, targets, scale, sync).item<double>();
+  }
+  double eval_batch(const Tensor& inputs, const Tensor& targets) override {
+    return job_->evaluate_rows(inputs, targets).item<double>();
+  }
+  TensorList norm_parameters() override { return job_->norm_parameters(); }
+  int data_rank() const override { return job_ ? job_->mesh().data_rank : 0; }
+  int data_size() const override { return layout_.data; }
+  bool checkpoint_shard(io::CheckpointShard& out) override {
+    out = job_->checkpoint_shard(*optimizer_);
+    // The whole model's groups with the options they have now (the scheduler's learning rate).
+    nlohmann::json groups = whole_groups_;
+    for (size_t g = 0; g < groups.size() && g < out.optimizer_groups.size(); ++g)
+      groups[g]["options"] = out.optimizer_groups[g]["options"];
+    out.optimizer_groups = groups;
+    return true;
+  }
+  bool load_checkpoint(const io::CheckpointReader& reader) override {
+    job_->load_checkpoint(reader, *optimizer_);
+    return true;
+  }
+  std::string describe() const override {
+    return "data x tensor x pipeline " + std::to_string(layout_.data) + " x " + std::to_string(layout_.tensor) + " x " +
+           std::to_string(layout_.pipeline) + " (" + s_.schedule + ", " +
+           std::to_string(s_.micro_batches > 0 ? s_.micro_batches : 2 * s_.pipeline) + " micro-batches" +
+           (s_.sequence_parallel ? ", sequence parallel" : "") + ")";
+  }
+
+ private:
+  Layout layout_;
+  std::unique_ptr<Parallel3D> job_;
+  optim::Optimizer* optimizer_ = nullptr;
+  nlohmann::json whole_groups_;
 };
 
 // The first key path where two JSON values differ ("" when equal).
@@ -157,8 +236,18 @@ std::shared_ptr<train::Parallel> trainer_parallel(const train::ParallelSettings&
   if (s.data > 1 && g->size() == 1)
     TS_ERROR("config: parallel.data is ", s.data, " but this is one process; start it with `tessera launch -n ",
              s.data, " -- tessera train ...`");
-  TS_CHECK(s.data == 0 || s.data == g->size(), "config: parallel.data is ", s.data, " but the launcher started ",
+  TS_CHECK(s.data == 0 || s.data == g->size() || s.splits_model(), "config: parallel.data is ", s.data, " but the launcher started ",
            g->size(), " ranks; set parallel.data to ", g->size(), " (or 0: as many as launched), or launch -n ", s.data);
+  if (s.splits_model()) {
+    const int64_t mp = s.tensor * s.pipeline;
+    TS_CHECK(g->size() % mp == 0, "config: parallel.tensor x parallel.pipeline = ", s.tensor, " x ", s.pipeline, " = ",
+             mp, " does not divide the ", g->size(), " ranks launched; launch a multiple of ", mp, " ranks");
+    const int64_t data = s.data > 0 ? s.data : g->size() / mp;
+    TS_CHECK(data * mp == g->size(), "config: parallel data x tensor x pipeline = ", data, " x ", s.tensor, " x ",
+             s.pipeline, " = ", data * mp, " ranks, but the launcher started ", g->size());
+    return std::make_shared<ModelParallelRun>(
+        s, std::move(g), Layout{static_cast<int>(data), static_cast<int>(s.tensor), static_cast<int>(s.pipeline)});
+  }
   return std::make_shared<DataParallelRun>(s, std::move(g));
 }
 

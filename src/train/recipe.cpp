@@ -353,7 +353,27 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
       ps.compression = pc.get<std::string>("compression", ps.compression);
       ps.powersgd_rank = pc.get<int64_t>("powersgd_rank", ps.powersgd_rank);
       ps.powersgd_start_step = pc.get<int64_t>("powersgd_start_step", ps.powersgd_start_step);
+      ps.tensor = pc.get<int64_t>("tensor", ps.tensor);
+      ps.pipeline = pc.get<int64_t>("pipeline", ps.pipeline);
+      ps.sequence_parallel = pc.get<bool>("sequence_parallel", ps.sequence_parallel);
+      ps.schedule = pc.get<std::string>("schedule", ps.schedule);
+      ps.micro_batches = pc.get<int64_t>("micro_batches", ps.micro_batches);
+      ps.virtual_stages = pc.get<int64_t>("virtual_stages", ps.virtual_stages);
+      ps.pipeline_split = pc.get<std::string>("pipeline_split", ps.pipeline_split);
       pc.finish();
+      TS_CHECK(ps.tensor >= 1 && ps.tensor <= 4096 && ps.pipeline >= 1 && ps.pipeline <= 4096, "config: '",
+               pc.key_path("tensor"), "' and '", pc.key_path("pipeline"), "' must be from 1 to 4096, got ", ps.tensor,
+               " and ", ps.pipeline);
+      TS_CHECK(ps.micro_batches >= 0 && ps.micro_batches <= 65536 && ps.virtual_stages >= 1 && ps.virtual_stages <= 64,
+               "config: parallel.micro_batches must be from 0 (2 x pipeline) to 65536 and virtual_stages from 1 to 64");
+      TS_CHECK(ps.schedule == "gpipe" || ps.schedule == "1f1b" || ps.schedule == "interleaved", "config: '",
+               pc.key_path("schedule"), "' is '", ps.schedule, "'; expected gpipe, 1f1b or interleaved");
+      TS_CHECK(ps.pipeline_split == "layers" || ps.pipeline_split == "parameters", "config: '",
+               pc.key_path("pipeline_split"), "' is '", ps.pipeline_split, "'; expected layers or parameters");
+      TS_CHECK(!ps.splits_model() || (ps.zero == 0 && ps.compression == "none" && !ps.sync_batch_norm), "config: "
+               "parallel.tensor and parallel.pipeline run with plain data parallelism over the data dimension "
+               "(zero: 0, no compression, no sync_batch_norm)");
+      TS_CHECK(!ps.sequence_parallel || ps.tensor > 1, "config: parallel.sequence_parallel needs parallel.tensor > 1");
       TS_CHECK(ps.compression == "none" || ps.compression == "bf16" || ps.compression == "powersgd", "config: '",
                pc.key_path("compression"), "' is '", ps.compression, "'; expected none, bf16 or powersgd");
       TS_CHECK(ps.compression == "none" || ps.zero == 0, "config: parallel.compression applies to plain data "

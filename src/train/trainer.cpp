@@ -76,20 +76,29 @@ Trainer::Trainer(Recipe recipe, TrainerOptions options)
   parallel_ = opt_.parallel ? opt_.parallel : std::make_shared<Parallel>();
   if (!main_rank()) opt_.quiet = true;  // rank 0 speaks for the job
   optimizer_ = recipe_.make_optimizer(*recipe_.model);
+  // Asked before attach: a pipeline leaves the other stages' parameters on meta.
+  bool on_meta = false;
+  for (auto& [n, t] : recipe_.model->named_parameters()) on_meta = on_meta || t.device().is_meta();
   parallel_->attach(*recipe_.model, *optimizer_);
   // A model built on meta that no ZeRO-3 materialized shard by shard (one
   // process, or another strategy): whole, from the seed (build_recipe).
-  bool on_meta = false;
-  for (auto& [n, t] : recipe_.model->named_parameters()) on_meta = on_meta || t.device().is_meta();
   if (on_meta && !parallel_->shards_parameters()) recipe_.model->materialize(Device::cpu());
+  parameters_ = recipe_.model->num_parameters();
+  if (parallel_->runs_batches()) {  // each rank holds a part: count each element once over the job
+    double mine = 0;
+    for (const Tensor& t : parallel_->norm_parameters()) mine += static_cast<double>(t.numel());
+    std::vector<double> v{mine};
+    parallel_->sum(v);
+    parameters_ = static_cast<int64_t>(v[0]);
+  }
   data::DataLoaderOptions lo;
   lo.batch_size = s.batch_size;  // the global batch: each rank loads its rows of it
   lo.shuffle = true;
   lo.seed = s.seed;
   lo.num_workers = s.num_workers;
   lo.drop_last = s.drop_last;
-  lo.shard_rank = parallel_->rank();
-  lo.shard_count = parallel_->size();
+  lo.shard_rank = parallel_->data_rank();  // the ranks of one model-parallel replica load the same rows
+  lo.shard_count = parallel_->data_size();
   loader_ = std::make_unique<data::DataLoader>(recipe_.train_data, lo);
   const int64_t per_epoch = loader_->batches_per_epoch() / s.grad_accum;
   total_steps_ = s.steps > 0 ? s.steps : std::max<int64_t>(1, per_epoch) * s.epochs;
@@ -124,8 +133,8 @@ EvalMetrics Trainer::evaluate(int64_t max_batches) {
   data::DataLoaderOptions lo;
   lo.batch_size = recipe_.train.eval_batch_size;
   lo.num_workers = std::min(recipe_.train.num_workers, 2);
-  lo.shard_rank = parallel_->rank();  // each rank evaluates its rows; the sums are reduced
-  lo.shard_count = parallel_->size();
+  lo.shard_rank = parallel_->data_rank();  // each replica evaluates its rows; the sums are reduced
+  lo.shard_count = parallel_->data_size();
   lo.pad_last_batch = false;
   data::DataLoader loader(recipe_.eval_data, lo);
   double loss_sum = 0;
@@ -135,12 +144,16 @@ EvalMetrics Trainer::evaluate(int64_t max_batches) {
       if (max_batches > 0 && ++batches >= max_batches) break;
       continue;
     }
-    Tensor out = model((*batch)[0]);
     const Tensor& y = (*batch)[1];
     const int64_t n = y.numel();
-    loss_sum += loss_of(out, y).item<double>() * static_cast<double>(n);
-    if (recipe_.task == Task::Classification)
-      correct += ops::sum(ops::eq(ops::argmax(out, -1), y)).item<int64_t>();
+    if (parallel_->runs_batches()) {  // a split model: the strategy runs it (language models)
+      loss_sum += parallel_->eval_batch((*batch)[0], y) * static_cast<double>(n);
+    } else {
+      Tensor out = model((*batch)[0]);
+      loss_sum += loss_of(out, y).item<double>() * static_cast<double>(n);
+      if (recipe_.task == Task::Classification)
+        correct += ops::sum(ops::eq(ops::argmax(out, -1), y)).item<int64_t>();
+    }
     count += n;
     m.samples += y.size(0);
     if (max_batches > 0 && ++batches >= max_batches) break;
@@ -154,6 +167,12 @@ EvalMetrics Trainer::evaluate(int64_t max_batches) {
     correct = static_cast<int64_t>(v[1]);
     count = static_cast<int64_t>(v[2]);
     m.samples = static_cast<int64_t>(v[3]);
+    // The ranks of one replica evaluated the same rows: count them once.
+    const int64_t copies = parallel_->size() / parallel_->data_size();
+    m.samples /= copies;
+    count /= copies;
+    loss_sum /= static_cast<double>(copies);
+    correct /= copies;
   }
   m.loss = count ? loss_sum / static_cast<double>(count) : 0;
   if (recipe_.task == Task::Classification)
@@ -213,7 +232,7 @@ std::string Trainer::save_checkpoint() {
              {"scheduler", scheduler_ ? scheduler_->state_dict() : json(nullptr)},
              {"config", recipe_.config},
              {"model", recipe_.model_name},
-             {"parameters", recipe_.model->num_parameters()},
+             {"parameters", parameters_},
              {"elapsed_seconds", elapsed_},
              {"metrics", {{"train_loss", smooth_loss_}, {"eval", last_eval_}}}};
   if (scaler_.enabled()) c.state["grad_scaler"] = scaler_.state_dict();
@@ -339,11 +358,12 @@ void Trainer::optimizer_step() {
   profiler::PhaseScope phase(profiler::Phase::kOptimizer);
   // Under ZeRO each rank holds its shards of the gradients (the optimizer's
   // parameters): the inf check and the norm join every rank's part.
-  const bool shards = parallel_->shards_optimizer();
+  // A split model likewise: each rank holds its part of the model.
+  const bool shards = parallel_->shards_optimizer(), split = parallel_->runs_batches();
   TensorList params = model.parameters();
   std::function<bool(bool)> any_rank;
   std::function<double(double)> norm_over_ranks;
-  if (shards) {
+  if (shards || split) {
     params.clear();
     for (auto& g : optimizer_->param_groups()) params.insert(params.end(), g.params.begin(), g.params.end());
     any_rank = [this](bool found) {
@@ -358,7 +378,20 @@ void Trainer::optimizer_step() {
     };
   }
   // The L2 norm; max_norm inf measures it for the metrics without clipping.
-  auto clip_norm = [&](double max_norm) { return optim::clip_grad_norm_(params, max_norm, 2.0, false, norm_over_ranks); };
+  auto clip_norm = [&](double max_norm) {
+    if (!split) return optim::clip_grad_norm_(params, max_norm, 2.0, false, norm_over_ranks);
+    // The norm over the gradients each rank counts (every element once
+    // across the job), then every gradient this rank holds scaled by it, so
+    // that copies held on several ranks stay equal.
+    const double norm = optim::clip_grad_norm_(parallel_->norm_parameters(), INFINITY, 2.0, false, norm_over_ranks);
+    const double coef = max_norm / (norm + 1e-6);
+    if (std::isfinite(max_norm) && coef < 1) {
+      NoGradGuard no_grad;
+      for (Tensor& p : params)
+        if (p.grad().defined()) p.grad().mul_(coef);
+    }
+    return norm;
+  };
   scaler_.unscale_(*optimizer_, any_rank);  // true gradients from here on (no-op without scaling)
   if (stats_due_) collect_grad_stats();
   if (s.clip_grad_norm > 0) last_grad_norm_ = clip_norm(s.clip_grad_norm);
@@ -502,7 +535,7 @@ json Trainer::fit() {
   optimizer_->zero_grad();
   if (!opt_.quiet)
     std::printf("training %s (%.2fM parameters) on %lld samples, %lld steps, batch %lld x %lld, %d threads%s%s\n",
-                recipe_.model_name.c_str(), model.num_parameters() / 1e6,
+                recipe_.model_name.c_str(), static_cast<double>(parameters_) / 1e6,
                 static_cast<long long>(recipe_.train_data->size()), static_cast<long long>(total_steps_),
                 static_cast<long long>(s.batch_size), static_cast<long long>(s.grad_accum), get_num_threads(),
                 parallel_->size() > 1 ? (" per rank, " + parallel_->describe()).c_str() : "",
@@ -539,7 +572,7 @@ json Trainer::fit() {
         // Each rank draws its own random numbers (dropout), from (seed, step, rank) alone, so that
         // a run resumed at another world size continues well defined.
         const uint64_t key = recipe_.train.seed * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(step_) * 0xBF58476D1CE4E5B9ull ^
-                             static_cast<uint64_t>(parallel_->rank()) * 0x94D049BB133111EBull;
+                             static_cast<uint64_t>(parallel_->data_rank()) * 0x94D049BB133111EBull;
         default_generator().set_state(key, 0);
       }
     }
@@ -562,35 +595,42 @@ json Trainer::fit() {
         stats_due_ = !stat_hooks_.empty() && (step_ + 1) % every == 0;
       }
       const bool amp = s.precision != DType::F32;
-      Tensor loss;
-      {
+      if (parallel_->runs_batches()) {  // a split model: the strategy runs forward, loss and backward
         profiler::PhaseScope phase(profiler::Phase::kForward);
         autocast::Guard autocast(amp ? s.precision : DType::BF16, amp);
-        Tensor out = model((*batch)[0]);
-        loss = loss_of(out, (*batch)[1]);
-      }
-      last_loss_ = loss.item<double>();
-      std::string where;
-      if (parallel_->size() > 1) {
-        // The loss of the global batch (the mean of the ranks' means), and which rank diverged.
-        const bool bad = !std::isfinite(last_loss_);
-        std::vector<double> v{bad ? 0.0 : last_loss_ / parallel_->size(), bad ? 1.0 : 0.0,
-                              bad ? parallel_->rank() : 0.0};
-        const double mine = last_loss_;
-        parallel_->sum(v);
-        last_loss_ = v[1] > 0 ? (std::isfinite(mine) ? NAN : mine) : v[0];
-        if (v[1] > 0) where = v[1] == 1 ? " on rank " + std::to_string(static_cast<int>(v[2])) : " on " + std::to_string(static_cast<int>(v[1])) + " ranks";
-      }
-      // With loss scaling a non-finite loss (f16 overflow) makes a skipped step.
-      TS_CHECK(std::isfinite(last_loss_) || scaler_.enabled(), "training diverged: the loss is ", last_loss_, where,
-               " at step ", step_ + 1, " (lower the learning rate or enable clip_grad_norm)");
-      {
+        last_loss_ = parallel_->train_batch((*batch)[0], (*batch)[1], scaler_.get_scale() / s.grad_accum,
+                                            micro + 1 == s.grad_accum);
+        TS_CHECK(std::isfinite(last_loss_) || scaler_.enabled(), "training diverged: the loss is ", last_loss_,
+                 " at step ", step_ + 1, " (lower the learning rate or enable clip_grad_norm)");
+      } else {
+        Tensor loss;
+        {
+          profiler::PhaseScope phase(profiler::Phase::kForward);
+          autocast::Guard autocast(amp ? s.precision : DType::BF16, amp);
+          Tensor out = model((*batch)[0]);
+          loss = loss_of(out, (*batch)[1]);
+        }
+        last_loss_ = loss.item<double>();
+        std::string where;
+        if (parallel_->size() > 1) {
+          // The loss of the global batch (the mean of the ranks' means), and which rank diverged.
+          const bool bad = !std::isfinite(last_loss_);
+          std::vector<double> v{bad ? 0.0 : last_loss_ / parallel_->size(), bad ? 1.0 : 0.0,
+                                bad ? parallel_->rank() : 0.0};
+          const double mine = last_loss_;
+          parallel_->sum(v);
+          last_loss_ = v[1] > 0 ? (std::isfinite(mine) ? NAN : mine) : v[0];
+          if (v[1] > 0) where = v[1] == 1 ? " on rank " + std::to_string(static_cast<int>(v[2])) : " on " + std::to_string(static_cast<int>(v[1])) + " ranks";
+        }
+        // With loss scaling a non-finite loss (f16 overflow) makes a skipped step.
+        TS_CHECK(std::isfinite(last_loss_) || scaler_.enabled(), "training diverged: the loss is ", last_loss_, where,
+                 " at step ", step_ + 1, " (lower the learning rate or enable clip_grad_norm)");
         profiler::PhaseScope phase(profiler::Phase::kBackward);
         parallel_->set_sync(micro + 1 == s.grad_accum);
         Tensor l = s.grad_accum > 1 ? ops::div(loss, static_cast<double>(s.grad_accum)) : loss;
         scaler_.scale(l).backward();
       }
-      window_samples += (*batch)[0].size(0) * parallel_->size();  // the global batch
+      window_samples += (*batch)[0].size(0) * parallel_->data_size();  // the global batch
       if (++micro < s.grad_accum) continue;
       micro = 0;
       optimizer_step();

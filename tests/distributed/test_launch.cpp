@@ -299,6 +299,50 @@ TEST_F(Launch, GptWithDdpAndEveryZeroStageEqualsOneProcess) {
   }
 }
 
+// `parallel: {tensor: 2, pipeline: 2}` from the command line: the character
+// GPT (vocabulary padded to 116, which 2 divides; clipping, warmup-cosine,
+// evaluation) trains as one process, and its sharded checkpoint resumes in
+// one process, at 2 data-parallel ranks and as a 2-stage pipeline with the
+// same trajectory. A vocabulary the tensor size does not divide is an error
+// on every rank naming it.
+TEST_F(Launch, GptWithTensorAndPipelineParallelismEqualsOneProcess) {
+  const std::string gpt = std::string(TESSERA_SOURCE_DIR) + "/examples/configs/char_gpt.yaml";
+  auto args = [&](const std::string& out, std::vector<std::string> extra) {
+    auto a = train_args(gpt, out, 6);
+    a.insert(a.end(), {"--set", "model.n_layer=2", "--set", "model.n_embd=64", "--set", "model.n_head=2", "--set",
+                       "model.dropout=0", "--set", "train.batch_size=8", "--set", "scheduler.warmup_steps=2", "--set",
+                       "model.vocab_size=116", "--set", "train.checkpoint_every=3", "--set", "train.eval_every=3"});
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  auto one = testing::run_cli(args(dir_ + "/one", {}));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto split = launch(4, args(dir_ + "/tp", {"--set", "parallel.tensor=2", "--set", "parallel.pipeline=2"}));
+  ASSERT_EQ(split.exit_code, 0) << split.output;
+  EXPECT_NE(split.output.find("data x tensor x pipeline 1 x 2 x 2 (1f1b, 4 micro-batches)"), std::string::npos)
+      << split.output;
+  EXPECT_LT(weight_difference(dir_ + "/one", dir_ + "/tp", 6), 1e-5);
+  expect_same_curve(dir_ + "/one", dir_ + "/tp");
+  const std::vector<std::string> from{"--resume", dir_ + "/tp/checkpoints/step-000000003"};
+  auto alone = testing::run_cli(args(dir_ + "/alone", from));
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  auto ddp = launch(2, args(dir_ + "/ddp", from));
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
+  std::vector<std::string> pipe = from;
+  pipe.insert(pipe.end(), {"--set", "parallel.pipeline=2"});
+  auto piped = launch(2, args(dir_ + "/pipe", pipe));
+  ASSERT_EQ(piped.exit_code, 0) << piped.output;
+  for (const char* run : {"/alone", "/ddp", "/pipe"}) {
+    EXPECT_NE((std::string(run) == "/alone" ? alone : std::string(run) == "/ddp" ? ddp : piped).output.find(
+                  "resumed at step 3"), std::string::npos) << run;
+    EXPECT_LT(weight_difference(dir_ + "/one", dir_ + run, 6), 1e-5) << run;
+  }
+  auto odd = launch(2, args(dir_ + "/odd", {"--set", "parallel.tensor=2", "--set", "model.vocab_size=115"}));
+  EXPECT_NE(odd.exit_code, 0);
+  EXPECT_NE(odd.output.find("vocab_size = 115 must divide by the tensor-parallel size 2"), std::string::npos)
+      << odd.output;
+}
+
 // The Llama LoRA recipe: the base (a GGUF) frozen, only the adapters trained
 // and reduced. At 2 ranks with DDP and with ZeRO-2 it equals one process,
 // and writes the adapter files as one process does.

@@ -63,6 +63,18 @@ class Parallel3D {
   // each data rank takes its rows, which must divide by the data size), then
   // the gradients averaged over the data group. Returns the batch's loss.
   Tensor step(const Tensor& inputs, const Tensor& targets);
+  // The same on this data rank's rows only (a loader that already gave each
+  // data rank its share). `scale` multiplies the loss backward starts from;
+  // without `sync` the gradients accumulate without the data group's
+  // average (every batch but the last of an accumulated step).
+  Tensor step_rows(const Tensor& inputs, const Tensor& targets, double scale = 1.0, bool sync = true);
+  // The loss of this data rank's rows, forward only, on every rank of its pipeline.
+  Tensor evaluate_rows(const Tensor& inputs, const Tensor& targets);
+  // The parameters whose gradients this rank counts in the model's gradient
+  // norm, so that the sum over every rank counts each element once: its
+  // tensor blocks and, on tensor rank 0, the whole ones; nothing on data
+  // ranks but 0 (their gradients are the same) or for a tied head's copy.
+  TensorList norm_parameters() const;
 
   // This rank's parameters (its tensor block of its stages), for its optimizer.
   nn::NamedTensors parameters() const { return pipeline_->parameters(); }

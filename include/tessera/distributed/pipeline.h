@@ -69,7 +69,11 @@ class Pipeline {
   // Forward and backward of every micro-batch of (inputs, targets), split
   // along dim 0. Gradients accumulate into this rank's parameters. Returns
   // the batch's loss on every rank.
-  Tensor step(const Tensor& inputs, const Tensor& targets);
+  // `scale` multiplies the loss the backward starts from (loss scaling, an
+  // average over accumulated batches); the loss returned is not scaled.
+  Tensor step(const Tensor& inputs, const Tensor& targets, double scale = 1.0);
+  // The batch's loss, forward only (evaluation), on every rank.
+  Tensor evaluate(const Tensor& inputs, const Tensor& targets);
 
   // The parameters of this rank's stages (with a tied weight's copy), by the model's names.
   nn::NamedTensors parameters() const;
@@ -88,6 +92,8 @@ class Pipeline {
 
  private:
   Tensor run_stage(int stage, const Tensor& input);
+  struct MicroBatches;
+  MicroBatches split_batch(const Tensor& inputs, const Tensor& targets, const char* what) const;
   std::shared_ptr<nn::Module> model_;
   ProcessGroupPtr group_, tied_group_;
   PipelineOptions options_;

@@ -47,6 +47,23 @@ class Parallel {
   // at a time). False: every rank loads it whole.
   virtual bool load_checkpoint(const io::CheckpointReader& reader) { return false; }
 
+  // Model parallelism (tensor and pipeline): the model is split across
+  // ranks, so the strategy runs a batch's forward, loss and backward itself.
+  // train_batch returns the global batch's loss, the gradients (of the loss
+  // times `scale`: loss scaling, an average over accumulated batches)
+  // accumulating into this rank's parameters, averaged over the data-parallel
+  // replicas when `sync`; eval_batch returns a batch's loss, forward only.
+  virtual bool runs_batches() const { return false; }
+  virtual double train_batch(const Tensor& inputs, const Tensor& targets, double scale, bool sync) { return 0; }
+  virtual double eval_batch(const Tensor& inputs, const Tensor& targets) { return 0; }
+  // The gradients this rank counts in the global gradient norm (each element
+  // on one rank only); the norm sums every rank's part.
+  virtual TensorList norm_parameters() { return {}; }
+  // How the data is split: this rank's replica among data_size() (tensor and
+  // pipeline ranks of one replica load the same rows).
+  virtual int data_rank() const { return rank(); }
+  virtual int data_size() const { return size(); }
+
   // The decisions every rank must share, reduced across ranks: element-wise
   // sums (losses, eval counts) and maxima (flags: a stop request, a
   // non-finite loss, the end of a stream).

@@ -78,6 +78,16 @@ struct ParallelSettings {
   std::string compression = "none";  // none | bf16 | powersgd (plain data parallelism)
   int64_t powersgd_rank = 1;
   int64_t powersgd_start_step = 1000;
+  // Model parallelism (GPT and Llama; distributed/parallel3d.h): data x
+  // tensor x pipeline must equal the ranks launched.
+  int64_t tensor = 1;              // ranks each layer's weights are split across
+  int64_t pipeline = 1;            // stages the layers are cut into, one per rank (times virtual_stages)
+  bool sequence_parallel = false;  // norms and dropouts on a block of the sequence (tensor > 1)
+  std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved
+  int64_t micro_batches = 0;       // per data rank's batch; 0: 2 x pipeline
+  int64_t virtual_stages = 1;      // stages per rank (interleaved)
+  std::string pipeline_split = "layers";  // layers | parameters
+  bool splits_model() const { return tensor > 1 || pipeline > 1; }
 };
 
 struct Recipe {

@@ -96,6 +96,7 @@ class Trainer {
   optim::SchedulerPtr scheduler_;
   std::unique_ptr<data::DataLoader> loader_;
   int64_t step_ = 0, total_steps_ = 0;
+  int64_t parameters_ = 0;  // the whole model's, also when it is split across ranks
   double elapsed_ = 0;           // training seconds, across resumes
   double last_loss_ = 0, smooth_loss_ = 0;
   nlohmann::json last_eval_;
