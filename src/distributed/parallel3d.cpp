@@ -38,7 +38,8 @@ Mesh make_mesh(const ProcessGroupPtr& world, Layout l) {
 
 Parallel3D::Parallel3D(std::shared_ptr<nn::Module> model, const ProcessGroupPtr& world, Parallel3DOptions o)
     : mesh_(make_mesh(world, o.layout)), model_(std::move(model)) {
-  if (o.layout.tensor > 1) tensor_parallelize(*model_, mesh_.tensor, {.sequence_parallel = o.sequence_parallel});
+  if (o.layout.tensor > 1)
+    region_rng_ = tensor_parallelize(*model_, mesh_.tensor, {.sequence_parallel = o.sequence_parallel});
   for (auto& [name, spec] : tensor_parallel_shards(*model_)) specs_[name] = spec;
   ProcessGroupPtr tp = mesh_.tensor;
   Pipeline::LossFn loss;
@@ -97,6 +98,15 @@ Tensor Parallel3D::step_rows(const Tensor& inputs, const Tensor& targets, double
 
 Tensor Parallel3D::evaluate_rows(const Tensor& inputs, const Tensor& targets) {
   return pipeline_->evaluate(inputs, targets);
+}
+
+void Parallel3D::reseed(uint64_t key) {
+  if (!region_rng_) return;
+  // splitmix64 of the key and the tensor rank: each rank's own stream.
+  uint64_t z = key + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(mesh_.tensor_rank) + 2718);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  region_rng_->generator().set_state(z ^ (z >> 31), 0);
 }
 
 TensorList Parallel3D::norm_parameters() const {

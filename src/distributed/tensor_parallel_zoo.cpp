@@ -256,7 +256,8 @@ void split_llama(nn::zoo::Llama& m, const Context& ctx) {
 
 }  // namespace
 
-void tensor_parallelize(nn::Module& model, const ProcessGroupPtr& group, TensorParallelOptions options) {
+std::shared_ptr<RegionRng> tensor_parallelize(nn::Module& model, const ProcessGroupPtr& group,
+                                              TensorParallelOptions options) {
   TS_CHECK(group, "tensor_parallelize: the group is null (a rank outside the group it was split into)");
   Generator& gen = default_generator();
   Context ctx{SplitGroup{group, options.sequence_parallel}, SplitGroup{group, false},
@@ -276,6 +277,7 @@ void tensor_parallelize(nn::Module& model, const ProcessGroupPtr& group, TensorP
                "other models build theirs from ColumnParallelLinear, RowParallelLinear and VocabParallelEmbedding");
   }
   gen.set_state(seed, offset);
+  return ctx.rng;
 }
 
 std::vector<std::pair<std::string, ShardSpec>> tensor_parallel_shards(nn::Module& model) {

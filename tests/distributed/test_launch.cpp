@@ -337,6 +337,20 @@ TEST_F(Launch, GptWithTensorAndPipelineParallelismEqualsOneProcess) {
                   "resumed at step 3"), std::string::npos) << run;
     EXPECT_LT(weight_difference(dir_ + "/one", dir_ + run, 6), 1e-5) << run;
   }
+  // With dropout, inside the split regions too: resumed at step 3, the
+  // next steps draw the masks the uninterrupted run drew.
+  const std::vector<std::string> drop{"--set", "parallel.tensor=2", "--set", "model.dropout=0.2"};
+  auto whole = launch(2, args(dir_ + "/drop", drop));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  std::vector<std::string> again = drop;
+  again.insert(again.end(), {"--resume", dir_ + "/drop/checkpoints/step-000000003"});
+  auto resumed = launch(2, args(dir_ + "/drop_resumed", again));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto full = losses(dir_ + "/drop"), tail = losses(dir_ + "/drop_resumed");
+  ASSERT_EQ(full.size(), 6u);
+  ASSERT_EQ(tail.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(tail[i], full[3 + i], 1e-6) << "step " << 4 + i;
+  EXPECT_NE(full, losses(dir_ + "/tp"));  // the dropout did draw
   auto odd = launch(2, args(dir_ + "/odd", {"--set", "parallel.tensor=2", "--set", "model.vocab_size=115"}));
   EXPECT_NE(odd.exit_code, 0);
   EXPECT_NE(odd.output.find("vocab_size = 115 must divide by the tensor-parallel size 2"), std::string::npos)

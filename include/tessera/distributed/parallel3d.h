@@ -75,6 +75,10 @@ class Parallel3D {
   // tensor blocks and, on tensor rank 0, the whole ones; nothing on data
   // ranks but 0 (their gradients are the same) or for a tied head's copy.
   TensorList norm_parameters() const;
+  // Reseeds the generator of the split regions' dropout from `key` and this
+  // rank's place in its tensor group (a training loop reseeding the default
+  // generator each step from the seed, the step and the data rank passes the same key).
+  void reseed(uint64_t key);
 
   // This rank's parameters (its tensor block of its stages), for its optimizer.
   nn::NamedTensors parameters() const { return pipeline_->parameters(); }
@@ -98,6 +102,7 @@ class Parallel3D {
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<Pipeline> pipeline_;
   std::map<std::string, ShardSpec> specs_;
+  std::shared_ptr<RegionRng> region_rng_;  // null without tensor parallelism
 };
 
 }  // namespace tessera::distributed

@@ -176,7 +176,12 @@ struct TensorParallelOptions {
 // must hold the same dense model). Errors, before anything changes, name a
 // size the group does not divide: heads, hidden units, vocabulary, or key/
 // value heads that neither divide by the group nor divide it.
-void tensor_parallelize(nn::Module& model, const ProcessGroupPtr& group, TensorParallelOptions options = {});
+// Returns the generator the split regions draw their dropout from (seeded
+// from the default generator's seed and the rank); a training loop that
+// reseeds the default generator every step reseeds this one too
+// (Parallel3D::reseed), so that a resumed run draws what an uninterrupted one did.
+std::shared_ptr<RegionRng> tensor_parallelize(nn::Module& model, const ProcessGroupPtr& group,
+                                              TensorParallelOptions options = {});
 
 // Each split parameter's part of the dense one, by state-dict name (a model
 // after tensor_parallelize; names absent are whole on every rank).
