@@ -3,6 +3,7 @@
 #include "tessera/distributed/pipeline.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -139,11 +140,45 @@ std::vector<int> pipeline_boundaries(const std::vector<PipePiece>& pieces, int s
       TS_CHECK(std::isfinite(c) && c >= 0, "pipeline: costs must be finite and non-negative, got ", c);
     costs = o.costs;
   } else {
-    TS_ERROR("pipeline: unknown split '", o.split, "'; expected layers, parameters or costs");
+    TS_ERROR("pipeline: unknown split '", o.split, "'; expected layers, parameters, costs or time (a Pipeline times "
+             "the pieces itself)");
   }
   TS_CHECK(n >= stages, "pipeline: the model has ", n, " pieces, too few for ", stages, " stages");
   return balanced_cuts(costs, stages);
 }
+
+namespace {
+
+// Each piece's forward time on `sample`, the median of 3 runs without
+// gradients, the output of one piece the input of the next.
+std::vector<double> piece_times(const std::vector<PipePiece>& pieces, Tensor sample, nn::Module& model) {
+  if (!sample.defined()) {
+    int64_t context = 0;
+    if (auto* g = dynamic_cast<nn::zoo::GPT*>(&model)) context = g->config.block_size;
+    if (auto* l = dynamic_cast<nn::zoo::Llama*>(&model)) context = l->config.max_seq_len;
+    TS_CHECK(context > 0, "pipeline: split 'time' needs PipelineOptions::sample, a micro-batch's input, to time ",
+             "the pieces of a ", model.type_name(), " on");
+    sample = zeros({1, context}, DType::I64);
+  }
+  NoGradGuard no_grad;
+  std::vector<double> out;
+  Tensor x = sample;
+  for (const PipePiece& p : pieces) {
+    std::vector<double> runs;
+    Tensor y;
+    for (int k = 0; k < 3; ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      y = p.run(x);
+      runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(runs.begin(), runs.end());
+    out.push_back(runs[1]);
+    x = y;
+  }
+  return out;
+}
+
+}  // namespace
 
 // ---- the pipeline ----------------------------------------------------------------------------
 
@@ -172,31 +207,49 @@ Pipeline::Pipeline(std::shared_ptr<nn::Module> model, ProcessGroupPtr group, Pip
     : model_(std::move(model)), group_(std::move(group)), options_(std::move(options)), loss_(std::move(loss)) {
   TS_CHECK(model_ && group_ && loss_, "Pipeline: the model, the group and the loss must be given");
   // Every rank must run the same pipeline, and a rank whose settings are
-  // wrong must not leave the others waiting: each rank builds its schedule
-  // and cut, then all compare (fails, fingerprint) before the first step.
+  // wrong must not leave the others waiting: each rank builds its part, then
+  // all compare (failed, or a fingerprint) before going on, twice: after the
+  // schedule (and any timing), and after the cut.
   std::string problem;
+  auto agree = [&](int64_t print) {
+    Tensor mine = tensor(std::vector<int64_t>{problem.empty() ? print : -1}, {1});
+    Tensor all = empty({group_->size()}, DType::I64);
+    group_->allgather(all, mine)->wait();
+    if (!problem.empty()) throw Error(problem);
+    for (int q = 0; q < group_->size(); ++q) {
+      const int64_t theirs = all[q].item<int64_t>();
+      TS_CHECK(theirs != -1, "Pipeline: rank ", q, " of group '", group_->name(), "' could not build its pipeline "
+               "(its error says why); every rank must pass the same model and options");
+      TS_CHECK(theirs == print, "Pipeline: rank ", q, " of group '", group_->name(), "' runs another pipeline than "
+               "rank ", group_->rank(), " (", describe(schedule_, boundaries_), "); every rank must pass the same "
+               "model, options and schedule");
+    }
+  };
+  const bool timed = options_.split == "time";
   try {
     schedule_ = make_schedule(options_.schedule, group_->size(), options_.micro_batches, options_.virtual_stages);
     check_schedule(schedule_);
     TS_CHECK(schedule_.stages() < 16384, "Pipeline: ", schedule_.stages(), " stages; at most 16383");
     pieces_ = pipeline_pieces(*model_);
+    if (timed) {
+      options_.costs = piece_times(pieces_, options_.sample, *model_);
+      options_.split = "costs";
+    }
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  agree(fingerprint(schedule_, {static_cast<int>(pieces_.size()), timed}, options_.checkpoint));
+  if (timed) {  // measured times differ between ranks: every rank cuts by the first's
+    Tensor c = tensor(options_.costs, {static_cast<int64_t>(options_.costs.size())});
+    group_->broadcast(c, 0)->wait();
+    options_.costs = c.to_vector<double>();
+  }
+  try {
     boundaries_ = pipeline_boundaries(pieces_, schedule_.stages(), options_);
   } catch (const Error& e) {
     problem = e.what();
   }
-  const int64_t print = problem.empty() ? fingerprint(schedule_, boundaries_, options_.checkpoint) : -1;
-  Tensor mine = tensor(std::vector<int64_t>{print}, {1});
-  Tensor all = empty({group_->size()}, DType::I64);
-  group_->allgather(all, mine)->wait();
-  if (!problem.empty()) throw Error(problem);
-  for (int q = 0; q < group_->size(); ++q) {
-    const int64_t theirs = all[q].item<int64_t>();
-    TS_CHECK(theirs != -1, "Pipeline: rank ", q, " of group '", group_->name(), "' could not build its pipeline (its "
-             "error says why); every rank must pass the same model and options");
-    TS_CHECK(theirs == print, "Pipeline: rank ", q, " of group '", group_->name(), "' runs another pipeline than rank ",
-             group_->rank(), " (", describe(schedule_, boundaries_), "); every rank must pass the same model, options "
-             "and schedule");
-  }
+  agree(fingerprint(schedule_, boundaries_, options_.checkpoint));
 
   // Keep this rank's stages; the rest of the model goes to meta. A weight a
   // local piece uses but another stage owns (a tied head's) stays.

@@ -368,8 +368,9 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
                "config: parallel.micro_batches must be from 0 (2 x pipeline) to 65536 and virtual_stages from 1 to 64");
       TS_CHECK(ps.schedule == "gpipe" || ps.schedule == "1f1b" || ps.schedule == "interleaved", "config: '",
                pc.key_path("schedule"), "' is '", ps.schedule, "'; expected gpipe, 1f1b or interleaved");
-      TS_CHECK(ps.pipeline_split == "layers" || ps.pipeline_split == "parameters", "config: '",
-               pc.key_path("pipeline_split"), "' is '", ps.pipeline_split, "'; expected layers or parameters");
+      TS_CHECK(ps.pipeline_split == "layers" || ps.pipeline_split == "parameters" || ps.pipeline_split == "time",
+               "config: '", pc.key_path("pipeline_split"), "' is '", ps.pipeline_split,
+               "'; expected layers, parameters or time");
       TS_CHECK(!ps.splits_model() || (ps.zero == 0 && ps.compression == "none" && !ps.sync_batch_norm), "config: "
                "parallel.tensor and parallel.pipeline run with plain data parallelism over the data dimension "
                "(zero: 0, no compression, no sync_batch_norm)");

@@ -123,6 +123,11 @@ TEST(Pipeline, TheLlamaAndASequentialWithCheckpointsAndACostSplit) {
       auto [dense, piped] = twins<nn::zoo::Llama>(llama_config());
       expect_step_matches(dense, piped, g, {.schedule = "1f1b", .micro_batches = 4, .checkpoint = true}, x, y, lm_loss);
     }
+    {  // cut by each piece's measured forward time (rank 0's, on a row of zeros)
+      auto [dense, piped] = twins<nn::zoo::GPT>(gpt_config(true));
+      Tensor xg = ops::randint(0, 11, {4, 6}, DType::I64, &gen), yg = ops::randint(0, 11, {4, 6}, DType::I64, &gen);
+      expect_step_matches(dense, piped, g, {.schedule = "gpipe", .micro_batches = 2, .split = "time"}, xg, yg, lm_loss);
+    }
     // Uneven micro-batches (10 rows in 4) and a cut by parameter counts.
     auto seq = [] {
       manual_seed(5);

@@ -46,10 +46,13 @@ struct PipelineOptions {
   // How the pieces are cut into ranks * virtual_stages stages: "layers"
   // (equal numbers of blocks; the embeddings join the first stage, the head
   // the last), "parameters" (as equal parameter counts as contiguous stages
-  // allow), or "costs" (as equal sums of `costs`, one per piece: measured
-  // times, say).
+  // allow), "costs" (as equal sums of `costs`, one per piece), or "time":
+  // each piece's forward timed on `sample` (a micro-batch's input; for the
+  // GPT and the Llama, one row of zeros at the full context by default) on
+  // the first rank of the group, whose costs every rank then cuts by.
   std::string split = "layers";
   std::vector<double> costs;
+  Tensor sample;
   bool checkpoint = false;  // recompute each stage's activations in its backward
 };
 

@@ -86,7 +86,7 @@ struct ParallelSettings {
   std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved
   int64_t micro_batches = 0;       // per data rank's batch; 0: 2 x pipeline
   int64_t virtual_stages = 1;      // stages per rank (interleaved)
-  std::string pipeline_split = "layers";  // layers | parameters
+  std::string pipeline_split = "layers";  // layers | parameters | time (each piece's forward, measured)
   bool splits_model() const { return tensor > 1 || pipeline > 1; }
 };
 
