@@ -62,8 +62,11 @@ GenerateResult generate(Engine& engine, const Tokenizer& tokenizer, const std::v
   TS_CHECK(opts.max_tokens >= 0, "generate: max_tokens ", opts.max_tokens, " must be 0 or more");
   TS_CHECK(opts.prefill_chunk >= 1, "generate: prefill_chunk ", opts.prefill_chunk, " must be positive");
   const int64_t vocab = engine.model().spec().vocab;
-  TS_CHECK(tokenizer.size() == vocab, "generate: the tokenizer has ", tokenizer.size(), " tokens, the model ", vocab);
-  Sampler sampler(vocab, opts.sampling);
+  // A model's vocabulary may be padded past the tokenizer's (to divide by a
+  // tensor-parallel size, as Megatron pads it): the padding is never sampled.
+  TS_CHECK(tokenizer.size() <= vocab, "generate: the tokenizer has ", tokenizer.size(), " tokens, the model only ",
+           vocab);
+  Sampler sampler(tokenizer.size(), opts.sampling);
   GenerateResult res;
   res.prompt_tokens = static_cast<int64_t>(prompt.size());
   const int64_t seq = engine.add_sequence();
