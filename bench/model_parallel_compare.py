@@ -3,6 +3,8 @@
 
     /usr/bin/python3 bench/model_parallel_compare.py --build-dir build [--json out.json] [--quick]
 
+0. Round trips of a send and a receive between two ranks (8 floats, 4 MB): the
+   latency each pipeline transfer adds.
 1. The pipeline bubble with unit-cost stages (sleeps, so oversubscribed ranks
    do not compete for cores), for GPipe, 1F1B and interleaved 1F1B (v = 2) at
    p = 2 and 4, m = 4 and 8, against (p - 1) / (v m + p - 1).
@@ -43,7 +45,11 @@ def main():
         cmd = [bench, *a] if np == 1 else ["mpirun", "-np", str(np), "--bind-to", "none", bench, *a]
         return lines(cmd, env)
 
-    out = {"cpu": cpu_model(), "simd": cpu_simd(), "bubble": [], "activations": [], "tensor": [], "step": []}
+    out = {"cpu": cpu_model(), "simd": cpu_simd(), "pingpong": [], "bubble": [], "activations": [], "tensor": [],
+           "step": []}
+    for n in ("8", "1048576"):
+        out["pingpong"] += run(2, "pingpong", "--elements", n, "--iters", "50" if args.quick else "200")
+        print(json.dumps(out["pingpong"][-1]), flush=True)
     stage_ms = "5" if args.quick else "20"
     for p in (2,) if args.quick else (2, 4):
         for m in (4,) if args.quick else (4, 8):

@@ -1442,7 +1442,16 @@ def render_distributed(d, h):
 
 
 def render_model_parallel(d, h):
-    out = ["", "**Pipeline bubble** with unit-cost stages: each stage sleeps the same time in its forward and in its "
+    out = []
+    pp = d.get("pingpong", [])
+    if pp:
+        out += ["", "**Point-to-point round trips** between 2 ranks (`send`, then `recv_now`, as pipeline stages pass "
+                    "activations and gradients), median of 200", "", machine_line(h), ""]
+        out += table(["elements (f32)", "round trip", "one way", "bandwidth one way"],
+                     [[f"{r['elements']:,}", f"{fnum(r['rtt_s'] * 1e6)} us", f"{fnum(r['rtt_s'] * 5e5)} us",
+                       f"{fnum(r['elements'] * 4 / (r['rtt_s'] / 2) / 1e9)} GB/s" if r["elements"] > 1000 else ""]
+                      for r in pp])
+    out += ["", "**Pipeline bubble** with unit-cost stages: each stage sleeps the same time in its forward and in its "
                "backward (20 ms per rank, split over its v stages), so ranks sharing cores do not slow each other; "
                "bubble = 1 - time the stages slept / (ranks x step time), the median of 3 steps, against (p - 1) / "
                "(v m + p - 1) and against the schedule's simulation (sends free)", "", machine_line(h), ""]

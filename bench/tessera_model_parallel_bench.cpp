@@ -304,6 +304,33 @@ int bench_step(int argc, char** argv) {
   return 0;
 }
 
+// Round trips of a small tensor between ranks 0 and 1 (send, then recv_now),
+// the latency a pipeline's transfer adds to its critical path.
+int bench_pingpong(int argc, char** argv) {
+  auto world = distributed::world();
+  const int iters = std::stoi(arg(argc, argv, "--iters", "200"));
+  const int64_t n = std::stoll(arg(argc, argv, "--elements", "8"));
+  Tensor a = ones({n}), b = empty({n});
+  std::vector<double> rtt;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    if (world->rank() == 0) {
+      auto w = world->send(a, 1, 7);
+      world->recv_now(b, 1, 7);
+      w->wait();
+    } else if (world->rank() == 1) {
+      world->recv_now(b, 0, 7);
+      world->send(b, 0, 7)->wait();
+    }
+    rtt.push_back(seconds_since(t0));
+  }
+  if (world->rank() == 0) {
+    nlohmann::json j = {{"bench", "pingpong"}, {"elements", n}, {"rtt_s", median(rtt)}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -313,6 +340,7 @@ int main(int argc, char** argv) {
     if (mode == "activations") return bench_activations(argc, argv);
     if (mode == "tensor") return bench_tensor(argc, argv);
     if (mode == "step") return bench_step(argc, argv);
+    if (mode == "pingpong") return bench_pingpong(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tessera_model_parallel_bench: %s\n", e.what());
     return 1;

@@ -13,8 +13,20 @@
 // communication ops') runs on the caller's thread when nothing is queued or
 // running (CommThread::run_here), since the hand-off there and back costs as
 // much as a 1 MB transfer on a machine whose cores the ranks fill.
+//
+// Note [Polling transfers]
+// Sends and receives are posted non-blocking (a blocking send would deadlock
+// two pipeline stages sending to each other) and completed by this thread's
+// polling. A send is posted on its caller's thread when nothing is queued
+// (the message leaves at once; this thread only completes it), and a
+// receive its caller waits for (recv_now) blocks there. A large message
+// still needs the sender's progress for each of its fragments (with
+// btl_vader_single_copy_mechanism=none, as the launcher runs), which only
+// the polling gives: while transfers are in flight the thread polls every
+// 10 us, with the kernel's timer slack lowered so that a sleep is that long.
 #define OMPI_SKIP_MPICXX 1  // the C API only
 #include <mpi.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -103,7 +115,8 @@ struct Pending {
   std::vector<int> world_ranks;
   double since;
 };
-thread_local std::vector<Pending>* t_pending = nullptr;  // set on the communication thread
+thread_local std::vector<Pending>* t_pending = nullptr;  // where a task's posted transfers go
+thread_local bool t_on_caller = false;  // the task runs on its caller's thread (run_here)
 
 // "comm allreduce": the profiler keeps scope names by pointer, so they live as long as the process.
 const char* comm_scope_name(const char* op) {
@@ -172,6 +185,7 @@ class CommThread {
  private:
   // Completes the sends and receives that have finished.
   void poll_pending() {
+    adopt();
     if (pending_.empty()) return;
     std::vector<MPI_Request> reqs;
     for (auto& p : pending_) reqs.push_back(p.request);
@@ -200,8 +214,23 @@ class CommThread {
     pending_ = std::move(keep);
   }
 
+  // Takes over the transfers callers posted (run_here) into pending_.
+  void adopt() {
+    std::vector<Pending> mine;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (adopted_.empty()) return;
+      mine.swap(adopted_);
+    }
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    for (auto& p : mine) pending_.push_back(std::move(p));
+  }
+
   void loop() {
     t_pending = &staged_;
+    // Sleeps of 10 us between polls of the transfers in flight, not the
+    // kernel's default 50 us slack on top (Note [Polling transfers]).
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     for (;;) {
       Task task;
       // Calls often come in quick succession (the buckets of one backward, a
@@ -214,12 +243,12 @@ class CommThread {
       {
         std::unique_lock<std::mutex> lock(mu_);
         // Work to take: queued, and no caller running a call itself (run_here).
-        auto ready = [&] { return stopped_ || (!queue_.empty() && !busy_); };
-        if (pending_.empty()) {
+        auto ready = [&] { return stopped_ || (!queue_.empty() && !busy_) || !adopted_.empty(); };
+        if (pending_.empty() && adopted_.empty()) {
           cv_.wait(lock, ready);
         } else {
           // Sends and receives in flight: poll them while waiting for work.
-          cv_.wait_for(lock, std::chrono::microseconds(100), ready);
+          cv_.wait_for(lock, std::chrono::microseconds(10), ready);
         }
         if ((queue_.empty() || busy_) && !stopped_) {
           lock.unlock();
@@ -268,18 +297,30 @@ class CommThread {
       busy_ = true;
       caller_running_.store(true, std::memory_order_relaxed);
     }
+    std::vector<Pending> posted;  // a send this caller posted: this thread completes it
+    t_pending = &posted;
+    t_on_caller = true;
     const std::string err = run_task(task);
+    t_pending = nullptr;
+    t_on_caller = false;
     bool queued;
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
       caller_running_.store(false, std::memory_order_relaxed);
       queued = !queue_.empty();
+      for (auto& p : posted) {
+        p.since = now_seconds();
+        p.what = task.what;
+        p.world_ranks = task.world_ranks;
+        adopted_.push_back(std::move(p));
+      }
     }
-    // Calls queued meanwhile were held back by busy_: wake the thread for them
-    // (only then: a needless wake-up takes a core from the other ranks).
-    if (queued) cv_.notify_one();
-    task.work->complete(err);
+    // Calls queued meanwhile were held back by busy_, and a posted send needs
+    // polling: wake the thread for them (only then: a needless wake-up takes
+    // a core from the other ranks).
+    if (queued || !posted.empty()) cv_.notify_one();
+    if (posted.empty() || !err.empty()) task.work->complete(err);
     return true;
   }
   bool thread_multiple = false;  // MPI_THREAD_MULTIPLE was provided
@@ -385,6 +426,7 @@ class CommThread {
   std::condition_variable watch_cv_;
   const Task* current_ = nullptr;
   std::vector<Pending> pending_, staged_;
+  std::vector<Pending> adopted_;  // posted by callers, not yet polled here; under mu_
   double current_since_ = 0;
   bool watch_stop_ = false;
 };
@@ -562,7 +604,7 @@ void execute(Comm& c, const MpiCall& k) {
   } else if (op == "all_to_all") {
     const int n = int_count(k.in.numel() / c.size, what);
     check_mpi(MPI_Alltoall(k.in.raw_data(), n, type, k.out.raw_data(), n, type, c.comm), what);
-  } else if (op == "recv" && t_pending == nullptr) {  // on its caller's thread (recv_now): wait here
+  } else if (op == "recv" && t_on_caller) {  // on its caller's thread (recv_now): wait here
     const int n = int_count(buf.numel(), what);
     MPI_Status st;
     check_mpi(MPI_Recv(k.out.raw_data(), n, type, k.peer, k.tag, c.comm, &st), what);

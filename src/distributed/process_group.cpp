@@ -153,9 +153,10 @@ WorkPtr ProcessGroup::issue(const char* op, ReduceOp rop, const Tensor& in, cons
   c.info.op = op;
   c.info.dtype = dt;
   c.info.count = count;
-  // A receive its caller waits for may run on the caller's thread; a send
-  // completes later, so it always goes to the communication thread.
-  c.caller_waits = t_caller_waits && std::strcmp(op, "send") != 0;
+  // A receive its caller waits for may run on the caller's thread, and any
+  // send may be posted there (the communication thread completes it): no
+  // hand-off to that thread before the message leaves.
+  c.caller_waits = t_caller_waits || std::strcmp(op, "send") == 0;
   const bool copy_back = out.defined() && !c.out.is_same(out);
   Tensor result = c.out;
   WorkPtr w = run(std::move(c));

@@ -109,7 +109,7 @@ class ProcessGroup : public ops::Communicator {
     Tensor in, out;  // for in-place calls, both are the buffer
     int peer = -1;   // root, source or destination (a group rank)
     int tag = 0;
-    bool caller_waits = false;  // waited for as soon as it is issued
+    bool caller_waits = false;  // waited for as soon as it is issued, or a send: may run on the caller
   };
   ProcessGroup(int rank, int size, std::vector<int> world_ranks, std::string name);
   virtual WorkPtr run(Call call) = 0;
