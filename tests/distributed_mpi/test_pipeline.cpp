@@ -10,6 +10,7 @@
 #include "tessera/nn/nn.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/ops/ops.h"
+#include "model_parallel.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -19,25 +20,8 @@ using distributed::Pipeline;
 using distributed::PipelineOptions;
 using distributed::ProcessGroupPtr;
 
-std::vector<ProcessGroupPtr> groups() {
-  auto w = distributed::world();
-  std::vector<ProcessGroupPtr> out;
-  for (int p : {2, w->size()}) {
-    if (w->size() % p != 0 || (!out.empty() && out.back()->size() == p)) continue;
-    out.push_back(w->split(w->rank() / p));
-  }
-  return out;
-}
-
-double scale_of(const Tensor& t) { return ops::max(ops::abs(t)).to(DType::F64).item<double>() + 1e-30; }
-
-::testing::AssertionResult close(const Tensor& a, const Tensor& b, double tol) {
-  if (a.shape() != b.shape())
-    return ::testing::AssertionFailure() << "shapes " << shape_str(a.shape()) << " and " << shape_str(b.shape());
-  const double d = ops::max(ops::abs(ops::sub(a.to(DType::F64), b.to(DType::F64)))).item<double>();
-  if (d <= tol * scale_of(b)) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "differ by " << d << " (relative " << d / scale_of(b) << ")";
-}
+using testing::close_relative;
+using testing::model_parallel_groups;
 
 Tensor lm_loss(const Tensor& logits, const Tensor& targets) {
   return ops::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
@@ -86,12 +70,12 @@ void expect_step_matches(std::shared_ptr<nn::Module> dense, std::shared_ptr<nn::
   loss.backward();
   Pipeline pipe(piped, g, o, loss_fn);
   Tensor got = pipe.step(x, y);
-  EXPECT_TRUE(close(got, loss, 1e-10));
+  EXPECT_TRUE(close_relative(got, loss, 1e-10));
   std::map<std::string, Tensor> want;
   for (auto& [n, p] : dense->named_parameters()) want[n] = p;
   const auto mine = pipe.parameters();
   for (auto& [n, p] : mine) {
-    EXPECT_TRUE(p.grad().defined() && close(p.grad(), want.at(n).grad(), 1e-10)) << n;
+    EXPECT_TRUE(p.grad().defined() && close_relative(p.grad(), want.at(n).grad(), 1e-10)) << n;
   }
   // Every parameter lives on some rank of the pipeline, once (a tied weight
   // on the first and last stage's ranks).
@@ -101,7 +85,7 @@ void expect_step_matches(std::shared_ptr<nn::Module> dense, std::shared_ptr<nn::
 }
 
 TEST(Pipeline, EverySchedulesGradientsEqualOneProcess) {
-  for (const ProcessGroupPtr& g : groups())
+  for (const ProcessGroupPtr& g : model_parallel_groups())
     for (const char* schedule : {"gpipe", "1f1b", "interleaved"})
       for (int m : {4, 8}) {
         const std::string trace = "P " + std::to_string(g->size()) + ", " + schedule + ", m " + std::to_string(m);
@@ -115,7 +99,7 @@ TEST(Pipeline, EverySchedulesGradientsEqualOneProcess) {
 }
 
 TEST(Pipeline, TheLlamaAndASequentialWithCheckpointsAndACostSplit) {
-  for (const ProcessGroupPtr& g : groups()) {
+  for (const ProcessGroupPtr& g : model_parallel_groups()) {
     SCOPED_TRACE("P " + std::to_string(g->size()));
     Generator gen(4);
     Tensor x = ops::randint(0, 11, {6, 5}, DType::I64, &gen), y = ops::randint(0, 11, {6, 5}, DType::I64, &gen);

@@ -11,6 +11,7 @@
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/ops/ops.h"
 #include "tessera/optim/optimizer.h"
+#include "model_parallel.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -19,28 +20,8 @@ namespace {
 using distributed::ProcessGroupPtr;
 using distributed::SplitGroup;
 
-// Tensor-parallel groups of t ranks (consecutive ranks), for each t that
-// divides the world: 2 and the world's size.
-std::vector<ProcessGroupPtr> groups() {
-  auto w = distributed::world();
-  std::vector<ProcessGroupPtr> out;
-  for (int t : {2, w->size()}) {
-    if (w->size() % t != 0 || (!out.empty() && out.back()->size() == t)) continue;
-    out.push_back(w->split(w->rank() / t));
-  }
-  return out;
-}
-
-double scale_of(const Tensor& t) { return ops::max(ops::abs(t)).to(DType::F64).item<double>() + 1e-30; }
-
-// |a - b| <= tol * max|b|, with the worst difference in the message.
-::testing::AssertionResult close(const Tensor& a, const Tensor& b, double tol) {
-  if (a.shape() != b.shape())
-    return ::testing::AssertionFailure() << "shapes " << shape_str(a.shape()) << " and " << shape_str(b.shape());
-  const double d = ops::max(ops::abs(ops::sub(a.to(DType::F64), b.to(DType::F64)))).item<double>();
-  if (d <= tol * scale_of(b)) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "differ by " << d << " (relative " << d / scale_of(b) << ")";
-}
+using testing::close_relative;
+using testing::model_parallel_groups;
 
 // Every parameter's gradient of `tp` equals its part of `dense`'s.
 void expect_grads_match(nn::Module& tp, nn::Module& dense, double tol) {
@@ -59,7 +40,7 @@ void expect_grads_match(nn::Module& tp, nn::Module& dense, double tol) {
     }
     ASSERT_TRUE(g.defined()) << got[i].first;
     auto it = specs.find(got[i].first);
-    EXPECT_TRUE(close(g, it == specs.end() ? w : it->second.take(w), tol)) << got[i].first;
+    EXPECT_TRUE(close_relative(g, it == specs.end() ? w : it->second.take(w), tol)) << got[i].first;
   }
 }
 
@@ -76,7 +57,7 @@ Tensor draws(uint64_t seed, IntArrayRef shape) {
 // replicated output (the MLP of a transformer), then a vocabulary-parallel
 // head and loss, against the same layers whole.
 TEST(TensorParallel, LinearLayersAndTheLossEqualTheDenseOnes) {
-  for (const ProcessGroupPtr& g : groups()) {
+  for (const ProcessGroupPtr& g : model_parallel_groups()) {
     for (bool sp : {false, true}) {
       SCOPED_TRACE("T = " + std::to_string(g->size()) + (sp ? ", sequence parallel" : ""));
       const int64_t B = 2, L = 4, D = 6, H = 4 * g->size(), V = 3 * g->size();
@@ -110,27 +91,27 @@ TEST(TensorParallel, LinearLayersAndTheLossEqualTheDenseOnes) {
       Tensor yt = sp ? (*pn)(ops::add(xt, mlp)) : (*norm)(ops::add(xt, mlp));
       Tensor logits = (*ch)(yt);
       ASSERT_EQ(logits.size(-1), V / g->size());
-      EXPECT_TRUE(close(logits, (*head)(y).narrow(-1, g->rank() * (V / g->size()), V / g->size()), 1e-10));
+      EXPECT_TRUE(close_relative(logits, (*head)(y).narrow(-1, g->rank() * (V / g->size()), V / g->size()), 1e-10));
       Tensor tloss = distributed::vocab_parallel_cross_entropy(logits, ids, g);
-      EXPECT_TRUE(close(tloss, loss, 1e-10));
+      EXPECT_TRUE(close_relative(tloss, loss, 1e-10));
       tloss.backward();
-      EXPECT_TRUE(close(xt.grad(), sp ? x.grad().narrow(1, g->rank() * l, l) : x.grad(), 1e-10));
-      EXPECT_TRUE(close(c1->weight.grad(), c1->weight_spec.take(fc1->weight.grad()), 1e-10));
-      EXPECT_TRUE(close(c1->bias.grad(), fc1->bias.grad().narrow(0, g->rank() * (H / g->size()), H / g->size()), 1e-10));
-      EXPECT_TRUE(close(r2->weight.grad(), r2->weight_spec.take(fc2->weight.grad()), 1e-10));
-      EXPECT_TRUE(close(r2->bias.grad(), fc2->bias.grad(), 1e-10));
-      EXPECT_TRUE(close(ch->weight.grad(), ch->weight_spec.take(head->weight.grad()), 1e-10));
+      EXPECT_TRUE(close_relative(xt.grad(), sp ? x.grad().narrow(1, g->rank() * l, l) : x.grad(), 1e-10));
+      EXPECT_TRUE(close_relative(c1->weight.grad(), c1->weight_spec.take(fc1->weight.grad()), 1e-10));
+      EXPECT_TRUE(close_relative(c1->bias.grad(), fc1->bias.grad().narrow(0, g->rank() * (H / g->size()), H / g->size()), 1e-10));
+      EXPECT_TRUE(close_relative(r2->weight.grad(), r2->weight_spec.take(fc2->weight.grad()), 1e-10));
+      EXPECT_TRUE(close_relative(r2->bias.grad(), fc2->bias.grad(), 1e-10));
+      EXPECT_TRUE(close_relative(ch->weight.grad(), ch->weight_spec.take(head->weight.grad()), 1e-10));
       const auto& n = sp ? static_cast<nn::LayerNorm&>(*pn) : *norm;
       if (sp) {
-        EXPECT_TRUE(close(n.weight.grad(), norm->weight.grad(), 1e-10));
-        EXPECT_TRUE(close(n.bias.grad(), norm->bias.grad(), 1e-10));
+        EXPECT_TRUE(close_relative(n.weight.grad(), norm->weight.grad(), 1e-10));
+        EXPECT_TRUE(close_relative(n.bias.grad(), norm->bias.grad(), 1e-10));
       }
     }
   }
 }
 
 TEST(TensorParallel, VocabularyParallelEmbeddingLooksUpEveryIdOnce) {
-  for (const ProcessGroupPtr& g : groups()) {
+  for (const ProcessGroupPtr& g : model_parallel_groups()) {
     SCOPED_TRACE("T = " + std::to_string(g->size()));
     const int64_t V = 5 * g->size(), D = 3;
     manual_seed(8);
@@ -140,15 +121,15 @@ TEST(TensorParallel, VocabularyParallelEmbeddingLooksUpEveryIdOnce) {
     Tensor ids = ops::randint(0, V, {3, 7}, DType::I64);
     Tensor c = draws(12, {3, 7, D});
     Tensor y = (*emb)(ids), yt = (*pe)(ids);
-    EXPECT_TRUE(close(yt, y, 1e-12));
+    EXPECT_TRUE(close_relative(yt, y, 1e-12));
     ops::sum(ops::mul(y, c)).backward();
     ops::sum(ops::mul(yt, c)).backward();
-    EXPECT_TRUE(close(pe->weight.grad(), emb->weight.grad().narrow(0, pe->vocab_begin, V / g->size()), 1e-12));
+    EXPECT_TRUE(close_relative(pe->weight.grad(), emb->weight.grad().narrow(0, pe->vocab_begin, V / g->size()), 1e-12));
   }
 }
 
 TEST(TensorParallel, ALoraPairSplitsWithItsLayer) {
-  for (const ProcessGroupPtr& g : groups()) {
+  for (const ProcessGroupPtr& g : model_parallel_groups()) {
     SCOPED_TRACE("T = " + std::to_string(g->size()));
     const int64_t D = 4, H = 2 * g->size();
     manual_seed(9);
@@ -166,10 +147,10 @@ TEST(TensorParallel, ALoraPairSplitsWithItsLayer) {
     ops::sum(ops::mul((*fc2)(ops::tanh((*fc1)(X))), C)).backward();
     ops::sum(ops::mul((*r2)(ops::tanh((*c1)(X))), C)).backward();
     EXPECT_FALSE(c1->weight.grad().defined());
-    EXPECT_TRUE(close(c1->lora->A.grad(), fc1->lora->A.grad(), 1e-10));
-    EXPECT_TRUE(close(c1->lora->B.grad(), c1->weight_spec.take(fc1->lora->B.grad()), 1e-10));
-    EXPECT_TRUE(close(r2->lora->A.grad(), r2->weight_spec.take(fc2->lora->A.grad()), 1e-10));
-    EXPECT_TRUE(close(r2->lora->B.grad(), fc2->lora->B.grad(), 1e-10));
+    EXPECT_TRUE(close_relative(c1->lora->A.grad(), fc1->lora->A.grad(), 1e-10));
+    EXPECT_TRUE(close_relative(c1->lora->B.grad(), c1->weight_spec.take(fc1->lora->B.grad()), 1e-10));
+    EXPECT_TRUE(close_relative(r2->lora->A.grad(), r2->weight_spec.take(fc2->lora->A.grad()), 1e-10));
+    EXPECT_TRUE(close_relative(r2->lora->B.grad(), fc2->lora->B.grad(), 1e-10));
   }
 }
 
@@ -221,15 +202,15 @@ void expect_split_model_matches(std::shared_ptr<M> dense, std::shared_ptr<M> tp,
   loss.backward();
   Tensor tl = (*tp)(ids);
   const int64_t v = 16 / g->size();
-  EXPECT_TRUE(close(tl, logits.narrow(-1, g->rank() * v, v), 1e-10));
+  EXPECT_TRUE(close_relative(tl, logits.narrow(-1, g->rank() * v, v), 1e-10));
   Tensor tloss = distributed::vocab_parallel_cross_entropy(tl, targets, g);
-  EXPECT_TRUE(close(tloss, loss, 1e-10));
+  EXPECT_TRUE(close_relative(tloss, loss, 1e-10));
   tloss.backward();
   expect_grads_match(*tp, *dense, 1e-10);
 }
 
 TEST(TensorParallel, GptEqualsTheDenseOne) {
-  for (const ProcessGroupPtr& g : groups())
+  for (const ProcessGroupPtr& g : model_parallel_groups())
     for (bool tied : {true, false})
       for (bool sp : {false, true}) {
         SCOPED_TRACE("T = " + std::to_string(g->size()) + (tied ? ", tied" : "") + (sp ? ", sequence parallel" : ""));
@@ -241,7 +222,7 @@ TEST(TensorParallel, GptEqualsTheDenseOne) {
 // Key/value heads: 4 (they divide by every T here), 2 and 1 (each held by
 // several ranks when T exceeds them).
 TEST(TensorParallel, LlamaEqualsTheDenseOneForEveryKeyValueLayout) {
-  for (const ProcessGroupPtr& g : groups())
+  for (const ProcessGroupPtr& g : model_parallel_groups())
     for (int64_t kv : {4, 2, 1})
       for (bool sp : {false, true}) {
         SCOPED_TRACE("T = " + std::to_string(g->size()) + ", kv heads " + std::to_string(kv) +
@@ -292,7 +273,7 @@ void expect_same_training(const C& config, const ProcessGroupPtr& g, bool sp, bo
 }
 
 TEST(TensorParallel, GptAndLlamaTrainAsOneProcess) {
-  for (const ProcessGroupPtr& g : groups()) {
+  for (const ProcessGroupPtr& g : model_parallel_groups()) {
     SCOPED_TRACE("T = " + std::to_string(g->size()));
     expect_same_training<nn::zoo::GPT>(gpt_config(true), g, false, false);
     expect_same_training<nn::zoo::GPT>(gpt_config(false), g, true, false);
