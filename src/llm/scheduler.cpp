@@ -107,8 +107,10 @@ Scheduler::Scheduler(Engine& engine, const Tokenizer& tokenizer, SchedulerOption
   TS_CHECK(opts_.decode_slowdown == 0 || opts_.decode_slowdown >= 1, "scheduler: decode_slowdown ",
            opts_.decode_slowdown, " must be 0 (off) or at least 1");
   TS_CHECK(opts_.max_wait_seconds >= 0, "scheduler: max_wait_seconds ", opts_.max_wait_seconds, " must be 0 or more");
-  TS_CHECK(tokenizer_.size() == engine_.model().spec().vocab, "scheduler: the tokenizer has ", tokenizer_.size(),
-           " tokens, the model ", engine_.model().spec().vocab);
+  // A vocabulary padded past the tokenizer's (to divide by a tensor-parallel
+  // size) is allowed: requests sample the tokenizer's tokens only.
+  TS_CHECK(tokenizer_.size() <= engine_.model().spec().vocab, "scheduler: the tokenizer has ", tokenizer_.size(),
+           " tokens, the model only ", engine_.model().spec().vocab);
   context_ = e.context ? e.context : std::min<int64_t>(engine_.model().spec().context, int64_t{1} << 18);
 }
 
@@ -139,7 +141,7 @@ int64_t Scheduler::submit(std::vector<int32_t> prompt, const RequestOptions& opt
   TS_CHECK(opts.max_tokens >= 1, "max_tokens ", opts.max_tokens, " must be 1 or more");
   for (int32_t t : opts.stop_tokens)
     TS_CHECK(t >= 0 && t < vocab, "stop token ", t, " is outside the vocabulary [0, ", vocab, ")");
-  auto r = std::make_unique<Request>(0, std::move(prompt), opts, vocab, tokenizer_);  // checks sampling and stops
+  auto r = std::make_unique<Request>(0, std::move(prompt), opts, tokenizer_.size(), tokenizer_);  // checks sampling and stops
   std::lock_guard<std::mutex> lock(mu_);
   r->id = next_id_++;
   incoming_.push_back(std::move(r));

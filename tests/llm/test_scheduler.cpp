@@ -16,6 +16,8 @@
 
 #include "llm_fixture.h"
 #include "tessera/llm/generate.h"
+#include "tessera/llm/gpt_gguf.h"
+#include "tessera/nn/zoo/zoo.h"
 #include "tessera/llm/json_schema.h"
 #include "tessera/llm/scheduler.h"
 #include "test_util.h"
@@ -81,6 +83,47 @@ std::map<int64_t, Outcome> drain(llm::Scheduler& s, const std::function<void(int
     }
   }
   return out;
+}
+
+// A GPT whose vocabulary is padded past its tokenizer's (8 rows for 5
+// characters, as a tensor-parallel run pads it): the scheduler and
+// generate() sample the tokenizer's tokens only. Unmasked, 60 tokens drawn
+// hot from 8 would all miss the padding with probability (5/8)^60 < 1e-12.
+TEST(Scheduler, AVocabularyPaddedPastTheTokenizersIsNeverSampled) {
+  nn::zoo::GPTConfig c;
+  c.vocab_size = 8;
+  c.block_size = 64;
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.n_embd = 8;
+  manual_seed(3);
+  nn::zoo::GPT gpt(c);
+  llm::Engine engine(llm::model_from_gpt(gpt));
+  const llm::Tokenizer tok = llm::Tokenizer::characters({"a", "b", "c", "d", "e"});
+  llm::SamplingParams hot;
+  hot.temperature = 2.0f;
+  hot.top_k = 0;
+  hot.top_p = 1.0f;
+  hot.min_p = 0.f;
+  hot.seed = 9;
+  llm::Scheduler s(engine, tok);
+  llm::RequestOptions o;
+  o.max_tokens = 30;
+  o.ignore_eos = true;
+  o.sampling = hot;
+  s.submit({0, 1}, o);
+  int64_t drawn = 0;
+  for (auto& [id, out] : drain(s)) {
+    for (int32_t t : out.tokens) EXPECT_LT(t, 5);
+    drawn += static_cast<int64_t>(out.tokens.size());
+  }
+  llm::GenerateOptions g;
+  g.max_tokens = 30;
+  g.ignore_eos = true;
+  g.sampling = hot;
+  const llm::GenerateResult r = llm::generate(engine, tok, {0, 1}, g);
+  for (int32_t t : r.tokens) EXPECT_LT(t, 5);
+  EXPECT_EQ(drawn + static_cast<int64_t>(r.tokens.size()), 60);
 }
 
 TEST(Scheduler, RequestsUnderLoadGiveTheirSoloTokens) {
