@@ -183,8 +183,21 @@ TEST(LlamaGguf, TokenizerTravelsAndBadFilesSayWhy) {
 
   llm::Tokenizer small = llm::Tokenizer::sentencepiece({"<unk>", "a"}, {0, 0}, {llm::TokenType::Unknown,
                                                         llm::TokenType::Normal}, -1, -1, 0, false);
-  EXPECT_NE(testing::error_of([&] { llm::llama_to_gguf(*m, {.tokenizer = &small}); })
-                .find("the tokenizer has 2 tokens but the model's vocabulary is 64"),
+  // A model vocabulary padded past the tokenizer's (as a tensor-parallel run
+  // pads it) is written without the padding rows.
+  std::string trimmed_bytes;
+  GgufFile trimmed = parsed(llm::llama_to_gguf(*m, {.tokenizer = &small}), trimmed_bytes);
+  EXPECT_EQ(trimmed.tensor_info("token_embd.weight").shape()[0], 2);
+  EXPECT_EQ(llm::Tokenizer::from_gguf(trimmed).size(), 2);
+  auto tokens65 = tokens;
+  auto scores65 = scores;
+  auto types65 = types;
+  tokens65.push_back("y65");
+  scores65.push_back(-65.f);
+  types65.push_back(llm::TokenType::Normal);
+  llm::Tokenizer large = llm::Tokenizer::sentencepiece(tokens65, scores65, types65, 1, 2, 0);
+  EXPECT_NE(testing::error_of([&] { llm::llama_to_gguf(*m, {.tokenizer = &large}); })
+                .find("the tokenizer has 65 tokens but the model's vocabulary only 64"),
             std::string::npos);
   EXPECT_NE(testing::error_of([&] { llm::llama_to_gguf(*m, {.type = GgmlType::Q6_K}); }).find("not Q6_K"),
             std::string::npos);

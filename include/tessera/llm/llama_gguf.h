@@ -21,7 +21,8 @@ struct GgufExportOptions {
   // The type of the 2-D weights: F32, F16, BF16, Q8_0 or Q4_0 (norm weights
   // stay F32, as llama.cpp writes them).
   GgmlType type = GgmlType::F32;
-  // Written as tokenizer.ggml.*; llama.cpp needs one to load the file.
+  // Written as tokenizer.ggml.*; llama.cpp needs one to load the file. A
+  // model vocabulary padded past its size is written without the padding.
   const Tokenizer* tokenizer = nullptr;
   std::string name = "tessera-llama";
 };

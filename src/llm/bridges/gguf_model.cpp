@@ -56,14 +56,24 @@ int64_t export_file_type(GgmlType type) {
   return ggml_file_type(type);
 }
 
+int64_t exported_vocab(const char* what, int64_t model_vocab, const Tokenizer* tokenizer) {
+  if (!tokenizer) return model_vocab;
+  TS_CHECK(tokenizer->size() <= model_vocab, what, ": the tokenizer has ", tokenizer->size(),
+           " tokens but the model's vocabulary only ", model_vocab);
+  return tokenizer->size();
+}
+
 void add_parameters(GgufWriter& w, const nn::Module& model, const std::vector<TensorName>& names, GgmlType type,
-                    const std::vector<std::string>& keep_f32, Tensor (*reorder)(const Tensor&, int64_t)) {
+                    const std::vector<std::string>& keep_f32, Tensor (*reorder)(const Tensor&, int64_t),
+                    int64_t vocab_rows) {
   NoGradGuard no_grad;
   nn::NamedTensors params = model.named_parameters();
   for (const TensorName& n : names) {
     const Tensor* p = find_param(params, n.param);
     TS_CHECK(p != nullptr, "GGUF export: the model has no parameter '", n.param, "'");
     Tensor t = p->detach().to(DType::F32);
+    if (vocab_rows >= 0 && (n.gguf == "token_embd.weight" || n.gguf == "output.weight") && t.size(0) > vocab_rows)
+      t = t.narrow(0, 0, vocab_rows);
     if (n.rope_heads && reorder) t = reorder(t, n.rope_heads);
     bool f32 = t.dim() == 1;  // norms and biases stay F32, as llama.cpp writes them
     for (const std::string& k : keep_f32) f32 = f32 || k == n.gguf;

@@ -8,6 +8,7 @@
 
 #include "tessera/llm/gguf.h"
 #include "tessera/llm/model_spec.h"
+#include "tessera/llm/tokenizer.h"
 #include "tessera/nn/module.h"
 
 namespace tessera::llm::detail {
@@ -39,8 +40,14 @@ int64_t export_file_type(GgmlType type);
 
 // The module's parameters into a writer: 2-D ones in `type`, 1-D ones (and
 // those named in keep_f32) in F32; `reorder` rewrites a rope_heads tensor.
+// vocab_rows >= 0: the token embedding's and the output's first rows only (a
+// vocabulary padded past the tokenizer's, as tensor parallelism pads it).
 void add_parameters(GgufWriter& w, const nn::Module& model, const std::vector<TensorName>& names, GgmlType type,
-                    const std::vector<std::string>& keep_f32 = {}, Tensor (*reorder)(const Tensor&, int64_t) = nullptr);
+                    const std::vector<std::string>& keep_f32 = {}, Tensor (*reorder)(const Tensor&, int64_t) = nullptr,
+                    int64_t vocab_rows = -1);
+// The rows of the vocabulary to write: the tokenizer's size when it is
+// smaller than the model's (padding), else the model's; an error when larger.
+int64_t exported_vocab(const char* what, int64_t model_vocab, const Tokenizer* tokenizer);
 
 // The file's tensors into the module's parameters, dequantized to f32 and
 // checked finite; `reorder` undoes add_parameters' for rope_heads tensors.

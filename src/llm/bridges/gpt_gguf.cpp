@@ -44,7 +44,9 @@ GgufWriter gpt_to_gguf(const nn::zoo::GPT& model, const GgufExportOptions& opts)
   w.set("general.name", GgufValue::string(opts.name));
   w.set("general.file_type", u32(detail::export_file_type(opts.type)));
   if (opts.type == GgmlType::Q8_0 || opts.type == GgmlType::Q4_0) w.set("general.quantization_version", u32(2));
-  w.set("gpt2.vocab_size", u32(c.vocab_size));
+  // A vocabulary padded past the tokenizer's is written without the padding.
+  const int64_t vocab = detail::exported_vocab("gpt_to_gguf", c.vocab_size, opts.tokenizer);
+  w.set("gpt2.vocab_size", u32(vocab));
   w.set("gpt2.context_length", u32(c.block_size));
   w.set("gpt2.embedding_length", u32(c.n_embd));
   w.set("gpt2.block_count", u32(c.n_layer));
@@ -52,13 +54,9 @@ GgufWriter gpt_to_gguf(const nn::zoo::GPT& model, const GgufExportOptions& opts)
   w.set("gpt2.attention.head_count", u32(c.n_head));
   w.set("gpt2.attention.layer_norm_epsilon", GgufValue::floating(GgufType::F32, 1e-5));
   w.set("tessera.gelu", GgufValue::string("erf"));
-  if (opts.tokenizer) {
-    TS_CHECK(opts.tokenizer->size() == c.vocab_size, "gpt_to_gguf: the tokenizer has ", opts.tokenizer->size(),
-             " tokens but the model's vocabulary is ", c.vocab_size);
-    opts.tokenizer->to_gguf(w);
-  }
+  if (opts.tokenizer) opts.tokenizer->to_gguf(w);
   // The position table stays F32 too, as llama.cpp's quantizer leaves it.
-  detail::add_parameters(w, model, tensor_names(c), opts.type, {"position_embd.weight"});
+  detail::add_parameters(w, model, tensor_names(c), opts.type, {"position_embd.weight"}, nullptr, vocab);
   return w;
 }
 

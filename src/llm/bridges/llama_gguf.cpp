@@ -64,7 +64,9 @@ GgufWriter llama_to_gguf(const nn::zoo::Llama& model, const GgufExportOptions& o
   w.set("general.name", GgufValue::string(opts.name));
   w.set("general.file_type", u32(ftype));
   if (opts.type == GgmlType::Q8_0 || opts.type == GgmlType::Q4_0) w.set("general.quantization_version", u32(2));
-  w.set("llama.vocab_size", u32(c.vocab_size));
+  // A vocabulary padded past the tokenizer's is written without the padding.
+  const int64_t vocab = detail::exported_vocab("llama_to_gguf", c.vocab_size, opts.tokenizer);
+  w.set("llama.vocab_size", u32(vocab));
   w.set("llama.context_length", u32(c.max_seq_len));
   w.set("llama.embedding_length", u32(c.dim));
   w.set("llama.block_count", u32(c.n_layers));
@@ -74,12 +76,8 @@ GgufWriter llama_to_gguf(const nn::zoo::Llama& model, const GgufExportOptions& o
   w.set("llama.attention.head_count_kv", u32(c.n_kv_heads));
   w.set("llama.attention.layer_norm_rms_epsilon", GgufValue::floating(GgufType::F32, c.norm_eps));
   w.set("llama.rope.freq_base", GgufValue::floating(GgufType::F32, c.rope_theta));
-  if (opts.tokenizer) {
-    TS_CHECK(opts.tokenizer->size() == c.vocab_size, "llama_to_gguf: the tokenizer has ", opts.tokenizer->size(),
-             " tokens but the model's vocabulary is ", c.vocab_size);
-    opts.tokenizer->to_gguf(w);
-  }
-  detail::add_parameters(w, model, tensor_names(c), opts.type, {}, rope_rows_to_gguf);
+  if (opts.tokenizer) opts.tokenizer->to_gguf(w);
+  detail::add_parameters(w, model, tensor_names(c), opts.type, {}, rope_rows_to_gguf, vocab);
   return w;
 }
 
