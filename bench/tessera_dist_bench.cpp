@@ -29,6 +29,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "subcommand.h"
+
 #include "tessera/core/allocator.h"
 #include "tessera/distributed/ddp.h"
 #include "tessera/distributed/zero.h"
@@ -41,18 +43,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-std::string arg(int argc, char** argv, const char* name, const char* fallback) {
-  for (int i = 2; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  return fallback;
-}
+using bench::arg;
+using bench::median;
+using bench::seconds_since;
 
 int bench_allreduce(int argc, char** argv) {
   auto world = distributed::world();

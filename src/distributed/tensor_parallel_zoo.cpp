@@ -180,21 +180,10 @@ struct ParallelLlamaAttention : nn::zoo::LlamaAttention {
     replace_module("v_proj", v_proj);
     replace_module("o_proj", o_proj);
   }
+  // The dense attention on this rank's heads, its input taken into the
+  // region once for q, k and v.
   Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin) override {
-    trace::ScopeGuard scope = trace_scope();
-    Tensor in = ctx.split.enter(x);  // once for q, k and v
-    const int64_t B = in.size(0), L = in.size(1);
-    const int64_t hq = q_proj->out_features / head_dim, hkv = k_proj->out_features / head_dim, rep = hq / hkv;
-    auto heads = [&](const Tensor& t, int64_t n) { return t.view({B, L, n, head_dim}).transpose(1, 2); };
-    Tensor q = nn::zoo::apply_rope(heads((*q_proj)(in), hq), cos, sin);
-    Tensor k = nn::zoo::apply_rope(heads((*k_proj)(in), hkv), cos, sin);
-    Tensor v = heads((*v_proj)(in), hkv);
-    if (rep > 1) {
-      k = k.unsqueeze(2).expand({B, hkv, rep, L, head_dim}).reshape({B, hq, L, head_dim});
-      v = v.unsqueeze(2).expand({B, hkv, rep, L, head_dim}).reshape({B, hq, L, head_dim});
-    }
-    Tensor y = ops::scaled_dot_product_attention(q, k, v, Tensor(), 0.0, true);
-    return (*o_proj)(y.transpose(1, 2).reshape({B, L, hq * head_dim}));
+    return nn::zoo::LlamaAttention::forward(ctx.split.enter(x), cos, sin);
   }
 };
 

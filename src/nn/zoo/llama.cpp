@@ -33,17 +33,20 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c)
 
 Tensor LlamaAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   trace::ScopeGuard scope = trace_scope();
-  const int64_t B = x.size(0), T = x.size(1), rep = n_heads / n_kv_heads;
+  // The heads this module holds, from its projections: all of them, or a
+  // tensor-parallel rank's share (distributed/tensor_parallel.h).
+  const int64_t hq = q_proj->out_features / head_dim, hkv = k_proj->out_features / head_dim, rep = hq / hkv;
+  const int64_t B = x.size(0), T = x.size(1);
   auto heads = [&](const Tensor& t, int64_t n) { return t.view({B, T, n, head_dim}).transpose(1, 2); };
-  Tensor q = apply_rope(heads((*q_proj)(x), n_heads), cos, sin);
-  Tensor k = apply_rope(heads((*k_proj)(x), n_kv_heads), cos, sin);
-  Tensor v = heads((*v_proj)(x), n_kv_heads);
+  Tensor q = apply_rope(heads((*q_proj)(x), hq), cos, sin);
+  Tensor k = apply_rope(heads((*k_proj)(x), hkv), cos, sin);
+  Tensor v = heads((*v_proj)(x), hkv);
   if (rep > 1) {  // each key/value head serves `rep` consecutive query heads
-    k = k.unsqueeze(2).expand({B, n_kv_heads, rep, T, head_dim}).reshape({B, n_heads, T, head_dim});
-    v = v.unsqueeze(2).expand({B, n_kv_heads, rep, T, head_dim}).reshape({B, n_heads, T, head_dim});
+    k = k.unsqueeze(2).expand({B, hkv, rep, T, head_dim}).reshape({B, hq, T, head_dim});
+    v = v.unsqueeze(2).expand({B, hkv, rep, T, head_dim}).reshape({B, hq, T, head_dim});
   }
   Tensor y = ops::scaled_dot_product_attention(q, k, v, Tensor(), 0.0, true);
-  return (*o_proj)(y.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+  return (*o_proj)(y.transpose(1, 2).reshape({B, T, hq * head_dim}));
 }
 
 LlamaMLP::LlamaMLP(int64_t dim, int64_t hidden) : Module("LlamaMLP") {
