@@ -148,7 +148,6 @@ class ModelParallelRun : public DataParallelRun {
     // The whole model's groups, for the checkpoints' optimizer_groups: a run
     // resumed at another layout, or by one process, finds every name there.
     whole_groups_ = optimizer.state_dict().groups;
-    seed_ = default_generator().seed();  // the recipe's seed
     job_ = std::make_unique<Parallel3D>(model.shared_from_this(), g_, o);
     optimizer_ = &optimizer;
     // The optimizer's groups keep their options; their parameters become
@@ -170,14 +169,8 @@ class ModelParallelRun : public DataParallelRun {
     }
     optimizer.set_params(std::move(params), std::move(names));
   }
-  // The Trainer reseeds the default generator from (seed, step, data rank)
-  // before each step; the split regions' generator follows from the same.
-  void set_step(int64_t step) override {
-    DataParallelRun::set_step(step);
-    const uint64_t key = seed_ * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(step) * 0xBF58476D1CE4E5B9ull ^
-                         static_cast<uint64_t>(job_->mesh().data_rank) * 0x94D049BB133111EBull;
-    job_->reseed(key);
-  }
+  // The split regions' generator follows the default one's per-step key.
+  void reseed(uint64_t key) override { job_->reseed(key); }
   bool runs_batches() const override { return true; }
   double train_batch(const Tensor& inputs, const Tensor& targets, double scale, bool sync) override {
     return job_->step_rows(inputs, targets, scale, sync).item<double>();
@@ -213,7 +206,6 @@ class ModelParallelRun : public DataParallelRun {
   std::unique_ptr<Parallel3D> job_;
   optim::Optimizer* optimizer_ = nullptr;
   nlohmann::json whole_groups_;
-  uint64_t seed_ = 0;
 };
 
 // The first key path where two JSON values differ ("" when equal).

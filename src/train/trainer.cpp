@@ -574,6 +574,7 @@ json Trainer::fit() {
         const uint64_t key = recipe_.train.seed * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(step_) * 0xBF58476D1CE4E5B9ull ^
                              static_cast<uint64_t>(parallel_->data_rank()) * 0x94D049BB133111EBull;
         default_generator().set_state(key, 0);
+        parallel_->reseed(key);
       }
     }
     auto batch = loader_->next();

@@ -29,6 +29,10 @@ class Parallel {
   // without communicating (every micro-batch but the last).
   virtual void set_sync(bool sync) {}
   virtual void set_step(int64_t step) {}
+  // The key the default generator was just reseeded from for this step (from
+  // the seed, the step and the data rank): a strategy with generators of its
+  // own (tensor parallelism's split regions) reseeds them from it too.
+  virtual void reseed(uint64_t key) {}
 
   // ZeRO: the optimizer holds only this rank's shards of the parameters. The
   // gradient norm and the inf check then join every rank's part (sum, max),
