@@ -15,6 +15,7 @@
 #include "tessera/core/allocator.h"
 #include "tessera/core/error.h"
 #include "tessera/core/parallel.h"
+#include "tessera/distributed/process_group.h"
 #include "tessera/io/file.h"
 #include "tessera/llm/lora_adapter.h"
 #include "tessera/serve/http_server.h"
@@ -72,6 +73,9 @@ void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f) {
   c->add_option("--chat-template", f.chat_template, "a Jinja chat template file to use instead of the model's");
   c->add_option("--pooling", f.pooling, "/v1/embeddings' pooling of the tokens' final hidden states: mean, last or "
                 "cls (default: the GGUF's {arch}.pooling_type, else last)")->check(CLI::IsMember({"mean", "last", "cls"}));
+  c->add_option("--tensor-parallel", f.tensor_parallel, "split the model's attention heads, feed-forward width and "
+                "KV cache over this many processes, started as `tessera launch -n T -- tessera serve-llm ...`: rank "
+                "0 serves HTTP, and every rank holds 1/T of the layers' weights")->check(CLI::Range(1, 4096));
   c->add_option("--weights", f.weights, "a training run's weights in the engine: F32, F16, BF16, Q8_0 or Q4_0")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "F32", "F16", "BF16", "Q8_0", "Q4_0"}));
 }
@@ -97,25 +101,37 @@ sigset_t block_stop_signals() {
 
 namespace {
 
+// The engine's options from the flags: the one place its limits are set
+// (the scheduler reads them from the engine), the same on every rank of a
+// tensor-parallel job.
+llm::EngineOptions engine_options(const ServeLlmFlags& f) {
+  llm::EngineOptions o;
+  o.context = f.context;
+  o.max_sequences = f.max_seqs;
+  o.max_batch_tokens = f.max_batched_tokens;
+  o.k_type = o.v_type = llm::kv_type_from_name(f.kv_type);
+  o.block_tokens = f.kv_block;
+  o.prefix_caching = !f.no_prefix_caching;
+  if (!f.kv_memory.empty()) o.kv_memory = byte_count(f.kv_memory);
+  const int64_t drafts = f.draft.empty() ? f.prompt_lookup : f.draft_tokens;
+  // Each request decodes 1 + drafts rows a step, within the step's tokens.
+  o.max_logit_rows = std::min(o.max_sequences * (1 + drafts), o.max_batch_tokens);
+  return o;
+}
+
 // What serve-llm serves from the loaded model `lm` and the flags: the
 // engine's limits (the one place they are set: the scheduler reads them
 // from the engine), the scheduler's options, a draft model, LoRA adapters.
 // `draft_what` says what the draft is.
 serve::LlmModel llm_model_of(const ServeLlmFlags& f, LanguageModel& lm, const std::string& name,
-                             const std::string& tmpl_override,
-                             const std::function<LanguageModel(const std::string&)>& load, std::string& draft_what) {
+                             const std::string& tmpl_override, const LanguageModelLoader& load,
+                             std::shared_ptr<ops::Communicator> group, std::string& draft_what) {
   serve::LlmModel m;
   m.model = lm.model;
   m.tokenizer = std::move(lm.tokenizer);
   m.chat_template = tmpl_override.empty() ? lm.chat_template : tmpl_override;
   m.chat_template_name = tmpl_override.empty() ? "tokenizer.chat_template" : f.chat_template;
-  m.engine.context = f.context;
-  m.engine.max_sequences = f.max_seqs;
-  m.engine.max_batch_tokens = f.max_batched_tokens;
-  m.engine.k_type = m.engine.v_type = llm::kv_type_from_name(f.kv_type);
-  m.engine.block_tokens = f.kv_block;
-  m.engine.prefix_caching = !f.no_prefix_caching;
-  if (!f.kv_memory.empty()) m.engine.kv_memory = byte_count(f.kv_memory);
+  m.engine = engine_options(f);
   m.pooling = llm::Pooling::Last;
   if (!f.pooling.empty()) {
     m.pooling = llm::pooling_from_name(f.pooling);
@@ -132,14 +148,14 @@ serve::LlmModel llm_model_of(const ServeLlmFlags& f, LanguageModel& lm, const st
   TS_CHECK(f.draft.empty() || f.prompt_lookup == 0, "serve-llm: --draft and --prompt-lookup are two ways of "
            "speculative decoding; choose one");
   if (!f.draft.empty()) {
-    LanguageModel d = load(f.draft);
+    LanguageModel d = load(f.draft, {});  // whole, on rank 0
     try {
       llm::check_same_vocabulary(m.tokenizer, d.tokenizer);
     } catch (const Error& e) {
       TS_ERROR("serve-llm: --draft ", f.draft, " cannot draft for ", f.model, ": ", e.what());
     }
     m.draft = d.model;
-    m.draft_engine = m.engine;
+    m.draft_engine = engine_options(f);
     m.draft_engine.max_logit_rows = m.engine.max_sequences;
     m.draft_engine.kv_memory = 0;  // the draft's own KV for every sequence: small next to the model's
     m.draft_engine.threads = f.draft_threads;
@@ -156,16 +172,55 @@ serve::LlmModel llm_model_of(const ServeLlmFlags& f, LanguageModel& lm, const st
       TS_CHECK(other != lname, "serve-llm: --lora ", lname, " is given twice");
     m.adapters.emplace_back(lname, llm::LoraAdapter::load(spec.substr(eq + 1), lm.model->spec()));
   }
-  const int64_t drafts = f.draft.empty() ? f.prompt_lookup : f.draft_tokens;
-  // The limits live in m.engine alone; the scheduler reads them there.
-  // Each request decodes 1 + drafts rows a step, within the step's tokens.
-  m.engine.max_logit_rows = std::min(m.engine.max_sequences * (1 + drafts), m.engine.max_batch_tokens);
+  m.engine.group = std::move(group);
   return m;
+}
+
+// Loads `load()` on a thread of its own (Note [One OpenMP team] below).
+template <typename F>
+void load_apart(F&& load) {
+  std::exception_ptr failed;
+  std::thread loader([&] {
+    try {
+      load();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  loader.join();
+  if (failed) std::rethrow_exception(failed);
+}
+
+// A rank but 0 of a tensor-parallel job: its part of the model, run as rank
+// 0's engine asks until that engine ends (Note [An engine across ranks]).
+int follow_rank_0(const ServeLlmFlags& f, const LanguageModelLoader& load, const distributed::ProcessGroupPtr& world) {
+  // Stopping is rank 0's to decide: it ends this rank's engine when it stops.
+  sigset_t s;
+  sigemptyset(&s);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR2}) sigaddset(&s, sig);
+  pthread_sigmask(SIG_BLOCK, &s, nullptr);
+  LanguageModel lm;
+  load_apart([&] { lm = load(f.model, {world->rank(), world->size()}); });
+  llm::EngineOptions o = engine_options(f);
+  o.group = world;
+  llm::Engine engine(lm.model, o);
+  engine.follow();
+  return 0;
 }
 
 }  // namespace
 
-int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(const std::string&)>& load) {
+int cmd_serve_llm(const ServeLlmFlags& f, const LanguageModelLoader& load) {
+  distributed::ProcessGroupPtr world;
+  if (f.tensor_parallel > 1) {
+    world = distributed::world();
+    TS_CHECK(world->size() == f.tensor_parallel, "serve-llm: --tensor-parallel ", f.tensor_parallel, " runs as ",
+             f.tensor_parallel, " processes (tessera launch -n ", f.tensor_parallel, " -- tessera serve-llm ...); "
+             "this job has ", world->size());
+    TS_CHECK(f.lora.empty(), "serve-llm: --lora is not served with --tensor-parallel (the adapters are not split)");
+    if (f.threads > 0) set_num_threads(f.threads);
+    if (world->rank() != 0) return follow_rank_0(f, load, world);
+  }
   serve::LlmServiceOptions so;
   if (!f.api_key_file.empty()) so.api_key = read_api_key(f.api_key_file, "serve-llm");
   so.max_waiting = f.max_waiting;
@@ -185,7 +240,11 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
   }
   if (f.threads > 0) set_num_threads(f.threads);
 
-  const sigset_t stop_signals = block_stop_signals();
+  sigset_t stop_signals = block_stop_signals();
+  if (world) {  // under tessera launch, a stop request reaches the ranks as SIGUSR2
+    sigaddset(&stop_signals, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  }
   serve::LlmService service(so);
   serve::HttpServer server([&service](serve::HttpRequest r, serve::HttpExchange& x) { service.handle(std::move(r), x); },
                            service.max_body_bytes(), {.host = f.host, .port = f.port, .threads = f.connections,
@@ -204,17 +263,10 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
   const auto t0 = std::chrono::steady_clock::now();
   LanguageModel lm;
   std::string draft_what;
-  std::exception_ptr failed;
-  std::thread loader([&] {
-    try {
-      lm = load(f.model);
-      service.load(llm_model_of(f, lm, name, tmpl_override, load, draft_what));
-    } catch (...) {
-      failed = std::current_exception();
-    }
+  load_apart([&] {
+    lm = load(f.model, world ? llm::TensorSplit{0, world->size()} : llm::TensorSplit{});
+    service.load(llm_model_of(f, lm, name, tmpl_override, load, world, draft_what));
   });
-  loader.join();
-  if (failed) std::rethrow_exception(failed);
   const llm::ModelSpec& s = lm.model->spec();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("serving '%s': %s (%s), %lld layers, width %lld, vocabulary %lld, %s weights; loaded in %.2f s\n",
@@ -225,6 +277,9 @@ int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(cons
   if (!draft_what.empty())
     std::printf("draft model: %s, up to %lld tokens a step for each request\n", draft_what.c_str(),
                 static_cast<long long>(f.draft_tokens));
+  if (world)
+    std::printf("tensor parallel: %d ranks, each with %lld of the %lld attention heads per layer\n", world->size(),
+                static_cast<long long>(s.n_heads), static_cast<long long>(s.n_heads * world->size()));
   std::printf("KV cache: %lld blocks of %lld tokens shared by up to %lld requests; %d threads%s\n",
               static_cast<long long>(service.total_blocks()), static_cast<long long>(f.kv_block),
               static_cast<long long>(f.max_seqs), get_num_threads(),

@@ -23,13 +23,19 @@ struct ServeLlmFlags {
   std::vector<std::string> lora;  // NAME=PATH
   int64_t draft_tokens = 8;
   int64_t draft_threads = 1;
+  int tensor_parallel = 1;
 };
+
+// Reads a model named on the command line (MODEL, --draft): with a split,
+// this rank's part of it (llm::Model::load).
+using LanguageModelLoader = std::function<LanguageModel(const std::string&, llm::TensorSplit)>;
 
 void add_serve_llm_command(CLI::App& app, ServeLlmFlags& f);
 // Serves until SIGINT/SIGTERM: the HTTP server starts first (/health is 503
 // while `load` reads the model), then the model is loaded and served.
-// `load` reads a model named on the command line (MODEL, --draft).
-int cmd_serve_llm(const ServeLlmFlags& f, const std::function<LanguageModel(const std::string&)>& load);
+// With --tensor-parallel T, under `tessera launch -n T`: rank 0 serves, the
+// other ranks run their parts of the model as rank 0's engine asks.
+int cmd_serve_llm(const ServeLlmFlags& f, const LanguageModelLoader& load);
 // The API key in a file (its first line, trailing spaces dropped; at least 16 characters).
 std::string read_api_key(const std::string& path, const char* verb);
 // Blocks SIGINT and SIGTERM in this thread and the threads it starts after,

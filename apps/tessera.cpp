@@ -388,10 +388,11 @@ int cmd_gguf_info(const std::string& path, size_t max_chars) {
 // A language model for the engine: a GGUF file's, or a training run's
 // converted to `weights` (F32, F16, BF16, Q8_0, Q4_0). `verb` names the
 // command in errors.
-cli::LanguageModel load_language_model(const std::string& path, const std::string& weights, const char* verb) {
+cli::LanguageModel load_language_model(const std::string& path, const std::string& weights, const char* verb,
+                                       llm::TensorSplit split = {}) {
   cli::LanguageModel lm;
   if (cli::is_gguf_file(path)) {
-    lm.model = llm::Model::load(path);
+    lm.model = llm::Model::load(path, split);
     lm.tokenizer = llm::Tokenizer::from_gguf(lm.model->file());
     const llm::GgufValue* t = lm.model->file().find("tokenizer.chat_template");
     lm.chat_template = t && t->type() == llm::GgufType::String ? t->as_string() : "";
@@ -413,6 +414,7 @@ cli::LanguageModel load_language_model(const std::string& path, const std::strin
     lm.model = llm::model_from_llama(*llama, type);
   }
   else TS_ERROR(verb, ": ", l.dir, " holds a ", r.model_name, "; the engine runs llama and gpt models");
+  if (split.size > 1) lm.model = llm::Model::from_gguf(lm.model->file(), split);  // its part, from the whole
   lm.tokenizer = r.tokenizer ? *r.tokenizer
                  : llm::Tokenizer::characters(r.text_level == "byte" ? std::vector<std::string>{} : r.vocab);
   lm.what = l.dir;
@@ -1171,8 +1173,8 @@ int main(int argc, char** argv) {
     if (*chat.cmd) return cmd_generate(chat, true);
     if (*ppl.cmd) return cli::cmd_perplexity(ppl, load_language_model(ppl.model, ppl.weights, "perplexity"));
     if (*slf.cmd)
-      return cli::cmd_serve_llm(slf, [&](const std::string& path) {
-        return load_language_model(path, slf.weights, "serve-llm");
+      return cli::cmd_serve_llm(slf, [&](const std::string& path, llm::TensorSplit split) {
+        return load_language_model(path, slf.weights, "serve-llm", split);
       });
     if (*serve_cmd)
       return cmd_serve(sf);

@@ -115,6 +115,15 @@ void ProcessGroup::all_gather_into(const Tensor& out, const Tensor& in) {
   w->wait();
 }
 
+void ProcessGroup::broadcast_from(const Tensor& t, int root) {
+  WorkPtr w;
+  {
+    CallerWaits waits;
+    w = broadcast(t, root);
+  }
+  w->wait();
+}
+
 void ProcessGroup::reduce_scatter_sum(const Tensor& out, const Tensor& in) {
   WorkPtr w;
   {

@@ -3,6 +3,7 @@
 #include "tessera/llm/engine.h"
 
 #include "llm/block_pool.h"
+#include "llm/engine_group.h"
 
 #include <utility>
 #include <omp.h>
@@ -19,6 +20,7 @@
 #include "tessera/core/error.h"
 #include "tessera/core/half.h"
 #include "tessera/core/parallel.h"
+#include "tessera/ops/communicator.h"
 
 namespace tessera::llm {
 
@@ -322,6 +324,18 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
   // RoPE: cos and sin per position and dimension pair, interleaved.
   st.rope = buffer<float>(st.context * s.head_dim, "RoPE table");
   for (int64_t p = 0; p < st.context; ++p) rope_cos_sin(s, p, st.rope.get() + p * s.head_dim);
+
+  const TensorSplit part = model_->tensor_split();
+  if (opts_.group) {
+    TS_CHECK(part.size == opts_.group->size() && part.rank == opts_.group->rank(), "engine: rank ",
+             opts_.group->rank(), " of a tensor-parallel group of ", opts_.group->size(), " runs part {",
+             opts_.group->rank(), ", ", opts_.group->size(), "} of the model, and this model is part {", part.rank,
+             ", ", part.size, "} (Model::load(path, {rank, size}))");
+    group_ = std::make_unique<Group>(opts_.group);
+  } else {
+    TS_CHECK(part.size == 1, "engine: this model is part {", part.rank, ", ", part.size, "} of a model split for "
+             "tensor-parallel serving, and the engine has no group to sum the parts over (EngineOptions::group)");
+  }
 }
 
 Engine::~Engine() = default;
@@ -334,6 +348,60 @@ int64_t Engine::free_blocks() const { return st_->pool.available(); }
 int64_t Engine::cached_blocks() const { return st_->pool.cached(); }
 
 int64_t Engine::add_sequence() {
+  Lead lead(*this, [](EngineCall& c) { c.start(EngineOp::Add); });
+  return add_sequence_();
+}
+
+void Engine::remove_sequence(int64_t seq) {
+  Lead lead(*this, [&](EngineCall& c) {
+    c.start(EngineOp::Remove);
+    c.put(seq);
+  });
+  remove_sequence_(seq);
+}
+
+void Engine::truncate_sequence(int64_t seq, int64_t length) {
+  Lead lead(*this, [&](EngineCall& c) {
+    c.start(EngineOp::Truncate);
+    c.put(seq);
+    c.put(length);
+  });
+  truncate_sequence_(seq, length);
+}
+
+int64_t Engine::reuse_prefix(int64_t seq, std::span<const int32_t> tokens, std::string_view salt) {
+  Lead lead(*this, [&](EngineCall& c) {
+    c.start(EngineOp::Reuse);
+    c.put(seq);
+    c.put(tokens);
+    c.put(salt);
+  });
+  return reuse_prefix_(seq, tokens, salt);
+}
+
+int64_t Engine::fork_sequence(int64_t seq, int64_t length) {
+  Lead lead(*this, [&](EngineCall& c) {
+    c.start(EngineOp::Fork);
+    c.put(seq);
+    c.put(length);
+  });
+  return fork_sequence_(seq, length);
+}
+
+std::span<const float> Engine::step(std::span<const Chunk> chunks) {
+  Lead lead(*this, [&](EngineCall& c) {
+    c.start(EngineOp::Step);
+    c.put(static_cast<int64_t>(chunks.size()));
+    for (const Chunk& ch : chunks) {
+      c.put(ch.seq);
+      c.put(ch.logits);
+      c.put(ch.tokens);
+    }
+  });
+  return step_(chunks);
+}
+
+int64_t Engine::add_sequence_() {
   for (size_t i = 0; i < st_->seqs.size(); ++i)
     if (!st_->seqs[i].alive) {
       st_->seqs[i].alive = true;
@@ -344,14 +412,14 @@ int64_t Engine::add_sequence() {
   TS_ERROR("engine: all ", opts_.max_sequences, " sequences are in use (EngineOptions::max_sequences)");
 }
 
-void Engine::remove_sequence(int64_t seq) {
+void Engine::remove_sequence_(int64_t seq) {
   TS_CHECK(seq >= 0 && seq < opts_.max_sequences && st_->seqs[seq].alive, "engine: no sequence ", seq);
-  truncate_sequence(seq, 0);
+  truncate_sequence_(seq, 0);
   st_->pool.release_salt(std::exchange(st_->seqs[seq].salt, 0));
   st_->seqs[seq].alive = false;
 }
 
-void Engine::truncate_sequence(int64_t seq, int64_t length) {
+void Engine::truncate_sequence_(int64_t seq, int64_t length) {
   TS_CHECK(seq >= 0 && seq < opts_.max_sequences && st_->seqs[seq].alive, "engine: no sequence ", seq);
   State::Seq& s = st_->seqs[seq];
   TS_CHECK(length >= 0 && length <= s.length, "engine: cannot truncate sequence ", seq, " of ", s.length,
@@ -381,7 +449,7 @@ void Engine::truncate_sequence(int64_t seq, int64_t length) {
   s.length = length;
 }
 
-int64_t Engine::reuse_prefix(int64_t seq, std::span<const int32_t> tokens, std::string_view salt) {
+int64_t Engine::reuse_prefix_(int64_t seq, std::span<const int32_t> tokens, std::string_view salt) {
   TS_CHECK(seq >= 0 && seq < opts_.max_sequences && st_->seqs[seq].alive, "engine: no sequence ", seq);
   State::Seq& s = st_->seqs[seq];
   TS_CHECK(s.length == 0, "engine: reuse_prefix needs an empty sequence; sequence ", seq, " has ", s.length, " tokens");
@@ -405,14 +473,14 @@ int64_t Engine::reuse_prefix(int64_t seq, std::span<const int32_t> tokens, std::
   return s.length;
 }
 
-int64_t Engine::fork_sequence(int64_t seq, int64_t length) {
+int64_t Engine::fork_sequence_(int64_t seq, int64_t length) {
   TS_CHECK(seq >= 0 && seq < opts_.max_sequences && st_->seqs[seq].alive, "engine: no sequence ", seq);
   TS_CHECK(length >= 0 && length <= st_->seqs[seq].length, "engine: cannot fork ", length, " tokens of sequence ",
            seq, ", which has ", st_->seqs[seq].length);
   const int64_t bt = opts_.block_tokens;
   TS_CHECK(length % bt == 0 || st_->pool.available() >= 1, "engine: forking sequence ", seq,
            " needs a free cache block for its partial last block, and the cache has none");
-  const int64_t fork = add_sequence();
+  const int64_t fork = add_sequence_();
   State::Seq &from = st_->seqs[seq], &to = st_->seqs[fork];
   const size_t full = static_cast<size_t>(length / bt);
   for (size_t i = 0; i < full; ++i) {
@@ -488,6 +556,7 @@ class Engine::StepPass {
   void adapters(int64_t layer, Projection p, const float* x, int64_t ldx, float* y, int64_t ldy) const;
   void residual(const float* bias) const;
   void attend(int64_t l) const;
+  void sum_over_group() const;
 
   const Model& m_;
   const ModelSpec& s_;
@@ -535,6 +604,13 @@ void Engine::StepPass::adapters(int64_t layer, Projection p, const float* x, int
     if (c.adapter) c.adapter->add(layer, p, x + r0 * ldx, ldx, y + r0 * ldy, ldy, n);
     r0 += n;
   }
+}
+
+// A split model's block output h is this rank's part of a sum (Note [A
+// model split across ranks]): summed over the group, it is the whole.
+void Engine::StepPass::sum_over_group() const {
+  if (opts_.group && opts_.group->size() > 1)
+    opts_.group->all_reduce_sum(from_blob(st_.h.get(), {T_ * s_.dim}, DType::F32));
 }
 
 // x += h (+ the product's bias), row by row.
@@ -592,6 +668,7 @@ void Engine::StepPass::attention(int64_t l) {
   prepare(ao, {&W.o});
   run_products(kt_, {Job{&W.o, &ao, h, D}});
   adapters(l, Projection::O, st_.att.get(), qd, h, D);
+  sum_over_group();
   residual(W.bo);
 }
 
@@ -656,6 +733,7 @@ void Engine::StepPass::feed_forward(int64_t l) {
   prepare(ad, {&W.down});
   run_products(kt_, {Job{&W.down, &ad, h, D}});
   adapters(l, Projection::Down, st_.g.get(), H, h, D);
+  sum_over_group();
   residual(W.bdown);
 }
 
@@ -684,6 +762,8 @@ std::pair<int64_t, int64_t> Engine::check_step(std::span<const Chunk> chunks) {
     st.step_mark[c.seq] = st.step_count;
     const int64_t n = static_cast<int64_t>(c.tokens.size()), len = st.seqs[c.seq].length;
     TS_CHECK(n >= 1, "engine step: the chunk of sequence ", c.seq, " has no tokens");
+    TS_CHECK(!c.adapter || !opts_.group, "engine step: the chunk of sequence ", c.seq, " has a LoRA adapter, which "
+             "a tensor-parallel engine does not run");
     TS_CHECK(c.logits >= 0 && c.logits <= n, "engine step: ", c.logits, " logit rows asked of a chunk of ", n,
              " tokens");
     TS_CHECK(len + n <= st.context, "engine step: sequence ", c.seq, " would reach ", len + n,
@@ -738,7 +818,7 @@ void Engine::commit_tokens(std::span<const Chunk> chunks) {
 }
 
 // Note [A step's stages].
-std::span<const float> Engine::step(std::span<const Chunk> chunks) {
+std::span<const float> Engine::step_(std::span<const Chunk> chunks) {
   std::optional<ThreadLimit> limit;
   if (opts_.threads > 0) limit.emplace(static_cast<int>(std::min<int64_t>(opts_.threads, 1 << 16)));
   const auto [T, L] = check_step(chunks);
@@ -752,7 +832,7 @@ std::span<const float> Engine::step(std::span<const Chunk> chunks) {
     pass.feed_forward(l);
   }
   commit_tokens(chunks);
-  if (L == 0) return {};
+  if (L == 0 || (group_ && !group_->leader)) return {};  // rank 0 alone samples (Note [An engine across ranks])
   return pass.logits(L);
 }
 

@@ -1,6 +1,7 @@
 // llm::Model: a "llama" or "gpt2" GGUF file's weights, as the engine reads them (its spec: model_spec.cpp).
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -26,16 +27,16 @@ constexpr int64_t kMaxHeadDim = 512;  // the attention kernel's buffers (kernels
 
 }  // namespace
 
-std::shared_ptr<Model> Model::load(const std::string& path) {
+std::shared_ptr<Model> Model::load(const std::string& path, TensorSplit split) {
   GgufFile file = GgufFile::open(path);
   try {
-    return from_gguf(std::move(file));
+    return from_gguf(std::move(file), split);
   } catch (const Error& e) {
     rethrow_naming_file(path, e);
   }
 }
 
-std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
+std::shared_ptr<Model> Model::from_gguf(GgufFile file, TensorSplit split) {
   std::shared_ptr<Model> m(new Model());
   m->spec_ = read_model_spec(file);  // every tensor present, in its shape
   m->file_ = std::move(file);
@@ -101,7 +102,76 @@ std::shared_ptr<Model> Model::from_gguf(GgufFile file) {
     m->positions_ = norm("position_embd.weight");
   }
   m->output_ = f.find_tensor("output.weight") ? matrix("output.weight") : m->embedding_;
+  m->keep_part(split);
   m->repack();
+  return m;
+}
+
+// Note [A model split across ranks]
+// For tensor-parallel serving, rank r of T keeps heads [r H/T, (r+1) H/T)
+// of every layer's attention and columns [r F/T, (r+1) F/T) of its
+// feed-forward width, Megatron's split: the rows of Q, K, V, gate and up
+// (views of the file), the matching columns of the output and down
+// projections (copied: a column range is not contiguous). Each rank's
+// block output is then a partial sum, which the engine sums over the
+// group before the residual adds it, so the biases of the output and down
+// projections are added once, after the sum. Key/value heads split like
+// the queries when T divides them; when T is a multiple of them, each
+// rank keeps the one head its queries share (held on T / KV ranks). The
+// embedding, the norms and the output matrix stay whole on every rank:
+// every rank then holds the whole residual stream, and rank 0 alone
+// computes logits.
+void Model::keep_part(TensorSplit sp) {
+  const int T = sp.size, r = sp.rank;
+  ModelSpec& s = spec_;
+  const std::string& what = file_.what();
+  TS_CHECK(T >= 1 && T <= 4096 && r >= 0 && r < T, what, ": rank ", r, " of a tensor-parallel group of ", T,
+           " is not a rank of it");
+  split_ = sp;
+  if (T == 1) return;
+  TS_CHECK(s.n_heads % T == 0, what, ": its ", s.n_heads, " attention heads do not split over ", T,
+           " ranks (--tensor-parallel must divide the heads)");
+  TS_CHECK(s.hidden % T == 0, what, ": its feed-forward width ", s.hidden, " does not split over ", T,
+           " ranks (--tensor-parallel must divide it)");
+  TS_CHECK(s.n_kv_heads % T == 0 || T % s.n_kv_heads == 0, what, ": its ", s.n_kv_heads,
+           " key/value heads neither split over ", T, " ranks nor divide ", T,
+           " (--tensor-parallel must divide them or be a multiple of them)");
+  const int64_t hd = s.head_dim, H = s.n_heads / T, q0 = r * H, F = s.hidden / T, f0 = r * F;
+  const int64_t KV = s.n_kv_heads % T == 0 ? s.n_kv_heads / T : 1;
+  const int64_t kv0 = s.n_kv_heads % T == 0 ? r * KV : r / (T / s.n_kv_heads);
+  for (Layer& L : layers_) {
+    L.q = L.q.rows_at(q0 * hd, H * hd);
+    L.k = L.k.rows_at(kv0 * hd, KV * hd);
+    L.v = L.v.rows_at(kv0 * hd, KV * hd);
+    L.o = columns(L.o, q0 * hd, H * hd, "attention output");
+    if (L.gate.data) L.gate = L.gate.rows_at(f0, F);
+    L.up = L.up.rows_at(f0, F);
+    L.down = columns(L.down, f0, F, "feed-forward down");
+    if (L.bq) L.bq += q0 * hd;
+    if (L.bk) L.bk += kv0 * hd;
+    if (L.bv) L.bv += kv0 * hd;
+    if (L.bup) L.bup += f0;
+  }
+  s.n_heads = H;
+  s.n_kv_heads = KV;
+  s.hidden = F;
+}
+
+Model::Matrix Model::columns(const Matrix& mx, int64_t c0, int64_t n, const char* what) {
+  const int64_t block = ggml_block_size(mx.type);
+  TS_CHECK(c0 % block == 0 && n % block == 0, file_.what(), ": the ", what, " projection's ", ggml_type_name(mx.type),
+           " rows are blocks of ", block, " values, and a rank's share of ", n, " columns from column ", c0,
+           " cuts through one (use fewer ranks, or weights in Q8_0, F16 or F32)");
+  const int64_t in_row = ggml_row_bytes(mx.type, mx.cols), out_row = ggml_row_bytes(mx.type, n);
+  const int64_t skip = ggml_row_bytes(mx.type, c0);
+  std::vector<uint8_t> bytes(static_cast<size_t>(out_row * mx.rows));
+  for (int64_t i = 0; i < mx.rows; ++i)
+    std::memcpy(bytes.data() + i * out_row, static_cast<const uint8_t*>(mx.data) + i * in_row + skip,
+                static_cast<size_t>(out_row));
+  Matrix m = mx;
+  m.cols = n;
+  m.data = bytes.data();
+  columns_.push_back(std::move(bytes));
   return m;
 }
 
@@ -171,8 +241,11 @@ void Model::repack() {
     }
     // The products read the packed copy only, so the file's pages of the
     // matrix need not stay resident beside it (the tied embedding's lookups
-    // map back just the rows they read).
-    file_.release(static_cast<const char*>(from), static_cast<size_t>(ggml_row_bytes(mx.type, mx.cols) * mx.rows));
+    // map back just the rows they read). A split model's column ranges are
+    // its own copies, not the file's.
+    const bool copied = std::any_of(columns_.begin(), columns_.end(),
+                                    [&](const std::vector<uint8_t>& c) { return c.data() == from; });
+    if (!copied) file_.release(static_cast<const char*>(from), static_cast<size_t>(ggml_row_bytes(mx.type, mx.cols) * mx.rows));
   }
 }
 

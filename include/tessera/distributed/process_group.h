@@ -100,6 +100,7 @@ class ProcessGroup : public ops::Communicator {
   void all_reduce_sum(const Tensor& t) final;
   void all_gather_into(const Tensor& out, const Tensor& in) final;
   void reduce_scatter_sum(const Tensor& out, const Tensor& in) final;
+  void broadcast_from(const Tensor& t, int root) final;
 
  protected:
   // What a backend is handed: contiguous buffers, checked shapes and dtypes.

@@ -24,6 +24,10 @@
 
 #include "tessera/llm/model.h"
 
+namespace tessera::ops {
+class Communicator;
+}
+
 namespace tessera::llm {
 
 enum class KvType : uint8_t { F16, Q8_0 };
@@ -50,6 +54,11 @@ struct EngineOptions {
   // Compute threads for this engine's steps (0: get_num_threads()). A draft
   // model's steps are so small that one thread beats a parallel region.
   int64_t threads = 0;
+  // Tensor-parallel serving (Note [An engine across ranks]): the group whose
+  // rank r runs the model's part {r, size} (Model::load(path, {r, size})),
+  // every rank with the same options. Rank 0's engine is used as any engine
+  // is; every other rank's runs Engine::follow(). Null: one process.
+  std::shared_ptr<ops::Communicator> group;
 };
 
 // Adds a low-rank adapter's contribution to a projection's outputs for the
@@ -115,6 +124,11 @@ class Engine {
   // into `out`. For embeddings.
   void hidden_states(int64_t row0, int64_t n, float* out) const;
 
+  // Tensor-parallel serving, on every rank but 0: runs what rank 0's engine
+  // is asked (its sequences and steps, in order) until that engine is
+  // destroyed. Its own calls of the other methods are refused.
+  void follow();
+
   int64_t total_blocks() const;
   // Blocks a sequence can take: free ones and registered ones no sequence holds.
   int64_t free_blocks() const;
@@ -126,6 +140,14 @@ class Engine {
  private:
   struct State;
   class StepPass;  // the forward pass's stages (Note [A step's stages])
+  struct Group;    // the command channel to the other ranks (llm/engine_group.h)
+  class Lead;      // one call, sent to the other ranks first
+  int64_t add_sequence_();
+  void remove_sequence_(int64_t seq);
+  void truncate_sequence_(int64_t seq, int64_t length);
+  int64_t reuse_prefix_(int64_t seq, std::span<const int32_t> tokens, std::string_view salt);
+  int64_t fork_sequence_(int64_t seq, int64_t length);
+  std::span<const float> step_(std::span<const Chunk> chunks);
   std::pair<int64_t, int64_t> check_step(std::span<const Chunk> chunks);
   void place_rows(std::span<const Chunk> chunks);
   void commit_tokens(std::span<const Chunk> chunks);
@@ -133,6 +155,7 @@ class Engine {
   std::shared_ptr<const Model> model_;
   EngineOptions opts_;
   std::unique_ptr<State> st_;
+  std::unique_ptr<Group> group_;
 };
 
 }  // namespace tessera::llm

@@ -36,6 +36,12 @@ class HugeBuffer {
   std::unique_ptr<uint8_t, Free> p_;
 };
 
+// Tensor-parallel serving: which part of a model one rank holds (Note
+// [A model split across ranks] in model.cpp). {0, 1}: the whole model.
+struct TensorSplit {
+  int rank = 0, size = 1;
+};
+
 class Model {
  public:
   // One weight matrix [rows, cols] in its file type (F32, F16, BF16, Q8_0,
@@ -61,12 +67,17 @@ class Model {
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr, *bup = nullptr, *bdown = nullptr;
   };
 
-  // A "llama" or "gpt2" GGUF file; its weights stay in the mapping.
-  static std::shared_ptr<Model> load(const std::string& path);
-  static std::shared_ptr<Model> from_gguf(GgufFile file);
+  // A "llama" or "gpt2" GGUF file; its weights stay in the mapping. With a
+  // split, only that rank's part of the layers is read and packed; heads or
+  // widths the split does not divide are an error naming them.
+  static std::shared_ptr<Model> load(const std::string& path, TensorSplit split = {});
+  static std::shared_ptr<Model> from_gguf(GgufFile file, TensorSplit split = {});
   // Tessera's own Llama or GPT: model_from_llama / model_from_gpt (llm/llama_gguf.h, llm/gpt_gguf.h).
 
+  // The spec of the part this model holds: a split model's n_heads,
+  // n_kv_heads and hidden are its rank's share.
   const ModelSpec& spec() const { return spec_; }
+  TensorSplit tensor_split() const { return split_; }
   const GgufFile& file() const { return file_; }
   const Matrix& embedding() const { return embedding_; }
   const std::vector<Layer>& layers() const { return layers_; }
@@ -82,6 +93,9 @@ class Model {
  private:
   Model() = default;
   void repack();  // the product weights placed in packed_ (Note [Weights on huge pages])
+  void keep_part(TensorSplit split);  // Note [A model split across ranks]
+  // Columns [c0, c0 + n) of a matrix, copied (a row range is a view; a column range is not).
+  Matrix columns(const Matrix& mx, int64_t c0, int64_t n, const char* what);
   GgufFile file_;
   ModelSpec spec_;
   Matrix embedding_, output_;
@@ -90,6 +104,8 @@ class Model {
   const float* output_norm_b_ = nullptr;
   const float* positions_ = nullptr;
   std::vector<std::vector<float>> norms_;  // norm weights converted to f32 (their buffers never move)
+  std::vector<std::vector<uint8_t>> columns_;  // column ranges of a split model's matrices
+  TensorSplit split_;
   HugeBuffer packed_;  // the repacked matrices, in one buffer
 };
 
