@@ -15,7 +15,7 @@
 #include "tessera/core/allocator.h"
 #include "tessera/core/error.h"
 #include "tessera/core/parallel.h"
-#include "tessera/distributed/process_group.h"
+#include "tessera/distributed/llm_group.h"
 #include "tessera/io/file.h"
 #include "tessera/llm/lora_adapter.h"
 #include "tessera/serve/http_server.h"
@@ -125,7 +125,7 @@ llm::EngineOptions engine_options(const ServeLlmFlags& f) {
 // `draft_what` says what the draft is.
 serve::LlmModel llm_model_of(const ServeLlmFlags& f, LanguageModel& lm, const std::string& name,
                              const std::string& tmpl_override, const LanguageModelLoader& load,
-                             std::shared_ptr<ops::Communicator> group, std::string& draft_what) {
+                             std::shared_ptr<llm::Communicator> group, std::string& draft_what) {
   serve::LlmModel m;
   m.model = lm.model;
   m.tokenizer = std::move(lm.tokenizer);
@@ -202,7 +202,7 @@ int follow_rank_0(const ServeLlmFlags& f, const LanguageModelLoader& load, const
   LanguageModel lm;
   load_apart([&] { lm = load(f.model, {world->rank(), world->size()}); });
   llm::EngineOptions o = engine_options(f);
-  o.group = world;
+  o.group = distributed::llm_communicator(world);
   llm::Engine engine(lm.model, o);
   engine.follow();
   return 0;
@@ -265,7 +265,8 @@ int cmd_serve_llm(const ServeLlmFlags& f, const LanguageModelLoader& load) {
   std::string draft_what;
   load_apart([&] {
     lm = load(f.model, world ? llm::TensorSplit{0, world->size()} : llm::TensorSplit{});
-    service.load(llm_model_of(f, lm, name, tmpl_override, load, world, draft_what));
+    service.load(llm_model_of(f, lm, name, tmpl_override, load,
+                              world ? distributed::llm_communicator(world) : nullptr, draft_what));
   });
   const llm::ModelSpec& s = lm.model->spec();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

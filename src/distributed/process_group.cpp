@@ -115,7 +115,7 @@ void ProcessGroup::all_gather_into(const Tensor& out, const Tensor& in) {
   w->wait();
 }
 
-void ProcessGroup::broadcast_from(const Tensor& t, int root) {
+void ProcessGroup::broadcast_now(const Tensor& t, int root) {
   WorkPtr w;
   {
     CallerWaits waits;

@@ -20,7 +20,6 @@
 #include "tessera/core/error.h"
 #include "tessera/core/half.h"
 #include "tessera/core/parallel.h"
-#include "tessera/ops/communicator.h"
 
 namespace tessera::llm {
 
@@ -610,7 +609,7 @@ void Engine::StepPass::adapters(int64_t layer, Projection p, const float* x, int
 // model split across ranks]): summed over the group, it is the whole.
 void Engine::StepPass::sum_over_group() const {
   if (opts_.group && opts_.group->size() > 1)
-    opts_.group->all_reduce_sum(from_blob(st_.h.get(), {T_ * s_.dim}, DType::F32));
+    opts_.group->all_reduce_sum(st_.h.get(), T_ * s_.dim);
 }
 
 // x += h (+ the product's bias), row by row.

@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "tessera/core/error.h"
-#include "tessera/ops/communicator.h"
 
 namespace tessera::llm {
 
@@ -30,7 +29,6 @@ namespace {
 constexpr int64_t kHead = 256;  // words of the first broadcast: the count, then the call's first words
 constexpr auto kHeartbeat = std::chrono::seconds(1);
 
-Tensor words_tensor(int64_t* p, int64_t n) { return from_blob(p, {n}, DType::I64); }
 }  // namespace
 
 void EngineCall::put(std::string_view bytes) {
@@ -40,7 +38,7 @@ void EngineCall::put(std::string_view bytes) {
   if (!bytes.empty()) std::memcpy(words.data() + at, bytes.data(), bytes.size());
 }
 
-Engine::Group::Group(std::shared_ptr<ops::Communicator> c) : comm(std::move(c)), leader(comm->rank() == 0) {
+Engine::Group::Group(std::shared_ptr<Communicator> c) : comm(std::move(c)), leader(comm->rank() == 0) {
   if (!leader || comm->size() == 1) return;
   last_sent = std::chrono::steady_clock::now();
   heartbeat = std::thread([this] {
@@ -81,13 +79,13 @@ void Engine::Group::send() {
   const int64_t n = static_cast<int64_t>(w.size());
   int64_t head[kHead] = {n};
   std::copy_n(w.begin(), std::min(n, kHead - 1), head + 1);
-  comm->broadcast_from(words_tensor(head, kHead), 0);
-  if (n > kHead - 1) comm->broadcast_from(words_tensor(w.data() + (kHead - 1), n - (kHead - 1)), 0);
+  comm->broadcast(head, kHead, 0);
+  if (n > kHead - 1) comm->broadcast(w.data() + (kHead - 1), n - (kHead - 1), 0);
 }
 
 void Engine::Group::receive() {
   int64_t head[kHead] = {};
-  comm->broadcast_from(words_tensor(head, kHead), 0);
+  comm->broadcast(head, kHead, 0);
   const int64_t n = head[0];
   TS_CHECK(n >= 1 && n <= (int64_t{1} << 28), "engine: rank 0 of the tensor-parallel group sent a call of ", n,
            " words (its build differs from this rank's?)");
@@ -95,7 +93,7 @@ void Engine::Group::receive() {
   w.assign(head + 1, head + 1 + std::min(n, kHead - 1));
   if (n > kHead - 1) {
     w.resize(static_cast<size_t>(n));
-    comm->broadcast_from(words_tensor(w.data() + (kHead - 1), n - (kHead - 1)), 0);
+    comm->broadcast(w.data() + (kHead - 1), n - (kHead - 1), 0);
   }
 }
 

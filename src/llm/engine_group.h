@@ -33,7 +33,7 @@ struct EngineCall {
 };
 
 struct Engine::Group {
-  std::shared_ptr<ops::Communicator> comm;
+  std::shared_ptr<Communicator> comm;
   bool leader = false;     // rank 0
   bool following = false;  // another rank, inside follow()
   int depth = 0;           // rank 0: calls in progress (a call may make others)
@@ -50,7 +50,7 @@ struct Engine::Group {
   std::vector<int32_t> tokens;
   std::vector<int64_t> counts;  // each chunk's tokens
 
-  Group(std::shared_ptr<ops::Communicator> c);
+  Group(std::shared_ptr<Communicator> c);
   ~Group();
   void send();     // rank 0: `call` to the others (mu held)
   void receive();  // another rank: rank 0's next call into `call`

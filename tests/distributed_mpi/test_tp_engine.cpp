@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "tessera/core/generator.h"
+#include "tessera/distributed/llm_group.h"
 #include "tessera/llm/engine.h"
 #include "tessera/llm/gpt_gguf.h"
 #include "tessera/llm/llama_gguf.h"
@@ -51,7 +52,7 @@ void with_engines(const ProcessGroupPtr& g, const std::shared_ptr<llm::Model>& w
   EXPECT_EQ(part->spec().n_heads * g->size(), whole->spec().n_heads);
   EXPECT_EQ(part->spec().hidden * g->size(), whole->spec().hidden);
   llm::EngineOptions wo = o;
-  o.group = g;
+  o.group = distributed::llm_communicator(g);
   llm::Engine split(part, o);
   if (g->rank() != 0) {
     split.follow();
@@ -158,7 +159,7 @@ TEST(TensorParallelEngine, AFollowersOwnCallsAreRefused) {
   auto g = model_parallel_groups().front();
   auto whole = llama(2, llm::GgmlType::F32);
   auto part = llm::Model::from_gguf(whole->file(), {g->rank(), g->size()});
-  llm::Engine e(part, {.max_sequences = 2, .group = g});
+  llm::Engine e(part, {.max_sequences = 2, .group = distributed::llm_communicator(g)});
   if (g->rank() == 0) return;  // its engine ends at once, which ends the others' follow()
   try {
     e.add_sequence();

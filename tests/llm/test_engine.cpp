@@ -650,3 +650,56 @@ TEST(LlmEngine, SaltsForcedToOneHashNeverShareBlocks) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A split that cannot be made is an error naming what does not divide
+// (tests/distributed_mpi/test_tp_engine.cpp runs the split engines).
+TEST(LlmEngine, ASplitModelNamesWhatDoesNotDivide) {
+  auto contains = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
+  auto split_error = [](const nn::zoo::LlamaConfig& c, llm::TensorSplit split, GgmlType type = GgmlType::F32) {
+    manual_seed(3);
+    nn::zoo::Llama m(c);
+    const std::string image = type == GgmlType::F32 ? llm::llama_to_gguf(m).bytes()
+                                                    : llm::convert_gguf([&] {
+                                                        const std::string f32 = llm::llama_to_gguf(m).bytes();
+                                                        return llm::GgufFile::parse(f32.data(), f32.size(), "f32");
+                                                      }(), type).bytes();
+    try {
+      llm::Model::from_gguf(llm::GgufFile::parse(image.data(), image.size(), "model.gguf"), split);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  nn::zoo::LlamaConfig c = small_config();  // 4 heads, 2 key/value heads, width 160
+  EXPECT_PRED2(contains, split_error(c, {0, 3}), "4 attention heads do not split over 3 ranks");
+  EXPECT_PRED2(contains, split_error(c, {2, 2}), "rank 2 of a tensor-parallel group of 2");
+  c.hidden_dim = 162;
+  EXPECT_PRED2(contains, split_error(c, {1, 4}), "feed-forward width 162 does not split over 4");
+  c = small_config(3, 16);
+  c.n_heads = 6, c.dim = 96;
+  EXPECT_PRED2(contains, split_error(c, {0, 2}), "3 key/value heads neither split over 2");
+  // Q4_K's 256-value blocks: a rank's 128 columns of the output projection cut through one.
+  c = small_config();
+  c.dim = 256, c.n_heads = 8, c.hidden_dim = 256;
+  EXPECT_PRED2(contains, split_error(c, {0, 2}, GgmlType::Q4_K), "cuts through one");
+  EXPECT_EQ(split_error(c, {1, 2}, GgmlType::Q8_0), "");  // Q8_0's 32-value blocks split
+  // A part runs only in an engine with a group to sum the parts over.
+  manual_seed(3);
+  nn::zoo::Llama m(small_config());
+  const auto part = llm::Model::from_gguf(llm::model_from_llama(m)->file(), {1, 2});
+  EXPECT_EQ(part->spec().n_heads, 2);
+  EXPECT_EQ(part->spec().n_kv_heads, 1);
+  EXPECT_EQ(part->spec().hidden, 80);
+  try {
+    llm::Engine e(part);
+    ADD_FAILURE() << "an engine ran a part without a group";
+  } catch (const Error& e) {
+    EXPECT_PRED2(contains, e.what(), "no group");
+  }
+}
+
+}  // namespace
+}  // namespace tessera

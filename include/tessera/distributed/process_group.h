@@ -82,6 +82,9 @@ class ProcessGroup : public ops::Communicator {
   // queued before it (a pipeline stage waiting for its input: the hand-off
   // to the communication thread and back would add its polling interval).
   void recv_now(const Tensor& t, int src, int tag = 0);
+  // broadcast(t, root)->wait(), likewise (the LLM engine's calls to its
+  // tensor-parallel group, one before each of its steps).
+  void broadcast_now(const Tensor& t, int root);
   WorkPtr barrier();
 
   // Collective over this group: every rank calls it with the same list. Members
@@ -100,7 +103,6 @@ class ProcessGroup : public ops::Communicator {
   void all_reduce_sum(const Tensor& t) final;
   void all_gather_into(const Tensor& out, const Tensor& in) final;
   void reduce_scatter_sum(const Tensor& out, const Tensor& in) final;
-  void broadcast_from(const Tensor& t, int root) final;
 
  protected:
   // What a backend is handed: contiguous buffers, checked shapes and dtypes.

@@ -22,11 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/llm/communicator.h"
 #include "tessera/llm/model.h"
-
-namespace tessera::ops {
-class Communicator;
-}
 
 namespace tessera::llm {
 
@@ -58,7 +55,7 @@ struct EngineOptions {
   // rank r runs the model's part {r, size} (Model::load(path, {r, size})),
   // every rank with the same options. Rank 0's engine is used as any engine
   // is; every other rank's runs Engine::follow(). Null: one process.
-  std::shared_ptr<ops::Communicator> group;
+  std::shared_ptr<Communicator> group;
 };
 
 // Adds a low-rank adapter's contribution to a projection's outputs for the

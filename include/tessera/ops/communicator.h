@@ -37,8 +37,6 @@ class Communicator {
   virtual void all_gather_into(const Tensor& out, const Tensor& in) = 0;
   // out = block rank() of the sum over ranks of `in` (size() blocks of out.numel()).
   virtual void reduce_scatter_sum(const Tensor& out, const Tensor& in) = 0;
-  // t = rank `root`'s t, on every rank.
-  virtual void broadcast_from(const Tensor& t, int root) = 0;
 
  protected:
   Communicator(int rank, int size, std::string name) : rank_(rank), size_(size), name_(std::move(name)) {}
