@@ -194,11 +194,8 @@ void load_apart(F&& load) {
 // A rank but 0 of a tensor-parallel job: its part of the model, run as rank
 // 0's engine asks until that engine ends (Note [An engine across ranks]).
 int follow_rank_0(const ServeLlmFlags& f, const LanguageModelLoader& load, const distributed::ProcessGroupPtr& world) {
-  // Stopping is rank 0's to decide: it ends this rank's engine when it stops.
-  sigset_t s;
-  sigemptyset(&s);
-  for (int sig : {SIGINT, SIGTERM, SIGUSR2}) sigaddset(&s, sig);
-  pthread_sigmask(SIG_BLOCK, &s, nullptr);
+  // Stopping is rank 0's to decide (the stop signals stay blocked here): it
+  // ends this rank's engine when it stops.
   LanguageModel lm;
   load_apart([&] { lm = load(f.model, {world->rank(), world->size()}); });
   llm::EngineOptions o = engine_options(f);
@@ -211,8 +208,14 @@ int follow_rank_0(const ServeLlmFlags& f, const LanguageModelLoader& load, const
 }  // namespace
 
 int cmd_serve_llm(const ServeLlmFlags& f, const LanguageModelLoader& load) {
+  // Blocked before any thread starts (the process group's too), so that
+  // sigwait below alone takes them; under tessera launch a stop request
+  // reaches the ranks as SIGUSR2.
+  sigset_t stop_signals = block_stop_signals();
   distributed::ProcessGroupPtr world;
   if (f.tensor_parallel > 1) {
+    sigaddset(&stop_signals, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     world = distributed::world();
     TS_CHECK(world->size() == f.tensor_parallel, "serve-llm: --tensor-parallel ", f.tensor_parallel, " runs as ",
              f.tensor_parallel, " processes (tessera launch -n ", f.tensor_parallel, " -- tessera serve-llm ...); "
@@ -240,11 +243,6 @@ int cmd_serve_llm(const ServeLlmFlags& f, const LanguageModelLoader& load) {
   }
   if (f.threads > 0) set_num_threads(f.threads);
 
-  sigset_t stop_signals = block_stop_signals();
-  if (world) {  // under tessera launch, a stop request reaches the ranks as SIGUSR2
-    sigaddset(&stop_signals, SIGUSR2);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  }
   serve::LlmService service(so);
   serve::HttpServer server([&service](serve::HttpRequest r, serve::HttpExchange& x) { service.handle(std::move(r), x); },
                            service.max_body_bytes(), {.host = f.host, .port = f.port, .threads = f.connections,

@@ -16,6 +16,10 @@
 4. Step time of a GPT under every data x tensor x pipeline layout of 2, 4 and
    8 ranks against one process, and the time in collectives. On this 2-core
    machine the ranks share two cores, so these show overheads, not speed-ups.
+5. Tensor-parallel serving: the LLM engine's decode step on the 15M fortunes
+   model's shape (Q8_0 and F32) split over 2 ranks against one process, with
+   1 and 8 sequences decoding, and rank 0's share of the step in the group's
+   sums and broadcasts.
 Ranks run with one thread each, as `tessera launch` starts them.
 """
 import argparse
@@ -46,7 +50,7 @@ def main():
         return lines(cmd, env)
 
     out = {"cpu": cpu_model(), "simd": cpu_simd(), "pingpong": [], "bubble": [], "activations": [], "tensor": [],
-           "step": []}
+           "step": [], "serving": []}
     for n in ("8", "1048576"):
         out["pingpong"] += run(2, "pingpong", "--elements", n, "--iters", "50" if args.quick else "200")
         print(json.dumps(out["pingpong"][-1]), flush=True)
@@ -72,6 +76,15 @@ def main():
     for np, l in layouts:
         out["step"] += run(np, "step", "--layout", ",".join(map(str, l)), "--steps", "2" if args.quick else str(args.steps))
         print(json.dumps(out["step"][-1]), flush=True)
+    for typ in ("q8_0", "f32"):
+        for batch in ("1", "8"):
+            a = ("serving", "--type", typ, "--batch", batch, "--steps", "32" if args.quick else "128")
+            # One process with one thread, and with both cores' threads; then 2 ranks of one thread.
+            out["serving"] += lines([bench, *a], env)
+            out["serving"] += lines([bench, *a], dict(env, OMP_NUM_THREADS="2"))
+            out["serving"] += run(2, *a)
+            for r in out["serving"][-3:]:
+                print(json.dumps(r), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

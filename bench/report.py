@@ -1534,6 +1534,28 @@ def render_model_parallel(d, h):
                          f"{eff:.2f}" if eff is not None else ""])
         out += table(["layout", "ranks", "step", "over one process", "in collectives", "share", "efficiency on 2 cores"],
                      rows, ["---", "---:", "---:", "---:", "---:", "---:", "---:"])
+    serving = d.get("serving", [])
+    if serving:
+        out += ["", "**Tensor-parallel serving** (`serve-llm --tensor-parallel`): the LLM engine's decode step with "
+                    "the model split over T ranks (one thread each) against the whole model in one process (one "
+                    "thread and two), median of 128 steps after a 64-token prompt per sequence; rank 0's share of the step "
+                    "in the group's calls (2 all-reduces per layer and the broadcast of the step). Model: "
+                    + serving[0]["model"] + ". T = 2 runs one thread on each of the machine's 2 cores", "", machine_line(h), ""]
+        # T = 1 at its better thread count is the reference.
+        base = {}
+        for r in serving:
+            k = (r["type"], r["batch"])
+            if r["ranks"] == 1 and (k not in base or r["step_ms"] < base[k]["step_ms"]):
+                base[k] = r
+        rows = []
+        for r in serving:
+            b = base.get((r["type"], r["batch"]))
+            rows.append([r["type"].upper(), r["batch"], r["ranks"], r.get("threads", 1), f"{r['weight_bytes'] / 1e6:.1f} MB",
+                         f"{fnum(r['step_ms'])} ms", f"**{b['step_ms'] / r['step_ms']:.2f}x**" if b and r["ranks"] > 1 else "",
+                         f"{100 * r['comm_fraction']:.0f}%" if r["ranks"] > 1 else ""])
+        out += table(["weights", "sequences", "T", "threads per rank", "weights read per step per rank", "decode step",
+                      "speed-up over the faster T = 1", "in the group's calls"], rows,
+                     ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"])
     return out
 
 

@@ -20,12 +20,23 @@
 //   tessera_model_parallel_bench step --layout 2,2,2 --steps 5
 //       Parallel3D step time of the GPT at a layout (1,1,1 started as one
 //       process: the baseline), and the seconds spent in collectives.
+//   tessera_model_parallel_bench serving --batch 1 --steps 64 --type q8_0 [--model PATH]
+//       The LLM engine's decode step with the model split over the world's
+//       ranks (tensor-parallel serving; one process: the whole model). The
+//       model is a GGUF file, or by default the 15M fortunes model's shape
+//       (examples/configs/fortunes_llama_15m.yaml) with random weights, which
+//       the step's time does not depend on. `batch` sequences are prefilled
+//       with 64 tokens each, then decoded together for `steps` steps: the
+//       median step on rank 0, and rank 0's time in the group's sums and
+//       broadcasts. Each rank runs OMP_NUM_THREADS threads.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,7 +46,11 @@
 #include "subcommand.h"
 
 #include "tessera/core/allocator.h"
+#include "tessera/core/parallel.h"
+#include "tessera/distributed/llm_group.h"
 #include "tessera/distributed/parallel3d.h"
+#include "tessera/llm/engine.h"
+#include "tessera/llm/llama_gguf.h"
 #include "tessera/nn/nn.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/ops/ops.h"
@@ -326,6 +341,96 @@ int bench_pingpong(int argc, char** argv) {
 
 }  // namespace
 
+// ---- serving ------------------------------------------------------------------------------
+
+// The engine's communicator, timed: seconds in its calls.
+class TimedComm final : public llm::Communicator {
+ public:
+  explicit TimedComm(std::shared_ptr<llm::Communicator> c) : c_(std::move(c)) {}
+  int rank() const override { return c_->rank(); }
+  int size() const override { return c_->size(); }
+  void all_reduce_sum(float* d, int64_t n) override {
+    const auto t0 = Clock::now();
+    c_->all_reduce_sum(d, n);
+    seconds += seconds_since(t0);
+    ++sums;
+  }
+  void broadcast(int64_t* d, int64_t n, int root) override {
+    const auto t0 = Clock::now();
+    c_->broadcast(d, n, root);
+    seconds += seconds_since(t0);
+  }
+  double seconds = 0;
+  int64_t sums = 0;
+
+ private:
+  std::shared_ptr<llm::Communicator> c_;
+};
+
+int bench_serving(int argc, char** argv) {
+  auto world = distributed::world();
+  const int64_t batch = std::stoll(arg(argc, argv, "--batch", "1")), steps = std::stoll(arg(argc, argv, "--steps", "64"));
+  const std::string type = arg(argc, argv, "--type", "q8_0"), path = arg(argc, argv, "--model", "");
+  const std::optional<llm::GgmlType> gt = llm::ggml_type_from_name(type);
+  TS_CHECK(gt, "--type ", type, " is not a GGUF type");
+  std::shared_ptr<llm::Model> whole;
+  std::string what = path;
+  if (!path.empty()) {
+    whole = llm::Model::load(path);
+  } else {
+    nn::zoo::LlamaConfig c;  // examples/configs/fortunes_llama_15m.yaml
+    c.vocab_size = 8000, c.dim = 384, c.n_layers = 7, c.n_heads = 6, c.n_kv_heads = 6, c.hidden_dim = 1024;
+    c.max_seq_len = 256, c.tie_embeddings = true;
+    manual_seed(15);
+    nn::zoo::Llama m(c);
+    whole = llm::model_from_llama(m, *gt);
+    what = "the 15M fortunes shape, random weights";
+  }
+  const int T = world->size();
+  std::shared_ptr<llm::Model> model = T == 1 ? whole : llm::Model::from_gguf(whole->file(), {world->rank(), T});
+  whole.reset();
+  auto comm = T == 1 ? nullptr : std::make_shared<TimedComm>(distributed::llm_communicator(world));
+  llm::Engine engine(model, {.max_batch_tokens = std::max<int64_t>(64, batch), .max_sequences = batch,
+                             .context = 256, .group = comm});
+  if (world->rank() != 0) {
+    engine.follow();
+    return 0;
+  }
+  const int64_t vocab = model->spec().vocab;
+  std::vector<int64_t> seqs;
+  std::vector<std::vector<int32_t>> toks;
+  for (int64_t b = 0; b < batch; ++b) {
+    seqs.push_back(engine.add_sequence());
+    std::vector<int32_t> p(64);
+    for (int64_t i = 0; i < 64; ++i) p[i] = static_cast<int32_t>((b * 131 + i * 17) % vocab);
+    const llm::Chunk c{seqs.back(), p, 1};
+    engine.step({&c, 1});
+    toks.push_back({p.back()});
+  }
+  std::vector<double> times;
+  std::vector<llm::Chunk> chunks(static_cast<size_t>(batch));
+  double comm_s = 0;
+  for (int64_t s = 0; s < std::min<int64_t>(steps, 256 - 65); ++s) {
+    for (int64_t b = 0; b < batch; ++b) chunks[b] = {seqs[b], toks[b], 1};
+    const double before = comm ? comm->seconds : 0;
+    const auto t0 = Clock::now();
+    std::span<const float> logits = engine.step(chunks);
+    times.push_back(seconds_since(t0));
+    if (comm) comm_s += comm->seconds - before;
+    for (int64_t b = 0; b < batch; ++b) {  // greedy
+      const float* row = logits.data() + b * vocab;
+      toks[b] = {static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
+    }
+  }
+  nlohmann::json j = {{"bench", "serving"}, {"ranks", T}, {"batch", batch}, {"type", type}, {"model", what},
+                      {"threads", get_num_threads()}, {"steps", times.size()}, {"step_ms", 1e3 * median(times)},
+                      {"comm_fraction", comm_s / std::max(1e-12, std::accumulate(times.begin(), times.end(), 0.0))},
+                      {"sums_per_step", comm ? static_cast<double>(comm->sums) / static_cast<double>(times.size() + batch) : 0},
+                      {"weight_bytes", model->bytes_per_token_read()}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
@@ -334,10 +439,11 @@ int main(int argc, char** argv) {
     if (mode == "tensor") return bench_tensor(argc, argv);
     if (mode == "step") return bench_step(argc, argv);
     if (mode == "pingpong") return bench_pingpong(argc, argv);
+    if (mode == "serving") return bench_serving(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tessera_model_parallel_bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: tessera_model_parallel_bench bubble|activations|tensor|step [options] (see the file's comment)\n");
+  std::fprintf(stderr, "usage: tessera_model_parallel_bench bubble|activations|tensor|step|pingpong|serving [options] (see the file's comment)\n");
   return 2;
 }
