@@ -7,6 +7,8 @@
 
 #include "tessera/autograd/grad_mode.h"
 #include "tessera/core/error.h"
+#include "tessera/core/generator.h"
+#include "tessera/nn/zoo/zoo.h"
 #include "tessera/ops/ops.h"
 
 namespace tessera::distributed {
@@ -36,8 +38,35 @@ Mesh make_mesh(const ProcessGroupPtr& world, Layout l) {
   return m;
 }
 
+namespace {
+
+bool on_meta(const nn::Module& m) {
+  for (auto& [name, p] : m.named_parameters())
+    if (p.device().is_meta()) return true;
+  return false;
+}
+
+// The zoo's GPT or Llama of `m`'s configuration, built on meta (shapes only).
+std::shared_ptr<nn::Module> same_model_on_meta(const nn::Module& m) {
+  DeviceScope meta(Device::meta());
+  if (auto* g = dynamic_cast<const nn::zoo::GPT*>(&m)) return std::make_shared<nn::zoo::GPT>(g->config);
+  if (auto* l = dynamic_cast<const nn::zoo::Llama*>(&m)) return std::make_shared<nn::zoo::Llama>(l->config);
+  TS_ERROR("Parallel3D: a model built on meta is materialized for the zoo's GPT and Llama, not a ", m.type_name());
+}
+
+}  // namespace
+
 Parallel3D::Parallel3D(std::shared_ptr<nn::Module> model, const ProcessGroupPtr& world, Parallel3DOptions o)
     : mesh_(make_mesh(world, o.layout)), model_(std::move(model)) {
+  // A model built on meta: its template, the whole model on meta again, made
+  // before the split from the generator state the model was built from.
+  std::shared_ptr<nn::Module> whole;
+  const uint64_t seed = default_generator().seed(), offset = default_generator().offset();
+  if (on_meta(*model_)) {
+    TS_CHECK(o.pipeline.split != "time", "Parallel3D: a model built on meta has no weights to time its layers "
+             "with; split its pipeline by layers or parameters");
+    whole = same_model_on_meta(*model_);
+  }
   if (o.layout.tensor > 1)
     region_rng_ = tensor_parallelize(*model_, mesh_.tensor, {.sequence_parallel = o.sequence_parallel});
   for (auto& [name, spec] : tensor_parallel_shards(*model_)) specs_[name] = spec;
@@ -50,6 +79,70 @@ Parallel3D::Parallel3D(std::shared_ptr<nn::Module> model, const ProcessGroupPtr&
       return ops::cross_entropy(logits.reshape({-1, logits.size(-1)}), t.reshape({-1}));
     };
   pipeline_ = std::make_unique<Pipeline>(model_, mesh_.pipeline, o.pipeline, loss);
+  if (whole) materialize_parts(*whole, seed, offset);
+}
+
+// Note [Materializing a split model]
+// A model too large for one process is built on the meta device, split, and
+// only then given memory: this rank's tensors (its tensor block of its
+// stages' parameters, and its buffers), a few at a time, from a template of
+// the whole model on meta. For each batch of the template's tensors, those
+// get memory and every module's reset_parameters and reset_buffers run from
+// the generator state the model was built from: the initializers draw into
+// the meta tensors too, which allocates nothing but moves the counter-based
+// generator on as a real draw does (nn/init.cpp), so each tensor receives
+// the numbers a model built on the CPU from that seed holds, even where a
+// parent re-initializes its children (as GPT and Llama do). This rank keeps
+// its part (ShardSpec::take) and the template's tensors go back to meta. The
+// peak beyond this rank's part is one batch of whole tensors (kBatchBytes,
+// or one tensor larger than that). ZeRO-3 materializes its segments the
+// same way (Note [Materializing shard by shard] in zero.cpp). The generator
+// ends where building the model on the CPU would have left it.
+void Parallel3D::materialize_parts(nn::Module& whole, uint64_t seed, uint64_t offset) {
+  constexpr int64_t kBatchBytes = int64_t{64} << 20;
+  NoGradGuard no_grad;
+  const uint64_t end = default_generator().offset();  // after the template's build, as after a CPU build
+  // The template's tensors by name.
+  std::map<std::string, Tensor> in_whole;
+  for (auto& [name, t] : whole.named_parameters()) in_whole[name] = t;
+  for (auto& [name, t] : whole.named_buffers()) in_whole[name] = t;
+  // This rank's tensors still on meta.
+  std::vector<std::pair<std::string, Tensor>> wanted;
+  for (auto& [name, t] : parameters())
+    if (t.device().is_meta()) wanted.emplace_back(name, t);
+  for (auto& [name, t] : model_->named_buffers())
+    if (t.device().is_meta()) wanted.emplace_back(name, t);
+  for (size_t i = 0; i < wanted.size();) {
+    std::vector<std::pair<Tensor, Tensor>> batch;  // (template tensor, this rank's)
+    std::set<const void*> given;
+    int64_t bytes = 0;
+    for (; i < wanted.size() && (batch.empty() || bytes < kBatchBytes); ++i) {
+      auto it = in_whole.find(wanted[i].first);
+      TS_CHECK(it != in_whole.end(), "Parallel3D: '", wanted[i].first,
+               "' of the split model is not a tensor of the whole ", whole.type_name());
+      Tensor w = it->second;
+      if (given.insert(w.impl()).second) {
+        w.set_data(empty(w.shape(), w.dtype()));
+        bytes += w.numel() * static_cast<int64_t>(w.itemsize());
+      }
+      batch.emplace_back(w, wanted[i].second);
+    }
+    default_generator().set_state(seed, offset);
+    whole.apply([](nn::Module& m) {
+      m.reset_parameters();
+      m.reset_buffers();
+    });
+    for (size_t k = 0; k < batch.size(); ++k) {
+      auto& [w, mine] = batch[k];
+      const std::string& name = wanted[i - batch.size() + k].first;
+      const ShardSpec* spec = spec_of(name);
+      Tensor part = spec ? spec->take(w) : w.clone();
+      mine.set_data(part.to(mine.dtype()).contiguous());
+    }
+    for (auto& [w, mine] : batch)
+      if (!w.device().is_meta()) w.set_data(empty(w.shape(), TensorOptions(w.dtype(), Device::meta())));
+  }
+  default_generator().set_state(seed, end);
 }
 
 optim::ParamGroup Parallel3D::param_group() const {

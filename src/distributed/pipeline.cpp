@@ -258,7 +258,7 @@ Pipeline::Pipeline(std::shared_ptr<nn::Module> model, ProcessGroupPtr group, Pip
     const int end = s + 1 < schedule_.stages() ? boundaries_[s + 1] : static_cast<int>(pieces_.size());
     for (int i = boundaries_[s]; i < end; ++i) local[i] = true;
   }
-  std::set<const TensorImpl*> used;
+  std::set<const TensorImpl*>& used = used_;
   for (size_t i = 0; i < pieces_.size(); ++i) {
     if (!local[i]) continue;
     for (nn::Module* m : pieces_[i].modules)
@@ -309,7 +309,7 @@ bool Pipeline::is_tied_copy(const Tensor& t) const {
 nn::NamedTensors Pipeline::parameters() const {
   nn::NamedTensors out;
   for (auto& [name, p] : model_->named_parameters())
-    if (!p.device().is_meta()) out.emplace_back(name, p);
+    if (used_.count(p.impl())) out.emplace_back(name, p);
   return out;
 }
 

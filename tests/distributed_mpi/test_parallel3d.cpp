@@ -10,6 +10,8 @@
 
 #include <filesystem>
 
+#include "tessera/core/allocator.h"
+#include "tessera/core/generator.h"
 #include "tessera/distributed/parallel3d.h"
 #include "tessera/nn/zoo/zoo.h"
 #include "tessera/ops/ops.h"
@@ -119,6 +121,44 @@ TEST(Parallel3D, EveryLayoutTrainsAsOneProcess) {
     if (l.data > 1 && l.tensor > 1 && l.pipeline > 1) cube = l;
   SCOPED_TRACE("Llama at " + cube.str());
   expect_trains_as_one_process<nn::zoo::Llama>(llama_config(), cube, cube.pipeline > 1 ? "interleaved" : "1f1b", true);
+}
+
+// A model built on meta (shapes only) and seeded as before building it gets
+// memory for this rank's part alone, holding the numbers of the model built
+// on the CPU: it trains as one process does, and the generator ends where
+// the CPU build leaves it.
+TEST(Parallel3D, AModelBuiltOnMetaTrainsAsOneProcess) {
+  auto w = distributed::world();
+  Layout cube = layouts(w->size()).back();
+  for (Layout l : layouts(w->size()))
+    if (l.data > 1 && l.tensor > 1 && l.pipeline > 1) cube = l;
+  SCOPED_TRACE(cube.str());
+  auto dense = build<nn::zoo::GPT>(gpt_config());
+  const uint64_t after_build = default_generator().offset();
+  auto dense_opt = adamw(all_params(*dense));
+  manual_seed(17);
+  std::shared_ptr<nn::zoo::GPT> meta;
+  {
+    DeviceScope on_meta(Device::meta());
+    meta = std::make_shared<nn::zoo::GPT>(gpt_config());
+  }
+  manual_seed(17);  // as before building it
+  const int64_t before = memory_stats().current_bytes;
+  Parallel3D job(meta, w, {.layout = cube, .pipeline = {.schedule = "1f1b", .micro_batches = cube.pipeline}});
+  EXPECT_EQ(default_generator().offset(), after_build);
+  int64_t mine = 0, whole = 0;
+  for (auto& [n, p] : job.parameters()) {
+    EXPECT_FALSE(p.device().is_meta()) << n;
+    mine += p.numel() * static_cast<int64_t>(p.itemsize());
+  }
+  for (auto& [n, p] : dense->named_parameters()) whole += p.numel() * static_cast<int64_t>(p.itemsize());
+  EXPECT_LT(mine, whole * 3 / 4);  // a tensor block of some stages
+  EXPECT_LT(memory_stats().current_bytes - before, whole * 3 / 4);  // never the whole model
+  auto opt = adamw(job.param_group());
+  for (int step = 0; step < 20; ++step) {
+    const double want = dense_step(*dense, *dense_opt, step);
+    EXPECT_NEAR(parallel_step(job, *opt, step), want, 1e-5) << "step " << step;
+  }
 }
 
 // Saved at the full layout after 3 steps; resumed on half the ranks at two

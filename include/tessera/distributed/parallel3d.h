@@ -57,6 +57,11 @@ class Parallel3D {
   // Collective over `world`. `model` is the zoo's GPT or Llama, the same on
   // every rank (built from one seed); each rank keeps its part. The loss is
   // the language-model cross-entropy of the logits against the targets.
+  // A model built on the meta device (one too large for a process) is given
+  // memory for this rank's part only, drawn from the default generator's
+  // current state: seed it as before building the model, as for
+  // Module::materialize; each part then equals its part of the model built
+  // on the CPU from that seed (Note [Materializing a split model]).
   Parallel3D(std::shared_ptr<nn::Module> model, const ProcessGroupPtr& world, Parallel3DOptions options);
 
   // Forward and backward of the global batch (every rank passes all of it;
@@ -94,6 +99,7 @@ class Parallel3D {
   void load_checkpoint(const io::CheckpointReader& reader, optim::Optimizer& optimizer);
 
  private:
+  void materialize_parts(nn::Module& whole, uint64_t seed, uint64_t offset);
   // How this rank's part of `name` sits in the whole tensor; replicated when absent.
   const ShardSpec* spec_of(const std::string& name) const;
   // Whether this rank writes `name` (one writer per piece).

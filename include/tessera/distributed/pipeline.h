@@ -18,6 +18,7 @@
 // after each step, so they stay equal.
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,7 @@ class Pipeline {
   std::vector<PipePiece> pieces_;
   std::vector<int> boundaries_;
   Tensor tied_;  // a weight used on the first and the last stage's ranks, or undefined
+  std::set<const TensorImpl*> used_;  // the parameters this rank's stages use (on meta until materialized)
 };
 
 }  // namespace tessera::distributed
