@@ -16,7 +16,12 @@
 4. Step time of a GPT under every data x tensor x pipeline layout of 2, 4 and
    8 ranks against one process, and the time in collectives. On this 2-core
    machine the ranks share two cores, so these show overheads, not speed-ups.
-5. Tensor-parallel serving: the LLM engine's decode step on the 15M fortunes
+5. A GPT too large for one process under a 160 MB memory limit (15.8M
+   parameters: 253 MB of weights, gradients and AdamW state), built on meta
+   and trained at 2 x 2 x 2 on 8 ranks under that limit on every rank, against
+   one process without the limit (and that process under the limit, which
+   fails): the loss curves over 20 steps and each rank's peak memory.
+6. Tensor-parallel serving: the LLM engine's decode step on the 15M fortunes
    model's shape (Q8_0 and F32) split over 2 ranks against one process, with
    1 and 8 sequences decoding, and rank 0's share of the step in the group's
    sums and broadcasts.
@@ -50,7 +55,7 @@ def main():
         return lines(cmd, env)
 
     out = {"cpu": cpu_model(), "simd": cpu_simd(), "pingpong": [], "bubble": [], "activations": [], "tensor": [],
-           "step": [], "serving": []}
+           "step": [], "bigmodel": [], "serving": []}
     for n in ("8", "1048576"):
         out["pingpong"] += run(2, "pingpong", "--elements", n, "--iters", "50" if args.quick else "200")
         print(json.dumps(out["pingpong"][-1]), flush=True)
@@ -76,6 +81,12 @@ def main():
     for np, l in layouts:
         out["step"] += run(np, "step", "--layout", ",".join(map(str, l)), "--steps", "2" if args.quick else str(args.steps))
         print(json.dumps(out["step"][-1]), flush=True)
+    big_steps = "5" if args.quick else "20"
+    out["bigmodel"] += run(1, "bigmodel", "--steps", big_steps)
+    out["bigmodel"] += run(1, "bigmodel", "--steps", big_steps, "--limit-mb", "160")
+    out["bigmodel"] += run(8, "bigmodel", "--layout", "2,2,2", "--steps", big_steps, "--limit-mb", "160")
+    for r in out["bigmodel"]:
+        print(json.dumps(r)[:300], flush=True)
     for typ in ("q8_0", "f32"):
         for batch in ("1", "8"):
             a = ("serving", "--type", typ, "--batch", batch, "--steps", "32" if args.quick else "128")

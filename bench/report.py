@@ -1534,6 +1534,32 @@ def render_model_parallel(d, h):
                          f"{eff:.2f}" if eff is not None else ""])
         out += table(["layout", "ranks", "step", "over one process", "in collectives", "share", "efficiency on 2 cores"],
                      rows, ["---", "---:", "---:", "---:", "---:", "---:", "---:"])
+    big = d.get("bigmodel", [])
+    if big:
+        ref = next((r for r in big if r["ranks"] == 1 and not r["limit_bytes"]), None)
+        out += ["", "**A model too large for one process**: a GPT of " + (f"{big[0]['parameters'] / 1e6:.1f}M parameters"
+                if big else "") + " (8 layers, 384 wide, vocabulary 4096; AdamW: 16 bytes per parameter), batch 8 x 64 "
+                "tokens, trained for " + str(len(ref["losses"]) if ref else 0) + " steps; every rank under "
+                "`set_memory_limit`. Split, it is built on meta and each rank materializes only its part (Note "
+                "[Materializing a split model]); the losses against one process without the limit", "", machine_line(h), ""]
+        rows, worst = [], None
+        for r in big:
+            l = r["layout"]
+            diff = ""
+            if ref and r is not ref and r["losses"]:
+                dd = max(abs(a - b) for a, b in zip(r["losses"], ref["losses"]))
+                worst = dd if worst is None else max(worst, dd)
+                diff = f"**{dd:.1e}**"
+            rows.append([f"{l[0]} x {l[1]} x {l[2]}", r["ranks"],
+                         f"{r['limit_bytes'] / 2**20:.0f} MiB" if r["limit_bytes"] else "none",
+                         f"{max(r['peak_bytes']) / 2**20:.0f} MiB", f"{r['losses'][-1]:.5f}" if r["losses"] else "",
+                         diff, ("fails: " + r["error"].split(";")[0]) if r["error"] else "trains"])
+        out += table(["layout", "ranks", "limit per rank", "largest peak per rank", "last loss",
+                      "largest loss difference from one process", "outcome"], rows,
+                     ["---", "---:", "---:", "---:", "---:", "---:", "---"])
+        if worst is not None:
+            out += ["", f"The largest loss difference over the steps is {worst:.1e}: "
+                        f"{verdict('model_parallel', 'bigmodel_loss', worst)} (target at most 1e-4)."]
     serving = d.get("serving", [])
     if serving:
         out += ["", "**Tensor-parallel serving** (`serve-llm --tensor-parallel`): the LLM engine's decode step with "

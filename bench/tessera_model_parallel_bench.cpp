@@ -20,6 +20,14 @@
 //   tessera_model_parallel_bench step --layout 2,2,2 --steps 5
 //       Parallel3D step time of the GPT at a layout (1,1,1 started as one
 //       process: the baseline), and the seconds spent in collectives.
+//   tessera_model_parallel_bench bigmodel --layout 2,2,2 --limit-mb 160 --steps 20
+//       A GPT (8 layers, 384 wide, vocabulary 4096: 15.8M parameters, 253 MB
+//       of weights, gradients and AdamW state) trained for `steps` steps,
+//       each rank under set_memory_limit(limit-mb) when it is given. At a
+//       layout of several ranks the model is built on meta and each rank
+//       materializes its part only (Note [Materializing a split model]); at
+//       1,1,1 it is built on the CPU, and under the limit it fails. Rank 0
+//       prints the losses, each rank's peak bytes and the error, if any.
 //   tessera_model_parallel_bench serving --batch 1 --steps 64 --type q8_0 [--model PATH]
 //       The LLM engine's decode step with the model split over the world's
 //       ranks (tensor-parallel serving; one process: the whole model). The
@@ -312,6 +320,76 @@ int bench_step(int argc, char** argv) {
   return 0;
 }
 
+// ---- bigmodel ----------------------------------------------------------------------------
+
+int bench_bigmodel(int argc, char** argv) {
+  auto world = distributed::world();
+  distributed::Layout l;
+  std::sscanf(arg(argc, argv, "--layout", "1,1,1").c_str(), "%d,%d,%d", &l.data, &l.tensor, &l.pipeline);
+  const int steps = std::stoi(arg(argc, argv, "--steps", "20"));
+  const int64_t limit = std::stoll(arg(argc, argv, "--limit-mb", "0")) << 20;
+  nn::zoo::GPTConfig c;
+  c.vocab_size = 4096, c.block_size = 64, c.n_layer = 8, c.n_head = 8, c.n_embd = 384;
+  if (limit > 0) set_memory_limit(limit);
+  reset_peak_memory();
+  std::vector<double> losses;
+  std::string error;
+  int64_t params = 0;
+  try {
+    manual_seed(7);
+    std::shared_ptr<nn::zoo::GPT> gpt;
+    if (world->size() > 1) {
+      DeviceScope on_meta(Device::meta());
+      gpt = std::make_shared<nn::zoo::GPT>(c);
+      manual_seed(7);  // as before building it: the parts are drawn from here
+    } else {
+      gpt = std::make_shared<nn::zoo::GPT>(c);
+    }
+    for (auto& [n, p] : gpt->named_parameters()) params += p.numel();
+    std::unique_ptr<distributed::Parallel3D> job;
+    optim::OptimizerPtr opt;
+    if (world->size() > 1) {
+      job = std::make_unique<distributed::Parallel3D>(
+          gpt, world, distributed::Parallel3DOptions{.layout = l, .pipeline = {.schedule = "1f1b", .micro_batches = 2 * l.pipeline}});
+      opt = optim::make_optimizer("adamw", {job->param_group()}, {{"lr", 1e-3}});
+    } else {
+      optim::ParamGroup g;
+      for (auto& [n, p] : gpt->named_parameters()) g.params.push_back(p), g.names.push_back(n);
+      opt = optim::make_optimizer("adamw", {g}, {{"lr", 1e-3}});
+    }
+    for (int step = 0; step < steps; ++step) {
+      Generator gen(100 + step);
+      Tensor x = ops::randint(0, c.vocab_size, {8, c.block_size}, DType::I64, &gen);
+      Tensor y = ops::randint(0, c.vocab_size, {8, c.block_size}, DType::I64, &gen);
+      opt->zero_grad();
+      Tensor loss;
+      if (job) {
+        loss = job->step(x, y);
+      } else {
+        loss = ops::cross_entropy((*gpt)(x).reshape({-1, c.vocab_size}), y.reshape({-1}));
+        loss.backward();
+      }
+      opt->step();
+      losses.push_back(loss.item<double>());
+    }
+  } catch (const OutOfMemoryError& e) {
+    error = e.what();
+  }
+  // Each rank's peak, gathered on rank 0.
+  Tensor peaks = zeros({world->size()}, DType::F64);
+  {
+    Tensor mine = tensor({static_cast<double>(memory_stats().peak_bytes)}, {1}, DType::F64);
+    world->allgather(peaks, mine)->wait();
+  }
+  if (world->rank() == 0) {
+    nlohmann::json j = {{"bench", "bigmodel"}, {"layout", {l.data, l.tensor, l.pipeline}}, {"ranks", world->size()},
+                        {"limit_bytes", limit}, {"parameters", params}, {"losses", losses},
+                        {"peak_bytes", peaks.to_vector<double>()}, {"error", error}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
 // Round trips of a small tensor between ranks 0 and 1 (send, then recv_now),
 // the latency a pipeline's transfer adds to its critical path.
 int bench_pingpong(int argc, char** argv) {
@@ -440,10 +518,11 @@ int main(int argc, char** argv) {
     if (mode == "step") return bench_step(argc, argv);
     if (mode == "pingpong") return bench_pingpong(argc, argv);
     if (mode == "serving") return bench_serving(argc, argv);
+    if (mode == "bigmodel") return bench_bigmodel(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tessera_model_parallel_bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: tessera_model_parallel_bench bubble|activations|tensor|step|pingpong|serving [options] (see the file's comment)\n");
+  std::fprintf(stderr, "usage: tessera_model_parallel_bench bubble|activations|tensor|step|pingpong|serving|bigmodel [options] (see the file's comment)\n");
   return 2;
 }
