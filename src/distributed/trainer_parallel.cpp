@@ -169,6 +169,8 @@ class ModelParallelRun : public DataParallelRun {
     }
     optimizer.set_params(std::move(params), std::move(names));
   }
+  // Parallel3D gives a model built on meta memory for this rank's part only.
+  bool materializes_parts() const override { return true; }
   // The split regions' generator follows the default one's per-step key.
   void reseed(uint64_t key) override { job_->reseed(key); }
   bool runs_batches() const override { return true; }

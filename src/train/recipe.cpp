@@ -425,11 +425,16 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
         r.config["model"]["vocab_size"] = vocab;  // saved with checkpoints, so eval/info rebuild this model
       }
     }
-    // ZeRO-3 of a plain model: built on meta, materialized by the Trainer's
-    // ZeRO from the seed (LoRA, pruning, QAT and SyncBatchNorm read or
-    // replace the weights as they are set up, so they get it whole).
-    const bool on_meta = shard_model && !model_only && r.parallel.zero == 3 && !lora_base && !root.has("prune") &&
-                         !root.has("qat") && !r.parallel.sync_batch_norm;
+    // ZeRO-3 of a plain model, or a GPT or Llama split by tensor or pipeline
+    // parallelism: built on meta, and only each rank's part materialized
+    // from the seed, by the Trainer's ZeRO or Parallel3D (LoRA, pruning, QAT
+    // and SyncBatchNorm read or replace the weights as they are set up, and
+    // a pipeline cut by time runs the layers, so they get it whole).
+    const std::string model_name = model_cfg.json().value("name", "");
+    const bool split = r.parallel.splits_model() && (model_name == "gpt" || model_name == "llama") &&
+                       r.parallel.pipeline_split != "time";
+    const bool on_meta = shard_model && !model_only && (r.parallel.zero == 3 || split) && !lora_base &&
+                         !root.has("prune") && !root.has("qat") && !r.parallel.sync_batch_norm;
     {
       std::optional<DeviceScope> meta;
       if (on_meta) meta.emplace(Device::meta());

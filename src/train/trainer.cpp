@@ -80,9 +80,9 @@ Trainer::Trainer(Recipe recipe, TrainerOptions options)
   bool on_meta = false;
   for (auto& [n, t] : recipe_.model->named_parameters()) on_meta = on_meta || t.device().is_meta();
   parallel_->attach(*recipe_.model, *optimizer_);
-  // A model built on meta that no ZeRO-3 materialized shard by shard (one
-  // process, or another strategy): whole, from the seed (build_recipe).
-  if (on_meta && !parallel_->shards_parameters()) recipe_.model->materialize(Device::cpu());
+  // A model built on meta that the strategy did not materialize part by
+  // part (one process, or another strategy): whole, from the seed (build_recipe).
+  if (on_meta && !parallel_->materializes_parts()) recipe_.model->materialize(Device::cpu());
   parameters_ = recipe_.model->num_parameters();
   if (parallel_->runs_batches()) {  // each rank holds a part: count each element once over the job
     double mine = 0;

@@ -41,6 +41,9 @@ class Parallel {
   virtual bool shards_optimizer() const { return false; }
   // ZeRO-3: the parameters too (between steps each rank holds only its shards).
   virtual bool shards_parameters() const { return false; }
+  // Whether attach() gave memory to this rank's part of a model built on
+  // meta (ZeRO-3, model parallelism); else the Trainer materializes it whole.
+  virtual bool materializes_parts() const { return shards_parameters(); }
   virtual void after_step() {}
   // ZeRO: this rank's pieces of the model and optimizer state, for a sharded
   // checkpoint that every rank writes at once (io::save_sharded_checkpoint).

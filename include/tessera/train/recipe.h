@@ -109,10 +109,12 @@ struct Recipe {
 
 // Builds everything from a config. `what` names the config in errors. With
 // model_only, the data is not loaded (for `tessera info`). With shard_model
-// (`tessera train`), a config with parallel.zero 3 builds the model on the
-// meta device, and the Trainer's ZeRO-3 materializes only each rank's shards
-// (Note [Materializing shard by shard] in distributed/zero.cpp); one process
-// materializes it whole. Either way it equals the model built on the CPU.
+// (`tessera train`), a config with parallel.zero 3, or a GPT or Llama split
+// by parallel.tensor or parallel.pipeline, builds the model on the meta
+// device, and the Trainer's ZeRO-3 or Parallel3D materializes only each
+// rank's part (Note [Materializing shard by shard] in distributed/zero.cpp,
+// Note [Materializing a split model] in distributed/parallel3d.cpp); one
+// process materializes it whole. Either way it equals the model built on the CPU.
 Recipe build_recipe(const nlohmann::json& config, const std::string& what = "config", bool model_only = false,
                     bool shard_model = false);
 Recipe load_recipe(const std::string& yaml_path);
