@@ -80,6 +80,63 @@ Parallel3D::Parallel3D(std::shared_ptr<nn::Module> model, const ProcessGroupPtr&
     };
   pipeline_ = std::make_unique<Pipeline>(model_, mesh_.pipeline, o.pipeline, loss);
   if (whole) materialize_parts(*whole, seed, offset);
+  TS_CHECK(o.zero == 0 || o.zero == 1, "Parallel3D: zero ", o.zero, " with tensor or pipeline parallelism is 0 or 1 "
+           "(ZeRO-2 and -3 shard what a model-parallel rank holds already)");
+  if (o.zero == 1 && o.layout.data > 1) {
+    // Note [ZeRO-1 over the data group]: the data ranks of one model part hold
+    // the same tensors, so they share them out alike: largest first, each to
+    // the least loaded rank (as PyTorch's ZeroRedundancyOptimizer does).
+    std::vector<std::pair<std::string, int64_t>> sizes;
+    for (auto& [name, p] : parameters())
+      if (p.requires_grad()) sizes.emplace_back(name, p.numel());
+    std::stable_sort(sizes.begin(), sizes.end(), [](auto& a, auto& b) { return a.second > b.second; });
+    std::vector<int64_t> load(static_cast<size_t>(o.layout.data), 0);
+    for (auto& [name, n] : sizes) {
+      const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+      owner_[name] = r;
+      load[static_cast<size_t>(r)] += n;
+    }
+  }
+}
+
+nn::NamedTensors Parallel3D::stepped_parameters() const {
+  nn::NamedTensors out;
+  for (auto& [name, p] : parameters())
+    if (owner_.empty() || (owner_.count(name) && owner_.at(name) == mesh_.data_rank)) out.emplace_back(name, p);
+  return out;
+}
+
+void Parallel3D::gather_parameters() {
+  if (owner_.empty()) return;
+  NoGradGuard no_grad;
+  std::map<std::string, Tensor> mine;
+  for (auto& [name, p] : parameters()) mine[name] = p;
+  // Per data rank and dtype, its parameters in name order, as one buffer.
+  for (int r = 0; r < mesh_.layout.data; ++r) {
+    std::map<DType, TensorList> by_dtype;
+    for (auto& [name, owner] : owner_)
+      if (owner == r) by_dtype[mine.at(name).dtype()].push_back(mine.at(name));
+    for (auto& [dtype, list] : by_dtype) {
+      int64_t n = 0;
+      for (const Tensor& p : list) n += p.numel();
+      Tensor flat = empty({n}, dtype);
+      int64_t at = 0;
+      if (r == mesh_.data_rank)
+        for (const Tensor& p : list) {
+          flat.narrow(0, at, p.numel()).copy_(p.reshape({-1}));
+          at += p.numel();
+        }
+      mesh_.data->broadcast(flat, r)->wait();
+      at = 0;
+      for (Tensor p : list) {
+        if (r != mesh_.data_rank) {
+          p.copy_(flat.narrow(0, at, p.numel()).view(p.shape()));
+          p.set_grad(Tensor());
+        }
+        at += p.numel();
+      }
+    }
+  }
 }
 
 // Note [Materializing a split model]
@@ -147,7 +204,7 @@ void Parallel3D::materialize_parts(nn::Module& whole, uint64_t seed, uint64_t of
 
 optim::ParamGroup Parallel3D::param_group() const {
   optim::ParamGroup g;
-  for (auto& [name, p] : parameters())
+  for (auto& [name, p] : stepped_parameters())
     if (p.requires_grad()) {
       g.params.push_back(p);
       g.names.push_back(name);
@@ -281,14 +338,17 @@ std::string state_key(const std::string& name, const std::string& param) {
 
 io::CheckpointShard Parallel3D::checkpoint_shard(const optim::Optimizer& optimizer) const {
   io::CheckpointShard shard;
+  for (auto& [name, t] : model_->state_dict().entries)
+    if (writes(name, t)) add_pieces(shard.model, name, t, spec_of(name));
+  // The optimizer's state of the parameters whose pieces this rank writes
+  // (under ZeRO-1, the data rank that stepped them writes them instead of
+  // data rank 0). A state tensor shaped as its parameter splits as it does;
+  // others (a step count) are written whole by the parameter's writer.
   std::map<std::string, Tensor> mine;
-  for (auto& [name, t] : model_->state_dict().entries) {
-    if (!writes(name, t)) continue;
-    mine[name] = t;
-    add_pieces(shard.model, name, t, spec_of(name));
-  }
-  // A state tensor shaped as its parameter splits as it does; others (a step
-  // count) are written whole by the parameter's writer.
+  for (auto& [name, p] : stepped_parameters())
+    if (owner_.empty() ? writes(name, p) : !p.device().is_meta() && !pipeline_->is_tied_copy(p) &&
+                                               (spec_of(name) || mesh_.tensor_rank == 0))
+      mine[name] = p;
   optim::OptimizerState state = optimizer.state_dict();
   for (auto& [sname, t] : state.tensors)
     for (auto& [pname, p] : mine) {
@@ -330,7 +390,7 @@ void Parallel3D::load_checkpoint(const io::CheckpointReader& reader, optim::Opti
   optim::OptimizerState state = optimizer.state_dict();
   state.tensors.clear();
   std::map<std::string, Tensor> params;
-  for (auto& [name, p] : parameters()) params[name] = p;
+  for (auto& [name, p] : stepped_parameters()) params[name] = p;
   for (const std::string& sname : reader.names(io::CheckpointReader::kOptimizer)) {
     if (sname.rfind("state.", 0) != 0) continue;
     for (auto& [pname, p] : params) {

@@ -145,6 +145,7 @@ class ModelParallelRun : public DataParallelRun {
     o.pipeline.micro_batches = static_cast<int>(s_.micro_batches > 0 ? s_.micro_batches : 2 * s_.pipeline);
     o.pipeline.virtual_stages = static_cast<int>(s_.virtual_stages);
     o.pipeline.split = s_.pipeline_split;
+    o.zero = static_cast<int>(s_.zero);
     // The whole model's groups, for the checkpoints' optimizer_groups: a run
     // resumed at another layout, or by one process, finds every name there.
     whole_groups_ = optimizer.state_dict().groups;
@@ -152,8 +153,8 @@ class ModelParallelRun : public DataParallelRun {
     optimizer_ = &optimizer;
     // The optimizer's groups keep their options; their parameters become
     // this rank's parts, found by name.
-    std::map<std::string, Tensor> mine;
-    for (auto& [name, p] : job_->parameters()) mine[name] = p;
+    std::map<std::string, Tensor> mine;  // what this rank's optimizer steps (its share, under ZeRO-1)
+    for (auto& [name, p] : job_->stepped_parameters()) mine[name] = p;
     std::vector<TensorList> params;
     std::vector<std::vector<std::string>> names;
     for (const optim::ParamGroup& group : optimizer.param_groups()) {
@@ -171,6 +172,9 @@ class ModelParallelRun : public DataParallelRun {
   }
   // Parallel3D gives a model built on meta memory for this rank's part only.
   bool materializes_parts() const override { return true; }
+  // ZeRO-1: each data rank steps its share; the others receive it after the step.
+  bool shards_optimizer() const override { return s_.zero == 1 && layout_.data > 1; }
+  void after_step() override { job_->gather_parameters(); }
   // The split regions' generator follows the default one's per-step key.
   void reseed(uint64_t key) override { job_->reseed(key); }
   bool runs_batches() const override { return true; }
@@ -200,7 +204,8 @@ class ModelParallelRun : public DataParallelRun {
     return "data x tensor x pipeline " + std::to_string(layout_.data) + " x " + std::to_string(layout_.tensor) + " x " +
            std::to_string(layout_.pipeline) + " (" + s_.schedule + ", " +
            std::to_string(s_.micro_batches > 0 ? s_.micro_batches : 2 * s_.pipeline) + " micro-batches" +
-           (s_.sequence_parallel ? ", sequence parallel" : "") + ")";
+           (s_.sequence_parallel ? ", sequence parallel" : "") + (shards_optimizer() ? ", ZeRO-1 over the data ranks" : "") +
+           ")";
   }
 
  private:

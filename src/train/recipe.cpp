@@ -371,9 +371,9 @@ Recipe build_recipe(const json& config, const std::string& what, bool model_only
       TS_CHECK(ps.pipeline_split == "layers" || ps.pipeline_split == "parameters" || ps.pipeline_split == "time",
                "config: '", pc.key_path("pipeline_split"), "' is '", ps.pipeline_split,
                "'; expected layers, parameters or time");
-      TS_CHECK(!ps.splits_model() || (ps.zero == 0 && ps.compression == "none" && !ps.sync_batch_norm), "config: "
-               "parallel.tensor and parallel.pipeline run with plain data parallelism over the data dimension "
-               "(zero: 0, no compression, no sync_batch_norm)");
+      TS_CHECK(!ps.splits_model() || (ps.zero <= 1 && ps.compression == "none" && !ps.sync_batch_norm), "config: "
+               "parallel.tensor and parallel.pipeline run with data parallelism or ZeRO-1 over the data dimension "
+               "(zero: 0 or 1, no compression, no sync_batch_norm); parallel.zero is ", ps.zero);
       TS_CHECK(!ps.sequence_parallel || ps.tensor > 1, "config: parallel.sequence_parallel needs parallel.tensor > 1");
       TS_CHECK(ps.compression == "none" || ps.compression == "bf16" || ps.compression == "powersgd", "config: '",
                pc.key_path("compression"), "' is '", ps.compression, "'; expected none, bf16 or powersgd");

@@ -336,8 +336,16 @@ TEST_F(Launch, GptWithTensorAndPipelineParallelismEqualsOneProcess) {
   pipe.insert(pipe.end(), {"--set", "parallel.pipeline=2"});
   auto piped = launch(2, args(dir_ + "/pipe", pipe));
   ASSERT_EQ(piped.exit_code, 0) << piped.output;
-  for (const char* run : {"/alone", "/ddp", "/pipe"}) {
-    EXPECT_NE((std::string(run) == "/alone" ? alone : std::string(run) == "/ddp" ? ddp : piped).output.find(
+  // ZeRO-1 over 2 data ranks of a tensor-parallel pair (2 x 2 x 1).
+  std::vector<std::string> zero = from;
+  zero.insert(zero.end(), {"--set", "parallel.tensor=2", "--set", "parallel.zero=1"});
+  auto zeroed = launch(4, args(dir_ + "/zero", zero));
+  ASSERT_EQ(zeroed.exit_code, 0) << zeroed.output;
+  EXPECT_NE(zeroed.output.find("2 x 2 x 1 (1f1b, 2 micro-batches, ZeRO-1 over the data ranks)"), std::string::npos)
+      << zeroed.output;
+  for (const char* run : {"/alone", "/ddp", "/pipe", "/zero"}) {
+    const std::string r = run;
+    EXPECT_NE((r == "/alone" ? alone : r == "/ddp" ? ddp : r == "/pipe" ? piped : zeroed).output.find(
                   "resumed at step 3"), std::string::npos) << run;
     EXPECT_LT(weight_difference(dir_ + "/one", dir_ + run, 6), 1e-5) << run;
   }

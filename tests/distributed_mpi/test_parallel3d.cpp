@@ -89,6 +89,7 @@ double parallel_step(Parallel3D& job, optim::Optimizer& opt, int step) {
   opt.zero_grad();
   Tensor loss = job.step(x, y);
   opt.step();
+  job.gather_parameters();  // ZeRO-1's (nothing without it)
   return loss.item<double>();
 }
 
@@ -121,6 +122,35 @@ TEST(Parallel3D, EveryLayoutTrainsAsOneProcess) {
     if (l.data > 1 && l.tensor > 1 && l.pipeline > 1) cube = l;
   SCOPED_TRACE("Llama at " + cube.str());
   expect_trains_as_one_process<nn::zoo::Llama>(llama_config(), cube, cube.pipeline > 1 ? "interleaved" : "1f1b", true);
+}
+
+// ZeRO-1 over the data group: each data rank steps its share of its part,
+// and the others receive it; the trajectory is one process's, and each data
+// rank's optimizer holds the state of its share only.
+TEST(Parallel3D, ZeroOneOverTheDataRanksTrainsAsOneProcess) {
+  auto w = distributed::world();
+  for (Layout l : layouts(w->size())) {
+    if (l.data == 1) continue;
+    SCOPED_TRACE(l.str());
+    auto dense = build<nn::zoo::GPT>(gpt_config());
+    auto dense_opt = adamw(all_params(*dense));
+    Parallel3D job(build<nn::zoo::GPT>(gpt_config()), w,
+                   {.layout = l, .pipeline = {.schedule = "1f1b", .micro_batches = l.pipeline}, .zero = 1});
+    int64_t stepped = 0, held = 0;
+    for (auto& [n, p] : job.stepped_parameters()) stepped += p.numel();
+    for (auto& [n, p] : job.parameters()) held += p.numel();
+    EXPECT_LT(stepped, held * 3 / (2 * l.data) + 1) << "a data rank steps about 1/D of its part";
+    auto opt = adamw(job.param_group());
+    for (int step = 0; step < 20; ++step) {
+      const double want = dense_step(*dense, *dense_opt, step);
+      auto [x, y] = batch(step);
+      opt->zero_grad();
+      const double got = job.step(x, y).item<double>();
+      opt->step();
+      job.gather_parameters();
+      EXPECT_NEAR(got, want, 1e-5) << "step " << step;
+    }
+  }
 }
 
 // A model built on meta (shapes only) and seeded as before building it gets
@@ -179,7 +209,9 @@ TEST(Parallel3D, ACheckpointResumesAtAnotherLayout) {
   const Layout saved = W == 8 ? Layout{2, 2, 2} : Layout{1, 2, 2};
   std::string dir;
   {
-    Parallel3D job(build<nn::zoo::GPT>(gpt_config()), w, {.layout = saved, .pipeline = {.micro_batches = saved.pipeline}});
+    // At 8 ranks, saved under ZeRO-1 (each data rank writes the state it stepped).
+    Parallel3D job(build<nn::zoo::GPT>(gpt_config()), w,
+                   {.layout = saved, .pipeline = {.micro_batches = saved.pipeline}, .zero = W == 8 ? 1 : 0});
     auto opt = adamw(job.param_group());
     for (int step = 0; step < 3; ++step) EXPECT_NEAR(parallel_step(job, *opt, step), want[step], 1e-5);
     io::Checkpoint c;
@@ -193,7 +225,7 @@ TEST(Parallel3D, ACheckpointResumesAtAnotherLayout) {
     if (!part) continue;
     io::CheckpointReader reader(dir);
     Parallel3D job(build<nn::zoo::GPT>(gpt_config()), part,
-                   {.layout = resume, .pipeline = {.micro_batches = resume.pipeline}});
+                   {.layout = resume, .pipeline = {.micro_batches = resume.pipeline}, .zero = resume.data > 1 ? 1 : 0});
     auto opt = adamw(job.param_group());
     job.load_checkpoint(reader, *opt);
     for (int step = 3; step < 6; ++step) EXPECT_NEAR(parallel_step(job, *opt, step), want[step], 1e-5) << step;

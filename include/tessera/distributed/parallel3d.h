@@ -50,6 +50,11 @@ struct Parallel3DOptions {
   Layout layout;
   PipelineOptions pipeline;        // schedule, micro-batches, split, checkpointing
   bool sequence_parallel = false;  // tensor parallelism's option
+  // 1: ZeRO-1 over the data group: each data rank's optimizer steps (and
+  // holds the state of) its share of the parameters, whole tensors shared
+  // out by size; gather_parameters() then sends each one from its owner to
+  // the others. 0: every data rank steps all of its part.
+  int zero = 0;
 };
 
 class Parallel3D {
@@ -85,9 +90,18 @@ class Parallel3D {
   // generator each step from the seed, the step and the data rank passes the same key).
   void reseed(uint64_t key);
 
-  // This rank's parameters (its tensor block of its stages), for its optimizer.
+  // This rank's parameters (its tensor block of its stages).
   nn::NamedTensors parameters() const { return pipeline_->parameters(); }
+  // The ones its optimizer steps: all of them, or under ZeRO-1 this data
+  // rank's share. param_group() holds them.
+  nn::NamedTensors stepped_parameters() const;
   optim::ParamGroup param_group() const;
+  // After the optimizer's step, under ZeRO-1: every parameter from the data
+  // rank that stepped it to the others (one broadcast per data rank), and
+  // the gradients of the parameters this rank did not step dropped (its
+  // optimizer's zero_grad does not reach them). Collective over the data
+  // group; nothing without ZeRO.
+  void gather_parameters();
   const Mesh& mesh() const { return mesh_; }
   Pipeline& pipeline() { return *pipeline_; }
 
@@ -109,6 +123,8 @@ class Parallel3D {
   std::unique_ptr<Pipeline> pipeline_;
   std::map<std::string, ShardSpec> specs_;
   std::shared_ptr<RegionRng> region_rng_;  // null without tensor parallelism
+  // ZeRO-1: the data rank that steps each parameter (empty without).
+  std::map<std::string, int> owner_;
 };
 
 }  // namespace tessera::distributed
