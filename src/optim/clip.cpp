@@ -8,7 +8,7 @@
 namespace tessera::optim {
 
 double clip_grad_norm_(const TensorList& params, double max_norm, double norm_type, bool error_if_nonfinite,
-                       const std::function<double(double)>& combine) {
+                       const std::function<double(double)>& combine, const std::optional<TensorList>& scaled) {
   NoGradGuard no_grad;
   TS_CHECK(max_norm >= 0, "clip_grad_norm_: max_norm must be non-negative, got ", max_norm);
   TS_CHECK(norm_type > 0, "clip_grad_norm_: norm_type must be positive, got ", norm_type);
@@ -27,8 +27,14 @@ double clip_grad_norm_(const TensorList& params, double max_norm, double norm_ty
   TS_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm of the gradients is ", total,
            "; pass error_if_nonfinite=false to clip anyway");
   const double coef = max_norm / (total + 1e-6);
-  if (coef < 1)
-    for (auto& g : grads) g.mul_(coef);
+  if (coef < 1) {
+    if (scaled) {
+      for (const Tensor& p : *scaled)
+        if (p.grad().defined()) p.grad().mul_(coef);
+    } else {
+      for (auto& g : grads) g.mul_(coef);
+    }
+  }
   return total;
 }
 

@@ -378,19 +378,12 @@ void Trainer::optimizer_step() {
     };
   }
   // The L2 norm; max_norm inf measures it for the metrics without clipping.
+  // A split model's norm is over the gradients each rank counts (every
+  // element once across the job), and every gradient this rank holds is
+  // scaled by it, so that copies held on several ranks stay equal.
   auto clip_norm = [&](double max_norm) {
     if (!split) return optim::clip_grad_norm_(params, max_norm, 2.0, false, norm_over_ranks);
-    // The norm over the gradients each rank counts (every element once
-    // across the job), then every gradient this rank holds scaled by it, so
-    // that copies held on several ranks stay equal.
-    const double norm = optim::clip_grad_norm_(parallel_->norm_parameters(), INFINITY, 2.0, false, norm_over_ranks);
-    const double coef = max_norm / (norm + 1e-6);
-    if (std::isfinite(max_norm) && coef < 1) {
-      NoGradGuard no_grad;
-      for (Tensor& p : params)
-        if (p.grad().defined()) p.grad().mul_(coef);
-    }
-    return norm;
+    return optim::clip_grad_norm_(parallel_->norm_parameters(), max_norm, 2.0, false, norm_over_ranks, params);
   };
   scaler_.unscale_(*optimizer_, any_rank);  // true gradients from here on (no-op without scaling)
   if (stats_due_) collect_grad_stats();

@@ -224,3 +224,20 @@ TEST(Optim, ClipGradNormReturnsTheTotalNormAndScales) {
   optim::clip_grad_value_({a}, 0.1);
   EXPECT_NEAR(a.grad().to_vector<float>()[0], 0.1f, 1e-7);
 }
+
+// A split model: the norm over the gradients counted once (a), the scaling
+// over every one held (a and its copy c), and the norm joined over ranks.
+TEST(Optim, ClipGradNormScalesWhatItIsGivenToScale) {
+  Tensor a = zeros({2}).requires_grad_(), c = zeros({2}).requires_grad_();
+  a.set_grad(tensor({3.0, 4.0}));
+  c.set_grad(tensor({3.0, 4.0}));
+  const double n = optim::clip_grad_norm_({a}, 1.0, 2.0, false, [](double sq) { return sq + 0.0; }, TensorList{a, c});
+  EXPECT_NEAR(n, 5.0, 1e-12);
+  for (const Tensor& t : {a, c}) {
+    EXPECT_NEAR(t.grad().to_vector<float>()[0], 0.6f, 1e-6);
+    EXPECT_NEAR(t.grad().to_vector<float>()[1], 0.8f, 1e-6);
+  }
+  // Not past max_norm: nothing scaled.
+  EXPECT_NEAR(optim::clip_grad_norm_({a}, 10.0, 2.0, false, {}, TensorList{c}), 1.0, 1e-5);
+  EXPECT_NEAR(c.grad().to_vector<float>()[0], 0.6f, 1e-6);
+}

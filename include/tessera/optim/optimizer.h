@@ -9,6 +9,7 @@
 //   optim::Adam opt(model->parameters(), {{"lr", 1e-3}, {"weight_decay", 0.01}});
 //   opt.add_param_group({head->parameters(), {{"lr", 1e-2}}});
 #include <functional>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
@@ -151,8 +152,12 @@ std::vector<std::string> optimizer_names();
 // norm is an error when error_if_nonfinite. When the gradients are split across
 // processes (ZeRO's shards), `combine` joins this process's partial total (the
 // sum of |g|^norm_type, or the largest |g| for inf) with the others'.
+// `scaled`, when given, are the parameters whose gradients the clipping
+// scales instead of `params`': a model split across processes counts each
+// element once in the norm (`params`) but scales every copy it holds.
 double clip_grad_norm_(const TensorList& params, double max_norm, double norm_type = 2.0,
-                       bool error_if_nonfinite = false, const std::function<double(double)>& combine = {});
+                       bool error_if_nonfinite = false, const std::function<double(double)>& combine = {},
+                       const std::optional<TensorList>& scaled = std::nullopt);
 void clip_grad_value_(const TensorList& params, double clip_value);
 
 }  // namespace tessera::optim
