@@ -12,61 +12,15 @@ namespace tessera::distributed {
 
 namespace {
 
-class DataParallelRun : public train::Parallel {
+// What every strategy over a process group shares: the group's ranks, the
+// Trainer's reductions and messages over it, its metrics.
+class GroupRun : public train::Parallel {
  public:
-  DataParallelRun(const train::ParallelSettings& s, ProcessGroupPtr g) : s_(s), g_(std::move(g)) {}
+  GroupRun(const train::ParallelSettings& s, ProcessGroupPtr g) : s_(s), g_(std::move(g)) {}
   int rank() const override { return g_->rank(); }
   int size() const override { return g_->size(); }
   int local_rank() const override { return distributed::local_rank(); }
-
-  void attach(nn::Module& model, optim::Optimizer& optimizer) override {
-    if (s_.sync_batch_norm) convert_sync_batch_norm(model, g_);
-    if (s_.zero > 0) {
-      ZeroOptions o;
-      o.stage = static_cast<int>(s_.zero);
-      o.bucket_cap_mb = s_.bucket_mb;
-      o.first_bucket_mb = s_.first_bucket_mb;
-      o.find_unused_parameters = s_.find_unused_parameters;
-      o.overlap = s_.overlap;
-      zero_ = std::make_unique<ZeroRedundancy>(model, optimizer, g_, o);
-      return;
-    }
-    DdpOptions o;
-    o.bucket_cap_mb = s_.bucket_mb;
-    o.first_bucket_mb = s_.first_bucket_mb;
-    o.find_unused_parameters = s_.find_unused_parameters;
-    o.overlap = s_.overlap;
-    o.compression = s_.compression;
-    o.powersgd_rank = static_cast<int>(s_.powersgd_rank);
-    o.powersgd_start_step = s_.powersgd_start_step;
-    ddp_ = std::make_unique<DistributedDataParallel>(model, g_, o);
-  }
-  void set_sync(bool sync) override {
-    if (ddp_) ddp_->require_sync(sync);
-    if (zero_) zero_->require_sync(sync);
-  }
-  void set_step(int64_t step) override {
-    if (ddp_) ddp_->set_step(step);
-    if (zero_) zero_->set_step(step);
-    distributed::set_step(step);
-  }
-  bool shards_optimizer() const override { return zero_ != nullptr; }
-  bool shards_parameters() const override { return zero_ && zero_->stage() == 3; }
-  void after_step() override {
-    if (!zero_) return;
-    zero_->gather_parameters();
-    zero_->clear_gradients();
-  }
-  bool checkpoint_shard(io::CheckpointShard& out) override {
-    if (!zero_) return false;
-    out = zero_->checkpoint_shard();
-    return true;
-  }
-  bool load_checkpoint(const io::CheckpointReader& reader) override {
-    if (!zero_) return false;
-    zero_->load_checkpoint(reader);
-    return true;
-  }
+  void set_step(int64_t step) override { distributed::set_step(step); }
   void sum(std::vector<double>& v) override { reduce(v, ReduceOp::kSum); }
   void max(std::vector<double>& v) override { reduce(v, ReduceOp::kMax); }
   void barrier() override { g_->barrier()->wait(); }
@@ -104,18 +58,14 @@ class DataParallelRun : public train::Parallel {
       r.set("tessera_dist_comm_seconds_total", "Seconds the communication thread spent in them, by operation.",
             st.seconds, op, MetricType::kCounter);
     }
-    const double wait = ddp_ ? ddp_->last_wait_seconds() : zero_ ? zero_->last_wait_seconds() : 0.0;
     r.set("tessera_dist_backward_wait_seconds",
           "Time the end of the last backward waited for its gradients' communication (what overlap did not hide).",
-          wait);
-  }
-  std::string describe() const override {
-    return (zero_ ? "ZeRO-" + std::to_string(s_.zero) + " data parallel" : std::string("data parallel")) + " over " +
-           std::to_string(g_->size()) + " ranks" +
-           (zero_ && zero_->materialized_from_meta() ? ", the model materialized shard by shard" : "");
+          backward_wait_seconds());
   }
 
  protected:
+  // Seconds the end of the last backward waited for communication (metrics).
+  virtual double backward_wait_seconds() const { return 0.0; }
   void reduce(std::vector<double>& v, ReduceOp op) {
     if (v.empty()) return;
     Tensor t = from_buffer(v.data(), {static_cast<int64_t>(v.size())}, DType::F64);
@@ -124,8 +74,71 @@ class DataParallelRun : public train::Parallel {
   }
   train::ParallelSettings s_;
   ProcessGroupPtr g_;
+};
+
+// Data parallelism: DDP, or ZeRO at stage 1 to 3.
+class DataParallelRun : public GroupRun {
+ public:
+  using GroupRun::GroupRun;
+
+  void attach(nn::Module& model, optim::Optimizer& optimizer) override {
+    if (s_.sync_batch_norm) convert_sync_batch_norm(model, g_);
+    if (s_.zero > 0) {
+      ZeroOptions o;
+      o.stage = static_cast<int>(s_.zero);
+      o.bucket_cap_mb = s_.bucket_mb;
+      o.first_bucket_mb = s_.first_bucket_mb;
+      o.find_unused_parameters = s_.find_unused_parameters;
+      o.overlap = s_.overlap;
+      zero_ = std::make_unique<ZeroRedundancy>(model, optimizer, g_, o);
+      return;
+    }
+    DdpOptions o;
+    o.bucket_cap_mb = s_.bucket_mb;
+    o.first_bucket_mb = s_.first_bucket_mb;
+    o.find_unused_parameters = s_.find_unused_parameters;
+    o.overlap = s_.overlap;
+    o.compression = s_.compression;
+    o.powersgd_rank = static_cast<int>(s_.powersgd_rank);
+    o.powersgd_start_step = s_.powersgd_start_step;
+    ddp_ = std::make_unique<DistributedDataParallel>(model, g_, o);
+  }
+  void set_sync(bool sync) override {
+    if (ddp_) ddp_->require_sync(sync);
+    if (zero_) zero_->require_sync(sync);
+  }
+  void set_step(int64_t step) override {
+    if (ddp_) ddp_->set_step(step);
+    if (zero_) zero_->set_step(step);
+    GroupRun::set_step(step);
+  }
+  bool shards_optimizer() const override { return zero_ != nullptr; }
+  bool shards_parameters() const override { return zero_ && zero_->stage() == 3; }
+  void after_step() override {
+    if (!zero_) return;
+    zero_->gather_parameters();
+    zero_->clear_gradients();
+  }
+  bool checkpoint_shard(io::CheckpointShard& out) override {
+    if (!zero_) return false;
+    out = zero_->checkpoint_shard();
+    return true;
+  }
+  bool load_checkpoint(const io::CheckpointReader& reader) override {
+    if (!zero_) return false;
+    zero_->load_checkpoint(reader);
+    return true;
+  }
+  std::string describe() const override {
+    return (zero_ ? "ZeRO-" + std::to_string(s_.zero) + " data parallel" : std::string("data parallel")) + " over " +
+           std::to_string(g_->size()) + " ranks" +
+           (zero_ && zero_->materialized_from_meta() ? ", the model materialized shard by shard" : "");
+  }
 
  private:
+  double backward_wait_seconds() const override {
+    return ddp_ ? ddp_->last_wait_seconds() : zero_ ? zero_->last_wait_seconds() : 0.0;
+  }
   std::unique_ptr<DistributedDataParallel> ddp_;  // one of the two
   std::unique_ptr<ZeroRedundancy> zero_;
 };
@@ -133,10 +146,10 @@ class DataParallelRun : public train::Parallel {
 // Data x tensor x pipeline (distributed/parallel3d.h): the model split across
 // the ranks, each batch run through the pipeline by Parallel3D, the data
 // ranks' gradients averaged, checkpoints sharded by the tensor split.
-class ModelParallelRun : public DataParallelRun {
+class ModelParallelRun : public GroupRun {
  public:
   ModelParallelRun(const train::ParallelSettings& s, ProcessGroupPtr g, Layout layout)
-      : DataParallelRun(s, std::move(g)), layout_(layout) {}
+      : GroupRun(s, std::move(g)), layout_(layout) {}
   void attach(nn::Module& model, optim::Optimizer& optimizer) override {
     Parallel3DOptions o;
     o.layout = layout_;
