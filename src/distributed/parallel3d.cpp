@@ -2,6 +2,7 @@
 #include "tessera/distributed/parallel3d.h"
 
 #include <algorithm>
+#include <functional>
 #include <iterator>
 #include <set>
 
@@ -39,6 +40,24 @@ Mesh make_mesh(const ProcessGroupPtr& world, Layout l) {
 }
 
 namespace {
+
+// `collective` on one buffer per dtype holding `tensors` end to end, then
+// the buffer's values back into them (handles: copy_ writes the tensors).
+void through_flat(const TensorList& tensors, const std::function<void(const Tensor&)>& collective) {
+  std::map<DType, TensorList> by_dtype;
+  for (const Tensor& t : tensors) by_dtype[t.dtype()].push_back(t);
+  for (auto& [dtype, list] : by_dtype) {
+    TensorList flat;
+    for (const Tensor& t : list) flat.push_back(t.reshape({-1}));
+    Tensor buffer = ops::cat(flat, 0);
+    collective(buffer);
+    int64_t at = 0;
+    for (Tensor t : list) {
+      t.copy_(buffer.narrow(0, at, t.numel()).view(t.shape()));
+      at += t.numel();
+    }
+  }
+}
 
 bool on_meta(const nn::Module& m) {
   for (auto& [name, p] : m.named_parameters())
@@ -111,31 +130,14 @@ void Parallel3D::gather_parameters() {
   NoGradGuard no_grad;
   std::map<std::string, Tensor> mine;
   for (auto& [name, p] : parameters()) mine[name] = p;
-  // Per data rank and dtype, its parameters in name order, as one buffer.
+  // Each data rank's parameters, in name order, from it to the others.
   for (int r = 0; r < mesh_.layout.data; ++r) {
-    std::map<DType, TensorList> by_dtype;
+    TensorList list;
     for (auto& [name, owner] : owner_)
-      if (owner == r) by_dtype[mine.at(name).dtype()].push_back(mine.at(name));
-    for (auto& [dtype, list] : by_dtype) {
-      int64_t n = 0;
-      for (const Tensor& p : list) n += p.numel();
-      Tensor flat = empty({n}, dtype);
-      int64_t at = 0;
-      if (r == mesh_.data_rank)
-        for (const Tensor& p : list) {
-          flat.narrow(0, at, p.numel()).copy_(p.reshape({-1}));
-          at += p.numel();
-        }
-      mesh_.data->broadcast(flat, r)->wait();
-      at = 0;
-      for (Tensor p : list) {
-        if (r != mesh_.data_rank) {
-          p.copy_(flat.narrow(0, at, p.numel()).view(p.shape()));
-          p.set_grad(Tensor());
-        }
-        at += p.numel();
-      }
-    }
+      if (owner == r) list.push_back(mine.at(name));
+    through_flat(list, [&](const Tensor& flat) { mesh_.data->broadcast(flat, r)->wait(); });
+    if (r != mesh_.data_rank)
+      for (Tensor p : list) p.set_grad(Tensor());
   }
 }
 
@@ -170,7 +172,11 @@ void Parallel3D::materialize_parts(nn::Module& whole, uint64_t seed, uint64_t of
   for (auto& [name, t] : model_->named_buffers())
     if (t.device().is_meta()) wanted.emplace_back(name, t);
   for (size_t i = 0; i < wanted.size();) {
-    std::vector<std::pair<Tensor, Tensor>> batch;  // (template tensor, this rank's)
+    struct Item {
+      const std::string& name;
+      Tensor whole, mine;  // the template's tensor, this rank's
+    };
+    std::vector<Item> batch;
     std::set<const void*> given;
     int64_t bytes = 0;
     for (; i < wanted.size() && (batch.empty() || bytes < kBatchBytes); ++i) {
@@ -182,22 +188,21 @@ void Parallel3D::materialize_parts(nn::Module& whole, uint64_t seed, uint64_t of
         w.set_data(empty(w.shape(), w.dtype()));
         bytes += w.numel() * static_cast<int64_t>(w.itemsize());
       }
-      batch.emplace_back(w, wanted[i].second);
+      batch.push_back({wanted[i].first, w, wanted[i].second});
     }
     default_generator().set_state(seed, offset);
     whole.apply([](nn::Module& m) {
       m.reset_parameters();
       m.reset_buffers();
     });
-    for (size_t k = 0; k < batch.size(); ++k) {
-      auto& [w, mine] = batch[k];
-      const std::string& name = wanted[i - batch.size() + k].first;
-      const ShardSpec* spec = spec_of(name);
-      Tensor part = spec ? spec->take(w) : w.clone();
-      mine.set_data(part.to(mine.dtype()).contiguous());
+    for (Item& it : batch) {
+      const ShardSpec* spec = spec_of(it.name);
+      Tensor part = spec ? spec->take(it.whole) : it.whole.clone();
+      it.mine.set_data(part.to(it.mine.dtype()).contiguous());
     }
-    for (auto& [w, mine] : batch)
-      if (!w.device().is_meta()) w.set_data(empty(w.shape(), TensorOptions(w.dtype(), Device::meta())));
+    for (Item& it : batch)
+      if (!it.whole.device().is_meta())
+        it.whole.set_data(empty(it.whole.shape(), TensorOptions(it.whole.dtype(), Device::meta())));
   }
   default_generator().set_state(seed, end);
 }
@@ -226,20 +231,10 @@ Tensor Parallel3D::step_rows(const Tensor& inputs, const Tensor& targets, double
   if (mesh_.layout.data == 1) return loss;
   if (sync) {  // the data ranks' gradients averaged, one all-reduce per dtype
     NoGradGuard no_grad;
-    std::map<DType, TensorList> by_dtype;
+    TensorList grads;
     for (auto& [name, p] : parameters())
-      if (p.grad().defined()) by_dtype[p.grad().dtype()].push_back(p.grad());
-    for (auto& [dtype, grads] : by_dtype) {
-      TensorList flat;
-      for (const Tensor& g : grads) flat.push_back(g.reshape({-1}));
-      Tensor buffer = ops::cat(flat, 0);
-      mesh_.data->allreduce(buffer, ReduceOp::kAvg)->wait();
-      int64_t at = 0;
-      for (Tensor g : grads) {  // a handle: copy_ writes the gradient itself
-        g.copy_(buffer.narrow(0, at, g.numel()).reshape(g.shape()));
-        at += g.numel();
-      }
-    }
+      if (p.grad().defined()) grads.push_back(p.grad());
+    through_flat(grads, [&](const Tensor& flat) { mesh_.data->allreduce(flat, ReduceOp::kAvg)->wait(); });
   }
   Tensor mean = loss.reshape({1}).clone();
   mesh_.data->allreduce(mean, ReduceOp::kAvg)->wait();
@@ -274,8 +269,8 @@ const ShardSpec* Parallel3D::spec_of(const std::string& name) const {
   return it == specs_.end() ? nullptr : &it->second;
 }
 
-bool Parallel3D::writes(const std::string& name, const Tensor& t) const {
-  if (mesh_.data_rank != 0 || t.device().is_meta() || pipeline_->is_tied_copy(t)) return false;
+bool Parallel3D::writes(const std::string& name, const Tensor& t, int data_writer) const {
+  if (mesh_.data_rank != data_writer || t.device().is_meta() || pipeline_->is_tied_copy(t)) return false;
   return spec_of(name) || mesh_.tensor_rank == 0;
 }
 
@@ -346,9 +341,7 @@ io::CheckpointShard Parallel3D::checkpoint_shard(const optim::Optimizer& optimiz
   // others (a step count) are written whole by the parameter's writer.
   std::map<std::string, Tensor> mine;
   for (auto& [name, p] : stepped_parameters())
-    if (owner_.empty() ? writes(name, p) : !p.device().is_meta() && !pipeline_->is_tied_copy(p) &&
-                                               (spec_of(name) || mesh_.tensor_rank == 0))
-      mine[name] = p;
+    if (writes(name, p, owner_.empty() ? 0 : owner_.at(name))) mine[name] = p;
   optim::OptimizerState state = optimizer.state_dict();
   for (auto& [sname, t] : state.tensors)
     for (auto& [pname, p] : mine) {

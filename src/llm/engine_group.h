@@ -50,7 +50,7 @@ struct Engine::Group {
   std::vector<int32_t> tokens;
   std::vector<int64_t> counts;  // each chunk's tokens
 
-  Group(std::shared_ptr<Communicator> c);
+  explicit Group(std::shared_ptr<Communicator> c);
   ~Group();
   void send();     // rank 0: `call` to the others (mu held)
   void receive();  // another rank: rank 0's next call into `call`

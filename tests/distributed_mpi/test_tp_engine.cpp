@@ -48,6 +48,7 @@ std::shared_ptr<llm::Model> gpt(llm::GgmlType type) {
 // Rank 0 drives `drive(split, whole)`; the other ranks of g follow its split engine.
 void with_engines(const ProcessGroupPtr& g, const std::shared_ptr<llm::Model>& whole, llm::EngineOptions o,
                   const std::function<void(llm::Engine&, llm::Engine&)>& drive) {
+  if (g->size() > 4) return;  // the models have 4 heads
   std::shared_ptr<llm::Model> part = llm::Model::from_gguf(whole->file(), {g->rank(), g->size()});
   EXPECT_EQ(part->spec().n_heads * g->size(), whole->spec().n_heads);
   EXPECT_EQ(part->spec().hidden * g->size(), whole->spec().hidden);

@@ -116,8 +116,9 @@ class Parallel3D {
   void materialize_parts(nn::Module& whole, uint64_t seed, uint64_t offset);
   // How this rank's part of `name` sits in the whole tensor; replicated when absent.
   const ShardSpec* spec_of(const std::string& name) const;
-  // Whether this rank writes `name` (one writer per piece).
-  bool writes(const std::string& name, const Tensor& t) const;
+  // Whether this rank writes `name` (one writer per piece): data rank
+  // `data_writer` of the tensor ranks that hold a piece of it.
+  bool writes(const std::string& name, const Tensor& t, int data_writer = 0) const;
   Mesh mesh_;
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<Pipeline> pipeline_;
