@@ -3,9 +3,18 @@
 
 #include <cstdio>
 #include <ctime>
-#include <random>
+#include <sodium.h>
 
 namespace tessera::serve {
+
+uint64_t random_u64() {
+  static const bool ready = sodium_init() >= 0;
+  TS_CHECK(ready, "libsodium failed to initialize (no source of random numbers)");
+  uint64_t v;
+  randombytes_buf(&v, sizeof v);
+  return v;
+}
+
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -13,9 +22,8 @@ using openai::dump;
 
 // A 64-bit id's hex: request ids ("cmpl-...", "chatcmpl-...").
 std::string random_hex() {
-  static thread_local std::mt19937_64 gen{std::random_device{}()};
   char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(gen()));
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(random_u64()));
   return buf;
 }
 

@@ -19,6 +19,12 @@
 
 namespace tessera::serve {
 
+// A random 64-bit value from the OS's generator (libsodium): request ids and
+// unseeded sampling seeds. Thread-safe with no per-thread state: a
+// thread_local std::mt19937_64 (2.5 KB) in each caller made libtessera.so's
+// static thread-local block too large for dlopen (the Python module).
+uint64_t random_u64();
+
 // One choice of a request, as its events arrive.
 struct Choice {
   int64_t id = 0;      // the scheduler's

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <ctime>
 #include <deque>
-#include <random>
 
 #include "tessera/core/error.h"
 #include "tessera/llm/tool_calls.h"
@@ -44,10 +43,7 @@ HttpResponse error_response(const ApiError& e) {
   return r;
 }
 
-uint64_t random_seed() {
-  static thread_local std::mt19937_64 gen{std::random_device{}()};
-  return gen();
-}
+uint64_t random_seed() { return random_u64(); }
 
 int64_t unix_time() { return static_cast<int64_t>(std::time(nullptr)); }
 
