@@ -1,0 +1,29 @@
+"""Tessera from Python: tensors, autograd, nn and optim over the same C++ library
+(libtessera.so) the `tessera` command line uses. docs/python.md is the guide.
+
+    import tessera
+    x = tessera.randn(4, 3, requires_grad=True)
+    (x @ x.T).sum().backward()
+"""
+from . import _C
+from ._C import (  # noqa: F401
+    Tensor, dtype, device, Error, OutOfMemoryError, InternalError,
+    bool, uint8, int8, int32, int64, float16, bfloat16, float32, float64,
+    float, double, half, long, int,
+    from_numpy, from_dlpack, save_file, load_file, manual_seed, get_num_threads, set_num_threads,
+    get_default_dtype, set_default_dtype, promote_types, is_tensor, numel,
+    memory_allocated, max_memory_allocated, memory_stats, set_memory_limit,
+    __version__,
+)
+# The ops PyTorch has in the torch namespace, bound from the op table
+# (python/src/op_signatures.def): tessera.sum, tessera.matmul, ...
+from ._C import *  # noqa: F401,F403
+from ._C import ops  # noqa: F401  every op by its ops.def name
+from ._factories import (  # noqa: F401
+    tensor, as_tensor, zeros, ones, full, empty, zeros_like, ones_like, full_like, empty_like,
+    rand, randn, randint, rand_like, randn_like, arange,
+)
+from .autograd import (  # noqa: F401
+    no_grad, enable_grad, inference_mode, set_grad_enabled, is_grad_enabled,
+)
+from . import autograd, linalg, nn, optim  # noqa: F401,E402

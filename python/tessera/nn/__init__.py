@@ -1,0 +1,5 @@
+"""tessera.nn: Module (subclassable in Python, as torch.nn.Module), Parameter,
+the layers, and nn.functional."""
+from . import functional, init  # noqa: F401
+from .module import Module, Parameter, Sequential, ModuleList, ModuleDict  # noqa: F401
+from .layers import *  # noqa: F401,F403
