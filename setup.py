@@ -34,7 +34,10 @@ class CMakeBuild(build_ext):
         subprocess.run(["cmake", "--build", str(build), "--target", "tessera_python"], check=True)
         target = pathlib.Path(self.get_ext_fullpath(ext.name)).resolve()
         target.parent.mkdir(parents=True, exist_ok=True)
-        module = next((build / "python" / "tessera").glob("_C*.so"))
+        staged = build / "python-install"
+        shutil.rmtree(staged, ignore_errors=True)
+        subprocess.run(["cmake", "--install", str(build), "--component", "python", "--prefix", str(staged)], check=True)
+        module = next((staged / "tessera").glob("_C*.so"))
         shutil.copy2(module, target)
         # The library under its SONAME, beside the module (the rpath's $ORIGIN).
         lib = next(p for p in (build / "src").glob("libtessera.so.*") if not p.is_symlink())

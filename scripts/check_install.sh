@@ -5,7 +5,8 @@
 # installed header compiled with only the package's own dependencies; the
 # library's exported symbols limited to Tessera's; and Tessera as a
 # subproject (add_subdirectory) configuring neither tests nor benchmarks and
-# leaving the parent's build type alone.
+# leaving the parent's build type alone; then the Python package
+# (scripts/check_python_install.sh) when the build has it.
 #   scripts/check_install.sh [build dir, default build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,8 +56,8 @@ cat > "$tmp/parent/CMakeLists.txt" <<CMAKE
 cmake_minimum_required(VERSION 3.25)
 project(parent CXX)
 add_subdirectory($PWD tessera)
-if(TARGET tessera_tests OR TARGET tessera_bench OR TARGET tessera_cli)
-  message(FATAL_ERROR "Tessera as a subproject configured its tests, benchmarks or command line")
+if(TARGET tessera_tests OR TARGET tessera_bench OR TARGET tessera_cli OR TARGET tessera_python)
+  message(FATAL_ERROR "Tessera as a subproject configured its tests, benchmarks, command line or Python module")
 endif()
 if(CMAKE_BUILD_TYPE)
   message(FATAL_ERROR "Tessera as a subproject set the build type to \${CMAKE_BUILD_TYPE}")
@@ -64,3 +65,8 @@ endif()
 CMAKE
 cmake -S "$tmp/parent" -B "$tmp/parent-build" -G Ninja >/dev/null
 echo "as a subproject: the library only, the parent's build type"
+
+# The Python package, when this build has it: pip into a venv, and a wheel elsewhere.
+if [ -d "$build/python" ]; then
+  scripts/check_python_install.sh
+fi
