@@ -399,15 +399,63 @@ py::object call(const Overloads& o, py::handle self, const py::args& args, const
   throw py::type_error(o.name + "(): the arguments match none of its signatures:" + errors);
 }
 
-std::string doc(const Overloads& o) {
+// A parameter's type as Python annotations write it (for help() and the .pyi stubs).
+std::string annotation(const Param& p) {
+  std::string t;
+  switch (p.kind) {
+    case Kind::Tensor: t = "Tensor"; break;
+    case Kind::TensorList: t = "Iterable[Tensor]"; break;
+    case Kind::TensorOrScalar: t = "Union[Tensor, float]"; break;
+    case Kind::Int: t = "int"; break;
+    case Kind::IntList: t = "Union[int, Iterable[int]]"; break;
+    case Kind::Float: t = "float"; break;
+    case Kind::FloatList: t = "Union[float, Iterable[float]]"; break;
+    case Kind::Bool: t = "bool"; break;
+    case Kind::Str: t = "str"; break;
+    case Kind::Scalar: t = "float"; break;
+    case Kind::ScalarType: t = "dtype"; break;
+  }
+  return p.optional ? "Optional[" + t + "]" : t;
+}
+
+std::string returns(const Signature& s) {
+  const ops::OpEntry& e = ops::op_entry(s.op);
+  if (e.out.variadic) return "List[Tensor]";  // a tuple at run time; scripts/python_stubs.py writes Tuple[Tensor, ...]
+  if (e.out.max == 1) return "Tensor";
+  if (e.out.min == e.out.max) {
+    std::string r = "Tuple[Tensor";
+    for (int i = 1; i < e.out.max; ++i) r += ", Tensor";
+    return r + "]";
+  }
+  return "Any";  // outputs asked for by attributes: a Tensor or a tuple (max with dim, unique)
+}
+
+// One line per overload, "name(x: Tensor, dim: int = ...) -> Tensor", the
+// form help() shows and mypy's stubgen reads; then what the op is. stubgen
+// 1.0 reads neither a bare "*" nor "..." inside a type, so keyword-only
+// parameters follow "*_: Any", which scripts/python_stubs.py turns into "*".
+std::string doc(const Overloads& o, bool method) {
   std::string d;
   for (const Signature* s : o.sigs) {
-    const ops::OpEntry& e = ops::op_entry(s->op);
-    d += s->text + " -> " + std::string(e.outputs) + "\n";
+    d += o.name + "(";
+    bool first = true, star = false;
+    for (size_t i = 0; i < s->params.size(); ++i) {
+      const Param& p = s->params[i];
+      if (!first) d += ", ";
+      first = false;
+      if (method && i == 0) { d += "self"; continue; }
+      if (p.keyword_only && !star) { d += "*_: Any, "; star = true; }
+      d += p.name + ": " + annotation(p) + (p.has_default ? " = ..." : "");
+    }
+    d += ") -> " + returns(*s) + "\n";
   }
-  d += "\nThe op(s) " ;
-  for (size_t i = 0; i < o.sigs.size(); ++i) d += (i ? ", " : "") + o.sigs[i]->name;
-  d += " of Tessera's op table (docs/ops.md lists dtypes and backward support).";
+  d += "\nThe op";
+  std::string names;
+  for (size_t i = 0; i < o.sigs.size(); ++i)
+    if (names.find(o.sigs[i]->name) == std::string::npos) names += (names.empty() ? "" : ", ") + o.sigs[i]->name;
+  d += (names.find(',') == std::string::npos ? " " : "s ") + names +
+       " of Tessera's op table (docs/ops.md lists its dtypes and backward support). Parameters as ";
+  d += "PyTorch's; a Python number may stand for a Tensor.";
   return d;
 }
 
@@ -447,6 +495,9 @@ void bind_ops(py::module_& m) {
       (*spaces)[space][name].sigs.push_back(&s);
     }
   }
+  // The docstrings carry the signatures (doc above); pybind11's own "(*args, **kwargs)" line would hide them.
+  py::options options;
+  options.disable_function_signatures();
   py::module_ sub_ops = m.def_submodule("ops", "Every op of the op table, by its name in ops.def");
   py::module_ functional = m.def_submodule("_functional", "The ops PyTorch has in torch.nn.functional");
   py::module_ linalg = m.def_submodule("_linalg", "The ops PyTorch has in torch.linalg");
@@ -459,13 +510,13 @@ void bind_ops(py::module_& m) {
         // A method: self is the first parameter. Methods the class defines itself win.
         if (py::hasattr(tensor_cls, name.c_str())) continue;
         py::cpp_function f([op](py::handle self, py::args args, py::kwargs kwargs) { return call(*op, self, args, kwargs); },
-                           py::name(name.c_str()), py::is_method(tensor_cls), py::doc(docs->emplace_back(doc(o)).c_str()));
+                           py::name(name.c_str()), py::is_method(tensor_cls), py::doc(docs->emplace_back(doc(o, true)).c_str()));
         tensor_cls.attr(name.c_str()) = f;
         continue;
       }
       py::module_& target = space == "ops" ? sub_ops : space == "F" ? functional : space == "linalg" ? linalg : m;
       target.def(name.c_str(), [op](py::args args, py::kwargs kwargs) { return call(*op, py::handle(), args, kwargs); },
-                 py::doc(docs->emplace_back(doc(o)).c_str()));
+                 py::doc(docs->emplace_back(doc(o, false)).c_str()));
     }
   }
   // The table itself, for tests and tools: (op, where, parameters) rows.

@@ -112,16 +112,13 @@ void bind_types(py::module_& m) {
       .def_property_readonly("itemsize", [](const PyDType& d) { return dtype_size(d.value); })
       .def("__repr__", [](const PyDType& d) { return std::string("tessera.") + kNames[static_cast<int>(d.value)]; })
       .def("__reduce__", [](const PyDType& d) { return py::str(std::string("") + kNames[static_cast<int>(d.value)]); });
+  // Named as in PyTorch; bool as bool_ here, so that the module (and its
+  // stubs) never shadows Python's bool. tessera/__init__.py adds tessera.bool
+  // and the other spellings (float, double, half, long, int).
   for (int i = 0; i < kNumDTypes; ++i) {
     dtype_objects()[i] = py::cast(PyDType{static_cast<DType>(i)});
-    m.attr(kNames[i]) = dtype_objects()[i];
+    m.attr(i == 0 ? "bool_" : kNames[i]) = dtype_objects()[i];
   }
-  // PyTorch's other spellings.
-  m.attr("float") = m.attr("float32");
-  m.attr("double") = m.attr("float64");
-  m.attr("half") = m.attr("float16");
-  m.attr("long") = m.attr("int64");
-  m.attr("int") = m.attr("int32");
 
   py::class_<PyDevice>(m, "device", "Where a tensor lives: tessera.device('cpu'), 'meta', 'cuda:0'")
       .def(py::init([](const std::string& s) { return PyDevice{parse_device(s)}; }), py::arg("type"))

@@ -5,16 +5,26 @@
     x = tessera.randn(4, 3, requires_grad=True)
     (x @ x.T).sum().backward()
 """
+import sys as _sys
+
 from . import _C
+
+# The extension's submodules, importable by name (import tessera._C.ops) and
+# seen by stubgen (scripts/python_stubs.py).
+for _name in ("ops", "_functional", "_linalg", "_autograd", "_optim"):
+    _sys.modules[f"{__name__}._C.{_name}"] = getattr(_C, _name)
 from ._C import (  # noqa: F401
     Tensor, dtype, device, Error, OutOfMemoryError, InternalError,
-    bool, uint8, int8, int32, int64, float16, bfloat16, float32, float64,
-    float, double, half, long, int,
+    uint8, int8, int32, int64, float16, bfloat16, float32, float64,
     from_numpy, from_dlpack, save_file, load_file, manual_seed, get_num_threads, set_num_threads,
     get_default_dtype, set_default_dtype, promote_types, is_tensor, numel,
     memory_allocated, max_memory_allocated, memory_stats, set_memory_limit,
     __version__,
 )
+# PyTorch's dtype spellings (here, not in _C, whose stubs would shadow the builtins).
+bool = _C.bool_
+float, double, half, long, int = float32, float64, float16, int64, int32
+
 # The ops PyTorch has in the torch namespace, bound from the op table
 # (python/src/op_signatures.def): tessera.sum, tessera.matmul, ...
 from ._C import *  # noqa: F401,F403

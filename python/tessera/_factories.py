@@ -34,7 +34,7 @@ def _finish(t, requires_grad, device=None):
 def _numpy_dtype_of(value):
     """The dtype PyTorch gives a Python value: floats the default float dtype, ints int64."""
     if isinstance(value, _builtins.bool):
-        return _C.bool
+        return _C.bool_
     if isinstance(value, _builtins.int):
         return _C.int64
     if isinstance(value, _builtins.float):

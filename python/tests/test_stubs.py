@@ -1,0 +1,41 @@
+"""The checked-in type stubs (python/tessera/_C/*.pyi) are what stubgen makes of
+the built module, and mypy accepts calls they describe and rejects wrong ones."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import tessera
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def test_the_stubs_are_current(source_dir):
+    pytest.importorskip("mypy")
+    sys.path.insert(0, str(source_dir / "scripts"))
+    import python_stubs
+    fresh = python_stubs.generate(pathlib.Path(tessera.__file__).parent.parent)
+    assert fresh == python_stubs.current(), "python/tessera/_C/*.pyi are stale: run /usr/bin/python3 scripts/python_stubs.py"
+
+
+def test_mypy_checks_calls_against_the_stubs(tmp_path):
+    pytest.importorskip("mypy")
+    pkg = pathlib.Path(tessera.__file__).parent
+    (tmp_path / "ok.py").write_text(
+        "import tessera._C as C\n"
+        "t: C.Tensor = C.sum(C.ops.full([2], 1, dtype=C.float32), 0)\n"
+        "u = C.softmax(t, 0)\n")
+    (tmp_path / "bad.py").write_text(
+        "import tessera._C as C\n"
+        "C.softmax(C.ops.full([2], 1, dtype=C.float32), 'zero')\n")
+    env = dict(os.environ, MYPYPATH=str(pkg.parent))
+    def mypy(f):
+        return subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--follow-imports=silent",
+                               "--ignore-missing-imports", str(tmp_path / f)],
+                              capture_output=True, text=True, env=env, cwd=tmp_path)
+    ok = mypy("ok.py")
+    assert ok.returncode == 0, ok.stdout
+    bad = mypy("bad.py")
+    assert bad.returncode == 1 and "softmax" in bad.stdout, bad.stdout
