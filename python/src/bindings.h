@@ -49,9 +49,14 @@ Tensor wrap_number(py::handle h);
 // Tensors cross as tessera.Tensor; `tensor_object` gives the Python object.
 py::object tensor_object(Tensor t);
 bool is_tensor(py::handle h);
+const Tensor& tensor_ref(py::handle h);  // h must be a tessera.Tensor (is_tensor)
 
 // A short description of a Python value's type for error messages ("int", "list", "Tensor").
 std::string type_name(py::handle h);
+
+// Sets the Python error for a C++ exception (for entry points outside
+// pybind11's dispatcher): the same mapping as the registered translator.
+void set_python_error(std::exception_ptr p);
 
 // "...: expected X, got Y" as a Python TypeError.
 [[noreturn]] void type_error(const std::string& msg);
@@ -64,5 +69,6 @@ void bind_ops(py::module_& m);
 void bind_autograd(py::module_& m);
 void bind_optim(py::module_& m);
 void bind_io(py::module_& m);
+void bind_amp(py::module_& m);
 
 }  // namespace tessera::python

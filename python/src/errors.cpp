@@ -16,6 +16,10 @@
 namespace tessera::python {
 
 namespace {
+PyObject* g_error = nullptr;
+PyObject* g_oom = nullptr;
+PyObject* g_internal = nullptr;
+
 PyObject* make_exception(py::module_& m, const char* name, PyObject* bases, const char* doc) {
   std::string qualified = std::string("tessera.") + name;
   PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
@@ -25,25 +29,48 @@ PyObject* make_exception(py::module_& m, const char* name, PyObject* bases, cons
 }
 }  // namespace
 
+void set_python_error(std::exception_ptr p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const OutOfMemoryError& e) {
+    PyErr_SetString(g_oom, e.what());
+  } catch (const InternalError& e) {
+    PyErr_SetString(g_internal, e.what());
+  } catch (const Error& e) {
+    PyErr_SetString(g_error, e.what());
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "an unknown C++ exception");
+  }
+}
+
 void bind_errors(py::module_& m) {
-  static PyObject* error = make_exception(
+  PyObject* error = g_error = make_exception(
       m, "Error", py::make_tuple(py::handle(PyExc_ValueError), py::handle(PyExc_RuntimeError)).release().ptr(),
       "A bad argument or input: the message names what was wrong and what would be right. "
       "A ValueError and a RuntimeError.");
-  static PyObject* oom = make_exception(m, "OutOfMemoryError",
+  g_oom = make_exception(m, "OutOfMemoryError",
                                         py::make_tuple(py::handle(error), py::handle(PyExc_MemoryError)).release().ptr(),
                                         "An allocation over tessera.set_memory_limit or beyond what the system gives.");
-  static PyObject* internal = make_exception(m, "InternalError", PyExc_RuntimeError,
+  g_internal = make_exception(m, "InternalError", PyExc_RuntimeError,
                                              "A broken invariant inside Tessera: a bug to report.");
+  (void)error;
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const OutOfMemoryError& e) {
-      PyErr_SetString(oom, e.what());
+      PyErr_SetString(g_oom, e.what());
     } catch (const InternalError& e) {
-      PyErr_SetString(internal, e.what());
+      PyErr_SetString(g_internal, e.what());
     } catch (const Error& e) {
-      PyErr_SetString(error, e.what());
+      PyErr_SetString(g_error, e.what());
     }
   });
 }

@@ -25,6 +25,7 @@ PYBIND11_MODULE(_C, m) {
   bind_autograd(m);
   bind_optim(m);
   bind_io(m);
+  bind_amp(m);
 
   m.attr("__version__") = TESSERA_VERSION;
   m.def("manual_seed", [](uint64_t seed) { manual_seed(seed); }, py::arg("seed"),

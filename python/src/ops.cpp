@@ -13,6 +13,7 @@
 // library's own (tessera.Error).
 #include <pybind11/stl.h>
 
+#include <array>
 #include <cctype>
 #include <deque>
 #include <map>
@@ -28,6 +29,8 @@ namespace tessera::python {
 namespace {
 
 namespace ops = tessera::ops;
+
+constexpr size_t kMaxParams = 32;  // parameters of one signature (checked when a row is parsed)
 
 struct SigRow {
   const char* op;
@@ -166,6 +169,7 @@ Signature parse(const SigRow& row, ops::OpId id) {
     if (p.kind == Kind::TensorList && !sig.variadic) bad_row(row, "'" + p.name + "' is a list but the op's inputs are not");
     sig.params.push_back(std::move(p));
   }
+  if (sig.params.size() > kMaxParams) bad_row(row, "more than " + std::to_string(kMaxParams) + " parameters");
   return sig;
 }
 
@@ -208,11 +212,11 @@ bool convert(const Param& p, py::handle v, bool strict, Bound& b, std::string& w
   }
   switch (p.kind) {
     case Kind::Tensor:
-      if (is_tensor(v)) { b.inputs[p.input] = v.cast<Tensor>(); return true; }
+      if (is_tensor(v)) { b.inputs[p.input] = tensor_ref(v); return true; }
       if (!strict && is_number(v)) { b.inputs[p.input] = wrap_number(v); return true; }
       return mismatch("a Tensor");
     case Kind::TensorOrScalar:
-      if (is_tensor(v) && p.input >= 0) { b.inputs[p.input] = v.cast<Tensor>(); return true; }
+      if (is_tensor(v) && p.input >= 0) { b.inputs[p.input] = tensor_ref(v); return true; }
       if (is_number(v)) {
         b.attrs.items().emplace_back(p.attr, to_scalar(v));
         b.scalar_form = true;
@@ -223,7 +227,7 @@ bool convert(const Param& p, py::handle v, bool strict, Bound& b, std::string& w
       if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v)) return mismatch("a list of Tensors");
       for (py::handle e : v) {
         if (!is_tensor(e)) return mismatch("a list of Tensors");
-        b.inputs.push_back(e.cast<Tensor>());
+        b.inputs.push_back(tensor_ref(e));
       }
       return true;
     }
@@ -288,32 +292,40 @@ bool convert(const Param& p, py::handle v, bool strict, Bound& b, std::string& w
   return false;
 }
 
-// Binds (self, args, kwargs) to `sig`; `b.error` says why when it does not fit.
-Bound bind(const Signature& sig, py::handle self, const py::args& args, const py::kwargs& kwargs, bool strict) {
+// A call's arguments as CPython's vectorcall passes them: positional ones,
+// then the values of the keywords named in `kwnames` (a tuple of str, or null).
+struct CallArgs {
+  PyObject* const* args;
+  Py_ssize_t nargs;
+  PyObject* kwnames;
+  Py_ssize_t nkw() const { return kwnames ? PyTuple_GET_SIZE(kwnames) : 0; }
+};
+
+// Binds the call to `sig`; `b.error` says why when it does not fit.
+Bound bind(const Signature& sig, const CallArgs& call, bool strict) {
   Bound b;
   b.inputs.assign(sig.n_inputs, Tensor());
-  std::vector<py::handle> pos;
-  if (self) pos.push_back(self);
-  for (py::handle a : args) pos.push_back(a);
+  b.attrs.items().reserve(sig.params.size());
+  const size_t npos = static_cast<size_t>(call.nargs);
   size_t next = 0;
-  std::vector<bool> seen(sig.params.size(), false);
-  std::vector<py::object> keep;  // temporaries that must outlive the conversion
-  for (size_t k = 0; k < sig.params.size() && next < pos.size(); ++k) {
+  std::array<bool, kMaxParams> seen{};
+  py::object rest;  // the rest of the positional arguments, when one list parameter takes them
+  for (size_t k = 0; k < sig.params.size() && next < npos; ++k) {
     const Param& p = sig.params[k];
     if (p.keyword_only) break;
-    py::handle v = pos[next];
+    py::handle v = call.args[next];
     // A list parameter given as the rest of the positional arguments:
     // x.view(2, 3), torch.einsum("ij,jk", a, b).
     bool last_positional = k + 1 == sig.params.size() || sig.params[k + 1].keyword_only;
     if (p.kind == Kind::TensorList && is_tensor(v)) {
-      py::list rest;
-      for (; next < pos.size() && is_tensor(pos[next]); ++next) rest.append(pos[next]);
-      keep.push_back(rest);
+      py::list l;
+      for (; next < npos && is_tensor(call.args[next]); ++next) l.append(call.args[next]);
+      rest = l;
       v = rest;
-    } else if (p.kind == Kind::IntList && last_positional && pos.size() - next > 1) {
-      py::tuple rest(pos.size() - next);
-      for (size_t i = 0; next < pos.size(); ++next, ++i) rest[i] = pos[next];
-      keep.push_back(rest);
+    } else if (p.kind == Kind::IntList && last_positional && npos - next > 1) {
+      py::tuple t(npos - next);
+      for (size_t i = 0; next < npos; ++next, ++i) t[i] = py::reinterpret_borrow<py::object>(call.args[next]);
+      rest = t;
       v = rest;
     } else {
       ++next;
@@ -322,18 +334,22 @@ Bound bind(const Signature& sig, py::handle self, const py::args& args, const py
     if (!convert(p, v, strict, b, why)) { b.error = why; return b; }
     seen[k] = true;
   }
-  if (next < pos.size()) {
-    b.error = "takes " + std::to_string(next) + " positional arguments but " + std::to_string(pos.size()) + " were given";
+  if (next < npos) {
+    b.error = "takes " + std::to_string(next) + " positional arguments but " + std::to_string(npos) + " were given";
     return b;
   }
-  for (auto [key, value] : kwargs) {
-    std::string name = py::str(key);
+  for (Py_ssize_t i = 0; i < call.nkw(); ++i) {
+    PyObject* key = PyTuple_GET_ITEM(call.kwnames, i);
+    Py_ssize_t len = 0;
+    const char* name = PyUnicode_AsUTF8AndSize(key, &len);
+    if (!name) throw py::error_already_set();
+    std::string_view kname(name, static_cast<size_t>(len));
     size_t k = 0;
-    while (k < sig.params.size() && sig.params[k].name != name) ++k;
-    if (k == sig.params.size()) { b.error = "got an unexpected keyword argument '" + name + "'"; return b; }
-    if (seen[k]) { b.error = "got multiple values for argument '" + name + "'"; return b; }
+    while (k < sig.params.size() && sig.params[k].name != kname) ++k;
+    if (k == sig.params.size()) { b.error = "got an unexpected keyword argument '" + std::string(kname) + "'"; return b; }
+    if (seen[k]) { b.error = "got multiple values for argument '" + std::string(kname) + "'"; return b; }
     std::string why;
-    if (!convert(sig.params[k], value, strict, b, why)) { b.error = why; return b; }
+    if (!convert(sig.params[k], call.args[call.nargs + i], strict, b, why)) { b.error = why; return b; }
     seen[k] = true;
   }
   for (size_t k = 0; k < sig.params.size(); ++k) {
@@ -378,11 +394,11 @@ struct Overloads {
   std::vector<const Signature*> sigs;
 };
 
-py::object call(const Overloads& o, py::handle self, const py::args& args, const py::kwargs& kwargs) {
+py::object call(const Overloads& o, const CallArgs& args) {
   std::string errors;
   for (bool strict : {true, false}) {
     for (const Signature* s : o.sigs) {
-      Bound b = bind(*s, self, args, kwargs, strict);
+      Bound b = bind(*s, args, strict);
       if (!b.error.empty()) {
         if (!strict) errors += "\n  " + s->text + ": " + b.error;
         continue;
@@ -397,6 +413,20 @@ py::object call(const Overloads& o, py::handle self, const py::args& args, const
   }
   if (o.sigs.size() == 1) throw py::type_error(o.name + "(): " + errors.substr(errors.find(": ") + 2) + "\n  signature: " + o.sigs[0]->text);
   throw py::type_error(o.name + "(): the arguments match none of its signatures:" + errors);
+}
+
+// The C entry of every bound op: CPython's vectorcall convention
+// (METH_FASTCALL | METH_KEYWORDS), with `self` the capsule of its Overloads.
+// It skips pybind11's dispatcher and its tuple and dict per call; a method
+// (Tensor.sum) is the same function wrapped so that the tensor comes first.
+PyObject* fastcall(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const auto* o = static_cast<const Overloads*>(PyCapsule_GetPointer(self, nullptr));
+  try {
+    return call(*o, CallArgs{args, PyVectorcall_NARGS(nargs), kwnames}).release().ptr();
+  } catch (...) {
+    set_python_error(std::current_exception());
+    return nullptr;
+  }
 }
 
 // A parameter's type as Python annotations write it (for help() and the .pyi stubs).
@@ -495,28 +525,29 @@ void bind_ops(py::module_& m) {
       (*spaces)[space][name].sigs.push_back(&s);
     }
   }
-  // The docstrings carry the signatures (doc above); pybind11's own "(*args, **kwargs)" line would hide them.
-  py::options options;
-  options.disable_function_signatures();
   py::module_ sub_ops = m.def_submodule("ops", "Every op of the op table, by its name in ops.def");
   py::module_ functional = m.def_submodule("_functional", "The ops PyTorch has in torch.nn.functional");
   py::module_ linalg = m.def_submodule("_linalg", "The ops PyTorch has in torch.linalg");
   py::object tensor_cls = m.attr("Tensor");
+  static std::deque<PyMethodDef>* defs = new std::deque<PyMethodDef>();
   for (auto& [space, names] : *spaces) {
     for (auto& [name, o] : names) {
       o.name = name;
-      const Overloads* op = &o;
-      if (space == "Tensor") {
-        // A method: self is the first parameter. Methods the class defines itself win.
-        if (py::hasattr(tensor_cls, name.c_str())) continue;
-        py::cpp_function f([op](py::handle self, py::args args, py::kwargs kwargs) { return call(*op, self, args, kwargs); },
-                           py::name(name.c_str()), py::is_method(tensor_cls), py::doc(docs->emplace_back(doc(o, true)).c_str()));
-        tensor_cls.attr(name.c_str()) = f;
-        continue;
-      }
+      bool method = space == "Tensor";
+      if (method && py::hasattr(tensor_cls, name.c_str())) continue;  // methods the class defines itself win
+      PyMethodDef& def = defs->emplace_back(PyMethodDef{
+          o.name.c_str(), reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fastcall)),
+          METH_FASTCALL | METH_KEYWORDS, docs->emplace_back(doc(o, method)).c_str()});
+      py::capsule owner(static_cast<const void*>(&o), static_cast<const char*>(nullptr));
       py::module_& target = space == "ops" ? sub_ops : space == "F" ? functional : space == "linalg" ? linalg : m;
-      target.def(name.c_str(), [op](py::args args, py::kwargs kwargs) { return call(*op, py::handle(), args, kwargs); },
-                 py::doc(docs->emplace_back(doc(o, false)).c_str()));
+      py::object f = py::reinterpret_steal<py::object>(PyCFunction_NewEx(&def, owner.ptr(), method ? nullptr : target.attr("__name__").ptr()));
+      if (!f) throw py::error_already_set();
+      if (method) {
+        // An instancemethod binds the tensor as the first argument, as a Python function would.
+        tensor_cls.attr(name.c_str()) = py::reinterpret_steal<py::object>(PyInstanceMethod_New(f.ptr()));
+      } else {
+        target.attr(name.c_str()) = f;
+      }
     }
   }
   // The table itself, for tests and tools: (op, where, parameters) rows.

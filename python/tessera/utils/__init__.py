@@ -1,0 +1,2 @@
+"""tessera.utils: checkpoint (activation checkpointing)."""
+from . import checkpoint  # noqa: F401
