@@ -68,6 +68,7 @@ FULL = {
     "seam": ["--rounds", "5"],
     "distributed": ["--rounds", "3", "--steps", "20"],
     "model_parallel": ["--steps", "5"],
+    "python": ["--rounds", "3"],
 }
 QUICK = {
     "ops": ["--rounds", "1", "--threads", "1", "--quick", "--skip-default",
@@ -93,6 +94,7 @@ QUICK = {
     "seam": ["--quick"],
     "distributed": ["--quick"],
     "model_parallel": ["--quick"],
+    "python": ["--quick"],
 }
 # The trained models: config, overrides (full, quick).
 RUNS = {
@@ -104,7 +106,7 @@ RUNS = {
                   "scheduler.warmup_steps=2"]),
 }
 TARGETS = ["tessera_cli", "tessera_bench", "torch_bench", "tessera_train_bench", "tessera_compile_bench",
-           "tessera_quant_bench", "tessera_gemv_bench", "tessera_load", "tessera_serve_httplib", "tessera_serve_beast", "tessera_llm_bench"]
+           "tessera_quant_bench", "tessera_gemv_bench", "tessera_load", "tessera_serve_httplib", "tessera_serve_beast", "tessera_llm_bench", "tessera_python"]
 
 
 def log(*a):
@@ -209,7 +211,8 @@ def versions():
 def build(build_dir):
     if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
         subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-G", "Ninja", "-DTESSERA_BUILD_TESTS=OFF",
-                        "-DTESSERA_BUILD_BENCH=ON", "-DCMAKE_BUILD_TYPE=Release"], check=True, stdout=subprocess.DEVNULL)
+                        "-DTESSERA_BUILD_BENCH=ON", "-DCMAKE_BUILD_TYPE=Release", "-DTESSERA_BUILD_PYTHON=ON",
+                        f"-DPython_EXECUTABLE={PY}"], check=True, stdout=subprocess.DEVNULL)
     log(f"building {', '.join(TARGETS)} in {os.path.relpath(build_dir, ROOT)}/ (Release)")
     r = subprocess.run(["cmake", "--build", build_dir, "--target", *TARGETS], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
@@ -428,6 +431,10 @@ def sec_distributed(ctx):
 
 def sec_model_parallel(ctx):
     return json_script(ctx, "model_parallel", "model_parallel_compare.py")
+
+
+def sec_python(ctx):
+    return json_script(ctx, "python", "python_compare.py")
 
 
 def sec_llm(ctx):
@@ -1350,6 +1357,43 @@ def render_seam(d, h):
     return out
 
 
+def render_python(d, h):
+    o = d["overhead"]
+    tv, pv = o.get("tessera", {}), o.get("torch", {})
+    names = {"add_1_operator": "`a + b`, 1 element", "add_1_function": "`add(a, b)`, 1 element",
+             "add_1_scalar": "`a + 1.0`, 1 element", "add_1_autograd": "`a + b`, 1 element, a requires grad",
+             "matmul_64_operator": "`a @ b`, 64x64", "matmul_64_function": "`matmul(a, b)`, 64x64",
+             "sum_dim_1": "`sum(a, 0)`, 1 element", "view_1": "`a.view(1, 1)`"}
+    targeted = {"add_1_operator", "add_1_function", "matmul_64_operator", "matmul_64_function"}
+    out = ["", f"**One op called from Python**, 1 thread, median of {d['rounds']} rounds (each the mean of many calls): "
+               f"the whole call as Python sees it. Tessera {o.get('tessera_version', '?')} from `build-bench/python`; "
+               f"PyTorch {o.get('torch_version', '?')} (Debian's, best configuration).", "", machine_line(h), ""]
+    rows = []
+    for k, name in names.items():
+        t, p = tv.get(k), pv.get(k)
+        r = t / p if t and p else None
+        rows.append([name, f"{fnum(t)} ns", f"{fnum(p)} ns", f"**{r:.2f}x**" if r else "",
+                     verdict("python", "overhead_ratio", r) if k in targeted and r else ""])
+    out += table(["call", "Tessera", "PyTorch", "Tessera / PyTorch", f"target <= {target('python', 'overhead_ratio')}x"],
+                 rows)
+    out += ["", "**A training step written in Python**: `bench/train_torch.py` run by PyTorch and, unmodified, by "
+                "Tessera (`bench/as_tessera.py`: `torch` means `tessera`); and the same step in C++ "
+                "(`tessera_train_bench`, the same models). ms per step, median of the rounds.", ""]
+    rows = []
+    for r in d["steps"]:
+        py, cpp, pt = r.get("python"), r.get("cpp"), r.get("torch")
+        rows.append([r["case"], r["threads"], f"{fnum(py)} ms", f"{fnum(pt)} ms", f"{fnum(cpp)} ms",
+                     f"**{py / pt:.2f}x**" if py and pt else "", f"**{py / cpp:.3f}x**" if py and cpp else ""])
+    out += table(["case", "threads", "Tessera from Python", "PyTorch from Python", "Tessera from C++",
+                  "Python: Tessera / PyTorch", "Tessera: Python / C++"], rows)
+    att = {r.get("python_attention") for r in d["steps"] if r.get("python_attention")}
+    patt = {r.get("torch_attention") for r in d["steps"] if r.get("torch_attention")}
+    if att or patt:
+        out += ["", f"The GPT's attention: Tessera {', '.join(sorted(att))}; PyTorch {', '.join(sorted(patt))} "
+                    "(torch 1.13 has no fused attention)."]
+    return out
+
+
 def render_distributed(d, h):
     out = ["", "**Allreduce bus bandwidth**, f32, ProcessGroup against a raw `MPI_Allreduce` in one binary "
                "(median of the slowest rank's times; bus bandwidth = 2 (n-1)/n x bytes / time). *Issued*: "
@@ -1667,6 +1711,7 @@ RUNNERS = {
     "seam": (sec_seam, render_seam),
     "distributed": (sec_distributed, render_distributed),
     "model_parallel": (sec_model_parallel, render_model_parallel),
+    "python": (sec_python, render_python),
 }
 
 
