@@ -105,7 +105,7 @@ RUNS = {
                  ["train.steps=10", "train.eval_every=10", "train.checkpoint_every=10", "train.eval_batches=2",
                   "scheduler.warmup_steps=2"]),
 }
-TARGETS = ["tessera_cli", "tessera_bench", "torch_bench", "tessera_train_bench", "tessera_compile_bench",
+BUILD_TARGETS = ["tessera_cli", "tessera_bench", "torch_bench", "tessera_train_bench", "tessera_compile_bench",
            "tessera_quant_bench", "tessera_gemv_bench", "tessera_load", "tessera_serve_httplib", "tessera_serve_beast", "tessera_llm_bench", "tessera_python"]
 
 
@@ -213,8 +213,8 @@ def build(build_dir):
         subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-G", "Ninja", "-DTESSERA_BUILD_TESTS=OFF",
                         "-DTESSERA_BUILD_BENCH=ON", "-DCMAKE_BUILD_TYPE=Release", "-DTESSERA_BUILD_PYTHON=ON",
                         f"-DPython_EXECUTABLE={PY}"], check=True, stdout=subprocess.DEVNULL)
-    log(f"building {', '.join(TARGETS)} in {os.path.relpath(build_dir, ROOT)}/ (Release)")
-    r = subprocess.run(["cmake", "--build", build_dir, "--target", *TARGETS], stdout=subprocess.PIPE,
+    log(f"building {', '.join(BUILD_TARGETS)} in {os.path.relpath(build_dir, ROOT)}/ (Release)")
+    r = subprocess.run(["cmake", "--build", build_dir, "--target", *BUILD_TARGETS], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
         log(r.stdout[-5000:])

@@ -70,5 +70,7 @@ void bind_autograd(py::module_& m);
 void bind_optim(py::module_& m);
 void bind_io(py::module_& m);
 void bind_amp(py::module_& m);
+void bind_compile(py::module_& m);
+void bind_serve(py::module_& m);
 
 }  // namespace tessera::python

@@ -26,6 +26,8 @@ PYBIND11_MODULE(_C, m) {
   bind_optim(m);
   bind_io(m);
   bind_amp(m);
+  bind_compile(m);
+  bind_serve(m);
 
   m.attr("__version__") = TESSERA_VERSION;
   m.def("manual_seed", [](uint64_t seed) { manual_seed(seed); }, py::arg("seed"),

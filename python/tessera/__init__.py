@@ -11,7 +11,7 @@ from . import _C
 
 # The extension's submodules, importable by name (import tessera._C.ops) and
 # seen by stubgen (scripts/python_stubs.py).
-for _name in ("ops", "_functional", "_linalg", "_autograd", "_optim", "_amp"):
+for _name in ("ops", "_functional", "_linalg", "_autograd", "_optim", "_amp", "_compile", "_serve"):
     _sys.modules[f"{__name__}._C.{_name}"] = getattr(_C, _name)
 from ._C import (  # noqa: F401
     Tensor, dtype, device, Error, OutOfMemoryError, InternalError,
@@ -36,8 +36,9 @@ from ._factories import (  # noqa: F401
 from .autograd import (  # noqa: F401
     no_grad, enable_grad, inference_mode, set_grad_enabled, is_grad_enabled,
 )
-from . import amp, autograd, linalg, nn, optim, utils  # noqa: F401,E402
+from . import amp, autograd, linalg, nn, onnx, optim, serve, utils  # noqa: F401,E402
 from .amp import autocast  # noqa: F401,E402
+from ._compile import compile, export, load_model  # noqa: F401,E402
 
 
 def flatten(input, start_dim=0, end_dim=-1):
