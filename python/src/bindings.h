@@ -72,5 +72,7 @@ void bind_io(py::module_& m);
 void bind_amp(py::module_& m);
 void bind_compile(py::module_& m);
 void bind_serve(py::module_& m);
+void bind_llm(py::module_& m);
+void bind_nn(py::module_& m);
 
 }  // namespace tessera::python

@@ -28,6 +28,8 @@ PYBIND11_MODULE(_C, m) {
   bind_amp(m);
   bind_compile(m);
   bind_serve(m);
+  bind_llm(m);
+  bind_nn(m);
 
   m.attr("__version__") = TESSERA_VERSION;
   m.def("manual_seed", [](uint64_t seed) { manual_seed(seed); }, py::arg("seed"),

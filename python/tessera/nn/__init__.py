@@ -3,3 +3,5 @@ the layers, and nn.functional."""
 from . import functional, init  # noqa: F401
 from .module import Module, Parameter, Sequential, ModuleList, ModuleDict  # noqa: F401
 from .layers import *  # noqa: F401,F403
+from .cpp import CppModule  # noqa: F401
+from . import cpp as zoo  # noqa: F401  tessera.nn.zoo.build("resnet18"), build("llama", ...)

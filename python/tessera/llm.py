@@ -1,0 +1,82 @@
+"""tessera.llm: language models in GGUF files (llama.cpp's format) on
+Tessera's engine — tokenizers, generation streamed as an iterator of text,
+chat with the model's template — and the OpenAI-compatible server.
+
+    lm = tessera.llm.load("model.gguf")
+    for piece in lm.generate("The meaning of life is", max_tokens=64, stream=True):
+        print(piece, end="", flush=True)
+    print(lm.chat([{"role": "user", "content": "Hello"}], temperature=0))
+
+A model trained by `tessera train` runs here once exported:
+`tessera export RUN --format gguf` (with a subword tokenizer), or from Python
+tessera.llm.save_gguf(zoo_model, path, tokenizer_from="vocab.gguf").
+"""
+from . import _C
+
+_L = _C._llm
+
+
+class LLM:
+    def __init__(self, path, *, context=0, kv_memory=0, max_sequences=4, threads=0):
+        self._native = _L.LLM(str(path), context, kv_memory, max_sequences, threads)
+
+    architecture = property(lambda self: self._native.architecture)
+    vocab_size = property(lambda self: self._native.vocab_size)
+    context = property(lambda self: self._native.context)
+    chat_template = property(lambda self: self._native.chat_template)
+
+    def tokenize(self, text, add_special=True, parse_special=False):
+        return self._native.tokenize(text, add_special, parse_special)
+
+    def detokenize(self, ids, remove_special=True):
+        """The text of token ids (bytes decoded as UTF-8, invalid sequences replaced)."""
+        return self._native.detokenize(list(ids), remove_special).decode("utf-8", errors="replace")
+
+    def generate(self, prompt, *, stream=False, **sampling):
+        """Text after `prompt`. Sampling: max_tokens (256), temperature (0.8; 0 is
+        greedy), top_k, top_p, min_p, repeat_penalty, presence_penalty,
+        frequency_penalty, seed, stop (a string or a list), ignore_eos.
+        stream=True: an iterator of text pieces as they are made."""
+        s = self._native.stream(prompt, **sampling)
+        return s if stream else "".join(s)
+
+    def chat(self, messages, *, stream=False, chat_template="", **sampling):
+        """The assistant's reply to `messages` ([{"role", "content"}]), rendered
+        with the model's chat template (or `chat_template`; without either, one
+        line per message)."""
+        s = self._native.stream_chat(messages, chat_template, **sampling)
+        return s if stream else "".join(s)
+
+
+def load(path, **options):
+    return LLM(path, **options)
+
+
+def save_gguf(model, path, *, tokenizer_from="", type="F32"):
+    """A Llama or GPT of the zoo (tessera.nn.zoo.build) as a GGUF file, with the
+    tokenizer of another GGUF file (llama.cpp needs one to load it)."""
+    native = getattr(model, "_native", model)
+    _C._nn.save_gguf(native, str(path), str(tokenizer_from), type)
+
+
+class OpenAIServer:
+    """The OpenAI-compatible server (/v1/completions, /v1/chat/completions,
+    streaming, many requests batched; docs/llm.md) on a GGUF file, in this
+    process on its own threads. port 0 picks a free one."""
+
+    def __init__(self, path, *, name="model", host="127.0.0.1", port=8000, api_key="", max_sequences=16, context=0):
+        self._native = _L.OpenAIServer(str(path), name, host, port, api_key, max_sequences, context)
+
+    @property
+    def port(self):
+        return self._native.port
+
+    def stop(self):
+        self._native.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False

@@ -1,0 +1,48 @@
+"""The C++ library's modules in a Python model tree: CppModule wraps an
+nn::Module (a layer or a zoo model); its parameters and buffers are the C++
+module's own tensors, so a Python optimizer trains them and a Python Module may
+hold one next to Python layers."""
+import json
+
+from .. import _C
+from .module import Module, Parameter
+
+
+def _share(t):
+    """A Parameter that is `t` itself (same tensor, same .grad), not a copy."""
+    p = Parameter.__new__(Parameter)
+    _C.Tensor.__init__(p, t)
+    return p
+
+
+class CppModule(Module):
+    def __init__(self, native):
+        super().__init__()
+        object.__setattr__(self, "_native", native)
+        for name, t in native.named_parameters(False):
+            self._parameters[name] = _share(t)
+        for name, t in native.named_buffers(False):
+            self._buffers[name] = t
+        for name, child in native.named_children():
+            self._modules[name] = CppModule(child)
+        object.__setattr__(self, "training", native.training)
+
+    def forward(self, x):
+        return self._native(x)
+
+    def train(self, mode=True):
+        self._native.train(mode)
+        return super().train(mode)
+
+    def __repr__(self):
+        return repr(self._native)
+
+
+def build(name, **config):
+    """A model of the C++ zoo by name and config, as `model:` in a YAML config:
+    build("llama", vocab_size=256, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, hidden_dim=128)."""
+    return CppModule(_C._nn.build_model(json.dumps(dict(config, name=name))))
+
+
+def model_names():
+    return _C._nn.model_names()

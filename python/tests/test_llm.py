@@ -1,0 +1,139 @@
+"""tessera.llm from Python: a zoo Llama written as GGUF with a llama.cpp
+vocabulary, loaded into the engine; greedy generation equals a greedy decode
+of the same model in Python, token for token; streaming, chat, cancellation,
+errors; the OpenAI server. The C++ zoo models inside Python Modules."""
+import json
+import os
+import pathlib
+import urllib.request
+
+import numpy as np
+import pytest
+
+import tessera
+import tessera.nn as nn
+
+VOCABS = os.environ.get("TESSERA_LLAMA_CPP_VOCABS")  # scripts/llm_reference.sh
+SPM = pathlib.Path(VOCABS or "/nonexistent") / "ggml-vocab-llama-spm.gguf"
+needs_vocab = pytest.mark.skipif(not SPM.exists(), reason="no llama.cpp vocabulary (scripts/llm_reference.sh)")
+
+
+@pytest.fixture(scope="module")
+def llama_gguf(tmp_path_factory):
+    if not SPM.exists():
+        pytest.skip("no llama.cpp vocabulary (scripts/llm_reference.sh)")
+    tessera.manual_seed(0)
+    model = nn.zoo.build("llama", vocab_size=32000, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, hidden_dim=64,
+                         max_seq_len=128, tie_embeddings=True)
+    # Larger weights than the initialization's, so that greedy tokens are well separated.
+    with tessera.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(8.0)
+    path = tmp_path_factory.mktemp("llm") / "tiny-llama.gguf"
+    tessera.llm.save_gguf(model, path, tokenizer_from=SPM)
+    return model, path
+
+
+def greedy(model, ids, n):
+    """Greedy decoding with the zoo model itself (no engine, no cache)."""
+    ids = list(ids)
+    with tessera.no_grad():
+        for _ in range(n):
+            logits = model(tessera.tensor([ids]))
+            ids.append(int(logits[0, -1].argmax().item()))
+    return ids
+
+
+def test_greedy_generation_equals_the_model_in_python(llama_gguf):
+    model, path = llama_gguf
+    lm = tessera.llm.load(path, context=128)
+    assert lm.architecture == "llama" and lm.vocab_size == 32000
+    prompt = "The quick brown fox"
+    ids = lm.tokenize(prompt)
+    assert ids[0] == 1  # SentencePiece's BOS
+    want = greedy(model.eval(), ids, 12)[len(ids):]
+    stream = lm.generate(prompt, max_tokens=12, temperature=0, ignore_eos=True, stream=True)
+    text = "".join(stream)
+    assert stream.result["tokens"] == want
+    assert text == lm.detokenize(want)
+    assert lm.generate(prompt, max_tokens=12, temperature=0, ignore_eos=True) == text
+    assert stream.result["finish_reason"] == "length"
+
+
+def test_streaming_sampling_stop_and_cancel(llama_gguf):
+    _, path = llama_gguf
+    lm = tessera.llm.load(path, context=128)
+    a = lm.generate("Hello", max_tokens=20, temperature=1.0, seed=7, ignore_eos=True)
+    b = lm.generate("Hello", max_tokens=20, temperature=1.0, seed=7, ignore_eos=True)
+    assert a == b  # counter-based sampling: the same seed, the same text
+    s = lm.generate("Hello", max_tokens=100, temperature=1.0, seed=1, ignore_eos=True, stream=True)
+    first = next(iter(s))
+    s.close()  # cancels; the engine is free again
+    assert isinstance(first, str)
+    assert lm.generate("Hello", max_tokens=3, temperature=0, ignore_eos=True) is not None
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        lm.generate("Hello", temprature=0)
+    with pytest.raises(tessera.Error, match="context"):
+        lm.generate("word " * 200, max_tokens=1)
+
+
+def test_chat_renders_a_template(llama_gguf):
+    _, path = llama_gguf
+    lm = tessera.llm.load(path, context=128)
+    # This model has no template: the plain one (role: text lines).
+    reply = lm.chat([{"role": "user", "content": "Hi"}], max_tokens=5, temperature=0, ignore_eos=True)
+    assert isinstance(reply, str)
+    tmpl = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
+    reply2 = lm.chat([{"role": "user", "content": "Hi"}], chat_template=tmpl, max_tokens=5, temperature=0,
+                     ignore_eos=True)
+    assert isinstance(reply2, str)
+
+
+def test_bad_files_are_errors(tmp_path):
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF" + b"\x00" * 20)
+    with pytest.raises(tessera.Error):
+        tessera.llm.load(tmp_path / "bad.gguf")
+    with pytest.raises(tessera.Error):
+        tessera.llm.load(tmp_path / "missing.gguf")
+
+
+def test_openai_server(llama_gguf):
+    _, path = llama_gguf
+    with tessera.llm.OpenAIServer(path, name="tiny", port=0, context=128) as server:
+        body = {"model": "tiny", "prompt": "The quick brown fox", "max_tokens": 5, "temperature": 0}
+        req = urllib.request.Request(f"http://127.0.0.1:{server.port}/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        reply = json.loads(urllib.request.urlopen(req, timeout=60).read())
+        assert reply["object"] == "text_completion" and reply["usage"]["completion_tokens"] <= 5
+        lm = tessera.llm.load(path, context=128)
+        assert reply["choices"][0]["text"] == lm.generate("The quick brown fox", max_tokens=5, temperature=0)
+
+
+def test_a_cpp_model_inside_a_python_module_trains():
+    tessera.manual_seed(0)
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.zoo.build("mlp", in_features=8, hidden=[16], num_classes=16)  # the C++ zoo's MLP
+            self.head = nn.Linear(16, 3)                                                    # a Python layer
+
+        def forward(self, x):
+            return self.head(tessera.relu(self.body(x)))
+
+    model = Classifier()
+    names = [n for n, _ in model.named_parameters()]
+    assert names[0].startswith("body.") and names[-1] == "head.bias"
+    opt = tessera.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = tessera.randn(64, 8), tessera.randint(0, 3, (64,))
+    first = None
+    for _ in range(50):
+        loss = tessera.nn.functional.cross_entropy(model(x), y)
+        first = first if first is not None else loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.5 * first
+    sd = model.state_dict()
+    assert any(k.startswith("body.") for k in sd)
