@@ -30,6 +30,7 @@ PYBIND11_MODULE(_C, m) {
   bind_serve(m);
   bind_llm(m);
   bind_nn(m);
+  bind_train(m);
 
   m.attr("__version__") = TESSERA_VERSION;
   m.def("manual_seed", [](uint64_t seed) { manual_seed(seed); }, py::arg("seed"),

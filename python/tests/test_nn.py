@@ -118,7 +118,7 @@ FASHION = pathlib.Path("/usr/share/datasets/fashion-mnist")
 
 
 @pytest.mark.skipif(not FASHION.exists(), reason="dataset-fashion-mnist is not installed")
-def test_trains_the_fashion_mnist_mlp_from_python():
+def test_trains_the_fashion_mnist_mlp_from_python(source_dir, tmp_path):
     """examples/configs/fashion_mnist_mlp.yaml's model and optimizer (784-256-256-10, Adam 1e-3,
     batch 128), one epoch, written as a PyTorch user writes it."""
     tessera.manual_seed(0)
@@ -142,5 +142,7 @@ def test_trains_the_fashion_mnist_mlp_from_python():
     model.eval()
     with tessera.no_grad():
         accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
-    # One epoch of this MLP reaches 84-86% (the C++ trainer's 5 epochs reach ~88%).
-    assert accuracy > 0.83, accuracy
+    # The C++ Trainer on the same config, one epoch: the Python loop reaches its accuracy.
+    cpp = tessera.train.fit(source_dir / "examples/configs/fashion_mnist_mlp.yaml",
+                            overrides=["train.epochs=1", "train.num_workers=0"], output=tmp_path / "run")
+    assert accuracy > 0.83 and accuracy >= cpp["eval"]["accuracy"] - 0.015, (accuracy, cpp["eval"])
