@@ -3,6 +3,7 @@
 // param_groups as dicts.
 #include "bindings.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/optim/scheduler.h"
 
 namespace tessera::python {
 
@@ -55,6 +56,44 @@ void bind_optim(py::module_& m) {
     return optim::make_optimizer(name, std::move(gs), defaults);
   }, py::arg("name"), py::arg("groups"), py::arg("defaults"));
   o.def("names", &optim::optimizer_names);
+
+  // The LR schedulers, with torch.optim.lr_scheduler's arguments; each keeps its optimizer alive.
+  using optim::Optimizer;
+  py::class_<optim::LRScheduler>(o, "LRScheduler")
+      .def("step", [](optim::LRScheduler& s, py::object metric) {
+        if (metric.is_none()) s.step();
+        else s.step(metric.cast<double>());
+      }, py::arg("metric") = py::none())
+      .def("get_last_lr", &optim::LRScheduler::get_last_lr)
+      .def_property_readonly("last_epoch", &optim::LRScheduler::last_epoch)
+      .def("state_dict", [](const optim::LRScheduler& s) { return s.state_dict().dump(); })
+      .def("load_state_dict", [](optim::LRScheduler& s, const std::string& j) { s.load_state_dict(nlohmann::json::parse(j)); });
+  auto keep = py::keep_alive<1, 2>();
+  py::class_<optim::StepLR, optim::LRScheduler>(o, "StepLR")
+      .def(py::init<Optimizer&, int64_t, double>(), keep, py::arg("optimizer"), py::arg("step_size"), py::arg("gamma") = 0.1);
+  py::class_<optim::MultiStepLR, optim::LRScheduler>(o, "MultiStepLR")
+      .def(py::init<Optimizer&, std::vector<int64_t>, double>(), keep, py::arg("optimizer"), py::arg("milestones"),
+           py::arg("gamma") = 0.1);
+  py::class_<optim::ExponentialLR, optim::LRScheduler>(o, "ExponentialLR")
+      .def(py::init<Optimizer&, double>(), keep, py::arg("optimizer"), py::arg("gamma"));
+  py::class_<optim::CosineAnnealingLR, optim::LRScheduler>(o, "CosineAnnealingLR")
+      .def(py::init<Optimizer&, int64_t, double>(), keep, py::arg("optimizer"), py::arg("T_max"), py::arg("eta_min") = 0.0);
+  py::class_<optim::LinearLR, optim::LRScheduler>(o, "LinearLR")
+      .def(py::init<Optimizer&, double, double, int64_t>(), keep, py::arg("optimizer"), py::arg("start_factor") = 1.0 / 3,
+           py::arg("end_factor") = 1.0, py::arg("total_iters") = 5);
+  py::class_<optim::WarmupCosineLR, optim::LRScheduler>(o, "WarmupCosineLR")
+      .def(py::init<Optimizer&, int64_t, int64_t, double>(), keep, py::arg("optimizer"), py::arg("warmup_steps"),
+           py::arg("total_steps"), py::arg("min_lr") = 0.0);
+  py::class_<optim::OneCycleLR, optim::LRScheduler>(o, "OneCycleLR")
+      .def(py::init<Optimizer&, double, int64_t, double, const std::string&, bool, double, double, double, double>(), keep,
+           py::arg("optimizer"), py::arg("max_lr"), py::arg("total_steps"), py::arg("pct_start") = 0.3,
+           py::arg("anneal_strategy") = "cos", py::arg("cycle_momentum") = true, py::arg("base_momentum") = 0.85,
+           py::arg("max_momentum") = 0.95, py::arg("div_factor") = 25.0, py::arg("final_div_factor") = 1e4);
+  py::class_<optim::ReduceLROnPlateau, optim::LRScheduler>(o, "ReduceLROnPlateau")
+      .def(py::init<Optimizer&, const std::string&, double, int64_t, double, const std::string&, int64_t, double, double>(),
+           keep, py::arg("optimizer"), py::arg("mode") = "min", py::arg("factor") = 0.1, py::arg("patience") = 10,
+           py::arg("threshold") = 1e-4, py::arg("threshold_mode") = "rel", py::arg("cooldown") = 0,
+           py::arg("min_lr") = 0.0, py::arg("eps") = 1e-8);
   o.def("clip_grad_norm_", [](py::handle params, double max_norm, double norm_type, bool error_if_nonfinite) {
     TensorList ps;
     for (py::handle p : params) ps.push_back(p.cast<Tensor>());

@@ -146,3 +146,42 @@ def test_trains_the_fashion_mnist_mlp_from_python(source_dir, tmp_path):
     cpp = tessera.train.fit(source_dir / "examples/configs/fashion_mnist_mlp.yaml",
                             overrides=["train.epochs=1", "train.num_workers=0"], output=tmp_path / "run")
     assert accuracy > 0.83 and accuracy >= cpp["eval"]["accuracy"] - 0.015, (accuracy, cpp["eval"])
+
+
+def test_schedulers_follow_pytorch():
+    w = nn.Parameter(tessera.ones(2))
+    opt = tessera.optim.SGD([w], lr=0.1, momentum=0.9)
+    s = tessera.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    lrs = []
+    for _ in range(5):
+        opt.step()
+        s.step()
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs == pytest.approx([0.1, 0.05, 0.05, 0.025, 0.025])
+    torch = pytest.importorskip("torch")
+    tw = torch.nn.Parameter(torch.ones(2))
+    topt = torch.optim.SGD([tw], lr=0.1, momentum=0.9)
+    ts = torch.optim.lr_scheduler.OneCycleLR(topt, max_lr=0.3, total_steps=20)
+    opt2 = tessera.optim.SGD([nn.Parameter(tessera.ones(2))], lr=0.1, momentum=0.9)
+    s2 = tessera.optim.lr_scheduler.OneCycleLR(opt2, max_lr=0.3, total_steps=20)
+    for _ in range(19):
+        topt.step()
+        ts.step()
+        opt2.step()
+        s2.step()
+        assert s2.get_last_lr()[0] == pytest.approx(ts.get_last_lr()[0], rel=1e-6)
+
+
+def test_the_profiler_records_ops_and_writes_a_trace(tmp_path):
+    import json as _json
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = tessera.optim.Adam(model.parameters())
+    with tessera.profiler.profile() as prof:
+        model(tessera.randn(4, 8)).sum().backward()
+        opt.step()
+    names = {s["name"] for s in prof.key_averages()}
+    assert "linear" in names and "relu" in names
+    assert "linear" in prof.table()
+    prof.export_chrome_trace(tmp_path / "trace.json")
+    trace = _json.loads((tmp_path / "trace.json").read_text())
+    assert trace["traceEvents"]

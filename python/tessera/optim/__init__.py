@@ -112,3 +112,5 @@ RMSprop = _optimizer("RMSprop", "rmsprop", {"lr": 1e-2, "alpha": 0.99, "eps": 1e
 Adagrad = _optimizer("Adagrad", "adagrad", {"lr": 1e-2, "lr_decay": 0.0, "weight_decay": 0.0,
                                             "initial_accumulator_value": 0.0, "eps": 1e-10}, "Adagrad.")
 Lion = _optimizer("Lion", "lion", {"lr": 1e-4, "betas": (0.9, 0.99), "weight_decay": 0.0}, "Lion (Chen et al. 2023).")
+
+from . import lr_scheduler  # noqa: E402,F401
