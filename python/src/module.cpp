@@ -32,6 +32,7 @@ PYBIND11_MODULE(_C, m) {
   bind_nn(m);
   bind_train(m);
   bind_profiler(m);
+  bind_distributed(m);
 
   m.attr("__version__") = TESSERA_VERSION;
   m.def("manual_seed", [](uint64_t seed) { manual_seed(seed); }, py::arg("seed"),

@@ -1,0 +1,103 @@
+"""tessera.distributed: the process group of a job started by
+`tessera launch -n N -- python3 script.py` (Open MPI underneath; one process
+alone when not launched) and its collectives, with torch.distributed's names.
+
+    import tessera.distributed as dist
+    dist.init_process_group()
+    dist.all_reduce(t)                      # in place, summed over the ranks
+    model = dist.DistributedDataParallel(model)  # gradients averaged in backward
+
+A training config's data, ZeRO, tensor and pipeline parallelism run through
+tessera.train.fit under `tessera launch` (docs/distributed.md)."""
+from .. import _C
+
+_D = _C._distributed
+
+
+class ReduceOp:
+    SUM, AVG, MAX, MIN = "sum", "avg", "max", "min"
+
+
+_world = None
+
+
+def init_process_group(backend=None, **kwargs):
+    """Joins the job's world group (the launcher's MPI job); returns it."""
+    global _world
+    if _world is None:
+        _world = _D.world()
+    return _world
+
+
+def _group(group):
+    return group if group is not None else init_process_group()
+
+
+def is_initialized():
+    return _world is not None
+
+
+def is_available():
+    return True
+
+
+def get_rank(group=None):
+    return _group(group).rank
+
+
+def get_world_size(group=None):
+    return _group(group).size
+
+
+def get_local_rank():
+    return _D.local_rank()
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None):
+    _group(group).all_reduce(tensor, op)
+
+
+def broadcast(tensor, src, group=None):
+    _group(group).broadcast(tensor, src)
+
+
+def all_gather(tensor_list, tensor, group=None):
+    """Fills tensor_list (one tensor per rank) with every rank's `tensor`."""
+    g = _group(group)
+    if len(tensor_list) != g.size:
+        raise ValueError(f"all_gather: {len(tensor_list)} output tensors for {g.size} ranks")
+    out = _C.ops.full([g.size] + list(tensor.shape), 0, dtype=tensor.dtype)
+    g.all_gather(out, tensor.contiguous())
+    for i, t in enumerate(tensor_list):
+        t.copy_(out[i])
+
+
+def all_gather_into_tensor(output, input, group=None):
+    _group(group).all_gather(output, input)
+
+
+def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None):
+    _group(group).reduce_scatter(output, input, op)
+
+
+def send(tensor, dst, group=None, tag=0):
+    _group(group).send(tensor, dst, tag)
+
+
+def recv(tensor, src, group=None, tag=0):
+    _group(group).recv(tensor, src, tag)
+
+
+def barrier(group=None):
+    _group(group).barrier()
+
+
+def new_group(ranks):
+    return init_process_group().new_group(list(ranks))
+
+
+def destroy_process_group():
+    pass  # the world group lives as long as the process (MPI is finalized at exit)
+
+
+from .ddp import DistributedDataParallel  # noqa: E402,F401

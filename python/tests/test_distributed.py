@@ -1,0 +1,45 @@
+"""tessera.distributed under `tessera launch -n 2`: collectives, and a Python
+model trained with DistributedDataParallel equal to one process on the whole
+batches."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tessera
+
+CLI = os.environ.get("TESSERA_CLI")  # set by the build's ctest entry
+HERE = pathlib.Path(__file__).resolve().parent
+needs_cli = pytest.mark.skipif(not CLI or not os.path.exists(CLI), reason="TESSERA_CLI (the tessera command) not set")
+
+
+def run(args, **kw):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OMP_NUM_THREADS="1")
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=300, **kw)
+
+
+def test_one_process_is_a_group_of_one():
+    import tessera.distributed as dist
+    dist.init_process_group()
+    assert dist.get_world_size() == 1 and dist.get_rank() == 0
+    t = tessera.ones(3)
+    dist.all_reduce(t)
+    assert t.tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(tessera.Error, match="reduce op"):
+        dist.all_reduce(t, "prod")
+
+
+@needs_cli
+def test_ddp_over_two_ranks_equals_one_process(tmp_path):
+    alone = run([sys.executable, str(HERE / "ddp_script.py"), str(tmp_path / "alone.safetensors")])
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    two = run([CLI, "launch", "-n", "2", "--", sys.executable, str(HERE / "ddp_script.py"),
+               str(tmp_path / "two.safetensors")])
+    assert two.returncode == 0, (two.stdout + two.stderr)[-3000:]
+    a, b = tessera.load_file(str(tmp_path / "alone.safetensors")), tessera.load_file(str(tmp_path / "two.safetensors"))
+    assert set(a) == set(b)
+    for k in a:
+        assert np.allclose(a[k].numpy(), b[k].numpy(), atol=1e-5), k
