@@ -19,7 +19,7 @@ import tessera.utils.checkpoint
 
 for name, module in {"torch": tessera, "torch.nn": tessera.nn, "torch.nn.functional": tessera.nn.functional,
                      "torch.nn.init": tessera.nn.init, "torch.optim": tessera.optim, "torch.utils": tessera.utils,
-                     "torch.utils.checkpoint": tessera.utils.checkpoint}.items():
+                     "torch.utils.checkpoint": tessera.utils.checkpoint, "torch.utils.data": tessera.utils.data}.items():
     sys.modules[name] = module
 
 if len(sys.argv) < 2:

@@ -77,5 +77,6 @@ void bind_nn(py::module_& m);
 void bind_train(py::module_& m);
 void bind_profiler(py::module_& m);
 void bind_distributed(py::module_& m);
+void bind_data(py::module_& m);
 
 }  // namespace tessera::python

@@ -1,2 +1,2 @@
-"""tessera.utils: checkpoint (activation checkpointing)."""
-from . import checkpoint  # noqa: F401
+"""tessera.utils: checkpoint (activation checkpointing) and data (datasets, DataLoader)."""
+from . import checkpoint, data  # noqa: F401
