@@ -41,12 +41,14 @@ def test_tensor_dataset_batches():
 def test_python_dataset_with_worker_processes_equals_the_main_process():
     ds = Squares()
     main = batches(DataLoader(ds, batch_size=5, shuffle=True, seed=1))
-    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    def segments():  # shared memory blocks (multiprocessing.shared_memory names them psm_*)
+        return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")} if os.path.isdir("/dev/shm") else set()
+
+    shm_before = segments()
     workers = batches(DataLoader(ds, batch_size=5, shuffle=True, seed=1, num_workers=2))
     assert workers == main and len(main) == 8
     assert main[0][2]["half"] == [row[0] / 2 for row in main[0][0]]
-    shm_after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    assert not (shm_after - shm_before), "shared memory left behind"
+    assert not (segments() - shm_before), "shared memory left behind"
     # Shuffled: each epoch a new order, every sample once.
     loader = DataLoader(ds, batch_size=37, shuffle=True)
     e1, e2 = [b[1].tolist() for b in loader][0], [b[1].tolist() for b in loader][0]
