@@ -78,5 +78,6 @@ void bind_train(py::module_& m);
 void bind_profiler(py::module_& m);
 void bind_distributed(py::module_& m);
 void bind_data(py::module_& m);
+void bind_quant(py::module_& m);
 
 }  // namespace tessera::python

@@ -34,6 +34,7 @@ PYBIND11_MODULE(_C, m) {
   bind_profiler(m);
   bind_distributed(m);
   bind_data(m);
+  bind_quant(m);
 
   m.attr("__version__") = TESSERA_VERSION;
   m.def("manual_seed", [](uint64_t seed) { manual_seed(seed); }, py::arg("seed"),

@@ -11,7 +11,7 @@ from . import _C
 
 # The extension's submodules, importable by name (import tessera._C.ops) and
 # seen by stubgen (scripts/python_stubs.py).
-for _name in ("ops", "_functional", "_linalg", "_autograd", "_optim", "_amp", "_compile", "_serve", "_llm", "_nn", "_train", "_profiler", "_distributed", "_data"):
+for _name in ("ops", "_functional", "_linalg", "_autograd", "_optim", "_amp", "_compile", "_serve", "_llm", "_nn", "_train", "_profiler", "_distributed", "_data", "_quant"):
     _sys.modules[f"{__name__}._C.{_name}"] = getattr(_C, _name)
 from ._C import (  # noqa: F401
     Tensor, dtype, device, Error, OutOfMemoryError, InternalError,
@@ -36,7 +36,7 @@ from ._factories import (  # noqa: F401
 from .autograd import (  # noqa: F401
     no_grad, enable_grad, inference_mode, set_grad_enabled, is_grad_enabled,
 )
-from . import amp, autograd, distributed, linalg, llm, nn, onnx, optim, profiler, serve, train, utils  # noqa: F401,E402
+from . import amp, autograd, distributed, linalg, llm, nn, onnx, optim, profiler, quantization, serve, train, utils  # noqa: F401,E402,E501
 from .utils import data  # noqa: F401,E402  tessera.data as well as tessera.utils.data
 from .amp import autocast  # noqa: F401,E402
 from ._compile import compile, export, load_model  # noqa: F401,E402

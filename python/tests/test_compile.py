@@ -120,3 +120,46 @@ def test_serving_a_model_compiled_from_python():
             assert np.allclose(np.array(out["data"], dtype=np.float32).reshape(2, 4), model(x).numpy(), atol=1e-5)
         meta = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{server.port}/v2/models/mlp", timeout=30).read())
         assert meta["inputs"][0]["shape"] == [-1, 8]
+
+
+def test_static_int8_of_a_python_model_keeps_its_outputs():
+    tessera.manual_seed(0)
+    model = CNN()
+    model(tessera.randn(16, 1, 8, 8))
+    model.eval()
+    calibration = [tessera.randn(8, 1, 8, 8) for _ in range(4)]
+    q, report = tessera.quantization.quantize_static(model, tessera.randn(2, 1, 8, 8), calibration)
+    assert "conv2d" in report
+    x = tessera.randn(4, 1, 8, 8)
+    with tessera.no_grad():
+        want = model(x).numpy()
+    got = q(x).numpy()
+    assert np.abs(got - want).max() < 0.1 * max(1.0, np.abs(want).max())
+    with pytest.raises(ValueError, match="calibration"):
+        tessera.quantization.quantize_static(model, x, [])
+
+
+def test_weight_quantization_and_pruning_of_a_cpp_model():
+    tessera.manual_seed(0)
+    m = nn.zoo.build("mlp", in_features=64, hidden=[64], num_classes=64)
+    x = tessera.randn(4, 64)
+    with tessera.no_grad():
+        before = m(x).numpy()
+    report = tessera.quantization.prune(m, 0.5)
+    assert "50.00%" in report
+    masks = dict(m.named_buffers())  # the Python tree follows the pruned module: weight_orig and weight_mask
+    assert set(masks) == {"net.0.weight_mask", "net.2.weight_mask"}
+    assert sum((b == 0).sum().item() for b in masks.values()) == 4096
+    opt = tessera.optim.SGD(m.parameters(), lr=0.1)
+    tessera.nn.functional.mse_loss(m(x), tessera.zeros(4, 64)).backward()
+    opt.step()  # masked weights stay out of the product
+    tessera.quantization.make_pruning_permanent(m)
+    w = dict(m.named_parameters())["net.0.weight"]
+    assert (w == 0).sum().item() == 2048
+    q = nn.zoo.build("mlp", in_features=64, hidden=[64], num_classes=64)
+    tessera.quantization.quantize_weights(q, "q8_0")
+    with tessera.no_grad():
+        assert q(x).shape == (4, 64)
+    with pytest.raises(TypeError, match="C\\+\\+ library"):
+        tessera.quantization.prune(MLP(), 0.5)
+    assert before.shape == (4, 64)

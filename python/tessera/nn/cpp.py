@@ -19,6 +19,14 @@ class CppModule(Module):
     def __init__(self, native):
         super().__init__()
         object.__setattr__(self, "_native", native)
+        self._refresh()
+
+    def _refresh(self):
+        """Mirrors the C++ module's tree again (after pruning or quantization changed its tensors)."""
+        native = self._native
+        self._parameters.clear()
+        self._buffers.clear()
+        self._modules.clear()
         for name, t in native.named_parameters(False):
             self._parameters[name] = _share(t)
         for name, t in native.named_buffers(False):
