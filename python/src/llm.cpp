@@ -9,6 +9,7 @@
 // generation; many requests batched together are the server's job). Dropping
 // or closing the iterator cancels the generation at its next token.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -71,9 +72,11 @@ class Stream {
   ~Stream() { close(); }
 
   // The next piece of text, or nullopt at the end (errors are rethrown).
-  std::optional<std::string> next() {
+  // Waits at most `timeout` for it: `ready` says whether it came.
+  std::optional<std::string> next(std::chrono::milliseconds timeout, bool& ready) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return !queue_.empty() || done_; });
+    ready = cv_.wait_for(lock, timeout, [this] { return !queue_.empty() || done_; });
+    if (!ready) return std::nullopt;
     if (!queue_.empty()) {
       std::string s = std::move(queue_.front());
       queue_.pop_front();
@@ -159,13 +162,27 @@ void bind_llm(py::module_& m) {
   py::class_<Stream, std::shared_ptr<Stream>>(l, "Stream")
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__", [](Stream& s) -> std::string {
-        std::optional<std::string> piece;
-        {
-          py::gil_scoped_release nogil;
-          piece = s.next();
+        // Waits in slices, checking for Ctrl-C between them: a KeyboardInterrupt
+        // cancels the generation instead of waiting for its end.
+        for (;;) {
+          std::optional<std::string> piece;
+          bool ready = false;
+          {
+            py::gil_scoped_release nogil;
+            piece = s.next(std::chrono::milliseconds(100), ready);
+          }
+          if (ready) {
+            if (!piece) throw py::stop_iteration();
+            return *piece;
+          }
+          if (PyErr_CheckSignals() != 0) {
+            {
+              py::gil_scoped_release nogil;
+              s.close();
+            }
+            throw py::error_already_set();
+          }
         }
-        if (!piece) throw py::stop_iteration();
-        return *piece;
       })
       .def("close", [](Stream& s) { py::gil_scoped_release nogil; s.close(); })
       .def_property_readonly("result", &Stream::result, "finish_reason, tokens, prompt_tokens and timings, at the end");
