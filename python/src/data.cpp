@@ -16,6 +16,15 @@ py::tuple example(data::Example&& e) {
   for (size_t i = 0; i < e.size(); ++i) t[i] = tensor_object(std::move(e[i]));
   return t;
 }
+data::DataLoaderOptions loader_options(int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last, int num_workers) {
+  data::DataLoaderOptions o;
+  o.batch_size = batch_size;
+  o.shuffle = shuffle;
+  o.seed = seed;
+  o.drop_last = drop_last;
+  o.num_workers = num_workers;
+  return o;
+}
 }  // namespace
 
 void bind_data(py::module_& m) {
@@ -57,24 +66,16 @@ void bind_data(py::module_& m) {
   py::class_<data::DataLoader>(d, "DataLoader")
       .def(py::init([](std::shared_ptr<data::Dataset> ds, int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last,
                        int num_workers) {
-             data::DataLoaderOptions o;
-             o.batch_size = batch_size;
-             o.shuffle = shuffle;
-             o.seed = seed;
-             o.drop_last = drop_last;
-             o.num_workers = num_workers;
-             return std::make_unique<data::DataLoader>(std::move(ds), o);
+             return std::make_unique<data::DataLoader>(std::move(ds), loader_options(batch_size, shuffle, seed, drop_last,
+                                                                                     num_workers));
            }),
            py::arg("dataset"), py::arg("batch_size") = 1, py::arg("shuffle") = false, py::arg("seed") = 0,
            py::arg("drop_last") = false, py::arg("num_workers") = 0)
       .def(py::init([](std::shared_ptr<data::IterableDataset> ds, int64_t batch_size, bool shuffle, uint64_t seed,
                        bool drop_last, int num_workers) {
-             data::DataLoaderOptions o;
-             o.batch_size = batch_size;
-             o.seed = seed;
-             o.drop_last = drop_last;
-             o.num_workers = num_workers;
-             return std::make_unique<data::DataLoader>(std::move(ds), o);
+             // A stream is read in its order (a shard dataset shuffles with its own buffer).
+             return std::make_unique<data::DataLoader>(std::move(ds), loader_options(batch_size, false, seed, drop_last,
+                                                                                     num_workers));
            }),
            py::arg("dataset"), py::arg("batch_size") = 1, py::arg("shuffle") = false, py::arg("seed") = 0,
            py::arg("drop_last") = false, py::arg("num_workers") = 0)

@@ -52,25 +52,21 @@ void set_python_error(std::exception_ptr p) {
 }
 
 void bind_errors(py::module_& m) {
-  PyObject* error = g_error = make_exception(
+  g_error = make_exception(
       m, "Error", py::make_tuple(py::handle(PyExc_ValueError), py::handle(PyExc_RuntimeError)).release().ptr(),
       "A bad argument or input: the message names what was wrong and what would be right. "
       "A ValueError and a RuntimeError.");
   g_oom = make_exception(m, "OutOfMemoryError",
-                                        py::make_tuple(py::handle(error), py::handle(PyExc_MemoryError)).release().ptr(),
+                                        py::make_tuple(py::handle(g_error), py::handle(PyExc_MemoryError)).release().ptr(),
                                         "An allocation over tessera.set_memory_limit or beyond what the system gives.");
   g_internal = make_exception(m, "InternalError", PyExc_RuntimeError,
                                              "A broken invariant inside Tessera: a bug to report.");
-  (void)error;
+  // pybind11 translates its own exception types first; Tessera's go through set_python_error.
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
-    } catch (const OutOfMemoryError& e) {
-      PyErr_SetString(g_oom, e.what());
-    } catch (const InternalError& e) {
-      PyErr_SetString(g_internal, e.what());
-    } catch (const Error& e) {
-      PyErr_SetString(g_error, e.what());
+    } catch (const Error&) {
+      set_python_error(p);
     }
   });
 }
