@@ -143,3 +143,28 @@ def test_anomaly_mode_names_the_op():
         y = x.sqrt() * 0  # d sqrt at 0 is inf; times 0 gives NaN
         with pytest.raises(tessera.Error, match="sqrt"):
             y.sum().backward()
+
+
+def test_grad_scaler_skips_steps_with_inf_gradients_and_backs_off():
+    import tessera.nn as nn
+    model = nn.Linear(4, 2)
+    opt = tessera.optim.SGD(model.parameters(), lr=0.1)
+    scaler = tessera.amp.GradScaler(init_scale=2.0 ** 16, growth_interval=2)
+    x = tessera.randn(8, 4)
+    w0 = model.weight.detach().clone()
+    with tessera.autocast("cpu", dtype=tessera.float16):
+        loss = model(x).float().pow(2).mean() * 1e30  # overflows once scaled
+    scaler.scale(loss).backward()
+    assert scaler.step(opt) is False  # inf gradients: no step
+    scaler.update()
+    assert scaler.get_scale() == 2.0 ** 15
+    assert (model.weight == w0).all().item()
+    opt.zero_grad()
+    with tessera.autocast("cpu", dtype=tessera.float16):
+        loss = model(x).float().pow(2).mean()
+    scaler.scale(loss).backward()
+    assert scaler.step(opt) is True
+    scaler.update()
+    assert not (model.weight == w0).all().item()
+    with pytest.raises(ValueError, match="bfloat16 or tessera.float16"):
+        tessera.autocast("cpu", dtype=tessera.float32)

@@ -68,3 +68,26 @@ def test_iterable_datasets_and_bad_arguments():
         DataLoader(Squares(), batch_size=0)
     with pytest.raises(TypeError, match="length"):
         len(DataLoader(Counting()))
+
+
+def test_tar_shards_written_by_python_tarfile_stream_through_the_cpp_loader(tmp_path):
+    import io
+    import tarfile
+    paths = []
+    for s in range(2):
+        path = tmp_path / f"train-{s:03d}.tar"
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+            for i in range(s * 5, s * 5 + 5):
+                buf = io.BytesIO()
+                np.save(buf, np.full(3, i, dtype=np.float32))
+                for name, data in ((f"{i:06d}.x.npy", buf.getvalue()), (f"{i:06d}.y.cls", str(i).encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+        paths.append(path)
+    ds = tessera.data.ShardedDataset(paths, ["x.npy", "y.cls"])
+    seen = []
+    for x, y in DataLoader(ds, batch_size=4):
+        assert x.shape[1:] == (3,) and (x[:, 0] == y.float()).all().item()
+        seen += y.tolist()
+    assert sorted(seen) == list(range(10))
