@@ -70,10 +70,11 @@ void bind_amp(py::module_& m) {
 
   // checkpoint(fn, inputs): runs fn(inputs) without keeping its activations and
   // runs it again in the backward pass (the same random numbers both times).
-  a.def("checkpoint", [](py::function fn, const TensorList& inputs) {
+  a.def("checkpoint", [](py::function function, const TensorList& inputs) {
+    auto fn = hold(std::move(function));  // the recompute in backward calls it again
     autograd::CheckpointFn f = [fn](const TensorList& in) -> TensorList {
       py::gil_scoped_acquire gil;
-      py::object r = fn(in);
+      py::object r = (*fn)(in);
       if (is_tensor(r)) return {r.cast<Tensor>()};
       TensorList out;
       for (py::handle h : r) out.push_back(h.cast<Tensor>());

@@ -65,6 +65,13 @@ void bind_autograd(py::module_& m) {
     return t;
   }, py::arg("outputs"), py::arg("inputs"), py::arg("grad_outputs") = py::none(), py::arg("retain_graph") = py::none(),
      py::arg("create_graph") = false, py::arg("allow_unused") = false);
+  a.def("queue_callback", [](py::function fn) {
+    auto f = hold(std::move(fn));
+    autograd::queue_callback([f] {
+      py::gil_scoped_acquire gil;
+      (*f)();
+    });
+  }, py::arg("callback"), "Runs callback once the backward pass running on this thread has finished.");
   a.def("set_detect_anomaly", [](bool on) {
     if (on && !anomaly_guard()) anomaly_guard() = std::make_unique<autograd::DetectAnomalyGuard>();
     if (!on) anomaly_guard().reset();
@@ -76,7 +83,7 @@ void bind_autograd(py::module_& m) {
   a.def("record", [](const std::string& name, py::handle inputs, py::handle outputs, py::function backward) {
     TensorList ins = tensors_of(inputs, "record"), outs = tensors_of(outputs, "record");
     if (!autograd::any_requires_grad(ins)) return outs;
-    auto fn = std::make_shared<py::function>(std::move(backward));
+    auto fn = hold(std::move(backward));
     size_t n_inputs = ins.size();
     std::string node_name = name + "Backward";
     autograd::VjpFn vjp = [fn, n_inputs, node_name](const autograd::VjpArgs& args) -> TensorList {

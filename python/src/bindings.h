@@ -54,6 +54,17 @@ const Tensor& tensor_ref(py::handle h);  // h must be a tessera.Tensor (is_tenso
 // A short description of a Python value's type for error messages ("int", "list", "Tensor").
 std::string type_name(py::handle h);
 
+// A Python callable kept by C++ code that may let go of it without the GIL (a
+// hook or callback stored in a std::function, destroyed inside backward or on
+// another thread): the last owner takes the GIL to release it.
+inline std::shared_ptr<py::function> hold(py::function f) {
+  return std::shared_ptr<py::function>(new py::function(std::move(f)), [](py::function* p) {
+    if (!Py_IsInitialized()) return;  // at exit: Python is gone, nothing to release
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+}
+
 // Sets the Python error for a C++ exception (for entry points outside
 // pybind11's dispatcher): the same mapping as the registered translator.
 void set_python_error(std::exception_ptr p);

@@ -15,7 +15,7 @@ namespace {
 // A Python callable as a compile::Function: the tensors in, a tensor or a
 // sequence of tensors out. Called by the tracer with the GIL taken back.
 compile::Function function_of(py::function fn) {
-  auto f = std::make_shared<py::function>(std::move(fn));
+  auto f = hold(std::move(fn));
   return [f](const TensorList& in) -> TensorList {
     py::gil_scoped_acquire gil;
     py::tuple args(in.size());

@@ -26,7 +26,14 @@ void run(F f) {
 void bind_distributed(py::module_& m) {
   py::module_ d = m.def_submodule("_distributed", "Process groups");
   using PG = distributed::ProcessGroup;
+  py::class_<distributed::Work, std::shared_ptr<distributed::Work>>(d, "Work")
+      .def("wait", [](distributed::Work& w) { py::gil_scoped_release nogil; w.wait(); })
+      .def("is_completed", &distributed::Work::is_completed);
   py::class_<PG, std::shared_ptr<PG>>(d, "ProcessGroup")
+      .def("all_reduce_async", [](PG& g, const Tensor& t, const std::string& op) {
+        py::gil_scoped_release nogil;
+        return g.allreduce(t, reduce_op(op));
+      }, py::arg("tensor"), py::arg("op") = "sum", "Starts an all-reduce in place; wait() on the result.")
       .def_property_readonly("rank", &PG::rank)
       .def_property_readonly("size", &PG::size)
       .def("all_reduce", [](PG& g, const Tensor& t, const std::string& op) { run([&] { return g.allreduce(t, reduce_op(op)); }); },

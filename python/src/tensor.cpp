@@ -391,13 +391,21 @@ or tessera.from_dlpack, and returned by every op.)");
       .def_property_readonly("retains_grad", &Tensor::retains_grad)
       .def("register_hook", [](Tensor& t, py::function fn) {
              // The hook runs in the backward pass, with the GIL taken back; None keeps the gradient.
-             auto hook = std::make_shared<py::function>(std::move(fn));
+             auto hook = hold(std::move(fn));
              std::function<Tensor(const Tensor&)> h = [hook](const Tensor& g) -> Tensor {
                py::gil_scoped_acquire gil;
                py::object r = (*hook)(g);
                return r.is_none() ? g : r.cast<Tensor>();
              };
              return t.register_hook(std::move(h));
+           }, py::arg("hook"))
+      .def("register_post_accumulate_grad_hook", [](Tensor& t, py::function fn) {
+             // Runs after backward has summed a gradient into this leaf's .grad, with the GIL taken back.
+             auto hook = hold(std::move(fn));
+             return t.register_post_accumulate_grad_hook([hook](const Tensor& leaf) {
+               py::gil_scoped_acquire gil;
+               (*hook)(leaf);
+             });
            }, py::arg("hook"))
       // in place
       .def("zero_", [](Tensor& t) { py::gil_scoped_release nogil; t.zero_(); return t; })

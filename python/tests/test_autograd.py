@@ -168,3 +168,18 @@ def test_grad_scaler_skips_steps_with_inf_gradients_and_backs_off():
     assert not (model.weight == w0).all().item()
     with pytest.raises(ValueError, match="bfloat16 or tessera.float16"):
         tessera.autocast("cpu", dtype=tessera.float32)
+
+
+def test_callbacks_held_only_by_cpp_are_released_safely():
+    # A lambda whose only reference is the engine's queue is released inside
+    # backward, where the GIL is not held: the holder takes it back first.
+    seen = []
+    x = tessera.ones(3, requires_grad=True)
+
+    def post(leaf):
+        tessera._C._autograd.queue_callback(lambda: seen.append(leaf.grad.sum().item()))
+
+    x.register_post_accumulate_grad_hook(post)
+    for _ in range(3):
+        (x * 2).sum().backward()
+    assert seen == [6.0, 12.0, 18.0]

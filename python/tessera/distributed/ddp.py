@@ -1,8 +1,10 @@
 """DistributedDataParallel for Python modules: every rank starts from rank
-0's parameters and buffers, and each parameter's gradient is averaged over the
-ranks as backward produces it. One all-reduce per parameter, waited for in the
-backward pass: correct, but without the bucketing and overlap of the C++ data
-parallelism that tessera.train.fit runs (parallel.data in a config)."""
+0's parameters and buffers; as backward sums each parameter's gradient into
+its .grad, an asynchronous all-reduce (average) of it starts on the
+communication thread, overlapping the rest of backward, and the end of
+backward waits for them all (as the C++ data parallelism does, one
+all-reduce per parameter rather than per bucket). Gradient accumulation over
+several backward passes stays exact: each pass averages what it added."""
 from .. import _C
 from ..autograd import no_grad
 from ..nn.module import Module
@@ -15,6 +17,7 @@ class DistributedDataParallel(Module):
         self.module = module
         object.__setattr__(self, "_group", process_group or init_process_group())
         object.__setattr__(self, "_broadcast_buffers", broadcast_buffers)
+        object.__setattr__(self, "_pending", [])
         g = self._group
         with no_grad():
             for t in list(module.parameters()) + list(module.buffers()):
@@ -22,12 +25,17 @@ class DistributedDataParallel(Module):
         if g.size > 1:
             for p in module.parameters():
                 if p.requires_grad:
-                    p.register_hook(self._average)
+                    p.register_post_accumulate_grad_hook(self._start)
 
-    def _average(self, grad):
-        g = grad.contiguous().clone()
-        self._group.all_reduce(g, "avg")
-        return g
+    def _start(self, param):
+        if not self._pending:
+            _C._autograd.queue_callback(self._finish)  # once per backward pass
+        self._pending.append(self._group.all_reduce_async(param.grad, "avg"))
+
+    def _finish(self):
+        pending, self._pending[:] = list(self._pending), []
+        for work in pending:
+            work.wait()
 
     def forward(self, *args, **kwargs):
         if self._broadcast_buffers and self._group.size > 1:
