@@ -14,17 +14,17 @@ set -euo pipefail
 # metrics endpoint (httplib) and the inference server (Boost.Beast's parser),
 # simdjson for its requests, the ONNX schema and checker, ICU's Unicode
 # categories for LLM tokenizers, Open MPI for distributed training (docs/dependencies.md),
-# pybind11, Python's headers and DLPack's for the `tessera` Python module (docs/python.md).
+# pybind11, Python's headers and DLPack's for the `tessera` Python module, venv and pip
+# to install it (docs/python.md).
 # Data: Fashion-MNIST (the default training job) and the fortunes corpus.
 packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libdnnl-dev python3
           nlohmann-json3-dev libsimdjson-dev libsodium-dev libboost-dev libyaml-cpp-dev libcli11-dev zlib1g-dev libcpp-httplib-dev
-          libonnx-dev libprotobuf-dev libicu-dev libopenmpi-dev openmpi-bin pybind11-dev python3-dev python3-numpy libdlpack-dev
+          libonnx-dev libprotobuf-dev libicu-dev libopenmpi-dev openmpi-bin pybind11-dev python3-dev python3-numpy libdlpack-dev python3-venv python3-pip
           dataset-fashion-mnist fortunes)
 if [ "${1:-}" = "--test" ]; then
   packages+=(prometheus locales sentencepiece)
-  # The Python module's tests: pytest, mypy's stubgen (the checked-in .pyi), and
-  # venv + pip for `pip install .` into a fresh environment (docs/python.md).
-  packages+=(python3-pytest python3-mypy python3-venv python3-pip)
+  # The Python module's tests: pytest and mypy's stubgen (the checked-in .pyi).
+  packages+=(python3-pytest python3-mypy)
   # Node.js and npm: the LLM compatibility references (scripts/llm_reference.sh);
   # a Node.js installed otherwise serves as well.
   command -v npm >/dev/null || packages+=(nodejs npm)
