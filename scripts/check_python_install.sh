@@ -14,16 +14,20 @@ trap 'rm -rf "$tmp"' EXIT
 py=/usr/bin/python3
 
 run_suite() {  # venv: the suite against the installed package, from a directory outside the checkout
-  (cd "$tmp" && TESSERA_SOURCE_DIR=$root "$1/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests" >"$tmp/pytest.log" 2>&1) \
-    || { tail -40 "$tmp/pytest.log" >&2; exit 1; }
-  tail -1 "$tmp/pytest.log"
+  if ! (cd "$tmp" && TESSERA_SOURCE_DIR=$root "$1/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests" \
+          >"$tmp/pytest.log" 2>&1); then
+    tail -40 "$tmp/pytest.log" >&2
+    echo "check_python_install: the suite failed against $1 (above)" >&2
+    exit 1
+  fi
 }
 
 $py -m venv --system-site-packages "$tmp/venv"
 "$tmp/venv/bin/pip" install -q --no-build-isolation --no-index . >"$tmp/pip.log" 2>&1 || { tail -40 "$tmp/pip.log" >&2; exit 1; }
 where=$(cd "$tmp" && "$tmp/venv/bin/python" -c 'import tessera, os; print(os.path.dirname(tessera.__file__))')
 case "$where" in "$tmp/venv/"*) ;; *) echo "check_python_install: imported tessera from $where, not the venv" >&2; exit 1 ;; esac
-echo "pip install .: tessera imports from the venv; $(run_suite "$tmp/venv")"
+run_suite "$tmp/venv"  # not in $(...): its exit must stop this script
+echo "pip install .: tessera imports from the venv; $(tail -1 "$tmp/pytest.log")"
 
 "$tmp/venv/bin/pip" wheel -q --no-build-isolation --no-index --no-deps -w "$tmp/wheels" . >"$tmp/wheel.log" 2>&1 \
   || { tail -40 "$tmp/wheel.log" >&2; exit 1; }
@@ -33,4 +37,5 @@ $py -m venv --system-site-packages "$tmp/clean"
 # The wheel's extension finds its own libtessera beside it, never a build tree's.
 lib=$(cd "$tmp" && ldd "$tmp"/clean/lib/python3*/site-packages/tessera/_C*.so | awk '/libtessera/ {print $3}')
 case "$lib" in "$tmp/clean/"*) ;; *) echo "check_python_install: the wheel's module loads libtessera from $lib" >&2; exit 1 ;; esac
-echo "wheel $(basename "$wheel") ($(du -m "$wheel" | cut -f1) MB): self-contained; $(run_suite "$tmp/clean")"
+run_suite "$tmp/clean"
+echo "wheel $(basename "$wheel") ($(du -m "$wheel" | cut -f1) MB): self-contained; $(tail -1 "$tmp/pytest.log")"
