@@ -12,6 +12,8 @@ root=$PWD
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 py=/usr/bin/python3
+$py -c "import pytest, venv" 2>/dev/null \
+  || { echo "check_python_install: needs python3-pytest and python3-venv (scripts/setup.sh --test)" >&2; exit 1; }
 
 run_suite() {  # venv: the suite against the installed package, from a directory outside the checkout
   if ! (cd "$tmp" && TESSERA_SOURCE_DIR=$root "$1/bin/python" -m pytest -q -p no:cacheprovider "$root/python/tests" \
