@@ -29,7 +29,7 @@ $py -m venv --system-site-packages "$tmp/venv"
 where=$(cd "$tmp" && "$tmp/venv/bin/python" -c 'import tessera, os; print(os.path.dirname(tessera.__file__))')
 case "$where" in "$tmp/venv/"*) ;; *) echo "check_python_install: imported tessera from $where, not the venv" >&2; exit 1 ;; esac
 run_suite "$tmp/venv"  # not in $(...): its exit must stop this script
-echo "pip install .: tessera imports from the venv; $(tail -1 "$tmp/pytest.log")"
+echo "pip install .: tessera imports from the venv; $(grep -E "[0-9]+ passed" "$tmp/pytest.log" | tail -1)"
 
 "$tmp/venv/bin/pip" wheel -q --no-build-isolation --no-index --no-deps -w "$tmp/wheels" . >"$tmp/wheel.log" 2>&1 \
   || { tail -40 "$tmp/wheel.log" >&2; exit 1; }
@@ -40,4 +40,4 @@ $py -m venv --system-site-packages "$tmp/clean"
 lib=$(cd "$tmp" && ldd "$tmp"/clean/lib/python3*/site-packages/tessera/_C*.so | awk '/libtessera/ {print $3}')
 case "$lib" in "$tmp/clean/"*) ;; *) echo "check_python_install: the wheel's module loads libtessera from $lib" >&2; exit 1 ;; esac
 run_suite "$tmp/clean"
-echo "wheel $(basename "$wheel") ($(du -m "$wheel" | cut -f1) MB): self-contained; $(tail -1 "$tmp/pytest.log")"
+echo "wheel $(basename "$wheel") ($(du -m "$wheel" | cut -f1) MB): self-contained; $(grep -E "[0-9]+ passed" "$tmp/pytest.log" | tail -1)"
