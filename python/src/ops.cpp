@@ -279,7 +279,7 @@ bool convert(const Param& p, py::handle v, bool strict, Bound& b, std::string& w
       return true;
     case Kind::Scalar:
       if (!is_number(v)) {
-        if (is_tensor(v) && v.cast<Tensor>().numel() == 1) { b.attrs.items().emplace_back(p.attr, v.cast<Tensor>().item()); return true; }
+        if (is_tensor(v) && tensor_ref(v).numel() == 1) { b.attrs.items().emplace_back(p.attr, tensor_ref(v).item()); return true; }
         return mismatch("a number");
       }
       b.attrs.items().emplace_back(p.attr, to_scalar(v));
