@@ -51,6 +51,16 @@ py::object tensor_object(Tensor t);
 bool is_tensor(py::handle h);
 const Tensor& tensor_ref(py::handle h);  // h must be a tessera.Tensor (is_tensor)
 
+// An optimizer's state as Python holds it: ({name: tensor}, the groups as JSON
+// text), what Optimizer.state_dict gives and a ZeRO's consolidated state too.
+}  // namespace tessera::python
+namespace tessera::optim {
+struct OptimizerState;
+}
+namespace tessera::python {
+py::tuple optimizer_state_object(const optim::OptimizerState& s);
+optim::OptimizerState optimizer_state_from(py::dict tensors, const std::string& groups);
+
 // A short description of a Python value's type for error messages ("int", "list", "Tensor").
 std::string type_name(py::handle h);
 

@@ -19,6 +19,22 @@ optim::ParamGroup group_of(py::handle params, const optim::Options& options) {
 }
 }  // namespace
 
+py::tuple optimizer_state_object(const optim::OptimizerState& s) {
+  py::dict tensors;
+  for (auto& [k, t] : s.tensors) tensors[py::str(k)] = tensor_object(t);
+  return py::make_tuple(tensors, py::str(s.groups.dump()));
+}
+
+optim::OptimizerState optimizer_state_from(py::dict tensors, const std::string& groups) {
+  optim::OptimizerState s;
+  for (auto [k, v] : tensors) {
+    if (!is_tensor(v)) type_error("an optimizer state's '" + py::str(k).cast<std::string>() + "' must be a Tensor, got " + type_name(v));
+    s.tensors.emplace_back(py::str(k), v.cast<Tensor>());
+  }
+  s.groups = nlohmann::json::parse(groups);
+  return s;
+}
+
 void bind_optim(py::module_& m) {
   py::module_ o = m.def_submodule("_optim", "The C++ optimizers");
   py::class_<optim::Optimizer>(o, "Optimizer")
@@ -35,17 +51,9 @@ void bind_optim(py::module_& m) {
       .def("add_param_group", [](optim::Optimizer& opt, py::handle params, const optim::Options& options) {
         opt.add_param_group(group_of(params, options));
       })
-      .def("state_dict", [](const optim::Optimizer& opt) {
-        optim::OptimizerState s = opt.state_dict();
-        py::dict tensors;
-        for (auto& [k, t] : s.tensors) tensors[py::str(k)] = tensor_object(t);
-        return py::make_tuple(tensors, py::str(s.groups.dump()));
-      })
+      .def("state_dict", [](const optim::Optimizer& opt) { return optimizer_state_object(opt.state_dict()); })
       .def("load_state_dict", [](optim::Optimizer& opt, py::dict tensors, const std::string& groups) {
-        optim::OptimizerState s;
-        for (auto [k, v] : tensors) s.tensors.emplace_back(py::str(k), v.cast<Tensor>());
-        s.groups = nlohmann::json::parse(groups);
-        opt.load_state_dict(s);
+        opt.load_state_dict(optimizer_state_from(tensors, groups));
       });
   o.def("make", [](const std::string& name, py::list groups, const optim::Options& defaults) {
     std::vector<optim::ParamGroup> gs;

@@ -5,10 +5,12 @@ alone when not launched) and its collectives, with torch.distributed's names.
     import tessera.distributed as dist
     dist.init_process_group()
     dist.all_reduce(t)                      # in place, summed over the ranks
-    model = dist.DistributedDataParallel(model)  # gradients averaged in backward
+    model = dist.DistributedDataParallel(model)  # gradients averaged in backward, in buckets
+    opt = dist.ZeroRedundancyOptimizer(model, tessera.optim.AdamW, stage=2, lr=1e-3)  # or ZeRO
 
-A training config's data, ZeRO, tensor and pipeline parallelism run through
-tessera.train.fit under `tessera launch` (docs/distributed.md)."""
+Both are the C++ implementations, run on a Python model's own tensors. A
+training config's tensor and pipeline parallelism (which restructure the C++
+model) run through tessera.train.fit under `tessera launch` (docs/distributed.md)."""
 from .. import _C
 
 _D = _C._distributed
@@ -101,3 +103,5 @@ def destroy_process_group():
 
 
 from .ddp import DistributedDataParallel  # noqa: E402,F401
+from .zero import ZeroRedundancyOptimizer  # noqa: E402,F401
+from . import optim  # noqa: E402,F401

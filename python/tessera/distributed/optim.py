@@ -1,0 +1,2 @@
+"""torch.distributed.optim's name for ZeRO."""
+from .zero import ZeroRedundancyOptimizer  # noqa: F401
