@@ -65,6 +65,7 @@ struct Signature {
   bool variadic = false;   // the op's inputs are one list
   bool list_output = false;
   int n_outputs = 1;
+  PyTypeObject* named = nullptr;  // the outputs' named tuple (max, sort, topk: values and indices)
 };
 
 // "x index src?" -> {"x", "index", "src"}
@@ -105,6 +106,24 @@ std::vector<std::string> split_params(const std::string& s) {
   }
   if (!trim(cur).empty()) r.push_back(trim(cur));
   return r;
+}
+
+// Note [Named results]: as torch.return_types, an op whose outputs are values
+// and indices returns a named tuple (structseq) of that op's name, so
+// `torch.max(x, 1).indices` and `values, indices = x.sort()` both work; the
+// types live in tessera.return_types.
+PyTypeObject* return_type(const std::string& op, const std::vector<std::string>& fields, py::module_& types) {
+  if (py::hasattr(types, op.c_str())) return reinterpret_cast<PyTypeObject*>(types.attr(op.c_str()).ptr());
+  static std::deque<std::string>* texts = new std::deque<std::string>();  // structseq keeps the char pointers
+  std::vector<PyStructSequence_Field>* fs = new std::vector<PyStructSequence_Field>();
+  for (const std::string& f : fields) fs->push_back({texts->emplace_back(f).c_str(), nullptr});
+  fs->push_back({nullptr, nullptr});
+  auto* desc = new PyStructSequence_Desc{texts->emplace_back("tessera.return_types." + op).c_str(), nullptr, fs->data(),
+                                         static_cast<int>(fields.size())};
+  PyTypeObject* t = PyStructSequence_NewType(desc);
+  if (!t) throw py::error_already_set();
+  types.attr(op.c_str()) = py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(t));
+  return t;
 }
 
 [[noreturn]] void bad_row(const SigRow& row, const std::string& why) {
@@ -383,6 +402,13 @@ py::object result(const Signature& sig, TensorList&& out) {
   for (Tensor& t : out)
     if (t.defined()) defined.push_back(std::move(t));
   if (defined.size() == 1) return tensor_object(std::move(defined[0]));
+  if (sig.named && defined.size() == static_cast<size_t>(sig.n_outputs)) {
+    py::object t = py::reinterpret_steal<py::object>(PyStructSequence_New(sig.named));
+    if (!t) throw py::error_already_set();
+    for (size_t i = 0; i < defined.size(); ++i)
+      PyStructSequence_SetItem(t.ptr(), static_cast<Py_ssize_t>(i), tensor_object(std::move(defined[i])).release().ptr());
+    return t;
+  }
   py::tuple t(defined.size());
   for (size_t i = 0; i < defined.size(); ++i) t[i] = tensor_object(std::move(defined[i]));
   return t;
@@ -497,12 +523,15 @@ void bind_ops(py::module_& m) {
   static std::map<std::string, std::map<std::string, Overloads>>* spaces = new std::map<std::string, std::map<std::string, Overloads>>();
   static std::deque<std::string>* docs = new std::deque<std::string>();
   std::vector<bool> covered(ops::op_count(), false);
+  py::module_ types = m.def_submodule("return_types", "The named tuples ops return (as torch.return_types)");
   sigs->reserve(std::size(kRows));
   for (const SigRow& row : kRows) {
     auto id = ops::op_id(row.op);
     if (!id) bad_row(row, "no op of that name in ops.def");
     covered[static_cast<int>(*id)] = true;
     sigs->push_back(parse(row, *id));
+    std::vector<std::string> outputs = input_names(ops::op_entry(*id).outputs);
+    if (outputs == std::vector<std::string>{"values", "indices"}) sigs->back().named = return_type(row.op, outputs, types);
   }
   for (int i = 0; i < ops::op_count(); ++i)
     if (!covered[i]) throw std::runtime_error("op_signatures.def has no row for the op '" + std::string(ops::op_table()[i].name) + "' of ops.def");

@@ -11,8 +11,9 @@ from . import _C
 
 # The extension's submodules, importable by name (import tessera._C.ops) and
 # seen by stubgen (scripts/python_stubs.py).
-for _name in ("ops", "_functional", "_linalg", "_autograd", "_optim", "_amp", "_compile", "_serve", "_llm", "_nn", "_train", "_profiler", "_distributed", "_data", "_quant"):
+for _name in ("ops", "_functional", "_linalg", "_autograd", "_optim", "_amp", "_compile", "_serve", "_llm", "_nn", "_train", "_profiler", "_distributed", "_data", "_quant", "return_types"):
     _sys.modules[f"{__name__}._C.{_name}"] = getattr(_C, _name)
+_sys.modules[f"{__name__}.return_types"] = _C.return_types  # torch.max(x, 1) is a tessera.return_types.max
 from ._C import (  # noqa: F401
     Tensor, dtype, device, Error, OutOfMemoryError, InternalError,
     uint8, int8, int32, int64, float16, bfloat16, float32, float64,
@@ -29,6 +30,7 @@ float, double, half, long, int = float32, float64, float16, int64, int32
 # (python/src/op_signatures.def): tessera.sum, tessera.matmul, ...
 from ._C import *  # noqa: F401,F403
 from ._C import ops  # noqa: F401  every op by its ops.def name
+from ._C import return_types  # noqa: F401
 from ._factories import (  # noqa: F401
     tensor, as_tensor, zeros, ones, full, empty, zeros_like, ones_like, full_like, empty_like,
     rand, randn, randint, rand_like, randn_like, arange,

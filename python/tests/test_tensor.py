@@ -216,3 +216,18 @@ def test_no_leak_after_ten_thousand_ops():
     grown = sum(s.size_diff for s in snap1.compare_to(snap0, "filename") if s.size_diff > 0)
     assert tessera.memory_allocated() == before
     assert grown < 64 * 1024, grown
+
+
+def test_values_and_indices_come_as_named_tuples():
+    x = tessera.tensor([[1.0, 5.0, 3.0], [4.0, 2.0, 6.0]])
+    r = tessera.max(x, 1)
+    assert isinstance(r, tessera.return_types.max) and isinstance(r, tuple)
+    assert r.values.tolist() == [5.0, 6.0] and r.indices.tolist() == [1, 2]
+    assert repr(r).startswith("tessera.return_types.max(values=tensor([5., 6.]), indices=tensor([1, 2]))")
+    values, indices = x.sort(dim=1, descending=True)
+    assert values.tolist() == [[5.0, 3.0, 1.0], [6.0, 4.0, 2.0]] and indices.tolist() == [[1, 2, 0], [2, 0, 1]]
+    assert x.topk(1).indices.tolist() == [[1], [2]]
+    assert tessera.min(x, dim=0, keepdim=True).values.tolist() == [[1.0, 2.0, 3.0]]
+    assert type(x.max()) is tessera.Tensor  # one output: the tensor itself
+    u = tessera.unique(tessera.tensor([1, 1, 2]), return_counts=True)
+    assert type(u) is tuple  # as PyTorch: unique's results are a plain tuple
