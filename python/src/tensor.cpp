@@ -174,17 +174,90 @@ Tensor basic_index(const Tensor& t, py::handle index, std::vector<AdvancedIndex>
   return r;
 }
 
-Tensor getitem(const Tensor& t, py::handle index) {
-  std::vector<AdvancedIndex> adv;
-  Tensor r = basic_index(t, index, adv);
-  if (adv.empty()) return r;
-  if (adv.size() > 1)
-    throw py::index_error("indexing with more than one tensor or list at once is not supported yet; index one dim at a time");
-  AdvancedIndex& a = adv[0];
-  py::gil_scoped_release nogil;
+void check_integer_index(const Tensor& i) {
+  TS_CHECK(i.dtype() == DType::I64 || i.dtype() == DType::I32 || i.dtype() == DType::U8 || i.dtype() == DType::I8,
+           "tensors used as indices must be integer or bool tensors, got ", dtype_name(i.dtype()));
+}
+
+// Note [Several tensor indices]
+// x[i, j] with several tensor (or list, or mask) indices follows NumPy's
+// advanced indexing: a mask over d dims stands for d integer indices (its
+// nonzero coordinates), the integer indices broadcast to one shape B, and
+// the result holds x[i[b], j[b], ...] at each b of B, followed by the dims no
+// tensor indexed. B takes the place of the indexed dims when they are
+// adjacent (x[:, i, j]), else it comes first (x[i, :, j]). It is computed by
+// ops, so autograd flows: the indexed dims are moved to the front and
+// flattened, and one index_select reads the row-major positions
+// i * size(j) + j.
+Tensor gather_advanced(const Tensor& r, const std::vector<AdvancedIndex>& adv) {
+  std::vector<std::pair<int64_t, Tensor>> idx;  // (dim of r, i64 indices)
+  for (const AdvancedIndex& a : adv) {
+    if (a.index.dtype() == DType::Bool) {
+      const Tensor& mask = a.index;
+      TS_CHECK(mask.dim() > 0, "a 0-dim boolean index cannot be combined with other tensor indices");
+      TS_CHECK(a.dim + mask.dim() <= r.dim(), "the boolean mask has ", mask.dim(), " dims; the tensor has only ",
+               r.dim() - a.dim, " left to index");
+      for (int64_t i = 0; i < mask.dim(); ++i)
+        TS_CHECK(mask.size(i) == r.size(a.dim + i), "the shape of the mask ", shape_str(mask.shape()), " at index ", i,
+                 " does not match the shape of the indexed tensor ", shape_str(r.shape()));
+      Tensor nz = ops::nonzero(mask);
+      for (int64_t c = 0; c < mask.dim(); ++c) idx.emplace_back(a.dim + c, nz.select(1, c));
+    } else {
+      check_integer_index(a.index);
+      idx.emplace_back(a.dim, a.index.to(DType::I64));
+    }
+  }
+  Shape b;  // the indices' common shape
+  for (size_t k = 0; k < idx.size(); ++k) {
+    auto& [d, i] = idx[k];
+    const int64_t n = r.size(d);
+    if (i.numel() > 0) {
+      const int64_t lo = i.min().item<int64_t>(), hi = i.max().item<int64_t>();
+      if (lo < -n || hi >= n)  // a C++ exception until translated (with the GIL), so it may be thrown here
+        throw py::index_error("index " + std::to_string(hi >= n ? hi : lo) + " is out of bounds for dimension " +
+                              std::to_string(d) + " with size " + std::to_string(n));
+    }
+    i = ops::remainder(i, Scalar(n));  // negative indices count from the end
+    b = k == 0 ? i.shape() : broadcast_shapes(b, i.shape(), "indexing (the tensor indices' shapes)");
+  }
+  Tensor linear;
+  int64_t stride = 1, positions = 1;
+  for (size_t k = idx.size(); k-- > 0;) {
+    Tensor term = ops::mul(idx[k].second.expand(b), Scalar(stride));
+    linear = linear.defined() ? ops::add(linear, term) : term;
+    stride *= r.size(idx[k].first);
+  }
+  positions = stride;
+  std::vector<int64_t> perm;
+  std::vector<bool> indexed(r.dim(), false);
+  for (auto& [d, i] : idx) perm.push_back(d), indexed[d] = true;
+  Shape rest;
+  for (int64_t d = 0; d < r.dim(); ++d)
+    if (!indexed[d]) perm.push_back(d), rest.push_back(r.size(d));
+  Shape flat_shape{positions};
+  for (int64_t v : rest) flat_shape.push_back(v);
+  Tensor out = ops::index_select(r.permute(perm).reshape(flat_shape), 0, linear.reshape({-1}));
+  Shape out_shape = b;
+  for (int64_t v : rest) out_shape.push_back(v);
+  out = out.reshape(out_shape);
+  bool adjacent = true;
+  for (size_t k = 1; k < idx.size(); ++k) adjacent = adjacent && idx[k].first == idx[k - 1].first + 1;
+  const int64_t first = idx.front().first, nb = static_cast<int64_t>(b.size());
+  if (!adjacent || first == 0) return out;
+  std::vector<int64_t> back;  // the dims before the indexed ones, then B, then the others
+  for (int64_t d = 0; d < first; ++d) back.push_back(nb + d);
+  for (int64_t d = 0; d < nb; ++d) back.push_back(d);
+  for (int64_t d = nb + first; d < out.dim(); ++d) back.push_back(d);
+  return out.permute(back);
+}
+
+// r indexed by the tensor indices basic_index left (one or more).
+Tensor gather_or_select(const Tensor& r, const std::vector<AdvancedIndex>& adv) {
+  if (adv.size() > 1) return gather_advanced(r, adv);
+  const AdvancedIndex& a = adv[0];
   if (a.index.dtype() == DType::Bool) {
     // A mask over dims [dim, dim + mask.dim()): the selected entries, flattened into one dim.
-    Tensor mask = a.index;
+    const Tensor& mask = a.index;
     int64_t md = std::max<int64_t>(mask.dim(), 1);
     TS_CHECK(a.dim + md <= r.dim(), "the boolean mask has ", md, " dims; the tensor has only ", r.dim() - a.dim, " left to index");
     for (int64_t i = 0; i < mask.dim(); ++i)
@@ -198,9 +271,7 @@ Tensor getitem(const Tensor& t, py::handle index) {
     Tensor linear = ops::sum(ops::mul(nz, tensor(strides)), {1});
     return ops::index_select(flat_r, a.dim, linear);
   }
-  TS_CHECK(a.index.dtype() == DType::I64 || a.index.dtype() == DType::I32 || a.index.dtype() == DType::U8 ||
-               a.index.dtype() == DType::I8,
-           "tensors used as indices must be integer or bool tensors, got ", dtype_name(a.index.dtype()));
+  check_integer_index(a.index);
   Tensor flat = ops::index_select(r, a.dim, a.index.reshape({-1}));
   if (a.index.dim() == 1) return flat;
   Shape s(r.shape().begin(), r.shape().begin() + a.dim);
@@ -209,10 +280,17 @@ Tensor getitem(const Tensor& t, py::handle index) {
   return flat.reshape(s);
 }
 
+Tensor getitem(const Tensor& t, py::handle index) {
+  std::vector<AdvancedIndex> adv;
+  Tensor r = basic_index(t, index, adv);
+  if (adv.empty()) return r;
+  py::gil_scoped_release nogil;
+  return gather_or_select(r, adv);
+}
+
 void setitem(Tensor& t, py::handle index, py::handle value) {
   std::vector<AdvancedIndex> adv;
   Tensor view = basic_index(t, index, adv);
-  if (adv.size() > 1) throw py::index_error("assigning with more than one tensor or list index at once is not supported yet");
   bool number = is_number(value);
   Tensor v = number ? Tensor() : (is_tensor(value) ? value.cast<Tensor>() : Tensor());
   if (!number && !v.defined()) throw py::type_error("can only assign a number or a Tensor, got " + type_name(value));
@@ -224,15 +302,24 @@ void setitem(Tensor& t, py::handle index, py::handle value) {
     return;
   }
   AdvancedIndex& a = adv[0];
-  if (a.index.dtype() == DType::Bool) {
-    TS_CHECK(number || v.numel() == 1, "assigning a tensor through a boolean mask needs one value (a number or a one-element tensor)");
-    Tensor mask = a.index;
-    for (int64_t i = 0; i < a.dim; ++i) mask = mask.unsqueeze(0);
-    view.masked_fill_(mask, number ? s : v.item());
+  if (adv.size() == 1 && (number || v.numel() == 1)) {  // one index, one value: a fill
+    if (a.index.dtype() == DType::Bool) {
+      Tensor mask = a.index;
+      for (int64_t i = 0; i < a.dim; ++i) mask = mask.unsqueeze(0);
+      view.masked_fill_(mask, number ? s : v.item());
+      return;
+    }
+    check_integer_index(a.index);
+    view.index_fill_(a.dim, a.index.reshape({-1}).to(DType::I64), number ? s : v.item());
     return;
   }
-  TS_CHECK(number || v.numel() == 1, "assigning through an integer index needs one value (a number or a one-element tensor)");
-  view.index_fill_(a.dim, a.index.reshape({-1}).to(DType::I64), number ? s : v.item());
+  // Any other (several indices, or a tensor of values broadcast to what the
+  // index selects): indexing the positions of `view` gives the flat positions
+  // it selects, in the selection's shape; the values are scattered there.
+  Tensor where = gather_or_select(arange(Scalar(view.numel()), DType::I64).reshape(view.shape()), adv);
+  Tensor values = number ? full(where.shape(), s, view.dtype()) : v.to(view.dtype()).expand(where.shape());
+  Tensor updated = ops::scatter(view.contiguous().reshape({-1}), 0, where.reshape({-1}), values.contiguous().reshape({-1}));
+  view.copy_(updated.reshape(view.shape()));
 }
 
 py::tuple shape_tuple(const Shape& s) {

@@ -231,3 +231,47 @@ def test_values_and_indices_come_as_named_tuples():
     assert type(x.max()) is tessera.Tensor  # one output: the tensor itself
     u = tessera.unique(tessera.tensor([1, 1, 2]), return_counts=True)
     assert type(u) is tuple  # as PyTorch: unique's results are a plain tuple
+
+
+def test_several_tensor_indices_follow_numpy():
+    """Note [Several tensor indices]: values as NumPy's advanced indexing, the
+    gradient as np.add.at (repeated positions add up)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    i, j = np.array([0, 2, 3, 2]), np.array([1, 1, -2, 1])
+    rows, cols = np.array([[0], [3]]), np.array([1, 4, 2])
+    mask = np.array([True, False, True, True])
+    cases = [  # (index for NumPy, the same for Tessera)
+        ((i, j), lambda T: (T(i), T(j))),
+        ((rows, cols), lambda T: (T(rows), T(cols))),                       # broadcast to [2, 3]
+        ((slice(None), i[:2], j[:2]), lambda T: (slice(None), T(i[:2]), T(j[:2]))),  # adjacent: in place
+        ((i[:2], slice(None), j[:2]), lambda T: (T(i[:2]), slice(None), T(j[:2]))),  # apart: first
+        ((i[:2], 2, j[:2]), lambda T: (T(i[:2]), 2, T(j[:2]))),
+        (([0, 1], [2, 3]), lambda T: ([0, 1], [2, 3])),
+        ((mask, np.array([0, 1, 2])), lambda T: (T(mask), T(np.array([0, 1, 2])))),
+        ((Ellipsis, [0, 1], [2, 3]), lambda T: (Ellipsis, [0, 1], [2, 3])),
+    ]
+    for k, (npi, ti) in enumerate(cases):
+        xt = tessera.tensor(x, requires_grad=True)
+        y = xt[ti(tessera.tensor)]
+        assert y.shape == x[npi].shape, k
+        assert np.array_equal(y.detach().numpy(), x[npi]), k
+        y.sum().backward()
+        grad = np.zeros_like(x)
+        np.add.at(grad, npi, 1.0)
+        assert np.array_equal(xt.grad.numpy(), grad), k
+    # Assignment through them: a number, a tensor broadcast to the selection.
+    for npi, ti, value in [((i, j), lambda T: (T(i), T(j)), 7.0),
+                           ((i[:2], j[:2]), lambda T: (T(i[:2]), T(j[:2])), np.full((2, 6), 3.0, np.float32)),
+                           ((np.array([1, 3]),), lambda T: (T(np.array([1, 3])),), np.arange(30.0, dtype=np.float32).reshape(5, 6)),
+                           ((slice(None), [0, 4]), lambda T: (slice(None), [0, 4]), np.zeros((4, 2, 1), np.float32))]:
+        expect = x.copy()
+        expect[npi] = value
+        t = tessera.tensor(x)
+        t[ti(tessera.tensor)] = value if isinstance(value, float) else tessera.tensor(value)
+        assert np.array_equal(t.numpy(), expect)
+    t = tessera.tensor(x)
+    with pytest.raises(IndexError, match="index 4 is out of bounds for dimension 0 with size 4"):
+        t[tessera.tensor([0, 4]), tessera.tensor([1, 1])]
+    with pytest.raises(ValueError, match="cannot be broadcast"):
+        t[tessera.tensor([0, 1]), tessera.tensor([1, 1, 1])]
