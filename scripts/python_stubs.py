@@ -22,7 +22,8 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 STUBS = ROOT / "python" / "tessera" / "_C"  # a stub package: _C/__init__.pyi and one file per submodule
 MODULES = ["tessera._C", "tessera._C.ops", "tessera._C._functional", "tessera._C._linalg", "tessera._C._autograd",
-           "tessera._C._optim", "tessera._C._amp", "tessera._C._compile", "tessera._C._serve", "tessera._C._llm", "tessera._C._nn", "tessera._C._train", "tessera._C._profiler", "tessera._C._distributed", "tessera._C._data", "tessera._C._quant"]
+           "tessera._C._optim", "tessera._C._amp", "tessera._C._compile", "tessera._C._serve", "tessera._C._llm", "tessera._C._nn", "tessera._C._train", "tessera._C._profiler", "tessera._C._distributed", "tessera._C._data", "tessera._C._quant",
+           "tessera._C._layers"]
 
 
 def generate(package_root):

@@ -88,6 +88,7 @@ void bind_tensor(py::module_& m);
 void bind_interop(py::module_& m);
 void bind_ops(py::module_& m);
 void bind_autograd(py::module_& m);
+void bind_layers(py::module_& m);  // after bind_nn (the layers derive from its Module)
 void bind_optim(py::module_& m);
 void bind_io(py::module_& m);
 void bind_amp(py::module_& m);

@@ -30,6 +30,7 @@ PYBIND11_MODULE(_C, m) {
   bind_serve(m);
   bind_llm(m);
   bind_nn(m);
+  bind_layers(m);
   bind_train(m);
   bind_profiler(m);
   bind_distributed(m);

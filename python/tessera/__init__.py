@@ -11,7 +11,7 @@ from . import _C
 
 # The extension's submodules, importable by name (import tessera._C.ops) and
 # seen by stubgen (scripts/python_stubs.py).
-for _name in ("ops", "_functional", "_linalg", "_autograd", "_optim", "_amp", "_compile", "_serve", "_llm", "_nn", "_train", "_profiler", "_distributed", "_data", "_quant", "return_types"):
+for _name in ("ops", "_functional", "_linalg", "_autograd", "_optim", "_amp", "_compile", "_serve", "_llm", "_nn", "_train", "_profiler", "_distributed", "_data", "_quant", "_layers", "return_types"):
     _sys.modules[f"{__name__}._C.{_name}"] = getattr(_C, _name)
 _sys.modules[f"{__name__}.return_types"] = _C.return_types  # torch.max(x, 1) is a tessera.return_types.max
 from ._C import (  # noqa: F401

@@ -185,3 +185,115 @@ def test_the_profiler_records_ops_and_writes_a_trace(tmp_path):
     prof.export_chrome_trace(tmp_path / "trace.json")
     trace = _json.loads((tmp_path / "trace.json").read_text())
     assert trace["traceEvents"]
+
+
+@pytest.mark.parametrize("name,args,kwargs,shape", [
+    ("Linear", (6, 4), {}, (3, 6)),
+    ("Conv2d", (3, 4, (3, 1)), {"stride": 2, "padding": 1}, (2, 3, 7, 6)),
+    ("Conv1d", (3, 4, 3), {"padding": "same", "dilation": 2}, (2, 3, 9)),
+    ("ConvTranspose2d", (3, 2, 3), {"stride": 2, "output_padding": 1}, (1, 3, 4, 5)),
+    ("BatchNorm2d", (3,), {"momentum": None}, (4, 3, 2, 2)),
+    ("LayerNorm", ([2, 5],), {"eps": 1e-3}, (3, 2, 5)),
+    ("RMSNorm", (5,), {}, (3, 5)),
+    ("GroupNorm", (2, 4), {}, (2, 4, 3)),
+    ("Embedding", (10, 4), {"padding_idx": 0}, None),
+    ("MaxPool2d", (3,), {"stride": 2, "padding": 1}, (1, 2, 7, 7)),
+    ("AvgPool2d", (2,), {"count_include_pad": False, "padding": 1}, (1, 2, 5, 5)),
+    ("AdaptiveAvgPool2d", ((2, 3),), {}, (1, 2, 5, 7)),
+    ("GELU", (), {"approximate": "tanh"}, (4, 3)),
+    ("Softplus", (), {"beta": 2.0}, (4, 3)),
+    ("LogSoftmax", (), {"dim": 0}, (4, 3)),
+    ("Flatten", (), {"start_dim": 0}, (2, 3, 4)),
+])
+def test_the_cpp_layers_take_torch_nn_arguments(name, args, kwargs, shape):
+    """tessera.nn.cpp.<Layer>(...) is the C++ layer built by the same arguments
+    as the Python layer of that name: same parameters (names and shapes), same
+    outputs once it holds the same weights, same gradients."""
+    py_layer, cpp_layer = getattr(nn, name)(*args, **kwargs), getattr(nn.cpp, name)(*args, **kwargs)
+    assert isinstance(cpp_layer, nn.CppModule) and isinstance(cpp_layer, nn.Module)
+    state = py_layer.state_dict()
+    assert {k: tuple(v.shape) for k, v in state.items()} == {k: tuple(v.shape) for k, v in cpp_layer.state_dict().items()}
+    cpp_layer.load_state_dict(state)
+    x = tessera.randint(0, 10, (3, 5)) if shape is None else tessera.randn(*shape)
+    outs = []
+    for layer in (py_layer, cpp_layer):
+        xi = x.clone().requires_grad_(x.is_floating_point())
+        y = layer(xi)
+        (y * tessera.arange(y.numel()).reshape(y.shape).float()).sum().backward()
+        outs.append((y.detach().numpy(), xi.grad.numpy() if x.is_floating_point() else None,
+                     {k: p.grad.numpy() for k, p in layer.named_parameters()}))
+    (y0, g0, p0), (y1, g1, p1) = outs
+    assert np.allclose(y0, y1, atol=1e-5), name
+    if g0 is not None:
+        assert np.allclose(g0, g1, atol=1e-4), name
+    for k in p0:
+        assert np.allclose(p0[k], p1[k], atol=1e-4), (name, k)
+    x2 = x if shape is None else x * 2
+    py_layer(x2), cpp_layer(x2)  # buffers (batch norm's running statistics) move alike
+    s0, s1 = py_layer.state_dict(), cpp_layer.state_dict()
+    for k in s0:
+        assert np.allclose(s0[k].numpy(), s1[k].numpy(), atol=1e-5), (name, k)
+
+
+def test_the_layers_only_cpp_has():
+    rng = np.random.default_rng(0)
+    # Bilinear: y_k = x1^T W_k x2 + b_k.
+    bl = nn.Bilinear(3, 4, 2)
+    x1, x2 = rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+    expect = np.einsum("ni,kij,nj->nk", x1, bl.weight.detach().numpy(), x2) + bl.bias.detach().numpy()
+    assert np.allclose(bl(tessera.tensor(x1), tessera.tensor(x2)).detach().numpy(), expect, atol=1e-5)
+    # MultiheadAttention: PyTorch's parameters and key_padding_mask, against the formula.
+    E, H, L = 8, 2, 4
+    mha = nn.MultiheadAttention(E, H, batch_first=True)
+    assert [k for k, _ in mha.named_parameters()] == ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"]
+    x = rng.standard_normal((2, L, E)).astype(np.float32)
+    pad = np.array([[False, False, False, True], [False, False, False, False]])
+    out, weights = mha(tessera.tensor(x), tessera.tensor(x), tessera.tensor(x), key_padding_mask=tessera.tensor(pad))
+    assert weights is None
+    w, b = mha.in_proj_weight.detach().numpy(), mha.in_proj_bias.detach().numpy()
+    q, k, v = np.split(x @ w.T + b, 3, axis=-1)
+    heads = lambda t: t.reshape(2, L, H, E // H).transpose(0, 2, 1, 3)
+    s = heads(q) @ heads(k).transpose(0, 1, 3, 2) / np.sqrt(E // H)
+    s = np.where(pad[:, None, None, :], -np.inf, s)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    o = (p @ heads(v)).transpose(0, 2, 1, 3).reshape(2, L, E)
+    o = o @ mha.out_proj.weight.detach().numpy().T + mha.out_proj.bias.detach().numpy()
+    assert np.allclose(out.detach().numpy(), o, atol=1e-5)
+    enc = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True, norm_first=True)
+    assert enc(tessera.tensor(x), src_key_padding_mask=tessera.tensor(pad)).shape == (2, L, E)
+    assert nn.Unflatten(1, (2, 4))(tessera.ones(3, 8)).shape == (3, 2, 4)
+    with pytest.raises(TypeError, match="kernel_size must be an int or a pair of ints, got str"):
+        nn.cpp.Conv2d(3, 4, "3")
+    with pytest.raises(tessera.Error, match="padding must be a number, a pair, 'same' or 'valid'"):
+        nn.cpp.Conv2d(3, 4, 3, padding="full")
+    assert sorted(nn.cpp.LAYERS) == sorted(set(nn.cpp.LAYERS))
+    assert {"Linear", "Conv2d", "MultiheadAttention", "DecoderBlock", "CrossEntropyLoss"} <= set(nn.cpp.LAYERS)
+
+
+def test_a_cpp_linear_trains_inside_a_python_module():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.cpp.Linear(4, 16)     # C++
+            self.head = nn.Linear(16, 1)         # Python
+
+        def forward(self, x):
+            return self.head(F.relu(self.body(x)))
+
+    tessera.manual_seed(0)
+    net = Net()
+    assert [k for k, _ in net.named_parameters()] == ["body.weight", "body.bias", "head.weight", "head.bias"]
+    opt = tessera.optim.Adam(net.parameters(), lr=0.01)
+    x = tessera.randn(64, 4)
+    y = (x[:, :1] * 2 - x[:, 1:2]).detach()
+    losses = []
+    for _ in range(100):
+        loss = F.mse_loss(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.05 * losses[0]
+    loss_fn = nn.cpp.CrossEntropyLoss(label_smoothing=0.1)
+    assert abs(loss_fn(tessera.zeros(2, 4), tessera.tensor([0, 3])).item() - np.log(4)) < 1e-6

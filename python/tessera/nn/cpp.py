@@ -1,7 +1,11 @@
 """The C++ library's modules in a Python model tree: CppModule wraps an
 nn::Module (a layer or a zoo model); its parameters and buffers are the C++
 module's own tensors, so a Python optimizer trains them and a Python Module may
-hold one next to Python layers."""
+hold one next to Python layers.
+
+    tessera.nn.cpp.Linear(784, 128)                 # every C++ layer, by torch.nn's arguments
+    tessera.nn.cpp.MultiheadAttention(64, 4, batch_first=True)
+    tessera.nn.zoo.build("llama", vocab_size=256, dim=64, ...)  # a zoo model by its config"""
 import json
 
 from .. import _C
@@ -35,8 +39,8 @@ class CppModule(Module):
             self._modules[name] = CppModule(child)
         object.__setattr__(self, "training", native.training)
 
-    def forward(self, x):
-        return self._native(x)
+    def forward(self, *args, **kwargs):
+        return self._native(*args, **kwargs)
 
     def train(self, mode=True):
         self._native.train(mode)
@@ -54,3 +58,19 @@ def build(name, **config):
 
 def model_names():
     return _C._nn.model_names()
+
+
+def _layer(name):
+    """The CppModule class of the C++ layer `name`, built by its constructor's arguments."""
+    native_cls = getattr(_C._layers, name)
+
+    def __init__(self, *args, **kwargs):
+        CppModule.__init__(self, native_cls(*args, **kwargs))
+
+    return type(name, (CppModule,), {"__init__": __init__, "__doc__": native_cls.__doc__,
+                                     "__module__": __name__, "__qualname__": name})
+
+
+LAYERS = sorted(n for n in dir(_C._layers) if not n.startswith("_") and n != "Loss")
+for _name in LAYERS:
+    globals()[_name] = _layer(_name)

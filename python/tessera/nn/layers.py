@@ -191,14 +191,21 @@ class _BatchNorm(Module):
         if track_running_stats:
             self.register_buffer("running_mean", _empty(num_features))
             self.register_buffer("running_var", _C.ops.full([num_features], 1, dtype=_C.get_default_dtype()))
+            self.register_buffer("num_batches_tracked", _C.ops.full([], 0, dtype=_C.int64))
         else:
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
 
     def forward(self, x):
         use_batch = self.training or self.running_mean is None
-        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_batch,
-                            0.1 if self.momentum is None else self.momentum, self.eps)
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # a cumulative moving average, as PyTorch's
+                momentum = 1.0 / self.num_batches_tracked.item()
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_batch, momentum,
+                            self.eps)
 
 
 class BatchNorm1d(_BatchNorm):
