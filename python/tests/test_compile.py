@@ -160,6 +160,50 @@ def test_weight_quantization_and_pruning_of_a_cpp_model():
     tessera.quantization.quantize_weights(q, "q8_0")
     with tessera.no_grad():
         assert q(x).shape == (4, 64)
-    with pytest.raises(TypeError, match="C\\+\\+ library"):
-        tessera.quantization.prune(MLP(), 0.5)
     assert before.shape == (4, 64)
+
+
+def test_pruning_and_qat_of_a_python_model():
+    """A Python model's nn.Linear layers become the C++ layers holding the same
+    weights (the model computes the same), which prune and QAT act on."""
+    tessera.manual_seed(0)
+    model = MLP().eval()
+    x = tessera.randn(5, 8)
+    with tessera.no_grad():
+        before = model(x).numpy()
+    report = tessera.quantization.prune(model, 0.5, skip=["fc2"])
+    assert isinstance(model.fc1, nn.CppModule) and isinstance(model.fc2, nn.CppModule)
+    assert report.startswith("fc1:") and "fc2" not in report
+    assert set(dict(model.named_buffers())) == {"fc1.weight_mask"}
+    assert (dict(model.named_buffers())["fc1.weight_mask"] == 0).sum().item() == 64
+    with pytest.raises(TypeError, match="to_cpp"):
+        tessera.quantization.prune(nn.Linear(4, 4))
+    with pytest.raises(TypeError, match="no Linear or Conv layer"):
+        tessera.quantization.prune(nn.Sequential(nn.ReLU()))
+    tessera.manual_seed(0)
+    twin = nn.cpp.to_cpp(MLP().eval())
+    with tessera.no_grad():
+        assert np.allclose(twin(x).numpy(), before, atol=1e-6)  # the C++ layers compute what the Python ones did
+
+    # QAT: a Python model trains with int8 rounding; a C++ model converts with what it learned.
+    tessera.manual_seed(0)
+    report = tessera.quantization.prepare_qat(MLP())
+    assert "fc1" in report and "fc2" in report
+    cpp_model = nn.zoo.build("mlp", in_features=8, hidden=[32], num_classes=4)
+    assert "2 layers fake-quantized" in tessera.quantization.prepare_qat(cpp_model)
+    opt = tessera.optim.Adam(cpp_model.parameters(), lr=0.01)
+    data = tessera.randn(64, 8)
+    target = data[:, :4] * 2
+    for _ in range(30):
+        loss = F.mse_loss(cpp_model(data), target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    cpp_model.eval()
+    with tessera.no_grad():
+        fake = cpp_model(data).numpy()  # eval mode: the int8 rounding with the observed scales
+    int8, text = tessera.quantization.convert_qat(cpp_model, data[:2])
+    assert "int8" in text
+    assert np.abs(int8(data).numpy() - fake).max() < 0.05 * np.abs(fake).max()
+    with pytest.raises(TypeError, match="convert_qat"):
+        tessera.quantization.convert_qat(MLP(), data[:2])

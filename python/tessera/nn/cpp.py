@@ -74,3 +74,60 @@ def _layer(name):
 LAYERS = sorted(n for n in dir(_C._layers) if not n.startswith("_") and n != "Loss")
 for _name in LAYERS:
     globals()[_name] = _layer(_name)
+
+
+def _one(v):
+    return v[0] if isinstance(v, (tuple, list)) else v
+
+
+def _cpp_twin(m):
+    """The C++ layer built by the Python layer m's arguments and holding its
+    values, or None for a layer that has no twin here."""
+    from . import layers as L
+    bias = getattr(m, "bias", None) is not None
+    if type(m) is L.Linear:
+        c = Linear(m.in_features, m.out_features, bias=bias)
+    elif type(m) is L.Conv2d:
+        c = Conv2d(m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding, m.dilation, m.groups, bias)
+    elif type(m) is L.Conv1d:
+        c = Conv1d(m.in_channels, m.out_channels, _one(m.kernel_size), _one(m.stride), _one(m.padding),
+                   _one(m.dilation), m.groups, bias)
+    else:
+        return None
+    c.load_state_dict(m.state_dict())
+    c.train(m.training)
+    return c
+
+
+def to_cpp(model):
+    """Replaces, in place, the Python Linear, Conv1d and Conv2d layers of a
+    Python model by the C++ layers holding the same values (what pruning,
+    weight quantization and QAT act on), and returns the model; a bare Python
+    layer gives its C++ twin. The parameters are new objects (make the
+    optimizer afterwards, as after torch.nn.utils.prune), and hooks on the
+    replaced layers do not carry over."""
+    twin = _cpp_twin(model)
+    if twin is not None:
+        return twin
+    for name, child in list(model._modules.items()):
+        if child is not None and not isinstance(child, CppModule):
+            model._modules[name] = to_cpp(child)
+    return model
+
+
+def cpp_roots(model):
+    """(path, CppModule) for each C++ module tree in `model`: the model itself
+    when it is one, else the outermost ones inside a Python model."""
+    if isinstance(model, CppModule):
+        return [("", model)]
+    roots = []
+
+    def walk(prefix, m):
+        for name, child in m._modules.items():
+            if isinstance(child, CppModule):
+                roots.append((prefix + name, child))
+            elif child is not None:
+                walk(prefix + name + ".", child)
+
+    walk("", model)
+    return roots
