@@ -2,6 +2,14 @@
 // tokenizer and chat template; generation streamed as a Python iterator; the
 // OpenAI-compatible server started from Python.
 //
+// Note [Batching from Python]
+// tessera.llm.Scheduler is the scheduler the OpenAI server runs (continuous
+// batching, paged KV cache, prefix sharing), driven by the caller: submit()
+// queues a request, step() runs one batched engine step with the GIL released
+// and returns what every request made in it. Each step holds the LLM's lock,
+// so generate() and a scheduler take turns on the engine between steps, each
+// on sequences of its own.
+//
 // Note [Streaming into Python]
 // A Stream runs llm::generate on a thread of its own and hands each piece of
 // text over through a queue; next() waits for one with the GIL released. The
@@ -23,6 +31,7 @@
 #include "tessera/llm/engine.h"
 #include "tessera/llm/generate.h"
 #include "tessera/llm/model.h"
+#include "tessera/llm/scheduler.h"
 #include "tessera/llm/tokenizer.h"
 #include "tessera/serve/http_server.h"
 #include "tessera/serve/llm_service.h"
@@ -150,6 +159,45 @@ nlohmann::ordered_json json_of(py::handle obj) {
   return nlohmann::ordered_json::parse(text);
 }
 
+llm::RequestOptions request_options_of(const py::kwargs& kw) {
+  py::kwargs sampling;
+  llm::RequestOptions r;
+  for (auto [k, v] : kw) {
+    std::string key = py::str(k);
+    if (key == "priority") r.priority = v.cast<int>();
+    else sampling[k] = v;
+  }
+  llm::GenerateOptions g = options_of(sampling);
+  r.sampling = g.sampling;
+  r.max_tokens = g.max_tokens;
+  r.stop = g.stop;
+  r.ignore_eos = g.ignore_eos;
+  return r;
+}
+
+struct PyScheduler {
+  std::shared_ptr<LLM> lm;
+  std::unique_ptr<llm::Scheduler> sched;
+  ~PyScheduler() {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> busy(lm->busy);  // it frees its sequences on the engine
+    sched.reset();
+  }
+};
+
+py::dict event_object(const llm::RequestEvent& e) {
+  py::dict d;
+  d["id"] = e.id;
+  d["text"] = e.text;
+  d["token"] = e.has_token ? py::object(py::int_(e.token)) : py::object(py::none());
+  d["finished"] = e.finished;
+  d["finish_reason"] = e.finish_reason;
+  d["prompt_tokens"] = e.prompt_tokens;
+  d["completion_tokens"] = e.completion_tokens;
+  d["cached_tokens"] = e.cached_tokens;
+  return d;
+}
+
 struct OpenAiServer {
   std::unique_ptr<serve::LlmService> service;
   std::unique_ptr<serve::HttpServer> http;
@@ -186,6 +234,71 @@ void bind_llm(py::module_& m) {
       })
       .def("close", [](Stream& s) { py::gil_scoped_release nogil; s.close(); })
       .def_property_readonly("result", &Stream::result, "finish_reason, tokens, prompt_tokens and timings, at the end");
+
+  py::class_<PyScheduler>(l, "Scheduler", "Many requests batched on one LLM's engine (Note [Batching from Python])")
+      .def(py::init([](std::shared_ptr<LLM> lm, double max_wait_seconds, int64_t lookup_tokens) {
+             llm::SchedulerOptions o;
+             o.max_wait_seconds = max_wait_seconds;
+             o.lookup_tokens = lookup_tokens;
+             TS_CHECK(max_wait_seconds >= 0 && lookup_tokens >= 0,
+                      "Scheduler: max_wait_seconds and lookup_tokens must be 0 or more");
+             auto p = std::make_unique<PyScheduler>();
+             p->lm = lm;
+             p->sched = std::make_unique<llm::Scheduler>(*lm->engine, lm->tokenizer, o);
+             return p;
+           }),
+           py::arg("llm"), py::kw_only(), py::arg("max_wait_seconds") = 0.0, py::arg("lookup_tokens") = 0)
+      .def("submit", [](PyScheduler& s, py::handle prompt, const py::kwargs& kw) {
+        std::vector<int32_t> ids = py::isinstance<py::str>(prompt)
+                                       ? s.lm->tokenizer.encode(prompt.cast<std::string>(), true, false)
+                                       : prompt.cast<std::vector<int32_t>>();
+        llm::RequestOptions o = request_options_of(kw);
+        py::gil_scoped_release nogil;
+        std::lock_guard<std::mutex> busy(s.lm->busy);
+        return s.sched->submit(std::move(ids), o);
+      }, py::arg("prompt"), "Queues a request (a prompt's text or token ids, and generate()'s options plus priority); "
+                            "returns its id.")
+      .def("cancel", [](PyScheduler& s, int64_t id) {
+        py::gil_scoped_release nogil;
+        std::lock_guard<std::mutex> busy(s.lm->busy);
+        s.sched->cancel(id);
+      }, py::arg("id"))
+      .def("step", [](PyScheduler& s) {
+        std::vector<llm::RequestEvent> events;
+        {
+          py::gil_scoped_release nogil;
+          std::lock_guard<std::mutex> busy(s.lm->busy);
+          events = s.sched->step();
+        }
+        py::list out;
+        for (const auto& e : events) out.append(event_object(e));
+        return out;
+      }, "One batched step: a dict per request that made something (id, text, token, finished, finish_reason, "
+         "prompt_tokens, completion_tokens, cached_tokens).")
+      .def("has_work", [](const PyScheduler& s) {
+        py::gil_scoped_release nogil;
+        std::lock_guard<std::mutex> busy(s.lm->busy);
+        return s.sched->has_work();
+      })
+      .def("stats", [](const PyScheduler& s) {
+        llm::SchedulerStats st;
+        {
+          py::gil_scoped_release nogil;
+          std::lock_guard<std::mutex> busy(s.lm->busy);
+          st = s.sched->stats();
+        }
+        py::dict d;
+        d["running"] = st.running;
+        d["waiting"] = st.waiting;
+        d["preemptions"] = st.preemptions;
+        d["prompt_tokens"] = st.prompt_tokens;
+        d["generated_tokens"] = st.generated_tokens;
+        d["steps"] = st.steps;
+        d["prefix_hits"] = st.prefix_hits;
+        d["draft_tokens"] = st.draft_tokens;
+        d["accepted_tokens"] = st.accepted_tokens;
+        return d;
+      });
 
   py::class_<LLM, std::shared_ptr<LLM>>(l, "LLM")
       .def(py::init([](const std::string& path, int64_t context, int64_t kv_memory, int64_t max_sequences, int threads) {

@@ -48,6 +48,62 @@ class LLM:
         return s if stream else "".join(s)
 
 
+    def scheduler(self, **options):
+        """A Scheduler for many requests on this model's engine (max_sequences at once)."""
+        return Scheduler(self, **options)
+
+    def generate_batch(self, prompts, **sampling):
+        """The text after each prompt, generated together in batched steps (the
+        scheduler's continuous batching): what generate() gives for each, in
+        the time of fewer, larger steps. The options are generate()'s."""
+        s = self.scheduler()
+        ids = [s.submit(p, **sampling) for p in prompts]
+        texts = {i: [] for i in ids}
+        for event in s.run():
+            texts[event["id"]].append(event["text"])
+        return ["".join(texts[i]) for i in ids]
+
+
+class Scheduler:
+    """Many requests on one LLM, batched step by step as the OpenAI server
+    batches them (continuous batching, paged KV cache; docs/llm.md):
+
+        s = lm.scheduler()
+        a = s.submit("Once upon a time", max_tokens=32, temperature=0)
+        b = s.submit(lm.tokenize("The answer is"), max_tokens=8, priority=1)
+        for event in s.run():            # or: while s.has_work(): s.step()
+            print(event["id"], event["text"], event["finished"])
+
+    submit() takes generate()'s options and a priority (higher is admitted
+    first); each event is a dict: id, text (what became final this step), token
+    (None for a finish without one), finished, finish_reason, prompt_tokens,
+    completion_tokens, cached_tokens. max_wait_seconds bounds a request's wait
+    whatever its priority; lookup_tokens turns on prompt-lookup speculative decoding."""
+
+    def __init__(self, lm, *, max_wait_seconds=0.0, lookup_tokens=0):
+        self._native = _L.Scheduler(lm._native, max_wait_seconds=max_wait_seconds, lookup_tokens=lookup_tokens)
+
+    def submit(self, prompt, **options):
+        return self._native.submit(prompt, **options)
+
+    def cancel(self, request_id):
+        self._native.cancel(request_id)
+
+    def step(self):
+        return self._native.step()
+
+    def has_work(self):
+        return self._native.has_work()
+
+    def stats(self):
+        return self._native.stats()
+
+    def run(self):
+        """Steps until every request has finished, yielding the events."""
+        while self._native.has_work():
+            yield from self._native.step()
+
+
 def load(path, **options):
     return LLM(path, **options)
 

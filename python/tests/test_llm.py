@@ -78,6 +78,42 @@ def test_streaming_sampling_stop_and_cancel(llama_gguf):
         lm.generate("word " * 200, max_tokens=1)
 
 
+def test_the_scheduler_batches_many_requests(llama_gguf):
+    """Requests batched by the scheduler give what generate() gives each alone
+    (greedy), in fewer engine steps than tokens; events carry the counts."""
+    _, path = llama_gguf
+    lm = tessera.llm.load(path, context=128, max_sequences=4)
+    prompts = ["The quick brown fox", "Hello", "Once upon a time there", "A"]
+    alone = [lm.generate(p, max_tokens=6, temperature=0, ignore_eos=True) for p in prompts]
+    assert lm.generate_batch(prompts, max_tokens=6, temperature=0, ignore_eos=True) == alone
+
+    s = lm.scheduler()
+    ids = [s.submit(p, max_tokens=6, temperature=0, ignore_eos=True) for p in prompts[:2]]
+    ids.append(s.submit(lm.tokenize(prompts[2]), max_tokens=6, temperature=0, ignore_eos=True, priority=1))
+    texts, finished = {i: "" for i in ids}, {}
+    steps = 0
+    while s.has_work():
+        steps += 1
+        for e in s.step():
+            texts[e["id"]] += e["text"]
+            if e["finished"]:
+                finished[e["id"]] = e
+    assert [texts[i] for i in ids] == alone[:3]
+    assert all(finished[i]["finish_reason"] == "length" and finished[i]["completion_tokens"] == 6 for i in ids)
+    assert finished[ids[0]]["prompt_tokens"] == len(lm.tokenize(prompts[0]))
+    assert steps < 3 * 6  # batched: the three advance in the same steps
+    assert s.stats()["generated_tokens"] >= 18
+
+    s = lm.scheduler()
+    a = s.submit("Hello", max_tokens=50, temperature=0, ignore_eos=True)
+    s.step()
+    s.cancel(a)
+    events = list(s.run())
+    assert [(e["id"], e["finished"], e["finish_reason"]) for e in events] == [(a, True, "cancelled")]
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        s.submit("Hello", temprature=0)
+
+
 def test_chat_renders_a_template(llama_gguf):
     _, path = llama_gguf
     lm = tessera.llm.load(path, context=128)
