@@ -66,6 +66,7 @@
 #include "tessera/quant/weights.h"
 #include "tessera/llm/lora.h"
 #include "tessera/train/meta_size.h"
+#include "tessera/train/run.h"
 #include "tessera/train/trainer.h"
 #include "tessera/distributed/trainer_parallel.h"
 #include "tessera/version.h"
@@ -90,37 +91,9 @@ std::string human_bytes(uintmax_t b) {
 }
 
 // A checkpoint argument: a checkpoint directory, or a run directory (its latest).
-std::string checkpoint_dir(const std::string& arg) {
-  namespace fs = std::filesystem;
-  if (fs::exists(fs::path(arg) / "state.json")) return arg;
-  if (fs::is_directory(fs::path(arg) / "checkpoints")) return io::resolve_checkpoint("latest", arg + "/checkpoints");
-  return io::resolve_checkpoint("latest", arg);
-}
-
-// A checkpoint's model with its weights, rebuilt from the config in its
-// state.json; a quantized checkpoint (state.json "quantization") gets the same
-// quantized layers first. model_only: the data is not loaded.
-struct Loaded {
-  std::string dir;
-  io::Checkpoint ckpt;
-  train::Recipe recipe;
-};
-Loaded load_model(const std::string& arg, bool model_only = false) {
-  Loaded l;
-  l.dir = checkpoint_dir(arg);
-  l.ckpt = io::load_checkpoint(l.dir);
-  TS_CHECK(l.ckpt.state.contains("config"), l.dir, "/state.json has no config: cannot rebuild the model");
-  l.recipe = train::build_recipe(l.ckpt.state["config"], l.dir + "/state.json (config)", model_only);
-  if (l.ckpt.state.contains("quantization"))
-    quant::quantize_weights(*l.recipe.model, quant::weight_quant_config_from_json(l.ckpt.state["quantization"]));
-  try {
-    l.recipe.model->load_state_dict(nn::StateDict{l.ckpt.model}, true);
-  } catch (const Error& e) {
-    TS_ERROR("checkpoint ", l.dir, " does not fit the model its config describes: ", e.what());
-  }
-  if (l.ckpt.state.contains("quantization")) quant::check_quantized_weights(*l.recipe.model);
-  return l;
-}
+using train::checkpoint_dir;
+using Loaded = train::LoadedRun;
+Loaded load_model(const std::string& arg, bool model_only = false) { return train::load_run(arg, model_only); }
 
 int cmd_train(const std::string& config_path, const std::string& resume, const std::vector<std::string>& sets,
               const std::string& output, int progress, int64_t profile, const std::string& precision) {
@@ -399,25 +372,10 @@ cli::LanguageModel load_language_model(const std::string& path, const std::strin
     lm.what = path;
     return lm;
   }
-  TS_CHECK(std::filesystem::exists(path), verb, ": ", path, " does not exist (a .gguf file, or a run or "
-           "checkpoint of tessera train)");
-  TS_CHECK(!std::filesystem::is_regular_file(path), verb, ": ", path, " is not a GGUF file (it does not begin with "
-           "'GGUF'), and a run or checkpoint of tessera train is a folder");
-  Loaded l = load_model(path);
-  const train::Recipe& r = l.recipe;
-  TS_CHECK(r.task == train::Task::LanguageModel && !r.text_level.empty(), verb, ": ", l.dir, " is not a language "
-           "model trained on text (its data has no vocabulary to write text with)");
-  const llm::GgmlType type = *llm::ggml_type_from_name(weights);
-  if (auto* gpt = dynamic_cast<nn::zoo::GPT*>(r.model.get())) lm.model = llm::model_from_gpt(*gpt, type);
-  else if (auto* llama = dynamic_cast<nn::zoo::Llama*>(r.model.get())) {
-    if (llm::has_lora(*llama)) llm::merge_lora(*llama);  // a LoRA run: its base with the adapter merged in
-    lm.model = llm::model_from_llama(*llama, type);
-  }
-  else TS_ERROR(verb, ": ", l.dir, " holds a ", r.model_name, "; the engine runs llama and gpt models");
-  if (split.size > 1) lm.model = llm::Model::from_gguf(lm.model->file(), split);  // its part, from the whole
-  lm.tokenizer = r.tokenizer ? *r.tokenizer
-                 : llm::Tokenizer::characters(r.text_level == "byte" ? std::vector<std::string>{} : r.vocab);
-  lm.what = l.dir;
+  train::RunLanguageModel run = train::load_run_language_model(path, *llm::ggml_type_from_name(weights), verb);
+  lm.model = split.size > 1 ? llm::Model::from_gguf(run.model->file(), split) : run.model;  // its part, from the whole
+  lm.tokenizer = std::move(run.tokenizer);
+  lm.what = run.dir;
   return lm;
 }
 

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -32,6 +33,7 @@
 #include "tessera/llm/generate.h"
 #include "tessera/llm/model.h"
 #include "tessera/llm/scheduler.h"
+#include "tessera/train/run.h"
 #include "tessera/llm/tokenizer.h"
 #include "tessera/serve/http_server.h"
 #include "tessera/serve/llm_service.h"
@@ -301,13 +303,22 @@ void bind_llm(py::module_& m) {
       });
 
   py::class_<LLM, std::shared_ptr<LLM>>(l, "LLM")
-      .def(py::init([](const std::string& path, int64_t context, int64_t kv_memory, int64_t max_sequences, int threads) {
+      .def(py::init([](const std::string& path, int64_t context, int64_t kv_memory, int64_t max_sequences, int threads,
+                       const std::string& weights) {
              auto lm = std::make_shared<LLM>();
+             const auto type = llm::ggml_type_from_name(weights);
+             TS_CHECK(type, "load: weights '", weights, "' is not F32, F16, BF16, Q8_0 or Q4_0");
              py::gil_scoped_release nogil;
-             lm->model = llm::Model::load(path);
-             lm->tokenizer = llm::Tokenizer::from_gguf(lm->model->file());
-             const llm::GgufValue* t = lm->model->file().find("tokenizer.chat_template");
-             lm->chat_template = t && t->type() == llm::GgufType::String ? t->as_string() : "";
+             if (std::filesystem::is_directory(path)) {  // a run or checkpoint of tessera train
+               train::RunLanguageModel run = train::load_run_language_model(path, *type, "load");
+               lm->model = run.model;
+               lm->tokenizer = std::move(run.tokenizer);
+             } else {
+               lm->model = llm::Model::load(path);
+               lm->tokenizer = llm::Tokenizer::from_gguf(lm->model->file());
+               const llm::GgufValue* t = lm->model->file().find("tokenizer.chat_template");
+               lm->chat_template = t && t->type() == llm::GgufType::String ? t->as_string() : "";
+             }
              lm->engine_options.context = context;
              lm->engine_options.kv_memory = kv_memory;
              lm->engine_options.max_sequences = max_sequences;
@@ -317,7 +328,7 @@ void bind_llm(py::module_& m) {
              return lm;
            }),
            py::arg("path"), py::arg("context") = 0, py::arg("kv_memory") = 0, py::arg("max_sequences") = 4,
-           py::arg("threads") = 0)
+           py::arg("threads") = 0, py::arg("weights") = "F32")
       .def_property_readonly("architecture", [](const LLM& lm) { return lm.model->spec().arch; })
       .def_property_readonly("vocab_size", [](const LLM& lm) { return lm.tokenizer.size(); })
       .def_property_readonly("context", [](const LLM& lm) { return lm.model->spec().context; })

@@ -7,9 +7,10 @@ chat with the model's template — and the OpenAI-compatible server.
         print(piece, end="", flush=True)
     print(lm.chat([{"role": "user", "content": "Hello"}], temperature=0))
 
-A model trained by `tessera train` runs here once exported:
-`tessera export RUN --format gguf` (with a subword tokenizer), or from Python
-tessera.llm.save_gguf(zoo_model, path, tokenizer_from="vocab.gguf").
+A model trained by `tessera train` (or tessera.train.fit) loads from its run
+directory, tessera.llm.load("runs/tiny_gpt"), as `tessera generate RUN` does;
+tessera.llm.save_gguf(zoo_model, path, tokenizer_from="vocab.gguf") writes a
+zoo model as a GGUF file llama.cpp reads.
 """
 from . import _C
 
@@ -17,8 +18,11 @@ _L = _C._llm
 
 
 class LLM:
-    def __init__(self, path, *, context=0, kv_memory=0, max_sequences=4, threads=0):
-        self._native = _L.LLM(str(path), context, kv_memory, max_sequences, threads)
+    def __init__(self, path, *, context=0, kv_memory=0, max_sequences=4, threads=0, weights="F32"):
+        """path: a GGUF file, or a run (or checkpoint) of `tessera train` / tessera.train.fit
+        holding a Llama or GPT trained on text, converted for the engine to
+        `weights` (F32, F16, BF16, Q8_0, Q4_0) with the tokenizer it was trained with."""
+        self._native = _L.LLM(str(path), context, kv_memory, max_sequences, threads, weights)
 
     architecture = property(lambda self: self._native.architecture)
     vocab_size = property(lambda self: self._native.vocab_size)

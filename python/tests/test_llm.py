@@ -5,6 +5,7 @@ errors; the OpenAI server. The C++ zoo models inside Python Modules."""
 import json
 import os
 import pathlib
+import subprocess
 import urllib.request
 
 import numpy as np
@@ -112,6 +113,30 @@ def test_the_scheduler_batches_many_requests(llama_gguf):
     assert [(e["id"], e["finished"], e["finish_reason"]) for e in events] == [(a, True, "cancelled")]
     with pytest.raises(TypeError, match="unexpected keyword"):
         s.submit("Hello", temprature=0)
+
+
+@pytest.mark.skipif(not os.path.isdir("/usr/share/games/fortunes"), reason="fortunes is not installed")
+def test_a_trained_run_loads_as_tessera_generate_loads_it(source_dir, tmp_path):
+    """tessera.llm.load(RUN) takes a run of tessera.train.fit, as `tessera
+    generate RUN` does: the same greedy text from both."""
+    run = tmp_path / "run"
+    tessera.train.fit(source_dir / "examples/configs/char_gpt.yaml", output=run, overrides=[
+        "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.block_size=32", "data.block_size=32",
+        "train.steps=4", "train.batch_size=4", "scheduler.warmup_steps=1", "train.eval_every=4", "train.eval_batches=1", "train.checkpoint_every=4", "train.log_every=4"])
+    lm = tessera.llm.load(run, context=32)
+    assert lm.architecture == "gpt2" and lm.vocab_size > 40  # the fortunes' characters
+    text = lm.generate("The ", max_tokens=10, temperature=0, ignore_eos=True)
+    assert len(text) == 10  # one character per token
+    cli = os.environ.get("TESSERA_CLI")
+    if cli and os.path.exists(cli):
+        out = subprocess.run([cli, "generate", str(run), "-p", "The ", "-n", "10", "--temp", "0", "--ignore-eos",
+                              "--ctx", "32"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.rstrip("\n").endswith(text), (out.stdout, text)
+    with pytest.raises(tessera.Error, match="cannot open .*nothing"):
+        tessera.llm.load(tmp_path / "nothing")
+    with pytest.raises(tessera.Error, match="weights 'Q5'"):
+        tessera.llm.load(run, weights="Q5")
 
 
 def test_chat_renders_a_template(llama_gguf):

@@ -1,0 +1,41 @@
+#pragma once
+// A training run read back from disk: what `tessera export RUN`, `tessera
+// generate RUN`, `tessera serve-llm RUN` and tessera.llm.load(RUN) open. A run
+// directory means its latest checkpoint; a checkpoint directory itself.
+#include <memory>
+#include <string>
+
+#include "tessera/io/checkpoint.h"
+#include "tessera/llm/gguf.h"
+#include "tessera/llm/model.h"
+#include "tessera/llm/tokenizer.h"
+#include "tessera/train/recipe.h"
+
+namespace tessera::train {
+
+// The checkpoint directory `path` names: itself (it holds state.json), or
+// the latest checkpoint of a run (path/checkpoints) or of a checkpoints folder.
+std::string checkpoint_dir(const std::string& path);
+
+// A checkpoint's model with its weights, rebuilt from the config in its
+// state.json; a quantized checkpoint (state.json "quantization") gets the same
+// quantized layers first. model_only: the data is not loaded.
+struct LoadedRun {
+  std::string dir;  // the checkpoint directory
+  io::Checkpoint ckpt;
+  Recipe recipe;
+};
+LoadedRun load_run(const std::string& path, bool model_only = false);
+
+// A language-model run as the LLM engine's model, in `weights` (a LoRA run:
+// its base with the adapter merged in), with the tokenizer it was trained
+// with (a subword tokenizer, or its character or byte vocabulary). `verb`
+// names the caller in errors.
+struct RunLanguageModel {
+  std::shared_ptr<llm::Model> model;
+  llm::Tokenizer tokenizer;
+  std::string dir;
+};
+RunLanguageModel load_run_language_model(const std::string& path, llm::GgmlType weights, const char* verb);
+
+}  // namespace tessera::train
