@@ -150,6 +150,74 @@ NOTES = {
     "scatter_to_group": "block `rank` along `dim`; gradient the ranks' dy joined along `dim` (a replicated input split across the ranks)",
     "fused_elementwise": "made by the compiler's fusion pass: a register program over pointwise kernels, run in tiles", "matmul": "1-D promotion and batch broadcasting as PyTorch",
 }
+# Shapes, for docs/ops.md and the Python docstrings: a family's rule, or the op's own.
+FAMILY_SHAPES = {
+    "unary": "y has x's shape", "binary": "the inputs broadcast (NumPy's rules); y has the broadcast shape",
+    "reduce": "the dims in `dim` (all when none) are reduced, kept as size 1 with keepdim",
+    "view": "a view of x where strides allow (shares storage)", "random": "the shape given",
+    "collective": "per rank, as torch.distributed's", "factory": "the shape given",
+}
+SHAPES = {
+    "matmul": "[..., n, k] @ [..., k, m] -> [..., n, m]; 1-D operands promote as in PyTorch; batch dims broadcast",
+    "mm": "[n, k] @ [k, m] -> [n, m]", "bmm": "[b, n, k] @ [b, k, m] -> [b, n, m]",
+    "addmm": "c [n, m] (broadcast) + a [n, k] @ b [k, m]", "outer": "[n], [m] -> [n, m]",
+    "linear": "x [..., in], weight [out, in], bias [out] -> [..., out]",
+    "fused_linear": "x [..., in], weight [out, in] -> [..., out]",
+    "conv1d": "x [N, C_in, L], weight [C_out, C_in / groups, k], bias [C_out] -> [N, C_out, L_out]",
+    "conv2d": "x [N, C_in, H, W], weight [C_out, C_in / groups, kH, kW], bias [C_out] -> [N, C_out, H_out, W_out]",
+    "conv_transpose2d": "x [N, C_in, H, W], weight [C_in, C_out / groups, kH, kW] -> [N, C_out, H_out, W_out]",
+    "max_pool2d": "x [N, C, H, W] -> [N, C, H_out, W_out] (and the indices, same shape)",
+    "avg_pool2d": "x [N, C, H, W] -> [N, C, H_out, W_out]",
+    "adaptive_avg_pool2d": "x [N, C, H, W] -> [N, C, *output_size]",
+    "interpolate": "x [N, C, H, W] -> [N, C, *size]",
+    "softmax": "y has x's shape; normalized along `dim`", "log_softmax": "y has x's shape; normalized along `dim`",
+    "layer_norm": "x [..., *normalized_shape], weight and bias [*normalized_shape]; y has x's shape",
+    "rms_norm": "x [..., *normalized_shape], weight [*normalized_shape]; y has x's shape",
+    "group_norm": "x [N, C, ...], weight and bias [C]; y has x's shape",
+    "batch_norm": "x [N, C, ...], running stats, weight and bias [C]; y has x's shape",
+    "scaled_dot_product_attention": "q [..., L, E], k [..., S, E], v [..., S, Ev], attn_mask broadcast to [..., L, S] "
+                                    "-> [..., L, Ev]",
+    "cross_entropy": "x [N, C] or [N, C, d...], target [N] or [N, d...] class indices (or probabilities as x) -> "
+                     "a scalar, or [N, d...] with reduction='none'",
+    "nll_loss": "log-probabilities [N, C], target [N] -> a scalar, or [N] with reduction='none'",
+    "embedding": "indices [...] of i32/i64, weight [num, dim] -> [..., dim]",
+    "mse_loss": "x and target of one shape -> a scalar, or that shape with reduction='none'",
+    "l1_loss": "x and target of one shape -> a scalar, or that shape with reduction='none'",
+    "smooth_l1_loss": "x and target of one shape -> a scalar, or that shape with reduction='none'",
+    "binary_cross_entropy": "x (probabilities) and target of one shape -> a scalar, or that shape",
+    "binary_cross_entropy_with_logits": "x (logits) and target of one shape -> a scalar, or that shape",
+    "kl_div": "x (log-probabilities) and target of one shape -> a scalar, or that shape",
+    "dropout": "y has x's shape",
+    "cat": "tensors alike but along `dim` -> their sizes along `dim` summed",
+    "stack": "tensors of one shape -> a new dim of size len(tensors) at `dim`",
+    "split": "pieces of x along `dim`", "chunk": "`chunks` pieces of x along `dim`",
+    "unbind": "x's slices along `dim`, each without it", "flip": "y has x's shape", "roll": "y has x's shape",
+    "repeat": "x's sizes times `repeats`", "tile": "x's sizes times `dims`", "tril": "[..., n, m] kept",
+    "triu": "[..., n, m] kept", "pad": "each padded dim grows by its two pads",
+    "gather": "index of x's rank -> index's shape", "scatter": "y has x's shape",
+    "scatter_add": "y has x's shape", "index_select": "x with size len(index) along `dim`",
+    "index_add": "y has x's shape", "masked_fill": "mask broadcast to x; y has x's shape",
+    "masked_select": "-> [number of true entries]", "nonzero": "-> [number of nonzeros, x.dim()] of i64",
+    "one_hot": "[...] of i64 -> [..., num_classes]", "topk": "x with size k along `dim`, values and indices",
+    "sort": "values and indices of x's shape", "argsort": "x's shape, i64", "unique": "-> [number of distinct values]",
+    "max": "a scalar; with a dim, values and indices with it reduced", "min": "a scalar; with a dim, values and indices with it reduced",
+    "argmax": "`dim` reduced (all when none), i64", "argmin": "`dim` reduced (all when none), i64",
+    "cumsum": "y has x's shape", "cumprod": "y has x's shape", "einsum": "as the equation says",
+    "where": "cond, x and other broadcast", "clamp": "y has x's shape", "pow": "the inputs broadcast",
+    "reshape": "the shape given (-1 inferred); a view where strides allow",
+    "view": "the shape given (-1 inferred); always a view", "permute": "x's dims in the order given",
+    "transpose": "x with two dims swapped", "squeeze": "x without size-1 dims (or only `dim`)",
+    "unsqueeze": "x with a size-1 dim at `dim`", "expand": "x broadcast to the shape given (a view)",
+    "diagonal": "x without dim1 and dim2, plus their diagonal as the last dim", "select": "x without `dim`",
+    "slice": "x narrowed along `dim`", "to_dtype": "y has x's shape", "clone": "y has x's shape",
+    "contiguous": "y has x's shape", "detach": "y has x's shape",
+}
+
+
+def shapes(n, f):
+    return SHAPES.get(n) or FAMILY_SHAPES.get(f, "")
+
+
 TITLES = {"unary": "Unary elementwise", "binary": "Binary elementwise (broadcasting, PyTorch type promotion, Scalar forms)",
           "reduce": "Reductions (any set of dims, keepdim)", "linalg": "Linear algebra", "shape": "Shape",
           "index": "Indexing and sorting", "view": "Views and copies (views share storage)",
@@ -180,8 +248,9 @@ for _, f, _ in rows:
     if f not in families:
         families.append(f)
 for f in families:
-    out += ["## " + TITLES.get(f, f), "", "| op | dtypes | backward | notes |", "|---|---|---|---|"]
-    out += [f"| `{n}` | {dtypes(n, f)} | {GRAD[g]} | {NOTES.get(n, '')} |" for n, ff, g in rows if ff == f]
+    out += ["## " + TITLES.get(f, f), "", "| op | shapes | dtypes | backward | notes |", "|---|---|---|---|---|"]
+    out += [f"| `{n}` | {shapes(n, f)} | {dtypes(n, f)} | {GRAD[g]} | {NOTES.get(n, '')} |"
+            for n, ff, g in rows if ff == f]
     out.append("")
 out += ["## In-place ops", "",
         "`add_`, `sub_`, `mul_`, `div_`, `zero_`, `fill_`, `copy_`, `clamp_`, `masked_fill_`, `index_add_`, `scatter_`, "
@@ -191,3 +260,16 @@ out += ["## In-place ops", "",
         "requires grad, or a view while autograd records, is refused with an error.", ""]
 (ROOT / "docs/ops.md").write_text("\n".join(out))
 print(f"docs/ops.md: {len(rows)} ops")
+
+# The same for the Python docstrings (python/src/ops.cpp includes it).
+def c_string(text):
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+inc = ["// Generated by scripts/gen_ops_doc.py from src/ops/ops.def: each op's shapes, dtypes,",
+       "// backward and notes, for its Python docstring. Do not edit.",
+       "//   OPDOC(op, shapes, dtypes, backward, notes)"]
+inc += [f"OPDOC({n}, {c_string(shapes(n, f))}, {c_string(dtypes(n, f))}, {c_string(GRAD[g])}, {c_string(NOTES.get(n, ''))})"
+        for n, f, g in rows]
+(ROOT / "python/src/op_docs.inc").write_text("\n".join(inc) + "\n")
+print(f"python/src/op_docs.inc: {len(rows)} ops")

@@ -42,7 +42,9 @@ class Autocast {
 
 void bind_amp(py::module_& m) {
   py::module_ a = m.def_submodule("_amp", "Mixed precision and checkpointing");
-  py::class_<Autocast>(a, "autocast")
+  py::class_<Autocast>(a, "autocast", "Mixed precision for the block: ops that gain from it (matmul, conv, linear, "
+                                     "attention) run in dtype (bfloat16 or float16), ops that need range stay f32. "
+                                     "`with tessera.autocast(\"cpu\", dtype=tessera.bfloat16):`")
       .def(py::init<const std::string&, py::object, bool, py::object>(), py::arg("device_type"),
            py::arg("dtype") = py::none(), py::arg("enabled") = true, py::arg("cache_enabled") = py::none())
       .def("__enter__", [](Autocast& self) { self.enter(); return &self; }, py::return_value_policy::reference)

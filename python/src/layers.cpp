@@ -56,12 +56,12 @@ void bind_activations(py::module_& l) {
   layer<nn::Mish>(l, "Mish", "x * tanh(softplus(x))").def(py::init<>());
   layer<nn::Identity>(l, "Identity", "x").def(py::init<>());
   layer<nn::GELU>(l, "GELU", "GELU, exact or approximate='tanh'").def(py::init<std::string>(), py::arg("approximate") = "none");
-  layer<nn::LeakyReLU>(l, "LeakyReLU", "").def(py::init<double>(), py::arg("negative_slope") = 0.01);
-  layer<nn::ELU>(l, "ELU", "").def(py::init<double>(), py::arg("alpha") = 1.0);
-  layer<nn::Softplus>(l, "Softplus", "").def(py::init<double, double>(), py::arg("beta") = 1.0, py::arg("threshold") = 20.0);
-  layer<nn::Hardtanh>(l, "Hardtanh", "").def(py::init<double, double>(), py::arg("min_val") = -1.0, py::arg("max_val") = 1.0);
-  layer<nn::Softmax>(l, "Softmax", "").def(py::init<int64_t>(), py::arg("dim") = -1);
-  layer<nn::LogSoftmax>(l, "LogSoftmax", "").def(py::init<int64_t>(), py::arg("dim") = -1);
+  layer<nn::LeakyReLU>(l, "LeakyReLU", "x, or negative_slope * x below 0").def(py::init<double>(), py::arg("negative_slope") = 0.01);
+  layer<nn::ELU>(l, "ELU", "x, or alpha * (exp(x) - 1) below 0").def(py::init<double>(), py::arg("alpha") = 1.0);
+  layer<nn::Softplus>(l, "Softplus", "log(1 + exp(beta * x)) / beta (x above threshold)").def(py::init<double, double>(), py::arg("beta") = 1.0, py::arg("threshold") = 20.0);
+  layer<nn::Hardtanh>(l, "Hardtanh", "x clamped to [min_val, max_val]").def(py::init<double, double>(), py::arg("min_val") = -1.0, py::arg("max_val") = 1.0);
+  layer<nn::Softmax>(l, "Softmax", "exp(x) normalized to sum 1 along dim").def(py::init<int64_t>(), py::arg("dim") = -1);
+  layer<nn::LogSoftmax>(l, "LogSoftmax", "log of softmax along dim").def(py::init<int64_t>(), py::arg("dim") = -1);
   layer<nn::Dropout>(l, "Dropout", "zeroes elements with probability p while training").def(py::init<double>(), py::arg("p") = 0.5);
 }
 
@@ -75,8 +75,8 @@ void bind_linear_and_conv(py::module_& l) {
   layer<nn::Embedding>(l, "Embedding", "rows of weight [num_embeddings, embedding_dim] by integer ids")
       .def(py::init<int64_t, int64_t, std::optional<int64_t>>(), py::arg("num_embeddings"), py::arg("embedding_dim"),
            py::arg("padding_idx") = py::none());
-  layer<nn::Flatten>(l, "Flatten", "").def(py::init<int64_t, int64_t>(), py::arg("start_dim") = 1, py::arg("end_dim") = -1);
-  layer<nn::Unflatten>(l, "Unflatten", "").def(py::init<int64_t, std::vector<int64_t>>(), py::arg("dim"),
+  layer<nn::Flatten>(l, "Flatten", "x with dims start_dim..end_dim joined").def(py::init<int64_t, int64_t>(), py::arg("start_dim") = 1, py::arg("end_dim") = -1);
+  layer<nn::Unflatten>(l, "Unflatten", "dim of x split into unflattened_size").def(py::init<int64_t, std::vector<int64_t>>(), py::arg("dim"),
                                                py::arg("unflattened_size"));
   layer<nn::Conv1d>(l, "Conv1d", "x [N, C, L]; weight [out, in / groups, k]")
       .def(py::init([](int64_t in, int64_t out, int64_t k, int64_t stride, py::object pad, int64_t dilation, int64_t groups,
@@ -105,21 +105,21 @@ void bind_linear_and_conv(py::module_& l) {
            py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"), py::arg("stride") = 1,
            py::arg("padding") = 0, py::arg("output_padding") = 0, py::arg("groups") = 1, py::arg("bias") = true,
            py::arg("dilation") = 1);
-  layer<nn::MaxPool2d>(l, "MaxPool2d", "")
+  layer<nn::MaxPool2d>(l, "MaxPool2d", "window maxima of x [N, C, H, W]; stride defaults to kernel_size")
       .def(py::init([](py::object k, py::object stride, py::object pad, py::object dilation, bool ceil_mode) {
              return std::make_shared<nn::MaxPool2d>(int2(k, "kernel_size"), stride_or_kernel(stride), int2(pad, "padding"),
                                                     int2(dilation, "dilation"), ceil_mode);
            }),
            py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0, py::arg("dilation") = 1,
            py::arg("ceil_mode") = false);
-  layer<nn::AvgPool2d>(l, "AvgPool2d", "")
+  layer<nn::AvgPool2d>(l, "AvgPool2d", "window means of x [N, C, H, W]; stride defaults to kernel_size")
       .def(py::init([](py::object k, py::object stride, py::object pad, bool ceil_mode, bool count_include_pad) {
              return std::make_shared<nn::AvgPool2d>(int2(k, "kernel_size"), stride_or_kernel(stride), int2(pad, "padding"),
                                                     ceil_mode, count_include_pad);
            }),
            py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0, py::arg("ceil_mode") = false,
            py::arg("count_include_pad") = true);
-  layer<nn::AdaptiveAvgPool2d>(l, "AdaptiveAvgPool2d", "")
+  layer<nn::AdaptiveAvgPool2d>(l, "AdaptiveAvgPool2d", "x [N, C, H, W] -> [N, C, *output_size] by window means")
       .def(py::init([](py::object size) { return std::make_shared<nn::AdaptiveAvgPool2d>(int2(size, "output_size")); }),
            py::arg("output_size"));
 }
@@ -145,7 +145,7 @@ void bind_norms(py::module_& l) {
              return std::make_shared<nn::RMSNorm>(shape(s), eps, affine);
            }),
            py::arg("normalized_shape"), py::arg("eps") = py::none(), py::arg("elementwise_affine") = true);
-  layer<nn::GroupNorm>(l, "GroupNorm", "")
+  layer<nn::GroupNorm>(l, "GroupNorm", "x [N, C, ...] normalized per group of channels")
       .def(py::init<int64_t, int64_t, double, bool>(), py::arg("num_groups"), py::arg("num_channels"), py::arg("eps") = 1e-5,
            py::arg("affine") = true);
 }
@@ -191,35 +191,35 @@ void bind_attention(py::module_& l) {
 void bind_losses(py::module_& l) {
   py::class_<nn::Loss, nn::Module, std::shared_ptr<nn::Loss>> loss(l, "Loss", "input and target to a loss");
   call2<nn::Loss>(loss, "input", "target");
-  auto sub = [&]<typename L>(const char* name) {
-    return py::class_<L, nn::Loss, std::shared_ptr<L>>(l, name);
+  auto sub = [&]<typename L>(const char* name, const char* doc) {
+    return py::class_<L, nn::Loss, std::shared_ptr<L>>(l, name, doc);
   };
-  sub.operator()<nn::CrossEntropyLoss>("CrossEntropyLoss")
+  sub.operator()<nn::CrossEntropyLoss>("CrossEntropyLoss", "logits [N, C] (or [N, C, d...]) and class indices [N] (or probabilities)")
       .def(py::init([](std::optional<Tensor> w, int64_t ignore, std::string reduction, double smoothing) {
              return std::make_shared<nn::CrossEntropyLoss>(or_none(w), ignore, reduction, smoothing);
            }),
            py::arg("weight") = py::none(), py::arg("ignore_index") = -100, py::arg("reduction") = "mean",
            py::arg("label_smoothing") = 0.0);
-  sub.operator()<nn::NLLLoss>("NLLLoss")
+  sub.operator()<nn::NLLLoss>("NLLLoss", "log-probabilities [N, C] and class indices [N]")
       .def(py::init([](std::optional<Tensor> w, int64_t ignore, std::string reduction) {
              return std::make_shared<nn::NLLLoss>(or_none(w), ignore, reduction);
            }),
            py::arg("weight") = py::none(), py::arg("ignore_index") = -100, py::arg("reduction") = "mean");
-  sub.operator()<nn::MSELoss>("MSELoss").def(py::init<std::string>(), py::arg("reduction") = "mean");
-  sub.operator()<nn::L1Loss>("L1Loss").def(py::init<std::string>(), py::arg("reduction") = "mean");
-  sub.operator()<nn::SmoothL1Loss>("SmoothL1Loss")
+  sub.operator()<nn::MSELoss>("MSELoss", "(input - target)^2, reduced").def(py::init<std::string>(), py::arg("reduction") = "mean");
+  sub.operator()<nn::L1Loss>("L1Loss", "|input - target|, reduced").def(py::init<std::string>(), py::arg("reduction") = "mean");
+  sub.operator()<nn::SmoothL1Loss>("SmoothL1Loss", "Huber-like with threshold beta, reduced")
       .def(py::init<std::string, double>(), py::arg("reduction") = "mean", py::arg("beta") = 1.0);
-  sub.operator()<nn::BCELoss>("BCELoss")
+  sub.operator()<nn::BCELoss>("BCELoss", "binary cross entropy of probabilities")
       .def(py::init([](std::optional<Tensor> w, std::string reduction) {
              return std::make_shared<nn::BCELoss>(or_none(w), reduction);
            }),
            py::arg("weight") = py::none(), py::arg("reduction") = "mean");
-  sub.operator()<nn::BCEWithLogitsLoss>("BCEWithLogitsLoss")
+  sub.operator()<nn::BCEWithLogitsLoss>("BCEWithLogitsLoss", "binary cross entropy of logits (stable)")
       .def(py::init([](std::optional<Tensor> w, std::string reduction, std::optional<Tensor> pos_weight) {
              return std::make_shared<nn::BCEWithLogitsLoss>(or_none(w), reduction, or_none(pos_weight));
            }),
            py::arg("weight") = py::none(), py::arg("reduction") = "mean", py::arg("pos_weight") = py::none());
-  sub.operator()<nn::KLDivLoss>("KLDivLoss")
+  sub.operator()<nn::KLDivLoss>("KLDivLoss", "KL divergence of log-probabilities against target")
       .def(py::init<std::string, bool>(), py::arg("reduction") = "mean", py::arg("log_target") = false);
 }
 

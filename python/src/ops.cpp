@@ -11,6 +11,7 @@
 // numbers stand for tensors, as PyTorch's argument parser does; when none
 // binds, the TypeError lists the signatures. Errors inside the op are the
 // library's own (tessera.Error).
+#include <algorithm>
 #include <pybind11/stl.h>
 
 #include <array>
@@ -490,6 +491,23 @@ std::string returns(const Signature& s) {
 // form help() shows and mypy's stubgen reads; then what the op is. stubgen
 // 1.0 reads neither a bare "*" nor "..." inside a type, so keyword-only
 // parameters follow "*_: Any", which scripts/python_stubs.py turns into "*".
+// Each op's shapes, dtypes, backward and notes (scripts/gen_ops_doc.py writes
+// them with docs/ops.md), for its docstring.
+struct OpDoc {
+  const char *op, *shapes, *dtypes, *backward, *notes;
+};
+constexpr OpDoc kOpDocs[] = {
+#define OPDOC(op, shapes, dtypes, backward, notes) {#op, shapes, dtypes, backward, notes},
+#include "op_docs.inc"
+#undef OPDOC
+};
+
+const OpDoc* op_doc(const std::string& op) {
+  for (const OpDoc& d : kOpDocs)
+    if (op == d.op) return &d;
+  return nullptr;
+}
+
 std::string doc(const Overloads& o, bool method) {
   std::string d;
   for (const Signature* s : o.sigs) {
@@ -505,13 +523,22 @@ std::string doc(const Overloads& o, bool method) {
     }
     d += ") -> " + returns(*s) + "\n";
   }
-  d += "\nThe op";
+  std::vector<std::string> ops;  // the distinct ops the signatures call, in order
+  for (const Signature* s : o.sigs)
+    if (std::find(ops.begin(), ops.end(), s->name) == ops.end()) ops.push_back(s->name);
   std::string names;
-  for (size_t i = 0; i < o.sigs.size(); ++i)
-    if (names.find(o.sigs[i]->name) == std::string::npos) names += (names.empty() ? "" : ", ") + o.sigs[i]->name;
-  d += (names.find(',') == std::string::npos ? " " : "s ") + names +
-       " of Tessera's op table (docs/ops.md lists its dtypes and backward support). Parameters as ";
-  d += "PyTorch's; a Python number may stand for a Tensor.";
+  for (const std::string& n : ops) names += (names.empty() ? "" : ", ") + n;
+  d += std::string("\nThe op") + (ops.size() == 1 ? " " : "s ") + names +
+       " of Tessera's op table (docs/ops.md). Parameters as PyTorch's; a Python number may stand for a Tensor.\n";
+  for (const std::string& n : ops) {
+    const OpDoc* od = op_doc(n);
+    if (!od) continue;
+    if (ops.size() > 1) d += "\n" + n + ":";
+    if (*od->shapes) d += std::string("\n  shapes: ") + od->shapes;
+    d += std::string("\n  dtypes: ") + od->dtypes + "\n  backward: " + od->backward;
+    if (*od->notes) d += std::string("\n  notes: ") + od->notes;
+    d += "\n";
+  }
   return d;
 }
 
@@ -529,6 +556,7 @@ void bind_ops(py::module_& m) {
     auto id = ops::op_id(row.op);
     if (!id) bad_row(row, "no op of that name in ops.def");
     covered[static_cast<int>(*id)] = true;
+    if (!op_doc(row.op)) bad_row(row, "no docs row in python/src/op_docs.inc (run scripts/gen_ops_doc.py)");
     sigs->push_back(parse(row, *id));
     std::vector<std::string> outputs = input_names(ops::op_entry(*id).outputs);
     if (outputs == std::vector<std::string>{"values", "indices"}) sigs->back().named = return_type(row.op, outputs, types);

@@ -79,16 +79,21 @@ def as_tensor(data, dtype=None, device=None):
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    """A tensor of `size` (a tuple or an int) holding fill_value; its dtype is fill_value's (bool, int64, the
+    default float) unless given."""
     if dtype is None:
         dtype = _numpy_dtype_of(fill_value) if not isinstance(fill_value, Tensor) else fill_value.dtype
     return _finish(_ops.full(_size((size,)), fill_value, dtype=dtype), requires_grad, device)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):
+    """A tensor of zeros of shape `size` (ints or one tuple); dtype: the default float
+    (tessera.get_default_dtype()) unless given."""
     return _finish(_ops.full(_size(size), 0, dtype=dtype or _C.get_default_dtype()), requires_grad, device)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
+    """A tensor of ones of shape `size` (ints or one tuple); dtype: the default float unless given."""
     return _finish(_ops.full(_size(size), 1, dtype=dtype or _C.get_default_dtype()), requires_grad, device)
 
 
@@ -98,34 +103,43 @@ def empty(*size, dtype=None, device=None, requires_grad=False):
 
 
 def zeros_like(t, *, dtype=None, requires_grad=False):
+    """Zeros of t's shape, of t's dtype unless given."""
     return zeros(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
 
 
 def ones_like(t, *, dtype=None, requires_grad=False):
+    """Ones of t's shape, of t's dtype unless given."""
     return ones(t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad)
 
 
 def empty_like(t, *, dtype=None, requires_grad=False):
+    """A tensor of t's shape and dtype (zero-filled, as empty)."""
     return zeros_like(t, dtype=dtype, requires_grad=requires_grad)
 
 
 def full_like(t, fill_value, *, dtype=None, requires_grad=False):
+    """fill_value in t's shape, of t's dtype unless given."""
     return full(t.shape, fill_value, dtype=dtype or t.dtype, requires_grad=requires_grad)
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False):
+    """Uniform [0, 1) numbers of shape `size` from the global generator (tessera.manual_seed), the default
+    float unless given."""
     return _finish(_ops.rand(_size(size), dtype=dtype or _C.get_default_dtype()), requires_grad, device)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False):
+    """Standard normal numbers of shape `size` from the global generator, the default float unless given."""
     return _finish(_ops.randn(_size(size), dtype=dtype or _C.get_default_dtype()), requires_grad, device)
 
 
 def rand_like(t, *, dtype=None):
+    """Uniform [0, 1) numbers in t's shape and dtype."""
     return rand(t.shape, dtype=dtype or t.dtype)
 
 
 def randn_like(t, *, dtype=None):
+    """Standard normal numbers in t's shape and dtype."""
     return randn(t.shape, dtype=dtype or t.dtype)
 
 

@@ -9,6 +9,7 @@ _A = _C._autograd
 
 
 def is_grad_enabled():
+    """Whether ops record for autograd on this thread (no_grad and inference_mode turn it off)."""
     return _A.is_grad_enabled()
 
 
@@ -40,6 +41,7 @@ class no_grad(_GradMode):
 
 
 class enable_grad(_GradMode):
+    """Turns recording back on inside a no_grad region; a context manager or a decorator."""
     _mode = True
 
 
@@ -51,6 +53,8 @@ class inference_mode(_GradMode):
 
 
 class set_grad_enabled(_GradMode):
+    """Recording on (True) or off (False) for the block; a context manager or a decorator, or a plain call that
+    sets the mode."""
     def __init__(self, mode):
         self._prev = _A.is_grad_enabled()
         self._mode = bool(mode)
@@ -80,10 +84,13 @@ class detect_anomaly:
 
 
 def set_detect_anomaly(mode):
+    """Anomaly mode on or off for the whole process (see detect_anomaly)."""
     _A.set_detect_anomaly(bool(mode))
 
 
 def backward(tensors, grad_tensors=None, retain_graph=False, create_graph=False):
+    """Sums the gradients of `tensors` (scalars, or tensors with grad_tensors of their shapes) into the .grad
+    of the leaves they depend on."""
     if isinstance(tensors, _C.Tensor):
         tensors = [tensors]
     if isinstance(grad_tensors, _C.Tensor):

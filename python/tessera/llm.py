@@ -18,6 +18,8 @@ _L = _C._llm
 
 
 class LLM:
+    """A language model on Tessera's engine (paged KV cache, the CPU's best kernels): tokenize, detokenize,
+    generate, chat, generate_batch, scheduler. Load with tessera.llm.load(path)."""
     def __init__(self, path, *, context=0, kv_memory=0, max_sequences=4, threads=0, weights="F32"):
         """path: a GGUF file, or a run (or checkpoint) of `tessera train` / tessera.train.fit
         holding a Llama or GPT trained on text, converted for the engine to
@@ -109,6 +111,8 @@ class Scheduler:
 
 
 def load(path, **options):
+    """An LLM from a GGUF file or a run of tessera train (LLM's options: context, kv_memory, max_sequences,
+    threads, weights)."""
     return LLM(path, **options)
 
 

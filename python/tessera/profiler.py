@@ -10,6 +10,9 @@ from . import _C
 
 
 class profile:
+    """Records every op (and memory, and shapes with record_shapes) while active: `with
+    tessera.profiler.profile() as prof:`, then prof.table(), prof.memory_table(), prof.key_averages(),
+    prof.export_chrome_trace(path)."""
     def __init__(self, record_memory=True, record_shapes=False):
         self._native = _C._profiler.Profiler(record_memory, record_shapes)
 

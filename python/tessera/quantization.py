@@ -93,10 +93,13 @@ def prune(model, sparsity=0.5, *, method="magnitude", global_threshold=False, sk
 
 
 def sparsity_report(model):
+    """A table of each Linear and Conv layer's zeros (of the C++ layers; a Python model's become them)."""
     return "\n".join(_C._quant.sparsity_report(m._native) for _, m in _roots(model, "sparsity_report"))
 
 
 def make_pruning_permanent(model):
+    """Folds each pruned layer's mask into its weight and removes the mask (the zeros stay, no longer
+    enforced)."""
     _each(model, "make_pruning_permanent", lambda m, sk: _C._quant.make_pruning_permanent(m) or "")
 
 

@@ -15,6 +15,9 @@ from ._compile import export
 
 
 class Server:
+    """The KServe v2 HTTP server (docs/serving.md) in this process, on its own threads: serve(name, model,
+    example) traces and serves a model; load(name, path) serves a saved graph or ONNX file; dynamic
+    batching; port 0 picks a free port."""
     def __init__(self, host="127.0.0.1", port=8000, api_key="", threads=64):
         """port 0 picks a free one (see .port)."""
         self._native = _C._serve.Server(host, port, api_key, threads)

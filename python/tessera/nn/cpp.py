@@ -20,6 +20,8 @@ def _share(t):
 
 
 class CppModule(Module):
+    """A C++ nn::Module (a layer of tessera.nn.cpp or a zoo model) in a Python model tree: its parameters and
+    buffers are the C++ module's own tensors; forward runs the C++ module."""
     def __init__(self, native):
         super().__init__()
         object.__setattr__(self, "_native", native)
@@ -57,6 +59,7 @@ def build(name, **config):
 
 
 def model_names():
+    """The names tessera.nn.zoo.build takes (the recipes' model zoo)."""
     return _C._nn.model_names()
 
 

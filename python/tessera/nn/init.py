@@ -16,6 +16,7 @@ def _fans(t):
 
 
 def calculate_gain(nonlinearity, param=None):
+    """The recommended gain for a nonlinearity, as torch.nn.init.calculate_gain."""
     if nonlinearity in ("linear", "conv1d", "conv2d", "sigmoid"):
         return 1.0
     if nonlinearity == "tanh":
@@ -30,32 +31,38 @@ def calculate_gain(nonlinearity, param=None):
 
 @no_grad()
 def uniform_(t, a=0.0, b=1.0):
+    """Fills t in place with U(a, b) numbers from the global generator; returns t."""
     t.copy_(_C.ops.uniform(list(t.shape), a, b, dtype=t.dtype))
     return t
 
 
 @no_grad()
 def normal_(t, mean=0.0, std=1.0):
+    """Fills t in place with N(mean, std^2) numbers; returns t."""
     t.copy_(_C.ops.normal(list(t.shape), mean, std, dtype=t.dtype))
     return t
 
 
 @no_grad()
 def zeros_(t):
+    """Fills t with zeros in place; returns t."""
     return t.zero_()
 
 
 @no_grad()
 def ones_(t):
+    """Fills t with ones in place; returns t."""
     return t.fill_(1)
 
 
 @no_grad()
 def constant_(t, val):
+    """Fills t with val in place; returns t."""
     return t.fill_(val)
 
 
 def kaiming_uniform_(t, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
+    """He initialization, uniform: bound gain * sqrt(3 / fan) with fan from mode ('fan_in', 'fan_out')."""
     fan_in, fan_out = _fans(t)
     fan = fan_in if mode == "fan_in" else fan_out
     bound = math.sqrt(3.0) * calculate_gain(nonlinearity, a) / math.sqrt(fan)
@@ -63,17 +70,20 @@ def kaiming_uniform_(t, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
 
 
 def kaiming_normal_(t, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
+    """He initialization, normal: std gain / sqrt(fan) with fan from mode ('fan_in', 'fan_out')."""
     fan_in, fan_out = _fans(t)
     fan = fan_in if mode == "fan_in" else fan_out
     return normal_(t, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan))
 
 
 def xavier_uniform_(t, gain=1.0):
+    """Glorot initialization, uniform: bound gain * sqrt(6 / (fan_in + fan_out))."""
     fan_in, fan_out = _fans(t)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(t, -bound, bound)
 
 
 def xavier_normal_(t, gain=1.0):
+    """Glorot initialization, normal: std gain * sqrt(2 / (fan_in + fan_out))."""
     fan_in, fan_out = _fans(t)
     return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))

@@ -25,6 +25,8 @@ def _pair(v):
 
 
 class Linear(Module):
+    """y = x W^T + b. x [..., in_features] -> [..., out_features]; weight [out_features, in_features], bias
+    [out_features]; kaiming-uniform init as torch.nn.Linear. dtypes: floats (f32 through oneDNN)."""
     def __init__(self, in_features, out_features, bias=True):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
@@ -72,6 +74,8 @@ class _ConvNd(Module):
 
 
 class Conv1d(_ConvNd):
+    """1-D convolution. x [N, C_in, L] -> [N, C_out, L_out]; weight [C_out, C_in / groups, kernel_size];
+    padding an int, 'same' or 'valid'."""
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, 1)
 
@@ -80,6 +84,8 @@ class Conv1d(_ConvNd):
 
 
 class Conv2d(_ConvNd):
+    """2-D convolution. x [N, C_in, H, W] -> [N, C_out, H_out, W_out]; weight [C_out, C_in / groups, kH, kW];
+    stride, padding (an int, a pair, 'same', 'valid'), dilation, groups as torch.nn.Conv2d."""
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, 2)
 
@@ -88,6 +94,8 @@ class Conv2d(_ConvNd):
 
 
 class ConvTranspose2d(Module):
+    """Transposed 2-D convolution (Conv2d's gradient as a layer). x [N, C_in, H, W] -> [N, C_out, H_out,
+    W_out]; weight [C_in, C_out / groups, kH, kW]."""
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
                  bias=True, dilation=1):
         super().__init__()
@@ -109,6 +117,8 @@ class ConvTranspose2d(Module):
 
 
 class Embedding(Module):
+    """Rows of weight [num_embeddings, embedding_dim] looked up by integer ids: [...] (i32 or i64) -> [...,
+    embedding_dim]; the padding_idx row is zero and gets no gradient."""
     def __init__(self, num_embeddings, embedding_dim, padding_idx=None):
         super().__init__()
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
@@ -131,6 +141,8 @@ def _C_no_grad():
 
 
 class LayerNorm(Module):
+    """Normalizes over the last dims (normalized_shape), then weight * x + bias. Any [..., *normalized_shape];
+    y has x's shape."""
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
         super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -150,6 +162,8 @@ class LayerNorm(Module):
 
 
 class RMSNorm(Module):
+    """x / rms(x) * weight over the last dims (normalized_shape); eps defaults to the dtype's machine epsilon.
+    y has x's shape."""
     def __init__(self, normalized_shape, eps=None, elementwise_affine=True):
         super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -164,6 +178,8 @@ class RMSNorm(Module):
 
 
 class GroupNorm(Module):
+    """Normalizes each of num_groups channel groups of x [N, C, ...], then per-channel weight and bias. y has
+    x's shape."""
     def __init__(self, num_groups, num_channels, eps=1e-5, affine=True):
         super().__init__()
         self.num_groups, self.eps = num_groups, eps
@@ -209,14 +225,20 @@ class _BatchNorm(Module):
 
 
 class BatchNorm1d(_BatchNorm):
+    """Batch normalization of x [N, C] or [N, C, L] over the batch (and length): batch statistics while
+    training, updating running_mean/var (momentum; None: a cumulative average); the running ones in eval."""
     pass
 
 
 class BatchNorm2d(_BatchNorm):
+    """Batch normalization of x [N, C, H, W] per channel: batch statistics while training, updating
+    running_mean/var (momentum; None: a cumulative average); the running ones in eval."""
     pass
 
 
 class Dropout(Module):
+    """Zeroes each element with probability p while training and scales the rest by 1 / (1 - p); the identity
+    in eval. y has x's shape."""
     def __init__(self, p=0.5):
         super().__init__()
         if not 0 <= p <= 1:
@@ -227,7 +249,7 @@ class Dropout(Module):
         return F.dropout(x, self.p, self.training)
 
 
-def _activation(name, fn, *params):
+def _activation(name, fn, *params, doc=""):
     def __init__(self, *args, **kwargs):
         Module.__init__(self)
         for i, (p, default) in enumerate(params):
@@ -236,25 +258,33 @@ def _activation(name, fn, *params):
     def forward(self, x):
         return fn(x, *[getattr(self, p) for p, _ in params])
 
-    return type(name, (Module,), {"__init__": __init__, "forward": forward, "__module__": __name__})
+    return type(name, (Module,), {"__init__": __init__, "forward": forward, "__module__": __name__,
+                                  "__doc__": doc + " Any shape; y has x's shape."})
 
 
-ReLU = _activation("ReLU", lambda x: F.relu(x))
-GELU = _activation("GELU", lambda x, a: F.gelu(x, approximate=a), ("approximate", "none"))
-SiLU = _activation("SiLU", lambda x: F.silu(x))
-Tanh = _activation("Tanh", lambda x: F.tanh(x))
-Sigmoid = _activation("Sigmoid", lambda x: F.sigmoid(x))
-Mish = _activation("Mish", lambda x: F.mish(x))
-LeakyReLU = _activation("LeakyReLU", lambda x, s: F.leaky_relu(x, s), ("negative_slope", 0.01))
-ELU = _activation("ELU", lambda x, a: F.elu(x, a), ("alpha", 1.0))
-Softplus = _activation("Softplus", lambda x, b, t: F.softplus(x, b, t), ("beta", 1.0), ("threshold", 20.0))
-Hardtanh = _activation("Hardtanh", lambda x, lo, hi: F.hardtanh(x, lo, hi), ("min_val", -1.0), ("max_val", 1.0))
-Softmax = _activation("Softmax", lambda x, d: F.softmax(x, d), ("dim", -1))
-LogSoftmax = _activation("LogSoftmax", lambda x, d: F.log_softmax(x, d), ("dim", -1))
-Identity = _activation("Identity", lambda x: x)
+ReLU = _activation("ReLU", lambda x: F.relu(x), doc="max(x, 0).")
+GELU = _activation("GELU", lambda x, a: F.gelu(x, approximate=a), ("approximate", "none"),
+                   doc="x * Phi(x) (approximate='tanh': the tanh form).")
+SiLU = _activation("SiLU", lambda x: F.silu(x), doc="x * sigmoid(x).")
+Tanh = _activation("Tanh", lambda x: F.tanh(x), doc="tanh(x).")
+Sigmoid = _activation("Sigmoid", lambda x: F.sigmoid(x), doc="1 / (1 + exp(-x)).")
+Mish = _activation("Mish", lambda x: F.mish(x), doc="x * tanh(softplus(x)).")
+LeakyReLU = _activation("LeakyReLU", lambda x, s: F.leaky_relu(x, s), ("negative_slope", 0.01),
+                        doc="x, or negative_slope * x below 0.")
+ELU = _activation("ELU", lambda x, a: F.elu(x, a), ("alpha", 1.0), doc="x, or alpha * (exp(x) - 1) below 0.")
+Softplus = _activation("Softplus", lambda x, b, t: F.softplus(x, b, t), ("beta", 1.0), ("threshold", 20.0),
+                       doc="log(1 + exp(beta * x)) / beta (x itself above threshold).")
+Hardtanh = _activation("Hardtanh", lambda x, lo, hi: F.hardtanh(x, lo, hi), ("min_val", -1.0), ("max_val", 1.0),
+                       doc="x clamped to [min_val, max_val].")
+Softmax = _activation("Softmax", lambda x, d: F.softmax(x, d), ("dim", -1),
+                      doc="exp(x) normalized to sum 1 along dim.")
+LogSoftmax = _activation("LogSoftmax", lambda x, d: F.log_softmax(x, d), ("dim", -1),
+                         doc="log of softmax along dim (computed stably).")
+Identity = _activation("Identity", lambda x: x, doc="x itself.")
 
 
 class Flatten(Module):
+    """x with dims start_dim..end_dim joined into one."""
     def __init__(self, start_dim=1, end_dim=-1):
         super().__init__()
         self.start_dim, self.end_dim = start_dim, end_dim
@@ -264,6 +294,8 @@ class Flatten(Module):
 
 
 class MaxPool2d(Module):
+    """The maximum over each kernel_size window of x [N, C, H, W] -> [N, C, H_out, W_out]; stride defaults to
+    kernel_size."""
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
         super().__init__()
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
@@ -275,6 +307,8 @@ class MaxPool2d(Module):
 
 
 class AvgPool2d(Module):
+    """The mean over each kernel_size window of x [N, C, H, W] -> [N, C, H_out, W_out]; stride defaults to
+    kernel_size."""
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
         super().__init__()
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
@@ -285,6 +319,7 @@ class AvgPool2d(Module):
 
 
 class AdaptiveAvgPool2d(Module):
+    """Means over windows that tile x [N, C, H, W] into output_size -> [N, C, *output_size]."""
     def __init__(self, output_size):
         super().__init__()
         self.output_size = output_size
@@ -300,6 +335,8 @@ class _Loss(Module):
 
 
 class CrossEntropyLoss(_Loss):
+    """log_softmax then NLL: input [N, C] (or [N, C, d...]) logits, target [N] class indices (or probabilities
+    of input's shape); weight, ignore_index, label_smoothing, reduction ('mean', 'sum', 'none')."""
     def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
         super().__init__(reduction)
         self.register_buffer("weight", weight)
@@ -311,6 +348,7 @@ class CrossEntropyLoss(_Loss):
 
 
 class NLLLoss(_Loss):
+    """Negative log-likelihood of log-probabilities [N, C] at target [N]; weight, ignore_index, reduction."""
     def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
         super().__init__(reduction)
         self.register_buffer("weight", weight)
@@ -321,16 +359,19 @@ class NLLLoss(_Loss):
 
 
 class MSELoss(_Loss):
+    """Mean (or sum, or none) of (input - target)^2; both of one shape."""
     def forward(self, input, target):
         return F.mse_loss(input, target, reduction=self.reduction)
 
 
 class L1Loss(_Loss):
+    """Mean (or sum, or none) of |input - target|; both of one shape."""
     def forward(self, input, target):
         return F.l1_loss(input, target, reduction=self.reduction)
 
 
 class SmoothL1Loss(_Loss):
+    """Huber-like loss with threshold beta: 0.5 d^2 / beta below it, |d| - 0.5 beta above; both of one shape."""
     def __init__(self, reduction="mean", beta=1.0):
         super().__init__(reduction)
         self.beta = beta
@@ -340,6 +381,7 @@ class SmoothL1Loss(_Loss):
 
 
 class BCELoss(_Loss):
+    """Binary cross entropy of probabilities input against target of its shape; weight, reduction."""
     def __init__(self, weight=None, reduction="mean"):
         super().__init__(reduction)
         self.register_buffer("weight", weight)
@@ -349,6 +391,8 @@ class BCELoss(_Loss):
 
 
 class BCEWithLogitsLoss(_Loss):
+    """Binary cross entropy of logits (sigmoid fused, stable) against target of input's shape; weight,
+    pos_weight, reduction."""
     def __init__(self, weight=None, reduction="mean", pos_weight=None):
         super().__init__(reduction)
         self.register_buffer("weight", weight)
@@ -360,6 +404,8 @@ class BCEWithLogitsLoss(_Loss):
 
 
 class KLDivLoss(_Loss):
+    """KL divergence: input holds log-probabilities, target probabilities (log_target: log-probabilities);
+    reduction also 'batchmean'."""
     def __init__(self, reduction="mean", log_target=False):
         super().__init__(reduction)
         self.log_target = log_target

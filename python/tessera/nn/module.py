@@ -280,6 +280,7 @@ class _Handle:
 
 
 class Sequential(Module):
+    """Modules called in order, each on the previous one's output; indexable, and iterable."""
     def __init__(self, *modules):
         super().__init__()
         if len(modules) == 1 and isinstance(modules[0], OrderedDict):
@@ -312,6 +313,7 @@ class Sequential(Module):
 
 
 class ModuleList(Module):
+    """A list of modules registered as children ('0', '1', ...): append, extend, insert, indexing, iteration."""
     def __init__(self, modules=()):
         super().__init__()
         for m in modules:
@@ -338,6 +340,7 @@ class ModuleList(Module):
 
 
 class ModuleDict(Module):
+    """A dict of modules registered as children by their keys."""
     def __init__(self, modules=None):
         super().__init__()
         for k, m in (modules or {}).items():

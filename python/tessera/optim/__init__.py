@@ -22,6 +22,9 @@ class _Group(dict):
 
 
 class Optimizer:
+    """The base of the optimizers: params (tensors, or param groups as dicts with their own options), step(),
+    zero_grad(set_to_none=True), param_groups (dicts; setting an option reaches the C++ optimizer),
+    add_param_group, state_dict / load_state_dict."""
     _name = None
     _defaults = {}
 

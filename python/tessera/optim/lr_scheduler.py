@@ -41,15 +41,17 @@ class _Scheduler:
         self._sync()
 
 
-def _scheduler(name):
-    return type(name, (_Scheduler,), {"_native_cls": getattr(_O, name), "__module__": __name__})
+def _scheduler(name, doc):
+    return type(name, (_Scheduler,), {"_native_cls": getattr(_O, name), "__module__": __name__,
+                                      "__doc__": doc + " step() once per epoch (or per step, as you schedule)."})
 
 
-StepLR = _scheduler("StepLR")
-MultiStepLR = _scheduler("MultiStepLR")
-ExponentialLR = _scheduler("ExponentialLR")
-CosineAnnealingLR = _scheduler("CosineAnnealingLR")
-LinearLR = _scheduler("LinearLR")
-WarmupCosineLR = _scheduler("WarmupCosineLR")
-OneCycleLR = _scheduler("OneCycleLR")
-ReduceLROnPlateau = _scheduler("ReduceLROnPlateau")
+StepLR = _scheduler("StepLR", "lr times gamma every step_size steps.")
+MultiStepLR = _scheduler("MultiStepLR", "lr times gamma at each of the milestones.")
+ExponentialLR = _scheduler("ExponentialLR", "lr times gamma every step.")
+CosineAnnealingLR = _scheduler("CosineAnnealingLR", "lr along a half cosine from the initial lr to eta_min over T_max.")
+LinearLR = _scheduler("LinearLR", "lr scaled linearly from start_factor to end_factor over total_iters.")
+WarmupCosineLR = _scheduler("WarmupCosineLR", "Linear warmup over warmup_steps, then a cosine decay to min_lr.")
+OneCycleLR = _scheduler("OneCycleLR", "The one-cycle policy (up to max_lr, then annealed), step for step as PyTorch's.")
+ReduceLROnPlateau = _scheduler("ReduceLROnPlateau", "lr times factor when step(metric) has not improved for "
+                               "patience steps.")

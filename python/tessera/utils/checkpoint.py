@@ -5,6 +5,8 @@ from .. import _C
 
 
 def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, **kwargs):
+    """Runs function(*args) without keeping its activations; backward runs it again to get them (the RNG state
+    is replayed, so dropout masks match). Returns what function returns."""
     tensors = [a for a in args if isinstance(a, _C.Tensor)]
     positions = [i for i, a in enumerate(args) if isinstance(a, _C.Tensor)]
 
