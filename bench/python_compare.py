@@ -14,6 +14,11 @@ steps:    a training step written in Python: bench/train_torch.py run by
           (784-256-256-10, batch 128, Adam) and the nanoGPT (6 layers, 384 wide,
           context 256, batch 8, AdamW). ms per step, median of the rounds'
           medians.
+dist:     the distributed GPT step at 2 ranks (one thread each, mpirun as
+          bench/dist_compare.py starts them): bench/python_ddp.py, written in
+          Python over tessera.distributed's DistributedDataParallel and
+          ZeroRedundancyOptimizer (stages 1, 2), against the same step in C++
+          (build-bench/bench/tessera_dist_bench gpt). Seconds per step.
 PyTorch runs in its best configuration (bench/train_compare.py's env_for).
 The configurations take turns in each round. Standard library only.
 """
@@ -75,6 +80,32 @@ def step(impl, case, threads, steps, warmup, build_dir):
     return rec
 
 
+def dist_steps(build_dir, rounds, steps):
+    import dist_compare as dc
+    env_ = dict(dc.mpi_env(), PYTHONPATH=os.path.join(build_dir, "python"))
+    common = ["--batch", "4", "--layers", "2", "--steps", str(steps), "--warmup", "2"]
+    rows = []
+    for zero in ("0", "1", "2"):
+        recs = {"python": [], "cpp": []}
+        for _ in range(rounds):
+            for impl in recs:
+                prog = ([PY, os.path.join(HERE, "python_ddp.py")] if impl == "python"
+                        else [os.path.join(build_dir, "bench", "tessera_dist_bench"), "gpt", "--overlap", "1"])
+                rec = try_json(["mpirun", "-np", "2", "--bind-to", "none"] + prog + common + ["--zero", zero], env_,
+                               "step_s", timeout=1800)
+                log("dist", impl, "zero", zero, "->", rec.get("step_s", rec.get("error")))
+                recs[impl].append(rec)
+        row = {"mode": "ddp" if zero == "0" else "zero" + zero, "ranks": 2}
+        for impl, rs in recs.items():
+            ok = [r["step_s"] for r in rs if "step_s" in r]
+            row[impl] = median(ok) if ok else None
+            row[impl + "_rounds"] = [r.get("step_s") for r in rs]
+            if not ok:
+                row[impl + "_error"] = rs[0].get("error")
+        rows.append(row)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-bench"))
@@ -82,11 +113,12 @@ def main():
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--cases", default="mlp=1,2:30+5,gpt=2:3+1",
                     help="case=threads:steps+warmup, comma-separated (threads joined by '/' or ',')")
+    ap.add_argument("--dist-steps", type=int, default=6, help="steps of the distributed GPT (0: skip it)")
     ap.add_argument("--quick", action="store_true", help="one round, few calls and steps")
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.quick:
-        a.rounds, a.calls, a.cases = 1, 2000, "mlp=1:3+1"
+        a.rounds, a.calls, a.cases, a.dist_steps = 1, 2000, "mlp=1:3+1", 2
     out = {"rounds": a.rounds, "overhead": overhead(a.build_dir, a.rounds, a.calls), "steps": []}
     for spec in a.cases.split(";") if ";" in a.cases else _split_cases(a.cases):
         case, _, rest = spec.partition("=")
@@ -108,6 +140,7 @@ def main():
                     row[impl + "_attention"] = ok[0].get("attention")
                     row[impl + "_final_loss"] = ok[0].get("final_loss")
             out["steps"].append(row)
+    out["dist"] = dist_steps(a.build_dir, a.rounds, a.dist_steps) if a.dist_steps else []
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

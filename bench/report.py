@@ -106,7 +106,9 @@ RUNS = {
                   "scheduler.warmup_steps=2"]),
 }
 BUILD_TARGETS = ["tessera_cli", "tessera_bench", "torch_bench", "tessera_train_bench", "tessera_compile_bench",
-           "tessera_quant_bench", "tessera_gemv_bench", "tessera_load", "tessera_serve_httplib", "tessera_serve_beast", "tessera_llm_bench", "tessera_python"]
+                 "tessera_quant_bench", "tessera_gemv_bench", "tessera_load", "tessera_serve_httplib",
+                 "tessera_serve_beast", "tessera_llm_bench", "tessera_python", "tessera_python_sources",
+                 "tessera_dist_bench"]
 
 
 def log(*a):
@@ -1391,6 +1393,17 @@ def render_python(d, h):
     if att or patt:
         out += ["", f"The GPT's attention: Tessera {', '.join(sorted(att))}; PyTorch {', '.join(sorted(patt))} "
                     "(torch 1.13 has no fused attention)."]
+    if d.get("dist"):
+        out += ["", "**The distributed GPT step written in Python** (`bench/python_ddp.py`: "
+                    "`tessera.distributed.DistributedDataParallel` and `ZeroRedundancyOptimizer` on the zoo's GPT, "
+                    "2 layers, batch 4 per rank) against the same step in C++ (`tessera_dist_bench gpt`), 2 ranks of "
+                    "one thread under mpirun; seconds per step, the slowest rank's median, median of the rounds.", ""]
+        rows = []
+        for r in d["dist"]:
+            py, cpp = r.get("python"), r.get("cpp")
+            rows.append([r["mode"], r["ranks"], f"{fnum(py)} s", f"{fnum(cpp)} s",
+                         f"**{py / cpp:.3f}x**" if py and cpp else r.get("python_error", r.get("cpp_error", ""))])
+        out += table(["mode", "ranks", "Tessera from Python", "Tessera from C++", "Python / C++"], rows)
     return out
 
 
