@@ -63,6 +63,8 @@ def overhead(build_dir, rounds, calls):
             out[impl] = {"error": recs[0].get("error")}
             continue
         out[impl] = {k: median([x["ns"][k] for x in ok]) for k in ok[0]["ns"]}
+        if "gil" in ok[0]:
+            out[impl + "_gil"] = {k: median([x["gil"][k] for x in ok]) for k in ok[0]["gil"]}
         out[impl + "_version"] = ok[0].get("version")
     return out
 

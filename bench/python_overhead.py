@@ -27,6 +27,35 @@ def timed(fn, calls, rounds):
     return round(statistics.median(per), 1)
 
 
+def two_threads(lib, n=128, calls=300, rounds=5):
+    """The GIL released inside ops: two Python threads each running `calls`
+    n x n matmuls (one compute thread per op) against one thread running both
+    shares. Returns the median times (ms) and serial / threaded."""
+    import threading
+    a, b = lib.randn(n, n), lib.randn(n, n)
+
+    def work():
+        for _ in range(calls):
+            a @ b
+
+    work()
+    serial, threaded = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        work()
+        work()
+        serial.append(time.perf_counter() - t0)
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        threaded.append(time.perf_counter() - t0)
+    s, t = statistics.median(serial), statistics.median(threaded)
+    return {"serial_ms": round(s * 1e3, 2), "two_threads_ms": round(t * 1e3, 2), "speedup": round(s / t, 2)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--impl", choices=("tessera", "torch"), required=True)
@@ -56,6 +85,7 @@ def main():
     out = {"impl": a.impl, "threads": a.threads, "calls": a.calls, "rounds": a.rounds, "ns": {}}
     for name, fn in cases.items():
         out["ns"][name] = timed(fn, a.calls, a.rounds)
+    out["gil"] = two_threads(lib)
     out["version"] = lib.__version__
     print(json.dumps(out), flush=True)
 
