@@ -140,15 +140,6 @@ int cmd_perplexity(const PerplexityFlags& f, const LanguageModel& lm) {
   return 0;
 }
 
-bool is_gguf_file(const std::string& path) {
-  std::FILE* fp = std::fopen(path.c_str(), "rb");
-  if (!fp) return false;
-  char magic[4] = {};
-  const bool gguf = std::fread(magic, 1, 4, fp) == 4 && std::memcmp(magic, "GGUF", 4) == 0;
-  std::fclose(fp);
-  return gguf;
-}
-
 namespace {
 
 std::unique_ptr<llm::Engine> make_engine(const GenerateFlags& f, std::shared_ptr<llm::Model> model, const std::string& what,

@@ -9,6 +9,7 @@
 #include "tessera/llm/engine.h"
 #include "tessera/llm/sampler.h"
 #include "tessera/llm/tokenizer.h"
+#include "tessera/train/run.h"
 
 namespace tessera::cli {
 
@@ -26,12 +27,7 @@ struct GenerateFlags {
 
 // A language model ready for the engine, with its tokenizer and chat
 // template (empty where it has none), and what to call it in messages.
-struct LanguageModel {
-  std::shared_ptr<llm::Model> model;
-  llm::Tokenizer tokenizer;
-  std::string chat_template;
-  std::string what;
-};
+using LanguageModel = train::LanguageModel;  // a GGUF file's or a training run's (train/run.h)
 
 // `tessera perplexity MODEL -f TEXT`: llama-perplexity's measure (llm/perplexity.h).
 struct PerplexityFlags {
@@ -49,8 +45,6 @@ int64_t byte_count(const std::string& text);
 void add_generate_command(CLI::App& app, GenerateFlags& f);
 // `tessera chat`: the same model and sampling flags, a conversation on stdin.
 void add_chat_command(CLI::App& app, GenerateFlags& f);
-// Whether `path` is a GGUF file (by its first bytes), not a training run.
-bool is_gguf_file(const std::string& path);
 // Generates with a loaded model: a GGUF file's, or a training run's (the
 // caller builds it and its tokenizer; `what` names it).
 int cmd_generate(const GenerateFlags& f, std::shared_ptr<llm::Model> model, const llm::Tokenizer& tok,

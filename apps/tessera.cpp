@@ -353,30 +353,11 @@ int cmd_gguf_info(const std::string& path, size_t max_chars) {
   return 0;
 }
 
-// A GGUF file's weights in another type; prints the sizes before and after.
-// `tessera generate` on a GGUF file, or on a Llama or GPT that `tessera train`
-// made (its weights in --weights, its character or byte vocabulary).
-// `generate` and `chat`: the model from a GGUF file or a training run, with
-// its tokenizer (and a GGUF's chat template).
-// A language model for the engine: a GGUF file's, or a training run's
-// converted to `weights` (F32, F16, BF16, Q8_0, Q4_0). `verb` names the
-// command in errors.
+// A language model for the engine (train/run.h), its weights named as the
+// --weights flags name them (f32, f16, bf16, q8_0, q4_0).
 cli::LanguageModel load_language_model(const std::string& path, const std::string& weights, const char* verb,
                                        llm::TensorSplit split = {}) {
-  cli::LanguageModel lm;
-  if (cli::is_gguf_file(path)) {
-    lm.model = llm::Model::load(path, split);
-    lm.tokenizer = llm::Tokenizer::from_gguf(lm.model->file());
-    const llm::GgufValue* t = lm.model->file().find("tokenizer.chat_template");
-    lm.chat_template = t && t->type() == llm::GgufType::String ? t->as_string() : "";
-    lm.what = path;
-    return lm;
-  }
-  train::RunLanguageModel run = train::load_run_language_model(path, *llm::ggml_type_from_name(weights), verb);
-  lm.model = split.size > 1 ? llm::Model::from_gguf(run.model->file(), split) : run.model;  // its part, from the whole
-  lm.tokenizer = std::move(run.tokenizer);
-  lm.what = run.dir;
-  return lm;
+  return train::load_language_model(path, *llm::ggml_type_from_name(weights), verb, split);
 }
 
 int cmd_generate(const cli::GenerateFlags& f, bool chat) {

@@ -20,7 +20,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -309,16 +308,10 @@ void bind_llm(py::module_& m) {
              const auto type = llm::ggml_type_from_name(weights);
              TS_CHECK(type, "load: weights '", weights, "' is not F32, F16, BF16, Q8_0 or Q4_0");
              py::gil_scoped_release nogil;
-             if (std::filesystem::is_directory(path)) {  // a run or checkpoint of tessera train
-               train::RunLanguageModel run = train::load_run_language_model(path, *type, "load");
-               lm->model = run.model;
-               lm->tokenizer = std::move(run.tokenizer);
-             } else {
-               lm->model = llm::Model::load(path);
-               lm->tokenizer = llm::Tokenizer::from_gguf(lm->model->file());
-               const llm::GgufValue* t = lm->model->file().find("tokenizer.chat_template");
-               lm->chat_template = t && t->type() == llm::GgufType::String ? t->as_string() : "";
-             }
+             train::LanguageModel loaded = train::load_language_model(path, *type, "load");
+             lm->model = std::move(loaded.model);
+             lm->tokenizer = std::move(loaded.tokenizer);
+             lm->chat_template = std::move(loaded.chat_template);
              lm->engine_options.context = context;
              lm->engine_options.kv_memory = kv_memory;
              lm->engine_options.max_sequences = max_sequences;
@@ -378,11 +371,11 @@ void bind_llm(py::module_& m) {
              serve::LlmModel lm;
              {
                py::gil_scoped_release nogil;
-               lm.model = llm::Model::load(path);
+               train::LanguageModel loaded = train::load_language_model(path, llm::GgmlType::F32, "OpenAIServer");
+               lm.model = std::move(loaded.model);
+               lm.tokenizer = std::move(loaded.tokenizer);
+               lm.chat_template = std::move(loaded.chat_template);
              }
-             lm.tokenizer = llm::Tokenizer::from_gguf(lm.model->file());
-             const llm::GgufValue* t = lm.model->file().find("tokenizer.chat_template");
-             lm.chat_template = t && t->type() == llm::GgufType::String ? t->as_string() : "";
              lm.engine.max_sequences = max_sequences;
              lm.engine.context = context;
              srv->service->load(std::move(lm));

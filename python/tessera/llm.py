@@ -125,8 +125,8 @@ def save_gguf(model, path, *, tokenizer_from="", type="F32"):
 
 class OpenAIServer:
     """The OpenAI-compatible server (/v1/completions, /v1/chat/completions,
-    streaming, many requests batched; docs/llm.md) on a GGUF file, in this
-    process on its own threads. port 0 picks a free one."""
+    streaming, many requests batched; docs/llm.md) on a GGUF file or a run
+    of tessera train, in this process on its own threads. port 0 picks a free one."""
 
     def __init__(self, path, *, name="model", host="127.0.0.1", port=8000, api_key="", max_sequences=16, context=0):
         self._native = _L.OpenAIServer(str(path), name, host, port, api_key, max_sequences, context)

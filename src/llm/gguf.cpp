@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -423,6 +424,15 @@ int64_t GgufTensorInfo::numel() const {
 }
 
 // ---- reading ----------------------------------------------------------------
+
+bool is_gguf_file(const std::string& path) {
+  std::FILE* fp = std::fopen(path.c_str(), "rb");
+  if (!fp) return false;
+  char magic[4] = {};
+  const bool gguf = std::fread(magic, 1, 4, fp) == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+  std::fclose(fp);
+  return gguf;
+}
 
 GgufFile GgufFile::open(const std::string& path) {
   auto m = io::map_file(path);

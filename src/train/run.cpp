@@ -35,7 +35,17 @@ LoadedRun load_run(const std::string& path, bool model_only) {
   return l;
 }
 
-RunLanguageModel load_run_language_model(const std::string& path, llm::GgmlType weights, const char* verb) {
+LanguageModel load_language_model(const std::string& path, llm::GgmlType weights, const char* verb,
+                                  llm::TensorSplit split) {
+  LanguageModel lm;
+  lm.what = path;
+  if (llm::is_gguf_file(path)) {
+    lm.model = llm::Model::load(path, split);
+    lm.tokenizer = llm::Tokenizer::from_gguf(lm.model->file());
+    const llm::GgufValue* t = lm.model->file().find("tokenizer.chat_template");
+    lm.chat_template = t && t->type() == llm::GgufType::String ? t->as_string() : "";
+    return lm;
+  }
   TS_CHECK(std::filesystem::exists(path), verb, ": ", path, " does not exist (a .gguf file, or a run or "
            "checkpoint of tessera train)");
   TS_CHECK(!std::filesystem::is_regular_file(path), verb, ": ", path, " is not a GGUF file (it does not begin with "
@@ -44,7 +54,6 @@ RunLanguageModel load_run_language_model(const std::string& path, llm::GgmlType 
   const Recipe& r = l.recipe;
   TS_CHECK(r.task == Task::LanguageModel && !r.text_level.empty(), verb, ": ", l.dir, " is not a language "
            "model trained on text (its data has no vocabulary to write text with)");
-  RunLanguageModel lm;
   if (auto* gpt = dynamic_cast<nn::zoo::GPT*>(r.model.get())) {
     lm.model = llm::model_from_gpt(*gpt, weights);
   } else if (auto* llama = dynamic_cast<nn::zoo::Llama*>(r.model.get())) {
@@ -53,9 +62,10 @@ RunLanguageModel load_run_language_model(const std::string& path, llm::GgmlType 
   } else {
     TS_ERROR(verb, ": ", l.dir, " holds a ", r.model_name, "; the engine runs llama and gpt models");
   }
+  if (split.size > 1) lm.model = llm::Model::from_gguf(lm.model->file(), split);  // its part, from the whole
   lm.tokenizer = r.tokenizer ? *r.tokenizer
                  : llm::Tokenizer::characters(r.text_level == "byte" ? std::vector<std::string>{} : r.vocab);
-  lm.dir = l.dir;
+  lm.what = l.dir;
   return lm;
 }
 

@@ -113,6 +113,10 @@ struct GgufTensorInfo {
 // they are. Called from the catch block that caught e.
 [[noreturn]] void rethrow_naming_file(const std::string& what, const Error& e);
 
+// Whether `path` is a GGUF file (it begins with "GGUF"); false for a folder,
+// another file, or one that cannot be read.
+bool is_gguf_file(const std::string& path);
+
 class GgufFile {
  public:
   static GgufFile open(const std::string& path);

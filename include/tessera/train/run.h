@@ -27,15 +27,19 @@ struct LoadedRun {
 };
 LoadedRun load_run(const std::string& path, bool model_only = false);
 
-// A language-model run as the LLM engine's model, in `weights` (a LoRA run:
-// its base with the adapter merged in), with the tokenizer it was trained
-// with (a subword tokenizer, or its character or byte vocabulary). `verb`
-// names the caller in errors.
-struct RunLanguageModel {
+// A language model for the LLM engine (`tessera generate`, `serve-llm`,
+// tessera.llm.load): a GGUF file's, with its tokenizer and chat template; or
+// a language-model run's Llama or GPT converted to `weights` (a LoRA run: its
+// base with the adapter merged in), with the tokenizer it was trained with (a
+// subword tokenizer, or its character or byte vocabulary). split: this rank's
+// part of a tensor-parallel model. `verb` names the caller in errors.
+struct LanguageModel {
   std::shared_ptr<llm::Model> model;
   llm::Tokenizer tokenizer;
-  std::string dir;
+  std::string chat_template;  // the GGUF's, or empty
+  std::string what;           // the file, or the checkpoint directory
 };
-RunLanguageModel load_run_language_model(const std::string& path, llm::GgmlType weights, const char* verb);
+LanguageModel load_language_model(const std::string& path, llm::GgmlType weights, const char* verb,
+                                  llm::TensorSplit split = {});
 
 }  // namespace tessera::train
