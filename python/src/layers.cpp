@@ -34,7 +34,7 @@ nn::Int2 stride_or_kernel(py::handle h) { return h.is_none() ? nn::Int2(0) : int
 
 Tensor or_none(const std::optional<Tensor>& t) { return t ? *t : Tensor(); }
 
-template <typename L, typename... Extra>
+template <typename L>
 py::class_<L, nn::Module, std::shared_ptr<L>> layer(py::module_& m, const char* name, const char* doc) {
   return py::class_<L, nn::Module, std::shared_ptr<L>>(m, name, doc);
 }

@@ -221,20 +221,19 @@ Tensor gather_advanced(const Tensor& r, const std::vector<AdvancedIndex>& adv) {
     b = k == 0 ? i.shape() : broadcast_shapes(b, i.shape(), "indexing (the tensor indices' shapes)");
   }
   Tensor linear;
-  int64_t stride = 1, positions = 1;
+  int64_t stride = 1;  // ends as the number of positions the indexed dims hold
   for (size_t k = idx.size(); k-- > 0;) {
     Tensor term = ops::mul(idx[k].second.expand(b), Scalar(stride));
     linear = linear.defined() ? ops::add(linear, term) : term;
     stride *= r.size(idx[k].first);
   }
-  positions = stride;
   std::vector<int64_t> perm;
   std::vector<bool> indexed(r.dim(), false);
   for (auto& [d, i] : idx) perm.push_back(d), indexed[d] = true;
   Shape rest;
   for (int64_t d = 0; d < r.dim(); ++d)
     if (!indexed[d]) perm.push_back(d), rest.push_back(r.size(d));
-  Shape flat_shape{positions};
+  Shape flat_shape{stride};
   for (int64_t v : rest) flat_shape.push_back(v);
   Tensor out = ops::index_select(r.permute(perm).reshape(flat_shape), 0, linear.reshape({-1}));
   Shape out_shape = b;

@@ -21,6 +21,16 @@ from ..nn.module import Module
 _D = _C._distributed
 
 
+@contextlib.contextmanager
+def switched(setter, inside):
+    """setter(inside) for the block, setter(not inside) after it, however it ends."""
+    setter(inside)
+    try:
+        yield
+    finally:
+        setter(not inside)
+
+
 def _native_tree(module):
     """The C++ module a C++ data parallelism walks: a CppModule's own, or a tree
     holding a Python model's tensors under their names (shared, not copied)."""
@@ -51,14 +61,9 @@ class DistributedDataParallel(Module):
             find_unused_parameters=find_unused_parameters, broadcast_buffers=broadcast_buffers, overlap=overlap,
             compression=compression, powersgd_rank=powersgd_rank, powersgd_start_step=powersgd_start_step))
 
-    @contextlib.contextmanager
     def no_sync(self):
         """Backward inside only accumulates into .grad; the next one outside all-reduces the sum."""
-        self._native_ddp.require_sync(False)
-        try:
-            yield
-        finally:
-            self._native_ddp.require_sync(True)
+        return switched(self._native_ddp.require_sync, False)
 
     def buckets(self):
         """The parameters' names per bucket, in the order they are all-reduced."""

@@ -17,10 +17,9 @@ it is in; at stage 3 the parameters are whole only inside
 `with opt.whole_parameters():` (to save or inspect them). The optimizer's state_dict() gathers every rank's shard into the
 form one process saves (every rank must call it), so it loads at any world
 size and stage."""
-import contextlib
-
 from .. import _C
-from .ddp import _native_tree
+from ..optim import run_closure
+from .ddp import _native_tree, switched
 
 _D = _C._distributed
 
@@ -71,36 +70,22 @@ class ZeroRedundancyOptimizer:
         return self._zero.stage
 
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            from ..autograd import enable_grad
-            with enable_grad():
-                loss = closure()
+        loss = run_closure(closure)
         self._zero.step()
         return loss
 
     def zero_grad(self, set_to_none=True):
         self._zero.clear_gradients()
 
-    @contextlib.contextmanager
     def no_sync(self):
         """Backward inside only accumulates; the next one outside reduces the sum."""
-        self._zero.require_sync(False)
-        try:
-            yield
-        finally:
-            self._zero.require_sync(True)
+        return switched(self._zero.require_sync, False)
 
-    @contextlib.contextmanager
     def whole_parameters(self):
         """Stage 3: between steps the parameters hold no data (meta tensors); inside
         this, every rank holds them whole (to save, load or inspect; every rank
         enters). Leaving it writes each rank's chunk back. Other stages: always whole."""
-        self._zero.set_whole_parameters(True)
-        try:
-            yield
-        finally:
-            self._zero.set_whole_parameters(False)
+        return switched(self._zero.set_whole_parameters, True)
 
     def state_dict(self):
         """The whole optimizer state, gathered from every rank (a collective: every rank calls it)."""

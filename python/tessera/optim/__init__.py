@@ -21,6 +21,15 @@ class _Group(dict):
             self._opt._native.set_group_option(self._index, k, float(v))
 
 
+def run_closure(closure):
+    """What step(closure) does first, as torch.optim: the closure's loss, with grad recording on (or None)."""
+    if closure is None:
+        return None
+    from ..autograd import enable_grad
+    with enable_grad():
+        return closure()
+
+
 class Optimizer:
     """The base of the optimizers: params (tensors, or param groups as dicts with their own options), step(),
     zero_grad(set_to_none=True), param_groups (dicts; setting an option reaches the C++ optimizer),
@@ -66,11 +75,7 @@ class Optimizer:
         return out
 
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            from ..autograd import enable_grad
-            with enable_grad():
-                loss = closure()
+        loss = run_closure(closure)
         self._native.step()
         return loss
 
